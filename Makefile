@@ -1,0 +1,56 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv and install first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# Reinstall when any input of the environment changes.
+STAMP := $(VENV)/.installed-$(shell cat requirements.txt setup.py packaging/en_core_web_sm_alias/setup.py 2>/dev/null | sha256sum | cut -c1-12)
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export GX_ANALYTICS_ENABLED ?= false
+export DAGSTER_DISABLE_TELEMETRY ?= 1
+export RAG_DATA_DIR ?= $(CURDIR)/data
+export DAGSTER_HOME ?= $(RAG_DATA_DIR)/dagster
+
+.PHONY: install demo test test-all dev validate bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(PY) requirements.txt setup.py
+	$(PIP) install --quiet --upgrade pip
+	# CPU build from disk first: an unpinned torch would pull GBs of CUDA wheels.
+	$(PIP) install --quiet torch==2.13.0
+	$(PIP) install --quiet -r requirements.txt
+	# unstructured looks the spaCy model up as `en_core_web_sm` and downloads it when missing.
+	$(PIP) install --quiet --no-deps ./packaging/en_core_web_sm_alias
+	$(PIP) install --quiet --no-deps -e .
+	# No CPU build of torchvision exists; nothing here needs it.
+	$(PIP) uninstall --yes --quiet torchvision 2>/dev/null || true
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/rag demo
+
+test: install
+	$(PY) -m pytest -q -m "not slow"
+
+test-all: install
+	$(PY) -m pytest -q
+
+validate: install
+	$(VENV)/bin/dagster definitions validate -w workspace.yaml
+
+dev: install
+	mkdir -p $(DAGSTER_HOME)
+	$(VENV)/bin/dagster dev -w workspace.yaml
+
+bench: install
+	$(PY) bench/parse_throughput.py
+
+clean:
+	rm -rf $(VENV) data

@@ -1,0 +1,1 @@
+"""Pure library of the document-QA pipeline. Nothing here imports Dagster."""

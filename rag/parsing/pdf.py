@@ -1,0 +1,133 @@
+"""PDF backend (pdfplumber): per-page text in reading order, tables as their own HTML elements."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pdfplumber
+from pdfplumber.utils import extract_text as chars_to_text
+from pdfplumber.utils import extract_words
+
+from rag.parsing.errors import ParseError, QuarantineReason
+from rag.parsing.models import ElementDraft
+from rag.parsing.pdf_layout import (
+    Line,
+    Rotation,
+    body_font_size,
+    detect_rotation,
+    group_blocks,
+    is_heading,
+    reading_order,
+    upright_chars,
+    words_to_lines,
+)
+from rag.parsing.settings import ParseSettings
+
+# A table needs at least this shape to be worth keeping as a table rather than as text.
+MIN_TABLE_ROWS = 2
+MIN_TABLE_COLS = 2
+# Tightly set PDFs (LaTeX papers) have inter-word gaps under pdfplumber's default of 3 pt.
+WORD_GAP_POINTS = 1.5
+
+
+def _open(path: Path, password: str | None) -> pdfplumber.PDF:
+    try:
+        pdf = pdfplumber.open(path, password=password or "")
+        _ = pdf.pages  # forces the document catalogue to be read, where most corruption shows
+        return pdf
+    except Exception as exc:  # pdfplumber wraps every pdfminer failure in one exception type
+        cause = exc.__cause__ or exc.__context__ or exc
+        name = type(cause).__name__
+        if "Password" in name or "Encrypt" in name or "password" in str(exc).lower():
+            hint = "the configured password was rejected" if password else "no password configured"
+            raise ParseError(
+                QuarantineReason.ENCRYPTED,
+                f"PDF is encrypted ({hint}); add it to ParseSettings.pdf_passwords",
+                cause,
+            ) from exc
+        raise ParseError(QuarantineReason.MALFORMED, f"cannot open PDF: {exc or name}", cause) from exc
+
+
+def _table_rows(table, rotation: Rotation, chars: list[dict]) -> list[list[str]]:
+    """Cell texts of a pdfplumber table, read in the upright frame (rows/columns swap when rotated)."""
+    if rotation.kind == "none":
+        rows = table.extract()
+        return [[(c or "").replace("\n", " ").strip() for c in row] for row in rows]
+    cells = [rotation.box(*cell) for cell in table.cells]
+    texts = []
+    for x0, top, x1, bottom in cells:
+        inside = [c for c in chars if x0 <= (c["x0"] + c["x1"]) / 2 <= x1 and top <= (c["top"] + c["bottom"]) / 2 <= bottom]
+        texts.append(((x0, top), " ".join(chars_to_text(inside).split()) if inside else ""))
+    rows: list[list[tuple[float, str]]] = []
+    tops: list[float] = []
+    for (x0, top), text in sorted(texts, key=lambda t: (t[0][1], t[0][0])):
+        if tops and abs(top - tops[-1]) < 2.0:
+            rows[-1].append((x0, text))
+        else:
+            rows.append([(x0, text)])
+            tops.append(top)
+    return [[t for _, t in sorted(r)] for r in rows]
+
+
+def _page_lines(page, settings: ParseSettings, tables_out: list[list[list[str]]]) -> list[Line]:
+    rotation = detect_rotation(page.chars, float(page.width), float(page.height))
+    chars = upright_chars(page.chars, rotation)
+    table_boxes: list[tuple[float, float, float, float]] = []
+    placeholders: list[Line] = []
+    if settings.extract_tables:
+        for table in page.find_tables():
+            rows = _table_rows(table, rotation, chars)
+            rows = [r for r in rows if any(cell for cell in r)]
+            if len(rows) < MIN_TABLE_ROWS or max((len(r) for r in rows), default=0) < MIN_TABLE_COLS:
+                continue
+            box = rotation.box(*table.bbox)
+            table_boxes.append(box)
+            placeholders.append(Line([], box[0], box[1], box[2], box[3], 0.0, table_index=len(tables_out)))
+            tables_out.append(rows)
+
+    def outside_tables(c: dict) -> bool:
+        cx, cy = (c["x0"] + c["x1"]) / 2, (c["top"] + c["bottom"]) / 2
+        return not any(x0 <= cx <= x1 and t <= cy <= b for x0, t, x1, b in table_boxes)
+
+    words = extract_words([c for c in chars if outside_tables(c)], extra_attrs=["size"], keep_blank_chars=False,
+                          x_tolerance=WORD_GAP_POINTS)
+    return reading_order(words_to_lines(words) + placeholders, rotation.upright_width)
+
+
+def parse_pdf(path: Path, *, doc_id: str, settings: ParseSettings) -> tuple[list[ElementDraft], int, dict[str, str]]:
+    """Return element drafts in reading order, the page count, and document metadata."""
+    pdf = _open(path, settings.password_for(doc_id))
+    with pdf:
+        n_pages = len(pdf.pages)
+        if n_pages > settings.max_pages:
+            raise ParseError(
+                QuarantineReason.TOO_LARGE,
+                f"{n_pages} pages exceeds the limit of {settings.max_pages} (ParseSettings.max_pages)",
+            )
+        tables: list[list[list[str]]] = []
+        page_lines: list[tuple[int, list[Line]]] = []
+        for page_no, page in enumerate(pdf.pages, start=1):
+            page_lines.append((page_no, _page_lines(page, settings, tables)))
+        metadata = {k: str(v) for k, v in (pdf.metadata or {}).items() if isinstance(v, (str, int, float))}
+
+    all_lines = [ln for _, lines in page_lines for ln in lines]
+    body = body_font_size(all_lines)
+    heading_sizes = sorted({round(ln.size * 2) / 2 for ln in all_lines if ln.table_index is None and is_heading(ln, body)}, reverse=True)
+    level_of = {size: i + 1 for i, size in enumerate(heading_sizes)}
+
+    drafts: list[ElementDraft] = []
+    for page_no, lines in page_lines:
+        for block in group_blocks(lines, body):
+            first = block.lines[0]
+            if first.table_index is not None:
+                drafts.append(ElementDraft(type="table", text="", page=page_no, rows=tables[first.table_index], has_header=True))
+            elif is_heading(first, body):
+                drafts.append(ElementDraft(type="title", text=block.text, page=page_no,
+                                           heading_level=level_of.get(round(first.size * 2) / 2, 1)))
+            else:
+                drafts.append(ElementDraft(type="narrative", text=block.text, page=page_no))
+    if not any(d.text.strip() or d.rows for d in drafts):
+        raise ParseError(
+            QuarantineReason.NO_TEXT_LAYER,
+            f"no extractable text in {n_pages} page(s): scanned or image-only PDF (OCR is not enabled)",
+        )
+    return drafts, n_pages, metadata

@@ -1,0 +1,38 @@
+"""User-facing parse settings (limits, passwords)."""
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+
+from pydantic import BaseModel, Field
+
+
+class ParseSettings(BaseModel):
+    max_file_bytes: int = Field(200 * 1024 * 1024, description="Files larger than this are quarantined.")
+    max_pages: int = Field(1000, description="PDFs with more pages than this are quarantined.")
+    # Keys are doc_ids or glob patterns over doc_ids (e.g. "finance/*.pdf"); values are passwords.
+    pdf_passwords: dict[str, str] = Field(default_factory=dict)
+    extract_tables: bool = True
+
+    def password_for(self, doc_id: str) -> str | None:
+        if doc_id in self.pdf_passwords:
+            return self.pdf_passwords[doc_id]
+        for pattern, password in self.pdf_passwords.items():
+            if fnmatch.fnmatch(doc_id, pattern):
+                return password
+        return None
+
+    def fingerprint(self) -> str:
+        """Changes when any setting that affects parse output changes, forcing a re-parse."""
+        payload = self.model_dump()
+        # Passwords are hashed in, never stored: a new password must retry encrypted files.
+        payload["pdf_passwords"] = sorted(
+            (k, hashlib.sha256(v.encode()).hexdigest()) for k, v in self.pdf_passwords.items()
+        )
+        payload["parser_version"] = PARSER_VERSION
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# Bump when parser code changes its output, so stored documents are re-parsed.
+PARSER_VERSION = "1"
