@@ -1,5 +1,5 @@
-"""Recursive character splitting over spans of the canonical text (LangChain's algorithm, but
-returning offsets so chunks stay exact slices).
+"""Recursive character splitting over spans of the canonical text (LangChain's separators and
+greedy merge with overlap, but returning offsets so chunks stay exact slices).
 
 Used by the `recursive` kind and as the fallback that sub-splits oversized paragraphs and sections.
 """
@@ -43,16 +43,28 @@ def _merge(pieces: list[Span], size: int, overlap: int) -> list[Span]:
     return out
 
 
-def _fixed_windows(start: int, end: int, size: int, overlap: int) -> list[Span]:
-    # The last resort ("" separator): plain character windows, the same result as merging chars.
-    step = max(1, size - overlap)
-    out = []
-    pos = start
-    while True:
-        out.append((pos, min(pos + size, end)))
-        if pos + size >= end:
+def _pieces(
+    text: str,
+    start: int,
+    end: int,
+    size: int,
+    char_piece: int,
+    seps: Sequence[str],
+    is_atomic: Callable[[int, int], bool],
+) -> list[Span]:
+    """Contiguous pieces covering [start, end), each at most `size` chars unless atomic, cut at the
+    coarsest separator that works (paragraphs before lines before words before characters)."""
+    if end - start <= size or is_atomic(start, end):
+        return [(start, end)]
+    for i, sep in enumerate(seps):
+        if sep == "":
+            return [(a, min(a + char_piece, end)) for a in range(start, end, char_piece)]
+        if text.find(sep, start, end) != -1:
+            out: list[Span] = []
+            for a, b in _partition(text, start, end, sep):
+                out.extend(_pieces(text, a, b, size, char_piece, seps[i + 1 :], is_atomic))
             return out
-        pos += step
+    return [(start, end)]  # no separator applies and no character fallback was configured
 
 
 def recursive_split(
@@ -65,40 +77,15 @@ def recursive_split(
     separators: Sequence[str] = DEFAULT_SEPARATORS,
     is_atomic: Callable[[int, int], bool] = lambda s, e: False,
 ) -> list[Span]:
-    """Spans of at most `chunk_size` chars covering [start, end), unless an atomic piece (a table
-    row) is larger on its own: such a piece is kept whole rather than cut."""
-    if end - start <= chunk_size:
-        return [(start, end)]
-    seps = list(separators)
-    # Use the first separator present; later ones are for the pieces that are still too big.
-    for i, sep in enumerate(seps):
-        if sep == "" or text.find(sep, start, end) != -1:
-            break
-    else:
-        return [(start, end)]  # no separator applies and no char fallback was asked for
-    if sep == "":
-        return [(start, end)] if is_atomic(start, end) else _fixed_windows(
-            start, end, chunk_size, chunk_overlap
-        )
-    rest = seps[i + 1 :]
-    out: list[Span] = []
-    good: list[Span] = []
-    for piece in _partition(text, start, end, sep):
-        if piece[1] - piece[0] <= chunk_size or is_atomic(*piece):
-            good.append(piece)
-            continue
-        if good:
-            out.extend(_merge(good, chunk_size, chunk_overlap))
-            good = []
-        if rest:
-            out.extend(
-                recursive_split(
-                    text, *piece, chunk_size=chunk_size, chunk_overlap=chunk_overlap,
-                    separators=rest, is_atomic=is_atomic,
-                )
-            )
-        else:
-            out.append(piece)
-    if good:
-        out.extend(_merge(good, chunk_size, chunk_overlap))
-    return out
+    """Spans of at most `chunk_size` chars covering [start, end), consecutive ones sharing up to
+    `chunk_overlap` chars; an atomic piece (a table row) larger than that is kept whole.
+
+    Unlike LangChain, pieces from every recursion level are merged in one pass, so a heading or a
+    short paragraph next to an oversized one joins it instead of becoming a chunk of its own.
+    """
+    # Character-level pieces are sized so that whole pieces can still carry the overlap.
+    char_piece = min(chunk_overlap, chunk_size - chunk_overlap) if chunk_overlap else chunk_size
+    pieces = _pieces(text, start, end, chunk_size, max(1, char_piece), list(separators), is_atomic)
+    if len(pieces) == 1:
+        return pieces
+    return _merge(pieces, chunk_size, chunk_overlap)

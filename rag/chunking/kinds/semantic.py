@@ -55,10 +55,12 @@ def semantic(params: SemanticParams, ctx: ChunkContext) -> list[Span]:
     embedder = ctx.embedder(params.embedder)
     sims = boundary_similarities(texts, params.group_size, embedder.encode)
     threshold = np.percentile(sims, params.percentile)
+    # A heading belongs with what follows it, however different it looks to the embedder.
+    title_ends = {el.char_end for el in ctx.doc.elements if el.type == "title"}
     spans: list[Span] = []
     start = units[0][0]
     for b, sim in enumerate(sims, start=1):
-        if sim < threshold:
+        if sim < threshold and units[b - 1][1] not in title_ends:
             spans.append((start, units[b - 1][1]))
             start = units[b][0]
     spans.append((start, units[-1][1]))

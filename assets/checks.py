@@ -1,0 +1,76 @@
+"""Data-quality asset checks: Great Expectations suites mapped to Dagster check results.
+
+They are blocking: a chunk set whose spans do not reproduce the canonical text must not feed indexes
+or QA sets downstream.
+"""
+
+from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, MetadataValue, asset_check
+
+from assets.chunking import CHUNKS_TABLE, chunk_sets
+from assets.ingestion import DOCUMENTS_TABLE
+from orchestration.partitions import chunking_strategy_partitions
+from rag.chunking import StrategyConfig
+from rag.quality.gx import SuiteOutcome
+from rag.quality.suites import check_chunks, check_documents
+from resources.chunking import ChunkingStrategies
+from resources.storage import DataStore
+
+
+def to_check_result(outcome: SuiteOutcome) -> AssetCheckResult:
+    per_expectation = {
+        f"{e.expectation}{'[' + e.column + ']' if e.column else ''}": {
+            "success": e.success,
+            "unexpected_count": e.unexpected_count,
+            "unexpected_percent": None if e.unexpected_percent is None else round(e.unexpected_percent, 3),
+            "sample_unexpected": [str(v)[:80] for v in e.sample_unexpected],
+        }
+        for e in outcome.expectations
+    }
+    return AssetCheckResult(
+        passed=outcome.success,
+        severity=AssetCheckSeverity.ERROR,
+        description=f"{len(outcome.expectations) - len(outcome.failed)}/{len(outcome.expectations)} expectations met on {outcome.rows} rows",
+        metadata={
+            "rows": outcome.rows,
+            "failed_expectations": MetadataValue.json([f"{e.expectation}[{e.column}]" for e in outcome.failed]),
+            "expectations": MetadataValue.json(per_expectation),
+        },
+    )
+
+
+def chunk_length_bounds(config: StrategyConfig) -> tuple[int, int | None]:
+    """Bounds a strategy promises by its own params; strategies without such params get only min 1."""
+    params = config.params.model_dump()
+    if "min_chars" in params and "max_chars" in params and config.kind == "sentence-window":
+        return int(params["min_chars"]), int(params["max_chars"])
+    if "chunk_size" in params:
+        return 1, int(params["chunk_size"])
+    return 1, None
+
+
+@asset_check(asset=DOCUMENTS_TABLE, blocking=True, description="GX: unique ids, non-empty text, pages ≥ 1, sha256 hashes.")
+def parsed_documents_quality(data_store: DataStore) -> AssetCheckResult:
+    documents = data_store.tables.read(DOCUMENTS_TABLE)
+    if documents is None:
+        return AssetCheckResult(passed=False, description="parsed_documents table is missing")
+    return to_check_result(check_documents(documents))
+
+
+@asset_check(
+    asset=chunk_sets,
+    blocking=True,
+    partitions_def=chunking_strategy_partitions,
+    description="GX: unique chunk ids, canonical_text[start:end] == text, non-empty text, length bounds of the strategy, page order.",
+)
+def chunk_sets_quality(context: AssetCheckExecutionContext, data_store: DataStore, chunking: ChunkingStrategies) -> AssetCheckResult:
+    strategy = context.partition_key
+    chunks = data_store.tables.read(CHUNKS_TABLE, strategy)
+    documents = data_store.tables.read(DOCUMENTS_TABLE)
+    if chunks is None or documents is None:
+        return AssetCheckResult(passed=False, description=f"chunk set {strategy} or parsed_documents is missing")
+    min_chars, max_chars = chunk_length_bounds(chunking.strategies()[strategy])
+    result = to_check_result(check_chunks(chunks, documents, min_chars=min_chars, max_chars=max_chars))
+    return AssetCheckResult(
+        passed=result.passed, severity=result.severity, description=f"[{strategy}] {result.description}",
+        metadata={**result.metadata, "strategy": strategy, "min_chars": min_chars, "max_chars": max_chars or -1},
+    )

@@ -1,0 +1,58 @@
+"""Chunking stage: one chunk set per strategy, each a partition of `chunk_sets`."""
+
+from dagster import AssetExecutionContext, AssetKey, MaterializeResult, MetadataValue, asset
+
+from assets.ingestion import DOCUMENTS_TABLE
+from orchestration.partitions import chunking_strategy_partitions
+from rag.chunk_sets import update_chunk_set
+from resources.chunking import ChunkingStrategies
+from resources.storage import DataStore
+
+CHUNKS_TABLE = "chunk_sets"
+
+
+def _length_histogram(lengths) -> str:
+    edges = [0, 100, 250, 500, 1000, 2000, 4000, 10**9]
+    rows = ["| chars | chunks |", "|---|---|"]
+    for lo, hi in zip(edges, edges[1:]):
+        count = int(((lengths >= lo) & (lengths < hi)).sum())
+        label = f"{lo}+" if hi == 10**9 else f"{lo}–{hi - 1}"
+        rows.append(f"| {label} | {count} {'█' * min(40, count // max(1, len(lengths) // 40 or 1))} |")
+    return "\n".join(rows)
+
+
+@asset(
+    name=CHUNKS_TABLE,
+    partitions_def=chunking_strategy_partitions,
+    deps=[AssetKey(DOCUMENTS_TABLE)],
+    group_name="chunking",
+    kinds={"python", "parquet"},
+    description="Chunks of every parsed document for one chunking strategy (the partition key). Every "
+    "chunk records its document, page span and character span in the canonical text. Incremental: only "
+    "documents whose content or strategy params changed are re-chunked.",
+)
+def chunk_sets(context: AssetExecutionContext, data_store: DataStore, chunking: ChunkingStrategies) -> MaterializeResult:
+    strategy = context.partition_key
+    tables = data_store.tables
+    documents = tables.read(DOCUMENTS_TABLE)
+    if documents is None:
+        raise RuntimeError("parsed_documents has not been materialized yet: materialize it first")
+    chunker = chunking.chunker(strategy)
+    run = update_chunk_set(tables.read(CHUNKS_TABLE, strategy), documents, chunker)
+    path = tables.write(run.chunks, CHUNKS_TABLE, strategy)
+    for doc_id, error in run.failed.items():
+        context.log.error(f"chunking failed for {doc_id}: {error}")
+    summary = run.summary
+    context.log.info(f"chunk set {strategy}: {summary}")
+    lengths = run.chunks["text"].str.len() if len(run.chunks) else None
+    return MaterializeResult(
+        metadata={
+            **summary,
+            "strategy": strategy,
+            "kind": chunker.config.kind,
+            "strategy_fingerprint": chunker.fingerprint,
+            "dagster/row_count": len(run.chunks),
+            "path": MetadataValue.path(str(path)),
+            "length_histogram": MetadataValue.md(_length_histogram(lengths) if lengths is not None else "_no chunks_"),
+        }
+    )

@@ -1,0 +1,74 @@
+"""Ingestion stage: the document folder becomes parsed documents and a quarantine table."""
+
+from dagster import AssetExecutionContext, AssetSpec, MaterializeResult, MetadataValue, multi_asset
+
+from rag.ingest import update_documents
+from resources.documents import DocumentSource
+from resources.storage import DataStore
+
+DOCUMENTS_TABLE = "parsed_documents"
+QUARANTINE_TABLE = "document_quarantine"
+
+
+def _markdown_table(df, columns: list[str], limit: int = 50) -> str:
+    if df is None or df.empty:
+        return "_none_"
+    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
+    rows = "\n".join("| " + " | ".join(str(r[c]).replace("|", "\\|").replace("\n", " ")[:120] for c in columns) + " |" for r in df.head(limit).to_dict("records"))
+    return head + rows
+
+
+@multi_asset(
+    specs=[
+        AssetSpec(
+            DOCUMENTS_TABLE,
+            group_name="ingestion",
+            kinds={"python", "parquet", "pdfplumber"},
+            description="One row per parsed document: canonical text, ordered elements (tables as HTML), "
+            "pages. Incremental: only new or changed files (by sha256) are parsed.",
+        ),
+        AssetSpec(
+            QUARANTINE_TABLE,
+            group_name="ingestion",
+            kinds={"python", "parquet"},
+            description="Files that could not be parsed, with the reason (encrypted, malformed, empty, "
+            "no text layer, unsupported, too large, outside the root) and the exception class.",
+        ),
+    ],
+    can_subset=False,
+)
+def ingest_documents(context: AssetExecutionContext, document_source: DocumentSource, data_store: DataStore):
+    tables = data_store.tables
+    scan = document_source.scan()
+    run = update_documents(
+        scan,
+        tables.read(DOCUMENTS_TABLE),
+        tables.read(QUARANTINE_TABLE),
+        document_source.parse_settings(),
+        on_progress=lambda doc_id: context.log.debug(f"parsing {doc_id}"),
+    )
+    docs_path = tables.write(run.documents, DOCUMENTS_TABLE)
+    quarantine_path = tables.write(run.quarantine, QUARANTINE_TABLE)
+    summary = run.summary
+    context.log.info(f"ingestion: {summary}")
+    yield MaterializeResult(
+        asset_key=DOCUMENTS_TABLE,
+        metadata={
+            **{k: v for k, v in summary.items() if not k.startswith("quarantine")},
+            "dagster/row_count": len(run.documents),
+            "path": MetadataValue.path(str(docs_path)),
+            "source": MetadataValue.path(document_source.path),
+            "pages_per_second": round(summary["pages"] / run.seconds, 2) if run.parsed and run.seconds else 0.0,
+            "documents_preview": MetadataValue.md(_markdown_table(run.documents, ["doc_id", "parser", "n_pages", "n_elements", "n_tables", "n_chars"])),
+        },
+    )
+    yield MaterializeResult(
+        asset_key=QUARANTINE_TABLE,
+        metadata={
+            "dagster/row_count": len(run.quarantine),
+            "quarantined_new": len(run.quarantined),
+            **{k: v for k, v in summary.items() if k.startswith("quarantine_")},
+            "path": MetadataValue.path(str(quarantine_path)),
+            "quarantine": MetadataValue.md(_markdown_table(run.quarantine, ["doc_id", "reason", "exception_class", "message"])),
+        },
+    )

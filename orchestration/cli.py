@@ -1,0 +1,70 @@
+"""The `rag` command: library commands plus the ones that drive Dagster (demo, strategy sync)."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from rag.cli import add_library_commands
+from rag.store import data_dir
+
+
+def _instance():
+    """The persistent Dagster instance under the data dir, so `dagster dev` shows what the CLI ran."""
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(data_dir() / "dagster")))
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dagster.yaml").touch(exist_ok=True)
+    from dagster import DagsterInstance
+
+    return DagsterInstance.get()
+
+
+def sync_strategy_partitions(instance) -> list[str]:
+    """Add a chunk_sets partition for every strategy in the YAML that has none; return the added names."""
+    from orchestration.partitions import chunking_strategy_partitions
+    from resources.chunking import ChunkingStrategies
+
+    wanted = list(ChunkingStrategies().strategies())
+    existing = set(instance.get_dynamic_partitions(chunking_strategy_partitions.name))
+    new = [s for s in wanted if s not in existing]
+    if new:
+        instance.add_dynamic_partitions(chunking_strategy_partitions.name, new)
+    return new
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    instance = _instance()
+    new = sync_strategy_partitions(instance)
+    print(f"added partitions: {', '.join(new) or 'none (all strategies already present)'}")
+    if args.materialize:
+        from orchestration.definitions import defs
+
+        job = defs.get_job_def("chunk_sets_job")
+        for name in new:
+            ok = job.execute_in_process(instance=instance, partition_key=name, raise_on_error=False).success
+            print(f"  {name}: {'materialized' if ok else 'FAILED (see dagster logs)'}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from orchestration.demo import run_demo
+
+    return run_demo(_instance())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="rag", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_library_commands(sub)
+    s = sub.add_parser("sync-strategies", help="add chunk_sets partitions for new strategies in the YAML")
+    s.add_argument("--materialize", action="store_true", help="also build the new partitions now")
+    s.set_defaults(func=cmd_sync)
+    d = sub.add_parser("demo", help="materialize the whole asset graph on the document source and summarize")
+    d.set_defaults(func=cmd_demo)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
