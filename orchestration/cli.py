@@ -40,7 +40,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     if args.materialize:
         from orchestration.definitions import defs
 
-        job = defs.get_job_def("chunk_sets_job")
+        job = defs.resolve_job_def("chunk_sets_job")
         for name in new:
             ok = job.execute_in_process(instance=instance, partition_key=name, raise_on_error=False).success
             print(f"  {name}: {'materialized' if ok else 'FAILED (see dagster logs)'}")

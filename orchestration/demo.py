@@ -20,7 +20,7 @@ def run_demo(instance) -> int:
     print(f"documents: {source.path}\ndata:      {store.data_dir}\ndagster:   {instance.root_directory}\n")
     sync_strategy_partitions(instance)
     started = time.perf_counter()
-    ingest = defs.get_job_def("ingest_documents_job").execute_in_process(instance=instance, run_config=quiet, raise_on_error=False)
+    ingest = defs.resolve_job_def("ingest_documents_job").execute_in_process(instance=instance, run_config=quiet, raise_on_error=False)
     failures = 0 if ingest.success else 1
     tables = store.tables
     docs, quarantine = tables.read("parsed_documents"), tables.read("document_quarantine")
@@ -28,7 +28,7 @@ def run_demo(instance) -> int:
     for row in quarantine.to_dict("records"):
         print(f"  quarantined {row['doc_id']}: {row['reason']} ({row['message'][:80]})")
     print(f"\n{'strategy':24s} {'chunks':>7s} {'mean chars':>10s} {'check':>6s}")
-    chunk_job = defs.get_job_def("chunk_sets_job")
+    chunk_job = defs.resolve_job_def("chunk_sets_job")
     for name in ChunkingStrategies().strategies():
         result = chunk_job.execute_in_process(instance=instance, partition_key=name, run_config=quiet, raise_on_error=False)
         chunks = tables.read("chunk_sets", name)

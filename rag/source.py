@@ -58,7 +58,7 @@ def scan_folder(root: Path | str, *, with_hashes: bool = True) -> SourceScan:
             files.append(SourceFile(doc_id, path, size, sha256_file(real) if with_hashes else ""))
         # Symlinked directories are not walked (followlinks=False): each would need the same check,
         # and following them risks cycles.
-    return SourceScan(files=files, rejected=rejected)
+    return SourceScan(files=sorted(files, key=lambda f: f.doc_id), rejected=sorted(rejected, key=lambda r: r.doc_id))
 
 
 def resolve_inside(root: Path | str, doc_id: str) -> Path:

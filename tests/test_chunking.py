@@ -485,6 +485,7 @@ def test_unknown_strategy_name_is_clear():
         ("strategies:\n  Bad Name:\n    kind: page\n", r"strategy 'Bad Name'"),
         ("not_strategies: {}\n", r"top-level 'strategies:'"),
         ("strategies: [\n", r"invalid YAML"),
+        ("strategies:\n  p:\n    kind: page\n  p:\n    kind: whole-document\n", r"duplicate key 'p'"),
     ],
 )
 def test_bad_config_errors_name_file_and_strategy(tmp_path, body, pattern):
@@ -516,6 +517,8 @@ def test_fingerprint_tracks_kind_and_params():
     assert strategy_fingerprint(SHIPPED["section-low"]) != strategy_fingerprint(SHIPPED["section-high"])
     assert len({strategy_fingerprint(c) for c in SHIPPED.values()}) == len(SHIPPED)
     assert get_chunker("fixed-512", SHIPPED).fingerprint == strategy_fingerprint(SHIPPED["fixed-512"])
+    for name, config in SHIPPED.items():
+        assert parse_strategy(name, config.to_mapping()) == config
 
 
 def test_rag_never_imports_dagster():

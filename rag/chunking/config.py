@@ -32,6 +32,25 @@ class StrategyConfig(BaseModel):
     kind: str
     params: SerializeAsAny[KindParams]
 
+    def to_mapping(self) -> dict[str, Any]:
+        """The YAML entry form (`kind` + params), which `parse_strategy` reads back."""
+        return {"kind": self.kind, **self.params.model_dump(mode="json")}
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys; in a hand-edited file that hides a copy-paste slip."""
+
+    def construct_mapping(self, node, deep=False):
+        keys = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in keys:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            keys.add(key)
+        return super().construct_mapping(node, deep=deep)
+
 
 def _format_validation(err: ValidationError) -> str:
     parts = []
@@ -77,7 +96,7 @@ def load_strategies(path: Path | str | None = None) -> dict[str, StrategyConfig]
     in file order."""
     path = config_path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except FileNotFoundError:
         raise ChunkingConfigError(f"{path}: chunking config not found") from None
     except yaml.YAMLError as err:

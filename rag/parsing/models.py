@@ -50,7 +50,7 @@ class ParsedDocument(BaseModel):
 
 
 def table_text(rows: list[list[str]]) -> str:
-    return "\n".join(TABLE_CELL_SEPARATOR.join(cell for cell in row) for row in rows)
+    return "\n".join(TABLE_CELL_SEPARATOR.join(row).strip() for row in rows)
 
 
 def table_html(rows: list[list[str]], has_header: bool) -> str:

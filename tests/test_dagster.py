@@ -1,0 +1,136 @@
+"""The code location end to end: jobs in-process on a temporary instance, checks, sensors, CLI."""
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
+
+from orchestration.definitions import defs
+from resources.chunking import ChunkingStrategies
+from resources.documents import DocumentSource
+from resources.storage import DataStore
+from rag.store import TableStore
+from tests.conftest import REPO
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+
+
+@pytest.fixture
+def env(tmp_path, shared_pdfs, shared_mixed):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    shutil.copy(shared_pdfs / "senate-expenditures.pdf", docs)
+    shutil.copy(shared_mixed / "book-war-and-peace-1p.txt", docs)
+    (docs / "broken.pdf").write_bytes(b"not a pdf at all")
+    config = tmp_path / "chunking.yaml"
+    config.write_text(yaml.safe_dump({"strategies": {"paragraph": {"kind": "paragraph"}, "page": {"kind": "page"}}}))
+    resources = {
+        "document_source": DocumentSource(path=str(docs), passwords_file=str(tmp_path / "none.yaml")),
+        "data_store": DataStore(data_dir=str(tmp_path / "data")),
+        "chunking": ChunkingStrategies(config_path=str(config)),
+    }
+    instance = DagsterInstance.ephemeral()
+    return {"docs": docs, "config": config, "resources": resources, "instance": instance,
+            "tables": TableStore(tmp_path / "data" / "tables")}
+
+
+def run(env, job_name, partition=None):
+    job = defs.resolve_job_def(job_name)
+    return job.execute_in_process(instance=env["instance"], resources=env["resources"], partition_key=partition,
+                                  run_config=QUIET, raise_on_error=False)
+
+
+def test_definitions_have_groups_and_checks():
+    graph = defs.resolve_asset_graph()
+    groups = {key.to_user_string(): graph.get(key).group_name for key in graph.get_all_asset_keys()}
+    assert groups == {"parsed_documents": "ingestion", "document_quarantine": "ingestion", "chunk_sets": "chunking"}
+    assert {k.name for k in graph.asset_check_keys} == {"parsed_documents_quality", "chunk_sets_quality"}
+
+
+def test_ingest_then_chunk_partition_with_passing_checks(env):
+    env["instance"].add_dynamic_partitions("chunking_strategy", ["paragraph"])
+    ingest = run(env, "ingest_documents_job")
+    assert ingest.success
+    mats = {m.asset_key.to_user_string(): m.metadata for m in ingest.asset_materializations_for_node("ingest_documents")}
+    assert mats["parsed_documents"]["parsed"].value == 2
+    assert mats["document_quarantine"]["quarantine_malformed"].value == 1
+    assert all(e.passed for e in ingest.get_asset_check_evaluations())
+
+    chunked = run(env, "chunk_sets_job", "paragraph")
+    assert chunked.success and [e.passed for e in chunked.get_asset_check_evaluations()] == [True]
+    chunks = env["tables"].read("chunk_sets", "paragraph")
+    assert set(chunks.doc_id) == {"senate-expenditures.pdf", "book-war-and-peace-1p.txt"}
+
+    again = run(env, "chunk_sets_job", "paragraph")
+    meta = again.asset_materializations_for_node("chunk_sets")[0].metadata
+    assert meta["rechunked_documents"].value == 0 and meta["unchanged_documents"].value == 2
+
+
+def test_blocking_check_fails_the_run_on_corrupted_chunks(env, monkeypatch):
+    import assets.chunking as chunking_assets
+    from rag.chunk_sets import update_chunk_set
+
+    def corrupting(previous, documents, chunker):
+        out = update_chunk_set(previous, documents, chunker)
+        out.chunks.loc[0, "char_end"] = out.chunks.loc[0, "char_end"] - 1
+        return out
+
+    env["instance"].add_dynamic_partitions("chunking_strategy", ["page"])
+    assert run(env, "ingest_documents_job").success
+    monkeypatch.setattr(chunking_assets, "update_chunk_set", corrupting)
+    result = run(env, "chunk_sets_job", "page")
+    evaluations = result.get_asset_check_evaluations()
+    assert not result.success and [e.passed for e in evaluations] == [False]
+    assert "expect_column_values_to_be_in_set[span_consistent]" in evaluations[0].metadata["failed_expectations"].value
+
+
+def test_strategy_sensor_adds_a_partition_for_a_new_yaml_entry(env):
+    from sensors.strategies import chunking_strategy_sensor
+
+    instance = env["instance"]
+    ctx = build_sensor_context(instance=instance, resources={"chunking": env["resources"]["chunking"]})
+    first = chunking_strategy_sensor(ctx)
+    assert isinstance(first, SensorResult)
+    assert sorted(first.dynamic_partitions_requests[0].partition_keys) == ["page", "paragraph"]
+    assert sorted(r.partition_key for r in first.run_requests) == ["page", "paragraph"]
+    instance.add_dynamic_partitions("chunking_strategy", ["page", "paragraph"])
+
+    ctx = build_sensor_context(instance=instance, cursor=first.cursor, resources={"chunking": env["resources"]["chunking"]})
+    assert isinstance(chunking_strategy_sensor(ctx), SkipReason)
+
+    raw = yaml.safe_load(env["config"].read_text())
+    raw["strategies"]["sentence-window-6-3"] = {"kind": "sentence-window", "window": 6, "stride": 3}
+    env["config"].write_text(yaml.safe_dump(raw))
+    ctx = build_sensor_context(instance=instance, cursor=first.cursor, resources={"chunking": env["resources"]["chunking"]})
+    third = chunking_strategy_sensor(ctx)
+    assert third.dynamic_partitions_requests[0].partition_keys == ["sentence-window-6-3"]
+    assert [r.partition_key for r in third.run_requests] == ["sentence-window-6-3"]
+    instance.add_dynamic_partitions("chunking_strategy", ["sentence-window-6-3"])
+    assert run(env, "ingest_documents_job").success
+    assert run(env, "chunk_sets_job", "sentence-window-6-3").success
+
+
+def test_new_documents_sensor_requests_ingestion_only_on_change(env):
+    from sensors.documents import new_documents_sensor
+
+    source = env["resources"]["document_source"]
+    first = new_documents_sensor(build_sensor_context(resources={"document_source": source}))
+    cursor = first.run_key.split(":")[1]
+    same = new_documents_sensor(build_sensor_context(cursor=cursor, resources={"document_source": source}))
+    assert isinstance(same, SkipReason)
+    (env["docs"] / "new.txt").write_text("A new document arrived.")
+    changed = new_documents_sensor(build_sensor_context(cursor=cursor, resources={"document_source": source}))
+    assert changed.run_key != first.run_key
+
+
+def test_cli_parse_and_chunk_json(shared_mixed):
+    rag = [sys.executable, "-m", "orchestration.cli"]
+    parsed = json.loads(subprocess.run(rag + ["parse", str(shared_mixed / "fake-html.html"), "--json"], capture_output=True, text=True, check=True, cwd=REPO).stdout)
+    assert parsed["elements"] and parsed["canonical_text"]
+    chunks = json.loads(subprocess.run(rag + ["chunk", str(shared_mixed / "fake-html.html"), "--strategy", "paragraph", "--json"], capture_output=True, text=True, check=True, cwd=REPO).stdout)
+    assert all(parsed["canonical_text"][c["char_start"]:c["char_end"]] == c["text"] for c in chunks)
+    bad = subprocess.run(rag + ["parse", "/dev/null"], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 2 and "empty" in bad.stderr

@@ -1,0 +1,81 @@
+"""Incremental parsing and chunking: only what changed is redone; bad files never stop a run."""
+import shutil
+
+import pytest
+
+from rag.chunk_sets import update_chunk_set
+from rag.chunking import get_chunker
+from rag.ingest import update_documents
+from rag.parsing import ParseSettings, parse_file
+from rag.source import scan_folder
+
+
+@pytest.fixture
+def corpus(tmp_path, shared_pdfs, shared_mixed):
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    shutil.copy(shared_pdfs / "scotus-transcript-p1.pdf", root)
+    shutil.copy(shared_pdfs / "password-example.pdf", root / "sub")
+    shutil.copy(shared_mixed / "fake-html.html", root / "sub")
+    (root / "notes.txt").write_text("First note. It has two sentences.")
+    (root / "broken.pdf").write_bytes(b"%PDF-1.4 garbage")
+    return root
+
+
+def counting_parser(calls):
+    def parse(path, settings, **kw):
+        calls.append(kw["doc_id"])
+        return parse_file(path, settings, **kw)
+    return parse
+
+
+def test_second_run_parses_nothing_and_a_touched_file_alone_is_reparsed(corpus):
+    settings = ParseSettings()
+    first = update_documents(scan_folder(corpus), None, None, settings)
+    assert sorted(first.parsed) == ["notes.txt", "scotus-transcript-p1.pdf", "sub/fake-html.html"]
+    assert dict(zip(first.quarantine.doc_id, first.quarantine.reason)) == {"broken.pdf": "malformed", "sub/password-example.pdf": "encrypted"}
+
+    calls = []
+    second = update_documents(scan_folder(corpus), first.documents, first.quarantine, settings, parse=counting_parser(calls))
+    assert calls == [] and second.parsed == [] and len(second.unchanged) == 5
+    assert second.documents.equals(first.documents)
+
+    (corpus / "notes.txt").write_text("First note, edited. Now it says something else.")
+    (corpus / "sub" / "fake-html.html").unlink()
+    third = update_documents(scan_folder(corpus), second.documents, second.quarantine, settings, parse=counting_parser(calls))
+    assert calls == ["notes.txt"] and third.removed == ["sub/fake-html.html"]
+    assert "edited" in third.documents.set_index("doc_id").loc["notes.txt", "canonical_text"]
+
+
+def test_adding_a_password_retries_only_the_encrypted_file(corpus):
+    first = update_documents(scan_folder(corpus), None, None, ParseSettings())
+    calls = []
+    second = update_documents(scan_folder(corpus), first.documents, first.quarantine,
+                              ParseSettings(pdf_passwords={"sub/password-example.pdf": "test"}), parse=counting_parser(calls))
+    # Settings changed, so everything is re-parsed once; the encrypted file now succeeds.
+    assert "sub/password-example.pdf" in second.parsed
+    assert list(second.quarantine.doc_id) == ["broken.pdf"]
+
+
+def test_chunk_set_rechunks_only_changed_documents(corpus):
+    settings = ParseSettings()
+    docs = update_documents(scan_folder(corpus), None, None, settings)
+    chunker = get_chunker("paragraph")
+    first = update_chunk_set(None, docs.documents, chunker)
+    assert sorted(first.rechunked) == sorted(docs.documents.doc_id)
+    again = update_chunk_set(first.chunks, docs.documents, chunker)
+    assert again.rechunked == [] and again.chunks.equals(first.chunks)
+
+    (corpus / "notes.txt").write_text("A different note. " * 30)
+    docs2 = update_documents(scan_folder(corpus), docs.documents, docs.quarantine, settings)
+    third = update_chunk_set(again.chunks, docs2.documents, chunker)
+    assert third.rechunked == ["notes.txt"]
+    kept = third.chunks[third.chunks.doc_id != "notes.txt"].reset_index(drop=True)
+    assert kept.equals(first.chunks[first.chunks.doc_id != "notes.txt"].reset_index(drop=True))
+
+
+def test_outside_root_symlink_is_quarantined(corpus, tmp_path):
+    (tmp_path / "elsewhere.txt").write_text("outside")
+    (corpus / "link.txt").symlink_to(tmp_path / "elsewhere.txt")
+    run = update_documents(scan_folder(corpus), None, None, ParseSettings())
+    assert run.quarantine.set_index("doc_id").loc["link.txt", "reason"] == "outside-root"
