@@ -17,7 +17,7 @@ def _length_histogram(lengths) -> str:
     for lo, hi in zip(edges, edges[1:]):
         count = int(((lengths >= lo) & (lengths < hi)).sum())
         label = f"{lo}+" if hi == 10**9 else f"{lo}–{hi - 1}"
-        rows.append(f"| {label} | {count} {'█' * min(40, count // max(1, len(lengths) // 40 or 1))} |")
+        rows.append(f"| {label} | {count} {'█' * round(40 * count / max(1, len(lengths)))} |")
     return "\n".join(rows)
 
 

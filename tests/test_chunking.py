@@ -385,6 +385,7 @@ def test_semantic_splits_at_topic_change():
     assert change in {c.char_start for c in chunks}
     for c in chunks:
         assert not (any(s in c.text for s in _COOKING) and any(s in c.text for s in _SPACE))
+        assert len(c.text) >= 200  # the shipped min_chars
 
 
 class _FakeEmbedder:
@@ -403,7 +404,9 @@ class _FakeEmbedder:
 def test_semantic_uses_injected_embedder():
     d = doc_from(" ".join(["I ate an apple."] * 6 + ["I saw a comet."] * 6))
     fake = _FakeEmbedder()
-    chunks = get_chunker("semantic", SHIPPED, embedder=fake).chunk(d)
+    # The sentences are tiny, so the minimum chunk size is lifted to let the topic cut happen.
+    tiny = {"semantic-tiny": parse_strategy("semantic-tiny", {"kind": "semantic", "min_chars": 0})}
+    chunks = get_chunker("semantic-tiny", tiny, embedder=fake).chunk(d)
     assert fake.calls == 1
     assert d.canonical_text.index("I saw a comet.") in {c.char_start for c in chunks}
 

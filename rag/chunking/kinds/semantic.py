@@ -1,6 +1,8 @@
 """Semantic chunking: cut where the meaning of the text shifts, measured by embeddings."""
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 from pydantic import Field, field_validator
 
@@ -17,6 +19,8 @@ class SemanticParams(KindParams):
     # Cut where similarity falls below this percentile of all similarities in the document.
     percentile: float = Field(20.0, ge=0.0, le=100.0)
     embedder: str = "wordllama"
+    # No cut before a chunk reaches this size: page numbers and lone bullets otherwise become chunks.
+    min_chars: int = Field(200, ge=0)
 
     @field_validator("embedder")
     @classmethod
@@ -57,11 +61,17 @@ def semantic(params: SemanticParams, ctx: ChunkContext) -> list[Span]:
     threshold = np.percentile(sims, params.percentile)
     # A heading belongs with what follows it, however different it looks to the embedder.
     title_ends = {el.char_end for el in ctx.doc.elements if el.type == "title"}
-    spans: list[Span] = []
-    start = units[0][0]
-    for b, sim in enumerate(sims, start=1):
-        if sim < threshold and units[b - 1][1] not in title_ends:
-            spans.append((start, units[b - 1][1]))
-            start = units[b][0]
-    spans.append((start, units[-1][1]))
-    return spans
+    # Strongest breaks first, each accepted only if both pieces it creates keep min_chars, so a
+    # weak early cut cannot crowd out the real topic change next to it.
+    candidates = sorted(
+        (sim, b) for b, sim in enumerate(sims, start=1) if sim < threshold and units[b - 1][1] not in title_ends
+    )
+    cuts: list[int] = []
+    for _, b in candidates:
+        i = bisect.bisect(cuts, b)
+        left_start = units[cuts[i - 1]][0] if i else units[0][0]
+        right_end = units[cuts[i] - 1][1] if i < len(cuts) else units[-1][1]
+        if units[b - 1][1] - left_start >= params.min_chars and right_end - units[b][0] >= params.min_chars:
+            bisect.insort(cuts, b)
+    bounds = [0, *cuts, len(units)]
+    return [(units[a][0], units[z - 1][1]) for a, z in zip(bounds, bounds[1:])]
