@@ -50,6 +50,7 @@ def ingest_documents(context: AssetExecutionContext, document_source: DocumentSo
     docs_path = tables.write(run.documents, DOCUMENTS_TABLE)
     quarantine_path = tables.write(run.quarantine, QUARANTINE_TABLE)
     summary = run.summary
+    parsed_pages = int(run.documents[run.documents["doc_id"].isin(run.parsed)]["n_pages"].sum()) if run.parsed else 0
     context.log.info(f"ingestion: {summary}")
     yield MaterializeResult(
         asset_key=DOCUMENTS_TABLE,
@@ -58,7 +59,7 @@ def ingest_documents(context: AssetExecutionContext, document_source: DocumentSo
             "dagster/row_count": len(run.documents),
             "path": MetadataValue.path(str(docs_path)),
             "source": MetadataValue.path(document_source.path),
-            "pages_per_second": round(summary["pages"] / run.seconds, 2) if run.parsed and run.seconds else 0.0,
+            "parsed_pages_per_second": round(parsed_pages / run.seconds, 2) if run.seconds else 0.0,
             "documents_preview": MetadataValue.md(_markdown_table(run.documents, ["doc_id", "parser", "n_pages", "n_elements", "n_tables", "n_chars"])),
         },
     )

@@ -66,13 +66,6 @@ def document_from_row(row: dict | pd.Series) -> ParsedDocument:
     )
 
 
-def iter_documents(documents: pd.DataFrame | None):
-    if documents is None:
-        return
-    for row in documents.to_dict("records"):
-        yield document_from_row(row)
-
-
 @dataclass
 class ParseRun:
     documents: pd.DataFrame
