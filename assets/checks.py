@@ -6,12 +6,12 @@ or QA sets downstream.
 
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, MetadataValue, asset_check
 
-from assets.chunking import CHUNKS_TABLE, chunk_sets
-from assets.ingestion import DOCUMENTS_TABLE
+from assets.chunking import chunk_sets
 from orchestration.partitions import chunking_strategy_partitions
 from rag.chunking import StrategyConfig
 from rag.quality.gx import SuiteOutcome
 from rag.quality.suites import check_chunks, check_documents
+from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE
 from resources.chunking import ChunkingStrategies
 from resources.storage import DataStore
 

@@ -2,13 +2,12 @@
 
 from dagster import AssetExecutionContext, AssetKey, MaterializeResult, MetadataValue, asset
 
-from assets.ingestion import DOCUMENTS_TABLE
 from orchestration.partitions import chunking_strategy_partitions
 from rag.chunk_sets import update_chunk_set
+from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE
 from resources.chunking import ChunkingStrategies
 from resources.storage import DataStore
 
-CHUNKS_TABLE = "chunk_sets"
 
 
 def _length_histogram(lengths) -> str:

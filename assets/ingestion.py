@@ -3,11 +3,10 @@
 from dagster import AssetExecutionContext, AssetSpec, MaterializeResult, MetadataValue, multi_asset
 
 from rag.ingest import update_documents
+from rag.store import DOCUMENTS_TABLE, QUARANTINE_TABLE
 from resources.documents import DocumentSource
 from resources.storage import DataStore
 
-DOCUMENTS_TABLE = "parsed_documents"
-QUARANTINE_TABLE = "document_quarantine"
 
 
 def _markdown_table(df, columns: list[str], limit: int = 50) -> str:

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from rag.cli import add_library_commands
+from rag.cli import add_library_commands, run_command
 from rag.store import data_dir
 
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("demo", help="materialize the whole asset graph on the document source and summarize")
     d.set_defaults(func=cmd_demo)
     args = parser.parse_args(argv)
-    return args.func(args)
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

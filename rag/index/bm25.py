@@ -1,0 +1,108 @@
+"""BM25 over a chunk set with bm25s: one tokenizer (lower-case, English stopwords, Snowball stemming)
+for index and query time; saved as versioned folders with an atomically replaced CURRENT pointer."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+K1, B = 1.2, 0.75
+
+
+def _stemmer():
+    import Stemmer
+
+    return Stemmer.Stemmer("english")
+
+
+def tokenize(texts: Sequence[str]) -> list[list[str]]:
+    import bm25s
+
+    return bm25s.tokenize(list(texts), stopwords="en", stemmer=_stemmer(), return_ids=False, show_progress=False)
+
+
+def corpus_fingerprint(chunk_ids: Sequence[str], content_hashes: Sequence[str]) -> str:
+    digest = hashlib.sha256(f"bm25s|k1={K1}|b={B}|v1".encode())
+    for cid, h in sorted(zip(chunk_ids, content_hashes)):
+        digest.update(f"{cid}:{h}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+class BM25Index:
+    def __init__(self, retriever, chunk_ids: list[str], fingerprint: str):
+        self._retriever = retriever
+        self.chunk_ids = chunk_ids
+        self.fingerprint = fingerprint
+        self._position = {cid: i for i, cid in enumerate(chunk_ids)}
+
+    @classmethod
+    def build(cls, chunk_ids: Sequence[str], texts: Sequence[str], fingerprint: str = "") -> BM25Index:
+        import bm25s
+
+        retriever = bm25s.BM25(k1=K1, b=B)
+        if texts:
+            retriever.index(tokenize(texts), show_progress=False)
+        return cls(retriever, list(chunk_ids), fingerprint)
+
+    def __len__(self) -> int:
+        return len(self.chunk_ids)
+
+    def mask_for(self, allowed_chunk_ids: set[str]) -> np.ndarray:
+        mask = np.zeros(len(self.chunk_ids), dtype=np.float32)
+        for cid in allowed_chunk_ids:
+            pos = self._position.get(cid)
+            if pos is not None:
+                mask[pos] = 1.0
+        return mask
+
+    def search(self, query: str, k: int, mask: np.ndarray | None = None) -> list[tuple[str, float]]:
+        """(chunk_id, score) best first; chunks sharing no term with the query are not returned."""
+        if not self.chunk_ids or k <= 0:
+            return []
+        tokens = tokenize([query])
+        if not tokens[0]:
+            return []
+        k = min(k, len(self.chunk_ids))
+        docs, scores = self._retriever.retrieve(tokens, k=k, show_progress=False, weight_mask=mask, n_threads=1)
+        return [(self.chunk_ids[int(d)], float(s)) for d, s in zip(docs[0], scores[0]) if s > 0]
+
+    # --- persistence: <root>/<fingerprint>/ folders, <root>/CURRENT names the live one -----------------
+    def save(self, root: Path) -> Path:
+        root.mkdir(parents=True, exist_ok=True)
+        final = root / self.fingerprint
+        if not final.exists():
+            tmp = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
+            if self.chunk_ids:  # bm25s cannot save an index of nothing
+                self._retriever.save(str(tmp / "bm25s"))
+            (tmp / "chunk_ids.json").write_text(json.dumps(self.chunk_ids))
+            os.replace(tmp, final)
+        pointer = root / ".CURRENT.tmp"
+        pointer.write_text(self.fingerprint)
+        os.replace(pointer, root / "CURRENT")
+        for old in root.iterdir():  # older versions and leftovers of crashed builds
+            if old.is_dir() and old.name != self.fingerprint:
+                shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    @staticmethod
+    def current_fingerprint(root: Path) -> str | None:
+        pointer = root / "CURRENT"
+        return pointer.read_text().strip() if pointer.exists() else None
+
+    @classmethod
+    def load(cls, root: Path) -> BM25Index:
+        import bm25s
+
+        fingerprint = cls.current_fingerprint(root)
+        if fingerprint is None:
+            raise FileNotFoundError(f"no BM25 index under {root}: build it first (materialize bm25_indexes or run `rag index`)")
+        folder = root / fingerprint
+        chunk_ids = json.loads((folder / "chunk_ids.json").read_text())
+        retriever = bm25s.BM25.load(str(folder / "bm25s")) if chunk_ids else bm25s.BM25(k1=K1, b=B)
+        return cls(retriever, chunk_ids, fingerprint)

@@ -1,0 +1,165 @@
+"""Qdrant access: one client per location per process, collections per (strategy, model version),
+an alias per (strategy, model) that only ever points at a complete collection."""
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from rag.store import data_dir
+
+# Fixed namespace: point ids are UUID5(chunk_id), identical on every machine and every re-run.
+POINT_NAMESPACE = uuid.UUID("6f1c2a3e-5b7d-4e8f-9a0b-1c2d3e4f5a6b")
+DENSE = "dense"
+DISTANCES = ("cosine", "dot", "l2")
+
+
+class QdrantLockedError(RuntimeError):
+    """The embedded Qdrant folder is held by another process."""
+
+
+class QdrantSettings(BaseModel):
+    url: str | None = None  # a Qdrant server or cluster; None = embedded local mode
+    api_key: str | None = None
+    path: str | None = None  # local mode folder; default <data dir>/qdrant
+
+    @classmethod
+    def from_env(cls) -> QdrantSettings:
+        return cls(url=os.environ.get("QDRANT_URL") or None, api_key=os.environ.get("QDRANT_API_KEY") or None,
+                   path=os.environ.get("RAG_QDRANT_PATH") or None)
+
+    @property
+    def location(self) -> str:
+        return self.url or str(Path(self.path) if self.path else data_dir() / "qdrant")
+
+
+_clients: dict[str, object] = {}
+_clients_lock = threading.Lock()
+
+
+@atexit.register
+def _close_all() -> None:
+    # Closing before interpreter teardown releases the folder lock cleanly; qdrant-client's own
+    # __del__ runs too late and prints an ImportError traceback.
+    with _clients_lock:
+        for client in _clients.values():
+            client.close()
+        _clients.clear()
+
+
+def get_client(settings: QdrantSettings | None = None):
+    """The process's client for a location. Local mode locks its folder to one process, so every
+    caller in this process shares one client and another process gets a clear error."""
+    from qdrant_client import QdrantClient
+
+    settings = settings or QdrantSettings.from_env()
+    key = settings.location
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            if settings.url:
+                client = QdrantClient(url=settings.url, api_key=settings.api_key, timeout=120)
+            else:
+                Path(key).mkdir(parents=True, exist_ok=True)
+                try:
+                    client = QdrantClient(path=key)
+                except RuntimeError as exc:
+                    if "already accessed" in str(exc):
+                        raise QdrantLockedError(
+                            f"the embedded Qdrant folder {key} is in use by another process (dagster dev, "
+                            "`rag serve` or another `rag` command). Stop it, run this from that process, or "
+                            "point every process at one Qdrant server with QDRANT_URL."
+                        ) from exc
+                    raise
+            _clients[key] = client
+        return client
+
+
+def close_client(settings: QdrantSettings | None = None) -> None:
+    """Release the local folder lock (tests, and commands that hand the folder to another process)."""
+    settings = settings or QdrantSettings.from_env()
+    with _clients_lock:
+        client = _clients.pop(settings.location, None)
+    if client is not None:
+        client.close()
+
+
+def is_local(client) -> bool:
+    from qdrant_client.local.qdrant_local import QdrantLocal
+
+    return isinstance(getattr(client, "_client", None), QdrantLocal)
+
+
+def point_id(chunk_id: str) -> str:
+    return str(uuid.uuid5(POINT_NAMESPACE, chunk_id))
+
+
+@dataclass(frozen=True)
+class CollectionName:
+    strategy: str
+    model: str  # a model key (rag.embedding.model_key)
+
+    @property
+    def alias(self) -> str:
+        return f"{self.strategy}__{self.model}"
+
+    def versioned(self, model_version: str, distance: str) -> str:
+        return f"{self.alias}__{model_version}__{distance}"
+
+
+def alias_target(client, alias: str) -> str | None:
+    for a in client.get_aliases().aliases:
+        if a.alias_name == alias:
+            return a.collection_name
+    return None
+
+
+def point_alias_to(client, alias: str, collection: str) -> None:
+    """Swap the alias in one request: readers see the old collection or the new one, never neither."""
+    from qdrant_client import models
+
+    ops = []
+    if alias_target(client, alias) is not None:
+        ops.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias)))
+    ops.append(models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=collection, alias_name=alias)))
+    client.update_collection_aliases(change_aliases_operations=ops)
+
+
+def drop_unaliased(client, name: CollectionName) -> list[str]:
+    """Delete collections of this (strategy, model) that no alias points at: old versions and
+    half-built leftovers of a crashed build."""
+    live = alias_target(client, name.alias)
+    dropped = []
+    for c in client.get_collections().collections:
+        if c.name.startswith(name.alias + "__") and c.name != live:
+            client.delete_collection(c.name)
+            dropped.append(c.name)
+    return dropped
+
+
+def create_collection(client, collection: str, dim: int, distance: str) -> None:
+    from qdrant_client import models
+
+    metric = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT, "l2": models.Distance.EUCLID}[distance]
+    client.create_collection(collection, vectors_config={DENSE: models.VectorParams(size=dim, distance=metric)})
+    if not is_local(client):  # payload indexes serve filters on a server; local mode scans anyway
+        for field, schema in (("doc_id", models.PayloadSchemaType.KEYWORD), ("page_start", models.PayloadSchemaType.INTEGER),
+                              ("page_end", models.PayloadSchemaType.INTEGER)):
+            client.create_payload_index(collection, field_name=field, field_schema=schema)
+
+
+def stored_hashes(client, collection: str) -> dict[str, str]:
+    """chunk_id -> content_hash of every point: the collection itself is the record of what is indexed."""
+    out: dict[str, str] = {}
+    offset = None
+    while True:
+        points, offset = client.scroll(collection, limit=2048, offset=offset, with_payload=["chunk_id", "content_hash"], with_vectors=False)
+        for p in points:
+            out[p.payload["chunk_id"]] = p.payload["content_hash"]
+        if offset is None:
+            return out

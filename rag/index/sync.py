@@ -1,0 +1,171 @@
+"""Bring indexes in line with a chunk set, touching only what changed.
+
+Dense: the live collection of (strategy, model) gets upserts for new/changed chunks and deletes for
+chunks that disappeared; a new model version (or distance) builds a fresh collection and swaps the
+alias when it is complete. BM25: rebuilt when the chunk set's fingerprint changed (seconds, no model).
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from rag.embedding import TextEmbedder, model_key
+from rag.index.bm25 import BM25Index, corpus_fingerprint
+from rag.index.qdrant import (
+    DENSE,
+    CollectionName,
+    alias_target,
+    create_collection,
+    drop_unaliased,
+    point_alias_to,
+    point_id,
+    stored_hashes,
+)
+
+PAYLOAD_FIELDS = ["chunk_id", "doc_id", "strategy", "text", "char_start", "char_end", "page_start", "page_end",
+                  "section_path", "prev_chunk_id", "next_chunk_id", "n_tokens", "content_hash", "table_html"]
+
+
+@dataclass
+class IndexRun:
+    collection: str
+    alias: str
+    points: int = 0
+    added: int = 0
+    updated: int = 0
+    deleted: int = 0
+    rebuilt: bool = False
+    dropped_collections: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    embed_seconds: float = 0.0
+
+    @property
+    def summary(self) -> dict[str, int | float | str | bool]:
+        written = self.added + self.updated
+        return {
+            "collection": self.collection, "alias": self.alias, "points": self.points, "added": self.added,
+            "updated": self.updated, "deleted": self.deleted, "rebuilt": self.rebuilt,
+            "seconds": round(self.seconds, 3), "embed_seconds": round(self.embed_seconds, 3),
+            "chunks_per_second": round(written / self.seconds, 1) if written and self.seconds else 0.0,
+        }
+
+
+def _payload(row: dict) -> dict:
+    out = {}
+    for key in PAYLOAD_FIELDS:
+        value = row.get(key)
+        if hasattr(value, "tolist"):  # numpy arrays from parquet list columns
+            value = value.tolist()
+        if isinstance(value, float) and value != value:  # NaN from pandas for missing strings
+            value = None
+        out[key] = value
+    return out
+
+
+def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEmbedder, batch_size: int) -> float:
+    """Encode in batches while a second thread upserts the previous batch (Qdrant I/O overlaps the model)."""
+    from qdrant_client import models
+
+    pending: queue.Queue = queue.Queue(maxsize=2)
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        while (item := pending.get()) is not None:
+            if errors:
+                continue
+            ids, vectors, payloads = item
+            try:
+                client.upsert(collection, points=models.Batch(ids=ids, vectors={DENSE: vectors}, payloads=payloads), wait=True)
+            except BaseException as exc:  # surfaced in the caller's thread below
+                errors.append(exc)
+
+    thread = threading.Thread(target=writer, name="qdrant-upsert", daemon=True)
+    thread.start()
+    embed_seconds = 0.0
+    try:
+        for i in range(0, len(rows), batch_size):
+            batch = rows[i:i + batch_size]
+            started = time.perf_counter()
+            vectors = embedder.encode_passages([r["text"] for r in batch])
+            embed_seconds += time.perf_counter() - started
+            if errors:
+                break
+            pending.put(([point_id(r["chunk_id"]) for r in batch], vectors.tolist(), [_payload(r) for r in batch]))
+    finally:
+        pending.put(None)
+        thread.join()
+    if errors:
+        raise errors[0]
+    return embed_seconds
+
+
+def sync_collection(
+    client,
+    chunks: pd.DataFrame,
+    embedder: TextEmbedder,
+    *,
+    strategy: str,
+    model: str,
+    distance: str = "cosine",
+    batch_size: int = 256,
+) -> IndexRun:
+    started = time.perf_counter()
+    name = CollectionName(strategy, model_key(model))
+    target = name.versioned(embedder.version, distance)
+    live = alias_target(client, name.alias)
+    run = IndexRun(collection=target, alias=name.alias)
+    if live != target:
+        # New model version / distance, or first build: fill a fresh collection, then swap the alias.
+        if client.collection_exists(target):
+            client.delete_collection(target)  # a half-built leftover: it never had the alias
+        create_collection(client, target, embedder.dim, distance)
+        rows = chunks.to_dict("records")
+        run.embed_seconds = _upsert_embedded(client, target, rows, embedder, batch_size)
+        point_alias_to(client, name.alias, target)
+        run.rebuilt, run.added = True, len(rows)
+    else:
+        stored = stored_hashes(client, target)
+        wanted = dict(zip(chunks["chunk_id"], chunks["content_hash"]))
+        stale = [cid for cid in stored if cid not in wanted]
+        changed = {cid for cid, h in wanted.items() if cid in stored and stored[cid] != h}
+        new = {cid for cid in wanted if cid not in stored}
+        if stale:
+            from qdrant_client import models
+
+            client.delete(target, points_selector=models.PointIdsList(points=[point_id(c) for c in stale]), wait=True)
+        todo = chunks[chunks["chunk_id"].isin(new | changed)].to_dict("records")
+        if todo:
+            run.embed_seconds = _upsert_embedded(client, target, todo, embedder, batch_size)
+        run.added, run.updated, run.deleted = len(new), len(changed), len(stale)
+    run.dropped_collections = drop_unaliased(client, name)
+    run.points = client.count(name.alias, exact=True).count
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+@dataclass
+class BM25Run:
+    path: str
+    fingerprint: str
+    chunks: int
+    rebuilt: bool
+    seconds: float
+
+    @property
+    def summary(self) -> dict:
+        return {"path": self.path, "fingerprint": self.fingerprint, "chunks": self.chunks, "rebuilt": self.rebuilt,
+                "seconds": round(self.seconds, 3)}
+
+
+def sync_bm25(chunks: pd.DataFrame, root: Path) -> BM25Run:
+    started = time.perf_counter()
+    fingerprint = corpus_fingerprint(chunks["chunk_id"].tolist(), chunks["content_hash"].tolist())
+    rebuilt = BM25Index.current_fingerprint(root) != fingerprint
+    if rebuilt:
+        BM25Index.build(chunks["chunk_id"].tolist(), chunks["text"].tolist(), fingerprint).save(root)
+    return BM25Run(str(root), fingerprint, len(chunks), rebuilt, time.perf_counter() - started)

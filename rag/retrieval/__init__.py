@@ -1,0 +1,183 @@
+"""Retrieval over an index (BM25 + a Qdrant collection): a registry of modes, filters, MMR.
+
+    index = open_index("fixed-512", "minilm")
+    hits = get_retriever("hybrid-rrf").search(index, "what is ...", RetrievalParams(k=10))
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from rag.embedding import TextEmbedder
+from rag.index.bm25 import BM25Index
+from rag.index.qdrant import DENSE, point_id
+from rag.retrieval.fusion import convex_combination, reciprocal_rank_fusion
+from rag.retrieval.mmr import mmr
+
+MAX_QUERY_CHARS = 8000  # far beyond any question; a 10 MB "query" is a mistake, not a search
+
+
+class RetrievalError(ValueError):
+    """Bad retrieval input or a missing index: the message says what to do."""
+
+
+class SearchFilter(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    doc_ids: list[str] | None = None
+    page_from: int | None = Field(None, ge=1)
+    page_to: int | None = Field(None, ge=1)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.doc_ids) or self.page_from is not None or self.page_to is not None
+
+
+class RetrievalParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    k: int = Field(10, ge=1, le=1000)
+    candidates: int = Field(100, ge=1, description="per-retriever depth before fusion / MMR")
+    rrf_k: int = Field(60, ge=1)
+    alpha: float = Field(0.5, ge=0.0, le=1.0, description="hybrid-cc weight of the dense score")
+    mmr_lambda: float | None = Field(None, ge=0.0, le=1.0, description="diversify the top k with MMR when set")
+    filters: SearchFilter = Field(default_factory=SearchFilter)
+
+
+@dataclass
+class Hit:
+    rank: int
+    score: float
+    chunk: dict
+
+    def to_json(self) -> dict:
+        c = self.chunk
+        return {"rank": self.rank, "score": round(float(self.score), 6), "chunk_id": c["chunk_id"], "doc_id": c["doc_id"],
+                "page_start": int(c["page_start"]), "page_end": int(c["page_end"]), "char_start": int(c["char_start"]),
+                "char_end": int(c["char_end"]), "text": c["text"]}
+
+
+@dataclass
+class Index:
+    """Everything a retriever reads: the chunk table, the BM25 index, the dense collection alias."""
+
+    chunks: pd.DataFrame  # indexed by chunk_id
+    bm25: BM25Index | None
+    client: object | None
+    alias: str | None
+    embedder: TextEmbedder | None
+
+    def record(self, chunk_id: str) -> dict:
+        return {"chunk_id": chunk_id, **self.chunks.loc[chunk_id].to_dict()}
+
+    def allowed_ids(self, flt: SearchFilter) -> set[str]:
+        df = self.chunks
+        keep = pd.Series(True, index=df.index)
+        if flt.doc_ids:
+            keep &= df["doc_id"].isin(flt.doc_ids)
+        if flt.page_from is not None:
+            keep &= df["page_end"] >= flt.page_from
+        if flt.page_to is not None:
+            keep &= df["page_start"] <= flt.page_to
+        return set(df.index[keep])
+
+
+def validate_query(query: str) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise RetrievalError("the query is empty: pass a question")
+    if len(query) > MAX_QUERY_CHARS:
+        raise RetrievalError(f"the query is {len(query):,} characters; the limit is {MAX_QUERY_CHARS:,}")
+    return query.strip()
+
+
+def _qdrant_filter(flt: SearchFilter):
+    if not flt.active:
+        return None
+    from qdrant_client import models
+
+    must = []
+    if flt.doc_ids:
+        must.append(models.FieldCondition(key="doc_id", match=models.MatchAny(any=flt.doc_ids)))
+    if flt.page_from is not None:
+        must.append(models.FieldCondition(key="page_end", range=models.Range(gte=flt.page_from)))
+    if flt.page_to is not None:
+        must.append(models.FieldCondition(key="page_start", range=models.Range(lte=flt.page_to)))
+    return models.Filter(must=must)
+
+
+def bm25_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> list[tuple[str, float]]:
+    if index.bm25 is None:
+        raise RetrievalError("this index has no BM25 part: build it (materialize bm25_indexes or run `rag index`)")
+    mask = index.bm25.mask_for(index.allowed_ids(flt)) if flt.active else None
+    return index.bm25.search(query, depth, mask)
+
+
+def dense_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> list[tuple[str, float]]:
+    if index.client is None or index.embedder is None:
+        raise RetrievalError("this index has no dense part: pass an embedding model")
+    vector = index.embedder.encode_queries([query])[0]
+    points = index.client.query_points(index.alias, query=vector.tolist(), using=DENSE, limit=depth,
+                                       query_filter=_qdrant_filter(flt), with_payload=["chunk_id"]).points
+    return [(p.payload["chunk_id"], float(p.score)) for p in points]
+
+
+Ranker = Callable[[Index, str, RetrievalParams], list[tuple[str, float]]]
+RETRIEVERS: dict[str, Ranker] = {}
+
+
+def register_retriever(name: str) -> Callable[[Ranker], Ranker]:
+    def decorator(fn: Ranker) -> Ranker:
+        RETRIEVERS[name] = fn
+        return fn
+    return decorator
+
+
+@register_retriever("bm25")
+def _bm25(index: Index, query: str, p: RetrievalParams) -> list[tuple[str, float]]:
+    return bm25_ranking(index, query, max(p.k, p.candidates), p.filters)
+
+
+@register_retriever("dense")
+def _dense(index: Index, query: str, p: RetrievalParams) -> list[tuple[str, float]]:
+    return dense_ranking(index, query, max(p.k, p.candidates), p.filters)
+
+
+@register_retriever("hybrid-rrf")
+def _hybrid_rrf(index: Index, query: str, p: RetrievalParams) -> list[tuple[str, float]]:
+    depth = max(p.k, p.candidates)
+    return reciprocal_rank_fusion([dense_ranking(index, query, depth, p.filters), bm25_ranking(index, query, depth, p.filters)], k=p.rrf_k)
+
+
+@register_retriever("hybrid-cc")
+def _hybrid_cc(index: Index, query: str, p: RetrievalParams) -> list[tuple[str, float]]:
+    depth = max(p.k, p.candidates)
+    return convex_combination(dense_ranking(index, query, depth, p.filters), bm25_ranking(index, query, depth, p.filters), p.alpha)
+
+
+def retrieve(index: Index, query: str, mode: str, params: RetrievalParams | None = None) -> list[Hit]:
+    params = params or RetrievalParams()
+    query = validate_query(query)
+    try:
+        ranker = RETRIEVERS[mode]
+    except KeyError:
+        raise RetrievalError(f"unknown retrieval mode {mode!r} (known: {', '.join(RETRIEVERS)})") from None
+    ranking = ranker(index, query, params)
+    if params.mmr_lambda is not None and ranking:
+        ranking = _diversify(index, query, ranking, params)
+    return [Hit(rank, score, index.record(cid)) for rank, (cid, score) in enumerate(ranking[:params.k], start=1)]
+
+
+def _diversify(index: Index, query: str, ranking: list[tuple[str, float]], p: RetrievalParams) -> list[tuple[str, float]]:
+    if index.client is None or index.embedder is None:
+        raise RetrievalError("MMR needs chunk vectors: pass an embedding model")
+    pool = ranking[: max(p.candidates, p.k)]
+    points = index.client.retrieve(index.alias, ids=[point_id(cid) for cid, _ in pool], with_vectors=[DENSE], with_payload=["chunk_id"])
+    vectors = {pt.payload["chunk_id"]: np.asarray(pt.vector[DENSE], dtype=np.float32) for pt in points}
+    pool = [(cid, s) for cid, s in pool if cid in vectors]
+    matrix = np.vstack([vectors[cid] for cid, _ in pool])
+    matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+    order = mmr(index.embedder.encode_queries([query])[0], matrix, p.k, p.mmr_lambda)
+    return [pool[i] for i in order]
+
