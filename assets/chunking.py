@@ -3,7 +3,7 @@
 from dagster import AssetExecutionContext, AssetKey, MaterializeResult, MetadataValue, asset
 
 from orchestration.partitions import chunking_strategy_partitions
-from rag.chunk_sets import update_chunk_set
+from rag.pipeline import chunk_step
 from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE
 from resources.chunking import ChunkingStrategies
 from resources.storage import DataStore
@@ -33,12 +33,9 @@ def _length_histogram(lengths) -> str:
 def chunk_sets(context: AssetExecutionContext, data_store: DataStore, chunking: ChunkingStrategies) -> MaterializeResult:
     strategy = context.partition_key
     tables = data_store.tables
-    documents = tables.read(DOCUMENTS_TABLE)
-    if documents is None:
-        raise RuntimeError("parsed_documents has not been materialized yet: materialize it first")
     chunker = chunking.chunker(strategy)
-    run = update_chunk_set(tables.read(CHUNKS_TABLE, strategy), documents, chunker)
-    path = tables.write(run.chunks, CHUNKS_TABLE, strategy)
+    run = chunk_step(tables, chunker)
+    path = tables.path(CHUNKS_TABLE, strategy)
     for doc_id, error in run.failed.items():
         context.log.error(f"chunking failed for {doc_id}: {error}")
     summary = run.summary

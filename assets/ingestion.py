@@ -2,7 +2,7 @@
 
 from dagster import AssetExecutionContext, AssetSpec, MaterializeResult, MetadataValue, multi_asset
 
-from rag.ingest import update_documents
+from rag.pipeline import ingest_step
 from rag.store import DOCUMENTS_TABLE, QUARANTINE_TABLE
 from resources.documents import DocumentSource
 from resources.storage import DataStore
@@ -38,16 +38,9 @@ def _markdown_table(df, columns: list[str], limit: int = 50) -> str:
 )
 def ingest_documents(context: AssetExecutionContext, document_source: DocumentSource, data_store: DataStore):
     tables = data_store.tables
-    scan = document_source.scan()
-    run = update_documents(
-        scan,
-        tables.read(DOCUMENTS_TABLE),
-        tables.read(QUARANTINE_TABLE),
-        document_source.parse_settings(),
-        on_progress=lambda doc_id: context.log.debug(f"parsing {doc_id}"),
-    )
-    docs_path = tables.write(run.documents, DOCUMENTS_TABLE)
-    quarantine_path = tables.write(run.quarantine, QUARANTINE_TABLE)
+    run = ingest_step(tables, document_source.scan(), document_source.parse_settings(),
+                      on_progress=lambda doc_id: context.log.debug(f"parsing {doc_id}"))
+    docs_path, quarantine_path = tables.path(DOCUMENTS_TABLE), tables.path(QUARANTINE_TABLE)
     summary = run.summary
     parsed_pages = int(run.documents[run.documents["doc_id"].isin(run.parsed)]["n_pages"].sum()) if run.parsed else 0
     context.log.info(f"ingestion: {summary}")

@@ -20,28 +20,33 @@ def _instance():
     return DagsterInstance.get()
 
 
-def sync_strategy_partitions(instance) -> list[str]:
-    """Add a chunk_sets partition for every strategy in the YAML that has none; return the added names."""
-    from orchestration.partitions import chunking_strategy_partitions
+def sync_partitions(instance) -> dict[str, list[str]]:
+    """Add partitions for strategies in the chunking YAML and active models that have none yet."""
+    from orchestration.partitions import chunking_strategy_partitions, embedding_model_partitions
     from resources.chunking import ChunkingStrategies
+    from resources.models import EmbeddingModels
 
-    wanted = list(ChunkingStrategies().strategies())
-    existing = set(instance.get_dynamic_partitions(chunking_strategy_partitions.name))
-    new = [s for s in wanted if s not in existing]
-    if new:
-        instance.add_dynamic_partitions(chunking_strategy_partitions.name, new)
-    return new
+    added = {}
+    for partitions, wanted in ((chunking_strategy_partitions, list(ChunkingStrategies().strategies())),
+                               (embedding_model_partitions, EmbeddingModels().active())):
+        existing = set(instance.get_dynamic_partitions(partitions.name))
+        new = [name for name in wanted if name not in existing]
+        if new:
+            instance.add_dynamic_partitions(partitions.name, new)
+        added[partitions.name] = new
+    return added
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
     instance = _instance()
-    new = sync_strategy_partitions(instance)
-    print(f"added partitions: {', '.join(new) or 'none (all strategies already present)'}")
-    if args.materialize:
+    added = sync_partitions(instance)
+    for name, new in added.items():
+        print(f"{name}: added {', '.join(new) or 'nothing (all present)'}")
+    if args.materialize and added["chunking_strategy"]:
         from orchestration.definitions import defs
 
         job = defs.resolve_job_def("chunk_sets_job")
-        for name in new:
+        for name in added["chunking_strategy"]:
             ok = job.execute_in_process(instance=instance, partition_key=name, raise_on_error=False).success
             print(f"  {name}: {'materialized' if ok else 'FAILED (see dagster logs)'}")
     return 0
@@ -57,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rag", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     add_library_commands(sub)
-    s = sub.add_parser("sync-strategies", help="add chunk_sets partitions for new strategies in the YAML")
+    s = sub.add_parser("sync-strategies", help="add partitions for new strategies (chunking YAML) and active models (embedders YAML)")
     s.add_argument("--materialize", action="store_true", help="also build the new partitions now")
     s.set_defaults(func=cmd_sync)
     d = sub.add_parser("demo", help="materialize the whole asset graph on the document source and summarize")

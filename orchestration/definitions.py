@@ -1,24 +1,38 @@
 """The Dagster code location (loaded by workspace.yaml)."""
-from dagster import Definitions
+import os
+
+from dagster import Definitions, in_process_executor, multiprocess_executor
 
 from assets.checks import chunk_sets_quality, parsed_documents_quality
 from assets.chunking import chunk_sets
+from assets.indexing import bm25_indexes, embedding_collections
 from assets.ingestion import ingest_documents
-from orchestration.jobs import chunk_job, ingest_job
+from orchestration.jobs import chunk_job, index_job, ingest_job
+from orchestration.nightly import nightly_reindex_job, nightly_reindex_schedule
 from resources.chunking import ChunkingStrategies
 from resources.documents import DocumentSource
+from resources.models import EmbeddingModels
+from resources.qdrant import QdrantResource
 from resources.storage import DataStore
 from sensors.documents import new_documents_sensor
-from sensors.strategies import chunking_strategy_sensor
+from sensors.strategies import chunking_strategy_sensor, embedding_model_sensor
+
+# Embedded Qdrant locks its folder to one process, so steps run in the run's own process unless a
+# Qdrant server is configured; then steps may run in parallel (Qdrant writers share the "qdrant" pool).
+executor = multiprocess_executor if os.environ.get("QDRANT_URL") else in_process_executor
 
 defs = Definitions(
-    assets=[ingest_documents, chunk_sets],
+    assets=[ingest_documents, chunk_sets, bm25_indexes, embedding_collections],
     asset_checks=[parsed_documents_quality, chunk_sets_quality],
-    jobs=[ingest_job, chunk_job],
-    sensors=[chunking_strategy_sensor, new_documents_sensor],
+    jobs=[ingest_job, chunk_job, index_job, nightly_reindex_job],
+    schedules=[nightly_reindex_schedule],
+    sensors=[chunking_strategy_sensor, embedding_model_sensor, new_documents_sensor],
+    executor=executor,
     resources={
         "document_source": DocumentSource(),
         "data_store": DataStore(),
         "chunking": ChunkingStrategies(),
+        "embedding_models": EmbeddingModels(),
+        "qdrant": QdrantResource(),
     },
 )

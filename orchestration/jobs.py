@@ -1,7 +1,7 @@
 """Jobs: ingestion (parse the folder) and chunking (one strategy partition per run)."""
 from dagster import AssetSelection, define_asset_job
 
-from orchestration.partitions import chunking_strategy_partitions
+from orchestration.partitions import chunking_strategy_partitions, collection_partitions
 
 ingest_job = define_asset_job(
     "ingest_documents_job",
@@ -11,7 +11,14 @@ ingest_job = define_asset_job(
 
 chunk_job = define_asset_job(
     "chunk_sets_job",
-    selection=AssetSelection.assets("chunk_sets"),
+    selection=AssetSelection.assets("chunk_sets", "bm25_indexes"),
     partitions_def=chunking_strategy_partitions,
-    description="Build (incrementally) the chunk set of one chunking strategy.",
+    description="Build (incrementally) the chunk set of one chunking strategy and its BM25 index.",
+)
+
+index_job = define_asset_job(
+    "embedding_collections_job",
+    selection=AssetSelection.assets("embedding_collections"),
+    partitions_def=collection_partitions,
+    description="Embed (incrementally) one chunk set with one model into its Qdrant collection.",
 )

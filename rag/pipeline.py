@@ -1,21 +1,54 @@
-"""The whole indexing path as plain functions: parse → chunk → BM25 + dense collection.
+"""The indexing path as steps over the data dir: ingest → chunk → BM25 + dense collection.
 
-`rag index` calls this directly; the Dagster assets call the same steps one asset at a time.
+The Dagster assets, the nightly job and `rag index` all call these, so there is one implementation.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rag.chunk_sets import update_chunk_set
-from rag.chunking import get_chunker, load_strategies
-from rag.embedding import load_embedder
+from rag.chunk_sets import ChunkRun, update_chunk_set
+from rag.chunking import Chunker, get_chunker, load_strategies
+from rag.embedding import TextEmbedder, load_embedder
 from rag.index.qdrant import QdrantSettings, get_client
-from rag.index.sync import sync_bm25, sync_collection
-from rag.ingest import update_documents
+from rag.index.sync import BM25Run, IndexRun, sync_bm25, sync_collection
+from rag.ingest import ParseRun, update_documents
 from rag.parsing import ParseSettings
-from rag.source import scan_folder
+from rag.source import SourceScan, scan_folder
 from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE, QUARANTINE_TABLE, TableStore, bm25_root
+
+
+def ingest_step(tables: TableStore, scan: SourceScan, settings: ParseSettings,
+                on_progress: Callable[[str], None] | None = None) -> ParseRun:
+    run = update_documents(scan, tables.read(DOCUMENTS_TABLE), tables.read(QUARANTINE_TABLE), settings, on_progress=on_progress)
+    tables.write(run.documents, DOCUMENTS_TABLE)
+    tables.write(run.quarantine, QUARANTINE_TABLE)
+    return run
+
+
+def chunk_step(tables: TableStore, chunker: Chunker) -> ChunkRun:
+    documents = tables.read(DOCUMENTS_TABLE)
+    if documents is None:
+        raise FileNotFoundError("parsed_documents does not exist yet: ingest documents first")
+    run = update_chunk_set(tables.read(CHUNKS_TABLE, chunker.name), documents, chunker)
+    tables.write(run.chunks, CHUNKS_TABLE, chunker.name)
+    return run
+
+
+def _chunks(tables: TableStore, strategy: str):
+    chunks = tables.read(CHUNKS_TABLE, strategy)
+    if chunks is None:
+        raise FileNotFoundError(f"chunk set {strategy!r} does not exist yet: chunk documents with it first")
+    return chunks
+
+
+def bm25_step(tables: TableStore, root: Path, strategy: str) -> BM25Run:
+    return sync_bm25(_chunks(tables, strategy), bm25_root(root, strategy))
+
+
+def embed_step(tables: TableStore, client, strategy: str, model: str, embedder: TextEmbedder, distance: str = "cosine") -> IndexRun:
+    return sync_collection(client, _chunks(tables, strategy), embedder, strategy=strategy, model=model, distance=distance)
 
 
 @dataclass
@@ -26,37 +59,24 @@ class PipelineReport:
     collections: dict[str, dict] = field(default_factory=dict)
 
 
-def index_folder(
-    docs_dir: Path,
-    data_dir: Path,
-    *,
-    strategies: list[str] | None = None,
-    models: list[str] | None = None,
-    parse_settings: ParseSettings | None = None,
-    qdrant: QdrantSettings | None = None,
-    distance: str = "cosine",
-) -> PipelineReport:
-    tables = TableStore(Path(data_dir) / "tables")
-    report = PipelineReport()
+def index_folder(docs_dir: Path, root: Path, *, strategies: list[str] | None = None, models: list[str] | None = None,
+                 parse_settings: ParseSettings | None = None, qdrant: QdrantSettings | None = None,
+                 distance: str = "cosine") -> PipelineReport:
+    """Everything for one folder, without Dagster: what `rag index` runs."""
+    tables = TableStore(Path(root) / "tables")
     configs = load_strategies()
     strategies = strategies or list(configs)
     unknown = [s for s in strategies if s not in configs]
     if unknown:
         raise ValueError(f"unknown chunking strategies {unknown} (known: {', '.join(configs)})")
     embedders = {m: load_embedder(m) for m in (models or [])}  # fail fast on an unknown model
-
-    parsed = update_documents(scan_folder(docs_dir), tables.read(DOCUMENTS_TABLE), tables.read(QUARANTINE_TABLE), parse_settings or ParseSettings())
-    tables.write(parsed.documents, DOCUMENTS_TABLE)
-    tables.write(parsed.quarantine, QUARANTINE_TABLE)
+    report = PipelineReport()
+    parsed = ingest_step(tables, scan_folder(docs_dir), parse_settings or ParseSettings())
     report.parse = parsed.summary | {"quarantine": parsed.quarantine[["doc_id", "reason", "message"]].to_dict("records")}
-
     client = get_client(qdrant) if embedders else None
     for strategy in strategies:
-        chunk_run = update_chunk_set(tables.read(CHUNKS_TABLE, strategy), parsed.documents, get_chunker(strategy, configs))
-        tables.write(chunk_run.chunks, CHUNKS_TABLE, strategy)
-        report.chunks[strategy] = chunk_run.summary
-        report.bm25[strategy] = sync_bm25(chunk_run.chunks, bm25_root(data_dir, strategy)).summary
+        report.chunks[strategy] = chunk_step(tables, get_chunker(strategy, configs)).summary
+        report.bm25[strategy] = bm25_step(tables, root, strategy).summary
         for name, embedder in embedders.items():
-            run = sync_collection(client, chunk_run.chunks, embedder, strategy=strategy, model=name, distance=distance)
-            report.collections[f"{strategy}|{name}"] = run.summary
+            report.collections[f"{strategy}|{name}"] = embed_step(tables, client, strategy, name, embedder, distance).summary
     return report

@@ -70,7 +70,7 @@ def test_ingest_then_chunk_partition_with_passing_checks(env):
 
 
 def test_blocking_check_fails_the_run_on_corrupted_chunks(env, monkeypatch):
-    import assets.chunking as chunking_assets
+    import rag.pipeline
     from rag.chunk_sets import update_chunk_set
 
     def corrupting(previous, documents, chunker):
@@ -80,7 +80,7 @@ def test_blocking_check_fails_the_run_on_corrupted_chunks(env, monkeypatch):
 
     env["instance"].add_dynamic_partitions("chunking_strategy", ["page"])
     assert run(env, "ingest_documents_job").success
-    monkeypatch.setattr(chunking_assets, "update_chunk_set", corrupting)
+    monkeypatch.setattr(rag.pipeline, "update_chunk_set", corrupting)
     result = run(env, "chunk_sets_job", "page")
     evaluations = result.get_asset_check_evaluations()
     assert not result.success and [e.passed for e in evaluations] == [False]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 K1, B = 1.2, 0.75
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
 
 
 def _stemmer():

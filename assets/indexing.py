@@ -1,0 +1,43 @@
+"""Indexing stage: a BM25 index per chunk set and a Qdrant collection per (strategy, model)."""
+from dagster import AssetExecutionContext, AssetKey, MaterializeResult, MetadataValue, asset
+
+from orchestration.partitions import chunking_strategy_partitions, collection_partitions
+from rag.pipeline import bm25_step, embed_step
+from rag.store import CHUNKS_TABLE
+from resources.models import EmbeddingModels
+from resources.qdrant import QdrantResource
+from resources.storage import DataStore
+
+
+@asset(
+    partitions_def=chunking_strategy_partitions,
+    deps=[AssetKey(CHUNKS_TABLE)],
+    group_name="indexing",
+    kinds={"python", "bm25s"},
+    description="BM25 index (bm25s; lower-case, English stopwords, Snowball stems) of one chunk set. "
+    "Rebuilt only when the chunk set changed; swapped in atomically.",
+)
+def bm25_indexes(context: AssetExecutionContext, data_store: DataStore) -> MaterializeResult:
+    run = bm25_step(data_store.tables, data_store.root, context.partition_key)
+    return MaterializeResult(metadata={**run.summary, "path": MetadataValue.path(run.path)})
+
+
+@asset(
+    partitions_def=collection_partitions,
+    deps=[AssetKey(CHUNKS_TABLE)],
+    group_name="indexing",
+    kinds={"python", "qdrant"},
+    pool="qdrant",
+    description="Dense vectors of one chunk set with one embedding model in Qdrant, behind the alias "
+    "<strategy>__<model>. Incremental: only new or changed chunks are embedded, removed ones deleted. A new "
+    "model version fills a new collection and swaps the alias when complete.",
+)
+def embedding_collections(context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource,
+                          embedding_models: EmbeddingModels) -> MaterializeResult:
+    keys = context.partition_key.keys_by_dimension
+    strategy, model = keys["strategy"], keys["model"]
+    embedder = embedding_models.load(model)
+    run = embed_step(data_store.tables, qdrant.client(), strategy, model, embedder, qdrant.distance)
+    context.log.info(f"{strategy} × {model}: {run.summary}")
+    return MaterializeResult(metadata={**run.summary, "model_version": embedder.version, "dimension": embedder.dim,
+                                       "qdrant": qdrant.url or "embedded (local folder)", "dagster/row_count": run.points})

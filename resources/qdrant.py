@@ -1,0 +1,23 @@
+"""Qdrant: embedded local mode under the data dir by default, a server or cluster with QDRANT_URL."""
+import os
+
+from dagster import ConfigurableResource
+from pydantic import Field
+
+from rag.index.qdrant import QdrantSettings, get_client
+
+
+class QdrantResource(ConfigurableResource):
+    """Every asset and job reaches Qdrant through this, so a process holds at most one local client."""
+
+    url: str | None = Field(default_factory=lambda: os.environ.get("QDRANT_URL") or None)
+    api_key: str | None = Field(default_factory=lambda: os.environ.get("QDRANT_API_KEY") or None)
+    path: str | None = Field(default_factory=lambda: os.environ.get("RAG_QDRANT_PATH") or None,
+                             description="local mode folder (default <data dir>/qdrant)")
+    distance: str = Field("cosine", description="dense distance for new collections: cosine | dot | l2")
+
+    def settings(self) -> QdrantSettings:
+        return QdrantSettings(url=self.url, api_key=self.api_key, path=self.path)
+
+    def client(self):
+        return get_client(self.settings())

@@ -1,0 +1,147 @@
+"""Indexes and retrieval on a tiny corpus: every mode, filters, MMR, incremental sync, alias swap."""
+import hashlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rag.embedding import load_embedder
+from rag.index.bm25 import BM25Index
+from rag.index.qdrant import CollectionName, QdrantSettings, alias_target, create_collection, get_client
+from rag.index.sync import sync_bm25, sync_collection
+from rag.retrieval import Index, RetrievalError, RetrievalParams, SearchFilter, retrieve
+from rag.retrieval.fusion import convex_combination, min_max, reciprocal_rank_fusion
+from rag.retrieval.mmr import mmr
+
+TEXTS = {
+    "cats": "Cats are small domesticated felines that purr and chase mice.",
+    "dogs": "Dogs are loyal domesticated canines that bark and fetch sticks.",
+    "rockets": "Rockets burn fuel to reach orbit and launch satellites into space.",
+    "bread": "Bread is baked from flour, water, yeast and salt in a hot oven.",
+    "pasta": "Pasta is boiled in salted water and served with tomato sauce.",
+    "planets": "Planets orbit the sun; Jupiter is the largest planet of the solar system.",
+}
+
+
+def chunk_table(texts: dict[str, str], pages: dict[str, int] | None = None) -> pd.DataFrame:
+    rows = []
+    for cid, text in texts.items():
+        page = (pages or {}).get(cid, 1)
+        rows.append({"chunk_id": cid, "doc_id": f"doc-{cid}", "strategy": "t", "text": text, "char_start": 0,
+                     "char_end": len(text), "page_start": page, "page_end": page, "section_path": [],
+                     "prev_chunk_id": None, "next_chunk_id": None, "n_tokens": len(text.split()),
+                     "content_hash": hashlib.sha256(text.encode()).hexdigest(), "table_html": None})
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    return load_embedder("wordllama")
+
+
+@pytest.fixture
+def client(tmp_path):
+    return get_client(QdrantSettings(path=str(tmp_path / "qdrant")))
+
+
+@pytest.fixture
+def index(tmp_path, client, embedder):
+    chunks = chunk_table(TEXTS, pages={"rockets": 3, "planets": 4})
+    run = sync_collection(client, chunks, embedder, strategy="t", model="wordllama")
+    sync_bm25(chunks, tmp_path / "bm25")
+    return Index(chunks.set_index("chunk_id"), BM25Index.load(tmp_path / "bm25"), client, run.alias, embedder)
+
+
+def ids(hits):
+    return [h.chunk["chunk_id"] for h in hits]
+
+
+def test_rrf_and_convex_combination_math():
+    fused = reciprocal_rank_fusion([[("a", 9.0), ("b", 5.0)], [("b", 0.7), ("c", 0.1)]], k=60)
+    assert fused[0] == ("b", pytest.approx(1 / 62 + 1 / 61))
+    assert [i for i, _ in fused] == ["b", "a", "c"]
+    assert min_max([("x", 2.0), ("y", 4.0)]) == {"x": 0.0, "y": 1.0}
+    cc = dict(convex_combination([("a", 0.9), ("b", 0.1)], [("b", 10.0), ("c", 5.0)], alpha=0.25))
+    assert cc == {"a": pytest.approx(0.25), "b": pytest.approx(0.75), "c": pytest.approx(0.0)}
+    with pytest.raises(ValueError):
+        convex_combination([], [], alpha=1.5)
+
+
+def test_mmr_prefers_a_diverse_second_pick():
+    q = np.array([1.0, 0.0])
+    cands = np.array([[1.0, 0.0], [0.99, 0.141], [0.6, 0.8]])
+    cands /= np.linalg.norm(cands, axis=1, keepdims=True)
+    assert mmr(q, cands, 2, lambda_=1.0) == [0, 1]
+    assert mmr(q, cands, 2, lambda_=0.3) == [0, 2]
+
+
+@pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid-rrf", "hybrid-cc"])
+def test_each_mode_ranks_the_matching_chunk_first(index, mode):
+    hits = retrieve(index, "which animal purrs and chases mice", mode, RetrievalParams(k=3))
+    assert ids(hits)[0] == "cats"
+    assert [h.rank for h in hits] == list(range(1, len(hits) + 1))
+    assert all(hits[i].score >= hits[i + 1].score for i in range(len(hits) - 1))
+    assert hits[0].to_json()["text"] == TEXTS["cats"]
+
+
+@pytest.mark.parametrize("mode", ["bm25", "dense", "hybrid-rrf"])
+def test_filters_by_document_and_page(index, mode):
+    only_dogs = RetrievalParams(k=5, filters=SearchFilter(doc_ids=["doc-dogs"]))
+    assert set(ids(retrieve(index, "domesticated animals", mode, only_dogs))) == {"dogs"}
+    pages = RetrievalParams(k=5, filters=SearchFilter(page_from=3, page_to=4))
+    assert set(ids(retrieve(index, "orbit of planets and rockets", mode, pages))) <= {"rockets", "planets"}
+
+
+def test_mmr_option_returns_k_distinct_hits(index):
+    hits = retrieve(index, "domesticated animals", "dense", RetrievalParams(k=3, mmr_lambda=0.5))
+    assert len(set(ids(hits))) == 3
+
+
+def test_bad_queries_and_modes_are_clear_errors(index):
+    with pytest.raises(RetrievalError, match="empty"):
+        retrieve(index, "   ", "bm25")
+    with pytest.raises(RetrievalError, match="limit"):
+        retrieve(index, "x" * 10_000_000, "bm25")
+    with pytest.raises(RetrievalError, match="unknown retrieval mode"):
+        retrieve(index, "cats", "fuzzy")
+
+
+def test_incremental_sync_writes_only_changes(client, embedder):
+    chunks = chunk_table(TEXTS)
+    first = sync_collection(client, chunks, embedder, strategy="inc", model="wordllama")
+    assert first.rebuilt and first.points == len(TEXTS)
+    again = sync_collection(client, chunks, embedder, strategy="inc", model="wordllama")
+    assert (again.added, again.updated, again.deleted, again.rebuilt) == (0, 0, 0, False)
+
+    changed = dict(TEXTS, bread="Sourdough bread rises slowly with wild yeast.", comets="Comets have icy tails.")
+    del changed["pasta"]
+    third = sync_collection(client, chunk_table(changed), embedder, strategy="inc", model="wordllama")
+    assert (third.added, third.updated, third.deleted) == (1, 1, 1) and third.points == len(changed)
+    got = client.scroll(third.alias, limit=100, with_payload=["chunk_id", "text"])[0]
+    assert {p.payload["chunk_id"]: p.payload["text"] for p in got}["bread"].startswith("Sourdough")
+
+
+class NewWeights:
+    """The same model under a new weights version, as after fine-tuning."""
+
+    def __init__(self, base):
+        self._base, self.name, self.dim, self.version = base, base.name, base.dim, "newweights01"
+
+    def encode_passages(self, texts):
+        return self._base.encode_passages(texts)
+
+    encode_queries = encode = encode_passages
+
+
+def test_new_model_version_builds_a_new_collection_and_swaps_the_alias(client, embedder):
+    chunks = chunk_table(TEXTS)
+    old = sync_collection(client, chunks, embedder, strategy="swap", model="wordllama")
+    name = CollectionName("swap", "wordllama")
+    # A crashed earlier build of the new version left a half-filled collection without the alias.
+    create_collection(client, name.versioned("newweights01", "cosine"), embedder.dim, "cosine")
+    new = sync_collection(client, chunks, NewWeights(embedder), strategy="swap", model="wordllama")
+    assert new.rebuilt and new.collection != old.collection
+    assert alias_target(client, name.alias) == new.collection
+    assert old.collection in new.dropped_collections
+    names = [c.name for c in client.get_collections().collections if c.name.startswith("swap__")]
+    assert names == [new.collection] and client.count(name.alias).count == len(TEXTS)
