@@ -13,7 +13,7 @@ export DAGSTER_DISABLE_TELEMETRY ?= 1
 export RAG_DATA_DIR ?= $(CURDIR)/data
 export DAGSTER_HOME ?= $(RAG_DATA_DIR)/dagster
 
-.PHONY: install demo test test-all dev validate bench clean
+.PHONY: install demo test test-all dev validate bench bench-quick clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,10 @@ dev: install
 
 bench: install
 	$(PY) bench/parse_throughput.py
+	$(PY) bench/retrieval.py --json bench/results/retrieval.json
+
+bench-quick: install
+	$(PY) bench/retrieval.py --quick
 
 clean:
 	rm -rf $(VENV) data

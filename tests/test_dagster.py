@@ -11,6 +11,8 @@ from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_cont
 from orchestration.definitions import defs
 from resources.chunking import ChunkingStrategies
 from resources.documents import DocumentSource
+from resources.models import EmbeddingModels
+from resources.qdrant import QdrantResource
 from resources.storage import DataStore
 from rag.store import TableStore
 from tests.conftest import REPO
@@ -31,7 +33,10 @@ def env(tmp_path, shared_pdfs, shared_mixed):
         "document_source": DocumentSource(path=str(docs), passwords_file=str(tmp_path / "none.yaml")),
         "data_store": DataStore(data_dir=str(tmp_path / "data")),
         "chunking": ChunkingStrategies(config_path=str(config)),
+        "embedding_models": EmbeddingModels(config_path=str(tmp_path / "embedders.yaml")),
+        "qdrant": QdrantResource(path=str(tmp_path / "qdrant")),
     }
+    (tmp_path / "embedders.yaml").write_text("active: [wordllama]\n")
     instance = DagsterInstance.ephemeral()
     return {"docs": docs, "config": config, "resources": resources, "instance": instance,
             "tables": TableStore(tmp_path / "data" / "tables")}
@@ -46,7 +51,9 @@ def run(env, job_name, partition=None):
 def test_definitions_have_groups_and_checks():
     graph = defs.resolve_asset_graph()
     groups = {key.to_user_string(): graph.get(key).group_name for key in graph.get_all_asset_keys()}
-    assert groups == {"parsed_documents": "ingestion", "document_quarantine": "ingestion", "chunk_sets": "chunking"}
+    assert groups == {"parsed_documents": "ingestion", "document_quarantine": "ingestion", "chunk_sets": "chunking",
+                      "bm25_indexes": "indexing", "embedding_collections": "indexing"}
+    assert defs.resolve_schedule_def("nightly_reindex").cron_schedule == "0 2 * * *"
     assert {k.name for k in graph.asset_check_keys} == {"parsed_documents_quality", "chunk_sets_quality"}
 
 
@@ -134,3 +141,32 @@ def test_cli_parse_and_chunk_json(shared_mixed):
     assert all(parsed["canonical_text"][c["char_start"]:c["char_end"]] == c["text"] for c in chunks)
     bad = subprocess.run(rag + ["parse", "/dev/null"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "empty" in bad.stderr
+
+
+def test_collection_partition_and_nightly_reindex(env):
+    from dagster import MultiPartitionKey
+
+    from rag.retrieval.service import search
+
+    instance = env["instance"]
+    instance.add_dynamic_partitions("chunking_strategy", ["paragraph"])
+    instance.add_dynamic_partitions("embedding_model", ["wordllama"])
+    assert run(env, "ingest_documents_job").success
+    assert run(env, "chunk_sets_job", "paragraph").success
+    built = run(env, "embedding_collections_job", MultiPartitionKey({"strategy": "paragraph", "model": "wordllama"}))
+    meta = built.asset_materializations_for_node("embedding_collections")[0].metadata
+    assert built.success and meta["rebuilt"].value and meta["points"].value == len(env["tables"].read("chunk_sets", "paragraph"))
+
+    (env["docs"] / "new-note.txt").write_text("The nightly job indexes this brand new note about lighthouses.")
+    nightly = defs.resolve_job_def("nightly_reindex_job").execute_in_process(instance=instance, resources=env["resources"], run_config=QUIET)
+    assert nightly.success
+    events = [e.event_specific_data.materialization for e in nightly.get_asset_materialization_events()]
+    mats = {(m.asset_key.to_user_string(), m.partition): m.metadata for m in events}
+    collection = mats[("embedding_collections", MultiPartitionKey({"strategy": "paragraph", "model": "wordllama"}))]
+    assert collection["added"].value >= 1 and collection["deleted"].value == 0 and not collection["rebuilt"].value
+    assert mats[("chunk_sets", "paragraph")]["rechunked_documents"].value == 1
+
+    qdrant = env["resources"]["qdrant"].settings()
+    hits = search("lighthouses", strategy="paragraph", model="wordllama", mode="hybrid-rrf", k=1,
+                  root=env["tables"].root.parent, qdrant=qdrant)
+    assert hits[0].chunk["doc_id"] == "new-note.txt"

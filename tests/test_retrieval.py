@@ -145,3 +145,18 @@ def test_new_model_version_builds_a_new_collection_and_swaps_the_alias(client, e
     assert old.collection in new.dropped_collections
     names = [c.name for c in client.get_collections().collections if c.name.startswith("swap__")]
     assert names == [new.collection] and client.count(name.alias).count == len(TEXTS)
+
+
+def test_search_refuses_a_collection_built_with_other_weights(tmp_path, embedder):
+    from rag.retrieval.service import open_index
+    from rag.store import CHUNKS_TABLE, TableStore
+
+    settings = QdrantSettings(path=str(tmp_path / "q2"))
+    chunks = chunk_table(TEXTS)
+    TableStore(tmp_path / "tables").write(chunks, CHUNKS_TABLE, "t")
+    sync_bm25(chunks, tmp_path / "indexes" / "bm25" / "t")
+    sync_collection(get_client(settings), chunks, NewWeights(embedder), strategy="t", model="wordllama")
+    with pytest.raises(RetrievalError, match="other weights"):
+        open_index("t", "wordllama", root=tmp_path, qdrant=settings)
+    sync_collection(get_client(settings), chunks, embedder, strategy="t", model="wordllama")
+    assert open_index("t", "wordllama", root=tmp_path, qdrant=settings).alias == "t__wordllama"

@@ -119,7 +119,7 @@ def sync_collection(
     target = name.versioned(embedder.version, distance)
     live = alias_target(client, name.alias)
     run = IndexRun(collection=target, alias=name.alias)
-    if live != target:
+    if live != target or not client.collection_exists(target):
         # New model version / distance, or first build: fill a fresh collection, then swap the alias.
         if client.collection_exists(target):
             client.delete_collection(target)  # a half-built leftover: it never had the alias

@@ -31,13 +31,18 @@ def open_index(strategy: str, model: str | None, *, root: Path | None = None, qd
             raise RetrievalError("this mode needs an embedding model: pass --model")
         client = get_client(qdrant)
         alias = CollectionName(strategy, model_key(model)).alias
-        if alias_target(client, alias) is None:
+        live = alias_target(client, alias)
+        if live is None:
             raise RetrievalError(f"no collection for strategy {strategy!r} and model {model!r}: run "
                                  f"`rag index DOCS --strategy {strategy} --model {model}` or materialize embedding_collections")
         try:
             embedder = load_embedder(model)
         except ValueError as exc:
             raise RetrievalError(str(exc)) from exc
+        if f"__{embedder.version}__" not in live:
+            # Query vectors from other weights than the indexed ones would rank nonsense silently.
+            raise RetrievalError(f"the collection {live} was built with other weights than model {model!r} has now "
+                                 f"({embedder.version}): re-index it (materialize embedding_collections or `rag index`)")
     return Index(chunks=chunks.set_index("chunk_id"), bm25=bm25, client=client, alias=alias, embedder=embedder)
 
 

@@ -1,0 +1,214 @@
+"""Retrieval figures, each beside its baseline measured in the same run. Prints; asserts nothing.
+
+    .venv/bin/python bench/retrieval.py [--quick] [--model minilm] [--json OUT]
+
+1. SciFact test nDCG@10 for bm25, dense, hybrid-rrf, hybrid-cc (α chosen on the *train* split), beside
+   the published anchors (MiniLM 0.645 MTEB, BM25 0.665 BEIR).
+2. Indexing throughput: the whole embed-and-upsert path vs plain `model.encode` on the same texts.
+3. Query latency p50/p95 per mode at SciFact size (5k) and at a synthetic ~100k points
+   (SciFact + SQuAD paragraphs + repeats; repeated texts reuse their vectors).
+4. Incremental re-index: 1 % and 10 % of documents changed vs a full build.
+Indexes live under RAG_DATA_DIR (default ./data) and are reused by later runs.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from rag.embedding import load_embedder  # noqa: E402
+from rag.evaluation.beir import load_beir, open_beir_index  # noqa: E402
+from rag.index.bm25 import BM25Index  # noqa: E402
+from rag.index.qdrant import DENSE, CollectionName, create_collection, get_client, point_alias_to, point_id  # noqa: E402
+from rag.index.sync import sync_bm25, sync_collection  # noqa: E402
+from rag.retrieval import Index, RetrievalParams, SearchFilter, bm25_ranking, dense_ranking, retrieve  # noqa: E402
+from rag.retrieval.fusion import convex_combination, reciprocal_rank_fusion  # noqa: E402
+from rag.store import data_dir  # noqa: E402
+
+SHARED = REPO.parent / "shared" / "datasets"
+ANCHORS = {"bm25": 0.665, "dense": 0.645}
+NO_FILTER = SearchFilter()
+
+
+def ndcg_at_10(qrels: dict, runs: dict[str, list[tuple[str, float]]]) -> float:
+    from ranx import Qrels, Run, evaluate
+
+    run = {q: {cid: float(len(r) - i) for i, (cid, _) in enumerate(r)} for q, r in runs.items()}
+    return float(evaluate(Qrels(qrels), Run(run), "ndcg@10", make_comparable=True))
+
+
+def rankings(index: Index, queries: dict[str, str], depth: int = 100):
+    dense = {q: dense_ranking(index, t, depth, NO_FILTER) for q, t in queries.items()}
+    sparse = {q: bm25_ranking(index, t, depth, NO_FILTER) for q, t in queries.items()}
+    return dense, sparse
+
+
+def quality(model: str, root: Path) -> dict:
+    test, train = load_beir(SHARED / "scifact", "test"), load_beir(SHARED / "scifact", "train")
+    index, info = open_beir_index(test, "hybrid-cc", model, root)
+    print(f"  SciFact index ready ({info['index_seconds']}s; collection {info['collection']['points']} points)")
+    d_test, s_test = rankings(index, test.queries)
+    d_train, s_train = rankings(index, train.queries)
+    alphas = [round(a, 1) for a in np.arange(0.1, 1.0, 0.1)]
+    sweep = {a: ndcg_at_10(train.qrels, {q: convex_combination(d_train[q], s_train[q], a) for q in train.queries}) for a in alphas}
+    best = max(sweep, key=sweep.get)
+    out = {
+        "bm25": ndcg_at_10(test.qrels, s_test),
+        "dense": ndcg_at_10(test.qrels, d_test),
+        "hybrid-rrf": ndcg_at_10(test.qrels, {q: reciprocal_rank_fusion([d_test[q], s_test[q]], k=60) for q in test.queries}),
+        "hybrid-cc": ndcg_at_10(test.qrels, {q: convex_combination(d_test[q], s_test[q], best) for q in test.queries}),
+    }
+    print(f"  α swept on train ({len(train.queries)} queries): " + ", ".join(f"{a}:{v:.4f}" for a, v in sweep.items()) + f" → α={best}")
+    print(f"  {'mode':12s} {'nDCG@10':>8s} {'anchor':>8s}")
+    for mode, value in out.items():
+        anchor = ANCHORS.get(mode)
+        print(f"  {mode:12s} {value:8.4f} {anchor if anchor else '':>8}")
+    return {"ndcg@10": out, "alpha_train_sweep": sweep, "alpha": best, "index": index}
+
+
+def throughput(model: str, n: int, client) -> dict:
+    embedder = load_embedder(model)
+    corpus = load_beir(SHARED / "scifact", "test").corpus.head(n)
+    texts = corpus["text"].tolist()
+    raw_times, pipe_times = [], []
+    for round_ in range(2):
+        started = time.perf_counter()
+        embedder._model.encode(texts, batch_size=embedder.batch_size, normalize_embeddings=True, show_progress_bar=False)
+        raw_times.append(time.perf_counter() - started)
+        strategy = f"bench-throughput-{round_}"
+        started = time.perf_counter()
+        sync_collection(client, corpus, embedder, strategy=strategy, model=model)
+        pipe_times.append(time.perf_counter() - started)
+        for c in client.get_collections().collections:
+            if c.name.startswith(strategy):
+                client.delete_collection(c.name)
+    raw, pipe = statistics.median(raw_times), statistics.median(pipe_times)
+    result = {"texts": n, "encode_per_s": n / raw, "pipeline_per_s": n / pipe, "ratio": raw / pipe}
+    print(f"  {n} SciFact texts: model.encode {result['encode_per_s']:.1f}/s, embed+upsert {result['pipeline_per_s']:.1f}/s, "
+          f"ratio {result['ratio']:.2f} (goal ≥ 0.9)")
+    return result
+
+
+def latency(index: Index, queries: list[str], label: str, n_queries: int) -> dict:
+    out = {}
+    for mode in ["bm25", "dense", "hybrid-rrf", "hybrid-cc"]:
+        times = []
+        for q in queries[:n_queries]:
+            started = time.perf_counter()
+            retrieve(index, q, mode, RetrievalParams(k=10))
+            times.append(1000 * (time.perf_counter() - started))
+        out[mode] = {"p50_ms": float(np.percentile(times, 50)), "p95_ms": float(np.percentile(times, 95))}
+        print(f"  {label:>9s} {mode:12s} p50 {out[mode]['p50_ms']:8.1f} ms  p95 {out[mode]['p95_ms']:8.1f} ms")
+    return out
+
+
+def squad_paragraphs() -> list[str]:
+    with gzip.open(SHARED / "squad-dev" / "dev-v1.1.json.gz", "rt", encoding="utf-8") as fh:
+        data = json.load(fh)["data"]
+    return [p["context"] for article in data for p in article["paragraphs"]]
+
+
+def big_index(scifact: Index, model: str, size: int, client, root: Path) -> Index:
+    """~`size` points: SciFact vectors (scrolled from its collection), SQuAD paragraphs, then repeats."""
+    embedder = load_embedder(model)
+    alias = CollectionName(f"bench-{size}", model).alias
+    texts, vectors, offset = [], [], None
+    while True:
+        points, offset = client.scroll(scifact.alias, limit=2048, offset=offset, with_payload=["text"], with_vectors=[DENSE])
+        texts += [p.payload["text"] for p in points]
+        vectors += [p.vector[DENSE] for p in points]
+        if offset is None:
+            break
+    squad = squad_paragraphs()
+    texts += squad
+    base = len(texts)
+    ids = [f"u{i}" for i in range(base)] + [f"r{i}" for i in range(size - base)]
+    all_texts = [texts[i % base] for i in range(size)]
+    collection = f"{alias}__{embedder.version}__cosine"
+    if not client.collection_exists(collection):  # built once; later runs reuse it
+        vectors += embedder.encode_passages(squad).tolist()
+        create_collection(client, collection, embedder.dim, "cosine")
+        from qdrant_client import models
+
+        for i in range(0, size, 2000):
+            client.upsert(collection, points=models.Batch(
+                ids=[point_id(c) for c in ids[i:i + 2000]], vectors={DENSE: [vectors[j % base] for j in range(i, min(size, i + 2000))]},
+                payloads=[{"chunk_id": c} for c in ids[i:i + 2000]]), wait=True)
+        point_alias_to(client, alias, collection)
+    chunks = pd.DataFrame({"chunk_id": ids, "doc_id": ids, "text": all_texts, "page_start": 1, "page_end": 1, "char_start": 0,
+                           "char_end": [len(t) for t in all_texts], "content_hash": [str(i % base) for i in range(size)]})
+    sync_bm25(chunks, root / "indexes" / "bm25" / f"bench-{size}")
+    return Index(chunks.set_index("chunk_id"), BM25Index.load(root / "indexes" / "bm25" / f"bench-{size}"), client, alias, embedder)
+
+
+def incremental(model: str, n: int, client) -> dict:
+    embedder = load_embedder(model)
+    corpus = load_beir(SHARED / "scifact", "test").corpus.head(n).copy()
+    strategy = "bench-incremental"
+    for c in client.get_collections().collections:
+        if c.name.startswith(strategy):
+            client.delete_collection(c.name)
+    started = time.perf_counter()
+    full = sync_collection(client, corpus, embedder, strategy=strategy, model=model)
+    full_s = time.perf_counter() - started
+    out = {"documents": n, "full_build_s": full_s}
+    for share in (0.01, 0.10):
+        changed = corpus.copy()
+        rows = changed.sample(frac=share, random_state=int(share * 100)).index
+        changed.loc[rows, "text"] = changed.loc[rows, "text"] + f" (revised {share})"
+        changed.loc[rows, "content_hash"] = changed.loc[rows, "content_hash"] + f"-{share}"
+        started = time.perf_counter()
+        run = sync_collection(client, changed, embedder, strategy=strategy, model=model)
+        seconds = time.perf_counter() - started
+        out[f"{int(share * 100)}%"] = {"seconds": seconds, "ratio": seconds / full_s, "updated": run.updated}
+        print(f"  {int(share * 100):>3d}% of {n} changed: {seconds:.2f}s vs full build {full_s:.1f}s → ratio {seconds / full_s:.3f}"
+              + (" (goal ≤ 0.05)" if share == 0.01 else ""))
+        corpus = changed
+    assert full.points == n
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes: minutes, not the full figures")
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    if not (SHARED / "scifact").is_dir():
+        print(f"shared datasets not found at {SHARED}; nothing to measure")
+        return 0
+    root = data_dir() / "beir"
+    client = get_client()
+    results: dict = {"model": args.model, "quick": args.quick}
+    print("1. SciFact test nDCG@10")
+    q = quality(args.model, root)
+    scifact_index = q.pop("index")
+    results["quality"] = q
+    print("2. indexing throughput")
+    results["throughput"] = throughput(args.model, 200 if args.quick else 1000, client)
+    print("3. query latency")
+    queries = list(load_beir(SHARED / "scifact", "test").queries.values())
+    results["latency"] = {"5k": latency(scifact_index, queries, "5k", 30 if args.quick else 100)}
+    size = 20_000 if args.quick else 100_000
+    big = big_index(scifact_index, args.model, size, client, data_dir() / "bench")
+    results["latency"][f"{size // 1000}k"] = latency(big, queries, f"{size // 1000}k", 20 if args.quick else 50)
+    print("4. incremental re-index")
+    results["incremental"] = incremental(args.model, 300 if args.quick else 2000, client)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
