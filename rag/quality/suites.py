@@ -52,3 +52,43 @@ def check_chunks(chunks: pd.DataFrame, documents: pd.DataFrame, *, min_chars: in
         gxe.ExpectColumnValuesToBeBetween(column="page_start", min_value=1),
     ]
     return run_expectations(df, expectations, "chunk_sets")
+
+
+def check_qa_set(qa: pd.DataFrame, documents: pd.DataFrame, *, min_words: int = 5, max_words: int = 50,
+                 dev_share: tuple[float, float] = (0.05, 0.5)) -> SuiteOutcome:
+    """QA set invariants: question length, evidence spans non-empty and inside their document, a sane dev share."""
+    import json
+
+    import great_expectations.expectations as gxe
+
+    lengths = dict(zip(documents["doc_id"], documents["n_chars"]))
+
+    def spans_ok(evidence_json: str) -> bool:
+        spans = json.loads(evidence_json)
+        return bool(spans) and all(s["doc_id"] in lengths and 0 <= s["start"] < s["end"] <= lengths[s["doc_id"]] for s in spans)
+
+    df = qa.assign(
+        question_words=qa["question"].fillna("").str.split().str.len(),
+        evidence_valid=qa["evidence_json"].map(spans_ok) if len(qa) else pd.Series(dtype=bool),
+        is_dev=(qa["split"] == "dev").astype(float),
+    )
+    expectations = [
+        gxe.ExpectColumnValuesToBeUnique(column="qid"),
+        gxe.ExpectColumnValuesToBeBetween(column="question_words", min_value=min_words, max_value=max_words),
+        gxe.ExpectColumnValuesToBeInSet(column="evidence_valid", value_set=[True]),
+        gxe.ExpectColumnValuesToBeInSet(column="split", value_set=["train", "dev", "test"]),
+    ]
+    if qa["doc_id"].nunique() >= 2:  # a split by document needs at least two documents
+        expectations.append(gxe.ExpectColumnMeanToBeBetween(column="is_dev", min_value=dev_share[0], max_value=dev_share[1]))
+    return run_expectations(df, expectations, "synthetic_qa")
+
+
+def check_report(report: pd.DataFrame, metric_columns: list[str]) -> SuiteOutcome:
+    """Every metric is a number in [0, 1]."""
+    import great_expectations.expectations as gxe
+
+    expectations = []
+    for column in metric_columns:
+        expectations += [gxe.ExpectColumnValuesToNotBeNull(column=column),
+                         gxe.ExpectColumnValuesToBeBetween(column=column, min_value=0.0, max_value=1.0)]
+    return run_expectations(report, expectations, "retrieval_report")

@@ -1,0 +1,60 @@
+"""PNG plots for evaluation reports (matplotlib, headless)."""
+from __future__ import annotations
+
+import base64
+import io
+
+import pandas as pd
+
+
+def _png(fig) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers and in CI
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def recall_curves(summary: pd.DataFrame, title: str) -> bytes:
+    """Recall@k for k in 1..20, one line per row (mode or configuration)."""
+    plt = _pyplot()
+    ks = [1, 3, 5, 10, 20]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for row in summary.to_dict("records"):
+        label = " / ".join(str(row[c]) for c in ("strategy", "model", "mode") if c in row and summary[c].nunique() > 1) or row.get("mode", "")
+        ax.plot(ks, [row[f"recall@{k}"] for k in ks], marker="o", label=label)
+    ax.set_xlabel("k"), ax.set_ylabel("recall@k"), ax.set_ylim(0, 1.02), ax.set_xticks(ks), ax.set_title(title)
+    ax.grid(alpha=0.3), ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def metric_bars(summary: pd.DataFrame, metric: str, title: str, top: int = 30) -> bytes:
+    """Horizontal bars of one metric per configuration, best on top."""
+    plt = _pyplot()
+    data = summary.sort_values(metric, ascending=True).tail(top)
+    labels = [f"{r['strategy']} · {r['model']} · {r['mode']}" for r in data.to_dict("records")]
+    fig, ax = plt.subplots(figsize=(7, max(2.0, 0.28 * len(data) + 1)))
+    ax.barh(labels, data[metric], color=["tab:green" if b else "tab:blue" for b in data.get("best", [False] * len(data))])
+    ax.set_xlabel(metric), ax.set_xlim(0, 1), ax.set_title(title), ax.tick_params(axis="y", labelsize=7)
+    return _png(fig)
+
+
+def markdown_image(png: bytes, alt: str) -> str:
+    """Inline PNG for Markdown metadata: the Dagster UI renders data URIs."""
+    return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
+
+
+def markdown_table(df: pd.DataFrame, columns: list[str], digits: int = 3) -> str:
+    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
+    fmt = lambda v: f"{v:.{digits}f}" if isinstance(v, float) else str(v)  # noqa: E731
+    return head + "\n".join("| " + " | ".join(fmt(r[c]) for c in columns) + " |" for r in df.to_dict("records"))

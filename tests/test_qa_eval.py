@@ -1,0 +1,168 @@
+"""Span-anchored QA sets, loaders, synthetic filters, and a retrieval report checked by hand."""
+import hashlib
+import json
+
+import pandas as pd
+import pytest
+
+from rag.chunking import chunk_document
+from rag.evaluation.loaders import beir_documents, squad_articles
+from rag.evaluation.metrics import evaluate_run, retrieval_score
+from rag.evaluation.qaset import (
+    Evidence,
+    QAItem,
+    Relevance,
+    assign_splits,
+    export_beir,
+    export_squad,
+    from_frame,
+    import_squad,
+    qrels_for_chunks,
+    to_frame,
+)
+from rag.parsing.models import ElementDraft, assemble
+from rag.synthetic import SynthSettings, _Filters, generate_qa, is_verbatim, locate_answer, parse_completion, Passage
+from tests.conftest import SHARED
+
+PARAS = [
+    "The lighthouse at Cape Wrath was built in 1828 by Robert Stevenson. Its light can be seen for 22 nautical miles.",
+    "Keepers lived at the station until 1998, when the light was automated. Supplies arrived by boat twice a month.",
+    "Today the area is a military training range. Visitors reach the cape by a minibus that runs in summer only.",
+]
+
+
+def make_doc(doc_id="cape.txt"):
+    return assemble([ElementDraft(type="title", text="Cape Wrath", heading_level=1)] + [ElementDraft(type="narrative", text=p) for p in PARAS],
+                    doc_id=doc_id, source_path=doc_id, content_hash="0" * 64, parser="test", n_pages=1)
+
+
+def chunks_frame(chunks):
+    return pd.DataFrame([c.model_dump() for c in chunks])
+
+
+def test_one_qa_set_scores_two_strategies_by_span_overlap():
+    doc = make_doc()
+    start = doc.canonical_text.index("1998")
+    item = QAItem(qid="q1", question="When was the Cape Wrath light automated?", qtype="factual", doc_id=doc.doc_id,
+                  evidence=[Evidence(doc_id=doc.doc_id, start=start, end=start + 4)], answer="1998")
+    whole = chunks_frame(chunk_document(doc, "whole-document"))
+    para = chunks_frame(chunk_document(doc, "paragraph"))
+    assert qrels_for_chunks([item], whole) == {"q1": {whole.chunk_id[0]: 1}}
+    rel = qrels_for_chunks([item], para)["q1"]
+    hit = para[para.chunk_id.isin(rel)]
+    assert len(hit) == 1 and "1998" in hit.text.iloc[0]
+    # Coverage mode: a chunk covering only part of a long evidence span no longer counts.
+    long_ev = QAItem(qid="q2", question="What happened at the station?", qtype="long-answer", doc_id=doc.doc_id,
+                     evidence=[Evidence(doc_id=doc.doc_id, start=doc.elements[1].char_start, end=doc.elements[3].char_end)])
+    assert len(qrels_for_chunks([long_ev], para, Relevance(mode="any"))["q2"]) >= 2
+    assert qrels_for_chunks([long_ev], para, Relevance(mode="coverage", min_coverage=0.9)) == {}
+
+
+def test_qa_table_roundtrip_and_beir_squad_exports(tmp_path):
+    doc = make_doc()
+    s = doc.canonical_text.index("1828")
+    items = [QAItem(qid="q1", question="When was the lighthouse at Cape Wrath built?", qtype="factual", doc_id=doc.doc_id,
+                    evidence=[Evidence(doc_id=doc.doc_id, start=s, end=s + 4)], answer="1828", split="train")]
+    assert from_frame(to_frame(items)) == items
+    chunks = chunks_frame(chunk_document(doc, "paragraph"))
+    folder = export_beir(items, chunks, tmp_path / "beir")
+    qrels = (folder / "qrels" / "test.tsv").read_text().splitlines()
+    assert qrels[0] == "query-id\tcorpus-id\tscore" and len(qrels) == 2
+    assert sum(1 for _ in open(folder / "corpus.jsonl")) == len(chunks)
+    path = export_squad(items, {doc.doc_id: doc.canonical_text}, tmp_path / "squad.json")
+    docs_back, items_back = import_squad(path)
+    ans = json.loads(path.read_text())["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]
+    assert ans["text"] == "1828" and items_back[0].evidence == items[0].evidence
+
+
+def test_split_is_by_document_and_deterministic():
+    docs = [f"d{i}" for i in range(20)]
+    splits = assign_splits(docs)
+    assert sum(v == "dev" for v in splits.values()) == 4 and assign_splits(list(reversed(docs))) == splits
+    assert list(assign_splits(["a", "b"]).values()).count("dev") == 1 and assign_splits(["only"]) == {"only": "train"}
+
+
+def test_filters_and_answer_location():
+    f = _Filters(SynthSettings())
+    passage = "Keepers lived at the station until 1998, when the light was automated by the board."
+    assert not f.accept("When?", passage) and f.rejected["length"] == 1
+    assert not f.accept("Keepers lived at the station until 1998 when the light was automated", passage)
+    assert f.rejected["verbatim"] == 1
+    assert f.accept("Until which year did keepers live at the lighthouse station?", passage)
+    assert not f.accept("until WHICH year did keepers live at the lighthouse station", passage) and f.rejected["duplicate"] == 1
+    assert not f.accept("Bis zu welchem Jahr wohnten die Wärter auf der Station am Leuchtturm?", passage)
+    assert f.rejected["language"] == 1
+    assert is_verbatim("the light was automated by the board", passage)
+    p = Passage("x", 100, 100 + len(passage), passage)
+    ev = locate_answer("1998", p)
+    assert (ev.start, ev.end) == (100 + passage.index("1998"), 100 + passage.index("1998") + 4)
+    assert locate_answer("in the year nineteen ninety", p) is None
+    assert parse_completion(" How old is it?\nAnswer: 200 years\nPassage: junk") == ("How old is it?", "200 years")
+    assert parse_completion("no answer line") is None
+
+
+class ScriptedLLM:
+    name = "scripted"
+
+    def __init__(self, completions):
+        self.completions, self.prompts = list(completions), []
+
+    def complete(self, prompt, *, max_new_tokens=None, stop=None):
+        self.prompts.append(prompt)
+        return self.completions.pop(0) if self.completions else " ???"
+
+
+def test_generation_with_an_llm_keeps_answerable_questions_and_counts_rejections():
+    docs = [make_doc("a.txt"), make_doc("b.txt")]
+    llm = ScriptedLLM([" When was the lighthouse at Cape Wrath built?\nAnswer: 1828",
+                       " What is the capital city of the country of France?\nAnswer: Paris",
+                       " Short?\nAnswer: x"])
+    result = generate_qa(docs, llm, SynthSettings(passages_per_document=2, passage_chars=(50, 400)))
+    assert result.attempted == 4 and [i.answer for i in result.items] == ["1828"]
+    assert result.rejected["unanswerable"] == 1 and result.rejected["length"] == 1 and result.rejected["unparseable"] == 1
+    item = result.items[0]
+    assert docs[0].canonical_text[item.evidence[0].start:item.evidence[0].end] == "1828"
+    assert "Question type: factual\nQuestion:" in llm.prompts[0] and llm.prompts[0].count("Passage:") == 5
+
+
+def test_inverse_cloze_fallback_without_llm():
+    docs = [make_doc(f"d{i}.txt") for i in range(5)]
+    result = generate_qa(docs, None, SynthSettings(passages_per_document=1, passage_chars=(50, 400)))
+    assert result.generator == "inverse-cloze" and result.items
+    for item in result.items:
+        ev = item.evidence[0]
+        assert item.question in " ".join(docs[0].canonical_text[ev.start:ev.end].split())
+    assert {i.split for i in result.items} == {"train", "dev"}
+
+
+def test_report_metrics_match_a_hand_computation():
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1, "c": 1}, "q3": {"z": 1}}
+    run = {"q1": {"a": 3.0, "x": 2.0, "y": 1.0}, "q2": {"x": 3.0, "b": 2.0, "y": 1.0}}
+    mean, per_query = evaluate_run(qrels, run)
+    assert mean["recall@1"] == pytest.approx(1 / 3)            # q1 only
+    assert mean["recall@3"] == pytest.approx((1 + 0.5 + 0) / 3)
+    assert mean["mrr@3"] == pytest.approx((1 + 0.5 + 0) / 3)
+    assert mean["precision@3"] == pytest.approx((1 / 3 + 1 / 3 + 0) / 3)
+    assert mean["hit_rate@3"] == pytest.approx(2 / 3)
+    assert mean["map@3"] == pytest.approx((1 + 0.25 + 0) / 3)   # q2: (1/2) / 2 relevant
+    assert set(per_query.qid) == {"q1", "q2", "q3"}
+    assert retrieval_score(mean) == pytest.approx((mean["recall@5"] + mean["map@5"] + mean["ndcg@5"] + mean["mrr@5"]) / 4)
+
+
+@pytest.mark.skipif(not (SHARED / "squad-dev").is_dir(), reason="shared SQuAD dev not available")
+def test_squad_loader_reanchors_every_answer():
+    docs, items = squad_articles(SHARED / "squad-dev" / "dev-v1.1.json.gz", max_articles=3)
+    assert len(docs) == 3 and len(items) > 300
+    texts = {d.doc_id: d.canonical_text for d in docs}
+    for item in items:
+        for ev in item.evidence:
+            assert texts[ev.doc_id][ev.start:ev.end].strip()
+        assert texts[item.doc_id][item.evidence[0].start:item.evidence[0].end] == item.answer
+
+
+@pytest.mark.skipif(not (SHARED / "scifact").is_dir(), reason="shared SciFact not available")
+def test_beir_loader_gives_whole_document_evidence():
+    docs, items = beir_documents(SHARED / "scifact", "test")
+    assert len(docs) == 5183 and len(items) == 300
+    lengths = {d.doc_id: len(d.canonical_text) for d in docs}
+    assert all(ev.start == 0 and ev.end == lengths[ev.doc_id] for i in items for ev in i.evidence)
