@@ -7,10 +7,11 @@ or QA sets downstream.
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, MetadataValue, asset_check
 
 from assets.chunking import chunk_sets
-from orchestration.partitions import chunking_strategy_partitions
+from orchestration.partitions import chunking_strategy_partitions, collection_partitions
+from rag.evaluation.metrics import METRICS
 from rag.chunking import StrategyConfig
 from rag.quality.gx import SuiteOutcome
-from rag.quality.suites import check_chunks, check_documents
+from rag.quality.suites import check_chunks, check_documents, check_qa_set, check_report
 from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE
 from resources.chunking import ChunkingStrategies
 from resources.storage import DataStore
@@ -74,3 +75,22 @@ def chunk_sets_quality(context: AssetCheckExecutionContext, data_store: DataStor
         passed=result.passed, severity=result.severity, description=f"[{strategy}] {result.description}",
         metadata={**result.metadata, "strategy": strategy, "min_chars": min_chars, "max_chars": max_chars or -1},
     )
+
+
+@asset_check(asset="synthetic_qa", blocking=True, description="GX: question length 5–50 words, evidence spans non-empty "
+             "and inside their document, unique ids, dev share of the 80/20 document split.")
+def synthetic_qa_quality(data_store: DataStore) -> AssetCheckResult:
+    qa, documents = data_store.tables.read("synthetic_qa"), data_store.tables.read(DOCUMENTS_TABLE)
+    if qa is None or documents is None:
+        return AssetCheckResult(passed=False, description="synthetic_qa or parsed_documents is missing")
+    return to_check_result(check_qa_set(qa, documents))
+
+
+@asset_check(asset="retrieval_evaluation", blocking=True, partitions_def=collection_partitions,
+             description="GX: every metric of the report is present and within [0, 1].")
+def retrieval_evaluation_quality(context: AssetCheckExecutionContext, data_store: DataStore) -> AssetCheckResult:
+    keys = context.partition_key.keys_by_dimension
+    report = data_store.tables.read("retrieval_evaluation", f"{keys['strategy']}__{keys['model']}")
+    if report is None:
+        return AssetCheckResult(passed=False, description="the report of this partition is missing")
+    return to_check_result(check_report(report, METRICS + ["retrieval_score"]))

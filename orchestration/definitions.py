@@ -3,14 +3,21 @@ import os
 
 from dagster import Definitions, in_process_executor, multiprocess_executor
 
-from assets.checks import chunk_sets_quality, parsed_documents_quality
+from assets.checks import (
+    chunk_sets_quality,
+    parsed_documents_quality,
+    retrieval_evaluation_quality,
+    synthetic_qa_quality,
+)
 from assets.chunking import chunk_sets
+from assets.evaluation import evaluation_summary, retrieval_evaluation, synthetic_qa
 from assets.indexing import bm25_indexes, embedding_collections
 from assets.ingestion import ingest_documents
-from orchestration.jobs import chunk_job, index_job, ingest_job
+from orchestration.jobs import chunk_job, evaluation_job, index_job, ingest_job, qa_job, summary_job
 from orchestration.nightly import nightly_reindex_job, nightly_reindex_schedule
 from resources.chunking import ChunkingStrategies
 from resources.documents import DocumentSource
+from resources.llm import LLMResource
 from resources.models import EmbeddingModels
 from resources.qdrant import QdrantResource
 from resources.storage import DataStore
@@ -22,9 +29,10 @@ from sensors.strategies import chunking_strategy_sensor, embedding_model_sensor
 executor = multiprocess_executor if os.environ.get("QDRANT_URL") else in_process_executor
 
 defs = Definitions(
-    assets=[ingest_documents, chunk_sets, bm25_indexes, embedding_collections],
-    asset_checks=[parsed_documents_quality, chunk_sets_quality],
-    jobs=[ingest_job, chunk_job, index_job, nightly_reindex_job],
+    assets=[ingest_documents, chunk_sets, bm25_indexes, embedding_collections, synthetic_qa, retrieval_evaluation,
+            evaluation_summary],
+    asset_checks=[parsed_documents_quality, chunk_sets_quality, synthetic_qa_quality, retrieval_evaluation_quality],
+    jobs=[ingest_job, chunk_job, index_job, qa_job, evaluation_job, summary_job, nightly_reindex_job],
     schedules=[nightly_reindex_schedule],
     sensors=[chunking_strategy_sensor, embedding_model_sensor, new_documents_sensor],
     executor=executor,
@@ -34,5 +42,6 @@ defs = Definitions(
         "chunking": ChunkingStrategies(),
         "embedding_models": EmbeddingModels(),
         "qdrant": QdrantResource(),
+        "llm": LLMResource(),
     },
 )

@@ -51,6 +51,7 @@ def run_demo(instance) -> int:
         print(f"{name:22s} {0 if chunks is None else len(chunks):6d} {mean:10.0f} {'ok' if passed else 'FAIL':>5s}  " + "  ".join(f"{p:>{len(m) + 7}s}" for p, m in zip(points, models)))
 
     if models:
+        failures += _evaluate(defs, instance, quiet, store, models)
         print(f'\nrag search "{DEMO_QUESTION}" --strategy paragraph --model {models[0]} --mode hybrid-rrf --k 3')
         for hit in search(DEMO_QUESTION, strategy="paragraph", model=models[0], mode="hybrid-rrf", k=3):
             j = hit.to_json()
@@ -59,3 +60,32 @@ def run_demo(instance) -> int:
           f"BM25: {store.data_dir}/indexes/bm25; Qdrant: {store.data_dir}/qdrant")
     print("Browse lineage and runs: make dev  (then open http://127.0.0.1:3000)")
     return 1 if failures else 0
+
+
+def _evaluate(defs, instance, quiet, store, models) -> int:
+    """Synthetic QA set → a report per (strategy, model) → the summary; prints the summary table."""
+    from orchestration.partitions import collection_key
+    from rag.evaluation.plots import markdown_table
+    from resources.chunking import ChunkingStrategies
+    from resources.llm import LLMResource
+
+    failures = 0
+    qa = defs.resolve_job_def("synthetic_qa_job").execute_in_process(instance=instance, run_config=quiet, raise_on_error=False)
+    failures += 0 if qa.success else 1
+    meta = qa.asset_materializations_for_node("synthetic_qa")[0].metadata if qa.success else {}
+    generator = meta["generator"].value if meta else "?"
+    print(f"\nsynthetic QA ({LLMResource().backend} → {generator}): {meta['questions'].value if meta else 0} questions")
+    evaluate = defs.resolve_job_def("retrieval_evaluation_job")
+    for strategy in ChunkingStrategies().strategies():
+        for model in models:
+            ok = evaluate.execute_in_process(instance=instance, partition_key=collection_key(strategy, model), run_config=quiet, raise_on_error=False).success
+            failures += 0 if ok else 1
+    summary_run = defs.resolve_job_def("evaluation_summary_job").execute_in_process(instance=instance, run_config=quiet, raise_on_error=False)
+    summary = store.tables.read("evaluation_summary")
+    if not summary_run.success or summary is None:
+        print("evaluation summary FAILED (see the Dagster UI)")
+        return failures + 1
+    print("\nevaluation summary (best first; delta vs recursive-1000-200 + dense):")
+    view = summary.head(12).assign(config=lambda d: d["strategy"] + " · " + d["mode"])
+    print(markdown_table(view, ["config", "model", "retrieval_score", "recall@5", "ndcg@10", "delta_retrieval_score"]))
+    return failures

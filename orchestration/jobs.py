@@ -22,3 +22,22 @@ index_job = define_asset_job(
     partitions_def=collection_partitions,
     description="Embed (incrementally) one chunk set with one model into its Qdrant collection.",
 )
+
+qa_job = define_asset_job(
+    "synthetic_qa_job",
+    selection=AssetSelection.assets("synthetic_qa"),
+    description="Generate the span-anchored synthetic QA set from the parsed documents.",
+)
+
+evaluation_job = define_asset_job(
+    "retrieval_evaluation_job",
+    selection=AssetSelection.assets("retrieval_evaluation"),
+    partitions_def=collection_partitions,
+    description="Score one (strategy, model) index with the QA set, for every retrieval mode.",
+)
+
+summary_job = define_asset_job(
+    "evaluation_summary_job",
+    selection=AssetSelection.assets("evaluation_summary"),
+    description="Compare every evaluated configuration.",
+)

@@ -1,0 +1,171 @@
+"""QA-set and evaluation figures. Prints; asserts nothing.
+
+    .venv/bin/python bench/qa_eval.py [--quick] [--model minilm] [--llm none|local-gguf] [--json OUT]
+
+1. SQuAD dev as a corpus (paragraphs as documents, real questions): nDCG@10 / recall@5 per mode.
+2. Chunking comparison on SQuAD dev articles rebuilt from paragraphs: recall@5 per strategy from the
+   span-anchored ground truth (BM25, dense with --chunk-model, and hybrid-rrf).
+3. Synthetic questions on the shared PDFs: how many survive the filters per 100 chunks, with the
+   configured LLM and with the inverse-cloze fallback, with samples.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from rag.chunk_sets import update_chunk_set  # noqa: E402
+from rag.chunking import get_chunker, load_strategies  # noqa: E402
+from rag.embedding import load_embedder  # noqa: E402
+from rag.evaluation.beir import load_beir, open_beir_index  # noqa: E402
+from rag.evaluation.loaders import squad_articles  # noqa: E402
+from rag.evaluation.metrics import evaluate_run, run_from_hits  # noqa: E402
+from rag.evaluation.qaset import import_squad, qrels_for_chunks  # noqa: E402
+from rag.index.bm25 import BM25Index  # noqa: E402
+from rag.index.qdrant import get_client  # noqa: E402
+from rag.index.sync import sync_collection  # noqa: E402
+from rag.ingest import document_to_row, update_documents  # noqa: E402
+from rag.parsing import ParseSettings  # noqa: E402
+from rag.retrieval import Index, SearchFilter, bm25_ranking, dense_ranking  # noqa: E402
+from rag.retrieval.fusion import convex_combination, reciprocal_rank_fusion  # noqa: E402
+from rag.source import scan_folder  # noqa: E402
+from rag.store import data_dir  # noqa: E402
+from rag.synthetic import SynthSettings, generate_qa  # noqa: E402
+
+SHARED = REPO.parent / "shared" / "datasets"
+SQUAD = SHARED / "squad-dev" / "dev-v1.1.json.gz"
+NONE = SearchFilter()
+
+
+def squad_as_beir(folder: Path) -> Path:
+    """SQuAD dev paragraphs as a BEIR corpus, its questions as queries (written once)."""
+    if (folder / "qrels" / "test.tsv").exists():
+        return folder
+    documents, items = import_squad(SQUAD)
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    with open(folder / "corpus.jsonl", "w") as fh:
+        for doc_id, text in documents.items():
+            fh.write(json.dumps({"_id": doc_id, "title": "", "text": text}) + "\n")
+    with open(folder / "queries.jsonl", "w") as fh:
+        for item in items:
+            fh.write(json.dumps({"_id": item.qid, "text": item.question}) + "\n")
+    with open(folder / "qrels" / "test.tsv", "w") as fh:
+        fh.write("query-id\tcorpus-id\tscore\n" + "".join(f"{i.qid}\t{i.doc_id}\t1\n" for i in items))
+    return folder
+
+
+def modes_from(dense: dict, sparse: dict) -> dict[str, dict[str, list[str]]]:
+    ids = lambda r: [c for c, _ in r]  # noqa: E731
+    return {"bm25": {q: ids(r) for q, r in sparse.items()}, "dense": {q: ids(r) for q, r in dense.items()},
+            "hybrid-rrf": {q: ids(reciprocal_rank_fusion([dense[q], sparse[q]])) for q in dense},
+            "hybrid-cc": {q: ids(convex_combination(dense[q], sparse[q], 0.5)) for q in dense}}
+
+
+def squad_corpus(model: str, n_queries: int) -> dict:
+    folder = squad_as_beir(data_dir() / "bench" / "squad-beir")
+    ds = load_beir(folder, "test")
+    index, info = open_beir_index(ds, "dense", model, data_dir() / "beir")
+    qids = sorted(ds.queries)
+    random.Random(7).shuffle(qids)
+    qids = qids[:n_queries]
+    dense = {q: dense_ranking(index, ds.queries[q], 100, NONE) for q in qids}
+    sparse = {q: bm25_ranking(index, ds.queries[q], 100, NONE) for q in qids}
+    qrels = {q: ds.qrels[q] for q in qids}
+    out = {}
+    print(f"  {len(ds.corpus)} paragraphs, {len(qids)} of {len(ds.queries)} questions (seeded sample), index {info['index_seconds']}s")
+    for mode, run in modes_from(dense, sparse).items():
+        mean, _ = evaluate_run(qrels, run_from_hits(run), ["ndcg@10", "recall@5"])
+        out[mode] = mean
+        print(f"  {mode:12s} nDCG@10 {mean['ndcg@10']:.4f}  recall@5 {mean['recall@5']:.4f}")
+    return out
+
+
+def chunking_comparison(model: str, n_articles: int | None, n_queries: int) -> pd.DataFrame:
+    docs, items = squad_articles(SQUAD, max_articles=n_articles)
+    rng = random.Random(11)
+    items = rng.sample(items, min(n_queries, len(items)))
+    documents = pd.DataFrame([document_to_row(d, "bench") for d in docs])
+    embedder = load_embedder(model)
+    client = get_client()
+    rows = []
+    print(f"  {len(docs)} articles, {len(items)} questions; retrieval with bm25, dense ({model}), hybrid-rrf")
+    for strategy in load_strategies():
+        started = time.perf_counter()
+        chunks = update_chunk_set(None, documents, get_chunker(strategy)).chunks
+        qrels = qrels_for_chunks(items, chunks)
+        sync_collection(client, chunks, embedder, strategy=f"squad-{strategy}", model=model)
+        index = Index(chunks.set_index("chunk_id"), BM25Index.build(chunks["chunk_id"].tolist(), chunks["text"].tolist()),
+                      client, f"squad-{strategy}__{model}", embedder)
+        questions = {i.qid: i.question for i in items if i.qid in qrels}
+        dense = {q: dense_ranking(index, t, 20, NONE) for q, t in questions.items()}
+        sparse = {q: bm25_ranking(index, t, 20, NONE) for q, t in questions.items()}
+        row = {"strategy": strategy, "chunks": len(chunks), "mean_chars": round(chunks["text"].str.len().mean())}
+        for mode, run in modes_from(dense, sparse).items():
+            if mode == "hybrid-cc":
+                continue
+            row[f"recall@5 {mode}"] = evaluate_run(qrels, run_from_hits(run), ["recall@5"])[0]["recall@5"]
+        row["seconds"] = round(time.perf_counter() - started, 1)
+        rows.append(row)
+        print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+    return pd.DataFrame(rows)
+
+
+def synthetic_on_pdfs(llm_backend: str, llm_model: str) -> dict:
+    from rag.llm import LLMSettings, load_llm
+
+    from rag.ingest import document_from_row
+
+    run = update_documents(scan_folder(SHARED / "pdfs"), None, None, ParseSettings())
+
+    docs = [document_from_row(r) for r in run.documents.to_dict("records")]
+    n_chunks = len(update_chunk_set(None, run.documents, get_chunker("paragraph")).chunks)
+    out = {"documents": len(docs), "paragraph_chunks": n_chunks}
+    for label, llm in (("inverse-cloze", None), (llm_backend, load_llm(LLMSettings(backend=llm_backend, model=llm_model)))):
+        if label == "none":
+            continue
+        started = time.perf_counter()
+        result = generate_qa(docs, llm, SynthSettings())
+        out[label] = {**result.summary, "per_100_chunks": round(100 * len(result.items) / max(1, n_chunks), 1),
+                      "seconds": round(time.perf_counter() - started, 1), "samples": result.samples[:6]}
+        print(f"  {label}: {len(result.items)} of {result.attempted} survive ({out[label]['per_100_chunks']} per 100 paragraph chunks) "
+              f"in {out[label]['seconds']}s; rejected: {dict(result.rejected)}")
+        for s in result.samples[:4]:
+            print(f"    [{s['type']}] {s['question']}  → {s['answer']}")
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--model", default="minilm", help="embedder for the SQuAD corpus figure")
+    parser.add_argument("--chunk-model", default="wordllama", help="embedder for the chunking comparison (many chunk sets)")
+    parser.add_argument("--llm", default="local-gguf", help="LLM backend for synthetic questions (none to skip)")
+    parser.add_argument("--llm-model", default="smollm2")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if not SQUAD.exists():
+        print(f"shared datasets not found at {SHARED}; nothing to measure")
+        return 0
+    results = {}
+    print("1. SQuAD dev as a corpus")
+    results["squad_corpus"] = squad_corpus(args.model, 500 if args.quick else 2000)
+    print("2. chunking comparison on SQuAD articles")
+    results["chunking"] = chunking_comparison(args.chunk_model, 8 if args.quick else None, 300 if args.quick else 1500).to_dict("records")
+    print("3. synthetic questions on the shared PDFs")
+    results["synthetic"] = synthetic_on_pdfs(args.llm, args.llm_model)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
