@@ -11,6 +11,7 @@ from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_cont
 from orchestration.definitions import defs
 from resources.chunking import ChunkingStrategies
 from resources.documents import DocumentSource
+from resources.llm import LLMResource
 from resources.models import EmbeddingModels
 from resources.qdrant import QdrantResource
 from resources.storage import DataStore
@@ -35,6 +36,7 @@ def env(tmp_path, shared_pdfs, shared_mixed):
         "chunking": ChunkingStrategies(config_path=str(config)),
         "embedding_models": EmbeddingModels(config_path=str(tmp_path / "embedders.yaml")),
         "qdrant": QdrantResource(path=str(tmp_path / "qdrant")),
+        "llm": LLMResource(backend="none"),
     }
     (tmp_path / "embedders.yaml").write_text("active: [wordllama]\n")
     instance = DagsterInstance.ephemeral()
@@ -52,9 +54,11 @@ def test_definitions_have_groups_and_checks():
     graph = defs.resolve_asset_graph()
     groups = {key.to_user_string(): graph.get(key).group_name for key in graph.get_all_asset_keys()}
     assert groups == {"parsed_documents": "ingestion", "document_quarantine": "ingestion", "chunk_sets": "chunking",
-                      "bm25_indexes": "indexing", "embedding_collections": "indexing"}
+                      "bm25_indexes": "indexing", "embedding_collections": "indexing", "synthetic_qa": "evaluation",
+                      "retrieval_evaluation": "evaluation", "evaluation_summary": "evaluation"}
     assert defs.resolve_schedule_def("nightly_reindex").cron_schedule == "0 2 * * *"
-    assert {k.name for k in graph.asset_check_keys} == {"parsed_documents_quality", "chunk_sets_quality"}
+    assert {k.name for k in graph.asset_check_keys} == {"parsed_documents_quality", "chunk_sets_quality", "synthetic_qa_quality",
+                                                        "retrieval_evaluation_quality"}
 
 
 def test_ingest_then_chunk_partition_with_passing_checks(env):
@@ -170,3 +174,32 @@ def test_collection_partition_and_nightly_reindex(env):
     hits = search("lighthouses", strategy="paragraph", model="wordllama", mode="hybrid-rrf", k=1,
                   root=env["tables"].root.parent, qdrant=qdrant)
     assert hits[0].chunk["doc_id"] == "new-note.txt"
+
+
+def test_evaluation_stage_reports_and_summary(env, shared_mixed):
+    from dagster import MultiPartitionKey
+
+    for name in ["fake-html.html", "handbook-1p.docx", "norwich-city.txt"]:
+        shutil.copy(shared_mixed / name, env["docs"])
+    instance = env["instance"]
+    instance.add_dynamic_partitions("chunking_strategy", ["paragraph", "page"])
+    instance.add_dynamic_partitions("embedding_model", ["wordllama"])
+    assert run(env, "ingest_documents_job").success
+    qa = run(env, "synthetic_qa_job")
+    assert qa.success and all(e.passed for e in qa.get_asset_check_evaluations())
+    meta = qa.asset_materializations_for_node("synthetic_qa")[0].metadata
+    assert meta["generator"].value == "inverse-cloze" and meta["questions"].value > 5
+    for strategy in ["paragraph", "page"]:
+        assert run(env, "chunk_sets_job", strategy).success
+        key = MultiPartitionKey({"strategy": strategy, "model": "wordllama"})
+        assert run(env, "embedding_collections_job", key).success
+        evaluated = run(env, "retrieval_evaluation_job", key)
+        assert evaluated.success and [e.passed for e in evaluated.get_asset_check_evaluations()] == [True]
+        report_md = evaluated.asset_materializations_for_node("retrieval_evaluation")[0].metadata["recall_at_k"].value
+        assert report_md.startswith("![recall@k](data:image/png;base64,")
+    summary_run = run(env, "evaluation_summary_job")
+    assert summary_run.success
+    summary = env["tables"].read("evaluation_summary")
+    assert len(summary) == 8 and summary["best"].sum() == 1
+    assert set(summary["mode"]) == {"bm25", "dense", "hybrid-rrf", "hybrid-cc"}
+    assert summary["retrieval_score"].between(0, 1).all() and summary["retrieval_score"].is_monotonic_decreasing
