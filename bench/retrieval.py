@@ -183,27 +183,35 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: minutes, not the full figures")
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--only", default="quality,throughput,latency,incremental",
+                        help="comma-separated sections to run (latency needs the SciFact index that quality builds)")
     args = parser.parse_args()
+    only = set(args.only.split(","))
     if not (SHARED / "scifact").is_dir():
         print(f"shared datasets not found at {SHARED}; nothing to measure")
         return 0
     root = data_dir() / "beir"
     client = get_client()
     results: dict = {"model": args.model, "quick": args.quick}
-    print("1. SciFact test nDCG@10")
-    q = quality(args.model, root)
-    scifact_index = q.pop("index")
-    results["quality"] = q
-    print("2. indexing throughput")
-    results["throughput"] = throughput(args.model, 200 if args.quick else 1000, client)
-    print("3. query latency")
-    queries = list(load_beir(SHARED / "scifact", "test").queries.values())
-    results["latency"] = {"5k": latency(scifact_index, queries, "5k", 30 if args.quick else 100)}
-    size = 20_000 if args.quick else 100_000
-    big = big_index(scifact_index, args.model, size, client, data_dir() / "bench")
-    results["latency"][f"{size // 1000}k"] = latency(big, queries, f"{size // 1000}k", 20 if args.quick else 50)
-    print("4. incremental re-index")
-    results["incremental"] = incremental(args.model, 300 if args.quick else 2000, client)
+    scifact_index = None
+    if "quality" in only or "latency" in only:
+        print("1. SciFact test nDCG@10")
+        q = quality(args.model, root) if "quality" in only else {"index": open_beir_index(load_beir(SHARED / "scifact"), "hybrid-cc", args.model, root)[0]}
+        scifact_index = q.pop("index")
+        results["quality"] = q
+    if "throughput" in only:
+        print("2. indexing throughput")
+        results["throughput"] = throughput(args.model, 200 if args.quick else 1000, client)
+    if "latency" in only:
+        print("3. query latency")
+        queries = list(load_beir(SHARED / "scifact", "test").queries.values())
+        results["latency"] = {"5k": latency(scifact_index, queries, "5k", 30 if args.quick else 100)}
+        size = 20_000 if args.quick else 100_000
+        big = big_index(scifact_index, args.model, size, client, data_dir() / "bench")
+        results["latency"][f"{size // 1000}k"] = latency(big, queries, f"{size // 1000}k", 20 if args.quick else 50)
+    if "incremental" in only:
+        print("4. incremental re-index")
+        results["incremental"] = incremental(args.model, 300 if args.quick else 2000, client)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2, default=float))
