@@ -14,7 +14,11 @@ from pathlib import Path
 import numpy as np
 
 K1, B = 1.2, 0.75
-logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
+
+
+def _quiet_bm25s() -> None:
+    # bm25s sets its logger to DEBUG on import and logs every index build; keep it to warnings.
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 
 def _stemmer():
@@ -47,6 +51,7 @@ class BM25Index:
     def build(cls, chunk_ids: Sequence[str], texts: Sequence[str], fingerprint: str = "") -> BM25Index:
         import bm25s
 
+        _quiet_bm25s()
         retriever = bm25s.BM25(k1=K1, b=B)
         if texts:
             retriever.index(tokenize(texts), show_progress=False)
