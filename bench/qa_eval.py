@@ -150,17 +150,22 @@ def main() -> int:
     parser.add_argument("--llm", default="local-gguf", help="LLM backend for synthetic questions (none to skip)")
     parser.add_argument("--llm-model", default="smollm2")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--only", default="squad,chunking,synthetic", help="comma-separated sections to run")
     args = parser.parse_args()
+    only = set(args.only.split(","))
     if not SQUAD.exists():
         print(f"shared datasets not found at {SHARED}; nothing to measure")
         return 0
     results = {}
-    print("1. SQuAD dev as a corpus")
-    results["squad_corpus"] = squad_corpus(args.model, 500 if args.quick else 2000)
-    print("2. chunking comparison on SQuAD articles")
-    results["chunking"] = chunking_comparison(args.chunk_model, 8 if args.quick else None, 300 if args.quick else 1500).to_dict("records")
-    print("3. synthetic questions on the shared PDFs")
-    results["synthetic"] = synthetic_on_pdfs(args.llm, args.llm_model)
+    if "squad" in only:
+        print("1. SQuAD dev as a corpus")
+        results["squad_corpus"] = squad_corpus(args.model, 500 if args.quick else 2000)
+    if "chunking" in only:
+        print("2. chunking comparison on SQuAD articles")
+        results["chunking"] = chunking_comparison(args.chunk_model, 8 if args.quick else None, 300 if args.quick else 1500).to_dict("records")
+    if "synthetic" in only:
+        print("3. synthetic questions on the shared PDFs")
+        results["synthetic"] = synthetic_on_pdfs(args.llm, args.llm_model)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2, default=str))

@@ -21,7 +21,7 @@ from rag.evaluation.qaset import (
     to_frame,
 )
 from rag.parsing.models import ElementDraft, assemble
-from rag.synthetic import SynthSettings, _Filters, generate_qa, is_verbatim, locate_answer, parse_completion, Passage
+from rag.synthetic import Passage, SynthSettings, _Filters, ask, generate_qa, is_verbatim, locate_answer
 from tests.conftest import SHARED
 
 PARAS = [
@@ -97,8 +97,8 @@ def test_filters_and_answer_location():
     ev = locate_answer("1998", p)
     assert (ev.start, ev.end) == (100 + passage.index("1998"), 100 + passage.index("1998") + 4)
     assert locate_answer("in the year nineteen ninety", p) is None
-    assert parse_completion(" How old is it?\nAnswer: 200 years\nPassage: junk") == ("How old is it?", "200 years")
-    assert parse_completion("no answer line") is None
+    assert ask(ScriptedLLM([" How old is it?", " 200 years"]), "P") == ("How old is it?", "200 years")
+    assert ask(ScriptedLLM([" Answer: nothing"]), "P") is None and ask(ScriptedLLM([" Q?", "  "]), "P") is None
 
 
 class ScriptedLLM:
@@ -114,15 +114,17 @@ class ScriptedLLM:
 
 def test_generation_with_an_llm_keeps_answerable_questions_and_counts_rejections():
     docs = [make_doc("a.txt"), make_doc("b.txt")]
-    llm = ScriptedLLM([" When was the lighthouse at Cape Wrath built?\nAnswer: 1828",
-                       " What is the capital city of the country of France?\nAnswer: Paris",
-                       " Short?\nAnswer: x"])
+    llm = ScriptedLLM([" When was the lighthouse at Cape Wrath built?", " 1828",
+                       " What is the capital city of the country of France?", " Paris",
+                       " Short?", " x",
+                       " Answer: the model lost the pattern"])
     result = generate_qa(docs, llm, SynthSettings(passages_per_document=2, passage_chars=(50, 400)))
     assert result.attempted == 4 and [i.answer for i in result.items] == ["1828"]
     assert result.rejected["unanswerable"] == 1 and result.rejected["length"] == 1 and result.rejected["unparseable"] == 1
     item = result.items[0]
     assert docs[0].canonical_text[item.evidence[0].start:item.evidence[0].end] == "1828"
-    assert "Question type: factual\nQuestion:" in llm.prompts[0] and llm.prompts[0].count("Passage:") == 5
+    assert llm.prompts[0].endswith("Question type: factual\nQuestion:") and llm.prompts[0].count("Passage:") == 5
+    assert llm.prompts[1].endswith("Question: When was the lighthouse at Cape Wrath built?\nAnswer:")
 
 
 def test_inverse_cloze_fallback_without_llm():

@@ -119,12 +119,14 @@ def build_prompt(passage: str, qtype: str, examples: list[dict]) -> str:
     return f"{head}{shots}Passage: {' '.join(passage.split())}\nQuestion type: {qtype}\nQuestion:"
 
 
-def parse_completion(text: str) -> tuple[str, str] | None:
-    match = re.match(r"\s*(.+?)\s*\n\s*Answer:\s*(.+)", text, re.S)
-    if not match:
+def ask(llm: Completer, prompt: str) -> tuple[str, str] | None:
+    """Question, then answer, as two one-line completions: tiny models drift off a two-line format
+    in one go, but each line on its own stays in the pattern of the examples."""
+    question = llm.complete(prompt, max_new_tokens=64, stop=["\n"]).strip()
+    if not question or question.lower().startswith("answer"):
         return None
-    question, answer = match.group(1).strip(), match.group(2).strip().split("\n")[0].strip()
-    return (question, answer) if question and answer else None
+    answer = llm.complete(f"{prompt} {question}\nAnswer:", max_new_tokens=64, stop=["\n"]).strip()
+    return (question, answer) if answer else None
 
 
 # --- filters ---------------------------------------------------------------------------------------
@@ -233,7 +235,7 @@ def generate_qa(documents: list[ParsedDocument], llm: Completer | None, settings
 
 
 def _llm_question(llm: Completer, passage: Passage, qtype: str, examples, filters: _Filters, result: SynthResult) -> QAItem | None:
-    parsed = parse_completion(llm.complete(build_prompt(passage.text, qtype, examples), max_new_tokens=96, stop=["\n\n", "\nPassage:"]))
+    parsed = ask(llm, build_prompt(passage.text, qtype, examples))
     if parsed is None:
         result.rejected["unparseable"] += 1
         return None
@@ -270,7 +272,7 @@ def _multi_document(llm, passages_by_doc, settings, examples, filters, result, r
         a, b = (rng.choice(passages_by_doc[d]) for d in rng.sample(docs, 2))
         result.attempted += 1
         prompt = build_prompt(f"{a.text} {b.text}", "multi-document (needs both parts)", examples)
-        parsed = parse_completion(llm.complete(prompt, max_new_tokens=96, stop=["\n\n", "\nPassage:"]))
+        parsed = ask(llm, prompt)
         if parsed is None:
             result.rejected["unparseable"] += 1
             continue
