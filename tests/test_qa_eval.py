@@ -168,3 +168,35 @@ def test_beir_loader_gives_whole_document_evidence():
     assert len(docs) == 5183 and len(items) == 300
     lengths = {d.doc_id: len(d.canonical_text) for d in docs}
     assert all(ev.start == 0 and ev.end == lengths[ev.doc_id] for i in items for ev in i.evidence)
+
+
+def test_evaluate_index_report_on_a_tiny_corpus_by_hand():
+    from rag.evaluation.retrieval_eval import evaluate_index, summarize
+    from rag.index.bm25 import BM25Index
+    from rag.retrieval import Index
+
+    texts = {"c1": "lighthouse keepers lived at the station", "c2": "the minibus runs in summer to the cape",
+             "c3": "military training range near the cape", "c4": "robert stevenson built the lighthouse in 1828"}
+    chunks = pd.DataFrame([{"chunk_id": c, "doc_id": "d", "text": t, "char_start": 100 * i, "char_end": 100 * i + 50,
+                            "page_start": 1, "page_end": 1} for i, (c, t) in enumerate(texts.items())])
+    ev = lambda i: [Evidence(doc_id="d", start=100 * i + 10, end=100 * i + 20)]  # noqa: E731 (inside chunk i only)
+    items = [QAItem(qid="q1", question="who built the lighthouse", qtype="factual", doc_id="d", evidence=ev(3)),     # c4 ranks 1st
+             QAItem(qid="q2", question="when does the minibus run", qtype="factual", doc_id="d", evidence=ev(1)),    # c2 ranks 1st
+             QAItem(qid="q3", question="where did keepers train", qtype="factual", doc_id="d", evidence=ev(2)),      # rank of c3 read off BM25 below
+             QAItem(qid="q4", question="evidence outside every chunk", qtype="factual", doc_id="d",
+                    evidence=[Evidence(doc_id="d", start=60, end=70)])]
+    index = Index(chunks.set_index("chunk_id"), BM25Index.build(list(texts), list(texts.values())), None, None, None)
+    report = evaluate_index(index, items, chunks, strategy="s", model="-", modes=["bm25"])
+    row = report.summary.iloc[0]
+    assert row["n_questions"] == 3 and row["n_without_relevant_chunk"] == 1
+    per_q = report.per_query.set_index("qid")
+    ranks = {q: index.bm25.search(i.question, 5) for q, i in zip(["q1", "q2", "q3"], items)}
+    first_hit = {q: next((r for r, (cid, _) in enumerate(hits, start=1) if cid == {"q1": "c4", "q2": "c2", "q3": "c3"}[q]), None)
+                 for q, hits in ranks.items()}
+    assert first_hit["q1"] == 1 and first_hit["q2"] == 1
+    expected_mrr = sum(1 / r if r else 0 for r in first_hit.values()) / 3
+    assert row["mrr@10"] == pytest.approx(expected_mrr)
+    assert row["recall@1"] == pytest.approx(sum(r == 1 for r in first_hit.values()) / 3)
+    assert per_q.loc["q1", "recall@1"] == 1.0 and per_q.loc["q1", "top_chunk"] == "c4"
+    summary = summarize(report.summary)
+    assert bool(summary.loc[0, "best"]) and summary.loc[0, "delta_retrieval_score"] is None
