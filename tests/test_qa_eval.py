@@ -1,5 +1,4 @@
 """Span-anchored QA sets, loaders, synthetic filters, and a retrieval report checked by hand."""
-import hashlib
 import json
 
 import pandas as pd

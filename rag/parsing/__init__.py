@@ -6,7 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from rag.parsing.errors import ParseError, QuarantineReason
-from rag.parsing.models import ELEMENT_SEPARATOR, Element, ElementDraft, ParsedDocument, assemble
+from rag.parsing.models import ELEMENT_SEPARATOR, Element, ParsedDocument, assemble
 from rag.parsing.settings import PARSER_VERSION, ParseSettings
 
 __all__ = [
