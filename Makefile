@@ -52,11 +52,10 @@ dev: install
 	$(VENV)/bin/dagster dev -w workspace.yaml
 
 bench: install
-	$(PY) bench/parse_throughput.py
-	$(PY) bench/retrieval.py --json bench/results/retrieval.json
+	$(PY) bench/run.py
 
 bench-quick: install
-	$(PY) bench/retrieval.py --quick
+	$(PY) bench/run.py --quick
 
 clean:
 	rm -rf $(VENV) data

@@ -32,14 +32,11 @@ def raw_pdfplumber(paths: list[Path]) -> float:
     return time.perf_counter() - started
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+def run(repeat: int = 3) -> dict:
+    """Every figure of this benchmark, printed as it goes and returned."""
     if not (SHARED / "pdfs").is_dir():
         print(f"shared datasets not found at {SHARED}; nothing to measure")
-        return 0
-
+        return {}
     files = sorted((SHARED / "pdfs").glob("*.pdf")) + sorted(p for p in (SHARED / "docs-mixed").iterdir() if p.name != "manifest.json")
     outcomes: Counter[str] = Counter()
     docs = []
@@ -59,7 +56,7 @@ def main() -> int:
         with pdfplumber.open(p) as pdf:
             pages += len(pdf.pages)
     raw_times, our_times = [], []
-    for _ in range(args.repeat):
+    for _ in range(repeat):
         raw_times.append(raw_pdfplumber(pdfs))
         t = time.perf_counter()
         for p in pdfs:
@@ -69,10 +66,12 @@ def main() -> int:
                 pass
         our_times.append(time.perf_counter() - t)
     raw_med, our_med = statistics.median(raw_times), statistics.median(our_times)
-    print(f"\nparse throughput on {len(pdfs)} PDFs / {pages} pages (median of {args.repeat}):")
-    print(f"  raw pdfplumber extract_text: {pages / raw_med:7.1f} pages/s")
-    print(f"  rag parse_file (layout, tables, headings): {pages / our_med:7.1f} pages/s")
-    print(f"  ratio ours/raw: {raw_med / our_med:.2f}")
+    result = {"files": dict(outcomes), "pdfs": len(pdfs), "pages": pages, "raw_pages_per_s": pages / raw_med,
+              "ours_pages_per_s": pages / our_med, "ratio": raw_med / our_med, "chunking": {}}
+    print(f"\nparse throughput on {len(pdfs)} PDFs / {pages} pages (median of {repeat}):")
+    print(f"  raw pdfplumber extract_text: {result['raw_pages_per_s']:7.1f} pages/s")
+    print(f"  rag parse_file (layout, tables, headings): {result['ours_pages_per_s']:7.1f} pages/s")
+    print(f"  ratio ours/raw: {result['ratio']:.2f}")
 
     shared_pdf_docs = [d for d in docs if d.doc_id.endswith(".pdf")]
     print(f"\nchunks per strategy on the {len(shared_pdf_docs)} parsed shared PDFs:")
@@ -84,7 +83,15 @@ def main() -> int:
         seconds = time.perf_counter() - t
         mean_chars = statistics.mean(len(c.text) for c in chunks) if chunks else 0
         mean_tokens = statistics.mean(c.n_tokens for c in chunks) if chunks else 0
+        result["chunking"][name] = {"chunks": len(chunks), "mean_chars": mean_chars, "mean_tokens": mean_tokens, "seconds": seconds}
         print(f"  {name:24s} {len(chunks):7d} {mean_chars:10.0f} {mean_tokens:11.0f} {seconds:8.2f}")
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    run(parser.parse_args().repeat)
     return 0
 
 

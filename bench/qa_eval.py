@@ -152,25 +152,31 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--only", default="squad,chunking,synthetic", help="comma-separated sections to run")
     args = parser.parse_args()
-    only = set(args.only.split(","))
-    if not SQUAD.exists():
-        print(f"shared datasets not found at {SHARED}; nothing to measure")
-        return 0
-    results = {}
-    if "squad" in only:
-        print("1. SQuAD dev as a corpus")
-        results["squad_corpus"] = squad_corpus(args.model, 500 if args.quick else 2000)
-    if "chunking" in only:
-        print("2. chunking comparison on SQuAD articles")
-        results["chunking"] = chunking_comparison(args.chunk_model, 8 if args.quick else None, 300 if args.quick else 1500).to_dict("records")
-    if "synthetic" in only:
-        print("3. synthetic questions on the shared PDFs")
-        results["synthetic"] = synthetic_on_pdfs(args.llm, args.llm_model)
+    results = run(args.quick, set(args.only.split(",")), args.model, args.chunk_model, args.llm, args.llm_model)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2, default=str))
     return 0
 
+
+def run(quick: bool = False, only: set[str] | None = None, model: str = "minilm", chunk_model: str = "wordllama",
+        llm: str = "local-gguf", llm_model: str = "smollm2") -> dict:
+    """Every figure of this benchmark (or the sections in `only`), printed as it goes and returned."""
+    only = only or {"squad", "chunking", "synthetic"}
+    if not SQUAD.exists():
+        print(f"shared datasets not found at {SHARED}; nothing to measure")
+        return {}
+    results = {}
+    if "squad" in only:
+        print("1. SQuAD dev as a corpus")
+        results["squad_corpus"] = squad_corpus(model, 500 if quick else 2000)
+    if "chunking" in only:
+        print("2. chunking comparison on SQuAD articles")
+        results["chunking"] = chunking_comparison(chunk_model, 8 if quick else None, 300 if quick else 1500).to_dict("records")
+    if "synthetic" in only:
+        print("3. synthetic questions on the shared PDFs")
+        results["synthetic"] = synthetic_on_pdfs(llm, llm_model)
+    return results
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -186,36 +186,42 @@ def main() -> int:
     parser.add_argument("--only", default="quality,throughput,latency,incremental",
                         help="comma-separated sections to run (latency needs the SciFact index that quality builds)")
     args = parser.parse_args()
-    only = set(args.only.split(","))
-    if not (SHARED / "scifact").is_dir():
-        print(f"shared datasets not found at {SHARED}; nothing to measure")
-        return 0
-    root = data_dir() / "beir"
-    client = get_client()
-    results: dict = {"model": args.model, "quick": args.quick}
-    scifact_index = None
-    if "quality" in only or "latency" in only:
-        print("1. SciFact test nDCG@10")
-        q = quality(args.model, root) if "quality" in only else {"index": open_beir_index(load_beir(SHARED / "scifact"), "hybrid-cc", args.model, root)[0]}
-        scifact_index = q.pop("index")
-        results["quality"] = q
-    if "throughput" in only:
-        print("2. indexing throughput")
-        results["throughput"] = throughput(args.model, 200 if args.quick else 1000, client)
-    if "latency" in only:
-        print("3. query latency")
-        queries = list(load_beir(SHARED / "scifact", "test").queries.values())
-        results["latency"] = {"5k": latency(scifact_index, queries, "5k", 30 if args.quick else 100)}
-        size = 20_000 if args.quick else 100_000
-        big = big_index(scifact_index, args.model, size, client, data_dir() / "bench")
-        results["latency"][f"{size // 1000}k"] = latency(big, queries, f"{size // 1000}k", 20 if args.quick else 50)
-    if "incremental" in only:
-        print("4. incremental re-index")
-        results["incremental"] = incremental(args.model, 300 if args.quick else 2000, client)
+    results = run(args.model, args.quick, set(args.only.split(",")))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2, default=float))
     return 0
+
+
+def run(model: str = "minilm", quick: bool = False, only: set[str] | None = None) -> dict:
+    """Every figure of this benchmark (or the sections in `only`), printed as it goes and returned."""
+    only = only or {"quality", "throughput", "latency", "incremental"}
+    if not (SHARED / "scifact").is_dir():
+        print(f"shared datasets not found at {SHARED}; nothing to measure")
+        return {}
+    root = data_dir() / "beir"
+    client = get_client()
+    results: dict = {"model": model, "quick": quick}
+    scifact_index = None
+    if "quality" in only or "latency" in only:
+        print("1. SciFact test nDCG@10")
+        q = quality(model, root) if "quality" in only else {"index": open_beir_index(load_beir(SHARED / "scifact"), "hybrid-cc", model, root)[0]}
+        scifact_index = q.pop("index")
+        results["quality"] = q
+    if "throughput" in only:
+        print("2. indexing throughput")
+        results["throughput"] = throughput(model, 200 if quick else 1000, client)
+    if "latency" in only:
+        print("3. query latency")
+        queries = list(load_beir(SHARED / "scifact", "test").queries.values())
+        results["latency"] = {"5k": latency(scifact_index, queries, "5k", 30 if quick else 100)}
+        for size in ([20_000] if quick else [20_000, 100_000]):
+            big = big_index(scifact_index, model, size, client, data_dir() / "bench")
+            results["latency"][f"{size // 1000}k"] = latency(big, queries, f"{size // 1000}k", 20 if quick else 50)
+    if "incremental" in only:
+        print("4. incremental re-index")
+        results["incremental"] = incremental(model, 300 if quick else 2000, client)
+    return results
 
 
 if __name__ == "__main__":

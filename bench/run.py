@@ -1,0 +1,114 @@
+"""Every benchmark that applies, one command: `make bench` (or `make bench-quick`).
+
+Writes bench/results/<timestamp>.json and <timestamp>.md (with PNG plots beside it) and prints a one-screen
+summary. Each figure is measured beside its baseline in the same run; nothing here asserts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import parse_throughput  # noqa: E402
+import qa_eval  # noqa: E402
+import retrieval  # noqa: E402
+
+RESULTS = REPO / "bench" / "results"
+
+
+def _plot_latency(latency: dict, path: Path) -> Path | None:
+    if not latency:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted(latency, key=lambda s: int(s.rstrip("k")))
+    xs = [int(s.rstrip("k")) * 1000 for s in sizes]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for mode in latency[sizes[0]]:
+        ax.plot(xs, [latency[s][mode]["p50_ms"] for s in sizes], marker="o", label=f"{mode} p50")
+        ax.plot(xs, [latency[s][mode]["p95_ms"] for s in sizes], marker="x", linestyle="--", alpha=0.6, label=f"{mode} p95")
+    ax.set_xscale("log"), ax.set_yscale("log"), ax.set_xlabel("points in the collection"), ax.set_ylabel("ms per query")
+    ax.set_title("query latency vs collection size (embedded Qdrant, 2 cores)"), ax.grid(alpha=0.3), ax.legend(fontsize=6, ncol=2)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def summary_lines(r: dict) -> list[str]:
+    lines = []
+    parse = r.get("parse", {})
+    if parse:
+        lines.append(f"parse: {parse['ours_pages_per_s']:.1f} pages/s vs raw pdfplumber {parse['raw_pages_per_s']:.1f} (ratio {parse['ratio']:.2f})")
+    ret = r.get("retrieval", {})
+    if "quality" in ret:
+        nd = ret["quality"]["ndcg@10"]
+        lines.append("SciFact nDCG@10: " + ", ".join(f"{m} {v:.4f}" for m, v in nd.items()) + f" (α={ret['quality']['alpha']} from train; anchors bm25 0.665, minilm 0.645)")
+    if "throughput" in ret:
+        t = ret["throughput"]
+        lines.append(f"indexing: {t['pipeline_per_s']:.1f} chunks/s vs model.encode {t['encode_per_s']:.1f} (ratio {t['ratio']:.2f}, goal ≥ 0.9)")
+    for size, modes in ret.get("latency", {}).items():
+        lines.append(f"latency {size}: " + ", ".join(f"{m} p50 {v['p50_ms']:.0f}/p95 {v['p95_ms']:.0f} ms" for m, v in modes.items()))
+    if "incremental" in ret:
+        inc = ret["incremental"]
+        lines.append(f"incremental: 1% changed {inc['1%']['ratio']:.3f} of a full build (goal ≤ 0.05), 10% {inc['10%']['ratio']:.3f}")
+    qa = r.get("qa", {})
+    if "squad_corpus" in qa:
+        lines.append("SQuAD corpus nDCG@10: " + ", ".join(f"{m} {v['ndcg@10']:.3f}" for m, v in qa["squad_corpus"].items()))
+    if "chunking" in qa:
+        best = max(qa["chunking"], key=lambda row: row["recall@5 hybrid-rrf"])
+        lines.append(f"SQuAD chunking: best recall@5 (hybrid-rrf) {best['strategy']} {best['recall@5 hybrid-rrf']:.3f} over {len(qa['chunking'])} strategies")
+    for label, s in qa.get("synthetic", {}).items():
+        if isinstance(s, dict):
+            lines.append(f"synthetic QA ({label}): {s['questions']} of {s['attempted']} kept, {s['per_100_chunks']} per 100 chunks")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="minutes, not the full figures")
+    parser.add_argument("--skip", default="", help="comma-separated: parse, retrieval, qa")
+    parser.add_argument("--llm", default="local-gguf", help="LLM backend for synthetic questions (none to skip it)")
+    args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    started = time.perf_counter()
+    results: dict = {"started": stamp, "quick": args.quick}
+    if "parse" not in skip:
+        print("== parsing and chunking")
+        results["parse"] = parse_throughput.run(repeat=1 if args.quick else 3)
+    if "retrieval" not in skip:
+        print("== retrieval")
+        results["retrieval"] = retrieval.run(quick=args.quick)
+    if "qa" not in skip:
+        print("== QA sets and evaluation")
+        results["qa"] = qa_eval.run(quick=args.quick, llm=args.llm)
+    results["seconds"] = time.perf_counter() - started
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    json_path = RESULTS / f"{stamp}.json"
+    json_path.write_text(json.dumps(results, indent=2, default=float))
+    plot = _plot_latency(results.get("retrieval", {}).get("latency", {}), RESULTS / f"{stamp}-latency.png")
+    lines = summary_lines(results)
+    md = [f"# Benchmarks {stamp}{' (quick)' if args.quick else ''}", "", *[f"- {line}" for line in lines]]
+    if plot:
+        md += ["", f"![latency]({plot.name})"]
+    md_path = RESULTS / f"{stamp}.md"
+    md_path.write_text("\n".join(md) + "\n")
+    print("\n" + "=" * 78)
+    print(*lines, sep="\n")
+    print(f"results: {json_path}\nreport:  {md_path}" + (f"\nplot:    {plot}" if plot else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
