@@ -44,8 +44,28 @@ def _plot_latency(latency: dict, path: Path) -> Path | None:
     return path
 
 
+def indexing_memory(model: str = "minilm") -> dict:
+    """Peak RSS of a whole `rag index` run (parse → chunk → BM25 → embed) on the bundled sample corpus."""
+    import os
+    import resource
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "orchestration.cli", "index", str(REPO / "sample_corpus"), "--model", model],
+                              cwd=REPO, env={**os.environ, "RAG_DATA_DIR": tmp}, capture_output=True, text=True)
+        seconds = time.perf_counter() - started
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # Linux reports KiB
+    result = {"peak_rss_mb": round(peak_mb, 1), "seconds": round(seconds, 1), "ok": proc.returncode == 0}
+    print(f"  rag index sample_corpus (all strategies, {model}): peak RSS {peak_mb:.0f} MB in {seconds:.0f}s")
+    return result
+
+
 def summary_lines(r: dict) -> list[str]:
     lines = []
+    if "memory" in r:
+        lines.append(f"memory: indexing peak RSS {r['memory']['peak_rss_mb']:.0f} MB (rag index of the sample corpus, all strategies)")
     parse = r.get("parse", {})
     if parse:
         lines.append(f"parse: {parse['ours_pages_per_s']:.1f} pages/s vs raw pdfplumber {parse['raw_pages_per_s']:.1f} (ratio {parse['ratio']:.2f})")
@@ -76,13 +96,16 @@ def summary_lines(r: dict) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="minutes, not the full figures")
-    parser.add_argument("--skip", default="", help="comma-separated: parse, retrieval, qa")
+    parser.add_argument("--skip", default="", help="comma-separated: memory, parse, retrieval, qa")
     parser.add_argument("--llm", default="local-gguf", help="LLM backend for synthetic questions (none to skip it)")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     started = time.perf_counter()
     results: dict = {"started": stamp, "quick": args.quick}
+    if "memory" not in skip:
+        print("== memory")
+        results["memory"] = indexing_memory()
     if "parse" not in skip:
         print("== parsing and chunking")
         results["parse"] = parse_throughput.run(repeat=1 if args.quick else 3)
