@@ -34,9 +34,10 @@ def _plot_latency(latency: dict, path: Path) -> Path | None:
     sizes = sorted(latency, key=lambda s: int(s.rstrip("k")))
     xs = [int(s.rstrip("k")) * 1000 for s in sizes]
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    for mode in latency[sizes[0]]:
-        ax.plot(xs, [latency[s][mode]["p50_ms"] for s in sizes], marker="o", label=f"{mode} p50")
-        ax.plot(xs, [latency[s][mode]["p95_ms"] for s in sizes], marker="x", linestyle="--", alpha=0.6, label=f"{mode} p95")
+    for i, mode in enumerate(latency[sizes[0]]):
+        color = f"C{i}"  # one colour per mode: solid p50, dashed p95
+        ax.plot(xs, [latency[s][mode]["p50_ms"] for s in sizes], marker="o", color=color, label=f"{mode} p50")
+        ax.plot(xs, [latency[s][mode]["p95_ms"] for s in sizes], marker="x", color=color, linestyle="--", alpha=0.6, label=f"{mode} p95")
     ax.set_xscale("log"), ax.set_yscale("log"), ax.set_xlabel("points in the collection"), ax.set_ylabel("ms per query")
     ax.set_title("query latency vs collection size (embedded Qdrant, 2 cores)"), ax.grid(alpha=0.3), ax.legend(fontsize=6, ncol=2)
     fig.savefig(path, dpi=110, bbox_inches="tight")
