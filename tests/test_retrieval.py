@@ -160,3 +160,27 @@ def test_search_refuses_a_collection_built_with_other_weights(tmp_path, embedder
         open_index("t", "wordllama", root=tmp_path, qdrant=settings)
     sync_collection(get_client(settings), chunks, embedder, strategy="t", model="wordllama")
     assert open_index("t", "wordllama", root=tmp_path, qdrant=settings).alias == "t__wordllama"
+
+
+def test_points_of_chunks_gone_from_the_chunk_set_are_skipped(index):
+    # Between re-chunking and re-embedding the collection still holds the old chunks.
+    fresh = Index(index.chunks.drop(index="cats"), index.bm25, index.client, index.alias, index.embedder)
+    hits = retrieve(fresh, "which animal purrs and chases mice", "dense", RetrievalParams(k=3))
+    assert "cats" not in ids(hits) and [h.rank for h in hits] == [1, 2, 3]
+
+
+def test_query_vectors_are_encoded_once_per_index(index):
+    calls = []
+    original = index.embedder.encode_queries
+
+    class Counting:
+        name, dim, version = index.embedder.name, index.embedder.dim, index.embedder.version
+
+        def encode_queries(self, texts):
+            calls.append(texts)
+            return original(texts)
+
+    counted = Index(index.chunks, index.bm25, index.client, index.alias, Counting())
+    for mode in ["dense", "hybrid-rrf", "hybrid-cc"]:
+        retrieve(counted, "rockets and orbit", mode)
+    assert calls == [["rockets and orbit"]]

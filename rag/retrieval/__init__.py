@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -68,6 +68,15 @@ class Index:
     client: object | None
     alias: str | None
     embedder: TextEmbedder | None
+    # Query vectors by text: hybrid modes, MMR and evaluations over several modes ask for the same query again.
+    _query_vectors: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+
+    def query_vector(self, query: str) -> np.ndarray:
+        if query not in self._query_vectors:
+            if len(self._query_vectors) >= 4096:  # bounded: a long-lived API process sees endless new queries
+                self._query_vectors.clear()
+            self._query_vectors[query] = self.embedder.encode_queries([query])[0]
+        return self._query_vectors[query]
 
     def record(self, chunk_id: str) -> dict:
         return {"chunk_id": chunk_id, **self.chunks.loc[chunk_id].to_dict()}
@@ -117,7 +126,7 @@ def bm25_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> lis
 def dense_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> list[tuple[str, float]]:
     if index.client is None or index.embedder is None:
         raise RetrievalError("this index has no dense part: pass an embedding model")
-    vector = index.embedder.encode_queries([query])[0]
+    vector = index.query_vector(query)
     points = index.client.query_points(index.alias, query=vector.tolist(), using=DENSE, limit=depth,
                                        query_filter=_qdrant_filter(flt), with_payload=["chunk_id"]).points
     return [(p.payload["chunk_id"], float(p.score)) for p in points]
@@ -163,7 +172,9 @@ def retrieve(index: Index, query: str, mode: str, params: RetrievalParams | None
         ranker = RETRIEVERS[mode]
     except KeyError:
         raise RetrievalError(f"unknown retrieval mode {mode!r} (known: {', '.join(RETRIEVERS)})") from None
-    ranking = ranker(index, query, params)
+    # A collection can briefly hold points of chunks the chunk set no longer has (between re-chunking and
+    # re-embedding); those are skipped rather than served or crashed on.
+    ranking = [(cid, score) for cid, score in ranker(index, query, params) if cid in index.chunks.index]
     if params.mmr_lambda is not None and ranking:
         ranking = _diversify(index, query, ranking, params)
     return [Hit(rank, score, index.record(cid)) for rank, (cid, score) in enumerate(ranking[:params.k], start=1)]
@@ -178,6 +189,6 @@ def _diversify(index: Index, query: str, ranking: list[tuple[str, float]], p: Re
     pool = [(cid, s) for cid, s in pool if cid in vectors]
     matrix = np.vstack([vectors[cid] for cid, _ in pool])
     matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
-    order = mmr(index.embedder.encode_queries([query])[0], matrix, p.k, p.mmr_lambda)
+    order = mmr(index.query_vector(query), matrix, p.k, p.mmr_lambda)
     return [pool[i] for i in order]
 
