@@ -6,7 +6,7 @@ import pytest
 
 from rag.chunking import chunk_document
 from rag.evaluation.loaders import beir_documents, squad_articles
-from rag.evaluation.metrics import evaluate_run, retrieval_score
+from rag.evaluation.metrics import evaluate_run, retrieval_score, weighted_average
 from rag.evaluation.qaset import (
     Evidence,
     QAItem,
@@ -199,3 +199,9 @@ def test_evaluate_index_report_on_a_tiny_corpus_by_hand():
     assert per_q.loc["q1", "recall@1"] == 1.0 and per_q.loc["q1", "top_chunk"] == "c4"
     summary = summarize(report.summary)
     assert bool(summary.loc[0, "best"]) and summary.loc[0, "delta_retrieval_score"] is None
+
+
+def test_weighted_average_needs_every_component():
+    parts = {"context_recall": 0.8, "faithfulness": 0.5, "context_precision_ref": 0.4, "context_precision_noref": 1.0}
+    assert weighted_average(parts) == pytest.approx(0.35 * 0.8 + 0.30 * 0.5 + 0.25 * 0.4 + 0.10 * 1.0)
+    assert weighted_average({**parts, "faithfulness": None}) is None

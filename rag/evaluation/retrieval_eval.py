@@ -31,7 +31,10 @@ def evaluate_index(index: Index, items: list[QAItem], chunks: pd.DataFrame, *, s
         hits = {q.qid: [h.chunk["chunk_id"] for h in retrieve(index, q.question, mode, params)] for q in questions}
         seconds = time.perf_counter() - started
         mean, per_query = evaluate_run(qrels, run_from_hits(hits))
-        wa = weighted_average({"context_recall": mean["recall@5"], "context_precision_ref": mean["precision@5"]})
+        # The thesis's WA also needs faithfulness and reference-free precision, which come from generated
+        # answers; until those exist it stays empty rather than being computed from half its terms.
+        wa = weighted_average({"context_recall": mean["recall@5"], "context_precision_ref": mean["precision@5"],
+                               "faithfulness": None, "context_precision_noref": None})
         rows.append({"strategy": strategy, "model": model, "mode": mode, "split": split, "n_questions": len(questions),
                      "n_without_relevant_chunk": len(selected) - len(questions), "retrieval_score": retrieval_score(mean),
                      "weighted_average": wa, "query_ms": 1000 * seconds / max(1, len(questions)), **mean})
