@@ -6,7 +6,8 @@ import pandas as pd
 from dagster import AssetExecutionContext, AssetKey, MaterializeResult, MetadataValue, asset
 
 from orchestration.partitions import collection_partitions
-from rag.evaluation.plots import markdown_image, markdown_table, metric_bars, recall_curves
+from rag.evaluation.plots import markdown_image, metric_bars, recall_curves
+from rag.markdown import markdown_table
 from rag.evaluation.qaset import from_frame, to_frame
 from rag.evaluation.retrieval_eval import evaluate_index, summarize
 from rag.ingest import document_from_row
@@ -43,7 +44,7 @@ def synthetic_qa(context: AssetExecutionContext, data_store: DataStore, llm: LLM
     samples = pd.DataFrame(result.samples)
     return MaterializeResult(metadata={
         **result.summary, "dagster/row_count": len(result.items), "path": MetadataValue.path(str(path)),
-        "samples": MetadataValue.md(markdown_table(samples, list(samples.columns)) if len(samples) else "_none_"),
+        "samples": MetadataValue.md(markdown_table(samples, list(samples.columns))),
     })
 
 

@@ -2,19 +2,12 @@
 
 from dagster import AssetExecutionContext, AssetSpec, MaterializeResult, MetadataValue, multi_asset
 
+from rag.markdown import markdown_table
 from rag.pipeline import ingest_step
 from rag.store import DOCUMENTS_TABLE, QUARANTINE_TABLE
 from resources.documents import DocumentSource
 from resources.storage import DataStore
 
-
-
-def _markdown_table(df, columns: list[str], limit: int = 50) -> str:
-    if df is None or df.empty:
-        return "_none_"
-    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
-    rows = "\n".join("| " + " | ".join(str(r[c]).replace("|", "\\|").replace("\n", " ")[:120] for c in columns) + " |" for r in df.head(limit).to_dict("records"))
-    return head + rows
 
 
 @multi_asset(
@@ -52,7 +45,7 @@ def ingest_documents(context: AssetExecutionContext, document_source: DocumentSo
             "path": MetadataValue.path(str(docs_path)),
             "source": MetadataValue.path(document_source.path),
             "parsed_pages_per_second": round(parsed_pages / run.seconds, 2) if run.seconds else 0.0,
-            "documents_preview": MetadataValue.md(_markdown_table(run.documents, ["doc_id", "parser", "n_pages", "n_elements", "n_tables", "n_chars"])),
+            "documents_preview": MetadataValue.md(markdown_table(run.documents, ["doc_id", "parser", "n_pages", "n_elements", "n_tables", "n_chars"])),
         },
     )
     yield MaterializeResult(
@@ -62,6 +55,6 @@ def ingest_documents(context: AssetExecutionContext, document_source: DocumentSo
             "quarantined_new": len(run.quarantined),
             **{k: v for k, v in summary.items() if k.startswith("quarantine_")},
             "path": MetadataValue.path(str(quarantine_path)),
-            "quarantine": MetadataValue.md(_markdown_table(run.quarantine, ["doc_id", "reason", "exception_class", "message"])),
+            "quarantine": MetadataValue.md(markdown_table(run.quarantine, ["doc_id", "reason", "exception_class", "message"])),
         },
     )

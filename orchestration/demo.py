@@ -65,7 +65,7 @@ def run_demo(instance) -> int:
 def _evaluate(defs, instance, quiet, store, models) -> int:
     """Synthetic QA set → a report per (strategy, model) → the summary; prints the summary table."""
     from orchestration.partitions import collection_key
-    from rag.evaluation.plots import markdown_table
+    from rag.markdown import markdown_table
     from resources.chunking import ChunkingStrategies
     from resources.llm import LLMResource
 

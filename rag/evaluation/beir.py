@@ -15,10 +15,8 @@ from rag.embedding import load_embedder
 from rag.index.bm25 import BM25Index
 from rag.index.qdrant import QdrantSettings, get_client
 from rag.index.sync import sync_bm25, sync_collection
-from rag.retrieval import RETRIEVERS, Index, RetrievalError, RetrievalParams, retrieve
+from rag.retrieval import DENSE_MODES, RETRIEVERS, Index, RetrievalError, RetrievalParams, retrieve
 from rag.store import bm25_root
-
-DENSE_MODES = {"dense", "hybrid-rrf", "hybrid-cc"}
 
 
 @dataclass

@@ -7,6 +7,7 @@ import io
 import pandas as pd
 
 
+
 def _png(fig) -> bytes:
     import matplotlib.pyplot as plt
 
@@ -52,9 +53,3 @@ def metric_bars(summary: pd.DataFrame, metric: str, title: str, top: int = 30) -
 def markdown_image(png: bytes, alt: str) -> str:
     """Inline PNG for Markdown metadata: the Dagster UI renders data URIs."""
     return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
-
-
-def markdown_table(df: pd.DataFrame, columns: list[str], digits: int = 3) -> str:
-    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
-    fmt = lambda v: f"{v:.{digits}f}" if isinstance(v, float) else str(v)  # noqa: E731
-    return head + "\n".join("| " + " | ".join(fmt(r[c]) for c in columns) + " |" for r in df.to_dict("records"))

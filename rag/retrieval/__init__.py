@@ -19,6 +19,7 @@ from rag.retrieval.fusion import convex_combination, reciprocal_rank_fusion
 from rag.retrieval.mmr import mmr
 
 MAX_QUERY_CHARS = 8000  # far beyond any question; a 10 MB "query" is a mistake, not a search
+DENSE_MODES = frozenset({"dense", "hybrid-rrf", "hybrid-cc"})  # the modes that need an embedding model
 
 
 class RetrievalError(ValueError):

@@ -6,10 +6,8 @@ from pathlib import Path
 from rag.embedding import load_embedder, model_key
 from rag.index.bm25 import BM25Index
 from rag.index.qdrant import CollectionName, QdrantSettings, alias_target, get_client
-from rag.retrieval import RETRIEVERS, Hit, Index, RetrievalError, RetrievalParams, retrieve, validate_query
+from rag.retrieval import DENSE_MODES, RETRIEVERS, Hit, Index, RetrievalError, RetrievalParams, retrieve, validate_query
 from rag.store import CHUNKS_TABLE, TableStore, bm25_root, data_dir
-
-DENSE_MODES = {"dense", "hybrid-rrf", "hybrid-cc"}
 
 
 def open_index(strategy: str, model: str | None, *, root: Path | None = None, qdrant: QdrantSettings | None = None,
