@@ -1,0 +1,76 @@
+"""What an answer is asked with (AnswerSettings, plain data for YAML configs) and what comes back (AnswerResult)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from rag.llm import LLMSettings
+
+# The fixed answer for a question the retrieved context does not answer; the prompt asks the model for exactly
+# this sentence, so coverage is counted by comparing against it.
+NOT_IN_CONTEXT = "The answer is not in the provided documents."
+
+
+class AnswerSettings(BaseModel):
+    """One answering configuration: retrieval → rerank → filter → neighbours → prompt → generate → attribute."""
+
+    model_config = ConfigDict(extra="forbid")  # a typo in a config file fails loudly
+
+    strategy: str = "paragraph"  # chunk set to search
+    model: str | None = "minilm"  # embedding model of the dense index (and of the extractive generator)
+    mode: str = "hybrid-rrf"  # a retrieval mode of rag.retrieval.RETRIEVERS, or "none" (no context: closed book)
+    k: int = Field(10, ge=1, le=1000, description="hits retrieved (and reranked) before filtering")
+    candidates: int = Field(100, ge=1, description="per-retriever depth before fusion")
+    alpha: float = Field(0.5, ge=0.0, le=1.0, description="hybrid-cc weight of the dense score")
+    reranker: str | None = None  # rag.rerank spec: None, "production", "candidate" or a model directory
+    top_k: int | None = Field(5, ge=1, description="passages kept for the prompt")
+    min_score: float | None = None  # ...and only those scoring at least this (retriever's or reranker's scale)
+    prev_next: bool = False  # add each kept passage's neighbouring chunks
+    prompt_order: Literal["simple", "long-context"] = "simple"
+    generator: Literal["extractive", "llm"] = "extractive"
+    llm: LLMSettings | None = None  # the backend for generator "llm" (and reflection); None -> RAG_LLM_* env
+    reflect: bool = False  # one critique-and-revise pass after generation (LLM only)
+    max_context_chars: int = Field(6000, ge=200, description="context budget of the prompt; whole passages only")
+    # Extractive generator: the answer must share at least this share of the question's content terms with its
+    # passage, or the honest answer is NOT_IN_CONTEXT.
+    min_support: float = Field(0.5, ge=0.0, le=1.0)
+    attribution: bool = True
+    attribution_top_k: int = Field(3, ge=1)
+    attribution_threshold: float = Field(0.5, description="on [0, 1]: cosine, or the cross-encoder's sigmoid")
+
+    @classmethod
+    def from_yaml(cls, path: Path) -> AnswerSettings:
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"answer config {path} not found")
+        raw = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: expected a mapping of AnswerSettings fields, got {type(raw).__name__}")
+        try:
+            return cls(**raw)
+        except Exception as exc:
+            raise ValueError(f"{path}: invalid answer settings: {exc}") from exc
+
+
+class AnswerResult(BaseModel):
+    question: str
+    answer: str
+    cited_chunk_ids: list[str]  # what the generator cited
+    attributed_chunk_ids: list[str]  # what post-hoc attribution found supports the answer
+    not_in_context: bool
+    latency_ms: float
+    chunks: list[dict]  # chunk_id, doc_id, page_start, page_end, text, score, rank, cited, attributed, ...
+    generator: str
+    settings: dict
+    timings_ms: dict[str, float] = Field(default_factory=dict)  # per step
+    draft: str | None = None  # the answer before reflection, when it was revised
+
+    def sources(self) -> list[dict]:
+        """(document, pages) of every cited or attributed chunk, cited first."""
+        return [{"chunk_id": c["chunk_id"], "doc_id": c["doc_id"], "page_start": c["page_start"], "page_end": c["page_end"],
+                 "cited": c["cited"], "attributed": c["attributed"]}
+                for c in sorted(self.chunks, key=lambda c: (not c["cited"], not c["attributed"], c["rank"]))
+                if c["cited"] or c["attributed"]]
