@@ -1,0 +1,95 @@
+"""Rerankers: re-score retrieved passages for a query (a cross-encoder reads query and passage together).
+
+    reranker = load_reranker("production")          # the registry's production cross-encoder, or None
+    hits = rerank(reranker, query, hybrid_hits, k=10)
+
+No pretrained cross-encoder is available offline, so the pipeline trains its own (rag.training) and registers
+it; "production" / "candidate" resolve through the model registry (kind "reranker").
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from rag.registry import ALIASES, ModelRegistry, is_registry_name
+from rag.retrieval import Hit
+
+
+class Reranker(Protocol):
+    name: str
+
+    def score(self, query: str, passages: list[str]) -> np.ndarray:
+        """One relevance score per passage; higher is more relevant."""
+        ...
+
+
+class CrossEncoderReranker:
+    """A sentence-transformers CrossEncoder saved in a directory (trained by rag.training)."""
+
+    def __init__(self, path: str | Path, name: str | None = None, max_length: int = 256, batch_size: int = 32) -> None:
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise ValueError(f"no cross-encoder at {self.path}: train one (the trained_reranker asset) or pass a saved model directory")
+        self.name = name or self.path.name
+        self.batch_size = batch_size
+        self._model = _cross_encoder(str(self.path.resolve()), max_length)
+
+    def score(self, query: str, passages: list[str]) -> np.ndarray:
+        if not passages:
+            return np.zeros(0, dtype=np.float32)
+        scores = self._model.predict([(query, p) for p in passages], batch_size=self.batch_size, show_progress_bar=False,
+                                     convert_to_numpy=True)
+        return np.asarray(scores, dtype=np.float32).reshape(len(passages))
+
+
+@lru_cache(maxsize=8)
+def _cross_encoder(path: str, max_length: int):
+    """Loaded once per process and directory (registry versions are immutable, so the path is the identity)."""
+    from sentence_transformers import CrossEncoder
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    return CrossEncoder(path, device="cpu", local_files_only=True, max_length=max_length)
+
+
+RERANKERS: dict[str, Callable[..., Reranker]] = {"cross-encoder": CrossEncoderReranker}
+
+
+def load_reranker(spec: str | None, *, registry: ModelRegistry | None = None) -> Reranker | None:
+    """None / "none" -> None; "production" / "candidate" / "v2" / "ce-minilm-v2" -> that registered reranker (None
+    when the alias points nowhere yet); a directory -> the CrossEncoder saved there."""
+    if spec is None or spec.strip().lower() in ("", "none"):
+        return None
+    spec = spec.strip()
+    registry = registry or ModelRegistry()
+    if spec in ALIASES or is_registry_name(spec, "reranker") or re.fullmatch(r"v\d+", spec):
+        mv = registry.resolve("reranker", spec)
+        if mv is not None:
+            return RERANKERS[mv.hyperparameters.get("reranker_kind", "cross-encoder")](mv.path, name=mv.name)
+        if spec in ALIASES:
+            return None
+    if Path(spec).is_dir():
+        return CrossEncoderReranker(spec)
+    known = ", ".join(registry.names("reranker")) or "none registered yet"
+    raise ValueError(f"unknown reranker {spec!r}: use none, production, candidate, a registered version ({known}) "
+                     "or a directory holding a saved CrossEncoder")
+
+
+def rerank(reranker: Reranker, query: str, hits: list[Hit], k: int) -> list[Hit]:
+    """The hits re-scored by the reranker, best first, ranks 1..k; ties keep the retrieval order."""
+    if not hits:
+        return []
+    scores = np.asarray(reranker.score(query, [str(h.chunk.get("text", "")) for h in hits]), dtype=np.float64)
+    if scores.shape != (len(hits),):
+        raise ValueError(f"reranker {reranker.name!r} returned {scores.shape} scores for {len(hits)} passages")
+    order = sorted(range(len(hits)), key=lambda i: (-scores[i], hits[i].rank))
+    return [replace(hits[i], rank=rank, score=float(scores[i])) for rank, i in enumerate(order[:k], start=1)]
+
+
+__all__ = ["Reranker", "CrossEncoderReranker", "RERANKERS", "load_reranker", "rerank"]
