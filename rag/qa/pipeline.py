@@ -1,0 +1,158 @@
+"""The answer pipeline: retrieve → (rerank) → filter → (neighbours) → fit the context budget → order →
+generate → parse → attribute. `Answerer` opens the index, models and LLM once; `ask` is cheap after that."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from rag.embedding import TextEmbedder, load_embedder
+from rag.llm import LLM, LLMSettings, load_llm
+from rag.qa.attribution import CrossEncoderScorer, EmbeddingScorer, PairScorer, attribute
+from rag.qa.generators import GENERATORS, Generator
+from rag.qa.models import AnswerResult, AnswerSettings
+from rag.qa.prompt import fit_context, label_passages
+from rag.qa.steps import augment_prev_next, filter_hits, reorder_long_context
+from rag.retrieval import DENSE_MODES, RETRIEVERS, Hit, Index, RetrievalError, RetrievalParams, retrieve, validate_query
+
+NO_RETRIEVAL = "none"
+
+
+def load_reranker_spec(spec: str | None):
+    """A rag.rerank Reranker for `spec` (None / "none" → None)."""
+    if not spec or spec == "none":
+        return None
+    try:
+        from rag.rerank import load_reranker
+    except ImportError as exc:
+        raise ValueError(f"reranker {spec!r} needs rag.rerank, which this checkout lacks: leave `reranker` unset") from exc
+    reranker = load_reranker(spec)
+    if reranker is None:
+        raise ValueError(f"no reranker {spec!r} is registered yet: train one (retrain_job) or leave `reranker` unset")
+    return reranker
+
+
+def production_cross_encoder():
+    """The registered production cross-encoder, or None when there is none (or no rag.rerank)."""
+    try:
+        from rag.rerank import load_reranker
+    except ImportError:
+        return None
+    try:
+        return load_reranker("production")
+    except (FileNotFoundError, ValueError):  # an empty or half-written registry must not stop answering
+        return None
+
+
+def llm_from_env() -> LLMSettings:
+    return LLMSettings(backend=os.environ.get("RAG_LLM_BACKEND", "none"), model=os.environ.get("RAG_LLM_MODEL", "smollm2"))
+
+
+class Answerer:
+    """Long-lived: opens the index once. Pass `index`, `reranker` or `attribution_scorer` to reuse ones already
+    open (benchmarks, tests); otherwise they come from the settings and the data dir."""
+
+    def __init__(self, settings: AnswerSettings | None = None, llm: LLM | None = None, *, root: Path | None = None, qdrant=None,
+                 index: Index | None = None, reranker=None, attribution_scorer: PairScorer | None = None):
+        self.settings = s = settings or AnswerSettings()
+        if s.mode != NO_RETRIEVAL and s.mode not in RETRIEVERS:
+            raise RetrievalError(f"unknown retrieval mode {s.mode!r} (known: {NO_RETRIEVAL}, {', '.join(RETRIEVERS)})")
+        if s.generator not in GENERATORS:
+            raise ValueError(f"unknown generator {s.generator!r} (known: {', '.join(GENERATORS)})")
+        self.index = index
+        if index is None and s.mode != NO_RETRIEVAL:
+            from rag.retrieval.service import open_index
+
+            self.index = open_index(s.strategy, s.model, root=root, qdrant=qdrant, need_dense=s.mode in DENSE_MODES,
+                                    need_bm25=s.mode in {"bm25", "hybrid-rrf", "hybrid-cc"})
+        self.embedder: TextEmbedder | None = self.index.embedder if self.index is not None and self.index.embedder else None
+        if self.embedder is None and s.model and (s.generator == "extractive" or (s.attribution and attribution_scorer is None)):
+            self.embedder = load_embedder(s.model)
+        if llm is None and s.generator == "llm":
+            llm = load_llm(s.llm or llm_from_env())
+        self.llm = llm
+        self.reranker = reranker if reranker is not None else load_reranker_spec(s.reranker)
+        self.attribution_scorer = attribution_scorer
+        if self.attribution_scorer is None and s.attribution:
+            cross_encoder = production_cross_encoder()
+            if cross_encoder is not None:
+                self.attribution_scorer = CrossEncoderScorer(cross_encoder)
+            elif self.embedder is not None:
+                self.attribution_scorer = EmbeddingScorer(self.embedder)
+        self.generator: Generator = GENERATORS[s.generator](s, self.embedder, llm)
+
+    def _retrieve(self, question: str) -> list[Hit]:
+        s = self.settings
+        if s.mode == NO_RETRIEVAL:
+            return []
+        return retrieve(self.index, question, s.mode, RetrievalParams(k=s.k, candidates=s.candidates, alpha=s.alpha))
+
+    def _rerank(self, question: str, hits: list[Hit]) -> list[Hit]:
+        if self.reranker is None or not hits:
+            return hits
+        from rag.rerank import rerank
+
+        return rerank(self.reranker, question, hits, self.settings.k)
+
+    def ask(self, question: str) -> AnswerResult:
+        s = self.settings
+        question = validate_query(question)
+        timings: dict[str, float] = {}
+        started = clock = time.perf_counter()
+
+        def lap(name: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            timings[name] = round((now - clock) * 1000, 2)
+            clock = now
+
+        hits = self._retrieve(question)
+        lap("retrieve")
+        hits = self._rerank(question, hits)
+        lap("rerank")
+        hits = filter_hits(hits, top_k=s.top_k, min_score=s.min_score)
+        if s.prev_next and hits:
+            hits = augment_prev_next(self.index, hits)
+        hits = fit_context(hits, s.max_context_chars)
+        if s.prompt_order == "long-context":
+            hits = reorder_long_context(hits)
+        passages = None if s.mode == NO_RETRIEVAL else label_passages(hits)
+        generation = self.generator.generate(question, passages)
+        lap("generate")
+        parsed = generation.parsed
+        attributed: list[str] = []
+        scores: dict[str, float] = {}
+        if self.attribution_scorer is not None and passages and not parsed.not_in_context:
+            picked, all_scores = attribute(parsed.answer, [p.chunk["text"] for p in passages], self.attribution_scorer,
+                                           top_k=s.attribution_top_k, threshold=s.attribution_threshold)
+            attributed = [passages[i].chunk_id for i in picked]
+            scores = {p.chunk_id: round(sc, 4) for p, sc in zip(passages, all_scores)}
+        lap("attribute")
+        chunks = [_chunk_view(p.hit, p.label, p.chunk_id in parsed.cited_chunk_ids, p.chunk_id in attributed, scores.get(p.chunk_id))
+                  for p in passages or []]
+        return AnswerResult(
+            question=question, answer=parsed.answer, cited_chunk_ids=parsed.cited_chunk_ids, attributed_chunk_ids=attributed,
+            not_in_context=parsed.not_in_context, latency_ms=round((time.perf_counter() - started) * 1000, 2), chunks=chunks,
+            generator=self.generator.name, settings=s.model_dump(mode="json", exclude={"llm"}) | {"llm": _llm_name(self.llm)},
+            timings_ms=timings, draft=generation.draft,
+        )
+
+
+def _llm_name(llm: LLM | None) -> str | None:
+    return getattr(llm, "name", None) if llm is not None else None
+
+
+def _chunk_view(hit: Hit, label: str, cited: bool, attributed: bool, attribution_score: float | None) -> dict:
+    c = hit.chunk
+    html = c.get("table_html")
+    neighbour = c.get("neighbour_of")
+    return {"chunk_id": c["chunk_id"], "doc_id": c["doc_id"], "page_start": int(c["page_start"]), "page_end": int(c["page_end"]),
+            "char_start": int(c["char_start"]), "char_end": int(c["char_end"]), "text": c["text"],
+            "table_html": html if isinstance(html, str) else None, "score": round(float(hit.score), 6), "rank": hit.rank,
+            "label": label, "cited": cited, "attributed": attributed, "attribution_score": attribution_score,
+            "neighbour_of": neighbour if isinstance(neighbour, str) else None}
+
+
+def answer_question(question: str, settings: AnswerSettings | None = None, **kw) -> AnswerResult:
+    """One question, one Answerer (opens the index each call: for many questions keep an `Answerer`)."""
+    return Answerer(settings, **kw).ask(question)
