@@ -1,0 +1,133 @@
+"""Export the feedback store as a RAG-Dataset: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/train.tsv)
+plus answers, ±1 qrels for chunks, documents and answers, the raw feedback rows and stats.json.
+
+    corpus.jsonl            {_id: chunk_id, title: doc_id, text, metadata: {doc_id, page_start, page_end}}
+    queries.jsonl           {_id: query_id, text, metadata: {created_at, session_id, model_version, retrieved}}
+    answers.jsonl           {_id: answer_id, query_id, text, source: system|user|expert, not_in_context}
+    qrels/chunk_qrels.tsv   query-id, corpus-id, score (+1 / -1; the latest rating of a passage wins)
+    qrels/document_qrels.tsv  query-id, doc-id, score (+1 if any passage of the document was rated up, else -1)
+    qrels/answer_qrels.tsv  query-id, answer-id, score (+1 / -1; a correction counts +1 for its answer)
+    qrels/train.tsv         the positive chunk qrels only, so BEIR tools (and rag.evaluation.beir) read the folder
+    feedback.jsonl          every rating with its submission's comment and session
+    stats.json              counts, the store's high-water mark and a content fingerprint (the version)
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from rag.feedback.store import FeedbackStore
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+
+
+def _write_qrels(path: Path, rows: list[tuple[str, str, int]], id_column: str = "corpus-id") -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, delimiter="\t", lineterminator="\n")
+        writer.writerow(["query-id", id_column, "score"])
+        writer.writerows(rows)
+
+
+def _latest(ratings: pd.DataFrame, key: list[str]) -> pd.DataFrame:
+    return ratings.sort_values("event_id").drop_duplicates(key, keep="last")
+
+
+def export_rag_dataset(store: FeedbackStore, out_dir: Path) -> Path:
+    """Write the dataset of every query that received explicit feedback into out_dir; returns out_dir."""
+    out_dir = Path(out_dir)
+    (out_dir / "qrels").mkdir(parents=True, exist_ok=True)
+    high_water_mark = store.high_water_mark()  # read first: rows after it may or may not be in this export
+    fb = store.table("feedback")
+    fb = fb[fb["event_id"] <= high_water_mark]
+    subs = store.table("feedback_submissions")[["submission_id", "comment", "session_id", "idempotency_key"]]
+    queries = store.table("queries")
+    queries = queries[queries["query_id"].isin(set(fb["query_id"]))].sort_values("created_at")
+    retrievals = store.table("retrievals")
+    retrievals = retrievals[retrievals["query_id"].isin(set(queries["query_id"]))].sort_values(["query_id", "rank"])
+    passages = store.table("passages").set_index("chunk_id")
+    answers = store.table("answers")
+    answers = answers[answers["query_id"].isin(set(queries["query_id"]))]
+
+    chunk_ratings = _latest(fb[fb["target"] == "passage"], ["query_id", "chunk_id"])
+    chunk_qrels = sorted((r.query_id, r.chunk_id, int(r.score)) for r in chunk_ratings.itertuples())
+    doc_of = passages["doc_id"].to_dict()
+    doc_scores: dict[tuple[str, str], int] = {}
+    for qid, cid, score in chunk_qrels:
+        key = (qid, doc_of[cid])
+        doc_scores[key] = max(doc_scores.get(key, -1), score)
+    answer_ratings = _latest(fb[fb["target"].isin(["answer", "correction"])], ["query_id", "answer_id"])
+    answer_qrels = sorted((r.query_id, r.answer_id, int(r.score)) for r in answer_ratings.itertuples() if r.answer_id)
+
+    used_chunks = sorted(set(retrievals["chunk_id"]) | {cid for _, cid, _ in chunk_qrels})
+    _write_jsonl(out_dir / "corpus.jsonl", [
+        {"_id": cid, "title": doc_of[cid], "text": passages.at[cid, "text"],
+         "metadata": {"doc_id": doc_of[cid], "page_start": _int(passages.at[cid, "page_start"]),
+                      "page_end": _int(passages.at[cid, "page_end"])}} for cid in used_chunks])
+    retrieved = {qid: [{"chunk_id": r.chunk_id, "rank": int(r.rank), "score": r.score} for r in group.itertuples()]
+                 for qid, group in retrievals.groupby("query_id")}
+    _write_jsonl(out_dir / "queries.jsonl", [
+        {"_id": q.query_id, "text": q.text, "metadata": {"created_at": q.created_at, "session_id": q.session_id,
+                                                         "model_version": q.model_version,
+                                                         "retrieved": retrieved.get(q.query_id, [])}}
+        for q in queries.itertuples()])
+    _write_jsonl(out_dir / "answers.jsonl", [
+        {"_id": a.answer_id, "query_id": a.query_id, "text": a.text, "source": a.source,
+         "not_in_context": bool(a.not_in_context)} for a in answers.itertuples()])
+    _write_qrels(out_dir / "qrels" / "chunk_qrels.tsv", chunk_qrels)
+    _write_qrels(out_dir / "qrels" / "document_qrels.tsv", sorted((q, d, s) for (q, d), s in doc_scores.items()), "doc-id")
+    _write_qrels(out_dir / "qrels" / "answer_qrels.tsv", answer_qrels, "answer-id")
+    _write_qrels(out_dir / "qrels" / "train.tsv", [row for row in chunk_qrels if row[2] > 0])
+    rows = fb.merge(subs, on="submission_id", how="left").sort_values("event_id")
+    _write_jsonl(out_dir / "feedback.jsonl", [
+        {k: (None if pd.isna(v) else v) for k, v in row.items()} for row in rows.to_dict("records")])
+
+    digest = hashlib.sha256()
+    for name in ("corpus.jsonl", "queries.jsonl", "answers.jsonl", "qrels/chunk_qrels.tsv", "qrels/answer_qrels.tsv"):
+        digest.update((out_dir / name).read_bytes())
+    stats = {
+        "version": digest.hexdigest()[:16],
+        "high_water_mark": high_water_mark,
+        "queries": len(queries),
+        "passages": len(used_chunks),
+        "answers": len(answers),
+        "answers_by_source": {k: int(v) for k, v in answers["source"].value_counts().items()},
+        "feedback_events": len(fb),
+        "chunk_qrels_positive": sum(1 for *_, sc in chunk_qrels if sc > 0),
+        "chunk_qrels_negative": sum(1 for *_, sc in chunk_qrels if sc < 0),
+        "answer_qrels_positive": sum(1 for *_, sc in answer_qrels if sc > 0),
+        "answer_qrels_negative": sum(1 for *_, sc in answer_qrels if sc < 0),
+        "document_qrels": len(doc_scores),
+    }
+    (out_dir / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+    return out_dir
+
+
+def _int(value) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)
+
+
+def _read_qrels(path: Path) -> list[tuple[str, str, int]]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return [(r["query-id"], r["corpus-id"], int(r["score"])) for r in csv.DictReader(fh, delimiter="\t")]
+
+
+def training_pairs(dataset_dir: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(positives, hard negatives) as (query text, passage text): passages rated +1, and retrieved passages
+    rated -1, for the training assets."""
+    dataset_dir = Path(dataset_dir)
+    with open(dataset_dir / "queries.jsonl", encoding="utf-8") as fh:
+        queries = {q["_id"]: q["text"] for q in map(json.loads, fh)}
+    with open(dataset_dir / "corpus.jsonl", encoding="utf-8") as fh:
+        corpus = {d["_id"]: d["text"] for d in map(json.loads, fh)}
+    positives, negatives = [], []
+    for qid, cid, score in _read_qrels(dataset_dir / "qrels" / "chunk_qrels.tsv"):
+        (positives if score > 0 else negatives).append((queries[qid], corpus[cid]))
+    return positives, negatives

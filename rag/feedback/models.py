@@ -1,0 +1,88 @@
+"""Records the feedback store accepts and returns; the HTTP API uses the same models, so limits live in one place."""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MAX_COMMENT_CHARS = 2_000
+MAX_CORRECTION_CHARS = 4_000
+MAX_PASSAGE_RATINGS = 100
+MAX_KEY_CHARS = 128
+
+Score = Literal[-1, 1]
+
+
+class FeedbackError(ValueError):
+    """Feedback that cannot be stored; nothing was written. `status` is the HTTP status it maps to."""
+
+    status = 422
+
+
+class UnknownQueryError(FeedbackError):
+    status = 404
+
+
+class UnknownPassageError(FeedbackError):
+    status = 422
+
+
+class IdempotencyConflictError(FeedbackError):
+    status = 409
+
+
+class PassageRating(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    chunk_id: str = Field(min_length=1, max_length=512)
+    score: Score
+
+
+class FeedbackSubmission(BaseModel):
+    """One user action: a rating of the answer and/or of passages, and/or a corrected answer."""
+
+    model_config = ConfigDict(extra="forbid")
+    query_id: str = Field(min_length=1, max_length=36)
+    idempotency_key: str = Field(min_length=1, max_length=MAX_KEY_CHARS,
+                                 description="the same key submitted twice is stored once (retries are safe)")
+    answer_score: Score | None = None
+    passages: list[PassageRating] = Field(default_factory=list, max_length=MAX_PASSAGE_RATINGS)
+    correction: str | None = Field(None, min_length=1, max_length=MAX_CORRECTION_CHARS)
+    correction_source: Literal["user", "expert"] = "user"
+    comment: str | None = Field(None, max_length=MAX_COMMENT_CHARS)
+    session_id: str | None = Field(None, max_length=128)
+
+    @model_validator(mode="after")
+    def _says_something(self) -> FeedbackSubmission:
+        if self.answer_score is None and not self.passages and self.correction is None:
+            raise ValueError("empty feedback: give answer_score, passages or correction")
+        ids = [p.chunk_id for p in self.passages]
+        if len(ids) != len(set(ids)):
+            raise ValueError("a passage is rated twice in one submission")
+        return self
+
+    def payload_hash(self) -> str:
+        body = self.model_dump(exclude={"idempotency_key"})
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+class ImplicitEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query_id: str = Field(min_length=1, max_length=36)
+    kind: Literal["click"] = "click"  # reformulations are detected by the store itself when a session asks again
+    chunk_id: str = Field(min_length=1, max_length=512)
+    idempotency_key: str | None = Field(None, max_length=MAX_KEY_CHARS)
+
+
+class FeedbackAck(BaseModel):
+    submission_id: int
+    event_ids: list[int]
+    duplicate: bool = False
+    answer_id: str | None = None  # the corrected answer, when one was given
+
+
+class StoredQuery(BaseModel):
+    query_id: str
+    answer_id: str
+    reformulation_of: str | None = None

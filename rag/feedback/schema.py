@@ -1,0 +1,107 @@
+"""Tables of the feedback store (SQLAlchemy Core: the same schema on SQLite and Postgres).
+
+A query row holds what was asked and which passages were retrieved (`retrievals`, with ranks and scores);
+`passages` keeps the passage text as served, so an exported dataset does not depend on the chunk set of the day.
+Explicit feedback arrives in submissions (one per POST, deduplicated by idempotency key) that hold one
+`feedback` row per rating; `feedback.event_id` is the high-water mark the retrain sensor counts from.
+"""
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+ANSWER_SOURCES = ("system", "user", "expert")
+FEEDBACK_TARGETS = ("answer", "passage", "correction")
+EVENT_KINDS = ("click", "reformulation")
+
+queries = Table(
+    "queries", metadata,
+    Column("query_id", String(36), primary_key=True),
+    Column("text", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, index=True),
+    Column("session_id", String(128), index=True),
+    Column("model_version", String(256), comment="embedding model name and weights version that served it"),
+    Column("settings", JSON),
+    Column("latency_ms", Float),
+)
+
+passages = Table(
+    "passages", metadata,
+    Column("chunk_id", String(512), primary_key=True),
+    Column("doc_id", String(1024), nullable=False),
+    Column("page_start", Integer),
+    Column("page_end", Integer),
+    Column("text", Text, nullable=False),
+)
+
+retrievals = Table(
+    "retrievals", metadata,
+    Column("query_id", String(36), ForeignKey("queries.query_id"), primary_key=True),
+    Column("chunk_id", String(512), ForeignKey("passages.chunk_id"), primary_key=True),
+    Column("rank", Integer, nullable=False),
+    Column("score", Float),
+    Column("cited", Boolean, nullable=False, default=False),
+)
+
+answers = Table(
+    "answers", metadata,
+    Column("answer_id", String(36), primary_key=True),
+    Column("query_id", String(36), ForeignKey("queries.query_id"), nullable=False, index=True),
+    Column("text", Text, nullable=False),
+    Column("source", String(16), nullable=False),
+    Column("not_in_context", Boolean, nullable=False, default=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint(f"source IN {ANSWER_SOURCES}", name="answer_source"),
+)
+
+submissions = Table(
+    "feedback_submissions", metadata,
+    Column("submission_id", Integer, primary_key=True, autoincrement=True),
+    Column("idempotency_key", String(128), nullable=False, unique=True),
+    Column("payload_hash", String(64), nullable=False),
+    Column("query_id", String(36), ForeignKey("queries.query_id"), nullable=False, index=True),
+    Column("session_id", String(128)),
+    Column("comment", Text),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+)
+
+feedback = Table(
+    "feedback", metadata,
+    Column("event_id", Integer, primary_key=True, autoincrement=True),
+    Column("submission_id", Integer, ForeignKey("feedback_submissions.submission_id"), nullable=False, index=True),
+    Column("query_id", String(36), ForeignKey("queries.query_id"), nullable=False, index=True),
+    Column("target", String(16), nullable=False),
+    Column("answer_id", String(36), ForeignKey("answers.answer_id")),
+    Column("chunk_id", String(512), ForeignKey("passages.chunk_id")),
+    Column("score", SmallInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("score IN (-1, 1)", name="feedback_score"),
+    CheckConstraint(f"target IN {FEEDBACK_TARGETS}", name="feedback_target"),
+)
+
+implicit_events = Table(
+    "implicit_events", metadata,
+    Column("event_id", Integer, primary_key=True, autoincrement=True),
+    Column("idempotency_key", String(128), unique=True),
+    Column("query_id", String(36), ForeignKey("queries.query_id"), nullable=False, index=True),
+    Column("kind", String(16), nullable=False),
+    Column("chunk_id", String(512), ForeignKey("passages.chunk_id")),
+    Column("related_query_id", String(36), ForeignKey("queries.query_id")),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint(f"kind IN {EVENT_KINDS}", name="event_kind"),
+)

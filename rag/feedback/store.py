@@ -1,0 +1,275 @@
+"""The feedback store: SQLite in WAL mode by default, any SQLAlchemy URL (Postgres) with FEEDBACK_DB_URL.
+
+Every write is one transaction that validates first (unknown query or passage, conflicting idempotency key),
+so a refused request leaves the store exactly as it was and an acknowledged one is durable (synchronous=FULL).
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pandas as pd
+from sqlalchemy import Engine, create_engine, event, func, insert, select
+from sqlalchemy.exc import IntegrityError
+
+from rag.feedback import schema as s
+from rag.feedback.models import (
+    FeedbackAck,
+    FeedbackSubmission,
+    IdempotencyConflictError,
+    ImplicitEvent,
+    StoredQuery,
+    UnknownPassageError,
+    UnknownQueryError,
+)
+from rag.store import data_dir
+
+REFORMULATION_SECONDS = 120  # a session asking again this soon, without rating the answer up, rephrased it
+
+
+def default_url(root: Path | None = None) -> str:
+    return os.environ.get("FEEDBACK_DB_URL") or f"sqlite:///{Path(root or data_dir()) / 'feedback.sqlite'}"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL: readers (the sensors, exports) never block the API's writers; FULL: an acknowledged commit
+    # survives a crash of the process or the machine.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+    # Let SQLAlchemy emit BEGIN itself (see _begin), instead of the sqlite3 module's implicit, deferred one.
+    dbapi_connection.isolation_level = None
+
+
+def _begin(conn) -> None:
+    # A deferred transaction that reads and then writes fails with SQLITE_BUSY (no wait) when another writer
+    # committed in between; writers take the lock up front instead and queue on busy_timeout.
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("immediate") else "BEGIN")
+
+
+class FeedbackStore:
+    def __init__(self, url: str | None = None, *, root: Path | None = None, create: bool = True):
+        self.url = url or default_url(root)
+        if self.url.startswith("sqlite:///"):
+            Path(self.url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.engine: Engine = create_engine(self.url, pool_pre_ping=not self.url.startswith("sqlite"))
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "begin", _begin)
+        if create:
+            s.metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _writing(self) -> Iterator:
+        with self.engine.connect() as conn:
+            conn.info["immediate"] = True
+            try:
+                with conn.begin():
+                    yield conn
+            finally:
+                conn.info["immediate"] = False
+
+    # ---- writes -------------------------------------------------------------------------------------------
+
+    def record_query(self, text: str, *, answer: str, chunks: Iterable[dict], session_id: str | None = None,
+                     model_version: str | None = None, settings: dict | None = None, latency_ms: float | None = None,
+                     not_in_context: bool = False) -> StoredQuery:
+        """Store an asked question, what was retrieved (chunk_id, doc_id, page_start, page_end, text, rank,
+        score, cited) and the system's answer."""
+        query_id, answer_id, now = str(uuid.uuid4()), str(uuid.uuid4()), _now()
+        chunks = list(chunks)
+        with self._writing() as conn:
+            previous = None
+            if session_id:
+                previous = conn.execute(
+                    select(s.queries.c.query_id, s.queries.c.created_at).where(s.queries.c.session_id == session_id)
+                    .order_by(s.queries.c.created_at.desc()).limit(1)).first()
+            conn.execute(insert(s.queries).values(query_id=query_id, text=text, created_at=now, session_id=session_id,
+                                                  model_version=model_version, settings=settings, latency_ms=latency_ms))
+            self._upsert_passages(conn, chunks)
+            if chunks:
+                conn.execute(insert(s.retrievals), [
+                    {"query_id": query_id, "chunk_id": c["chunk_id"], "rank": int(c.get("rank") or i),
+                     "score": None if c.get("score") is None else float(c["score"]), "cited": bool(c.get("cited"))}
+                    for i, c in enumerate(chunks, start=1)])
+            conn.execute(insert(s.answers).values(answer_id=answer_id, query_id=query_id, text=answer, source="system",
+                                                  not_in_context=not_in_context, created_at=now))
+            reformulation_of = None
+            if previous is not None and self._is_reformulation(conn, previous, now):
+                reformulation_of = previous.query_id
+                conn.execute(insert(s.implicit_events).values(query_id=previous.query_id, kind="reformulation",
+                                                              related_query_id=query_id, created_at=now))
+        return StoredQuery(query_id=query_id, answer_id=answer_id, reformulation_of=reformulation_of)
+
+    @staticmethod
+    def _is_reformulation(conn, previous, now: datetime) -> bool:
+        asked = previous.created_at if previous.created_at.tzinfo else previous.created_at.replace(tzinfo=timezone.utc)
+        if now - asked > timedelta(seconds=REFORMULATION_SECONDS):
+            return False
+        liked = conn.execute(select(func.count()).select_from(s.feedback).where(
+            s.feedback.c.query_id == previous.query_id, s.feedback.c.target == "answer", s.feedback.c.score == 1)).scalar()
+        return not liked
+
+    @staticmethod
+    def _upsert_passages(conn, chunks: list[dict]) -> None:
+        if not chunks:
+            return
+        ids = [c["chunk_id"] for c in chunks]
+        known = set(conn.execute(select(s.passages.c.chunk_id).where(s.passages.c.chunk_id.in_(ids))).scalars())
+        new = {c["chunk_id"]: c for c in chunks if c["chunk_id"] not in known}
+        if new:
+            conn.execute(insert(s.passages), [
+                {"chunk_id": cid, "doc_id": str(c.get("doc_id", "")), "page_start": c.get("page_start"),
+                 "page_end": c.get("page_end"), "text": c.get("text", "")} for cid, c in new.items()])
+
+    def submit_feedback(self, sub: FeedbackSubmission) -> FeedbackAck:
+        """Store one submission atomically. The same idempotency key with the same content returns the first
+        acknowledgement; with other content it is refused (409)."""
+        digest = sub.payload_hash()
+        try:
+            with self._writing() as conn:
+                replay = self._replay(conn, sub.idempotency_key, digest)
+                if replay is not None:
+                    return replay
+                self._validate_targets(conn, sub)
+                now = _now()
+                submission_id = conn.execute(insert(s.submissions).values(
+                    idempotency_key=sub.idempotency_key, payload_hash=digest, query_id=sub.query_id,
+                    session_id=sub.session_id, comment=sub.comment, created_at=now)).inserted_primary_key[0]
+                rows = []
+                if sub.answer_score is not None:
+                    system_answer = conn.execute(select(s.answers.c.answer_id).where(
+                        s.answers.c.query_id == sub.query_id, s.answers.c.source == "system")).scalar()
+                    rows.append({"target": "answer", "answer_id": system_answer, "score": sub.answer_score})
+                rows += [{"target": "passage", "chunk_id": p.chunk_id, "score": p.score} for p in sub.passages]
+                corrected = None
+                if sub.correction is not None:
+                    corrected = str(uuid.uuid4())
+                    conn.execute(insert(s.answers).values(answer_id=corrected, query_id=sub.query_id, text=sub.correction,
+                                                          source=sub.correction_source, created_at=now))
+                    rows.append({"target": "correction", "answer_id": corrected, "score": 1})
+                event_ids = [conn.execute(insert(s.feedback).values(
+                    submission_id=submission_id, query_id=sub.query_id, created_at=now,
+                    **{"answer_id": None, "chunk_id": None, **row})).inserted_primary_key[0] for row in rows]
+                return FeedbackAck(submission_id=submission_id, event_ids=event_ids, answer_id=corrected)
+        except IntegrityError:
+            # Two identical submissions raced: the other one committed first; answer as a replay.
+            with self.engine.connect() as conn:
+                replay = self._replay(conn, sub.idempotency_key, digest)
+            if replay is None:
+                raise
+            return replay
+
+    @staticmethod
+    def _replay(conn, key: str, digest: str) -> FeedbackAck | None:
+        first = conn.execute(select(s.submissions.c.submission_id, s.submissions.c.payload_hash)
+                             .where(s.submissions.c.idempotency_key == key)).first()
+        if first is None:
+            return None
+        if first.payload_hash != digest:
+            raise IdempotencyConflictError(f"idempotency key {key!r} was already used for different feedback: "
+                                           "use a new key for a new submission")
+        rows = conn.execute(select(s.feedback.c.event_id, s.feedback.c.target, s.feedback.c.answer_id)
+                            .where(s.feedback.c.submission_id == first.submission_id).order_by(s.feedback.c.event_id)).all()
+        corrected = next((r.answer_id for r in rows if r.target == "correction"), None)
+        return FeedbackAck(submission_id=first.submission_id, event_ids=[r.event_id for r in rows], duplicate=True,
+                           answer_id=corrected)
+
+    @staticmethod
+    def _validate_targets(conn, sub: FeedbackSubmission) -> None:
+        if conn.execute(select(s.queries.c.query_id).where(s.queries.c.query_id == sub.query_id)).first() is None:
+            raise UnknownQueryError(f"unknown query_id {sub.query_id!r}: rate the query_id that /ask returned")
+        if sub.passages:
+            retrieved = set(conn.execute(select(s.retrievals.c.chunk_id)
+                                         .where(s.retrievals.c.query_id == sub.query_id)).scalars())
+            unknown = [p.chunk_id for p in sub.passages if p.chunk_id not in retrieved]
+            if unknown:
+                raise UnknownPassageError(f"passages {unknown[:5]} were not retrieved for query {sub.query_id}: "
+                                          "only the passages /ask returned can be rated")
+
+    def record_event(self, ev: ImplicitEvent) -> int:
+        with self._writing() as conn:
+            if ev.idempotency_key:
+                known = conn.execute(select(s.implicit_events.c.event_id)
+                                     .where(s.implicit_events.c.idempotency_key == ev.idempotency_key)).scalar()
+                if known is not None:
+                    return known
+            self._validate_targets(conn, FeedbackSubmission(query_id=ev.query_id, idempotency_key="-",
+                                                            passages=[{"chunk_id": ev.chunk_id, "score": 1}]))
+            return conn.execute(insert(s.implicit_events).values(
+                query_id=ev.query_id, kind=ev.kind, chunk_id=ev.chunk_id, idempotency_key=ev.idempotency_key,
+                created_at=_now())).inserted_primary_key[0]
+
+    # ---- reads ---------------------------------------------------------------------------------------------
+
+    def high_water_mark(self) -> int:
+        """The newest feedback event id (0 when there is none): what the retrain sensor counts from."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.coalesce(func.max(s.feedback.c.event_id), 0))).scalar())
+
+    def count_feedback(self, since_event_id: int = 0) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(s.feedback)
+                                    .where(s.feedback.c.event_id > since_event_id)).scalar())
+
+    def counts(self) -> dict[str, int]:
+        with self.engine.connect() as conn:
+            out = {name: int(conn.execute(select(func.count()).select_from(table)).scalar())
+                   for name, table in (("queries", s.queries), ("submissions", s.submissions), ("feedback_events", s.feedback),
+                                       ("implicit_events", s.implicit_events), ("passages", s.passages))}
+            for target, score, n in conn.execute(select(s.feedback.c.target, s.feedback.c.score, func.count())
+                                                 .group_by(s.feedback.c.target, s.feedback.c.score)):
+                out[f"{target}_{'up' if score > 0 else 'down'}"] = int(n)
+        return out
+
+    def recent_queries(self, limit: int) -> pd.DataFrame:
+        """The newest `limit` queries (query_id, text, created_at, n_retrieved), oldest first."""
+        stmt = (select(s.queries.c.query_id, s.queries.c.text, s.queries.c.created_at,
+                       func.count(s.retrievals.c.chunk_id).label("n_retrieved"))
+                .select_from(s.queries.outerjoin(s.retrievals, s.retrievals.c.query_id == s.queries.c.query_id))
+                .group_by(s.queries.c.query_id, s.queries.c.text, s.queries.c.created_at)
+                .order_by(s.queries.c.created_at.desc()).limit(limit))
+        with self.engine.connect() as conn:
+            df = pd.DataFrame(conn.execute(stmt).mappings().all(), columns=["query_id", "text", "created_at", "n_retrieved"])
+        return df.iloc[::-1].reset_index(drop=True)
+
+    def oldest_queries(self, limit: int) -> pd.DataFrame:
+        stmt = select(s.queries.c.query_id, s.queries.c.text).order_by(s.queries.c.created_at).limit(limit)
+        with self.engine.connect() as conn:
+            return pd.DataFrame(conn.execute(stmt).mappings().all(), columns=["query_id", "text"])
+
+    def feedback_scores(self, *, target: str = "answer", query_ids: list[str] | None = None) -> list[int]:
+        stmt = select(s.feedback.c.score).where(s.feedback.c.target == target)
+        if query_ids is not None:
+            stmt = stmt.where(s.feedback.c.query_id.in_(query_ids))
+        with self.engine.connect() as conn:
+            return [int(v) for v in conn.execute(stmt).scalars()]
+
+    def table(self, name: str) -> pd.DataFrame:
+        """A whole table as a frame (exports, tests)."""
+        table = s.metadata.tables[name]
+        with self.engine.connect() as conn:
+            return pd.DataFrame(conn.execute(select(table)).mappings().all(), columns=[c.name for c in table.columns])
+
+    def integrity_problems(self) -> list[str]:
+        """SQLite's own integrity and foreign-key checks (empty when consistent)."""
+        if self.engine.dialect.name != "sqlite":
+            return []
+        with self.engine.connect() as conn:
+            problems = [r[0] for r in conn.exec_driver_sql("PRAGMA integrity_check") if r[0] != "ok"]
+            problems += [f"foreign key: {tuple(r)}" for r in conn.exec_driver_sql("PRAGMA foreign_key_check")]
+        return problems
