@@ -1,0 +1,225 @@
+"""The HTTP API and the web page: POST /ask, POST /feedback, POST /events, GET /health, GET /metrics, GET /.
+
+    app = create_app(lambda: answerer, FeedbackStore(), ServeSettings(api_token="..."))
+
+The answerer comes from a provider called per request, so the server can swap in a fresh index (see
+rag.serving.index) without restarting; tests pass a fake one. Write endpoints need the bearer token.
+"""
+from __future__ import annotations
+
+import hmac
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from rag.feedback import FeedbackAck, FeedbackError, FeedbackStore, FeedbackSubmission, ImplicitEvent
+from rag.retrieval import MAX_QUERY_CHARS, RetrievalError
+from rag.serving.settings import ServeSettings
+
+STATIC = Path(__file__).parent / "static"
+
+
+class Asker(Protocol):
+    def ask(self, question: str): ...  # -> rag.qa.AnswerResult
+
+
+class AskRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    session_id: str | None = Field(None, max_length=128)
+
+
+class Passage(BaseModel):
+    chunk_id: str
+    doc_id: str
+    page_start: int
+    page_end: int
+    text: str
+    rank: int
+    score: float | None
+    cited: bool
+    attributed: bool = False
+
+
+class AskResponse(BaseModel):
+    query_id: str
+    answer_id: str
+    question: str
+    answer: str
+    not_in_context: bool
+    cited_chunk_ids: list[str]
+    passages: list[Passage]
+    latency_ms: float
+    model_version: str | None
+
+
+class EventAck(BaseModel):
+    event_id: int
+
+
+def model_version(answerer) -> str | None:
+    """Embedding model name and weights version behind an answerer (None when it has no dense index)."""
+    embedder = getattr(getattr(answerer, "index", None), "embedder", None) or getattr(answerer, "embedder", None)
+    if embedder is None:
+        return getattr(answerer, "model_version", None)
+    return f"{embedder.name}@{embedder.version}"
+
+
+class _BodyLimit:
+    """Refuses bodies over the limit with 413 before anything parses them (declared or streamed length)."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            return await self._refuse(send)
+        seen = 0
+
+        async def limited_receive():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:  # a streamed body without a length: FastAPI turns this into the 413 reply
+                raise StarletteHTTPException(413, self.message)
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+    @property
+    def message(self) -> str:
+        return f"request body over {self.max_bytes:,} bytes"
+
+    async def _refuse(self, send):
+        response = JSONResponse({"error": self.message}, status_code=413)
+        await response({"type": "http"}, None, send)
+
+
+class Metrics:
+    """Request counts, errors and latency per route (the last 10k requests of each)."""
+
+    def __init__(self):
+        self.started = time.time()
+        self._lock = threading.Lock()
+        self._latency: dict[str, deque] = {}
+        self._counts: dict[str, dict[str, int]] = {}
+
+    def observe(self, route: str, status: int, seconds: float) -> None:
+        with self._lock:
+            self._latency.setdefault(route, deque(maxlen=10_000)).append(seconds * 1000)
+            counts = self._counts.setdefault(route, {"count": 0, "4xx": 0, "5xx": 0})
+            counts["count"] += 1
+            if status >= 500:
+                counts["5xx"] += 1
+            elif status >= 400:
+                counts["4xx"] += 1
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            out = {}
+            for route, counts in self._counts.items():
+                ms = np.asarray(self._latency[route])
+                out[route] = {**counts, "p50_ms": round(float(np.percentile(ms, 50)), 2),
+                              "p95_ms": round(float(np.percentile(ms, 95)), 2)}
+            return out
+
+
+def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, settings: ServeSettings,
+               *, health_extra: Callable[[], dict] | None = None) -> FastAPI:
+    app = FastAPI(title="Document QA", version="1", description="Ask questions about the indexed documents and rate "
+                  "the answers and passages; ratings train the next models.", docs_url=None, redoc_url=None)
+    metrics = Metrics()
+    ask_slots = threading.BoundedSemaphore(settings.ask_concurrency)
+    bearer = HTTPBearer(auto_error=False)
+
+    def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if credentials is None or not hmac.compare_digest(credentials.credentials.encode(), settings.api_token.encode()):
+            raise StarletteHTTPException(401, "missing or wrong bearer token: send `Authorization: Bearer <token>` "
+                                              "(the token `rag serve` printed, or RAG_API_TOKEN)")
+
+    @app.middleware("http")
+    async def _measure(request: Request, call_next):
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        if route is not None and request.url.path not in {"/metrics"}:
+            metrics.observe(f"{request.method} {route.path}", response.status_code, time.perf_counter() - started)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError):
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:]) or 'body'}: {e['msg']}" for e in exc.errors())
+        return JSONResponse({"error": f"invalid request: {problems}"}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_request: Request, exc: StarletteHTTPException):
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(FeedbackError)
+    async def _feedback_error(_request: Request, exc: FeedbackError):
+        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+
+    @app.exception_handler(RetrievalError)
+    async def _retrieval_error(_request: Request, exc: RetrievalError):
+        return JSONResponse({"error": str(exc)}, status_code=422)
+
+    @app.post("/ask", response_model=AskResponse, dependencies=[Depends(require_token)],
+              summary="Answer a question from the documents and record it for feedback")
+    def ask(body: AskRequest) -> AskResponse:
+        with ask_slots:
+            answerer = answerer_provider()
+            result = answerer.ask(body.question)
+        version = model_version(answerer)
+        stored = store.record_query(result.question, answer=result.answer, chunks=result.chunks, session_id=body.session_id,
+                                    model_version=version, settings=result.settings, latency_ms=result.latency_ms,
+                                    not_in_context=result.not_in_context)
+        return AskResponse(query_id=stored.query_id, answer_id=stored.answer_id, question=result.question,
+                           answer=result.answer, not_in_context=result.not_in_context,
+                           cited_chunk_ids=result.cited_chunk_ids, latency_ms=result.latency_ms, model_version=version,
+                           passages=[Passage(**{k: c.get(k) for k in Passage.model_fields if k in c}) for c in result.chunks])
+
+    @app.post("/feedback", response_model=FeedbackAck, dependencies=[Depends(require_token)],
+              summary="Rate an answer (+1/-1), its passages, or correct it; idempotent per idempotency_key",
+              responses={201: {"model": FeedbackAck}, 404: {"description": "unknown query_id"},
+                         409: {"description": "idempotency key reused for other feedback"}})
+    def feedback(body: FeedbackSubmission):
+        ack = store.submit_feedback(body)
+        return JSONResponse(ack.model_dump(), status_code=200 if ack.duplicate else 201)
+
+    @app.post("/events", response_model=EventAck, dependencies=[Depends(require_token)],
+              summary="Record an implicit signal (a passage was opened)")
+    def events(body: ImplicitEvent) -> EventAck:
+        return EventAck(event_id=store.record_event(body))
+
+    @app.get("/health", summary="Liveness and what is being served")
+    def health() -> dict:
+        store.high_water_mark()  # fails loudly when the store is unreachable
+        return {"status": "ok", "store": store.engine.dialect.name, **(health_extra() if health_extra else {})}
+
+    @app.get("/metrics", summary="Store counts and request latency per route")
+    def get_metrics() -> dict:
+        return {"uptime_s": round(time.time() - metrics.started, 1), "store": store.counts(), "requests": metrics.snapshot()}
+
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
+    return app

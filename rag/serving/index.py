@@ -1,0 +1,163 @@
+"""What the API answers with, kept fresh while Dagster re-indexes.
+
+Embedded Qdrant lets one process hold its folder. A long-lived API holding `data/qdrant` would make every
+Dagster re-index fail, so in embedded mode the server answers from a **serving replica**: a copy of the live
+collection in its own folder (`data/serving/replica-N`). It takes the primary folder's lock only for the copy
+(seconds), and only once the primary has stopped changing; while a re-index holds the lock it keeps answering
+from the replica it has. The chunk table and BM25 files are replaced atomically on disk, so they are read
+directly. With a Qdrant server (QDRANT_URL) there is no replica: the server serves readers and writers at once.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rag.index.qdrant import CollectionName, QdrantLockedError, QdrantSettings, alias_target, close_client, get_client
+from rag.store import CHUNKS_TABLE, TableStore, bm25_root
+
+log = logging.getLogger(__name__)
+COPY_BATCH = 512
+
+
+def replicate_collection(source: QdrantSettings, target: QdrantSettings, alias: str) -> str:
+    """Copy the collection behind `alias` (points, vectors, payloads) from source to target and point the same
+    alias at it there. Holds the source's lock only for the copy and releases it afterwards."""
+    from qdrant_client import models
+
+    src = get_client(source)
+    try:
+        live = alias_target(src, alias)
+        if live is None:
+            raise FileNotFoundError(f"no collection behind alias {alias!r} in {source.location}: index first "
+                                    "(`rag index` or materialize embedding_collections)")
+        params = src.get_collection(live).config.params
+        dst = get_client(target)
+        dst.create_collection(live, vectors_config=params.vectors, sparse_vectors_config=params.sparse_vectors)
+        offset = None
+        while True:
+            points, offset = src.scroll(live, limit=COPY_BATCH, offset=offset, with_payload=True, with_vectors=True)
+            if points:
+                dst.upsert(live, [models.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points])
+            if offset is None:
+                break
+        dst.update_collection_aliases(change_aliases_operations=[
+            models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=live, alias_name=alias))])
+        return live
+    finally:
+        close_client(source)
+
+
+def source_fingerprint(root: Path, strategy: str, qdrant: QdrantSettings | None) -> tuple:
+    """Changes whenever a re-index changes what would be served: chunk table, BM25 files, Qdrant folder."""
+    paths = [TableStore(root / "tables").path(CHUNKS_TABLE, strategy), *sorted(bm25_root(root, strategy).glob("*"))]
+    if qdrant is not None and not qdrant.url:
+        folder = Path(qdrant.location)
+        paths += [folder / "meta.json", *sorted((folder / "collection").glob(f"{strategy}__*/*"))]
+    marks = []
+    for path in paths:
+        try:
+            stat = path.stat()
+            marks.append((str(path), stat.st_mtime_ns, stat.st_size))
+        except FileNotFoundError:  # between a delete and a rename of a re-index: the next tick sees it settled
+            marks.append((str(path), None, None))
+    return tuple(marks)
+
+
+class ServingIndex:
+    """Holds the current answerer and swaps in a new one (on a new replica) when the index was re-built.
+
+    `build(index)` makes an answerer from an opened rag.retrieval Index; `open_index(qdrant)` opens one."""
+
+    def __init__(self, *, root: Path, strategy: str, model: str | None, build: Callable, open_index: Callable,
+                 qdrant: QdrantSettings | None = None, lock_wait_seconds: float = 120.0):
+        self.root, self.strategy, self.model = Path(root), strategy, model
+        self.build, self.open_index = build, open_index
+        self.primary = qdrant or QdrantSettings.from_env()
+        self.embedded = not self.primary.url and model is not None
+        self.replicas = self.root / "serving"
+        self._lock = threading.Lock()
+        self._current = None
+        self._replica: QdrantSettings | None = None
+        self._fingerprint: tuple | None = None
+        self._pending: tuple | None = None
+        self.generation = 0
+        self.last_refresh_error: str | None = None
+        deadline = time.monotonic() + lock_wait_seconds
+        while not self.refresh(force=True):
+            if time.monotonic() > deadline:
+                raise QdrantLockedError(f"{self.primary.location} stayed locked for {lock_wait_seconds:.0f} s (a re-index "
+                                        "running?): start `rag serve` when it is done, or use a Qdrant server (QDRANT_URL)")
+            time.sleep(2)
+
+    def current(self):
+        return self._current
+
+    def info(self) -> dict:
+        return {"strategy": self.strategy, "model": self.model, "generation": self.generation,
+                "qdrant": "replica " + self._replica.location if self._replica else self.primary.location,
+                "last_refresh_error": self.last_refresh_error}
+
+    def refresh(self, force: bool = False) -> bool:
+        """Re-open when the source changed and has been stable since the previous call. True when what is
+        served is current (or was just replaced), False when the primary was busy."""
+        with self._lock:
+            fingerprint = source_fingerprint(self.root, self.strategy, self.primary if self.embedded else None)
+            if not force:
+                if fingerprint == self._fingerprint:
+                    return True
+                if fingerprint != self._pending:  # still changing (a re-index is writing): wait for it to settle
+                    self._pending = fingerprint
+                    return False
+            try:
+                answerer, replica = self._open()
+            except QdrantLockedError as exc:
+                self.last_refresh_error = str(exc)
+                return False
+            old, self._current, self._replica = self._replica, answerer, replica
+            self._fingerprint, self._pending, self.last_refresh_error = fingerprint, None, None
+            self.generation += 1
+        if old is not None:
+            threading.Timer(30.0, _drop_replica, args=(old,)).start()  # requests in flight finish on the old one
+        return True
+
+    def _open(self):
+        if not self.embedded:
+            return self.build(self.open_index(self.primary)), None
+        self.replicas.mkdir(parents=True, exist_ok=True)
+        target = QdrantSettings(path=str(self.replicas / f"replica-{time.time_ns()}"))
+        alias = CollectionName(self.strategy, _model_key(self.model)).alias
+        try:
+            replicate_collection(self.primary, target, alias)
+            return self.build(self.open_index(target)), target
+        except BaseException:
+            _drop_replica(target)
+            raise
+
+    def close(self) -> None:
+        if self._replica is not None:
+            _drop_replica(self._replica)
+
+
+def _model_key(model: str) -> str:
+    from rag.embedding import model_key
+
+    return model_key(model)
+
+
+def _drop_replica(settings: QdrantSettings) -> None:
+    close_client(settings)
+    shutil.rmtree(settings.location, ignore_errors=True)
+
+
+def refresh_forever(serving: ServingIndex, every_seconds: float, stop: threading.Event) -> None:
+    while not stop.wait(every_seconds):
+        try:
+            serving.refresh()
+        except Exception as exc:  # noqa: BLE001 - keep serving the old index; /health shows the error
+            serving.last_refresh_error = f"{type(exc).__name__}: {exc}"
+            log.exception("index refresh failed; still serving the previous one")
+

@@ -1,0 +1,122 @@
+// The web page: ask, show the answer and its passages, send ratings. No build step, no network beyond this server.
+"use strict";
+const $ = (id) => document.getElementById(id);
+const sessionId = sessionStorage.getItem("session") || crypto.randomUUID();
+sessionStorage.setItem("session", sessionId);
+let current = null; // the last /ask response
+
+(function readToken() {
+  const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (fromHash) { sessionStorage.setItem("token", fromHash); history.replaceState(null, "", location.pathname); }
+  $("token").value = sessionStorage.getItem("token") || "";
+  $("token").addEventListener("change", () => sessionStorage.setItem("token", $("token").value.trim()));
+  if (!$("token").value) $("token-box").open = true;
+})();
+
+function status(text, isError = false) {
+  $("status").textContent = text;
+  $("status").className = isError ? "error" : "";
+}
+
+async function post(path, body) {
+  const response = await fetch(path, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "Authorization": "Bearer " + $("token").value.trim() },
+    body: JSON.stringify(body),
+  });
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(data.error || response.statusText);
+  return data;
+}
+
+// Marks the answer inside a passage when it is quoted from it, else the question's longer words.
+function highlight(element, text, answer, question) {
+  element.textContent = "";
+  const lower = text.toLowerCase();
+  let ranges = [];
+  const quoted = answer && answer.length > 3 ? lower.indexOf(answer.toLowerCase()) : -1;
+  if (quoted >= 0) {
+    ranges.push([quoted, quoted + answer.length]);
+  } else {
+    const words = new Set((question.toLowerCase().match(/[\p{L}\p{N}]{4,}/gu) || []));
+    const re = /[\p{L}\p{N}]+/gu;
+    let m;
+    while ((m = re.exec(text)) !== null) if (words.has(m[0].toLowerCase())) ranges.push([m.index, m.index + m[0].length]);
+  }
+  let at = 0;
+  for (const [start, end] of ranges) {
+    element.append(text.slice(at, start));
+    const mark = document.createElement("mark");
+    mark.textContent = text.slice(start, end);
+    element.append(mark);
+    at = end;
+  }
+  element.append(text.slice(at));
+}
+
+function choose(group, button) {
+  group.querySelectorAll("button").forEach((b) => b.classList.toggle("chosen", b === button));
+}
+
+async function sendFeedback(body, group, button) {
+  try {
+    const ack = await post("/feedback", { query_id: current.query_id, idempotency_key: crypto.randomUUID(), session_id: sessionId, ...body });
+    if (group) choose(group, button);
+    status(`Thanks, feedback saved (${ack.event_ids.length} rating${ack.event_ids.length === 1 ? "" : "s"}).`);
+  } catch (err) {
+    status("Feedback not saved: " + err.message, true);
+  }
+}
+
+function render(data) {
+  current = data;
+  $("answer").textContent = data.answer;
+  document.querySelectorAll("#result .rate button").forEach((b) => b.classList.remove("chosen"));
+  const list = $("passages");
+  list.textContent = "";
+  for (const p of data.passages) {
+    const item = $("passage-template").content.firstElementChild.cloneNode(true);
+    item.dataset.chunkId = p.chunk_id;
+    item.classList.toggle("cited", p.cited);
+    item.querySelector(".doc").textContent = p.doc_id;
+    item.querySelector(".pages").textContent = p.page_start === p.page_end ? `p. ${p.page_start}` : `pp. ${p.page_start}-${p.page_end}`;
+    item.querySelector(".cited-flag").textContent = p.cited ? "cited" : "";
+    const text = item.querySelector(".text");
+    highlight(text, p.text, data.not_in_context ? "" : data.answer, data.question);
+    text.addEventListener("click", () => {
+      text.classList.toggle("open");
+      post("/events", { query_id: data.query_id, kind: "click", chunk_id: p.chunk_id, idempotency_key: `${data.query_id}:${p.chunk_id}` }).catch(() => {});
+    });
+    const group = item.querySelector(".rate");
+    group.querySelector(".up").addEventListener("click", (e) => sendFeedback({ passages: [{ chunk_id: p.chunk_id, score: 1 }] }, group, e.currentTarget));
+    group.querySelector(".down").addEventListener("click", (e) => sendFeedback({ passages: [{ chunk_id: p.chunk_id, score: -1 }] }, group, e.currentTarget));
+    list.append(item);
+  }
+  $("result").hidden = false;
+}
+
+$("ask-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const question = $("question").value.trim();
+  if (!question) return;
+  $("ask-button").disabled = true;
+  status("Searching…");
+  try {
+    const data = await post("/ask", { question, session_id: sessionId });
+    render(data);
+    status(`Answered in ${Math.round(data.latency_ms)} ms.`);
+  } catch (err) {
+    status("Could not answer: " + err.message, true);
+  } finally {
+    $("ask-button").disabled = false;
+  }
+});
+
+const answerGroup = document.querySelector('#result .rate[data-target="answer"]');
+$("answer-up").addEventListener("click", (e) => sendFeedback({ answer_score: 1 }, answerGroup, e.currentTarget));
+$("answer-down").addEventListener("click", (e) => sendFeedback({ answer_score: -1 }, answerGroup, e.currentTarget));
+$("send-correction").addEventListener("click", () => {
+  const text = $("correction").value.trim();
+  if (!text) { status("Write the corrected answer first.", true); return; }
+  sendFeedback({ correction: text, correction_source: $("expert").checked ? "expert" : "user" });
+});
