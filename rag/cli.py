@@ -58,6 +58,11 @@ def add_library_commands(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--config", type=Path)
     s.set_defaults(func=cmd_strategies)
 
+    # Answers with citations (rag/qa/cli.py)
+    from rag.qa.cli import add_ask_command
+
+    add_ask_command(sub)
+
 
 def _parse(path: Path, password: str | None):
     settings = ParseSettings(pdf_passwords={path.name: password} if password else {})

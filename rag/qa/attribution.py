@@ -13,7 +13,8 @@ from typing import Protocol
 import numpy as np
 
 from rag.chunking.sentences import split_sentences
-from rag.embedding import TextEmbedder
+from rag.embedding import TextEmbedder, normalize_rows
+from rag.parsing.models import TABLE_CELL_SEPARATOR
 
 ANSWER_WINDOWS = range(2, 5)
 MAX_PASSAGE_WINDOW = 8
@@ -22,17 +23,32 @@ MAX_PASSAGE_WINDOW = 8
 class PairScorer(Protocol):
     name: str
 
-    def score_pairs(self, queries: list[str], passages: list[str], pairs: list[tuple[int, int]]) -> np.ndarray:
-        """One score in [0, 1] per (query index, passage index) pair."""
+    def score_pairs(self, queries: list[list[str]], passages: list[list[str]], pairs: list[tuple[int, int]]) -> np.ndarray:
+        """One score in [0, 1] per (query window, passage window) pair; a window is a list of sentences."""
         ...
 
 
 def passage_sentences(text: str) -> list[str]:
-    """Sentences, each line apart first (a table row or list item is its own unit)."""
-    out = []
+    """Sentences of a passage. PDF text wraps lines mid-sentence, so lines are joined before splitting, except
+    table rows (cells joined by " | "), each of which is a unit of its own."""
+    units: list[str] = []
+    block: list[str] = []
+
+    def flush() -> None:
+        joined = " ".join(block)
+        units.extend(joined[s:e] for s, e in split_sentences(joined))
+        block.clear()
+
     for line in text.split("\n"):
-        out.extend(line[s:e] for s, e in split_sentences(line))
-    return out or ([text.strip()] if text.strip() else [])
+        if TABLE_CELL_SEPARATOR in line:
+            flush()
+            units.append(line.strip())
+        elif line.strip():
+            block.append(line.strip())
+        else:
+            flush()
+    flush()
+    return [u for u in units if u]
 
 
 def windows(units: list[str], size: int) -> list[tuple[int, int]]:
@@ -60,21 +76,22 @@ def passage_scores(answer: str, passages: list[str], scorer: PairScorer) -> list
     answer_units = passage_sentences(answer)
     if not answer_units or not passages:
         return [0.0] * len(passages)
-    a_texts: dict[tuple[int, int], int] = {}
-    p_texts: dict[tuple[int, tuple[int, int]], int] = {}
-    queries, docs, pairs, owner = [], [], [], []
+    a_index: dict[tuple[int, int], int] = {}
+    p_index: dict[tuple[int, tuple[int, int]], int] = {}
+    queries: list[list[str]] = []
+    docs: list[list[str]] = []
+    pairs: list[tuple[int, int]] = []
+    owner: list[int] = []
     for j, passage in enumerate(passages):
         units = passage_sentences(passage)
-        if not units:
-            continue
-        for a, p in window_pairs(len(answer_units), len(units)):
-            if a not in a_texts:
-                a_texts[a] = len(queries)
-                queries.append(" ".join(answer_units[a[0]:a[1]]))
-            if (j, p) not in p_texts:
-                p_texts[(j, p)] = len(docs)
-                docs.append(" ".join(units[p[0]:p[1]]))
-            pairs.append((a_texts[a], p_texts[(j, p)]))
+        for a, p in window_pairs(len(answer_units), len(units)) if units else ():
+            if a not in a_index:
+                a_index[a] = len(queries)
+                queries.append(answer_units[a[0]:a[1]])
+            if (j, p) not in p_index:
+                p_index[(j, p)] = len(docs)
+                docs.append(units[p[0]:p[1]])
+            pairs.append((a_index[a], p_index[(j, p)]))
             owner.append(j)
     best = [0.0] * len(passages)
     if pairs:
@@ -91,33 +108,42 @@ def attribute(answer: str, passages: list[str], scorer: PairScorer, *, top_k: in
 
 
 class EmbeddingScorer:
-    """Cosine of embeddings (clipped to [0, 1]); every distinct window is encoded once."""
+    """Cosine of embeddings, clipped to [0, 1]. Each distinct sentence is encoded once and a window's vector is the
+    normalised mean of its sentences' vectors: windows overlap heavily, and encoding every window text apart cost
+    seconds per answer with MiniLM on a CPU."""
 
     def __init__(self, embedder: TextEmbedder):
         self.embedder = embedder
         self.name = f"embedding:{getattr(embedder, 'name', '?')}"
 
-    def score_pairs(self, queries: list[str], passages: list[str], pairs: list[tuple[int, int]]) -> np.ndarray:
-        q = self.embedder.encode_passages(queries)  # answer text is a statement, not a query
-        p = self.embedder.encode_passages(passages)
-        return np.clip(np.array([float(q[i] @ p[j]) for i, j in pairs]), 0.0, 1.0)
+    def score_pairs(self, queries: list[list[str]], passages: list[list[str]], pairs: list[tuple[int, int]]) -> np.ndarray:
+        texts = sorted({t for window in queries + passages for t in window})
+        position = {t: i for i, t in enumerate(texts)}
+        vectors = self.embedder.encode_passages(texts)  # the answer is a statement, not a query: no query prefix
+
+        def pooled(windows: list[list[str]]) -> np.ndarray:
+            return normalize_rows(np.vstack([vectors[[position[t] for t in w]].mean(axis=0) for w in windows]))
+
+        q, p = pooled(queries), pooled(passages)
+        return np.clip(np.einsum("ij,ij->i", q[[i for i, _ in pairs]], p[[j for _, j in pairs]]), 0.0, 1.0)
 
 
 class CrossEncoderScorer:
-    """A rag.rerank Reranker (`.score(query, passages)`); scores outside [0, 1] (logits) go through a sigmoid."""
+    """A rag.rerank Reranker (`.score(query, passages)`) on the window texts; when the scores are logits (any
+    outside [0, 1]) they go through a sigmoid so one threshold serves both scorers."""
 
     def __init__(self, reranker):
         self.reranker = reranker
         self.name = f"cross-encoder:{getattr(reranker, 'name', '?')}"
 
-    def score_pairs(self, queries: list[str], passages: list[str], pairs: list[tuple[int, int]]) -> np.ndarray:
+    def score_pairs(self, queries: list[list[str]], passages: list[list[str]], pairs: list[tuple[int, int]]) -> np.ndarray:
         by_query: dict[int, list[int]] = {}
         for n, (i, _) in enumerate(pairs):
             by_query.setdefault(i, []).append(n)
         out = np.zeros(len(pairs))
         for i, positions in by_query.items():
-            scores = np.asarray(self.reranker.score(queries[i], [passages[pairs[n][1]] for n in positions]), dtype=float)
-            out[positions] = scores
+            scores = self.reranker.score(" ".join(queries[i]), [" ".join(passages[pairs[n][1]]) for n in positions])
+            out[positions] = np.asarray(scores, dtype=float)
         if out.size and (out.min() < 0.0 or out.max() > 1.0):
             out = 1.0 / (1.0 + np.exp(-out))
         return out

@@ -46,20 +46,30 @@ def _question_stems() -> frozenset[str]:
     return frozenset(t for tokens in tokenize(QUESTION_WORDS) for t in tokens)
 
 
-def content_terms(text: str) -> set[str]:
-    """Stemmed content words, by the tokenizer BM25 uses (stopwords out, Snowball stems), question words out."""
+def content_terms(texts: list[str]) -> list[set[str]]:
+    """Stemmed content words of each text, by the tokenizer BM25 uses (stopwords out, Snowball stems), question
+    words out. One call for many texts: the tokenizer has a fixed cost per call."""
     from rag.index.bm25 import tokenize
 
-    return set(tokenize([text])[0]) - _question_stems()
+    if not texts:
+        return []
+    stems = _question_stems()
+    return [set(tokens) - stems for tokens in tokenize(texts)]
+
+
+def share(question_terms: set[str], terms: set[str]) -> float:
+    # A question with no content word cannot be checked against any text: it gets no support.
+    return len(question_terms & terms) / len(question_terms) if question_terms else 0.0
 
 
 class ExtractiveGenerator:
     """Picks the passage sentence best supporting the question and cites its passage, with no LLM.
 
-    A sentence scores cosine(question, sentence) + its share of the question's content terms + its passage's share
-    of them (the *support*). Below `min_support` the honest answer is NOT_IN_CONTEXT: a passage that shares
-    too few of the question's words almost never holds the answer, while embedding similarity alone finds a
-    "nearest" sentence for any question at all."""
+    A passage's *support* is its share of the question's content terms; only passages with at least `min_support`
+    may answer, and when none has it the honest answer is NOT_IN_CONTEXT: a passage sharing too few of the
+    question's words rarely holds the answer, while embedding similarity alone finds a "nearest" sentence for
+    any question at all. Among the supported passages' sentences the best scores cosine(question, sentence) +
+    its own share of the question's terms + its passage's support."""
 
     name = "extractive"
 
@@ -69,23 +79,20 @@ class ExtractiveGenerator:
     def generate(self, question: str, passages: list[Passage] | None) -> Generation:
         if not passages:
             return Generation("", ParsedAnswer(NOT_IN_CONTEXT, [], True), support=0.0)
-        q_terms = content_terms(question)
-        candidates: list[tuple[Passage, str, float]] = []  # passage, sentence, passage support
-        for p in sorted(passages, key=lambda p: p.hit.rank)[: self.max_passages]:
-            support = len(q_terms & content_terms(p.chunk.get("text") or "")) / len(q_terms) if q_terms else 0.0
-            candidates.extend((p, s, support) for s in passage_sentences(p.chunk.get("text") or "") if len(s.strip()) >= 3)
+        ranked = sorted(passages, key=lambda p: p.hit.rank)[: self.max_passages]
+        q_terms, *passage_terms = content_terms([question] + [p.chunk.get("text") or "" for p in ranked])
+        supports = [(p, share(q_terms, terms)) for p, terms in zip(ranked, passage_terms)]
+        # Only supported passages may answer; when none is, nothing needs encoding.
+        candidates = [(p, s, sup) for p, sup in supports if sup >= self.min_support
+                      for s in passage_sentences(p.chunk.get("text") or "") if len(s.strip()) >= 3]
+        best_support = max(sup for _, sup in supports)
         if not candidates:
-            return Generation("", ParsedAnswer(NOT_IN_CONTEXT, [], True), support=0.0)
+            return Generation("", ParsedAnswer(NOT_IN_CONTEXT, [], True), support=best_support)
         q = self.embedder.encode_queries([question])[0]
         cosine = self.embedder.encode_passages([s for _, s, _ in candidates]) @ q
-        lexical = np.array([len(q_terms & content_terms(s)) / len(q_terms) if q_terms else 0.0 for _, s, _ in candidates])
-        scores = cosine + lexical + np.array([sup for _, _, sup in candidates])
-        best = int(np.argmax(scores))
+        lexical = np.array([share(q_terms, terms) for terms in content_terms([s for _, s, _ in candidates])])
+        best = int(np.argmax(cosine + lexical + np.array([sup for _, _, sup in candidates])))
         passage, sentence, support = candidates[best]
-        if not q_terms:  # nothing to match lexically ("Who is she?"): only similarity can speak
-            support = float(cosine[best])
-        if support < self.min_support:
-            return Generation("", ParsedAnswer(NOT_IN_CONTEXT, [], True), support=support)
         raw = f"{sentence.strip()} [{passage.label}]"
         return Generation(raw, ParsedAnswer(sentence.strip(), [passage.chunk_id], False), support=support)
 

@@ -1,0 +1,43 @@
+"""`rag ask "QUESTION" [--config FILE] [--json]`: an answer with its sources (document, pages)."""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_ask_command(sub: argparse._SubParsersAction) -> None:
+    a = sub.add_parser("ask", help="answer a question from the indexed documents, with citations")
+    a.add_argument("question")
+    a.add_argument("--config", type=Path, help="YAML of AnswerSettings fields (see README, 'Asking questions')")
+    a.add_argument("--strategy", help="chunk set (default: paragraph)")
+    a.add_argument("--model", help="embedding model (default: minilm)")
+    a.add_argument("--mode", help="none | bm25 | dense | hybrid-rrf | hybrid-cc (default: hybrid-rrf)")
+    a.add_argument("--generator", choices=["extractive", "llm"], help="default: extractive (no LLM needed)")
+    a.add_argument("--top-k", type=int, help="passages given to the generator (default: 5)")
+    a.add_argument("--json", action="store_true", help="print the whole AnswerResult as JSON")
+    a.set_defaults(func=cmd_ask)
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from rag.llm import LLMError
+    from rag.qa import AnswerSettings, answer_question
+
+    settings = AnswerSettings.from_yaml(args.config) if args.config else AnswerSettings()
+    overrides = {k: v for k, v in {"strategy": args.strategy, "model": args.model, "mode": args.mode,
+                                   "generator": args.generator, "top_k": args.top_k}.items() if v is not None}
+    settings = AnswerSettings(**(settings.model_dump() | overrides))
+    try:
+        result = answer_question(args.question, settings)
+    except LLMError as exc:
+        raise ValueError(f"the LLM failed: {exc}") from exc
+    if args.json:
+        print(json.dumps(result.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        return 0
+    print(result.answer)
+    for src in result.sources():
+        how = " + ".join(k for k in ("cited", "attributed") if src[k])
+        pages = f"p{src['page_start']}" + (f"-{src['page_end']}" if src["page_end"] != src["page_start"] else "")
+        print(f"  - {src['doc_id']} {pages} ({how}) [{src['chunk_id'][:12]}]")
+    print(f"({result.generator}, {result.latency_ms:.0f} ms)")
+    return 0
