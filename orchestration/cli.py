@@ -67,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(func=cmd_sync)
     d = sub.add_parser("demo", help="materialize the whole asset graph on the document source and summarize")
     d.set_defaults(func=cmd_demo)
+    # `rag serve` (feedback loop): the API and web page.
+    from rag.serving.cli import add_serve_command
+
+    add_serve_command(sub)
     args = parser.parse_args(argv)
     return run_command(args.func, args)
 

@@ -11,7 +11,8 @@ from rag.feedback import FeedbackStore
 from rag.index.qdrant import QdrantSettings, close_client, get_client
 from rag.index.sync import sync_bm25, sync_collection
 from rag.qa import AnswerResult
-from rag.serving import ServeSettings, create_app
+from rag.serving.app import create_app
+from rag.serving.settings import ServeSettings
 from rag.store import CHUNKS_TABLE, TableStore, bm25_root
 
 TOKEN = "test-token-0123456789"

@@ -1,5 +1,5 @@
-"""Serving: the HTTP API and web page (`rag serve`) over an answerer and the feedback store."""
-from rag.serving.app import AskRequest, AskResponse, create_app, model_version
-from rag.serving.settings import ServeSettings
+"""Serving: the HTTP API and web page (`rag serve`) over an answerer and the feedback store.
 
-__all__ = ["create_app", "ServeSettings", "AskRequest", "AskResponse", "model_version"]
+rag.serving.app (create_app), rag.serving.settings (ServeSettings), rag.serving.index (the serving replica),
+rag.serving.server (the production app, uvicorn), rag.serving.cli (`rag serve`).
+"""

@@ -68,3 +68,4 @@ def serve(settings: ServeSettings, **answer_overrides) -> None:
     print(f"API: POST /ask, /feedback, /events with `Authorization: Bearer {settings.api_token}`; "
           f"schema at http://{settings.host}:{settings.port}/openapi.json", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+
