@@ -41,3 +41,16 @@ summary_job = define_asset_job(
     selection=AssetSelection.assets("evaluation_summary"),
     description="Compare every evaluated configuration.",
 )
+
+# Optimization stage (assets/config_search.py): the search, and the explicit step that applies its winner.
+config_search_job = define_asset_job(
+    "config_search_job",
+    selection=AssetSelection.assets("config_search"),
+    description="Search the best pipeline configuration for the QA set (method, space and budget in the run config).",
+)
+
+apply_configuration_job = define_asset_job(
+    "apply_configuration_job",
+    selection=AssetSelection.assets("active_configuration"),
+    description="Make the last search's winner (or a given best_config.yaml) the configuration that serves queries.",
+)

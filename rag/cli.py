@@ -63,6 +63,11 @@ def add_library_commands(sub: argparse._SubParsersAction) -> None:
 
     add_ask_command(sub)
 
+    # Configuration search (rag/search/cli.py)
+    from rag.search.cli import add_search_command
+
+    add_search_command(sub)
+
 
 def _parse(path: Path, password: str | None):
     settings = ParseSettings(pdf_passwords={path.name: password} if password else {})
