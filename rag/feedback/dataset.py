@@ -131,3 +131,35 @@ def training_pairs(dataset_dir: Path) -> tuple[list[tuple[str, str]], list[tuple
     for qid, cid, score in _read_qrels(dataset_dir / "qrels" / "chunk_qrels.tsv"):
         (positives if score > 0 else negatives).append((queries[qid], corpus[cid]))
     return positives, negatives
+
+
+def dataset_root(root: Path) -> Path:
+    return Path(root) / "feedback_dataset"
+
+
+def export_versioned(store: FeedbackStore, root: Path) -> Path:
+    """The dataset of everything up to the store's current high-water mark, at
+    <root>/feedback_dataset/hw-<mark>: written once (temp folder, then rename), reused afterwards."""
+    import shutil
+    import tempfile
+
+    out = dataset_root(root) / f"hw-{store.high_water_mark():010d}"
+    if (out / "stats.json").exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
+    try:
+        export_rag_dataset(store, tmp)
+        stats = json.loads((tmp / "stats.json").read_text())
+        out = out.parent / f"hw-{stats['high_water_mark']:010d}"  # rows may have arrived since the name was picked
+        if (out / "stats.json").exists():
+            return out
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def latest_dataset(root: Path) -> Path | None:
+    done = sorted(p for p in dataset_root(root).glob("hw-*") if (p / "stats.json").exists())
+    return done[-1] if done else None

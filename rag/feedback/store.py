@@ -259,6 +259,13 @@ class FeedbackStore:
         with self.engine.connect() as conn:
             return [int(v) for v in conn.execute(stmt).scalars()]
 
+    def retrieved_counts(self, query_ids: list[str]) -> dict[str, int]:
+        """Passages retrieved per query (queries that retrieved none are absent)."""
+        stmt = (select(s.retrievals.c.query_id, func.count()).where(s.retrievals.c.query_id.in_(query_ids))
+                .group_by(s.retrievals.c.query_id))
+        with self.engine.connect() as conn:
+            return {qid: int(n) for qid, n in conn.execute(stmt)}
+
     def table(self, name: str) -> pd.DataFrame:
         """A whole table as a frame (exports, tests)."""
         table = s.metadata.tables[name]

@@ -1,0 +1,112 @@
+"""What starts a retrain from the feedback store: enough new feedback (feedback_volume_sensor), or a week
+without one (weekly_retrain schedule). Both export the feedback RAG-Dataset first and hand its folder to the
+training assets, so the new ratings become positives and hard negatives."""
+import json
+import os
+from datetime import datetime, timedelta, timezone
+
+from dagster import (
+    AssetMaterialization,
+    DagsterRunStatus,
+    DefaultScheduleStatus,
+    DefaultSensorStatus,
+    MetadataValue,
+    RunRequest,
+    RunsFilter,
+    ScheduleEvaluationContext,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    schedule,
+    sensor,
+)
+
+from orchestration.training import retrain_job
+from rag.feedback import FeedbackStore, export_versioned
+from resources.feedback import FeedbackLoop
+
+MARK_TAG = "feedback/high_water_mark"
+TRAINING_ASSETS = ("finetuned_embedder", "trained_reranker")  # the retrain_job assets that read run config
+FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE]
+ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
+
+
+def last_retrain_mark(instance) -> int:
+    """High-water mark of the newest finished retrain. A failed one counts too: its gate (or its error) has
+    seen that feedback, and counting from an older mark would retrain again on every new rating."""
+    runs = instance.get_runs(filters=RunsFilter(job_name=retrain_job.name, statuses=FINISHED), limit=50)
+    return max((int(r.tags[MARK_TAG]) for r in runs if r.tags.get(MARK_TAG, "").isdigit()), default=0)
+
+
+def active_retrain(instance) -> str | None:
+    runs = instance.get_runs(filters=RunsFilter(job_name=retrain_job.name, statuses=ACTIVE), limit=1)
+    return runs[0].run_id if runs else None
+
+
+def production_label(loop: FeedbackLoop) -> str:
+    try:
+        from rag.registry import ModelRegistry
+
+        production = ModelRegistry(loop.root / "models").resolve("embedder", "production")
+    except (ImportError, ValueError, FileNotFoundError):
+        production = None
+    return f"model {production.version}" if production else "the start (no model in production yet)"
+
+
+def retrain_request(loop: FeedbackLoop, store: FeedbackStore, *, reason: str,
+                    run_key: str | None) -> tuple[RunRequest, AssetMaterialization]:
+    """Export the dataset up to now and request retrain_job with it."""
+    folder = export_versioned(store, loop.root)
+    stats = json.loads((folder / "stats.json").read_text())
+    op_config = {**loop.retrain_run_config, "feedback_dataset": str(folder)}
+    request = RunRequest(
+        run_key=run_key,
+        run_config={"ops": {name: {"config": op_config} for name in TRAINING_ASSETS}},
+        tags={MARK_TAG: str(stats["high_water_mark"]), "feedback/dataset_version": stats["version"], "trigger": reason},
+    )
+    materialization = AssetMaterialization(
+        "feedback_dataset",
+        description=f"exported for a retrain ({reason})",
+        metadata={"path": MetadataValue.path(str(folder)), **{k: v for k, v in stats.items() if not isinstance(v, dict)}},
+    )
+    return request, materialization
+
+
+@sensor(job=retrain_job, minimum_interval_seconds=300, default_status=DefaultSensorStatus.STOPPED,
+        description="Requests retrain_job when the feedback events since the last finished retrain reach the "
+        "threshold (FeedbackLoop.volume_threshold); the run_key is the feedback high-water mark.")
+def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: FeedbackLoop):
+    store = feedback_loop.store()
+    try:
+        mark = store.high_water_mark()
+        baseline = last_retrain_mark(context.instance)
+        new = store.count_feedback(since_event_id=baseline)
+        progress = f"{new}/{feedback_loop.volume_threshold} new feedback events since {production_label(feedback_loop)}"
+        running = active_retrain(context.instance)
+        if running:
+            return SkipReason(f"{progress}; retrain run {running} is in progress")
+        if new < feedback_loop.volume_threshold:
+            return SkipReason(progress)
+        request, materialization = retrain_request(feedback_loop, store, reason="feedback_volume",
+                                                   run_key=f"feedback-volume:{mark}")
+        context.log.info(f"{progress}: requesting retrain_job")
+        return SensorResult(run_requests=[request], asset_events=[materialization], cursor=str(mark))
+    finally:
+        store.close()
+
+
+@schedule(job=retrain_job, cron_schedule=os.environ.get("RAG_RETRAIN_CRON", "0 3 * * 0"),
+          execution_timezone=os.environ.get("RAG_RETRAIN_TIMEZONE", "UTC"), default_status=DefaultScheduleStatus.STOPPED,
+          description="Weekly fallback retrain (RAG_RETRAIN_CRON, default Sunday 03:00): runs unless a retrain "
+          "finished in the last 6 days; trains on the QA set plus all feedback so far.")
+def weekly_retrain(context: ScheduleEvaluationContext, feedback_loop: FeedbackLoop):
+    recent = context.instance.get_run_records(filters=RunsFilter(job_name=retrain_job.name, statuses=FINISHED), limit=1)
+    if recent and recent[0].end_time and datetime.fromtimestamp(recent[0].end_time, timezone.utc) > \
+            datetime.now(timezone.utc) - timedelta(days=6):
+        return SkipReason(f"retrain run {recent[0].dagster_run.run_id} finished less than 6 days ago")
+    store = feedback_loop.store()
+    try:
+        request, _ = retrain_request(feedback_loop, store, reason="weekly", run_key=None)
+    finally:
+        store.close()
+    return request
