@@ -19,6 +19,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import parse_throughput  # noqa: E402
 import qa_eval  # noqa: E402
 import retrieval  # noqa: E402
+import load_api  # noqa: E402  (feedback loop: API load and peak RSS)
 
 RESULTS = REPO / "bench" / "results"
 
@@ -91,13 +92,19 @@ def summary_lines(r: dict) -> list[str]:
     for label, s in qa.get("synthetic", {}).items():
         if isinstance(s, dict):
             lines.append(f"synthetic QA ({label}): {s['questions']} of {s['attempted']} kept, {s['per_100_chunks']} per 100 chunks")
+    serving = r.get("serving", {})
+    if "requests_per_s" in serving:  # feedback loop: `rag serve` under load while re-indexing
+        lines.append(f"API: {serving['clients']} clients {serving['requests_per_s']} req/s, ask p95 {serving['ask'].get('p95_ms')} ms, "
+                     f"feedback p95 {serving['feedback'].get('p95_ms')} ms, errors {serving['errors']}, acknowledged rows lost "
+                     f"{serving['acknowledged_missing_from_store']}/{serving['acknowledged_feedback_rows']}, peak RSS "
+                     f"{serving['api_peak_rss_mb']:.0f} MB (MiniLM)")
     return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="minutes, not the full figures")
-    parser.add_argument("--skip", default="", help="comma-separated: memory, parse, retrieval, qa")
+    parser.add_argument("--skip", default="", help="comma-separated: memory, parse, retrieval, qa, serving")
     parser.add_argument("--llm", default="local-gguf", help="LLM backend for synthetic questions (none to skip it)")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -116,6 +123,9 @@ def main() -> int:
     if "qa" not in skip:
         print("== QA sets and evaluation")
         results["qa"] = qa_eval.run(quick=args.quick, llm=args.llm)
+    if "serving" not in skip:
+        print("== serving (rag serve under load while re-indexing)")
+        results["serving"] = load_api.run(quick=args.quick)
     results["seconds"] = time.perf_counter() - started
 
     RESULTS.mkdir(parents=True, exist_ok=True)
