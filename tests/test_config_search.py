@@ -207,6 +207,10 @@ def test_persistent_fitness_cache_never_reevaluates(tmp_path):
     fn3, calls3 = counting(fake_fitness)
     grid(space, Evaluations(space, fn3, FitnessCache(path, "other"), budget=3))
     assert len(calls3) == 3 and len(FitnessCache(path, "ctx")) == first.unique_candidates
+    # New weights or strategy parameters behind the same option names (the identity) are a new genome for the cache.
+    fn4, calls4 = counting(fake_fitness)
+    Evaluations(space, fn4, FitnessCache(path, "ctx"), identity=lambda g: "weights-v2")(first.best)
+    assert calls4 == [first.best]
 
 
 # --- the real pipeline on a tiny corpus (wordllama) --------------------------------------------------------

@@ -93,7 +93,7 @@ class IndexCache:
 
     def __init__(self, workspace: Workspace, chunking_config: Path | None = None):
         self.workspace = workspace
-        self._strategies = load_strategies(chunking_config)
+        self.strategies = load_strategies(chunking_config)
         self._chunks: dict[str, pd.DataFrame] = {}
         self._bm25: dict[str, BM25Index] = {}
         self._collections: dict[tuple[str, str], str] = {}
@@ -104,9 +104,9 @@ class IndexCache:
 
     def chunks(self, strategy: str) -> pd.DataFrame:
         if strategy not in self._chunks:
-            if strategy not in self._strategies:
-                raise ValueError(f"unknown chunking strategy {strategy!r} in the search space (known: {', '.join(self._strategies)})")
-            run = chunk_step(self.workspace.tables, get_chunker(strategy, self._strategies))
+            if strategy not in self.strategies:
+                raise ValueError(f"unknown chunking strategy {strategy!r} in the search space (known: {', '.join(self.strategies)})")
+            run = chunk_step(self.workspace.tables, get_chunker(strategy, self.strategies))
             self.work[f"chunks:{strategy}"] = run.summary
             self._chunks[strategy] = run.chunks
         return self._chunks[strategy]
@@ -202,6 +202,18 @@ class PipelineEvaluator:
         corpus = hashlib.sha256("".join(sorted(docs["doc_id"] + ":" + docs["content_hash"])).encode()).hexdigest()[:16]
         gen = f"{self.generator.generator.name}/{self.generator.judge.name}" if self.generator else "none"
         return f"v1|qa={self.qa_key}|corpus={corpus}|{self.objective.model_dump_json()}|gen={gen}|llm={getattr(self.llm, 'name', 'none')}"
+
+    def identity(self, settings: dict) -> str:
+        """What a genome's name does not pin down: the strategy's parameters and the embedder's weights, so a
+        cached fitness goes stale when either changes (a re-tuned strategy, a newly promoted fine-tuned model)."""
+        from rag.chunking import strategy_fingerprint
+
+        s = DEFAULT_SETTINGS | settings
+        config = self.indexes.strategies.get(s["strategy"])
+        parts = [strategy_fingerprint(config) if config is not None else "unknown-strategy"]
+        if needs_dense(s):
+            parts.append(load_embedder(s["model"]).version)
+        return "/".join(parts)
 
     # --- the cached stages --------------------------------------------------------------------------
     def _queries(self, expansion: str, question: str) -> list[str]:
@@ -303,3 +315,9 @@ def genome_scorer(evaluator: PipelineEvaluator, space: SearchSpace):
     def score(genome: Genome) -> Scored:
         return evaluator.score(space.settings(genome))
     return score
+
+
+def genome_identity(evaluator: PipelineEvaluator, space: SearchSpace):
+    def identity(genome: Genome) -> str:
+        return evaluator.identity(space.settings(genome))
+    return identity

@@ -54,6 +54,7 @@ class Evaluations:
     evaluate: Callable[[Genome], Scored]
     cache: FitnessCache | None = None
     budget: int | None = None
+    identity: Callable[[Genome], str] | None = None  # extra cache key: what the genome's option names leave open
     seen: dict[Genome, Scored] = field(default_factory=dict)
     order: list[tuple[Genome, int]] = field(default_factory=list)  # (genome, generation it was first seen in)
     computed: int = 0  # fitness actually computed (persistent-cache misses)
@@ -73,7 +74,7 @@ class Evaluations:
             return self.seen[genome]
         if not self.affordable(genome):
             raise BudgetExhausted(f"budget of {self.budget} distinct candidates used")
-        key = self.space.key(genome)
+        key = self.space.key(genome) + (f"#{self.identity(genome)}" if self.identity else "")
         scored = self.cache.get(key) if self.cache is not None else None
         if scored is None:
             scored = self.evaluate(genome)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -69,7 +70,7 @@ def rank_embedders(items: list[QAItem], texts: dict[str, str], embedders: list[s
     return table
 
 
-def preliminary_then_grid(space: SearchSpace, evals_for: callable, items: list[QAItem], texts: dict[str, str], *,
+def preliminary_then_grid(space: SearchSpace, evals_for: Callable[[SearchSpace], Evaluations], items: list[QAItem], texts: dict[str, str], *,
                           top_n: int = 2, capabilities: set[str] | frozenset[str] = frozenset(),
                           embedder_family: str = "embedder") -> SearchResult:
     """Rank the space's embedders, keep the top n, grid the rest of the space with them.

@@ -11,7 +11,7 @@ from typing import Literal
 import pandas as pd
 
 from rag.evaluation.qaset import QAItem
-from rag.search.evaluate import Objective, PipelineEvaluator, Scored, Workspace, genome_scorer
+from rag.search.evaluate import Objective, PipelineEvaluator, Scored, Workspace, genome_identity, genome_scorer
 from rag.search.fitness import Evaluations, FitnessCache
 from rag.search.optimizers import GeneticSettings, SearchResult, genetic, grid
 from rag.search.preliminary import preliminary_then_grid
@@ -67,7 +67,7 @@ def run_search(method: Method, evaluator: PipelineEvaluator, space: SearchSpace,
     started = time.perf_counter()
     caps = evaluator.capabilities
     cache = FitnessCache(cache_path, evaluator.context)
-    make = lambda sp: Evaluations(sp, genome_scorer(evaluator, sp), cache, budget)  # noqa: E731
+    make = lambda sp: Evaluations(sp, genome_scorer(evaluator, sp), cache, budget, genome_identity(evaluator, sp))  # noqa: E731
     if method == "grid":
         result = grid(space, make(space), caps)
     elif method == "genetic":
@@ -79,7 +79,8 @@ def run_search(method: Method, evaluator: PipelineEvaluator, space: SearchSpace,
     base_genome = space.baseline_genome()
     if space.feasible(base_genome, caps):
         # Scored outside the budget (through the same cache), so every method is compared with the same baseline.
-        baseline = (space.key(base_genome), Evaluations(space, genome_scorer(evaluator, space), cache)(base_genome))
+        baseline = (space.key(base_genome), Evaluations(space, genome_scorer(evaluator, space), cache,
+                                                        identity=genome_identity(evaluator, space))(base_genome))
     note = fitness_note(evaluator)
     board = leaderboard(result)
     yaml_text, unapplied = best_config_yaml(result, fitness_note=note)

@@ -1,0 +1,182 @@
+"""Configuration-search figures. Prints; asserts nothing.
+
+    nice -n 15 .venv/bin/python bench/config_search.py [--corpus squad|pdfs|both] [--articles 12] [--questions 150]
+        [--embedders minilm,wordllama[,DIR_OR_NAME]] [--strategies ...] [--budget 100] [--seeds 42,1,2,3,4] [--json OUT]
+
+For each corpus (SQuAD dev articles rebuilt from paragraphs, with their real questions; the shared PDFs with
+synthetic inverse-cloze questions):
+1. Build every (chunker, embedder) index once (timed), so each method's wall time is search cost, not embedding.
+2. Genetic search (RAGSmith defaults, budget N distinct candidates) with a fresh evaluator: best fitness, unique
+   candidates, distinct indexes touched, retrieval runs, wall time.
+3. Grid over the same space with a fresh evaluator: the same figures. Genetic vs grid: share of the grid's best
+   reached and share of its evaluations used. More GA seeds replay against the grid's scores (no re-evaluation).
+4. Preliminary ranking of the embedders (MRR@10, Recall@5 on the deduplicated reference passages): is the
+   embedder ranked first also the embedder of the grid's winner (and the best per-embedder grid fitness)?
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from rag.evaluation.loaders import squad_articles  # noqa: E402
+from rag.ingest import document_from_row, update_documents  # noqa: E402
+from rag.parsing import ParseSettings  # noqa: E402
+from rag.search.data import corpus_workspace  # noqa: E402
+from rag.search.evaluate import PipelineEvaluator, genome_scorer  # noqa: E402
+from rag.search.fitness import Evaluations, FitnessCache  # noqa: E402
+from rag.search.optimizers import GeneticSettings, genetic, grid  # noqa: E402
+from rag.search.preliminary import rank_embedders  # noqa: E402
+from rag.search.space import SearchSpace  # noqa: E402
+from rag.source import scan_folder  # noqa: E402
+from rag.store import data_dir  # noqa: E402
+from rag.synthetic import SynthSettings, generate_qa  # noqa: E402
+
+SHARED = REPO.parent / "shared" / "datasets"
+SQUAD = SHARED / "squad-dev" / "dev-v1.1.json.gz"
+
+
+def bench_space(strategies: list[str], embedders: list[str]) -> SearchSpace:
+    """Modest enough for a full grid: chunking × embedder × 5 retrieval modes × MMR × filter × neighbours."""
+    return SearchSpace(
+        families=[{"name": "chunking", "options": [{"name": s, "params": {"strategy": s}} for s in strategies]},
+                  {"name": "embedder", "options": [{"name": Path(e).name if "/" in e else e, "params": {"model": e}} for e in embedders]},
+                  {"name": "retrieval", "options": [{"name": "dense", "params": {"mode": "dense"}}, {"name": "bm25", "params": {"mode": "bm25"}},
+                                                    {"name": "hybrid-rrf", "params": {"mode": "hybrid-rrf"}},
+                                                    {"name": "hybrid-cc-0.3", "params": {"mode": "hybrid-cc", "alpha": 0.3}},
+                                                    {"name": "hybrid-cc-0.7", "params": {"mode": "hybrid-cc", "alpha": 0.7}}]},
+                  {"name": "mmr", "options": [{"name": "none"}, {"name": "mmr-0.7", "params": {"mmr_lambda": 0.7}}]},
+                  {"name": "filter", "options": [{"name": "top-5", "params": {"top_k": 5}}, {"name": "top-3", "params": {"top_k": 3}}]},
+                  {"name": "prev_next", "options": [{"name": "off"}, {"name": "on", "params": {"prev_next": True}}]}],
+        base={"k": 10, "candidates": 50},
+        baseline={"chunking": "recursive-1000-200" if "recursive-1000-200" in strategies else strategies[0], "retrieval": "dense"})
+
+
+def squad_corpus(root: Path, articles: int, questions: int):
+    docs, items = squad_articles(SQUAD, max_articles=articles)
+    items = random.Random(11).sample(items, min(questions, len(items)))
+    return corpus_workspace(docs, root / f"squad-{articles}"), items, {d.doc_id: d.canonical_text for d in docs}
+
+
+def pdf_corpus(root: Path, questions: int):
+    run = update_documents(scan_folder(SHARED / "pdfs"), None, None, ParseSettings())
+    docs = [document_from_row(r) for r in run.documents.to_dict("records")]
+    qa = generate_qa(docs, None, SynthSettings())
+    items = random.Random(11).sample(qa.items, min(questions, len(qa.items)))
+    print(f"  {len(docs)} PDFs parsed ({len(run.quarantine)} quarantined), {len(qa.items)} inverse-cloze questions, {len(items)} used")
+    return corpus_workspace(docs, root / "pdfs"), items, {d.doc_id: d.canonical_text for d in docs}
+
+
+def one_corpus(name: str, workspace, items, texts, space: SearchSpace, budget: int, seeds: list[int]) -> dict:
+    out: dict = {"corpus": name, "questions": len(items), "space_size": space.size,
+                 "feasible": sum(1 for _ in space.feasible_genomes())}
+    print(f"\n== {name}: {len(items)} questions, space {out['feasible']} feasible candidates")
+    started = time.perf_counter()
+    warm = PipelineEvaluator(workspace, items)
+    for strategy in [o.params["strategy"] for o in space.family("chunking").options]:
+        for model in [o.params["model"] for o in space.family("embedder").options]:
+            warm.indexes.index(strategy, model)
+    warm.score(space.settings(space.baseline_genome()))  # first use of ranx compiles its metrics: not search cost
+    out["index_build_seconds"] = round(time.perf_counter() - started, 1)
+    out["index_work"] = warm.indexes.work
+    points = {k: v.get("points", v.get("chunks")) for k, v in warm.indexes.work.items()}
+    print(f"  indexes ready in {out['index_build_seconds']} s: {points}")
+
+    def run(method: str, seed: int = 42):
+        evaluator = PipelineEvaluator(workspace, items)
+        evals = Evaluations(space, genome_scorer(evaluator, space), FitnessCache(None, "bench"), budget if method == "genetic" else None)
+        t = time.perf_counter()
+        res = genetic(space, evals, settings=GeneticSettings(seed=seed)) if method == "genetic" else grid(space, evals)
+        seconds = time.perf_counter() - t
+        row = {"method": method, "seed": seed, "best_fitness": res.best_scored.fitness, "best": space.decode(res.best),
+               "unique_candidates": res.unique_candidates, "generations": len(res.history), "stopped": res.stopped,
+               "seconds": round(seconds, 1), **evaluator.counts}
+        print(f"  {method:8s} best {row['best_fitness']:.4f} with {row['unique_candidates']} candidates, "
+              f"{row['distinct_indexes']} indexes, {row['retrieval_runs']} retrieval runs, {row['seconds']} s; "
+              f"stopped: {row['stopped']}; best = {space.key(res.best)}")
+        return row, res
+
+    ga, _ = run("genetic")
+    gr, grid_res = run("grid")
+    grid_scores = {g: s.fitness for g, s in grid_res.evaluations.seen.items()}
+    baseline = grid_scores[space.baseline_genome()]
+    out.update({"genetic": ga, "grid": gr, "baseline_fitness": baseline})
+    share = ga["best_fitness"] / gr["best_fitness"]
+    evals_share = ga["unique_candidates"] / gr["unique_candidates"]
+    out["genetic_vs_grid"] = {"fitness_share": share, "evaluations_share": evals_share,
+                              "meets_98pct_with_25pct": share >= 0.98 and evals_share <= 0.25}
+    print(f"  genetic reaches {100 * share:.1f} % of the grid's best with {100 * evals_share:.1f} % of its evaluations "
+          f"(baseline fitness {baseline:.4f}, grid best {gr['best_fitness']:.4f})")
+    replays = []
+    for seed in seeds:
+        evals = Evaluations(space, lambda g: grid_res.evaluations.seen[g], None, budget)
+        res = genetic(space, evals, settings=GeneticSettings(seed=seed))
+        replays.append({"seed": seed, "best_fitness": res.best_scored.fitness, "share": res.best_scored.fitness / gr["best_fitness"],
+                        "unique_candidates": res.unique_candidates})
+    out["genetic_seeds"] = replays
+    print("  genetic over seeds (replayed on the grid's scores): " + ", ".join(
+        f"seed {r['seed']}: {100 * r['share']:.1f} % ({r['unique_candidates']})" for r in replays))
+    # Preliminary ranking vs the grid
+    models = [o.params["model"] for o in space.family("embedder").options]
+    ranking = rank_embedders(items, texts, models)
+    per_embedder = {}
+    for g, f in grid_scores.items():
+        model = space.settings(g)["model"]
+        per_embedder[model] = max(per_embedder.get(model, 0.0), f)
+    grid_winner = space.settings(grid_res.best)["model"]
+    out["preliminary"] = {"ranking": ranking.to_dict("records"), "grid_best_per_embedder": per_embedder,
+                          "grid_winner_embedder": grid_winner, "first_ranked_wins_grid": ranking["embedder"].iloc[0] == grid_winner}
+    print("  preliminary ranking: " + ", ".join(f"{r['rank']}. {r['embedder']} (MRR@10 {r['mrr@10']:.3f}, R@5 {r['recall@5']:.3f})"
+                                                 for r in ranking.to_dict("records")))
+    print("  grid best per embedder: " + ", ".join(f"{m} {f:.4f}" for m, f in per_embedder.items())
+          + f"; first-ranked embedder wins the grid: {out['preliminary']['first_ranked_wins_grid']}")
+    # Preliminary ranking then grid over the kept top-1 embedder (the paper's procedure).
+    kept = ranking["embedder"].iloc[0]
+    restricted = space.restrict("embedder", [o.name for o in space.family("embedder").options if o.params["model"] == kept])
+    pr = [f for g, f in grid_scores.items() if space.settings(g)["model"] == kept]
+    out["preliminary_then_grid"] = {"kept": kept, "candidates": sum(1 for _ in restricted.feasible_genomes()), "best_fitness": max(pr),
+                                    "share_of_grid_best": max(pr) / gr["best_fitness"]}
+    print(f"  preliminary ranking + grid over {kept}: {out['preliminary_then_grid']['candidates']} candidates, best "
+          f"{max(pr):.4f} ({100 * max(pr) / gr['best_fitness']:.1f} % of the full grid's best)")
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", default="both", choices=["squad", "pdfs", "both"])
+    parser.add_argument("--articles", type=int, default=12)
+    parser.add_argument("--questions", type=int, default=150)
+    parser.add_argument("--embedders", default="minilm,wordllama")
+    parser.add_argument("--strategies", default="recursive-1000-200,paragraph,fixed-512,sentence-window-4-2")
+    parser.add_argument("--budget", type=int, default=80, help="genetic: distinct candidates (the grid of the default space is 320)")
+    parser.add_argument("--seeds", default="1,2,3,4,5")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    root = data_dir() / "bench" / "config_search"
+    space = bench_space(args.strategies.split(","), args.embedders.split(","))
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    results = {"started": datetime.now(timezone.utc).isoformat(), "args": {k: str(v) for k, v in vars(args).items()}}
+    if args.corpus in ("squad", "both"):
+        ws, items, texts = squad_corpus(root, args.articles, args.questions)
+        results["squad"] = one_corpus(f"SQuAD dev, {args.articles} articles rebuilt", ws, items, texts, space, args.budget, seeds)
+    if args.corpus in ("pdfs", "both"):
+        ws, items, texts = pdf_corpus(root, args.questions)
+        results["pdfs"] = one_corpus("shared PDFs, inverse-cloze questions", ws, items, texts, space, args.budget, seeds)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    pd.set_option("display.width", 160)
+    sys.exit(main())
