@@ -5,6 +5,7 @@ A generator takes the question and the labelled passages (None: closed book, no 
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -62,6 +63,16 @@ def share(question_terms: set[str], terms: set[str]) -> float:
     return len(question_terms & terms) / len(question_terms) if question_terms else 0.0
 
 
+_WANTS_NUMBER = re.compile(
+    r"\bhow (?:many|much|long|old|far|often|large|big|tall)\b|\bwhen\b|\bwhat (?:year|date|percentage|number|amount|time)\b"
+    r"|\b(?:total|number of|amount|cost|price|rate|percent|percentage|salar(?:y|ies)|sum|count|spen[dt])s?\b", re.IGNORECASE)
+_DIGIT = re.compile(r"\d")
+
+
+def _wants_number(question: str) -> bool:
+    return bool(_WANTS_NUMBER.search(question))
+
+
 class ExtractiveGenerator:
     """Picks the passage sentence best supporting the question and cites its passage, with no LLM.
 
@@ -69,7 +80,8 @@ class ExtractiveGenerator:
     may answer, and when none has it the honest answer is NOT_IN_CONTEXT: a passage sharing too few of the
     question's words rarely holds the answer, while embedding similarity alone finds a "nearest" sentence for
     any question at all. Among the supported passages' sentences the best scores cosine(question, sentence) +
-    its own share of the question's terms + its passage's support."""
+    its own share of the question's terms + its passage's support. Passed over: sentences adding no term to the
+    question's (headers, titles) and, when the question asks a quantity or a date, sentences without a number."""
 
     name = "extractive"
 
@@ -88,9 +100,16 @@ class ExtractiveGenerator:
         best_support = max(sup for _, sup in supports)
         if not candidates:
             return Generation("", ParsedAnswer(NOT_IN_CONTEXT, [], True), support=best_support)
+        sentence_terms = content_terms([s for _, s, _ in candidates])
+        # A sentence saying nothing the question does not (a table's header row, a title) cannot be the answer.
+        informative = [i for i, terms in enumerate(sentence_terms) if terms - q_terms] or list(range(len(candidates)))
+        # Answer type: a question after a quantity or a date is answered by a sentence holding a number.
+        if _wants_number(question):
+            informative = [i for i in informative if _DIGIT.search(candidates[i][1])] or informative
+        candidates, sentence_terms = [candidates[i] for i in informative], [sentence_terms[i] for i in informative]
         q = self.embedder.encode_queries([question])[0]
         cosine = self.embedder.encode_passages([s for _, s, _ in candidates]) @ q
-        lexical = np.array([share(q_terms, terms) for terms in content_terms([s for _, s, _ in candidates])])
+        lexical = np.array([share(q_terms, terms) for terms in sentence_terms])
         best = int(np.argmax(cosine + lexical + np.array([sup for _, _, sup in candidates])))
         passage, sentence, support = candidates[best]
         raw = f"{sentence.strip()} [{passage.label}]"

@@ -111,11 +111,11 @@ class Answerer:
         hits = self._rerank(question, hits)
         lap("rerank")
         hits = filter_hits(hits, top_k=s.top_k, min_score=s.min_score)
-        if s.prev_next and hits:
-            hits = augment_prev_next(self.index, hits)
-        hits = fit_context(hits, s.max_context_chars)
         if s.prompt_order == "long-context":
             hits = reorder_long_context(hits)
+        if s.prev_next and hits:  # after reordering, so each neighbour sits beside its hit
+            hits = augment_prev_next(self.index, hits)
+        hits = fit_context(hits, s.max_context_chars)
         passages = None if s.mode == NO_RETRIEVAL else label_passages(hits)
         generation = self.generator.generate(question, passages)
         lap("generate")

@@ -73,11 +73,12 @@ def format_context(passages: list[Passage]) -> str:
 
 
 def fit_context(hits: list[Hit], max_chars: int) -> list[Hit]:
-    """Whole passages within the character budget: the lowest-ranked go first, the order is kept.
-    The best passage always stays, even alone over budget (cut to the budget), so there is something to read."""
+    """Whole passages within the character budget: the lowest-scoring go first (a neighbouring chunk shares its
+    hit's score, so a group goes together), the order is kept. The best passage always stays, even alone over
+    budget (cut to the budget), so there is something to read."""
     if not hits:
         return []
-    kept = sorted(hits, key=lambda h: h.rank)
+    kept = sorted(hits, key=lambda h: (-float(h.score), h.rank))
     while len(kept) > 1 and sum(len(passage_text(h.chunk)) for h in kept) > max_chars:
         kept.pop()
     if len(kept) == 1 and len(passage_text(kept[0].chunk)) > max_chars:

@@ -1,0 +1,367 @@
+"""Answer pipeline: steps, prompt assembly, citation parsing, attribution windows, generators, the Answerer on a
+tiny index and on the sample corpus (citations with document and page; "not in context"), table QA, `rag ask`."""
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rag.embedding import load_embedder
+from rag.index.bm25 import BM25Index
+from rag.index.qdrant import QdrantSettings, close_client, get_client
+from rag.index.sync import sync_bm25, sync_collection
+from rag.llm.testing import FakeLLM
+from rag.qa import NOT_IN_CONTEXT, Answerer, AnswerSettings
+from rag.qa.attribution import CrossEncoderScorer, attribute, passage_scores, passage_sentences, window_pairs, windows
+from rag.qa.generators import ExtractiveGenerator
+from rag.qa.parse import parse_answer
+from rag.qa.prompt import build_messages, fit_context, label_passages, passage_text
+from rag.qa.steps import augment_prev_next, filter_hits, reorder_long_context
+from rag.retrieval import Hit, Index
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Three chunks of one document in a row (prev/next linked) and two loose ones.
+TEXTS = {
+    "oven-1": "Bread is baked from flour, water, yeast and salt.",
+    "oven-2": "The dough rests for two hours before it goes into the oven at 230 degrees.",
+    "oven-3": "After forty minutes the loaf is cooled on a rack.",
+    "cats": "Cats are small domesticated felines that purr and chase mice.",
+    "rockets": "Rockets burn fuel to reach orbit and launch satellites into space.",
+}
+
+
+def chunk_table(texts: dict[str, str]) -> pd.DataFrame:
+    order = ["oven-1", "oven-2", "oven-3"]
+    rows = []
+    for cid, text in texts.items():
+        i = order.index(cid) if cid in order else None
+        rows.append({"chunk_id": cid, "doc_id": "bread.pdf" if i is not None else f"{cid}.pdf", "strategy": "t", "text": text,
+                     "char_start": 0 if i is None else i * 100, "char_end": len(text) if i is None else i * 100 + len(text),
+                     "page_start": 1 if i is None else i + 1, "page_end": 1 if i is None else i + 1, "section_path": [],
+                     "prev_chunk_id": order[i - 1] if i else None, "next_chunk_id": order[i + 1] if i is not None and i < 2 else None,
+                     "n_tokens": len(text.split()), "content_hash": hashlib.sha256(text.encode()).hexdigest(), "table_html": None})
+    return pd.DataFrame(rows)
+
+
+def hit(cid: str, rank: int, score: float = 1.0, **extra) -> Hit:
+    return Hit(rank, score, {"chunk_id": cid, "doc_id": "d.pdf", "text": TEXTS.get(cid, cid), "page_start": 1, "page_end": 1,
+                             "char_start": 0, "char_end": 10, "table_html": None, **extra})
+
+
+# --- steps -----------------------------------------------------------------------------------------------------
+def test_filter_by_top_k_and_min_score():
+    hits = [hit("a", 1, 0.9), hit("b", 2, 0.5), hit("c", 3, 0.4)]
+    assert [h.chunk["chunk_id"] for h in filter_hits(hits, top_k=2)] == ["a", "b"]
+    assert [h.chunk["chunk_id"] for h in filter_hits(hits, min_score=0.45)] == ["a", "b"]
+    assert [h.rank for h in filter_hits(hits, top_k=1, min_score=0.1)] == [1]
+
+
+def test_long_context_reorder_puts_the_best_at_both_ends():
+    assert [h.rank for h in reorder_long_context([hit(str(i), i) for i in range(1, 6)])] == [1, 3, 5, 4, 2]
+    assert [h.rank for h in reorder_long_context([hit(str(i), i) for i in range(1, 5)])] == [1, 3, 4, 2]
+    assert reorder_long_context([]) == []
+
+
+def test_prev_next_adds_neighbours_once():
+    chunks = chunk_table(TEXTS).set_index("chunk_id")
+    index = Index(chunks, None, None, None, None)
+    record = index.record
+    hits = [Hit(1, 0.9, record("oven-2")), Hit(2, 0.5, record("cats")), Hit(3, 0.4, record("oven-3"))]
+    out = augment_prev_next(index, hits)
+    # oven-1 rides along before oven-2; oven-3 is a hit itself so it keeps its own place; cats has no neighbours
+    assert [h.chunk["chunk_id"] for h in out] == ["oven-1", "oven-2", "cats", "oven-3"]
+    assert [h.rank for h in out] == [1, 2, 3, 4]
+    assert out[0].chunk["neighbour_of"] == "oven-2" and out[0].score == 0.9
+
+
+# --- prompt ----------------------------------------------------------------------------------------------------
+def test_prompt_has_role_task_context_with_ids_question_and_the_fixed_fallback():
+    passages = label_passages([hit("oven-2", 1, page_start=3, page_end=4), hit("cats", 2)])
+    system, user = build_messages("How hot is the oven?", passages)
+    assert system["role"] == "system" and "assistant" in system["content"]
+    text = user["content"]
+    assert "cite the passages" in text and NOT_IN_CONTEXT in text
+    assert "[1] (d.pdf, pages 3-4)\nThe dough rests" in text and "[2] (d.pdf, page 1)\nCats are" in text
+    assert text.index("Context:") < text.index("Question: How hot is the oven?") and text.endswith("Answer:")
+    closed = build_messages("How hot is the oven?", None)[1]["content"]
+    assert "Context" not in closed and NOT_IN_CONTEXT in closed
+
+
+def test_table_rows_reach_the_prompt_as_html():
+    chunk = {"chunk_id": "t", "doc_id": "x.pdf", "page_start": 6, "page_end": 6,
+             "text": "Estimated costs\nLabor cost | Parts cost\n$85 | $3,790\nSee above.",
+             "table_html": "<table><tr><th>Labor cost</th><th>Parts cost</th></tr><tr><td>$85</td><td>$3,790</td></tr></table>"}
+    assert passage_text(chunk) == "Estimated costs\n" + chunk["table_html"] + "\nSee above."
+    assert "Labor cost | Parts cost" not in build_messages("q", label_passages([Hit(1, 1.0, chunk)]))[1]["content"]
+
+
+def test_context_budget_drops_the_lowest_ranked_whole_passages():
+    hits = [hit("x" * 50, 2), hit("y" * 50, 1), hit("z" * 50, 3)]
+    kept = fit_context(hits, max_chars=110)
+    assert [h.rank for h in kept] == [2, 1]  # order kept, the lowest-scoring (all tie: rank 3) dropped
+    scored = [Hit(1, 0.9, {**hit("a" * 50, 1).chunk}), Hit(2, 0.9, {**hit("b" * 50, 2).chunk}), Hit(3, 0.5, {**hit("c" * 50, 3).chunk})]
+    assert [h.rank for h in fit_context(scored, max_chars=110)] == [1, 2]
+    alone = fit_context([hit("w" * 500, 1)], max_chars=200)
+    assert len(alone[0].chunk["text"]) == 200
+
+
+# --- parsing messy output --------------------------------------------------------------------------------------
+LABELS = {"1": "c-one", "2": "c-two", "3": "c-three"}
+
+
+@pytest.mark.parametrize("raw, answer, cited", [
+    ("Answer: Paris is the capital [1][3].\nQuestion: and Rome?", "Paris is the capital.", ["c-one", "c-three"]),
+    ("  It is 5 (2). [Passage 2, 3]", "It is 5.", ["c-two", "c-three"]),
+    ("Bob [1 and 2].", "Bob.", ["c-one", "c-two"]),
+    ("It was built in (1990) [sic] [7].", "It was built in (1990) [sic].", []),  # [7] was never shown
+    ("The loaf [c-two] cools.", "The loaf cools.", ["c-two"]),  # a full chunk id
+    ('"Forty minutes [source: 3]"', "Forty minutes", ["c-three"]),
+])
+def test_citations_are_parsed_from_messy_output(raw, answer, cited):
+    parsed = parse_answer(raw, LABELS)
+    assert (parsed.answer, parsed.cited_chunk_ids, parsed.not_in_context) == (answer, cited, False)
+
+
+@pytest.mark.parametrize("raw", [NOT_IN_CONTEXT, "the answer is not in the provided documents [1]", "",
+                                 "The context does not mention the oven.", "I don't know."])
+def test_not_in_context_in_its_variants(raw):
+    parsed = parse_answer(raw, LABELS)
+    assert parsed.not_in_context and parsed.answer == NOT_IN_CONTEXT and parsed.cited_chunk_ids == []
+
+
+# --- attribution -----------------------------------------------------------------------------------------------
+def test_attribution_windows_follow_the_thesis_sizes():
+    assert windows(["a", "b", "c"], 2) == [(0, 2), (1, 3)]
+    assert windows(["a"], 3) == [(0, 1)]
+    # 1 answer sentence, 1 passage sentence: every size collapses to the one whole-text pair
+    assert window_pairs(1, 1) == [((0, 1), (0, 1))]
+    # 2 answer sentences (w_a = 2 only: one window), 3 passage sentences: w_p = 2 gives (0,2),(1,3); w_p >= 3 the whole
+    assert window_pairs(2, 3) == [((0, 2), (0, 2)), ((0, 2), (0, 3)), ((0, 2), (1, 3))]
+    # w_a = 3 answer windows never meet passage windows shorter than 3
+    pairs = window_pairs(3, 10)
+    assert all(p[1] - p[0] >= a[1] - a[0] for a, p in pairs)
+    assert max(p[1] - p[0] for _, p in pairs) == 8 and {a for a, _ in pairs} == {(0, 2), (1, 3), (0, 3)}
+
+
+class WordOverlap:
+    """Jaccard of word sets: a transparent stand-in for a scorer."""
+
+    name = "overlap"
+
+    def score_pairs(self, queries, passages, pairs):
+        words = lambda w: set(" ".join(w).lower().replace(".", "").split())  # noqa: E731
+        return np.array([len(words(queries[i]) & words(passages[j])) / len(words(queries[i]) | words(passages[j])) for i, j in pairs])
+
+
+def test_attribution_scores_the_best_window_and_keeps_top_k_above_threshold():
+    answer = "The dough rests two hours. It bakes at 230 degrees."
+    passages = ["Salt is added. The dough rests two hours. It bakes at 230 degrees. Nothing else.",
+                "Cats purr.", "It bakes at 230 degrees."]
+    scores = passage_scores(answer, passages, WordOverlap())
+    assert scores[0] == pytest.approx(1.0)  # the 2-sentence window matching the answer exactly
+    assert scores[1] == 0.0
+    picked, _ = attribute(answer, passages, WordOverlap(), top_k=1, threshold=0.3)
+    assert picked == [0]
+    assert attribute(answer, passages, WordOverlap(), top_k=3, threshold=0.3)[0] == [0, 2]
+
+
+def test_cross_encoder_scorer_uses_the_reranker_protocol_and_squashes_logits():
+    class FakeReranker:
+        name = "fake-ce"
+
+        def __init__(self):
+            self.calls = []
+
+        def score(self, query, passages):
+            self.calls.append((query, passages))
+            return np.array([4.0 if "230" in p else -4.0 for p in passages])
+
+    reranker = FakeReranker()
+    picked, scores = attribute("It bakes at 230 degrees.", ["It bakes at 230 degrees.", "Cats purr."], CrossEncoderScorer(reranker))
+    assert picked == [0] and scores[0] == pytest.approx(1 / (1 + np.exp(-4.0))) and scores[1] < 0.5
+    assert reranker.calls[0][0] == "It bakes at 230 degrees."
+
+
+def test_passage_sentences_join_wrapped_lines_and_keep_table_rows_apart():
+    text = "The proposed AD would require\ninstalling new software. It costs\nmoney.\nLabor | Parts\n$85 | $0"
+    assert passage_sentences(text) == ["The proposed AD would require installing new software.", "It costs money.",
+                                       "Labor | Parts", "$85 | $0"]
+
+
+# --- the Answerer on a tiny index ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def wordllama():
+    return load_embedder("wordllama")
+
+
+@pytest.fixture(scope="module")
+def tiny_index(tmp_path_factory, wordllama):
+    root = tmp_path_factory.mktemp("tiny")
+    settings = QdrantSettings(path=str(root / "qdrant"))
+    chunks = chunk_table(TEXTS)
+    run = sync_collection(get_client(settings), chunks, wordllama, strategy="t", model="wordllama")
+    sync_bm25(chunks, root / "bm25")
+    yield Index(chunks.set_index("chunk_id"), BM25Index.load(root / "bm25"), get_client(settings), run.alias, wordllama)
+    close_client(settings)
+
+
+def tiny_settings(**kw) -> AnswerSettings:
+    return AnswerSettings(**{"strategy": "t", "model": "wordllama", "mode": "hybrid-rrf", "top_k": 3, **kw})
+
+
+def test_extractive_answer_cites_its_passage(tiny_index):
+    result = Answerer(tiny_settings(), index=tiny_index).ask("At how many degrees does the dough go into the oven?")
+    assert not result.not_in_context
+    assert "230 degrees" in result.answer and result.cited_chunk_ids == ["oven-2"]
+    assert "oven-2" in result.attributed_chunk_ids
+    cited = [c for c in result.chunks if c["cited"]]
+    assert cited[0]["doc_id"] == "bread.pdf" and cited[0]["page_start"] == 2
+    assert set(result.timings_ms) == {"retrieve", "rerank", "generate", "attribute"} and result.latency_ms > 0
+
+
+def test_extractive_says_not_in_context_for_an_unrelated_question(tiny_index):
+    result = Answerer(tiny_settings(), index=tiny_index).ask("Who won the football world cup in 2014?")
+    assert result.not_in_context and result.answer == NOT_IN_CONTEXT and result.cited_chunk_ids == []
+
+
+def test_extractive_generator_needs_support_not_just_similarity(wordllama):
+    passages = label_passages([hit("cats", 1)])
+    gen = ExtractiveGenerator(wordllama, min_support=0.5)
+    assert gen.generate("Which animals purr and chase mice?", passages).parsed.cited_chunk_ids == ["cats"]
+    # nearest sentence exists, but "dogs bark loudly" shares no term with the passage
+    assert gen.generate("Why do dogs bark loudly?", passages).parsed.not_in_context
+
+
+def test_llm_answer_with_prev_next_long_context_and_reflection(tiny_index):
+    def reply(messages):
+        prompt = messages[-1]["content"]
+        if "Draft answer:" in prompt:
+            return "At 230 degrees [2], after resting two hours [2]."
+        return "Answer: 230 degrees [2][9]\nQuestion: what else"
+
+    llm = FakeLLM(reply, name="fake:oven")
+    settings = tiny_settings(generator="llm", prev_next=True, prompt_order="long-context", reflect=True, top_k=1)
+    result = Answerer(settings, llm=llm, index=tiny_index).ask("At how many degrees does the dough go into the oven?")
+    prompt = llm.calls[0]["input"][-1]["content"]
+    # top-1 is oven-2; its neighbours come along on either side, in reading order
+    assert [(c["label"], c["chunk_id"]) for c in result.chunks] == [("1", "oven-1"), ("2", "oven-2"), ("3", "oven-3")]
+    assert result.cited_chunk_ids == ["oven-2"]  # [9] was never shown
+    assert f"[1] (bread.pdf, page" in prompt and "Question: At how many degrees" in prompt
+    assert result.answer == "At 230 degrees, after resting two hours." and result.draft == "230 degrees"
+    assert result.generator == "llm:fake:oven" and llm.call_count == 2
+
+
+def test_long_context_order_reaches_the_prompt(tiny_index):
+    llm = FakeLLM("Forty minutes [1].")
+    result = Answerer(tiny_settings(generator="llm", prompt_order="long-context"), llm=llm, index=tiny_index).ask("bread dough oven loaf")
+    assert [c["rank"] for c in result.chunks] == [1, 3, 2]
+    prompt = llm.calls[0]["input"][-1]["content"]
+    first, last = result.chunks[0]["text"], result.chunks[-1]["text"]
+    assert prompt.index(first) < prompt.index(result.chunks[1]["text"]) < prompt.index(last)
+
+
+def test_no_retrieval_baseline_asks_closed_book(tiny_index):
+    llm = FakeLLM("Paris.")
+    result = Answerer(tiny_settings(generator="llm", mode="none"), llm=llm, index=tiny_index).ask("Capital of France?")
+    assert result.answer == "Paris." and result.chunks == [] and "Context" not in llm.calls[0]["input"][-1]["content"]
+    extractive = Answerer(tiny_settings(mode="none"), index=tiny_index).ask("Capital of France?")
+    assert extractive.not_in_context
+
+
+def test_reranker_reorders_before_filtering(tiny_index):
+    pytest.importorskip("rag.rerank")
+
+    class PreferRockets:
+        name = "rockets-first"
+
+        def score(self, query, passages):
+            return np.array([1.0 if "Rockets" in p else 0.0 for p in passages])
+
+    result = Answerer(tiny_settings(top_k=1, generator="llm"), llm=FakeLLM("Orbit [1]."), index=tiny_index,
+                      reranker=PreferRockets()).ask("What is baked from flour?")
+    assert [c["chunk_id"] for c in result.chunks] == ["rockets"]
+
+
+def test_bad_settings_fail_clearly(tiny_index):
+    with pytest.raises(ValueError, match="unknown retrieval mode"):
+        Answerer(tiny_settings(mode="telepathy"), index=tiny_index)
+    with pytest.raises(ValueError, match="needs an LLM"):
+        Answerer(tiny_settings(generator="llm", llm={"backend": "none"}), index=tiny_index)
+    with pytest.raises(ValueError, match="empty"):
+        Answerer(tiny_settings(), index=tiny_index).ask("  ")
+
+
+# --- the sample corpus: citations with document and page, "not in context", tables ----------------------------
+@pytest.fixture(scope="module")
+def sample_root(tmp_path_factory):
+    from rag.pipeline import index_folder
+
+    root = tmp_path_factory.mktemp("sample") / "data"
+    qdrant = QdrantSettings(path=str(root / "qdrant"))
+    index_folder(REPO / "sample_corpus", root, strategies=["paragraph"], models=["wordllama"], qdrant=qdrant)
+    yield root, qdrant
+    close_client(qdrant)
+
+
+@pytest.fixture(scope="module")
+def sample_answerer(sample_root):
+    root, qdrant = sample_root
+    return Answerer(AnswerSettings(strategy="paragraph", model="wordllama"), root=root, qdrant=qdrant)
+
+
+def test_sample_corpus_answer_cites_document_and_page(sample_answerer):
+    result = sample_answerer.ask("Which flight control computer software must be installed on the airplanes?")
+    assert not result.not_in_context and "flight control computer (FCC) software" in result.answer
+    source = result.sources()[0]
+    assert source["cited"] and source["doc_id"] == "federal-register-2020-17221.pdf" and source["page_start"] == 1
+
+
+@pytest.mark.parametrize("question", ["What is the boiling point of liquid nitrogen?", "Who painted the Mona Lisa?",
+                                      "How do I bake sourdough bread at home?"])
+def test_sample_corpus_out_of_corpus_questions_get_not_in_context(sample_answerer, question):
+    result = sample_answerer.ask(question)
+    assert result.not_in_context and result.answer == NOT_IN_CONTEXT
+
+
+# Hand-verified against federal-register-2020-17221.pdf pages 5-6 (the "Estimated costs" tables): labour is
+# billed at $85 per work-hour; the row of the page-6 table gives parts up to $3,790 and up to $10,505 per product.
+@pytest.mark.parametrize("question, expected", [("What is the labor rate per hour?", "$85 per hour"),
+                                                ("What is the parts cost per product?", "Up to $3,790")])
+def test_table_qa_extractive_finds_the_row(sample_answerer, question, expected):
+    result = sample_answerer.ask(question)
+    assert expected in result.answer
+    cited = [c for c in result.chunks if c["cited"]][0]
+    assert cited["doc_id"] == "federal-register-2020-17221.pdf" and cited["page_start"] in (5, 6)
+
+
+def test_table_chunks_reach_the_llm_as_html(sample_root):
+    root, qdrant = sample_root
+    llm = FakeLLM("The total is 2,236,457 [1].")
+    settings = AnswerSettings(strategy="paragraph", model="wordllama", mode="bm25", generator="llm", top_k=3)
+    result = Answerer(settings, llm=llm, root=root, qdrant=qdrant).ask("NICS firearm background checks totals November 2015")
+    prompt = llm.calls[0]["input"][-1]["content"]
+    tables = [c for c in result.chunks if c["table_html"]]
+    assert tables and "<table><tr><th>NICS Firearm Background Checks November - 2015</th></tr>" in prompt
+    assert "<td>2,236,457</td>" in prompt or "<td>Totals</td>" in prompt
+
+
+def test_rag_ask_cli(sample_root, monkeypatch, capsys, tmp_path):
+    from rag.qa.cli import cmd_ask
+    import argparse
+
+    root, qdrant = sample_root
+    monkeypatch.setenv("RAG_DATA_DIR", str(root))
+    monkeypatch.setenv("RAG_QDRANT_PATH", qdrant.path)
+    config = tmp_path / "answer.yaml"
+    config.write_text("strategy: paragraph\nmodel: wordllama\ntop_k: 4\n")
+    args = argparse.Namespace(question="Which flight control computer software must be installed on the airplanes?",
+                              config=config, strategy=None, model=None, mode=None, generator=None, top_k=None, json=True)
+    assert cmd_ask(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cited_chunk_ids"] and out["settings"]["top_k"] == 4 and not out["not_in_context"]
+    config.write_text("strategy: paragraph\nmodel: wordllama\ntypo_field: 1\n")
+    with pytest.raises(ValueError, match="invalid answer settings"):
+        cmd_ask(args)
