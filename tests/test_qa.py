@@ -272,8 +272,6 @@ def test_no_retrieval_baseline_asks_closed_book(tiny_index):
 
 
 def test_reranker_reorders_before_filtering(tiny_index):
-    pytest.importorskip("rag.rerank")
-
     class PreferRockets:
         name = "rockets-first"
 
@@ -365,3 +363,23 @@ def test_rag_ask_cli(sample_root, monkeypatch, capsys, tmp_path):
     config.write_text("strategy: paragraph\nmodel: wordllama\ntypo_field: 1\n")
     with pytest.raises(ValueError, match="invalid answer settings"):
         cmd_ask(args)
+
+
+def test_attribution_uses_the_registered_production_cross_encoder(tiny_index, tmp_path, monkeypatch):
+    import rag.rerank
+
+    class Registered:
+        name = "ce-test"
+
+        def score(self, query, passages):
+            return np.array([3.0 if "230" in p else -3.0 for p in passages])
+
+    asked = []
+    monkeypatch.setattr(rag.rerank, "load_reranker", lambda spec, registry=None: asked.append(spec) or Registered())
+    answerer = Answerer(tiny_settings(), index=tiny_index, root=tmp_path)
+    assert asked == ["production"] and answerer.attribution_scorer.name == "cross-encoder:ce-test"
+    result = answerer.ask("At how many degrees does the dough go into the oven?")
+    assert result.attributed_chunk_ids == ["oven-2"]
+    # nothing registered (None) → embedding similarity
+    monkeypatch.setattr(rag.rerank, "load_reranker", lambda spec, registry=None: None)
+    assert Answerer(tiny_settings(), index=tiny_index, root=tmp_path).attribution_scorer.name == "embedding:wordllama"

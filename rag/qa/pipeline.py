@@ -13,33 +13,36 @@ from rag.qa.generators import GENERATORS, Generator
 from rag.qa.models import AnswerResult, AnswerSettings
 from rag.qa.prompt import fit_context, label_passages
 from rag.qa.steps import augment_prev_next, filter_hits, reorder_long_context
+from rag.rerank import rerank
 from rag.retrieval import DENSE_MODES, RETRIEVERS, Hit, Index, RetrievalError, RetrievalParams, retrieve, validate_query
 
 NO_RETRIEVAL = "none"
 
 
-def load_reranker_spec(spec: str | None):
-    """A rag.rerank Reranker for `spec` (None / "none" → None)."""
+def _registry(root: Path | None):
+    from rag.registry import ModelRegistry
+
+    return ModelRegistry(Path(root) / "models") if root is not None else None
+
+
+def load_reranker_spec(spec: str | None, root: Path | None = None):
+    """A rag.rerank Reranker for `spec` (None / "none" → None); registry names resolve under root/models."""
     if not spec or spec == "none":
         return None
-    try:
-        from rag.rerank import load_reranker
-    except ImportError as exc:
-        raise ValueError(f"reranker {spec!r} needs rag.rerank, which this checkout lacks: leave `reranker` unset") from exc
-    reranker = load_reranker(spec)
+    from rag.rerank import load_reranker
+
+    reranker = load_reranker(spec, registry=_registry(root))
     if reranker is None:
         raise ValueError(f"no reranker {spec!r} is registered yet: train one (retrain_job) or leave `reranker` unset")
     return reranker
 
 
-def production_cross_encoder():
-    """The registered production cross-encoder, or None when there is none (or no rag.rerank)."""
+def production_cross_encoder(root: Path | None = None):
+    """The registered production cross-encoder, or None when there is none."""
+    from rag.rerank import load_reranker
+
     try:
-        from rag.rerank import load_reranker
-    except ImportError:
-        return None
-    try:
-        return load_reranker("production")
+        return load_reranker("production", registry=_registry(root))
     except (FileNotFoundError, ValueError):  # an empty or half-written registry must not stop answering
         return None
 
@@ -71,10 +74,10 @@ class Answerer:
         if llm is None and s.generator == "llm":
             llm = load_llm(s.llm or llm_from_env())
         self.llm = llm
-        self.reranker = reranker if reranker is not None else load_reranker_spec(s.reranker)
+        self.reranker = reranker if reranker is not None else load_reranker_spec(s.reranker, root)
         self.attribution_scorer = attribution_scorer
         if self.attribution_scorer is None and s.attribution:
-            cross_encoder = production_cross_encoder()
+            cross_encoder = production_cross_encoder(root)
             if cross_encoder is not None:
                 self.attribution_scorer = CrossEncoderScorer(cross_encoder)
             elif self.embedder is not None:
@@ -90,8 +93,6 @@ class Answerer:
     def _rerank(self, question: str, hits: list[Hit]) -> list[Hit]:
         if self.reranker is None or not hits:
             return hits
-        from rag.rerank import rerank
-
         return rerank(self.reranker, question, hits, self.settings.k)
 
     def ask(self, question: str) -> AnswerResult:
