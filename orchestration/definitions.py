@@ -23,6 +23,8 @@ from resources.qdrant import QdrantResource
 from resources.storage import DataStore
 from sensors.documents import new_documents_sensor
 from sensors.strategies import chunking_strategy_sensor, embedding_model_sensor
+from assets.answers import answer_evaluation  # answer stage (bake-off of answers per mode × strategy)
+from orchestration.jobs import answer_evaluation_job  # answer stage
 
 # Embedded Qdrant locks its folder to one process, so steps run in the run's own process unless a
 # Qdrant server is configured; then steps may run in parallel (Qdrant writers share the "qdrant" pool).
@@ -30,9 +32,11 @@ executor = multiprocess_executor if os.environ.get("QDRANT_URL") else in_process
 
 defs = Definitions(
     assets=[ingest_documents, chunk_sets, bm25_indexes, embedding_collections, synthetic_qa, retrieval_evaluation,
-            evaluation_summary],
+            evaluation_summary]
+    + [answer_evaluation],  # answer stage
     asset_checks=[parsed_documents_quality, chunk_sets_quality, synthetic_qa_quality, retrieval_evaluation_quality],
-    jobs=[ingest_job, chunk_job, index_job, qa_job, evaluation_job, summary_job, nightly_reindex_job],
+    jobs=[ingest_job, chunk_job, index_job, qa_job, evaluation_job, summary_job, nightly_reindex_job]
+    + [answer_evaluation_job],  # answer stage
     schedules=[nightly_reindex_schedule],
     sensors=[chunking_strategy_sensor, embedding_model_sensor, new_documents_sensor],
     executor=executor,

@@ -54,3 +54,10 @@ apply_configuration_job = define_asset_job(
     selection=AssetSelection.assets("active_configuration"),
     description="Make the last search's winner (or a given best_config.yaml) the configuration that serves queries.",
 )
+
+# Answer stage (assets/answers.py): the answer bake-off per retrieval mode × chunking strategy.
+answer_evaluation_job = define_asset_job(
+    "answer_evaluation_job",
+    selection=AssetSelection.assets("answer_evaluation"),
+    description="Answer the QA set with every retrieval mode × chunking strategy and score accuracy, sources, coverage, latency.",
+)

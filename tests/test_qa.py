@@ -2,6 +2,7 @@
 tiny index and on the sample corpus (citations with document and page; "not in context"), table QA, `rag ask`."""
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -383,3 +384,40 @@ def test_attribution_uses_the_registered_production_cross_encoder(tiny_index, tm
     # nothing registered (None) → embedding similarity
     monkeypatch.setattr(rag.rerank, "load_reranker", lambda spec, registry=None: None)
     assert Answerer(tiny_settings(), index=tiny_index, root=tmp_path).attribution_scorer.name == "embedding:wordllama"
+
+
+def test_answer_evaluation_asset_bakeoff(sample_root, monkeypatch):
+    from dagster import materialize
+
+    from assets.answers import answer_evaluation
+    from rag.evaluation.qaset import Evidence, QAItem, to_frame
+    from rag.store import DOCUMENTS_TABLE, TableStore
+    from resources.chunking import ChunkingStrategies
+    from resources.llm import LLMResource
+    from resources.models import EmbeddingModels
+    from resources.qdrant import QdrantResource
+    from resources.storage import DataStore
+
+    root, qdrant = sample_root
+    monkeypatch.setenv("RAG_ACTIVE_MODELS", "wordllama")
+    tables = TableStore(root / "tables")
+    doc_id = "federal-register-2020-17221.pdf"
+    text = tables.read(DOCUMENTS_TABLE).set_index("doc_id").loc[doc_id, "canonical_text"]
+    answer = "new flight control computer (FCC) software"
+    found = re.search(r"\s+".join(re.escape(w) for w in answer.split()), text)  # the PDF wraps lines
+    start = found.start()
+    item = QAItem(qid="q-fcc", question="Which flight control computer software must be installed on the airplanes?",
+                  qtype="factual", doc_id=doc_id, evidence=[Evidence(doc_id=doc_id, start=start, end=found.end())], answer=answer)
+    tables.write(to_frame([item]), "synthetic_qa")
+    result = materialize([answer_evaluation], resources={
+        "data_store": DataStore(data_dir=str(root)), "qdrant": QdrantResource(path=qdrant.path), "llm": LLMResource(backend="none"),
+        "embedding_models": EmbeddingModels(), "chunking": ChunkingStrategies()},
+        run_config={"ops": {"answer_evaluation": {"config": {"modes": ["none", "bm25", "hybrid-rrf"]}}}})
+    assert result.success
+    summary = tables.read("answer_evaluation").set_index("mode")
+    assert list(summary.index) == ["none", "bm25", "hybrid-rrf"] and set(summary["strategy"]) == {"-", "paragraph"}
+    assert summary.loc["none", "coverage"] == 0.0 and summary.loc["none", "answer_accuracy"] == 0.0
+    assert summary.loc["hybrid-rrf", "answer_accuracy"] == 1.0 and summary.loc["hybrid-rrf", "source_accuracy"] == 1.0
+    assert summary["faithfulness"].isna().all()  # no judge: absent, not zero
+    meta = result.asset_materializations_for_node("answer_evaluation")[0].metadata
+    assert meta["questions"].value == 1 and "data:image/png;base64" in meta["bakeoff_plot"].value
