@@ -207,9 +207,27 @@ def _build(name: str, spec: EmbedderSpec) -> TextEmbedder:
     return SentenceTransformerEmbedder(name, source, query_prefix, passage_prefix, spec.batch_size)
 
 
-@lru_cache(maxsize=None)
 def load_embedder(name: str) -> TextEmbedder:
-    """The embedder `name` (registry entry, local model directory, or hub id), loaded once per process."""
+    """The embedder `name` (registry entry, local model directory, or hub id), loaded once per process.
+    Model-registry names (production, candidate, ft-minilm-v2) resolve to their version first, so a moved
+    alias loads the new weights while each version is still loaded once (versions never change)."""
+    from rag.registry import registered_embedder  # lazy: reads the registry under the data dir
+
+    registered = registered_embedder(name)
+    if registered is not None:
+        name, source = registered
+        if source is not None:
+            return _load_registered(name, source)
+    return _load_named(name)
+
+
+@lru_cache(maxsize=None)
+def _load_registered(name: str, source: str) -> TextEmbedder:
+    return _build(name, EmbedderSpec(source=source))
+
+
+@lru_cache(maxsize=None)
+def _load_named(name: str) -> TextEmbedder:
     specs = embedder_specs()
     if name in specs:
         return _build(name, specs[name])

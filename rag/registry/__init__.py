@@ -211,4 +211,23 @@ def is_registry_name(name: str, kind: Kind = "embedder") -> bool:
     return name in ALIASES or bool(match and match.group(1) == NAME_PREFIX[kind])
 
 
-__all__ = ["ModelRegistry", "ModelVersion", "RegistryError", "ALIASES", "KINDS", "is_registry_name", "library_versions"]
+# With nothing promoted yet, "production" means the base model: the implicit v0 every candidate must beat.
+IMPLICIT_PRODUCTION = {"embedder": "minilm", "reranker": None}
+
+
+def registered_embedder(name: str, registry: ModelRegistry | None = None) -> tuple[str, str | None] | None:
+    """For rag.embedding: None when `name` is not a registry name; else (served name, model directory), or
+    (built-in name, None) for "production" before any promotion."""
+    if not is_registry_name(name, "embedder"):
+        return None
+    mv = (registry or ModelRegistry()).resolve("embedder", name)
+    if mv is not None:
+        return mv.name, str(mv.path)
+    if name == "production":
+        return IMPLICIT_PRODUCTION["embedder"], None
+    raise RegistryError(f"no embedder {name!r} in the model registry under {(registry or ModelRegistry()).root}: "
+                        "train one (materialize finetuned_embedder / run retrain_job) or use a built-in name")
+
+
+__all__ = ["ModelRegistry", "ModelVersion", "RegistryError", "ALIASES", "KINDS", "IMPLICIT_PRODUCTION", "is_registry_name",
+           "library_versions", "registered_embedder"]

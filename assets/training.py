@@ -1,0 +1,176 @@
+"""Training stage: a fine-tuned embedder and a cross-encoder reranker, each registered as `candidate` in the
+model registry, gated by a blocking significance check against `production`, and promoted only when it passes
+(for the embedder: collections of the new model built, then the serving alias `<strategy>__production` swapped)."""
+from pathlib import Path
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    AssetKey,
+    Config,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+    asset_check,
+)
+from pydantic import Field
+
+from orchestration.partitions import chunking_strategy_partitions, embedding_model_partitions
+from rag.evaluation.plots import markdown_image
+from rag.registry import ModelRegistry
+from rag.store import CHUNKS_TABLE
+from rag.training import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig, feedback_pairs
+from rag.training.pipeline import QA_TABLE, gate_candidate, production_label, promote, train_candidate
+from rag.training.report import gate_table, loss_curve
+from resources.qdrant import QdrantResource
+from resources.storage import DataStore
+
+
+class TrainingRunConfig(Config):
+    """Launchpad settings shared by both trainers (see rag.training.config for every field's meaning)."""
+
+    base_model: str = "minilm"
+    strategy: str | None = Field(None, description="chunk set whose chunks are the passages (default: first present)")
+    epochs: float = 1.0
+    max_steps: int | None = None
+    max_pairs: int | None = 4000
+    max_seq_length: int | None = None
+    learning_rate: float | None = None
+    seed: int = 42
+    feedback_dataset: str | None = Field(None, description="exported feedback RAG-Dataset folder: its +1 pairs and "
+                                         "-1 hard negatives join the training data")
+
+    def overrides(self) -> dict:
+        positives, negatives = feedback_pairs(self.feedback_dataset)
+        fields = {"base_model": self.base_model, "strategy": self.strategy, "epochs": self.epochs, "max_steps": self.max_steps,
+                  "max_pairs": self.max_pairs, "seed": self.seed, "extra_positives": positives, "extra_negatives": negatives,
+                  "max_seq_length": self.max_seq_length, "learning_rate": self.learning_rate}
+        return {k: v for k, v in fields.items() if v is not None}
+
+
+class EmbedderTrainingRunConfig(TrainingRunConfig):
+    loss: str = Field("cached-mnrl", description="mnrl | cached-mnrl")
+    batch_size: int = 64
+
+
+class RerankerTrainingRunConfig(TrainingRunConfig):
+    loss: str = Field("bce", description="bce | lambda")
+    batch_size: int = 16
+
+
+class GateConfig(Config):
+    p_value: float = 0.05
+    test: str = Field("permutation", description="permutation | bootstrap")
+    recall_tolerance: float = 0.01
+
+
+def _registry(data_store: DataStore) -> ModelRegistry:
+    return ModelRegistry(data_store.root / "models")
+
+
+def _train(kind: str, settings, context: AssetExecutionContext, data_store: DataStore):
+    """Train, register as candidate; the materialization shows the data, the run, the manifest and the loss curve."""
+    mv, run, inputs = train_candidate(kind, data_store.tables, _registry(data_store), settings, log=context.log.info,
+                                      mining_cache=data_store.root / "training" / "mining-cache")
+    return mv, {
+        "version": mv.version, "name": mv.name, "path": MetadataValue.path(str(mv.path)), "strategy": inputs.strategy,
+        **inputs.data.summary, **run.summary,
+        "manifest": MetadataValue.json(mv.manifest()),
+        "loss_curve": MetadataValue.md(markdown_image(loss_curve(run.log_history, f"{kind} {mv.name}"), "loss")),
+    }
+
+
+@asset(
+    deps=[AssetKey(QA_TABLE), AssetKey(CHUNKS_TABLE)],
+    group_name="training",
+    kinds={"python", "pytorch"},
+    description="Fine-tuned embedder (sentence-transformers, MNRL / cached MNRL with hard negatives, no-duplicate batches, "
+    "AdamW with linear warmup/decay, checkpoint by MRR@5 on synth-dev) on the QA set's train split plus feedback pairs; "
+    "registered as `candidate` and added as an embedding_model partition.",
+)
+def finetuned_embedder(context: AssetExecutionContext, config: EmbedderTrainingRunConfig, data_store: DataStore) -> MaterializeResult:
+    settings = EmbedderTrainingConfig(**config.overrides(), loss=config.loss, batch_size=config.batch_size)
+    mv, metadata = _train("embedder", settings, context, data_store)
+    context.instance.add_dynamic_partitions(embedding_model_partitions.name, [mv.name])  # its collections can be backfilled
+    return MaterializeResult(metadata=metadata)
+
+
+@asset(
+    deps=[AssetKey(QA_TABLE), AssetKey(CHUNKS_TABLE)],
+    group_name="training",
+    kinds={"python", "pytorch"},
+    description="Cross-encoder reranker trained from the base model's weights on (question, positive, mined negatives) "
+    "with binary cross-entropy or LambdaLoss; checkpoint by MRR@10 re-ranking synth-dev candidates; registered as `candidate`.",
+)
+def trained_reranker(context: AssetExecutionContext, config: RerankerTrainingRunConfig, data_store: DataStore) -> MaterializeResult:
+    settings = RerankerTrainingConfig(**config.overrides(), loss=config.loss, batch_size=config.batch_size)
+    return MaterializeResult(metadata=_train("reranker", settings, context, data_store)[1])
+
+
+def _gate(kind: str, config: GateConfig, data_store: DataStore) -> AssetCheckResult:
+    registry = _registry(data_store)
+    candidate = registry.resolve(kind, "candidate")
+    if candidate is None:
+        return AssetCheckResult(passed=False, severity=AssetCheckSeverity.ERROR,
+                                description=f"no {kind} candidate in the registry: materialize the training asset first")
+    against = production_label(registry, kind)
+    settings = GateSettings(p_value=config.p_value, test=config.test, recall_tolerance=config.recall_tolerance)
+    result = gate_candidate(kind, data_store.tables, registry, candidate, settings)
+    verdict = "promote" if result.passed else "keep production"
+    return AssetCheckResult(
+        passed=result.passed, severity=AssetCheckSeverity.ERROR,
+        description=f"{candidate.name} vs {against} on {result.questions} held-out dev questions: {verdict}",
+        metadata={**result.metadata, "candidate": candidate.name, "production": against,
+                  "comparison": MetadataValue.md(gate_table(result))},
+    )
+
+
+@asset_check(asset=finetuned_embedder, blocking=True, description="Promotion gate: nDCG@10 and MRR@10 significantly better "
+             "than production (paired test, p < 0.05) and recall@20 not lower by more than the tolerance, on held-out dev questions.")
+def finetuned_embedder_gate(config: GateConfig, data_store: DataStore) -> AssetCheckResult:
+    return _gate("embedder", config, data_store)
+
+
+@asset_check(asset=trained_reranker, blocking=True, description="Promotion gate: re-ranking hybrid top-50 with the candidate "
+             "beats production (or no reranker) on nDCG@10 and MRR@10 (paired test) without losing recall@20.")
+def trained_reranker_gate(config: GateConfig, data_store: DataStore) -> AssetCheckResult:
+    return _gate("reranker", config, data_store)
+
+
+@asset(
+    deps=[finetuned_embedder],
+    group_name="training",
+    kinds={"python", "qdrant"},
+    pool="qdrant",
+    description="Runs only when the gate passed: builds (incrementally) the candidate's collection for every chunk set, "
+    "moves the registry's `production` alias, then swaps each serving alias <strategy>__production onto the new collection.",
+)
+def production_embedder(context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource) -> MaterializeResult:
+    registry = _registry(data_store)
+    candidate = registry.resolve("embedder", "candidate")
+    if candidate is None:
+        raise ValueError("no embedder candidate to promote: materialize finetuned_embedder first")
+    strategies = [s for s in context.instance.get_dynamic_partitions(chunking_strategy_partitions.name)
+                  if data_store.tables.exists(CHUNKS_TABLE, s)]
+    outcome = promote("embedder", registry, candidate, tables=data_store.tables, client=qdrant.client(), strategies=strategies,
+                      distance=qdrant.distance, log=context.log.info)
+    return MaterializeResult(metadata={"production": outcome["promoted"], "previous": outcome["previous"] or "minilm (base)",
+                                       "strategies": len(strategies), "serving_aliases": MetadataValue.json(outcome["serving_aliases"]),
+                                       "path": MetadataValue.path(str(Path(candidate.path)))})
+
+
+@asset(
+    deps=[trained_reranker],
+    group_name="training",
+    kinds={"python"},
+    description="Runs only when the reranker gate passed: moves the registry's `production` reranker alias (what "
+    "load_reranker('production') serves).",
+)
+def production_reranker(context: AssetExecutionContext, data_store: DataStore) -> MaterializeResult:
+    registry = _registry(data_store)
+    candidate = registry.resolve("reranker", "candidate")
+    if candidate is None:
+        raise ValueError("no reranker candidate to promote: materialize trained_reranker first")
+    outcome = promote("reranker", registry, candidate, log=context.log.info)
+    return MaterializeResult(metadata={"production": outcome["promoted"], "previous": outcome["previous"] or "none"})

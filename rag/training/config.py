@@ -1,0 +1,64 @@
+"""Training and gate settings (pydantic). Defaults are CPU-friendly: a few thousand pairs train in minutes on
+2 cores (short sequences, one epoch, a large effective batch through the cached loss)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Pair = tuple[str, str]
+
+
+class TrainingConfig(BaseModel):
+    """What both trainers share."""
+
+    model_config = ConfigDict(extra="forbid")
+    base_model: str = Field("minilm", description="embedder name (built-in, registry name or directory) to start from")
+    strategy: str | None = Field(None, description="chunk set whose chunks are the passages; None = the first one present")
+    epochs: float = Field(1.0, gt=0)
+    max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps (overrides epochs)")
+    batch_size: int = Field(32, ge=2)
+    learning_rate: float = Field(5e-5, gt=0)
+    warmup_ratio: float = Field(0.1, ge=0, le=1)  # linear warmup, then linear decay (AdamW)
+    weight_decay: float = Field(0.01, ge=0)
+    max_seq_length: int = Field(128, ge=16, description="tokens per text; short sequences keep CPU training in minutes")
+    seed: int = 42
+    eval_steps: int | None = Field(None, ge=1, description="evaluate (and checkpoint) every N steps; None = once per epoch")
+    selection_fraction: float = Field(0.5, gt=0, lt=1, description="share of dev questions that select the checkpoint; "
+                                      "the rest are held out for the gate")
+    hard_negatives: bool = Field(True, description="mine hard negatives with the base model (margin keeps true positives out)")
+    negative_relative_margin: float = Field(0.05, ge=0, lt=1, description="a mined negative scores below (1 - margin) x its positive")
+    negative_range_max: int = Field(30, ge=1, description="mine among the top N passages of each query")
+    extra_positives: list[Pair] = Field(default_factory=list, description="(query, passage) from feedback (+1)")
+    extra_negatives: list[Pair] = Field(default_factory=list, description="(query, passage) from feedback (-1)")
+    max_pairs: int | None = Field(None, ge=1, description="cap on training pairs (seeded sample)")
+
+
+class EmbedderTrainingConfig(TrainingConfig):
+    loss: Literal["mnrl", "cached-mnrl"] = Field("cached-mnrl", description="MultipleNegativesRankingLoss, or its cached "
+                                                 "variant (GradCache): a large in-batch-negative batch at small-batch memory")
+    mini_batch_size: int = Field(16, ge=1, description="cached-mnrl: texts per forward pass")
+    batch_size: int = Field(64, ge=2)
+
+
+class RerankerTrainingConfig(TrainingConfig):
+    loss: Literal["bce", "lambda"] = Field("bce", description="binary cross-entropy on (query, passage, label), or "
+                                           "LambdaLoss over (query, [positive, negatives...]) lists")
+    negatives_per_positive: int = Field(3, ge=1, description="mined negatives per positive")
+    learning_rate: float = Field(5e-5, gt=0)
+    batch_size: int = Field(16, ge=2)
+    max_seq_length: int = Field(256, ge=16)
+
+
+class GateSettings(BaseModel):
+    """When a candidate replaces production."""
+
+    model_config = ConfigDict(extra="forbid")
+    metrics: list[str] = Field(default_factory=lambda: ["ndcg@10", "mrr@10"], description="each must improve significantly")
+    p_value: float = Field(0.05, gt=0, lt=1, description="one-sided significance level of the paired test")
+    test: Literal["permutation", "bootstrap"] = "permutation"
+    resamples: int = Field(10_000, ge=100)
+    recall_metric: str = "recall@20"
+    recall_tolerance: float = Field(0.01, ge=0, description="largest allowed drop of the recall metric")
+    seed: int = 0
+    rerank_depth: int = Field(50, ge=1, description="reranker gate: candidates of hybrid retrieval that get re-scored")

@@ -1,0 +1,113 @@
+"""Training data from a span-anchored QA set: (question, chunk text) positives for the train split, an IR
+dev set (queries, corpus, qrels) for the dev split, and extra pairs from user feedback.
+
+Positives are the chunks of one chunk set whose span meets the question's evidence, so the model learns
+on exactly the passages it will retrieve.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from rag.evaluation.qaset import QAItem, Relevance, qrels_for_chunks
+
+Pair = tuple[str, str]  # (query, passage text)
+
+
+@dataclass
+class IRSet:
+    """What an information-retrieval evaluation needs: queries, the corpus, and which chunks answer what."""
+
+    queries: dict[str, str]
+    corpus: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    def subset(self, qids: list[str]) -> IRSet:
+        keep = [q for q in qids if q in self.queries]
+        return IRSet({q: self.queries[q] for q in keep}, self.corpus, {q: self.qrels[q] for q in keep})
+
+
+@dataclass
+class TrainingData:
+    positives: list[Pair]
+    negatives: list[Pair] = field(default_factory=list)  # hard negatives from feedback: (query, wrong passage)
+    selection: IRSet | None = None  # dev questions that pick the checkpoint
+    gate: IRSet | None = None  # held-out dev questions the promotion gate scores
+
+    @property
+    def data_hash(self) -> str:
+        """Identifies the training set (QA set version + feedback) in the model manifest."""
+        digest = hashlib.sha256()
+        for tag, pairs in (("+", self.positives), ("-", self.negatives)):
+            for q, p in sorted(pairs):
+                digest.update(f"{tag}{q}\x1f{p}\x1e".encode())
+        return digest.hexdigest()[:16]
+
+    @property
+    def summary(self) -> dict[str, int | str]:
+        return {"train_pairs": len(self.positives), "feedback_negatives": len(self.negatives),
+                "selection_questions": len(self.selection or ()), "gate_questions": len(self.gate or ()),
+                "training_data_hash": self.data_hash}
+
+
+def ir_set(items: list[QAItem], chunks: pd.DataFrame, relevance: Relevance | None = None) -> IRSet:
+    qrels = qrels_for_chunks(items, chunks, relevance)
+    return IRSet({i.qid: i.question for i in items if i.qid in qrels}, dict(zip(chunks["chunk_id"], chunks["text"])), qrels)
+
+
+def split_dev(qids: list[str], selection_fraction: float) -> tuple[list[str], list[str]]:
+    """Checkpoint selection and the gate must not score the same questions, or the gate would reward the
+    checkpoint picked on them. Deterministic by question id; with fewer than 10 questions both use all."""
+    ordered = sorted(qids, key=lambda q: hashlib.sha256(q.encode()).hexdigest())
+    if len(ordered) < 10:
+        return ordered, ordered
+    cut = max(1, round(len(ordered) * selection_fraction))
+    return ordered[:cut], ordered[cut:]
+
+
+def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives: list[Pair] | None = None,
+                  extra_negatives: list[Pair] | None = None, selection_fraction: float = 0.5,
+                  relevance: Relevance | None = None) -> TrainingData:
+    """Train-split questions paired with each relevant chunk; dev-split questions become the selection and gate sets."""
+    train = [i for i in items if i.split == "train"]
+    dev = [i for i in items if i.split != "train"]
+    text = dict(zip(chunks["chunk_id"], chunks["text"]))
+    question = {i.qid: i.question for i in train}
+    positives = [(question[q], text[c]) for q, rel in qrels_for_chunks(train, chunks, relevance).items() for c in sorted(rel)]
+    positives += [tuple(p) for p in extra_positives or []]
+    if not positives:
+        raise ValueError("no training pairs: the QA set has no train-split question with a relevant chunk in this chunk set "
+                         "(generate more questions with synthetic_qa, or pass feedback pairs)")
+    dev_set = ir_set(dev, chunks, relevance)
+    selection, gate = split_dev(list(dev_set.queries), selection_fraction)
+    return TrainingData(positives, [tuple(n) for n in extra_negatives or []], dev_set.subset(selection), dev_set.subset(gate))
+
+
+def with_negatives(positives: list[Pair], mined: dict[Pair, str], feedback: list[Pair], seed: int) -> list[tuple[str, str, str]]:
+    """(query, positive, negative) triplets: the feedback negative of the query when there is one (what a user
+    rejected is the most informative negative), else the mined one, else a random other passage, so every
+    positive stays in training."""
+    rng = random.Random(seed)
+    rejected: dict[str, list[str]] = {}
+    for q, p in feedback:
+        rejected.setdefault(q, []).append(p)
+    passages = sorted({p for _, p in positives})
+    answers: dict[str, set[str]] = {}
+    for q, p in positives:
+        answers.setdefault(q, set()).add(p)
+    out = []
+    for q, p in positives:
+        negative = rng.choice(rejected[q]) if q in rejected else mined.get((q, p))
+        if negative is None:
+            others = [x for x in passages if x not in answers[q]]
+            if not others:
+                continue
+            negative = rng.choice(others)
+        out.append((q, p, negative))
+    return out

@@ -1,0 +1,178 @@
+"""Fine-tune a sentence-transformers embedder on (question, passage) pairs.
+
+In-batch negatives (MultipleNegativesRankingLoss, or its cached variant for a large effective batch on a CPU),
+no duplicate texts in a batch, one hard negative per pair (feedback -1 first, else mined with the base model
+under a margin so unlabeled true positives are not mined), AdamW with linear warmup and decay, and the
+checkpoint with the best MRR@5 on the selection dev questions kept.
+"""
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rag.training.config import EmbedderTrainingConfig, TrainingConfig
+from rag.training.data import IRSet, Pair, TrainingData, with_negatives
+
+Log = Callable[[str], None]
+SELECTION_METRIC = "dev_cosine_mrr@5"
+
+
+@dataclass
+class TrainingRun:
+    model_dir: Path
+    seconds: float
+    steps: int
+    examples: int
+    selection_metrics: dict[str, float] = field(default_factory=dict)  # of the kept checkpoint
+    best_checkpoint: str | None = None
+    log_history: list[dict] = field(default_factory=list)
+
+    @property
+    def summary(self) -> dict:
+        return {"train_seconds": round(self.seconds, 1), "steps": self.steps, "examples": self.examples,
+                "best_checkpoint": self.best_checkpoint or "final", **{k: round(v, 4) for k, v in self.selection_metrics.items()}}
+
+
+def base_source(name: str) -> str:
+    """The directory (or hub id) holding the weights of embedder `name`, for loading a trainable copy."""
+    from rag.embedding import _minilm_dir, embedder_specs
+    from rag.registry import registered_embedder
+
+    registered = registered_embedder(name)
+    if registered is not None:
+        name, source = registered
+        if source is not None:
+            return source
+    spec = embedder_specs().get(name)
+    if spec is None:
+        return name  # a directory or a hub id
+    if spec.source == "builtin:minilm":
+        return _minilm_dir()
+    if spec.source.startswith("builtin:"):
+        raise ValueError(f"{name!r} cannot be fine-tuned with sentence-transformers (static embeddings): use minilm "
+                         "or any sentence-transformers model")
+    return spec.source
+
+
+def sample_pairs(pairs: list[Pair], limit: int | None, seed: int) -> list[Pair]:
+    pairs = list(dict.fromkeys(pairs))  # exact duplicates add nothing but in-batch collisions
+    if limit is None or len(pairs) <= limit:
+        return pairs
+    return random.Random(seed).sample(pairs, limit)
+
+
+def mine_negatives(model, pairs: list[Pair], corpus: list[str], config: TrainingConfig, num_negatives: int = 1,
+                   cache_dir: Path | None = None) -> dict[Pair, list[str]]:
+    """Hard negatives per (query, positive) from sentence-transformers' miner: among each query's top
+    `negative_range_max` passages, those scoring below (1 - margin) x the positive's score."""
+    from datasets import Dataset
+    from sentence_transformers.util import mine_hard_negatives
+
+    if not pairs:
+        return {}
+    dataset = Dataset.from_dict({"query": [q for q, _ in pairs], "positive": [p for _, p in pairs]})
+    corpus = list(dict.fromkeys([p for _, p in pairs] + list(corpus)))
+    mined = mine_hard_negatives(dataset, model, corpus=corpus, range_max=min(config.negative_range_max, len(corpus)),
+                                relative_margin=config.negative_relative_margin, num_negatives=num_negatives,
+                                sampling_strategy="top", output_format="n-tuple", batch_size=32, verbose=False,
+                                cache_folder=str(cache_dir) if cache_dir else None)
+    out: dict[Pair, list[str]] = {}
+    for row in mined:
+        values = list(row.values())
+        out[(values[0], values[1])] = values[2:]
+    return out
+
+
+def ir_evaluator(selection: IRSet | None):
+    if selection is None or not len(selection):
+        return None
+    from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
+
+    return InformationRetrievalEvaluator(selection.queries, selection.corpus, {q: set(r) for q, r in selection.qrels.items()},
+                                         mrr_at_k=[5, 10], ndcg_at_k=[10], accuracy_at_k=[1, 5], precision_recall_at_k=[5, 20],
+                                         map_at_k=[10], name="dev", write_csv=False, batch_size=32)
+
+
+def progress_callback(log: Log):
+    from transformers import TrainerCallback
+
+    class _Progress(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in (logs or {}).items()}
+            log(f"step {state.global_step}/{state.max_steps}: {shown}")
+
+    return _Progress()
+
+
+def trainer_schedule(config: TrainingConfig, examples: int, batch_size: int) -> dict:
+    """Arguments the two trainers share: schedule, optimizer, evaluation and checkpoint selection."""
+    steps_per_epoch = max(1, -(-examples // batch_size))
+    total = config.max_steps or max(1, round(steps_per_epoch * config.epochs))
+    eval_steps = config.eval_steps or max(1, min(total, steps_per_epoch))
+    return dict(num_train_epochs=config.epochs, max_steps=config.max_steps or -1, per_device_train_batch_size=batch_size,
+                learning_rate=config.learning_rate, warmup_steps=config.warmup_ratio, lr_scheduler_type="linear",
+                weight_decay=config.weight_decay, optim="adamw_torch", seed=config.seed, data_seed=config.seed,
+                eval_strategy="steps", eval_steps=eval_steps, save_strategy="steps", save_steps=eval_steps,
+                save_total_limit=2, logging_steps=max(1, min(10, eval_steps)), report_to="none", use_cpu=True,
+                dataloader_num_workers=0, disable_tqdm=True, save_only_model=True)
+
+
+def train_embedder(data: TrainingData, config: EmbedderTrainingConfig, output_dir: Path, *, corpus: list[str] = (),
+                   log: Log = print, mining_cache: Path | None = None) -> TrainingRun:
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
+    from sentence_transformers.base.sampler import BatchSamplers
+    from transformers import set_seed
+
+    started = time.perf_counter()
+    set_seed(config.seed)
+    source = base_source(config.base_model)
+    model = SentenceTransformer(source, device="cpu", local_files_only=Path(source).is_dir())
+    serving_length = model.max_seq_length
+    model.max_seq_length = config.max_seq_length  # short sequences in training; the saved model keeps the base's length
+    pairs = sample_pairs(data.positives, config.max_pairs, config.seed)
+    mined = {}
+    if config.hard_negatives:
+        log(f"mining hard negatives for {len(pairs)} pairs over {len(corpus)} passages")
+        mined = {k: v[0] for k, v in mine_negatives(model, pairs, corpus, config, 1, mining_cache).items() if v}
+    triplets = with_negatives(pairs, mined, data.negatives, config.seed)
+    dataset = Dataset.from_dict({"anchor": [t[0] for t in triplets], "positive": [t[1] for t in triplets],
+                                 "negative": [t[2] for t in triplets]})
+    batch_size = min(config.batch_size, len(dataset))
+    if config.loss == "cached-mnrl":
+        loss = losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=min(config.mini_batch_size, batch_size))
+    else:
+        loss = losses.MultipleNegativesRankingLoss(model)
+    evaluator = ir_evaluator(data.selection)
+    log(f"training {config.base_model} on {len(dataset)} triplets ({len(mined)} mined, {len(data.negatives)} feedback "
+        f"negatives), loss {config.loss}, batch {batch_size}")
+    with tempfile.TemporaryDirectory(prefix="rag-train-") as scratch:
+        schedule = trainer_schedule(config, len(dataset), batch_size)
+        if evaluator is None:  # nothing to select on: keep the last step
+            schedule.update(eval_strategy="no", save_strategy="no")
+        args = SentenceTransformerTrainingArguments(
+            output_dir=scratch, batch_sampler=BatchSamplers.NO_DUPLICATES, load_best_model_at_end=evaluator is not None,
+            metric_for_best_model=f"eval_{SELECTION_METRIC}" if evaluator else None, greater_is_better=True, **schedule)
+        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss, evaluator=evaluator,
+                                             callbacks=[progress_callback(log)])
+        return run_trainer(trainer, model, evaluator, output_dir, started, len(dataset), serving_length)
+
+
+def run_trainer(trainer, model, evaluator, output_dir: Path, started: float, examples: int,
+                serving_length: int | None = None) -> TrainingRun:
+    """Train (the best checkpoint is reloaded at the end), score it on the selection set, save it to output_dir."""
+    trainer.train()
+    best = trainer.state.best_model_checkpoint
+    output_dir = Path(output_dir)
+    shutil.rmtree(output_dir, ignore_errors=True)
+    selection = {k.removeprefix("dev_"): float(v) for k, v in evaluator(model).items()} if evaluator else {}
+    if serving_length is not None:
+        model.max_seq_length = serving_length
+    model.save(str(output_dir))
+    return TrainingRun(output_dir, time.perf_counter() - started, trainer.state.global_step, examples, selection,
+                       Path(best).name if best else None, list(trainer.state.log_history))

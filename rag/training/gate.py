@@ -1,0 +1,142 @@
+"""The promotion gate: a candidate replaces production only when it is measurably better on held-out dev
+questions. Per-question nDCG@10 and MRR@10 (ranx) of both models are compared with a one-sided paired test
+(sign-flip permutation or paired bootstrap); recall@20 may not drop by more than a tolerance.
+
+Before anything is promoted, production is the base model (for embedders) or plain hybrid retrieval without
+a reranker: the implicit v0 every first candidate must beat.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from rag.evaluation.metrics import evaluate_run
+from rag.training.config import GateSettings
+from rag.training.data import IRSet
+
+
+def paired_p_value(candidate: np.ndarray, production: np.ndarray, *, test: str = "permutation", resamples: int = 10_000,
+                   seed: int = 0) -> float:
+    """One-sided p-value of "the candidate's mean is higher" from per-question scores of the same questions.
+
+    permutation: under H0 the two models are exchangeable per question, so each difference's sign is a coin
+    flip; bootstrap: resample questions with replacement and count resampled mean differences <= 0.
+    Both add one to numerator and denominator, so p is never 0 from a finite sample."""
+    diff = np.asarray(candidate, dtype=np.float64) - np.asarray(production, dtype=np.float64)
+    if diff.ndim != 1 or not len(diff):
+        raise ValueError("paired test needs one score per question for both models, on the same questions")
+    if not np.any(diff):
+        return 1.0
+    rng = np.random.default_rng(seed)
+    observed = diff.mean()
+    if test == "permutation":
+        signs = rng.choice((-1.0, 1.0), size=(resamples, len(diff)))
+        extreme = int(np.sum((signs * diff).mean(axis=1) >= observed - 1e-12))
+    elif test == "bootstrap":
+        idx = rng.integers(0, len(diff), size=(resamples, len(diff)))
+        extreme = int(np.sum(diff[idx].mean(axis=1) <= 0))
+    else:
+        raise ValueError(f"unknown paired test {test!r}: use permutation or bootstrap")
+    return (extreme + 1) / (resamples + 1)
+
+
+@dataclass
+class GateResult:
+    passed: bool
+    table: pd.DataFrame  # metric, production, candidate, delta, p_value, required, ok
+    reasons: list[str]
+    questions: int
+
+    @property
+    def metadata(self) -> dict:
+        rows = {r["metric"]: r for r in self.table.to_dict("records")}
+        out: dict = {"passed": self.passed, "questions": self.questions, "reasons": "; ".join(self.reasons) or "all criteria met"}
+        for metric, r in rows.items():
+            out[f"production_{metric}"] = round(float(r["production"]), 4)
+            out[f"candidate_{metric}"] = round(float(r["candidate"]), 4)
+            out[f"delta_{metric}"] = round(float(r["delta"]), 4)
+            if r["p_value"] is not None and not pd.isna(r["p_value"]):
+                out[f"p_value_{metric}"] = round(float(r["p_value"]), 5)
+        return out
+
+
+def gate_decision(production: pd.DataFrame, candidate: pd.DataFrame, settings: GateSettings | None = None) -> GateResult:
+    """Both tables: one row per question (`qid` + metric columns), as rag.evaluation.metrics.evaluate_run returns."""
+    settings = settings or GateSettings()
+    prod = production.set_index("qid")
+    cand = candidate.set_index("qid").reindex(prod.index)
+    if cand.isna().any().any():
+        raise ValueError("the candidate was not scored on the same questions as production")
+    rows, reasons = [], []
+    for metric in settings.metrics:
+        p = paired_p_value(cand[metric].to_numpy(), prod[metric].to_numpy(), test=settings.test,
+                           resamples=settings.resamples, seed=settings.seed)
+        delta = float(cand[metric].mean() - prod[metric].mean())
+        ok = delta > 0 and p < settings.p_value
+        if not ok:
+            reasons.append(f"{metric}: {delta:+.4f} (p={p:.4f}) is not a significant improvement at p<{settings.p_value}")
+        rows.append({"metric": metric, "production": float(prod[metric].mean()), "candidate": float(cand[metric].mean()),
+                     "delta": delta, "p_value": p, "required": f"> 0, p < {settings.p_value}", "ok": ok})
+    recall = settings.recall_metric
+    delta = float(cand[recall].mean() - prod[recall].mean())
+    ok = delta >= -settings.recall_tolerance
+    if not ok:
+        reasons.append(f"{recall} dropped by {-delta:.4f} (tolerance {settings.recall_tolerance})")
+    rows.append({"metric": recall, "production": float(prod[recall].mean()), "candidate": float(cand[recall].mean()),
+                 "delta": delta, "p_value": None, "required": f">= -{settings.recall_tolerance}", "ok": ok})
+    table = pd.DataFrame(rows)
+    return GateResult(bool(table["ok"].all()), table, reasons, len(prod))
+
+
+def gate_metrics(settings: GateSettings) -> list[str]:
+    return list(dict.fromkeys([*settings.metrics, settings.recall_metric]))
+
+
+# --- runs on the gate questions ------------------------------------------------------------------------
+def dense_run(embedder, ir: IRSet, depth: int = 100) -> dict[str, dict[str, float]]:
+    """Exact cosine top-`depth` of every question over the whole corpus (vectors are L2-normalised)."""
+    ids = list(ir.corpus)
+    passages = embedder.encode_passages([ir.corpus[c] for c in ids])
+    qids = list(ir.queries)
+    scores = embedder.encode_queries([ir.queries[q] for q in qids]) @ passages.T
+    run = {}
+    for q, row in zip(qids, scores):
+        top = np.argsort(-row, kind="stable")[:depth]
+        run[q] = {ids[j]: float(depth - rank) for rank, j in enumerate(top)}  # distinct, rank-ordered scores for ranx
+    return run
+
+
+def per_query(ir: IRSet, run: dict[str, dict[str, float]], settings: GateSettings) -> pd.DataFrame:
+    return evaluate_run(ir.qrels, run, gate_metrics(settings))[1]
+
+
+def embedder_gate(production, candidate, ir: IRSet, settings: GateSettings | None = None) -> GateResult:
+    """Dense retrieval of the gate questions with each embedder, compared per question."""
+    settings = settings or GateSettings()
+    if not len(ir):
+        raise ValueError("no held-out dev question has a relevant chunk: the gate cannot decide (generate a larger QA set)")
+    return gate_decision(per_query(ir, dense_run(production, ir), settings), per_query(ir, dense_run(candidate, ir), settings), settings)
+
+
+def reranked_run(first_stage: dict[str, list[str]], ir: IRSet, reranker) -> dict[str, dict[str, float]]:
+    """The first-stage candidates of each question re-ordered by the reranker (None keeps the first-stage order)."""
+    run = {}
+    for q, ids in first_stage.items():
+        order = list(range(len(ids)))
+        if reranker is not None and ids:
+            scores = np.asarray(reranker.score(ir.queries[q], [ir.corpus[c] for c in ids]), dtype=np.float64)
+            order = sorted(order, key=lambda i: (-scores[i], i))
+        run[q] = {ids[i]: float(len(ids) - rank) for rank, i in enumerate(order)}
+    return run
+
+
+def reranker_gate(first_stage: dict[str, list[str]], production, candidate, ir: IRSet,
+                  settings: GateSettings | None = None) -> GateResult:
+    """Both rerankers re-score the same first-stage candidates (hybrid top-`rerank_depth`) of every gate question."""
+    settings = settings or GateSettings()
+    if not len(ir):
+        raise ValueError("no held-out dev question has a relevant chunk: the gate cannot decide (generate a larger QA set)")
+    return gate_decision(per_query(ir, reranked_run(first_stage, ir, production), settings),
+                         per_query(ir, reranked_run(first_stage, ir, candidate), settings), settings)

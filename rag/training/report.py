@@ -1,0 +1,27 @@
+"""Plots and tables for training runs and gate decisions (Dagster metadata, benchmarks)."""
+from __future__ import annotations
+
+from rag.evaluation.plots import _png, _pyplot
+from rag.markdown import markdown_table
+from rag.training.gate import GateResult
+
+
+def loss_curve(log_history: list[dict], title: str) -> bytes:
+    """Training loss per logged step, and the selection metric wherever it was evaluated."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    steps = [(e["step"], e["loss"]) for e in log_history if "loss" in e and "step" in e]
+    if steps:
+        ax.plot(*zip(*steps), marker=".", label="train loss")
+    ax.set_xlabel("step"), ax.set_ylabel("loss"), ax.set_title(title), ax.grid(alpha=0.3)
+    evals = [(e["step"], v) for e in log_history for k, v in e.items() if k in ("eval_dev_cosine_mrr@5", "eval_dev_mrr@10")]
+    if evals:
+        twin = ax.twinx()
+        twin.plot(*zip(*evals), marker="o", color="tab:green", label="dev MRR (selection)")
+        twin.set_ylabel("dev MRR"), twin.set_ylim(0, 1.02)
+    return _png(fig)
+
+
+def gate_table(result: GateResult) -> str:
+    table = result.table.assign(p_value=result.table["p_value"].map(lambda v: "" if v is None or v != v else f"{v:.4f}"))
+    return markdown_table(table, ["metric", "production", "candidate", "delta", "p_value", "required", "ok"], digits=4)

@@ -1,0 +1,100 @@
+"""Train a CrossEncoder reranker from the base embedder's transformer weights (no pretrained cross-encoder
+is available offline) on (query, positive, mined negatives): binary cross-entropy on labeled pairs, or
+LambdaLoss over one list per query. The checkpoint with the best MRR@10 on the selection dev questions
+(re-ranking each question's dense top candidates) is kept."""
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from rag.training.config import RerankerTrainingConfig
+from rag.training.data import IRSet, Pair, TrainingData
+from rag.training.embedder import (
+    Log,
+    TrainingRun,
+    base_source,
+    mine_negatives,
+    progress_callback,
+    run_trainer,
+    sample_pairs,
+    trainer_schedule,
+)
+
+SELECTION_METRIC = "dev_mrr@10"
+
+
+def _grouped(pairs: list[Pair], mined: dict[Pair, list[str]], feedback: list[Pair]) -> dict[str, tuple[set[str], list[str]]]:
+    """query -> (its positives, its negatives): feedback negatives first, then mined ones."""
+    groups: dict[str, tuple[set[str], list[str]]] = {}
+    for q, p in pairs:
+        groups.setdefault(q, (set(), []))[0].add(p)
+    for q, n in feedback:
+        if q in groups:
+            groups[q][1].append(n)
+    for (q, _), negatives in mined.items():
+        groups[q][1].extend(negatives)
+    return {q: (pos, [n for n in dict.fromkeys(neg) if n not in pos]) for q, (pos, neg) in groups.items()}
+
+
+def selection_samples(selection: IRSet | None, embedder_model, depth: int = 30) -> list[dict]:
+    """Each selection question with its dense top `depth` passages (as a reranker will see them) and its positives."""
+    if selection is None or not len(selection):
+        return []
+    ids = list(selection.corpus)
+    passages = embedder_model.encode([selection.corpus[c] for c in ids], normalize_embeddings=True, batch_size=32,
+                                     convert_to_numpy=True, show_progress_bar=False)
+    qids = list(selection.queries)
+    queries = embedder_model.encode([selection.queries[q] for q in qids], normalize_embeddings=True, convert_to_numpy=True,
+                                    show_progress_bar=False)
+    top = np.argsort(-(queries @ passages.T), axis=1)[:, :depth]
+    return [{"query": selection.queries[q], "positive": [selection.corpus[c] for c in selection.qrels[q]],
+             "documents": [selection.corpus[ids[j]] for j in row]} for q, row in zip(qids, top)]
+
+
+def train_reranker(data: TrainingData, config: RerankerTrainingConfig, output_dir: Path, *, corpus: list[str] = (),
+                   log: Log = print, mining_cache: Path | None = None) -> TrainingRun:
+    from datasets import Dataset
+    from sentence_transformers import CrossEncoder, SentenceTransformer
+    from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments, losses
+    from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
+    from transformers import set_seed
+
+    started = time.perf_counter()
+    set_seed(config.seed)
+    source = base_source(config.base_model)
+    local = Path(source).is_dir()
+    embedder = SentenceTransformer(source, device="cpu", local_files_only=local)
+    embedder.max_seq_length = min(config.max_seq_length, 128)  # mining only needs a coarse ranking
+    pairs = sample_pairs(data.positives, config.max_pairs, config.seed)
+    log(f"mining {config.negatives_per_positive} negatives per pair for {len(pairs)} pairs over {len(corpus)} passages")
+    mined = mine_negatives(embedder, pairs, corpus, config, config.negatives_per_positive, mining_cache)
+    groups = _grouped(pairs, mined, data.negatives)
+    samples = selection_samples(data.selection, embedder)
+    del embedder
+    # A fresh classification head on the base encoder: num_labels=1 gives one relevance logit per pair.
+    model = CrossEncoder(source, num_labels=1, max_length=config.max_seq_length, device="cpu", local_files_only=local)
+    if config.loss == "bce":
+        rows = [(q, p, 1.0) for q, (pos, _) in groups.items() for p in sorted(pos)]
+        rows += [(q, n, 0.0) for q, (_, neg) in groups.items() for n in neg]
+        dataset = Dataset.from_dict({"query": [r[0] for r in rows], "passage": [r[1] for r in rows], "label": [r[2] for r in rows]})
+        loss = losses.BinaryCrossEntropyLoss(model)
+    else:
+        lists = [(q, sorted(pos) + neg, [1.0] * len(pos) + [0.0] * len(neg)) for q, (pos, neg) in groups.items()]
+        dataset = Dataset.from_dict({"query": [x[0] for x in lists], "docs": [x[1] for x in lists], "labels": [x[2] for x in lists]})
+        loss = losses.LambdaLoss(model)
+    evaluator = CrossEncoderRerankingEvaluator(samples, at_k=10, name="dev", write_csv=False, batch_size=32) if samples else None
+    batch_size = min(config.batch_size, len(dataset))
+    log(f"training a cross-encoder from {config.base_model} on {len(dataset)} examples, loss {config.loss}, batch {batch_size}")
+    with tempfile.TemporaryDirectory(prefix="rag-rerank-") as scratch:
+        schedule = trainer_schedule(config, len(dataset), batch_size)
+        if evaluator is None:
+            schedule.update(eval_strategy="no", save_strategy="no")
+        args = CrossEncoderTrainingArguments(output_dir=scratch, load_best_model_at_end=evaluator is not None,
+                                             metric_for_best_model=f"eval_{SELECTION_METRIC}" if evaluator else None,
+                                             greater_is_better=True, **schedule)
+        trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=dataset, loss=loss, evaluator=evaluator,
+                                      callbacks=[progress_callback(log)])
+        return run_trainer(trainer, model, evaluator, output_dir, started, len(dataset))

@@ -1,0 +1,247 @@
+"""Training: data, paired tests, the promotion gate (deliberately worse and better models), a tiny end-to-end
+fine-tune, promotion swapping the serving alias, and the retrain job in Dagster (slow)."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from rag.evaluation.qaset import Evidence, QAItem, to_frame
+from rag.registry import ModelRegistry
+from rag.store import CHUNKS_TABLE, TableStore
+from rag.training import GateSettings, gate_decision, paired_p_value, training_data
+from rag.training.data import IRSet, with_negatives
+from rag.training.gate import reranker_gate
+from rag.training.pseudo import inverse_cloze
+from tests.conftest import SHARED
+
+STRATEGY = "beir"
+
+
+# --- paired tests and the gate decision, by hand -----------------------------------------------------------
+def test_paired_p_values_match_hand_computed_cases():
+    better = np.ones(8)
+    # Sign-flip test, every difference +1: only the all-plus flip (1 in 2^8) is as extreme -> p = 1/256.
+    p = paired_p_value(better, np.zeros(8), test="permutation", resamples=40_000, seed=1)
+    assert abs(p - 1 / 256) < 0.002
+    # Bootstrap of identical positive differences never resamples a mean <= 0: p = 1 / (resamples + 1).
+    assert paired_p_value(better, np.zeros(8), test="bootstrap", resamples=999) == pytest.approx(1 / 1000)
+    assert paired_p_value(np.full(5, 0.3), np.full(5, 0.3)) == 1.0  # identical models: no evidence at all
+    # Half better, half worse by the same amount: the observed mean 0 is the median of the null.
+    assert paired_p_value(np.array([1, 0] * 6, float), np.array([0, 1] * 6, float), seed=3) > 0.5
+    with pytest.raises(ValueError, match="permutation or bootstrap"):
+        paired_p_value(better, np.zeros(8), test="t-test")
+
+
+def _table(ndcg, mrr, recall):
+    return pd.DataFrame({"qid": [f"q{i}" for i in range(len(ndcg))], "ndcg@10": ndcg, "mrr@10": mrr, "recall@20": recall})
+
+
+def test_gate_decision_needs_significant_gains_and_no_recall_loss():
+    n = 12
+    production = _table([0.5] * n, [0.5] * n, [0.8] * n)
+    better = _table([0.7] * n, [0.6] * n, [0.8] * n)
+    result = gate_decision(production, better, GateSettings(resamples=2000))
+    assert result.passed and result.questions == n and result.reasons == []
+    assert result.metadata["delta_ndcg@10"] == pytest.approx(0.2) and result.metadata["p_value_mrr@10"] < 0.01
+
+    one_lucky_question = _table([0.5] * (n - 1) + [1.0], [0.5] * (n - 1) + [1.0], [0.8] * n)
+    result = gate_decision(production, one_lucky_question, GateSettings(resamples=2000))
+    assert not result.passed and "not a significant improvement" in result.reasons[0]  # p = 1/2 for one flip
+
+    loses_recall = _table([0.7] * n, [0.6] * n, [0.7] * n)
+    result = gate_decision(production, loses_recall, GateSettings(resamples=2000, recall_tolerance=0.05))
+    assert not result.passed and result.reasons == ["recall@20 dropped by 0.1000 (tolerance 0.05)"]
+    assert gate_decision(production, loses_recall, GateSettings(resamples=2000, recall_tolerance=0.15)).passed
+    with pytest.raises(ValueError, match="same questions"):
+        gate_decision(production, better.iloc[:5], GateSettings(resamples=2000))
+
+
+class OracleReranker:
+    """Scores the relevant passages high (or, reversed, low): a deliberately perfect / worst reranker."""
+
+    def __init__(self, ir: IRSet, reverse: bool = False):
+        self.name, self.sign = "oracle", -1.0 if reverse else 1.0
+        self.relevant = {(ir.queries[q], ir.corpus[c]) for q, rel in ir.qrels.items() for c in rel}
+
+    def score(self, query, passages):
+        return np.array([self.sign * float((query, p) in self.relevant) for p in passages])
+
+
+def test_reranker_gate_promotes_a_better_and_rejects_a_worse_reranker():
+    corpus = {f"d{i}": f"passage {i}" for i in range(30)}
+    ir = IRSet({f"q{i}": f"question {i}" for i in range(15)}, corpus, {f"q{i}": {f"d{2 * i}": 1} for i in range(15)})
+    # First stage: the relevant passage always at rank 5 of 20 candidates.
+    first = {f"q{i}": [f"d{j}" for j in range(30) if j != 2 * i][:4] + [f"d{2 * i}"] + [f"d{j}" for j in range(30) if j != 2 * i][4:19]
+             for i in range(15)}
+    settings = GateSettings(resamples=2000)
+    assert reranker_gate(first, None, OracleReranker(ir), ir, settings).passed  # vs no reranker (implicit v0)
+    worse = reranker_gate(first, None, OracleReranker(ir, reverse=True), ir, settings)
+    assert not worse.passed and worse.metadata["delta_mrr@10"] < 0 and worse.metadata["candidate_recall@20"] == 1.0
+
+
+# --- training data -------------------------------------------------------------------------------------------
+def _chunks(texts: dict[str, str]) -> pd.DataFrame:
+    import hashlib
+
+    rows = [{"chunk_id": cid, "doc_id": cid, "strategy": STRATEGY, "text": t, "char_start": 0, "char_end": len(t), "page_start": 1,
+             "page_end": 1, "section_path": [], "prev_chunk_id": None, "next_chunk_id": None, "n_tokens": len(t.split()),
+             "content_hash": hashlib.sha256(t.encode()).hexdigest(), "table_html": None} for cid, t in texts.items()]
+    return pd.DataFrame(rows)
+
+
+def _item(qid, question, doc, length, split):
+    return QAItem(qid=qid, question=question, qtype="dataset", doc_id=doc, evidence=[Evidence(doc_id=doc, start=0, end=length)],
+                  split=split)
+
+
+def test_training_data_pairs_dev_split_and_negatives():
+    texts = {f"d{i}": f"document number {i} talks about topic {i}." for i in range(24)}
+    items = [_item(f"q{i}", f"what about topic {i}?", f"d{i}", 10, "train" if i < 12 else "dev") for i in range(24)]
+    data = training_data(items, _chunks(texts), extra_positives=[("feedback question", "a liked passage")],
+                         extra_negatives=[("what about topic 0?", "a rejected passage")], selection_fraction=0.5)
+    assert len(data.positives) == 13 and ("what about topic 3?", texts["d3"]) in data.positives
+    assert ("feedback question", "a liked passage") in data.positives
+    assert len(data.selection) == 6 and len(data.gate) == 6 and not set(data.selection.queries) & set(data.gate.queries)
+    assert data.gate.qrels[next(iter(data.gate.queries))] and len(data.gate.corpus) == 24
+    assert data.data_hash != training_data(items, _chunks(texts)).data_hash  # feedback changes the training set's identity
+
+    triplets = with_negatives(data.positives[:12], mined={("what about topic 1?", texts["d1"]): "mined one"},
+                              feedback=data.negatives, seed=0)
+    by_query = {q: n for q, _, n in triplets}
+    assert by_query["what about topic 0?"] == "a rejected passage" and by_query["what about topic 1?"] == "mined one"
+    assert all(n != p for _, p, n in triplets) and len(triplets) == 12
+    with pytest.raises(ValueError, match="no training pairs"):
+        training_data([i for i in items if i.split == "dev"], _chunks(texts))
+
+
+def test_inverse_cloze_takes_one_sentence_out_of_its_passage():
+    passages = {"a": "Cats purr when they are content and calm. They also purr when hurt or stressed badly.",
+                "b": "Too short.", "c": "Glaciers carve deep valleys over many thousands of years. The ice moves slowly downhill under gravity."}
+    triples = inverse_cloze(passages, 5, seed=1, remove_probability=1.0)
+    assert {pid for _, _, pid in triples} == {"a", "c"}  # one-sentence passages give no pair
+    for query, passage, pid in triples:
+        assert query in passages[pid] and query not in passage
+        assert " ".join(passages[pid].replace(query, "").split()) == passage
+
+
+# --- real models on a SciFact slice --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def scifact_tables(tmp_path_factory):
+    """60 SciFact test claims (train/dev by claim) over their ~70 abstracts + distractors, cut to 400 characters."""
+    from rag.evaluation.beir import load_beir
+
+    folder = SHARED / "scifact"
+    if not (folder / "corpus.jsonl").exists():
+        pytest.skip(f"SciFact not available at {folder}")
+    ds = load_beir(folder, "test")
+    qids = sorted(ds.qrels)[:60]
+    docs = sorted({d for q in qids for d in ds.qrels[q]})
+    texts = dict(zip(ds.corpus["chunk_id"], ds.corpus["text"].str.slice(0, 400)))
+    docs += [d for d in sorted(texts) if d not in docs][:40]
+    chunks = _chunks({d: texts[d] for d in docs})
+    items = [QAItem(qid=f"s{q}", question=ds.queries[q], qtype="dataset", doc_id=d, split="train" if i % 2 else "dev",
+                    evidence=[Evidence(doc_id=d, start=0, end=len(texts[d])) for d in ds.qrels[q]]) for i, q in enumerate(qids)
+             for d in [sorted(ds.qrels[q])[0]]]
+    root = tmp_path_factory.mktemp("train-data")
+    tables = TableStore(root / "tables")
+    tables.write(chunks, CHUNKS_TABLE, STRATEGY)
+    tables.write(to_frame(items), "synthetic_qa")
+    return root
+
+
+def noisy_copy(source: str, out, scale: float, seed: int = 0):
+    """A deliberately worse embedder: every weight tensor gets Gaussian noise of `scale` x its own spread."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(source, device="cpu", local_files_only=True)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.numel() > 1:
+                param.add_(torch.randn(param.shape, generator=generator) * scale * param.std())
+    model.save(str(out))
+    return out
+
+
+def test_tiny_finetune_registers_a_loadable_candidate(scifact_tables, monkeypatch):
+    from rag.embedding import load_embedder
+    from rag.training import EmbedderTrainingConfig
+    from rag.training.pipeline import train_candidate
+
+    monkeypatch.setenv("RAG_DATA_DIR", str(scifact_tables))
+    registry = ModelRegistry(scifact_tables / "models")
+    config = EmbedderTrainingConfig(max_steps=2, max_seq_length=64, batch_size=8, mini_batch_size=4, eval_steps=1,
+                                    extra_positives=[("does feedback count?", "Feedback pairs join the training data.")])
+    lines = []
+    mv, run, inputs = train_candidate("embedder", TableStore(scifact_tables / "tables"), registry, config, log=lines.append)
+    assert (mv.version, mv.name) == ("v1", "ft-minilm-v1") and registry.resolve("embedder", "candidate").version == "v1"
+    assert registry.resolve("embedder", "production") is None  # training alone never promotes
+    assert run.steps == 2 and run.best_checkpoint in {"checkpoint-1", "checkpoint-2"} and "cosine_mrr@5" in run.selection_metrics
+    assert any(line.startswith("step 2/2") for line in lines)
+    manifest = registry.resolve("embedder", "ft-minilm-v1").manifest()
+    assert manifest["base_model"] == "minilm" and manifest["seed"] == 42 and manifest["strategy"] == STRATEGY
+    assert manifest["training_data_hash"] == inputs.data.data_hash and manifest["hyperparameters"]["feedback_positives"] == 1
+    assert manifest["library_versions"]["sentence-transformers"] and manifest["metrics"]["dev_selection"]
+    tuned, base = load_embedder("ft-minilm-v1"), load_embedder("minilm")
+    assert tuned.version != base.version and tuned.dim == base.dim
+    assert load_embedder("candidate") is tuned  # aliases resolve to the same once-loaded version
+    assert tuned._model.max_seq_length == base._model.max_seq_length  # trained short, serves at the base length
+
+
+def test_gate_rejects_a_worse_embedder_then_promotes_a_better_one_and_swaps_the_serving_alias(scifact_tables, monkeypatch, tmp_path):
+    from rag.embedding import _minilm_dir
+    from rag.index.qdrant import QdrantSettings, alias_target, close_client, get_client
+    from rag.retrieval.service import search
+    from rag.training.pipeline import gate_candidate, promote, serving_alias
+
+    monkeypatch.setenv("RAG_DATA_DIR", str(scifact_tables))
+    tables = TableStore(scifact_tables / "tables")
+    registry = ModelRegistry(tmp_path / "models")
+    worse = registry.register("embedder", noisy_copy(_minilm_dir(), tmp_path / "noisy", 0.6), {"base_model": "minilm", "strategy": STRATEGY})
+    result = gate_candidate("embedder", tables, registry, worse, GateSettings(resamples=2000))
+    assert not result.passed and result.metadata["delta_ndcg@10"] < 0 and result.questions >= 10
+    assert registry.resolve("embedder", "v1").metrics["gate"]["against"] == "minilm (base, implicit v0)"
+
+    # Now the noisy model is production (e.g. a bad promotion in the past) and the untouched base weights are the
+    # candidate: a deliberately better model, which the gate must promote.
+    registry.set_alias("embedder", "production", worse.version)
+    better = registry.register("embedder", _minilm_dir(), {"base_model": "minilm", "strategy": STRATEGY})
+    result = gate_candidate("embedder", tables, registry, better, GateSettings(resamples=2000))
+    assert result.passed, result.reasons
+    assert result.metadata["delta_ndcg@10"] > 0 and result.metadata["p_value_ndcg@10"] < 0.05
+
+    settings = QdrantSettings(path=str(tmp_path / "qdrant"))
+    client = get_client(settings)
+    try:
+        first = promote("embedder", registry, worse, tables=tables, client=client, strategies=[STRATEGY])
+        assert alias_target(client, serving_alias(STRATEGY)) == first["serving_aliases"][serving_alias(STRATEGY)]
+        outcome = promote("embedder", registry, better, tables=tables, client=client, strategies=[STRATEGY])
+        live = alias_target(client, serving_alias(STRATEGY))
+        assert outcome["previous"] == worse.name and live == outcome["serving_aliases"][serving_alias(STRATEGY)]
+        assert live.startswith(f"{STRATEGY}__{better.name}__") and client.collection_exists(first["serving_aliases"][serving_alias(STRATEGY)])
+        assert registry.resolve("embedder", "production").version == better.version and registry.resolve("embedder", "candidate") is None
+        monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path))  # serving resolves "production" through this registry
+        question = "0-dimensional biomaterials show inductive properties."
+        hits = search(question, strategy=STRATEGY, model="production", mode="dense", k=3, root=scifact_tables, qdrant=settings)
+        direct = search(question, strategy=STRATEGY, model=better.name, mode="dense", k=3, root=scifact_tables, qdrant=settings)
+        assert [h.chunk["chunk_id"] for h in hits] == [h.chunk["chunk_id"] for h in direct] and len(hits) == 3
+    finally:
+        close_client(settings)
+
+
+def test_tiny_reranker_training_is_loadable(scifact_tables, monkeypatch):
+    from rag.rerank import load_reranker, rerank
+    from rag.retrieval import Hit
+    from rag.training import RerankerTrainingConfig
+    from rag.training.pipeline import train_candidate
+
+    monkeypatch.setenv("RAG_DATA_DIR", str(scifact_tables))
+    registry = ModelRegistry(scifact_tables / "models")
+    config = RerankerTrainingConfig(max_steps=2, max_seq_length=64, batch_size=8, negatives_per_positive=1, eval_steps=2)
+    mv, run, _ = train_candidate("reranker", TableStore(scifact_tables / "tables"), registry, config, log=lambda _: None)
+    assert mv.name.startswith("ce-minilm-v") and run.steps == 2 and "mrr@10" in run.selection_metrics
+    reranker = load_reranker("candidate", registry=registry)
+    hits = [Hit(rank=i + 1, score=0.0, chunk={"chunk_id": str(i), "text": t}) for i, t in enumerate(["alpha beta", "gamma", "delta"])]
+    out = rerank(reranker, "alpha?", hits, k=2)
+    assert [h.rank for h in out] == [1, 2] and out[0].score >= out[1].score
+    assert load_reranker("production", registry=registry) is None
