@@ -180,3 +180,16 @@ def test_real_answerer_serves_from_a_replica_while_the_primary_is_reindexed(data
         assert index.refresh() is True and index.generation == 2
         assert ask(c, "how is green tea brewed")["passages"][0]["chunk_id"] == "tea"
     assert store.counts()["queries"] == 3
+
+
+def test_stale_replicas_are_dropped_and_live_ones_kept(tmp_path):
+    from rag.serving.index import drop_stale_replicas
+
+    live, stale = QdrantSettings(path=str(tmp_path / "replica-1")), QdrantSettings(path=str(tmp_path / "replica-2"))
+    get_client(live), get_client(stale)
+    close_client(stale)  # a server that died leaves its folder unlocked
+    try:
+        assert drop_stale_replicas(tmp_path) == [tmp_path / "replica-2"]
+        assert (tmp_path / "replica-1").exists() and not (tmp_path / "replica-2").exists()
+    finally:
+        close_client(live)

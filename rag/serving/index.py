@@ -9,6 +9,7 @@ directly. With a Qdrant server (QDRANT_URL) there is no replica: the server serv
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import shutil
 import threading
@@ -84,6 +85,7 @@ class ServingIndex:
         self._replica: QdrantSettings | None = None
         self._fingerprint: tuple | None = None
         self._pending: tuple | None = None
+        self._retired: list[QdrantSettings] = []
         self.generation = 0
         self.last_refresh_error: str | None = None
         deadline = time.monotonic() + lock_wait_seconds
@@ -121,13 +123,23 @@ class ServingIndex:
             self._fingerprint, self._pending, self.last_refresh_error = fingerprint, None, None
             self.generation += 1
         if old is not None:
-            threading.Timer(30.0, _drop_replica, args=(old,)).start()  # requests in flight finish on the old one
+            self._retired.append(old)
+            timer = threading.Timer(30.0, self._retire, args=(old,))  # requests in flight finish on the old one
+            timer.daemon = True
+            timer.start()
         return True
+
+    def _retire(self, replica: QdrantSettings) -> None:
+        if replica in self._retired:
+            self._retired.remove(replica)
+            _drop_replica(replica)
 
     def _open(self):
         if not self.embedded:
             return self.build(self.open_index(self.primary)), None
         self.replicas.mkdir(parents=True, exist_ok=True)
+        if self._replica is None:
+            drop_stale_replicas(self.replicas)
         target = QdrantSettings(path=str(self.replicas / f"replica-{time.time_ns()}"))
         alias = CollectionName(self.strategy, _model_key(self.model)).alias
         try:
@@ -138,8 +150,28 @@ class ServingIndex:
             raise
 
     def close(self) -> None:
-        if self._replica is not None:
-            _drop_replica(self._replica)
+        for replica in [*self._retired, self._replica]:
+            if replica is not None:
+                _drop_replica(replica)
+        self._retired.clear()
+
+
+def drop_stale_replicas(folder: Path) -> list[Path]:
+    """Remove replicas left by a server that died (their folder lock is free); another live server's stay."""
+    dropped = []
+    for replica in sorted(folder.glob("replica-*")):
+        lock = replica / ".lock"
+        try:
+            with open(lock, "a") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # what qdrant-client's portalocker takes on Linux
+                fcntl.flock(fh, fcntl.LOCK_UN)
+        except BlockingIOError:
+            continue
+        except FileNotFoundError:
+            pass
+        shutil.rmtree(replica, ignore_errors=True)
+        dropped.append(replica)
+    return dropped
 
 
 def _model_key(model: str) -> str:

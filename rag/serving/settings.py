@@ -20,7 +20,10 @@ class ServeSettings(BaseModel):
     @classmethod
     def from_env(cls, **overrides) -> ServeSettings:
         """RAG_API_TOKEN (a random one when unset: `rag serve` prints it), RAG_ANSWER_CONFIG, RAG_SERVE_REFRESH_SECONDS."""
-        env = {"api_token": os.environ.get("RAG_API_TOKEN") or secrets.token_urlsafe(24),
+        token = os.environ.get("RAG_API_TOKEN")
+        if token is not None and len(token) < 16:
+            raise ValueError("RAG_API_TOKEN must be at least 16 characters (or unset it for a random one)")
+        env = {"api_token": token or secrets.token_urlsafe(24),
                "answer_config": os.environ.get("RAG_ANSWER_CONFIG") or None}
         if os.environ.get("RAG_SERVE_REFRESH_SECONDS"):
             env["refresh_seconds"] = float(os.environ["RAG_SERVE_REFRESH_SECONDS"])
