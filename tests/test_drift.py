@@ -148,3 +148,20 @@ def test_drift_sensor_stays_quiet_on_familiar_questions(tmp_path):
         result = tick(drift_sensor, instance, loop)
     assert not result.run_requests and result.asset_events[0].metadata["drifted"].value is False
     store.close()
+
+
+def test_weekly_retrain_exports_the_feedback_and_requests_a_run(loop, tmp_path):
+    from dagster import RunRequest, build_schedule_context, instance_for_test
+
+    from sensors.feedback import weekly_retrain
+
+    store = FeedbackStore(loop.db_url)
+    rate(store, 2)
+    with instance_for_test() as instance:  # schedules need a persistent instance
+        with build_schedule_context(instance=instance, resources={"feedback_loop": loop}) as context:
+            request = weekly_retrain(context)
+    assert isinstance(request, RunRequest) and request.tags["trigger"] == "weekly"
+    assert request.tags[MARK_TAG] == str(store.high_water_mark())
+    folder = request.run_config["ops"]["finetuned_embedder"]["config"]["feedback_dataset"]
+    assert json.loads((tmp_path / folder / "stats.json").read_text())["chunk_qrels_positive"] == 2
+    store.close()
