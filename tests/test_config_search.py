@@ -403,6 +403,18 @@ def test_cli_search_config_with_a_squad_folder(tiny, tmp_path, monkeypatch, caps
     assert load_active_configuration(tmp_path / "data")["strategy"] == out["best"]["chunking"]
     assert main(["search-config", "--qa", str(tmp_path / "missing"), "--space", str(space)]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+    # The synthetic_qa folder: the corpus is the data dir's own parsed documents (missing ones are an error).
+    from rag.store import DOCUMENTS_TABLE, TableStore
+
+    tables = TableStore(tmp_path / "data" / "tables")
+    tables.write(to_frame(tiny["items"]), "synthetic_qa")
+    assert main(["search-config", "--qa", str(tables.root / "synthetic_qa"), "--space", str(space)]) == 2
+    assert "not parsed under" in capsys.readouterr().err
+    tables.write(tiny["workspace"].tables.read(DOCUMENTS_TABLE), DOCUMENTS_TABLE)
+    assert main(["search-config", "--method", "genetic", "--qa", str(tables.root / "synthetic_qa"), "--budget", "2",
+                 "--space", str(space), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["unique_candidates"] == 2 and (tmp_path / "data" / "indexes" / "bm25").is_dir()
 
 
 def test_config_search_and_active_configuration_assets(tiny, tmp_path):
@@ -414,6 +426,10 @@ def test_config_search_and_active_configuration_assets(tiny, tmp_path):
     from resources.storage import DataStore
     from rag.store import DOCUMENTS_TABLE, TableStore
 
+    graph = defs.resolve_asset_graph()
+    assert {k.to_user_string(): graph.get(k).group_name for k in graph.get_all_asset_keys()
+            if k.to_user_string() in ("config_search", "active_configuration")} == {"config_search": "optimization",
+                                                                                     "active_configuration": "optimization"}
     data = tmp_path / "data"
     tables = TableStore(data / "tables")
     tables.write(tiny["workspace"].tables.read(DOCUMENTS_TABLE), DOCUMENTS_TABLE)

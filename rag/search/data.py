@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from rag.evaluation.qaset import QAItem, from_frame, import_squad
+from rag.index.qdrant import QdrantSettings
 from rag.ingest import document_to_row
 from rag.parsing.models import ElementDraft, ParsedDocument, assemble
 from rag.search.evaluate import Workspace
@@ -46,7 +47,7 @@ def load_qa_dir(qa_dir: Path, data_root: Path) -> tuple[Workspace, list[QAItem]]
     squad = sorted(p for p in qa_dir.iterdir() if p.name.endswith((".json", ".json.gz")))
     if parquet:
         items = [i for p in parquet for i in from_frame(pd.read_parquet(p))]
-        workspace = Workspace(Path(data_root))
+        workspace = Workspace(Path(data_root), QdrantSettings.from_env())  # the pipeline's own Qdrant: indexes are shared
         docs = workspace.tables.read(DOCUMENTS_TABLE, columns=["doc_id"])
         known = set(docs.doc_id) if docs is not None else set()
         missing = {e.doc_id for i in items for e in i.evidence} - known
