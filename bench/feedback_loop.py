@@ -105,9 +105,9 @@ def ask_and_rate(http, qid: str, question: str, relevant: dict[str, int] | None)
     answer = http.post("/ask", json={"question": question, "session_id": f"replay-{qid}"}, headers=headers)
     answer.raise_for_status()
     data = answer.json()
-    ratings = [{"chunk_id": p["chunk_id"], "score": 1 if relevant.get(p["chunk_id"], 0) > 0 else -1} for p in data["passages"]]
-    if not ratings or relevant is None:
+    if relevant is None or not data["passages"]:
         return 0, data["model_version"]
+    ratings = [{"chunk_id": p["chunk_id"], "score": 1 if relevant.get(p["chunk_id"], 0) > 0 else -1} for p in data["passages"]]
     ack = http.post("/feedback", json={"query_id": data["query_id"], "idempotency_key": f"replay-{qid}", "passages": ratings},
                     headers=headers)
     ack.raise_for_status()
