@@ -11,6 +11,7 @@ import pandas as pd
 from rag.evaluation.generation import score_answers, summarize_answers
 from rag.evaluation.qaset import QAItem
 from rag.llm import LLM
+from rag.qa.encoding import CachedEmbedder
 from rag.qa.models import AnswerSettings
 from rag.qa.pipeline import NO_RETRIEVAL, Answerer
 from rag.retrieval import Index
@@ -35,10 +36,14 @@ def run_bakeoff(items: list[QAItem], indexes: dict[str, Index], base: AnswerSett
     summaries, details = [], []
     runs = [("-", NO_RETRIEVAL)] if NO_RETRIEVAL in modes else []
     runs += [(strategy, mode) for strategy in indexes for mode in modes if mode != NO_RETRIEVAL]
+    embedders: dict[int, CachedEmbedder] = {}  # one sentence-vector cache per index embedder, shared by the modes
     for strategy, mode in runs:
         index = indexes[strategy] if strategy in indexes else next(iter(indexes.values()), None)
         settings = base.model_copy(update={"mode": mode, "strategy": strategy if strategy != "-" else base.strategy})
-        answerer = Answerer(settings, llm=llm, index=index)
+        embedder = None
+        if index is not None and index.embedder is not None:
+            embedder = embedders.setdefault(id(index.embedder), CachedEmbedder(index.embedder))
+        answerer = Answerer(settings, llm=llm, index=index, embedder=embedder)
         results = [answerer.ask(item.question) for item in items]
         per_q = score_answers(items, results, embedder=answerer.embedder, judge=judge)
         summary = summarize_answers(per_q)

@@ -9,6 +9,7 @@ from pathlib import Path
 from rag.embedding import TextEmbedder, load_embedder
 from rag.llm import LLM, LLMSettings, load_llm
 from rag.qa.attribution import CrossEncoderScorer, EmbeddingScorer, PairScorer, attribute
+from rag.qa.encoding import CachedEmbedder
 from rag.qa.generators import GENERATORS, Generator
 from rag.qa.models import AnswerResult, AnswerSettings
 from rag.qa.prompt import fit_context, label_passages
@@ -52,11 +53,13 @@ def llm_from_env() -> LLMSettings:
 
 
 class Answerer:
-    """Long-lived: opens the index once. Pass `index`, `reranker` or `attribution_scorer` to reuse ones already
-    open (benchmarks, tests); otherwise they come from the settings and the data dir."""
+    """Long-lived: opens the index once. Pass `index`, `reranker`, `attribution_scorer` or `embedder` (e.g. one
+    CachedEmbedder for many Answerers) to reuse ones already open; otherwise they come from the settings and the
+    data dir."""
 
     def __init__(self, settings: AnswerSettings | None = None, llm: LLM | None = None, *, root: Path | None = None, qdrant=None,
-                 index: Index | None = None, reranker=None, attribution_scorer: PairScorer | None = None):
+                 index: Index | None = None, reranker=None, attribution_scorer: PairScorer | None = None,
+                 embedder: TextEmbedder | None = None):
         self.settings = s = settings or AnswerSettings()
         if s.mode != NO_RETRIEVAL and s.mode not in RETRIEVERS:
             raise RetrievalError(f"unknown retrieval mode {s.mode!r} (known: {NO_RETRIEVAL}, {', '.join(RETRIEVERS)})")
@@ -68,9 +71,12 @@ class Answerer:
 
             self.index = open_index(s.strategy, s.model, root=root, qdrant=qdrant, need_dense=s.mode in DENSE_MODES,
                                     need_bm25=s.mode in {"bm25", "hybrid-rrf", "hybrid-cc"})
-        self.embedder: TextEmbedder | None = self.index.embedder if self.index is not None and self.index.embedder else None
-        if self.embedder is None and s.model and (s.generator == "extractive" or (s.attribution and attribution_scorer is None)):
-            self.embedder = load_embedder(s.model)
+        if embedder is None and self.index is not None and self.index.embedder is not None:
+            embedder = self.index.embedder
+        if embedder is None and s.model and (s.generator == "extractive" or (s.attribution and attribution_scorer is None)):
+            embedder = load_embedder(s.model)
+        # The generator and attribution encode the same passage sentences: remember them.
+        self.embedder = embedder if embedder is None or isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
         if llm is None and s.generator == "llm":
             llm = load_llm(s.llm or llm_from_env())
         self.llm = llm

@@ -1,0 +1,145 @@
+"""Answer figures: SQuAD dev questions over the SQuAD paragraphs as a corpus, answered by the extractive generator
+and by SmolLM2 (local-gguf) for every retrieval mode plus the no-retrieval baseline; EM / F1 / ROUGE-L, answer
+accuracy, source accuracy, coverage, latency. Then a small table-QA check on the sample corpus. Prints; asserts nothing.
+
+    .venv/bin/python bench/answers.py [--questions 300] [--llm-questions 20] [--only squad,llm,tables] [--json OUT]
+
+SmolLM2-135M runs through transformers on the CPU at tens of seconds per answer on 2 shared cores, so it answers a
+seeded subset (--llm-questions) of the same questions; the extractive generator's figures on that subset are printed
+beside it so the two are comparable. The LLM response cache makes a re-run cheap.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.qa_eval import SQUAD, squad_as_beir  # noqa: E402
+from rag.evaluation.beir import load_beir, open_beir_index  # noqa: E402
+from rag.evaluation.qaset import import_squad  # noqa: E402
+from rag.markdown import markdown_table  # noqa: E402
+from rag.qa import AnswerSettings  # noqa: E402
+from rag.qa.bakeoff import BAKEOFF_MODES, run_bakeoff  # noqa: E402
+from rag.store import data_dir  # noqa: E402
+
+COLUMNS = ["mode", "generator", "exact_match", "f1", "rouge_l", "answer_accuracy", "source_accuracy", "coverage",
+           "retrieved_evidence", "latency_p50_ms", "latency_p95_ms", "n_questions"]
+
+
+def squad_setup(model: str, n_questions: int):
+    folder = squad_as_beir(data_dir() / "bench" / "squad-beir")
+    started = time.perf_counter()
+    index, _ = open_beir_index(load_beir(folder, "test"), "hybrid-rrf", model, data_dir() / "beir")
+    _, items = import_squad(SQUAD)
+    random.Random(7).shuffle(items)
+    print(f"  {len(index.chunks)} paragraphs indexed (bm25 + {model}) in {time.perf_counter() - started:.1f}s; "
+          f"{n_questions} of {len(items)} questions (seeded sample)")
+    return index, items[:n_questions]
+
+
+def squad_figures(index, items, base: AnswerSettings, llm=None, label: str = "") -> list[dict]:
+    started = time.perf_counter()
+    result = run_bakeoff(items, {"squad": index}, base, modes=BAKEOFF_MODES, llm=llm, progress=lambda m: print(f"    {label}{m}", flush=True))
+    print(f"  {label}done in {time.perf_counter() - started:.0f}s")
+    print(markdown_table(result.summary, COLUMNS))
+    return result.summary.to_dict("records")
+
+
+def calibration(index, items, base: AnswerSettings) -> list[dict]:
+    """The extractive generator's min_support threshold: coverage against accuracy (hybrid-rrf)."""
+    rows = []
+    for threshold in (0.0, 0.3, 0.5, 0.7):
+        summary = run_bakeoff(items, {"squad": index}, base.model_copy(update={"min_support": threshold}), modes=("hybrid-rrf",)).summary
+        rows.append({"min_support": threshold, **summary.iloc[0][["answer_accuracy", "f1", "source_accuracy", "coverage"]].to_dict()})
+    import pandas as pd
+
+    print(markdown_table(pd.DataFrame(rows), ["min_support", "answer_accuracy", "f1", "source_accuracy", "coverage"]))
+    return rows
+
+
+# Hand-verified on the sample corpus (federal-register-2020-17221.pdf pages 5-6, nics-background-checks-2015-11 p1).
+TABLE_QUESTIONS = [
+    ("What is the labor rate per hour?", "$85"),
+    ("What is the parts cost per product?", "$3,790"),
+    ("What is the total cost per product?", "$10,505"),
+    ("What was the total number of NICS firearm background checks in November 2015?", "2,236,457"),
+    ("How many permit checks were there in total in November 2015?", "804,006"),
+]
+
+
+def table_qa(model: str, llm_settings) -> list[dict]:
+    from rag.pipeline import index_folder
+    from rag.qa import Answerer
+
+    root = data_dir() / "bench" / "sample-answers"
+    index_folder(REPO / "sample_corpus", root, strategies=["paragraph"], models=[model])
+    rows = []
+    for generator in ("extractive", "llm"):
+        if generator == "llm" and llm_settings is None:
+            continue
+        settings = AnswerSettings(strategy="paragraph", model=model, generator=generator, top_k=3, llm=llm_settings,
+                                  max_context_chars=3000)
+        answerer = Answerer(settings, root=root)
+        for question, expected in TABLE_QUESTIONS:
+            r = answerer.ask(question)
+            tables = sum(1 for c in r.chunks if c["table_html"])
+            cited_table = any(c["cited"] and c["table_html"] for c in r.chunks)
+            rows.append({"generator": generator, "question": question, "expected": expected, "correct": expected in r.answer,
+                         "answer": r.answer[:120], "table_chunks_in_prompt": tables, "cited_a_table": cited_table,
+                         "seconds": round(r.latency_ms / 1000, 1)})
+            print(f"  {generator:10s} {'OK ' if expected in r.answer else 'no '} {question} → {r.answer[:100]!r} "
+                  f"(tables in context: {tables}, {r.latency_ms / 1000:.1f}s)", flush=True)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--questions", type=int, default=300)
+    parser.add_argument("--llm-questions", type=int, default=20)
+    parser.add_argument("--model", default="minilm")
+    parser.add_argument("--llm-model", default="smollm2")
+    parser.add_argument("--only", default="squad,calibration,llm,tables")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    from rag.llm import LLMSettings, load_llm
+
+    results: dict = {"questions": args.questions, "llm_questions": args.llm_questions}
+    llm_settings = LLMSettings(backend="local-gguf", model=args.llm_model, max_new_tokens=48)
+    # Small passages for a 135M model: two SQuAD paragraphs fit its useful context and keep CPU time bounded.
+    extractive = AnswerSettings(strategy="squad", model=args.model, generator="extractive", top_k=5)
+    llm_base = AnswerSettings(strategy="squad", model=args.model, generator="llm", top_k=2, max_context_chars=2500, llm=llm_settings)
+    if SQUAD.exists() and only & {"squad", "calibration", "llm"}:
+        print("1. SQuAD dev: paragraphs as the corpus")
+        index, items = squad_setup(args.model, args.questions)
+        if "squad" in only:
+            print(f"\n  extractive generator, {len(items)} questions")
+            results["squad_extractive"] = squad_figures(index, items, extractive, label="extractive · ")
+        if "calibration" in only:
+            print("\n  extractive min_support calibration (hybrid-rrf)")
+            results["calibration"] = calibration(index, items, extractive)
+        if "llm" in only:
+            subset = items[: args.llm_questions]
+            print(f"\n  extractive on the {len(subset)}-question subset (for comparison)")
+            results["squad_extractive_subset"] = squad_figures(index, subset, extractive, label="extractive · ")
+            print(f"\n  SmolLM2 ({args.llm_model}, local-gguf), {len(subset)} questions, top-2 passages")
+            results["squad_llm"] = squad_figures(index, subset, llm_base, llm=load_llm(llm_settings), label="smollm2 · ")
+    elif not SQUAD.exists():
+        print(f"SQuAD not found at {SQUAD}; skipping the SQuAD figures")
+    if "tables" in only:
+        print("\n2. Table QA on the sample corpus (hand-verified answers)")
+        results["tables"] = table_qa(args.model, llm_settings if "llm" in only else None)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
