@@ -7,6 +7,7 @@ rag.serving.index) without restarting; tests pass a fake one. Write endpoints ne
 """
 from __future__ import annotations
 
+import asyncio
 import hmac
 import threading
 import time
@@ -21,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -144,7 +146,7 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
     app = FastAPI(title="Document QA", version="1", description="Ask questions about the indexed documents and rate "
                   "the answers and passages; ratings train the next models.", docs_url=None, redoc_url=None)
     metrics = Metrics()
-    ask_slots = threading.BoundedSemaphore(settings.ask_concurrency)
+    ask_slots = asyncio.Semaphore(settings.ask_concurrency)
     bearer = HTTPBearer(auto_error=False)
 
     def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
@@ -181,14 +183,16 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
 
     @app.post("/ask", response_model=AskResponse, dependencies=[Depends(require_token)],
               summary="Answer a question from the documents and record it for feedback")
-    def ask(body: AskRequest) -> AskResponse:
-        with ask_slots:
+    async def ask(body: AskRequest) -> AskResponse:
+        # Waiting for a slot happens on the event loop, not in a worker thread: queued questions must not take
+        # the threads that /feedback and /health are served from.
+        async with ask_slots:
             answerer = answerer_provider()
-            result = answerer.ask(body.question)
+            result = await run_in_threadpool(answerer.ask, body.question)
         version = model_version(answerer)
-        stored = store.record_query(result.question, answer=result.answer, chunks=result.chunks, session_id=body.session_id,
-                                    model_version=version, settings=result.settings, latency_ms=result.latency_ms,
-                                    not_in_context=result.not_in_context)
+        stored = await run_in_threadpool(
+            store.record_query, result.question, answer=result.answer, chunks=result.chunks, session_id=body.session_id,
+            model_version=version, settings=result.settings, latency_ms=result.latency_ms, not_in_context=result.not_in_context)
         return AskResponse(query_id=stored.query_id, answer_id=stored.answer_id, question=result.question,
                            answer=result.answer, not_in_context=result.not_in_context,
                            cited_chunk_ids=result.cited_chunk_ids, latency_ms=result.latency_ms, model_version=version,
