@@ -67,10 +67,10 @@ def squad_corpus(root: Path, articles: int, questions: int):
     return corpus_workspace(docs, root / f"squad-{articles}"), items, {d.doc_id: d.canonical_text for d in docs}
 
 
-def pdf_corpus(root: Path, questions: int):
+def pdf_corpus(root: Path, questions: int, passages: int = 12):
     run = update_documents(scan_folder(SHARED / "pdfs"), None, None, ParseSettings())
     docs = [document_from_row(r) for r in run.documents.to_dict("records")]
-    qa = generate_qa(docs, None, SynthSettings())
+    qa = generate_qa(docs, None, SynthSettings(passages_per_document=passages))
     items = random.Random(11).sample(qa.items, min(questions, len(qa.items)))
     print(f"  {len(docs)} PDFs parsed ({len(run.quarantine)} quarantined), {len(qa.items)} inverse-cloze questions, {len(items)} used")
     return corpus_workspace(docs, root / "pdfs"), items, {d.doc_id: d.canonical_text for d in docs}

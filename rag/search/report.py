@@ -72,6 +72,9 @@ def convergence_plot(history: list[dict], title: str) -> bytes:
     ax.plot(gens, [h["best"] for h in history], marker="o", label="best of generation")
     ax.plot(gens, [h["mean"] for h in history], marker=".", label="mean of generation")
     ax.plot(gens, [h["best_so_far"] for h in history], linestyle="--", label="best so far")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("generation (grid: batch of candidates)"), ax.set_ylabel("fitness"), ax.set_title(title)
     ax.grid(alpha=0.3), ax.legend(fontsize=7)
     return _png(fig)
