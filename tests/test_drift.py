@@ -26,9 +26,9 @@ def test_mmd_and_classifier_tell_shifted_samples_apart():
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(60, 8)), rng.normal(size=(60, 8))
     shifted = rng.normal(loc=1.0, size=(60, 8))
-    _, p_same = mmd_test(a, b, permutations=200)
-    _, p_shift = mmd_test(a, shifted, permutations=200)
-    assert p_same > 0.05 and p_shift < 0.01
+    _, p_same = mmd_test(a, b, permutations=100)
+    _, p_shift = mmd_test(a, shifted, permutations=100)
+    assert p_same > 0.05 and p_shift < 0.02  # 1/101 is the smallest p 100 permutations can give
     assert abs(classifier_auc(a, b) - 0.5) < 0.2 and classifier_auc(a, shifted) > 0.9
 
 

@@ -54,7 +54,7 @@ def page():
         browser.close()
 
 
-def test_ask_rate_and_correct_in_chromium(server, page, data_root):
+def test_ask_rate_and_correct_in_chromium(server, page):
     base, store = server
     page.goto(f"{base}/#token={TOKEN}")
     assert "token=" not in page.url  # the token is moved out of the address bar
