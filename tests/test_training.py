@@ -126,7 +126,7 @@ def test_inverse_cloze_takes_one_sentence_out_of_its_passage():
 # --- real models on a SciFact slice --------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def scifact_tables(tmp_path_factory):
-    """60 SciFact test claims (train/dev by claim) over their ~70 abstracts + distractors, cut to 400 characters."""
+    """60 SciFact test claims (train/dev by claim) over their ~70 abstracts + 20 distractors, cut to 300 characters."""
     from rag.evaluation.beir import load_beir
 
     folder = SHARED / "scifact"
@@ -135,8 +135,8 @@ def scifact_tables(tmp_path_factory):
     ds = load_beir(folder, "test")
     qids = sorted(ds.qrels)[:60]
     docs = sorted({d for q in qids for d in ds.qrels[q]})
-    texts = dict(zip(ds.corpus["chunk_id"], ds.corpus["text"].str.slice(0, 400)))
-    docs += [d for d in sorted(texts) if d not in docs][:40]
+    texts = dict(zip(ds.corpus["chunk_id"], ds.corpus["text"].str.slice(0, 300)))
+    docs += [d for d in sorted(texts) if d not in docs][:20]
     chunks = _chunks({d: texts[d] for d in docs})
     items = [QAItem(qid=f"s{q}", question=ds.queries[q], qtype="dataset", doc_id=d, split="train" if i % 2 else "dev",
                     evidence=[Evidence(doc_id=d, start=0, end=len(texts[d])) for d in ds.qrels[q]]) for i, q in enumerate(qids)
@@ -245,3 +245,58 @@ def test_tiny_reranker_training_is_loadable(scifact_tables, monkeypatch):
     out = rerank(reranker, "alpha?", hits, k=2)
     assert [h.rank for h in out] == [1, 2] and out[0].score >= out[1].score
     assert load_reranker("production", registry=registry) is None
+
+
+# --- the retrain job in Dagster --------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_retrain_job_rejects_then_promotes_and_reindexes(scifact_tables, monkeypatch, tmp_path):
+    import shutil
+
+    from dagster import DagsterInstance, materialize
+
+    from assets.training import finetuned_embedder, finetuned_embedder_gate, production_embedder
+    from orchestration.definitions import defs
+    from rag.embedding import _minilm_dir
+    from rag.index.qdrant import QdrantSettings, alias_target, close_client, get_client
+    from resources.qdrant import QdrantResource
+    from resources.storage import DataStore
+
+    root = tmp_path / "data"
+    shutil.copytree(scifact_tables / "tables", root / "tables")
+    monkeypatch.setenv("RAG_DATA_DIR", str(root))
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("chunking_strategy", [STRATEGY])
+    qdrant_path = str(tmp_path / "qdrant")
+    resources = {"data_store": DataStore(data_dir=str(root)), "qdrant": QdrantResource(path=qdrant_path)}
+    tiny = {"max_steps": 1, "max_seq_length": 64, "batch_size": 8}
+    run_config = {"ops": {"finetuned_embedder": {"config": tiny}, "trained_reranker": {"config": tiny}},
+                  "loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+    job = defs.resolve_job_def("retrain_job")
+    registry = ModelRegistry(root / "models")
+
+    # One step at warmup learning rate 0 leaves the base weights: not better than production (the base) -> blocked.
+    first = job.execute_in_process(instance=instance, resources=resources, run_config=run_config, raise_on_error=False)
+    checks = {e.check_name: e for e in first.get_asset_check_evaluations()}
+    assert not checks["finetuned_embedder_gate"].passed
+    assert checks["finetuned_embedder_gate"].metadata["delta_ndcg@10"].value == 0.0
+    materialized = {m.asset_key.to_user_string() for m in first.get_asset_materialization_events()}
+    assert "finetuned_embedder" in materialized and "production_embedder" not in materialized
+    assert ("production_reranker" in materialized) == checks["trained_reranker_gate"].passed
+    assert registry.resolve("embedder", "production") is None and "ft-minilm-v1" in instance.get_dynamic_partitions("embedding_model")
+
+    # With a deliberately worse production (noisy weights), the same candidate passes, is promoted and indexed.
+    noisy = registry.register("embedder", noisy_copy(_minilm_dir(), tmp_path / "noisy", 0.6), {"base_model": "minilm"})
+    registry.set_alias("embedder", "production", noisy.version)
+    second = materialize([finetuned_embedder, finetuned_embedder_gate, production_embedder], instance=instance,
+                         resources=resources, raise_on_error=False,
+                         run_config={"ops": {"finetuned_embedder": {"config": tiny}}, "loggers": run_config["loggers"]})
+    gate = {e.check_name: e for e in second.get_asset_check_evaluations()}["finetuned_embedder_gate"]
+    assert gate.passed and gate.metadata["production"].value == noisy.name
+    promoted = registry.resolve("embedder", "production")
+    assert promoted.version == "v3" and promoted.metrics["gate"]["passed"] is True
+    close_client(QdrantSettings(path=qdrant_path))
+    client = get_client(QdrantSettings(path=qdrant_path))
+    try:
+        assert alias_target(client, f"{STRATEGY}__production").startswith(f"{STRATEGY}__{promoted.name}__")
+    finally:
+        close_client(QdrantSettings(path=qdrant_path))
