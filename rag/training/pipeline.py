@@ -91,7 +91,7 @@ def train_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, con
     return mv, run, inputs
 
 
-def registered_embedder(registry: ModelRegistry, alias: str):
+def aliased_embedder(registry: ModelRegistry, alias: str):
     """The embedder an alias of this registry points at (the base model for an unset production), loaded by
     directory so it does not depend on which data dir the process's default registry reads."""
     mv = registry.resolve("embedder", alias)
@@ -119,9 +119,9 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
     inputs = load_inputs(tables, config)
     gate = inputs.data.gate
     if kind == "embedder":
-        result = embedder_gate(registered_embedder(registry, "production"), load_embedder(str(candidate.path)), gate, settings)
+        result = embedder_gate(aliased_embedder(registry, "production"), load_embedder(str(candidate.path)), gate, settings)
     else:
-        first = hybrid_candidates(inputs.chunks, gate, registered_embedder(registry, "production"), settings.rerank_depth)
+        first = hybrid_candidates(inputs.chunks, gate, aliased_embedder(registry, "production"), settings.rerank_depth)
         result = reranker_gate(first, load_reranker("production", registry=registry), load_reranker(candidate.name, registry=registry),
                                gate, settings)
     registry.update_metrics(kind, candidate.version, {"gate": {**result.metadata, "against": production_label(registry, kind)}})
