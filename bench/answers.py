@@ -28,8 +28,8 @@ from rag.qa import AnswerSettings  # noqa: E402
 from rag.qa.bakeoff import BAKEOFF_MODES, run_bakeoff  # noqa: E402
 from rag.store import data_dir  # noqa: E402
 
-COLUMNS = ["mode", "generator", "exact_match", "f1", "rouge_l", "answer_accuracy", "source_accuracy", "coverage",
-           "retrieved_evidence", "latency_p50_ms", "latency_p95_ms", "n_questions"]
+COLUMNS = ["mode", "generator", "exact_match", "f1", "rouge_l", "answer_accuracy", "source_accuracy",
+           "attributed_source_accuracy", "coverage", "retrieved_evidence", "latency_p50_ms", "latency_p95_ms", "n_questions"]
 
 
 def squad_setup(model: str, n_questions: int):
@@ -43,9 +43,9 @@ def squad_setup(model: str, n_questions: int):
     return index, items[:n_questions]
 
 
-def squad_figures(index, items, base: AnswerSettings, llm=None, label: str = "") -> list[dict]:
+def squad_figures(index, items, base: AnswerSettings, llm=None, label: str = "", modes: tuple[str, ...] = BAKEOFF_MODES) -> list[dict]:
     started = time.perf_counter()
-    result = run_bakeoff(items, {"squad": index}, base, modes=BAKEOFF_MODES, llm=llm, progress=lambda m: print(f"    {label}{m}", flush=True))
+    result = run_bakeoff(items, {"squad": index}, base, modes=modes, llm=llm, progress=lambda m: print(f"    {label}{m}", flush=True))
     print(f"  {label}done in {time.perf_counter() - started:.0f}s")
     print(markdown_table(result.summary, COLUMNS))
     return result.summary.to_dict("records")
@@ -104,6 +104,7 @@ def main() -> int:
     parser.add_argument("--llm-questions", type=int, default=20)
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--llm-model", default="smollm2")
+    parser.add_argument("--llm-modes", default=",".join(BAKEOFF_MODES), help="modes for the LLM, in the order run")
     parser.add_argument("--only", default="squad,calibration,llm,tables")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -129,7 +130,8 @@ def main() -> int:
             print(f"\n  extractive on the {len(subset)}-question subset (for comparison)")
             results["squad_extractive_subset"] = squad_figures(index, subset, extractive, label="extractive · ")
             print(f"\n  SmolLM2 ({args.llm_model}, local-gguf), {len(subset)} questions, top-2 passages")
-            results["squad_llm"] = squad_figures(index, subset, llm_base, llm=load_llm(llm_settings), label="smollm2 · ")
+            results["squad_llm"] = squad_figures(index, subset, llm_base, llm=load_llm(llm_settings), label="smollm2 · ",
+                                                 modes=tuple(args.llm_modes.split(",")))
     elif not SQUAD.exists():
         print(f"SQuAD not found at {SQUAD}; skipping the SQuAD figures")
     if "tables" in only:
