@@ -226,6 +226,14 @@ def _load_registered(name: str, source: str) -> TextEmbedder:
     return _build(name, EmbedderSpec(source=source))
 
 
+def _clear_loaded() -> None:
+    _load_registered.cache_clear()
+    _load_named.cache_clear()
+
+
+load_embedder.cache_clear = _clear_loaded  # as when load_embedder itself was the lru_cache
+
+
 @lru_cache(maxsize=None)
 def _load_named(name: str) -> TextEmbedder:
     specs = embedder_specs()
