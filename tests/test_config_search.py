@@ -1,6 +1,5 @@
 """Configuration search: genome encoding and feasibility, operator invariants (seeded), the persistent fitness
 cache, index reuse, a known optimum, the callable `rag.search`, outputs, the active configuration, CLI, assets."""
-import itertools
 import json
 import random
 import subprocess
@@ -16,7 +15,7 @@ from rag.llm.testing import FakeLLM
 from rag.parsing.models import ElementDraft, assemble
 from rag.search.active import apply_configuration, history, load_active_configuration
 from rag.search.data import corpus_workspace
-from rag.search.evaluate import PipelineEvaluator, Scored, genome_scorer
+from rag.search.evaluate import PipelineEvaluator, Scored
 from rag.search.fitness import BudgetExhausted, Evaluations, FitnessCache
 from rag.search.operators import (
     adaptive_rate,
