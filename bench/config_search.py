@@ -1,7 +1,7 @@
 """Configuration-search figures. Prints; asserts nothing.
 
     nice -n 15 .venv/bin/python bench/config_search.py [--corpus squad|pdfs|both] [--articles 12] [--questions 150]
-        [--embedders minilm,wordllama[,DIR_OR_NAME]] [--strategies ...] [--budget 100] [--seeds 42,1,2,3,4] [--json OUT]
+        [--embedders minilm,wordllama[,DIR_OR_NAME]] [--finetune-articles 30] [--strategies ...] [--budget 80] [--json OUT]
 
 For each corpus (SQuAD dev articles rebuilt from paragraphs, with their real questions; the shared PDFs with
 synthetic inverse-cloze questions):
@@ -65,6 +65,32 @@ def squad_corpus(root: Path, articles: int, questions: int):
     docs, items = squad_articles(SQUAD, max_articles=articles)
     items = random.Random(11).sample(items, min(questions, len(items)))
     return corpus_workspace(docs, root / f"squad-{articles}"), items, {d.doc_id: d.canonical_text for d in docs}
+
+
+def finetuned_minilm(root: Path, first: int, count: int, max_pairs: int) -> str:
+    """MiniLM fine-tuned (rag.training.train_embedder) on SQuAD articles first..first+count, disjoint from the
+    evaluated ones, so preliminary ranking can include a fine-tuned model without leakage. Returns its directory."""
+    from rag.chunk_sets import update_chunk_set
+    from rag.chunking import get_chunker
+    from rag.ingest import document_to_row
+    from rag.training.config import EmbedderTrainingConfig
+    from rag.training.data import training_data
+    from rag.training.embedder import train_embedder
+
+    out = root / f"ft-minilm-squad-{first}-{count}"
+    if (out / "config.json").exists():
+        return str(out)
+    docs, items = squad_articles(SQUAD, max_articles=first + count)
+    docs, keep = docs[first:], {d.doc_id for d in docs[first:]}
+    items = [i for i in items if i.doc_id in keep]
+    dev_docs = {d.doc_id for d in docs[: max(1, count // 5)]}
+    items = [i.model_copy(update={"split": "dev" if i.doc_id in dev_docs else "train"}) for i in items]
+    chunks = update_chunk_set(None, pd.DataFrame([document_to_row(d, "bench") for d in docs]), get_chunker("paragraph")).chunks
+    data = training_data(items, chunks)
+    run = train_embedder(data, EmbedderTrainingConfig(max_pairs=max_pairs, hard_negatives=False), out)
+    print(f"  fine-tuned minilm on {len(data.positives)} pairs of SQuAD articles {first}..{first + count - 1} in "
+          f"{run.seconds:.0f} s ({run.steps} steps): {out}")
+    return str(out)
 
 
 def pdf_corpus(root: Path, questions: int, passages: int = 12):
@@ -159,10 +185,16 @@ def main() -> int:
     parser.add_argument("--strategies", default="recursive-1000-200,paragraph,fixed-512,sentence-window-4-2")
     parser.add_argument("--budget", type=int, default=80, help="genetic: distinct candidates (the grid of the default space is 320)")
     parser.add_argument("--seeds", default="1,2,3,4,5")
+    parser.add_argument("--finetune-articles", type=int, default=0, help="also rank a MiniLM fine-tuned on this many "
+                        "SQuAD articles after the evaluated ones (rag.training; no overlap with the evaluation)")
+    parser.add_argument("--finetune-pairs", type=int, default=800)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     root = data_dir() / "bench" / "config_search"
-    space = bench_space(args.strategies.split(","), args.embedders.split(","))
+    embedders = args.embedders.split(",")
+    if args.finetune_articles:
+        embedders.append(finetuned_minilm(root, args.articles, args.finetune_articles, args.finetune_pairs))
+    space = bench_space(args.strategies.split(","), embedders)
     seeds = [int(s) for s in args.seeds.split(",") if s]
     results = {"started": datetime.now(timezone.utc).isoformat(), "args": {k: str(v) for k, v in vars(args).items()}}
     if args.corpus in ("squad", "both"):
