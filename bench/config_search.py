@@ -45,9 +45,9 @@ SHARED = REPO.parent / "shared" / "datasets"
 SQUAD = SHARED / "squad-dev" / "dev-v1.1.json.gz"
 
 
-def bench_space(strategies: list[str], embedders: list[str]) -> SearchSpace:
-    """Modest enough for a full grid: chunking × embedder × 5 retrieval modes × MMR × filter × neighbours."""
-    return SearchSpace(
+def bench_space(strategies: list[str], embedders: list[str], post_retrieval: bool = True) -> SearchSpace:
+    """Modest enough for a full grid: chunking × embedder × 5 retrieval modes (× MMR × filter × neighbours)."""
+    space = SearchSpace(
         families=[{"name": "chunking", "options": [{"name": s, "params": {"strategy": s}} for s in strategies]},
                   {"name": "embedder", "options": [{"name": Path(e).name if "/" in e else e, "params": {"model": e}} for e in embedders]},
                   {"name": "retrieval", "options": [{"name": "dense", "params": {"mode": "dense"}}, {"name": "bm25", "params": {"mode": "bm25"}},
@@ -59,6 +59,9 @@ def bench_space(strategies: list[str], embedders: list[str]) -> SearchSpace:
                   {"name": "prev_next", "options": [{"name": "off"}, {"name": "on", "params": {"prev_next": True}}]}],
         base={"k": 10, "candidates": 50},
         baseline={"chunking": "recursive-1000-200" if "recursive-1000-200" in strategies else strategies[0], "retrieval": "dense"})
+    if post_retrieval:
+        return space
+    return space.model_copy(update={"families": space.families[:3]})
 
 
 def squad_corpus(root: Path, articles: int, questions: int):
@@ -102,7 +105,7 @@ def pdf_corpus(root: Path, questions: int, passages: int = 12):
     return corpus_workspace(docs, root / "pdfs"), items, {d.doc_id: d.canonical_text for d in docs}
 
 
-def one_corpus(name: str, workspace, items, texts, space: SearchSpace, budget: int, seeds: list[int]) -> dict:
+def one_corpus(name: str, workspace, items, texts, space: SearchSpace, budget: int, seeds: list[int], genetic_too: bool = True) -> dict:
     out: dict = {"corpus": name, "questions": len(items), "space_size": space.size,
                  "feasible": sum(1 for _ in space.feasible_genomes())}
     print(f"\n== {name}: {len(items)} questions, space {out['feasible']} feasible candidates")
@@ -131,11 +134,19 @@ def one_corpus(name: str, workspace, items, texts, space: SearchSpace, budget: i
               f"stopped: {row['stopped']}; best = {space.key(res.best)}")
         return row, res
 
-    ga, _ = run("genetic")
+    ga = run("genetic")[0] if genetic_too else None
     gr, grid_res = run("grid")
     grid_scores = {g: s.fitness for g, s in grid_res.evaluations.seen.items()}
     baseline = grid_scores[space.baseline_genome()]
     out.update({"genetic": ga, "grid": gr, "baseline_fitness": baseline})
+    if genetic_too:
+        genetic_figures(out, space, grid_res, gr, ga, budget, seeds)
+    preliminary_figures(out, space, items, texts, grid_res, gr)
+    return out
+
+
+def genetic_figures(out: dict, space: SearchSpace, grid_res, gr: dict, ga: dict, budget: int, seeds: list[int]) -> None:
+    baseline = out["baseline_fitness"]
     share = ga["best_fitness"] / gr["best_fitness"]
     evals_share = ga["unique_candidates"] / gr["unique_candidates"]
     out["genetic_vs_grid"] = {"fitness_share": share, "evaluations_share": evals_share,
@@ -151,7 +162,11 @@ def one_corpus(name: str, workspace, items, texts, space: SearchSpace, budget: i
     out["genetic_seeds"] = replays
     print("  genetic over seeds (replayed on the grid's scores): " + ", ".join(
         f"seed {r['seed']}: {100 * r['share']:.1f} % ({r['unique_candidates']})" for r in replays))
-    # Preliminary ranking vs the grid
+
+
+def preliminary_figures(out: dict, space: SearchSpace, items, texts, grid_res, gr: dict) -> None:
+    """Preliminary ranking vs the grid: does the first-ranked embedder win?"""
+    grid_scores = {g: s.fitness for g, s in grid_res.evaluations.seen.items()}
     models = [o.params["model"] for o in space.family("embedder").options]
     ranking = rank_embedders(items, texts, models)
     per_embedder = {}
@@ -173,7 +188,6 @@ def one_corpus(name: str, workspace, items, texts, space: SearchSpace, budget: i
                                     "share_of_grid_best": max(pr) / gr["best_fitness"]}
     print(f"  preliminary ranking + grid over {kept}: {out['preliminary_then_grid']['candidates']} candidates, best "
           f"{max(pr):.4f} ({100 * max(pr) / gr['best_fitness']:.1f} % of the full grid's best)")
-    return out
 
 
 def main() -> int:
@@ -188,21 +202,25 @@ def main() -> int:
     parser.add_argument("--finetune-articles", type=int, default=0, help="also rank a MiniLM fine-tuned on this many "
                         "SQuAD articles after the evaluated ones (rag.training; no overlap with the evaluation)")
     parser.add_argument("--finetune-pairs", type=int, default=800)
+    parser.add_argument("--preliminary-only", action="store_true", help="the paper's grid only (chunking × embedder × "
+                        "retrieval mode) and no genetic run: does the first-ranked embedder win it?")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     root = data_dir() / "bench" / "config_search"
     embedders = args.embedders.split(",")
     if args.finetune_articles:
         embedders.append(finetuned_minilm(root, args.articles, args.finetune_articles, args.finetune_pairs))
-    space = bench_space(args.strategies.split(","), embedders)
+    space = bench_space(args.strategies.split(","), embedders, post_retrieval=not args.preliminary_only)
     seeds = [int(s) for s in args.seeds.split(",") if s]
     results = {"started": datetime.now(timezone.utc).isoformat(), "args": {k: str(v) for k, v in vars(args).items()}}
     if args.corpus in ("squad", "both"):
         ws, items, texts = squad_corpus(root, args.articles, args.questions)
-        results["squad"] = one_corpus(f"SQuAD dev, {args.articles} articles rebuilt", ws, items, texts, space, args.budget, seeds)
+        results["squad"] = one_corpus(f"SQuAD dev, {args.articles} articles rebuilt", ws, items, texts, space, args.budget, seeds,
+                                     not args.preliminary_only)
     if args.corpus in ("pdfs", "both"):
         ws, items, texts = pdf_corpus(root, args.questions)
-        results["pdfs"] = one_corpus("shared PDFs, inverse-cloze questions", ws, items, texts, space, args.budget, seeds)
+        results["pdfs"] = one_corpus("shared PDFs, inverse-cloze questions", ws, items, texts, space, args.budget, seeds,
+                                     not args.preliminary_only)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
         print(f"\nwrote {args.json}")
