@@ -120,13 +120,15 @@ LABELS = {"1": "c-one", "2": "c-two", "3": "c-three"}
     ("It was built in (1990) [sic] [7].", "It was built in (1990) [sic].", []),  # [7] was never shown
     ("The loaf [c-two] cools.", "The loaf cools.", ["c-two"]),  # a full chunk id
     ('"Forty minutes [source: 3]"', "Forty minutes", ["c-three"]),
+    ("[3] (Amazon_rainforest#5, page 1)\nThe answer is 5 million [2].", "The answer is 5 million.", ["c-three", "c-two"]),
+    ("The answer is: It cools [1] (bread.pdf, pages 2-3).", "It cools.", ["c-one"]),
 ])
 def test_citations_are_parsed_from_messy_output(raw, answer, cited):
     parsed = parse_answer(raw, LABELS)
     assert (parsed.answer, parsed.cited_chunk_ids, parsed.not_in_context) == (answer, cited, False)
 
 
-@pytest.mark.parametrize("raw", [NOT_IN_CONTEXT, "the answer is not in the provided documents [1]", "",
+@pytest.mark.parametrize("raw", [NOT_IN_CONTEXT, "the answer is not in the provided documents [1]", "", "The answer is: [1] [2]",
                                  "The context does not mention the oven.", "I don't know."])
 def test_not_in_context_in_its_variants(raw):
     parsed = parse_answer(raw, LABELS)

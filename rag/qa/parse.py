@@ -10,7 +10,9 @@ from rag.qa.models import NOT_IN_CONTEXT
 
 # Where a run-on reply starts inventing the next turn.
 _RUN_ON = re.compile(r"\n\s*(?:question|q|context|user|passage)\s*[:\[]|\n\s*\n\s*\n", re.IGNORECASE)
-_PREFIX = re.compile(r"^\s*(?:final\s+answer|answer|a)\s*[:\-]\s*", re.IGNORECASE)
+_PREFIX = re.compile(r"^\s*(?:final\s+answer|answer|a|the answer is)\s*[:\-]\s*", re.IGNORECASE)
+# A passage header copied from the prompt, "[3] (report.pdf, page 2)": the label is a citation, the rest noise.
+_ECHOED_HEADER = re.compile(r"\(\s*[^()\n]{1,200},\s*pages?\s+\d+(?:-\d+)?\s*\)")
 # [1], [1, 2], [1 and 3], [passage 2], [source: 2; 4], [chunk-id] ; also (1) / (2, 3) when only numbers
 _BRACKETED = re.compile(r"\[([^\[\]\n]{1,200})\]")
 _PAREN_NUMBERS = re.compile(r"\((\s*\d+(?:\s*(?:,|;|and|&)\s*\d+)*\s*)\)")
@@ -50,6 +52,7 @@ def parse_answer(raw: str, labels: dict[str, str]) -> ParsedAnswer:
     cut = _RUN_ON.search(text)
     if cut:
         text = text[:cut.start()]
+    text = _ECHOED_HEADER.sub("", text)
     text = _PREFIX.sub("", text.strip()).strip().strip('"').strip()
     chunk_ids = set(labels.values())
     cited: list[str] = []
@@ -67,6 +70,8 @@ def parse_answer(raw: str, labels: dict[str, str]) -> ParsedAnswer:
     text = _PAREN_NUMBERS.sub(lambda m: m.group(0) if not any(_resolve(t, labels, chunk_ids) for t in _citation_tokens(m.group(1)))
                               else take(m, _citation_tokens(m.group(1))), text)  # "(1990)" stays unless it names a passage
     text = re.sub(r"\s+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", text)).strip()
-    if not text or text.rstrip(".").lower() == NOT_IN_CONTEXT.rstrip(".").lower() or _NOT_IN_CONTEXT.search(text):
+    text = _PREFIX.sub("", text).strip()  # again: a reply may open with citations, then "The answer is:"
+    # Citations with no statement ("The answer is: [1] [2]") answer nothing: counted as not answered.
+    if not re.search(r"\w", text) or text.rstrip(".").lower() == NOT_IN_CONTEXT.rstrip(".").lower() or _NOT_IN_CONTEXT.search(text):
         return ParsedAnswer(NOT_IN_CONTEXT, [], True)
     return ParsedAnswer(text, cited, False)
