@@ -109,6 +109,10 @@ def main() -> int:
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--rerank-depth", type=int, default=50)
     parser.add_argument("--stages", default="synthetic,ceiling,reranker")
+    parser.add_argument("--loss", default="cached-mnrl", choices=["mnrl", "cached-mnrl"])
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--no-hard-negatives", action="store_true", help="skip mining (saves encoding every pair once)")
+    parser.add_argument("--selection", type=int, default=200, help="held-out pseudo-queries for checkpoint selection (0: none)")
     parser.add_argument("--skip-base", action="store_true", help="do not re-measure the base model (another run did)")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "training-scifact.json")
     args = parser.parse_args()
@@ -142,14 +146,15 @@ def main() -> int:
         results["base"] = beir_scores(args.scifact, root, "minilm")
         save()
 
-    triples = inverse_cloze(corpus, args.pairs + 200, seed=42)
-    selection = selection_set(triples, corpus, 200, 800, seed=42)
-    synthetic = [(q, p) for q, p, _ in triples[200:]]
-    log(f"inverse-cloze: {len(synthetic)} training pairs, {len(selection)} selection queries over {len(selection.corpus)} docs")
+    triples = inverse_cloze(corpus, args.pairs + args.selection, seed=42)
+    selection = selection_set(triples, corpus, args.selection, 800, seed=42) if args.selection else None
+    synthetic = [(q, p) for q, p, _ in triples[args.selection:]]
+    log(f"inverse-cloze: {len(synthetic)} training pairs, {len(selection or ())} selection queries")
 
     if "synthetic" in stages:
         config = EmbedderTrainingConfig(max_pairs=args.pairs, epochs=args.epochs, max_seq_length=args.max_seq_length,
-                                        negative_range_max=20)
+                                        negative_range_max=20, loss=args.loss, batch_size=args.batch_size,
+                                        hard_negatives=not args.no_hard_negatives)
         started = time.perf_counter()
         mv, run = train_and_register(registry, synthetic, selection, config, "synthetic")
         results["synthetic"] = {"model": mv.name, "train_wall_seconds": round(time.perf_counter() - started, 1), **run.summary,
@@ -162,7 +167,8 @@ def main() -> int:
     if "ceiling" in stages:
         train = load_beir(args.scifact, "train")
         positives = [(train.queries[q], corpus[d]) for q, rel in train.qrels.items() for d, s in rel.items() if s > 0 and d in corpus]
-        config = EmbedderTrainingConfig(epochs=args.epochs, max_seq_length=args.max_seq_length, negative_range_max=20)
+        config = EmbedderTrainingConfig(epochs=args.epochs, max_seq_length=args.max_seq_length, negative_range_max=20,
+                                        loss=args.loss, batch_size=args.batch_size, hard_negatives=not args.no_hard_negatives)
         started = time.perf_counter()
         mv, run = train_and_register(registry, positives, selection, config, "ceiling")
         results["ceiling"] = {"model": mv.name, "train_wall_seconds": round(time.perf_counter() - started, 1), **run.summary,
