@@ -163,6 +163,15 @@ def train_embedder(data: TrainingData, config: EmbedderTrainingConfig, output_di
         return run_trainer(trainer, model, evaluator, output_dir, started, len(dataset), serving_length)
 
 
+def _evaluated_at(log_history: list[dict], checkpoint: str) -> dict[str, float]:
+    """The selection metrics logged at a checkpoint's step: the reloaded best weights need no second evaluation."""
+    step = int(Path(checkpoint).name.rsplit("-", 1)[-1])
+    for entry in log_history:
+        if entry.get("step") == step and any(k.startswith("eval_dev_") for k in entry):
+            return {k.removeprefix("eval_dev_"): float(v) for k, v in entry.items() if k.startswith("eval_dev_")}
+    return {}
+
+
 def run_trainer(trainer, model, evaluator, output_dir: Path, started: float, examples: int,
                 serving_length: int | None = None) -> TrainingRun:
     """Train (the best checkpoint is reloaded at the end), score it on the selection set, save it to output_dir."""
@@ -170,7 +179,9 @@ def run_trainer(trainer, model, evaluator, output_dir: Path, started: float, exa
     best = trainer.state.best_model_checkpoint
     output_dir = Path(output_dir)
     shutil.rmtree(output_dir, ignore_errors=True)
-    selection = {k.removeprefix("dev_"): float(v) for k, v in evaluator(model).items()} if evaluator else {}
+    selection = _evaluated_at(trainer.state.log_history, best) if best else {}
+    if evaluator is not None and not selection:  # the kept weights were never scored (no checkpoint reloaded)
+        selection = {k.removeprefix("dev_"): float(v) for k, v in evaluator(model).items()}
     if serving_length is not None:
         model.max_seq_length = serving_length
     model.save(str(output_dir))
