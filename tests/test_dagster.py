@@ -55,10 +55,20 @@ def test_definitions_have_groups_and_checks():
     groups = {key.to_user_string(): graph.get(key).group_name for key in graph.get_all_asset_keys()}
     assert groups == {"parsed_documents": "ingestion", "document_quarantine": "ingestion", "chunk_sets": "chunking",
                       "bm25_indexes": "indexing", "embedding_collections": "indexing", "synthetic_qa": "evaluation",
-                      "retrieval_evaluation": "evaluation", "evaluation_summary": "evaluation"}
+                      "retrieval_evaluation": "evaluation", "evaluation_summary": "evaluation",
+                      "answer_evaluation": "evaluation", "finetuned_embedder": "training", "trained_reranker": "training",
+                      "production_embedder": "training", "production_reranker": "training",
+                      "feedback_dataset": "feedback", "query_drift": "feedback",
+                      "config_search": "optimization", "active_configuration": "optimization"}
     assert defs.resolve_schedule_def("nightly_reindex").cron_schedule == "0 2 * * *"
     assert {k.name for k in graph.asset_check_keys} == {"parsed_documents_quality", "chunk_sets_quality", "synthetic_qa_quality",
-                                                        "retrieval_evaluation_quality"}
+                                                        "retrieval_evaluation_quality", "finetuned_embedder_gate",
+                                                        "trained_reranker_gate"}
+    # The promotion gates must stop the promotion assets downstream of them.
+    gates = {k.name: graph.get_check_spec(k) for k in graph.asset_check_keys if k.name.endswith("_gate")}
+    assert all(spec.blocking for spec in gates.values())
+    assert {s.name for s in defs.sensors} >= {"feedback_volume_sensor", "drift_sensor", "new_documents_sensor"}
+    assert {s.name for s in defs.schedules} == {"nightly_reindex", "weekly_retrain"}
 
 
 def test_ingest_then_chunk_partition_with_passing_checks(env):
