@@ -134,7 +134,7 @@ def test_strategy_sensor_adds_a_partition_for_a_new_yaml_entry(env):
     assert run(env, "chunk_sets_job", "sentence-window-6-3").success
 
 
-def test_new_documents_sensor_requests_ingestion_only_on_change(env):
+def test_new_documents_sensor_requests_reindex_only_on_change(env):
     from sensors.documents import new_documents_sensor
 
     source = env["resources"]["document_source"]
@@ -145,6 +145,7 @@ def test_new_documents_sensor_requests_ingestion_only_on_change(env):
     (env["docs"] / "new.txt").write_text("A new document arrived.")
     changed = new_documents_sensor(build_sensor_context(cursor=cursor, resources={"document_source": source}))
     assert changed.run_key != first.run_key
+    assert new_documents_sensor.job_name == "nightly_reindex_job"  # parse, chunk and index: the file becomes searchable
 
 
 def test_cli_parse_and_chunk_json(shared_mixed):
