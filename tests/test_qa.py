@@ -366,6 +366,15 @@ def test_rag_ask_cli(sample_root, monkeypatch, capsys, tmp_path):
     config.write_text("strategy: paragraph\nmodel: wordllama\ntypo_field: 1\n")
     with pytest.raises(ValueError, match="invalid answer settings"):
         cmd_ask(args)
+    # Without --config, the applied (active) configuration serves the question.
+    from rag.search.active import apply_configuration
+
+    best = tmp_path / "best_config.yaml"
+    best.write_text("strategy: paragraph\nmodel: wordllama\nmode: bm25\ntop_k: 2\n")
+    apply_configuration(best, root, reason="test")
+    assert cmd_ask(argparse.Namespace(**{**vars(args), "config": None})) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["settings"]["mode"] == "bm25" and out["settings"]["top_k"] == 2
 
 
 def test_attribution_uses_the_registered_production_cross_encoder(tiny_index, tmp_path, monkeypatch):

@@ -9,7 +9,8 @@ from pathlib import Path
 def add_ask_command(sub: argparse._SubParsersAction) -> None:
     a = sub.add_parser("ask", help="answer a question from the indexed documents, with citations")
     a.add_argument("question")
-    a.add_argument("--config", type=Path, help="YAML of AnswerSettings fields (see README, 'Asking questions')")
+    a.add_argument("--config", type=Path, help="YAML of AnswerSettings fields (see README, 'Asking questions'); default: "
+                   "the active configuration (<data dir>/active_configuration.yaml) when one was applied")
     a.add_argument("--strategy", help="chunk set (default: paragraph)")
     a.add_argument("--model", help="embedding model (default: minilm)")
     a.add_argument("--mode", help="none | bm25 | dense | hybrid-rrf | hybrid-cc (default: hybrid-rrf)")
@@ -23,7 +24,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from rag.llm import LLMError
     from rag.qa import AnswerSettings, answer_question
 
-    settings = AnswerSettings.from_yaml(args.config) if args.config else AnswerSettings()
+    from rag.search.active import active_path
+
+    # The configuration a search winner was applied to is what serves queries, unless the user names another.
+    config = args.config or (active_path() if active_path().exists() else None)
+    settings = AnswerSettings.from_yaml(config) if config else AnswerSettings()
     overrides = {k: v for k, v in {"strategy": args.strategy, "model": args.model, "mode": args.mode,
                                    "generator": args.generator, "top_k": args.top_k}.items() if v is not None}
     settings = AnswerSettings(**(settings.model_dump() | overrides))
