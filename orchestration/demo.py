@@ -7,6 +7,7 @@ import time
 from orchestration.cli import sync_partitions
 
 DEMO_QUESTION = "Which flight control computer software must be installed on the airplanes?"
+OUTSIDE_QUESTION = "Who painted the Mona Lisa?"  # not in the sample corpus: the answer must say so
 
 
 def run_demo(instance) -> int:
@@ -56,10 +57,24 @@ def run_demo(instance) -> int:
         for hit in search(DEMO_QUESTION, strategy="paragraph", model=models[0], mode="hybrid-rrf", k=3):
             j = hit.to_json()
             print(f"  {j['rank']}. {j['doc_id']} p{j['page_start']} [{j['char_start']}:{j['char_end']}] {j['text'][:90]!r}")
+        _ask(models[0])
     print(f"\ndone in {time.perf_counter() - started:.1f}s. Tables: {tables.root}/<table>[/<strategy>]/data.parquet; "
           f"BM25: {store.data_dir}/indexes/bm25; Qdrant: {store.data_dir}/qdrant")
     print("Browse lineage and runs: make dev  (then open http://127.0.0.1:3000)")
+    print("Ask and rate answers in the web page: .venv/bin/rag serve --strategy paragraph  (then open http://127.0.0.1:8000)")
     return 1 if failures else 0
+
+
+def _ask(model: str) -> None:
+    """One answer with its sources, and one question the documents cannot answer."""
+    from rag.qa import AnswerSettings, answer_question
+
+    settings = AnswerSettings(strategy="paragraph", model=model)
+    for question in (DEMO_QUESTION, OUTSIDE_QUESTION):
+        result = answer_question(question, settings)
+        print(f'\nrag ask "{question}"\n  {result.answer}')
+        for src in result.sources():
+            print(f"  - {src['doc_id']} p{src['page_start']} ({' + '.join(k for k in ('cited', 'attributed') if src[k])})")
 
 
 def _evaluate(defs, instance, quiet, store, models) -> int:
