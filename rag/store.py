@@ -45,16 +45,7 @@ class TableStore:
         path = self.path(table, partition)
         path.parent.mkdir(parents=True, exist_ok=True)
         arrow = pa.Table.from_pandas(df, schema=schema, preserve_index=False)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                pq.write_table(arrow, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, lambda fh: pq.write_table(arrow, fh))
         return path
 
 
@@ -67,3 +58,18 @@ CHUNKS_TABLE = "chunk_sets"
 def bm25_root(root: Path, strategy: str) -> Path:
     """Folder of the BM25 index of a strategy's chunk set under a data dir."""
     return Path(root) / "indexes" / "bm25" / strategy
+
+
+def atomic_write(path: Path, write, mode: str = "wb") -> None:
+    """Write a file so readers see the old or the new content, never a torn one (even after kill -9):
+    a temp file beside it, fsync, rename."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,16 +73,9 @@ def library_versions() -> dict[str, str]:
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from rag.store import atomic_write
+
+    atomic_write(path, lambda fh: json.dump(data, fh, indent=2, sort_keys=True), mode="w")
 
 
 def _check_kind(kind: str) -> None:
