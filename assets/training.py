@@ -20,7 +20,7 @@ from orchestration.partitions import chunking_strategy_partitions, embedding_mod
 from rag.evaluation.plots import markdown_image
 from rag.registry import ModelRegistry
 from rag.store import CHUNKS_TABLE
-from rag.training import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig, feedback_pairs
+from rag.training import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig
 from rag.training.pipeline import QA_TABLE, gate_candidate, production_label, promote, train_candidate
 from rag.training.report import gate_table, loss_curve
 from resources.qdrant import QdrantResource
@@ -39,13 +39,15 @@ class TrainingRunConfig(Config):
     learning_rate: float | None = None
     seed: int = 42
     feedback_dataset: str | None = Field(None, description="exported feedback RAG-Dataset folder: its +1 pairs and "
-                                         "-1 hard negatives join the training data")
+                                         "-1 hard negatives join the training data, a held-out share of its questions the gate")
+    feedback_dev_fraction: float = Field(0.3, description="share of rated questions held out of training for selection and the gate")
 
     def overrides(self) -> dict:
-        positives, negatives = feedback_pairs(self.feedback_dataset)
+        feedback = self.feedback_dataset if self.feedback_dataset and Path(self.feedback_dataset).exists() else None
         fields = {"base_model": self.base_model, "strategy": self.strategy, "epochs": self.epochs, "max_steps": self.max_steps,
-                  "max_pairs": self.max_pairs, "seed": self.seed, "extra_positives": positives, "extra_negatives": negatives,
-                  "max_seq_length": self.max_seq_length, "learning_rate": self.learning_rate}
+                  "max_pairs": self.max_pairs, "seed": self.seed, "feedback_dataset": feedback,
+                  "feedback_dev_fraction": self.feedback_dev_fraction, "max_seq_length": self.max_seq_length,
+                  "learning_rate": self.learning_rate}
         return {k: v for k, v in fields.items() if v is not None}
 
 

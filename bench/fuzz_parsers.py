@@ -73,46 +73,54 @@ def run_case(path: Path, timeout: float) -> str:
     return queue.get()[0] if not queue.empty() else "FINDING no result"
 
 
+def run(cases: int = 300, seed: int = 1, timeout: float = 20.0) -> dict:
+    """Fuzz `cases` mutated files; returns outcome counts and the saved findings (empty without ../shared)."""
+    seeds = sorted((SHARED / "pdfs").glob("*.pdf")) + sorted(p for p in (SHARED / "docs-mixed").iterdir() if p.name != "manifest.json") \
+        if (SHARED / "pdfs").is_dir() else []
+    if not seeds:
+        print(f"shared datasets not found at {SHARED}; nothing to fuzz")
+        return {}
+    # Import the parsers once here: every forked case then starts warm instead of paying seconds of imports.
+    import rag.parsing.office  # noqa: F401
+    import rag.parsing.pdf  # noqa: F401
+    from unstructured.partition.auto import partition  # noqa: F401
+
+    rng = random.Random(seed)
+    work = REPO / "bench" / "results" / "fuzz-work"
+    work.mkdir(parents=True, exist_ok=True)
+    outcomes: Counter[str] = Counter()
+    findings = []
+    started = time.perf_counter()
+    for case in range(cases):
+        seed_file, other = rng.choice(seeds), rng.choice(seeds)
+        data = mutate(seed_file.read_bytes(), other.read_bytes(), rng)
+        path = work / f"case{case}{seed_file.suffix}"
+        path.write_bytes(data)
+        outcome = run_case(path, timeout)
+        outcomes[outcome.split(":")[0] if outcome.startswith("FINDING") else outcome] += 1
+        if outcome.startswith("FINDING"):
+            FINDINGS.mkdir(parents=True, exist_ok=True)
+            saved = FINDINGS / f"seed{seed}-case{case}-{seed_file.name}"
+            saved.write_bytes(data)
+            findings.append({"file": str(saved), "outcome": outcome})
+            print(f"  {outcome}  → {saved}")
+        path.unlink()
+    seconds = time.perf_counter() - started
+    print(f"{cases} mutated files from {len(seeds)} real ones in {seconds:.0f}s:")
+    for outcome, n in outcomes.most_common():
+        print(f"  {n:4d}  {outcome}")
+    print(f"findings: {len(findings)}")
+    return {"cases": cases, "seed": seed, "seed_files": len(seeds), "seconds": round(seconds, 1), "outcomes": dict(outcomes),
+            "findings": findings}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=300)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=20.0)
     args = parser.parse_args()
-    seeds = sorted((SHARED / "pdfs").glob("*.pdf")) + sorted(p for p in (SHARED / "docs-mixed").iterdir() if p.name != "manifest.json") \
-        if (SHARED / "pdfs").is_dir() else []
-    if not seeds:
-        print(f"shared datasets not found at {SHARED}; nothing to fuzz")
-        return 0
-    # Import the parsers once here: every forked case then starts warm instead of paying seconds of imports.
-    import rag.parsing.office  # noqa: F401
-    import rag.parsing.pdf  # noqa: F401
-    from unstructured.partition.auto import partition  # noqa: F401
-
-    rng = random.Random(args.seed)
-    work = REPO / "bench" / "results" / "fuzz-work"
-    work.mkdir(parents=True, exist_ok=True)
-    outcomes: Counter[str] = Counter()
-    findings = []
-    started = time.perf_counter()
-    for case in range(args.cases):
-        seed_file, other = rng.choice(seeds), rng.choice(seeds)
-        data = mutate(seed_file.read_bytes(), other.read_bytes(), rng)
-        path = work / f"case{case}{seed_file.suffix}"
-        path.write_bytes(data)
-        outcome = run_case(path, args.timeout)
-        outcomes[outcome.split(":")[0] if outcome.startswith("FINDING") else outcome] += 1
-        if outcome.startswith("FINDING"):
-            FINDINGS.mkdir(parents=True, exist_ok=True)
-            saved = FINDINGS / f"seed{args.seed}-case{case}-{seed_file.name}"
-            saved.write_bytes(data)
-            findings.append((saved, outcome))
-            print(f"  {outcome}  → {saved}")
-        path.unlink()
-    print(f"{args.cases} mutated files from {len(seeds)} real ones in {time.perf_counter() - started:.0f}s:")
-    for outcome, n in outcomes.most_common():
-        print(f"  {n:4d}  {outcome}")
-    print(f"findings: {len(findings)}")
+    run(args.cases, args.seed, args.timeout)
     return 0
 
 

@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+import fuzz_parsers  # noqa: E402
 import parse_throughput  # noqa: E402
 import qa_eval  # noqa: E402
 import retrieval  # noqa: E402
@@ -64,6 +65,23 @@ def indexing_memory(model: str = "minilm") -> dict:
     return result
 
 
+def trained_models() -> dict:
+    """SciFact figures of trained models from the last bench/training.py run: training takes tens of minutes on
+    2 cores, so this suite reports them (with their date) instead of retraining."""
+    path = RESULTS / "training-scifact.json"
+    if not path.exists():
+        return {}
+    r = json.loads(path.read_text())
+    out = {"measured": datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).strftime("%Y-%m-%d"), "source": str(path.name)}
+    for stage in ("synthetic", "ceiling"):
+        for mode, s in (r.get(stage, {}).get("scores") or {}).items():
+            out[f"{r[stage]['model']} ({stage}) {mode}"] = s["ndcg@10"]
+    scores = r.get("reranker", {}).get("scores")
+    if scores:
+        out[f"hybrid-rrf + {r['reranker']['model']}"] = scores["hybrid-rrf+reranker"]["ndcg@10"]
+    return out
+
+
 def summary_lines(r: dict) -> list[str]:
     lines = []
     if "memory" in r:
@@ -98,13 +116,22 @@ def summary_lines(r: dict) -> list[str]:
                      f"feedback p95 {serving['feedback'].get('p95_ms')} ms, errors {serving['errors']}, acknowledged rows lost "
                      f"{serving['acknowledged_missing_from_store']}/{serving['acknowledged_feedback_rows']}, peak RSS "
                      f"{serving['api_peak_rss_mb']:.0f} MB (MiniLM)")
+    fuzz = r.get("fuzz", {})
+    if "cases" in fuzz:
+        lines.append(f"fuzz: {fuzz['cases']} mutated shared files, {len(fuzz['findings'])} findings, outcomes "
+                     + ", ".join(f"{k} {v}" for k, v in sorted(fuzz["outcomes"].items(), key=lambda kv: -kv[1])))
+    trained = r.get("trained_models", {})
+    if trained:
+        figures = {k: v for k, v in trained.items() if k not in ("measured", "source")}
+        lines.append(f"trained models, SciFact nDCG@10 ({trained['source']}, {trained['measured']}): "
+                     + ", ".join(f"{k} {v:.4f}" for k, v in figures.items()))
     return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="minutes, not the full figures")
-    parser.add_argument("--skip", default="", help="comma-separated: memory, parse, retrieval, qa, serving")
+    parser.add_argument("--skip", default="", help="comma-separated: memory, parse, retrieval, qa, serving, fuzz")
     parser.add_argument("--llm", default="local-gguf", help="LLM backend for synthetic questions (none to skip it)")
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -126,6 +153,12 @@ def main() -> int:
     if "serving" not in skip:
         print("== serving (rag serve under load while re-indexing)")
         results["serving"] = load_api.run(quick=args.quick)
+    if "fuzz" not in skip:
+        print("== fuzzing the parsers (mutated shared files, one child process each)")
+        results["fuzz"] = fuzz_parsers.run(cases=30 if args.quick else 300)
+    trained = trained_models()
+    if trained:
+        results["trained_models"] = trained
     results["seconds"] = time.perf_counter() - started
 
     RESULTS.mkdir(parents=True, exist_ok=True)

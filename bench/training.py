@@ -113,6 +113,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--no-hard-negatives", action="store_true", help="skip mining (saves encoding every pair once)")
     parser.add_argument("--selection", type=int, default=200, help="held-out pseudo-queries for checkpoint selection (0: none)")
+    parser.add_argument("--reranker-version", help="evaluate this registered reranker (e.g. v1) instead of training one")
     parser.add_argument("--skip-base", action="store_true", help="do not re-measure the base model (another run did)")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "training-scifact.json")
     args = parser.parse_args()
@@ -179,11 +180,18 @@ def main() -> int:
         save()
 
     if "reranker" in stages:
-        config = RerankerTrainingConfig(max_pairs=args.reranker_pairs, epochs=args.epochs, max_seq_length=256, negative_range_max=20)
-        started = time.perf_counter()
-        mv, run = train_and_register(registry, synthetic, selection, config, "reranker", kind="reranker")
-        results["reranker"] = {"model": mv.name, "train_wall_seconds": round(time.perf_counter() - started, 1), **run.summary,
-                               "pairs": min(args.reranker_pairs, len(synthetic))}
+        if args.reranker_version:  # a model an earlier run trained: its manifest has the training figures
+            mv = registry.resolve("reranker", args.reranker_version)
+            training = mv.model_extra.get("metrics", {}).get("training", {})
+            results["reranker"] = {"model": mv.name, "train_wall_seconds": training.get("train_seconds"), **training,
+                                   "reused": True}
+        else:
+            config = RerankerTrainingConfig(max_pairs=args.reranker_pairs, epochs=args.epochs, max_seq_length=256,
+                                            negative_range_max=20)
+            started = time.perf_counter()
+            mv, run = train_and_register(registry, synthetic, selection, config, "reranker", kind="reranker")
+            results["reranker"] = {"model": mv.name, "train_wall_seconds": round(time.perf_counter() - started, 1), **run.summary,
+                                   "pairs": min(args.reranker_pairs, len(synthetic))}
         save()
         results["reranker"]["scores"] = rerank_eval(args.scifact, root, CrossEncoderReranker(mv.path, mv.name), args.rerank_depth)
         log(f"reranker: {results['reranker']['scores']}")

@@ -113,6 +113,34 @@ def test_training_data_pairs_dev_split_and_negatives():
         training_data([i for i in items if i.split == "dev"], _chunks(texts))
 
 
+def test_feedback_questions_are_held_out_by_text_and_decide_the_gate_once_there_are_enough():
+    from types import SimpleNamespace
+
+    from rag.training import split_feedback
+
+    texts = {f"d{i}": f"document number {i} talks about topic {i}." for i in range(24)}
+    items = [_item(f"q{i}", f"what about topic {i}?", f"d{i}", 10, "train" if i < 12 else "dev") for i in range(24)]
+    queries = {f"f{i}": f"user question {i % 100}" for i in range(300)}  # 100 texts, each asked three times
+    qrels = [(q, f"d{i % 24}", 1) for i, q in enumerate(queries)] + [(q, f"d{(i + 1) % 24}", -1) for i, q in enumerate(queries)]
+    qrels += [("f-neg", "d0", -1)]  # a question with only a rejected passage has no answer key: training only
+    judged = SimpleNamespace(queries={**queries, "f-neg": "nothing liked"}, corpus=texts, chunk_qrels=qrels)
+
+    split = split_feedback(judged, 0.3)
+    held = set(split.dev_queries.values())
+    assert 10 <= len(held) <= 50 and not held & {q for q, _ in split.positives + split.negatives}  # a text is on one side only
+    assert ("nothing liked", texts["d0"]) in split.negatives and len(split.dev_queries) == 3 * len(held)
+    assert all(rel and set(rel.values()) == {1} for rel in split.dev_qrels.values())
+
+    data = training_data(items, _chunks(texts), feedback=split, min_feedback_gate=5)
+    assert data.gate and all(q.startswith("feedback:") for q in data.gate.queries)  # users' questions decide
+    assert any(q.startswith("feedback:") for q in data.selection.queries) and any(not q.startswith("feedback:") for q in data.selection.queries)
+    assert not set(data.selection.queries) & set(data.gate.queries)
+    assert data.summary["gate_questions_from_feedback"] == len(data.gate)
+    mixed = training_data(items, _chunks(texts), feedback=split, min_feedback_gate=10_000)
+    assert 0 < mixed.summary["gate_questions_from_feedback"] < len(mixed.gate)  # too few: synthetic questions join
+    assert len(data.positives) == 12 + len(split.positives)
+
+
 def test_inverse_cloze_takes_one_sentence_out_of_its_passage():
     passages = {"a": "Cats purr when they are content and calm. They also purr when hurt or stressed badly.",
                 "b": "Too short.", "c": "Glaciers carve deep valleys over many thousands of years. The ice moves slowly downhill under gravity."}

@@ -5,7 +5,7 @@
     store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key="k1", answer_score=1))
     export_rag_dataset(store, out_dir); positives, negatives = training_pairs(out_dir)
 """
-from rag.feedback.dataset import export_rag_dataset, export_versioned, latest_dataset, training_pairs
+from rag.feedback.dataset import Judgments, export_rag_dataset, export_versioned, judgments, latest_dataset, training_pairs
 from rag.feedback.models import (
     FeedbackAck,
     FeedbackError,
@@ -20,7 +20,7 @@ from rag.feedback.models import (
 from rag.feedback.store import FeedbackStore, default_url
 
 __all__ = [
-    "FeedbackStore", "default_url", "export_rag_dataset", "export_versioned", "latest_dataset", "training_pairs", "FeedbackSubmission", "PassageRating",
+    "FeedbackStore", "default_url", "export_rag_dataset", "export_versioned", "latest_dataset", "training_pairs", "Judgments", "judgments", "FeedbackSubmission", "PassageRating",
     "ImplicitEvent", "FeedbackAck", "StoredQuery", "FeedbackError", "UnknownQueryError", "UnknownPassageError",
     "IdempotencyConflictError",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -119,17 +120,31 @@ def _read_qrels(path: Path) -> list[tuple[str, str, int]]:
         return [(r["query-id"], r["corpus-id"], int(r["score"])) for r in csv.DictReader(fh, delimiter="\t")]
 
 
-def training_pairs(dataset_dir: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """(positives, hard negatives) as (query text, passage text): passages rated +1, and retrieved passages
-    rated -1, for the training assets."""
+@dataclass(frozen=True)
+class Judgments:
+    """The passage-level ratings of a RAG-Dataset: query texts, passage texts, and (query, chunk, ±1) rows."""
+
+    queries: dict[str, str]
+    corpus: dict[str, str]
+    chunk_qrels: list[tuple[str, str, int]]
+
+
+def judgments(dataset_dir: Path) -> Judgments:
     dataset_dir = Path(dataset_dir)
     with open(dataset_dir / "queries.jsonl", encoding="utf-8") as fh:
         queries = {q["_id"]: q["text"] for q in map(json.loads, fh)}
     with open(dataset_dir / "corpus.jsonl", encoding="utf-8") as fh:
         corpus = {d["_id"]: d["text"] for d in map(json.loads, fh)}
+    return Judgments(queries, corpus, _read_qrels(dataset_dir / "qrels" / "chunk_qrels.tsv"))
+
+
+def training_pairs(dataset_dir: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(positives, hard negatives) as (query text, passage text): passages rated +1, and retrieved passages
+    rated -1, for the training assets."""
+    j = judgments(dataset_dir)
     positives, negatives = [], []
-    for qid, cid, score in _read_qrels(dataset_dir / "qrels" / "chunk_qrels.tsv"):
-        (positives if score > 0 else negatives).append((queries[qid], corpus[cid]))
+    for qid, cid, score in j.chunk_qrels:
+        (positives if score > 0 else negatives).append((j.queries[qid], j.corpus[cid]))
     return positives, negatives
 
 

@@ -32,6 +32,13 @@ class TrainingConfig(BaseModel):
     extra_positives: list[Pair] = Field(default_factory=list, description="(query, passage) from feedback (+1)")
     extra_negatives: list[Pair] = Field(default_factory=list, description="(query, passage) from feedback (-1)")
     max_pairs: int | None = Field(None, ge=1, description="cap on training pairs (seeded sample)")
+    feedback_dataset: str | None = Field(None, description="exported feedback RAG-Dataset folder: its +1 passages are "
+                                         "positives, its -1 retrieved passages hard negatives, and a held-out share of its "
+                                         "questions joins checkpoint selection and the gate")
+    feedback_dev_fraction: float = Field(0.3, ge=0, lt=1, description="share of rated questions (by question text) held "
+                                         "out of training for selection and the gate")
+    min_feedback_gate_questions: int = Field(20, ge=1, description="with at least this many held-out feedback questions "
+                                             "the gate scores users' questions only; below it, synthetic dev questions join them")
 
 
 class EmbedderTrainingConfig(TrainingConfig):

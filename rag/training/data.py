@@ -51,8 +51,10 @@ class TrainingData:
 
     @property
     def summary(self) -> dict[str, int | str]:
+        users = sum(q.startswith("feedback:") for q in (self.gate.queries if self.gate else ()))
         return {"train_pairs": len(self.positives), "feedback_negatives": len(self.negatives),
                 "selection_questions": len(self.selection or ()), "gate_questions": len(self.gate or ()),
+                "gate_questions_from_feedback": users,
                 "training_data_hash": self.data_hash}
 
 
@@ -71,22 +73,67 @@ def split_dev(qids: list[str], selection_fraction: float) -> tuple[list[str], li
     return ordered[:cut], ordered[cut:]
 
 
+@dataclass
+class FeedbackSplit:
+    """Passage ratings divided by question: training pairs, and held-out questions with their +1 chunks."""
+
+    positives: list[Pair]
+    negatives: list[Pair]
+    dev_queries: dict[str, str]
+    dev_qrels: dict[str, dict[str, int]]
+
+
+def split_feedback(judged, dev_fraction: float) -> FeedbackSplit:
+    """`judged`: queries {id: text}, corpus {chunk id: text}, chunk_qrels [(query id, chunk id, ±1)] (a feedback
+    RAG-Dataset). A question goes to dev by a hash of its normalized text, so the same question asked twice never
+    sits on both sides, and only questions with a +1 passage can be dev questions (they need an answer key)."""
+    def held_out(text: str) -> bool:
+        digest = hashlib.sha256(" ".join(text.lower().split()).encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64 < dev_fraction
+
+    liked = {q for q, _, score in judged.chunk_qrels if score > 0}
+    split = FeedbackSplit([], [], {}, {})
+    for qid, cid, score in judged.chunk_qrels:
+        text = judged.queries[qid]
+        if qid in liked and held_out(text):
+            if score > 0:
+                key = f"feedback:{qid}"
+                split.dev_queries[key] = text
+                split.dev_qrels.setdefault(key, {})[cid] = 1
+        else:
+            (split.positives if score > 0 else split.negatives).append((text, judged.corpus[cid]))
+    return split
+
+
 def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives: list[Pair] | None = None,
-                  extra_negatives: list[Pair] | None = None, selection_fraction: float = 0.5,
-                  relevance: Relevance | None = None) -> TrainingData:
-    """Train-split questions paired with each relevant chunk; dev-split questions become the selection and gate sets."""
+                  extra_negatives: list[Pair] | None = None, feedback: FeedbackSplit | None = None,
+                  selection_fraction: float = 0.5, min_feedback_gate: int = 20, relevance: Relevance | None = None) -> TrainingData:
+    """Train-split questions paired with each relevant chunk (+ feedback pairs); dev-split questions and held-out
+    feedback questions become the selection and gate sets. Once enough held-out feedback questions exist the gate
+    scores only them: what users ask is what a promotion must improve; synthetic questions stand in until then."""
     train = [i for i in items if i.split == "train"]
     dev = [i for i in items if i.split != "train"]
     text = dict(zip(chunks["chunk_id"], chunks["text"]))
     question = {i.qid: i.question for i in train}
     positives = [(question[q], text[c]) for q, rel in qrels_for_chunks(train, chunks, relevance).items() for c in sorted(rel)]
     positives += [tuple(p) for p in extra_positives or []]
+    negatives = [tuple(n) for n in extra_negatives or []]
+    if feedback is not None:
+        positives += feedback.positives
+        negatives += feedback.negatives
     if not positives:
         raise ValueError("no training pairs: the QA set has no train-split question with a relevant chunk in this chunk set "
                          "(generate more questions with synthetic_qa, or pass feedback pairs)")
     dev_set = ir_set(dev, chunks, relevance)
     selection, gate = split_dev(list(dev_set.queries), selection_fraction)
-    return TrainingData(positives, [tuple(n) for n in extra_negatives or []], dev_set.subset(selection), dev_set.subset(gate))
+    if feedback is not None:  # rated chunks of an older chunk set cannot be scored against this one
+        qrels = {q: {c: 1 for c in rel if c in text} for q, rel in feedback.dev_qrels.items()}
+        qrels = {q: rel for q, rel in qrels.items() if rel}
+        dev_set = IRSet({**dev_set.queries, **{q: feedback.dev_queries[q] for q in qrels}}, dev_set.corpus, {**dev_set.qrels, **qrels})
+        users_selection, users_gate = split_dev(list(qrels), selection_fraction)
+        selection += users_selection
+        gate = users_gate if len(users_gate) >= min_feedback_gate else gate + users_gate
+    return TrainingData(positives, negatives, dev_set.subset(selection), dev_set.subset(gate))
 
 
 def with_negatives(positives: list[Pair], mined: dict[Pair, str], feedback: list[Pair], seed: int) -> list[tuple[str, str, str]]:

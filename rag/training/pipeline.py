@@ -18,7 +18,7 @@ from rag.index.sync import sync_collection
 from rag.registry import IMPLICIT_PRODUCTION, ModelRegistry, ModelVersion, library_versions
 from rag.store import CHUNKS_TABLE, TableStore
 from rag.training.config import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig, TrainingConfig
-from rag.training.data import TrainingData, training_data
+from rag.training.data import TrainingData, split_feedback, training_data
 from rag.training.embedder import TrainingRun, base_source, train_embedder
 from rag.training.gate import GateResult, embedder_gate, reranker_gate
 from rag.training.reranker import train_reranker
@@ -35,6 +35,7 @@ class Inputs:
     chunks: pd.DataFrame
     data: TrainingData
     qa_version: str
+    feedback_positives: int = 0
 
 
 def pick_strategy(tables: TableStore, requested: str | None) -> str:
@@ -56,17 +57,24 @@ def load_inputs(tables: TableStore, config: TrainingConfig) -> Inputs:
         raise FileNotFoundError("synthetic_qa is empty: materialize synthetic_qa before training")
     strategy = pick_strategy(tables, config.strategy)
     chunks = tables.read(CHUNKS_TABLE, strategy)
+    feedback = None
+    if config.feedback_dataset:
+        from rag.feedback import judgments
+
+        feedback = split_feedback(judgments(Path(config.feedback_dataset)), config.feedback_dev_fraction)
     data = training_data(from_frame(qa), chunks, extra_positives=config.extra_positives, extra_negatives=config.extra_negatives,
-                         selection_fraction=config.selection_fraction)
+                         feedback=feedback, selection_fraction=config.selection_fraction,
+                         min_feedback_gate=config.min_feedback_gate_questions)
     qa_version = pd.util.hash_pandas_object(qa[["qid", "question", "evidence_json", "split"]], index=False).sum()
-    return Inputs(strategy, chunks, data, f"{int(qa_version) & 0xFFFFFFFFFFFF:012x}")
+    return Inputs(strategy, chunks, data, f"{int(qa_version) & 0xFFFFFFFFFFFF:012x}",
+                  len(config.extra_positives) + (len(feedback.positives) if feedback else 0))
 
 
 def _manifest(kind: Kind, config: TrainingConfig, inputs: Inputs, run: TrainingRun, parent: ModelVersion | None) -> dict:
     return {"base_model": config.base_model, "parent_version": parent.version if parent else None,
             "training_data_hash": inputs.data.data_hash, "qa_set_version": inputs.qa_version, "strategy": inputs.strategy,
             "hyperparameters": {**config.model_dump(exclude={"extra_positives", "extra_negatives"}),
-                                "feedback_positives": len(config.extra_positives), "feedback_negatives": len(config.extra_negatives)},
+                                "feedback_positives": inputs.feedback_positives, "feedback_negatives": len(inputs.data.negatives)},
             "seed": config.seed, "library_versions": library_versions(),
             "metrics": {"dev_selection": run.selection_metrics, "training": run.summary}}
 
@@ -115,7 +123,10 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
     from rag.rerank import load_reranker
 
     settings = settings or GateSettings()
-    config = TrainingConfig(strategy=candidate.model_extra.get("strategy"))
+    trained = candidate.hyperparameters  # the same dev questions the candidate was held out from
+    config = TrainingConfig(strategy=candidate.model_extra.get("strategy"),
+                            **{k: trained[k] for k in ("feedback_dataset", "feedback_dev_fraction", "min_feedback_gate_questions",
+                                                       "selection_fraction") if trained.get(k) is not None})
     inputs = load_inputs(tables, config)
     gate = inputs.data.gate
     if kind == "embedder":

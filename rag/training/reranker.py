@@ -56,6 +56,7 @@ def selection_samples(selection: IRSet | None, embedder_model, depth: int = 30) 
 
 def train_reranker(data: TrainingData, config: RerankerTrainingConfig, output_dir: Path, *, corpus: list[str] = (),
                    log: Log = print, mining_cache: Path | None = None) -> TrainingRun:
+    import torch
     from datasets import Dataset
     from sentence_transformers import CrossEncoder, SentenceTransformer
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments, losses
@@ -80,7 +81,9 @@ def train_reranker(data: TrainingData, config: RerankerTrainingConfig, output_di
         rows = [(q, p, 1.0) for q, (pos, _) in groups.items() for p in sorted(pos)]
         rows += [(q, n, 0.0) for q, (_, neg) in groups.items() for n in neg]
         dataset = Dataset.from_dict({"query": [r[0] for r in rows], "passage": [r[1] for r in rows], "label": [r[2] for r in rows]})
-        loss = losses.BinaryCrossEntropyLoss(model)
+        positives = sum(1 for r in rows if r[2] > 0)
+        # Weighting positives by the negative:positive ratio keeps a short run from settling on "always irrelevant".
+        loss = losses.BinaryCrossEntropyLoss(model, pos_weight=torch.tensor(max(1.0, (len(rows) - positives) / max(positives, 1))))
     else:
         lists = [(q, sorted(pos) + neg, [1.0] * len(pos) + [0.0] * len(neg)) for q, (pos, neg) in groups.items()]
         dataset = Dataset.from_dict({"query": [x[0] for x in lists], "docs": [x[1] for x in lists], "labels": [x[2] for x in lists]})
