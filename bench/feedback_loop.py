@@ -8,7 +8,7 @@
    the requested run of retrain_job is executed in-process: fine-tune, gate, promote (only if the gate passes);
 4. the API picks up the new index, and SciFact **test** nDCG@10 (dense, production) is compared before/after.
 
-    nice -n 15 .venv/bin/python bench/feedback_loop.py [--train-queries 809] [--threshold 6000] [--max-steps 150]
+    nice -n 15 .venv/bin/python bench/feedback_loop.py [--train-queries 809] [--threshold 2800] [--max-steps 150]
 
 A held-out 30 % of the rated questions (by text) never trains: it selects the checkpoint and, once there are 20 of
 them, is what the gate scores (rag.training.data.training_data).
@@ -223,7 +223,7 @@ def main() -> int:
     parser.add_argument("--test-queries", type=int, default=150)
     parser.add_argument("--distractors", type=int, default=1000)
     parser.add_argument("--pseudo", type=int, default=600, help="inverse-cloze questions in the QA set")
-    parser.add_argument("--threshold", type=int, default=6000, help="feedback events that start a retrain")
+    parser.add_argument("--threshold", type=int, default=2800, help="feedback events that start a retrain (about 3.6 per replayed query)")
     parser.add_argument("--batch", type=int, default=50, help="queries replayed between sensor ticks")
     parser.add_argument("--max-steps", type=int, default=150)
     parser.add_argument("--data-dir", type=Path, help="default: a temporary folder")
