@@ -100,6 +100,8 @@ def rerank_eval(folder: Path, root: Path, reranker, depth: int) -> dict:
 
 
 def main() -> int:
+    from rag.training.config import RerankerTrainingConfig
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scifact", type=Path, default=SHARED / "scifact")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/rag-training-bench"))
@@ -113,6 +115,8 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--no-hard-negatives", action="store_true", help="skip mining (saves encoding every pair once)")
     parser.add_argument("--selection", type=int, default=200, help="held-out pseudo-queries for checkpoint selection (0: none)")
+    parser.add_argument("--reranker-learning-rate", type=float, default=RerankerTrainingConfig.model_fields["learning_rate"].default)
+    parser.add_argument("--reranker-max-length", type=int, default=256, help="tokens per (query, passage) in training and evaluation")
     parser.add_argument("--reranker-version", help="evaluate this registered reranker (e.g. v1) instead of training one")
     parser.add_argument("--skip-base", action="store_true", help="do not re-measure the base model (another run did)")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "training-scifact.json")
@@ -127,7 +131,7 @@ def main() -> int:
     from rag.evaluation.beir import load_beir
     from rag.registry import ModelRegistry
     from rag.rerank import CrossEncoderReranker
-    from rag.training.config import EmbedderTrainingConfig, RerankerTrainingConfig
+    from rag.training.config import EmbedderTrainingConfig
     from rag.training.pseudo import inverse_cloze
 
     registry = ModelRegistry(root / "models")
@@ -186,14 +190,15 @@ def main() -> int:
             results["reranker"] = {"model": mv.name, "train_wall_seconds": training.get("train_seconds"), **training,
                                    "reused": True}
         else:
-            config = RerankerTrainingConfig(max_pairs=args.reranker_pairs, epochs=args.epochs, max_seq_length=256,
-                                            negative_range_max=20)
+            config = RerankerTrainingConfig(max_pairs=args.reranker_pairs, epochs=args.epochs, max_seq_length=args.reranker_max_length,
+                                            negative_range_max=20, learning_rate=args.reranker_learning_rate)
             started = time.perf_counter()
             mv, run = train_and_register(registry, synthetic, selection, config, "reranker", kind="reranker")
             results["reranker"] = {"model": mv.name, "train_wall_seconds": round(time.perf_counter() - started, 1), **run.summary,
                                    "pairs": min(args.reranker_pairs, len(synthetic))}
         save()
-        results["reranker"]["scores"] = rerank_eval(args.scifact, root, CrossEncoderReranker(mv.path, mv.name), args.rerank_depth)
+        results["reranker"]["scores"] = rerank_eval(args.scifact, root, CrossEncoderReranker(mv.path, mv.name, max_length=args.reranker_max_length),
+                                                     args.rerank_depth)
         log(f"reranker: {results['reranker']['scores']}")
         save()
 
