@@ -53,27 +53,49 @@ def rankings(index: Index, queries: dict[str, str], depth: int = 100):
     return dense, sparse
 
 
-def quality(model: str, root: Path) -> dict:
-    test, train = load_beir(SHARED / "scifact", "test"), load_beir(SHARED / "scifact", "train")
+def scifact_slice(test, distractors: int, seed: int = 0):
+    """The documents relevant to the test queries plus seeded distractors: embedding all 5,183 abstracts takes
+    about 5 minutes on 2 cores, more than a quick run has. Scores on a slice run higher than the anchors."""
+    import dataclasses
+    import random
+
+    relevant = {d for rel in test.qrels.values() for d in rel}
+    others = sorted(set(test.corpus["chunk_id"]) - relevant)
+    keep = relevant | set(random.Random(seed).sample(others, min(distractors, len(others))))
+    return dataclasses.replace(test, name=f"{test.name}-slice{len(keep)}", corpus=test.corpus[test.corpus["chunk_id"].isin(keep)])
+
+
+def quality(model: str, root: Path, slice_distractors: int | None = None) -> dict:
+    """nDCG@10 per mode on SciFact test; α of the convex combination swept on train (full corpus only: the train
+    queries' documents are not in a slice, so a slice uses α = 0.5)."""
+    test = load_beir(SHARED / "scifact", "test")
+    if slice_distractors is not None:
+        test = scifact_slice(test, slice_distractors)
     index, info = open_beir_index(test, "hybrid-cc", model, root)
     print(f"  SciFact index ready ({info['index_seconds']}s; collection {info['collection']['points']} points)")
     d_test, s_test = rankings(index, test.queries)
-    d_train, s_train = rankings(index, train.queries)
-    alphas = [round(a, 1) for a in np.arange(0.1, 1.0, 0.1)]
-    sweep = {a: ndcg_at_10(train.qrels, {q: convex_combination(d_train[q], s_train[q], a) for q in train.queries}) for a in alphas}
-    best = max(sweep, key=sweep.get)
+    if slice_distractors is None:
+        train = load_beir(SHARED / "scifact", "train")
+        d_train, s_train = rankings(index, train.queries)
+        alphas = [round(a, 1) for a in np.arange(0.1, 1.0, 0.1)]
+        sweep = {a: ndcg_at_10(train.qrels, {q: convex_combination(d_train[q], s_train[q], a) for q in train.queries}) for a in alphas}
+        best = max(sweep, key=sweep.get)
+    else:
+        sweep, best = {}, 0.5
     out = {
         "bm25": ndcg_at_10(test.qrels, s_test),
         "dense": ndcg_at_10(test.qrels, d_test),
         "hybrid-rrf": ndcg_at_10(test.qrels, {q: reciprocal_rank_fusion([d_test[q], s_test[q]], k=60) for q in test.queries}),
         "hybrid-cc": ndcg_at_10(test.qrels, {q: convex_combination(d_test[q], s_test[q], best) for q in test.queries}),
     }
-    print(f"  α swept on train ({len(train.queries)} queries): " + ", ".join(f"{a}:{v:.4f}" for a, v in sweep.items()) + f" → α={best}")
+    if sweep:
+        print(f"  α swept on train: " + ", ".join(f"{a}:{v:.4f}" for a, v in sweep.items()) + f" → α={best}")
     print(f"  {'mode':12s} {'nDCG@10':>8s} {'anchor':>8s}")
     for mode, value in out.items():
         anchor = ANCHORS.get(mode)
         print(f"  {mode:12s} {value:8.4f} {anchor if anchor else '':>8}")
-    return {"ndcg@10": out, "alpha_train_sweep": sweep, "alpha": best, "index": index}
+    return {"ndcg@10": out, "alpha_train_sweep": sweep, "alpha": best, "documents": len(test.corpus),
+            "slice": slice_distractors is not None, "index": index}
 
 
 def throughput(model: str, n: int, client) -> dict:
@@ -118,10 +140,11 @@ def squad_paragraphs() -> list[str]:
     return [p["context"] for article in data for p in article["paragraphs"]]
 
 
-def big_index(scifact: Index, model: str, size: int, client, root: Path) -> Index:
-    """~`size` points: SciFact vectors (scrolled from its collection), SQuAD paragraphs, then repeats."""
+def big_index(scifact: Index, model: str, size: int, client, root: Path, with_squad: bool = True) -> Index:
+    """~`size` points: SciFact vectors (scrolled from its collection), SQuAD paragraphs (embedding them costs
+    minutes: a quick run repeats SciFact's only), then repeats."""
     embedder = load_embedder(model)
-    alias = CollectionName(f"bench-{size}", model).alias
+    alias = CollectionName(f"bench-{size}" + ("" if with_squad else "-quick"), model).alias
     texts, vectors, offset = [], [], None
     while True:
         points, offset = client.scroll(scifact.alias, limit=2048, offset=offset, with_payload=["text"], with_vectors=[DENSE])
@@ -129,7 +152,7 @@ def big_index(scifact: Index, model: str, size: int, client, root: Path) -> Inde
         vectors += [p.vector[DENSE] for p in points]
         if offset is None:
             break
-    squad = squad_paragraphs()
+    squad = squad_paragraphs() if with_squad else []
     texts += squad
     base = len(texts)
     ids = [f"u{i}" for i in range(base)] + [f"r{i}" for i in range(size - base)]
@@ -147,8 +170,9 @@ def big_index(scifact: Index, model: str, size: int, client, root: Path) -> Inde
         point_alias_to(client, alias, collection)
     chunks = pd.DataFrame({"chunk_id": ids, "doc_id": ids, "text": all_texts, "page_start": 1, "page_end": 1, "char_start": 0,
                            "char_end": [len(t) for t in all_texts], "content_hash": [str(i % base) for i in range(size)]})
-    sync_bm25(chunks, root / "indexes" / "bm25" / f"bench-{size}")
-    return Index(chunks.set_index("chunk_id"), BM25Index.load(root / "indexes" / "bm25" / f"bench-{size}"), client, alias, embedder)
+    bm25_dir = root / "indexes" / "bm25" / (f"bench-{size}" + ("" if with_squad else "-quick"))
+    sync_bm25(chunks, bm25_dir)
+    return Index(chunks.set_index("chunk_id"), BM25Index.load(bm25_dir), client, alias, embedder)
 
 
 def incremental(model: str, n: int, client) -> dict:
@@ -205,7 +229,8 @@ def run(model: str = "minilm", quick: bool = False, only: set[str] | None = None
     scifact_index = None
     if "quality" in only or "latency" in only:
         print("1. SciFact test nDCG@10")
-        q = quality(model, root) if "quality" in only else {"index": open_beir_index(load_beir(SHARED / "scifact"), "hybrid-cc", model, root)[0]}
+        q = quality(model, root, 700 if quick else None) if "quality" in only else \
+            {"index": open_beir_index(load_beir(SHARED / "scifact"), "hybrid-cc", model, root)[0]}
         scifact_index = q.pop("index")
         results["quality"] = q
     if "throughput" in only:
@@ -216,7 +241,7 @@ def run(model: str = "minilm", quick: bool = False, only: set[str] | None = None
         queries = list(load_beir(SHARED / "scifact", "test").queries.values())
         results["latency"] = {"5k": latency(scifact_index, queries, "5k", 30 if quick else 100)}
         for size in ([20_000] if quick else [20_000, 100_000]):
-            big = big_index(scifact_index, model, size, client, data_dir() / "bench")
+            big = big_index(scifact_index, model, size, client, data_dir() / "bench", with_squad=not quick)
             results["latency"][f"{size // 1000}k"] = latency(big, queries, f"{size // 1000}k", 20 if quick else 50)
     if "incremental" in only:
         print("4. incremental re-index")
