@@ -112,7 +112,8 @@ def summary_lines(r: dict) -> list[str]:
         lines.append(f"SQuAD chunking: best recall@5 (hybrid-rrf) {best['strategy']} {best['recall@5 hybrid-rrf']:.3f} over {len(qa['chunking'])} strategies")
     for label, s in qa.get("synthetic", {}).items():
         if isinstance(s, dict):
-            lines.append(f"synthetic QA ({label}): {s['questions']} of {s['attempted']} kept, {s['per_100_chunks']} per 100 chunks")
+            rate = f"{s['per_100_chunks']} per 100 chunks" if s.get("per_100_chunks") is not None else f"quick: {s.get('documents')} documents"
+            lines.append(f"synthetic QA ({label}): {s['questions']} of {s['attempted']} kept, {rate}")
     serving = r.get("serving", {})
     if "requests_per_s" in serving:  # feedback loop: `rag serve` under load while re-indexing
         lines.append(f"API: {serving['clients']} clients {serving['requests_per_s']} req/s, ask p95 {serving['ask'].get('p95_ms')} ms, "
