@@ -1,5 +1,6 @@
 """Indexes and retrieval on a tiny corpus: every mode, filters, MMR, incremental sync, alias swap."""
 import hashlib
+import os
 
 import numpy as np
 import pandas as pd
@@ -7,7 +8,7 @@ import pytest
 
 from rag.embedding import load_embedder
 from rag.index.bm25 import BM25Index
-from rag.index.qdrant import CollectionName, QdrantSettings, alias_target, create_collection, get_client
+from rag.index.qdrant import CollectionName, QdrantSettings, alias_target, close_client, create_collection, get_client
 from rag.index.sync import sync_bm25, sync_collection
 from rag.retrieval import Index, RetrievalError, RetrievalParams, SearchFilter, retrieve
 from rag.retrieval.fusion import convex_combination, min_max, reciprocal_rank_fusion
@@ -39,9 +40,26 @@ def embedder():
     return load_embedder("wordllama")
 
 
-@pytest.fixture
-def client(tmp_path):
-    return get_client(QdrantSettings(path=str(tmp_path / "qdrant")))
+SERVER = os.environ.get("RAG_TEST_QDRANT_URL")  # e.g. http://127.0.0.1:6333: the same tests against a Qdrant server
+
+
+@pytest.fixture(params=["local-path", "memory", "server"])
+def client(request, tmp_path):
+    """One code path for every location: an embedded folder, in-memory, and a server when RAG_TEST_QDRANT_URL is set."""
+    if request.param == "server" and not SERVER:
+        pytest.skip("set RAG_TEST_QDRANT_URL=http://host:6333 to run these tests against a Qdrant server")
+    settings = {"local-path": QdrantSettings(path=str(tmp_path / "qdrant")), "memory": QdrantSettings(path=":memory:"),
+                "server": QdrantSettings(url=SERVER)}[request.param]
+    client = get_client(settings)
+    yield client
+    if request.param == "server":  # a shared server keeps what tests made: remove this module's strategy "t"
+        for alias in client.get_aliases().aliases:
+            if alias.alias_name.startswith("t__"):
+                client.delete_alias(alias.alias_name)
+        for collection in client.get_collections().collections:
+            if collection.name.startswith("t__"):
+                client.delete_collection(collection.name)
+    close_client(settings)
 
 
 @pytest.fixture

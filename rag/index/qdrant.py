@@ -26,7 +26,7 @@ class QdrantLockedError(RuntimeError):
 class QdrantSettings(BaseModel):
     url: str | None = None  # a Qdrant server or cluster; None = embedded local mode
     api_key: str | None = None
-    path: str | None = None  # local mode folder; default <data dir>/qdrant
+    path: str | None = None  # local mode folder; default <data dir>/qdrant; ":memory:" keeps it in this process only
 
     @classmethod
     def from_env(cls) -> QdrantSettings:
@@ -64,6 +64,8 @@ def get_client(settings: QdrantSettings | None = None):
         if client is None:
             if settings.url:
                 client = QdrantClient(url=settings.url, api_key=settings.api_key, timeout=120)
+            elif key == ":memory:":
+                client = QdrantClient(location=":memory:")
             else:
                 Path(key).mkdir(parents=True, exist_ok=True)
                 try:
