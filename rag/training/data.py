@@ -86,18 +86,22 @@ class FeedbackSplit:
 def split_feedback(judged, dev_fraction: float) -> FeedbackSplit:
     """`judged`: queries {id: text}, corpus {chunk id: text}, chunk_qrels [(query id, chunk id, ±1)] (a feedback
     RAG-Dataset). A question goes to dev by a hash of its normalized text, so the same question asked twice never
-    sits on both sides, and only questions with a +1 passage can be dev questions (they need an answer key)."""
-    def held_out(text: str) -> bool:
-        digest = hashlib.sha256(" ".join(text.lower().split()).encode()).digest()
-        return int.from_bytes(digest[:8], "big") / 2**64 < dev_fraction
+    sits on both sides, and it becomes one dev question with the passages liked in any of its askings (repeats
+    would count as independent samples in the gate's paired test). Only questions with a +1 passage can be dev
+    questions: they need an answer key."""
+    def digest(text: str) -> str:
+        return hashlib.sha256(" ".join(text.lower().split()).encode()).hexdigest()
 
-    liked = {q for q, _, score in judged.chunk_qrels if score > 0}
+    def held_out(text: str) -> bool:
+        return int(digest(text)[:16], 16) / 2**64 < dev_fraction
+
+    liked = {judged.queries[q] for q, _, score in judged.chunk_qrels if score > 0}
     split = FeedbackSplit([], [], {}, {})
     for qid, cid, score in judged.chunk_qrels:
         text = judged.queries[qid]
-        if qid in liked and held_out(text):
+        if text in liked and held_out(text):
             if score > 0:
-                key = f"feedback:{qid}"
+                key = f"feedback:{digest(text)[:16]}"
                 split.dev_queries[key] = text
                 split.dev_qrels.setdefault(key, {})[cid] = 1
         else:
