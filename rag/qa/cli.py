@@ -24,10 +24,10 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from rag.llm import LLMError
     from rag.qa import AnswerSettings, answer_question
 
-    from rag.search.active import active_path
+    from rag.search.active import active_file
 
     # The configuration a search winner was applied to is what serves queries, unless the user names another.
-    config = args.config or (active_path() if active_path().exists() else None)
+    config = args.config or active_file()
     settings = AnswerSettings.from_yaml(config) if config else AnswerSettings()
     overrides = {k: v for k, v in {"strategy": args.strategy, "model": args.model, "mode": args.mode,
                                    "generator": args.generator, "top_k": args.top_k}.items() if v is not None}

@@ -20,10 +20,16 @@ def active_path(root: Path | None = None) -> Path:
     return Path(root or data_dir()) / ACTIVE_FILE
 
 
+def active_file(root: Path | None = None) -> Path | None:
+    """The active configuration's file when one was applied: what `rag ask` and the API read by default."""
+    path = active_path(root)
+    return path if path.exists() else None
+
+
 def load_active_configuration(root: Path | None = None) -> dict | None:
     """The active settings as a dict (None when nothing was applied yet)."""
-    path = active_path(root)
-    if not path.exists():
+    path = active_file(root)
+    if path is None:
         return None
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
