@@ -101,6 +101,22 @@ def ndcg_at_10(root: Path, queries: dict[str, str], qrels: dict[str, dict[str, i
     return evaluate_run(qrels, run_from_hits(hits), ["ndcg@10"])[0]["ndcg@10"]
 
 
+def candidate_ndcg_at_10(root: Path, version: str, queries: dict[str, str], qrels: dict[str, dict[str, int]]) -> float:
+    """Test nDCG@10 of a registered embedder that was not promoted (so it has no collection): exact dense
+    search over the chunk set, as the gate scores candidates."""
+    from rag.embedding import load_embedder
+    from rag.evaluation.metrics import evaluate_run
+    from rag.registry import ModelRegistry
+    from rag.store import CHUNKS_TABLE, TableStore
+    from rag.training.data import IRSet
+    from rag.training.gate import dense_run
+
+    chunks = TableStore(root / "tables").read(CHUNKS_TABLE, STRATEGY)
+    ir = IRSet(queries, dict(zip(chunks["chunk_id"], chunks["text"])), qrels)
+    embedder = load_embedder(str(ModelRegistry(root / "models").resolve("embedder", version).path))
+    return evaluate_run(qrels, dense_run(embedder, ir, depth=10), ["ndcg@10"])[0]["ndcg@10"]
+
+
 def ask_and_rate(http, qid: str, question: str, relevant: dict[str, int] | None) -> tuple[int, str | None]:
     """One query through the API, rated from its qrels (None: not rated); returns (feedback events stored, the
     served model version)."""
@@ -212,6 +228,11 @@ def run_loop(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pse
             out["tick_after"] = tick().skip_message
         store.close()
         out["ndcg@10_after"] = ndcg_at_10(root, data["test_queries"], data["test_qrels"])
+        candidate = registry.versions("embedder")[-1]
+        if candidate.version != out["production_after"]:  # rejected: what it would have scored on the test queries
+            out["rejected_candidate"] = candidate.name
+            out["rejected_candidate_ndcg@10"] = candidate_ndcg_at_10(root, candidate.version, data["test_queries"], data["test_qrels"])
+            log(f"rejected candidate {candidate.name}: test nDCG@10 {out['rejected_candidate_ndcg@10']:.4f}")
         log(f"test nDCG@10 after: {out['ndcg@10_after']:.4f} (before {out['ndcg@10_before']:.4f}); next tick: {out['tick_after']}")
     out["seconds"] = round(time.perf_counter() - started, 1)
     return out

@@ -72,7 +72,7 @@ def trained_models() -> dict:
     if not path.exists():
         return {}
     r = json.loads(path.read_text())
-    out = {"measured": datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).strftime("%Y-%m-%d"), "source": str(path.name)}
+    out = {"measured": r.get("measured", "date not recorded"), "source": path.name}
     for stage in ("synthetic", "ceiling"):
         for mode, s in (r.get(stage, {}).get("scores") or {}).items():
             out[f"{r[stage]['model']} ({stage}) {mode}"] = s["ndcg@10"]

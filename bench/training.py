@@ -137,6 +137,7 @@ def main() -> int:
     registry = ModelRegistry(root / "models")
     registry.root.mkdir(parents=True, exist_ok=True)
     results: dict = {"dataset": "scifact", "split": "test", "anchor_base_ndcg@10": ANCHOR_BASE_NDCG10, "cpu_cores": os.cpu_count(),
+                     "measured": time.strftime("%Y-%m-%d", time.gmtime()),
                      "args": {k: str(v) for k, v in vars(args).items()}}
 
     def save() -> None:

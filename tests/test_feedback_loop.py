@@ -35,6 +35,7 @@ def test_sensor_driven_retrain_from_replayed_feedback(tmp_path, monkeypatch):
     else:
         assert out["production_after"] == "v1" and out["served_after"] == out["served_before"]
         assert math.isclose(out["ndcg@10_after"], out["ndcg@10_before"], abs_tol=1e-9)
+        assert out["rejected_candidate"] == "ft-minilm-v2" and 0 < out["rejected_candidate_ndcg@10"] <= 1
     assert 0 < out["ndcg@10_before"] <= 1 and 0 < out["ndcg@10_after"] <= 1
     # The feedback that trained this run is consumed: the count starts again from its high-water mark.
     assert out["tick_after"].startswith(f"0/{threshold} new feedback events since model {out['production_after']}")
