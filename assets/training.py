@@ -21,7 +21,7 @@ from rag.evaluation.plots import markdown_image
 from rag.registry import ModelRegistry
 from rag.store import CHUNKS_TABLE
 from rag.training import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig
-from rag.training.pipeline import QA_TABLE, gate_candidate, production_label, promote, train_candidate
+from rag.training.pipeline import QA_TABLE, check_promotable, gate_candidate, production_label, promote, train_candidate
 from rag.training.report import gate_table, loss_curve
 from resources.qdrant import QdrantResource
 from resources.storage import DataStore
@@ -65,6 +65,8 @@ class GateConfig(Config):
     p_value: float = 0.05
     test: str = Field("permutation", description="permutation | bootstrap")
     recall_tolerance: float = 0.01
+    min_questions: int = Field(5, description="fewest held-out gate questions to decide on; fewer fails the check "
+                               "with 'generate a larger QA set'")
 
 
 def _registry(data_store: DataStore) -> ModelRegistry:
@@ -117,7 +119,8 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore) -> AssetCheckRes
         return AssetCheckResult(passed=False, severity=AssetCheckSeverity.ERROR,
                                 description=f"no {kind} candidate in the registry: materialize the training asset first")
     against = production_label(registry, kind)
-    settings = GateSettings(p_value=config.p_value, test=config.test, recall_tolerance=config.recall_tolerance)
+    settings = GateSettings(p_value=config.p_value, test=config.test, recall_tolerance=config.recall_tolerance,
+                            min_questions=config.min_questions)
     result = gate_candidate(kind, data_store.tables, registry, candidate, settings)
     verdict = "promote" if result.passed else "keep production"
     return AssetCheckResult(
@@ -145,7 +148,8 @@ def trained_reranker_gate(config: GateConfig, data_store: DataStore) -> AssetChe
     group_name="training",
     kinds={"python", "qdrant"},
     pool="qdrant",
-    description="Runs only when the gate passed: builds (incrementally) the candidate's collection for every chunk set, "
+    description="Runs only when the gate passed (the candidate's manifest must hold a passing verdict against the current "
+    "production, even when materialized alone): builds (incrementally) the candidate's collection for every chunk set, "
     "moves the registry's `production` alias, then swaps each serving alias <strategy>__production onto the new collection.",
 )
 def production_embedder(context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource) -> MaterializeResult:
@@ -153,6 +157,9 @@ def production_embedder(context: AssetExecutionContext, data_store: DataStore, q
     candidate = registry.resolve("embedder", "candidate")
     if candidate is None:
         raise ValueError("no embedder candidate to promote: materialize finetuned_embedder first")
+    # The gate verdict is checked here, not only by the blocking check upstream: materializing this asset alone
+    # must not promote an ungated or rejected model. Before the Qdrant client opens: a refusal changes nothing.
+    check_promotable("embedder", registry, candidate)
     strategies = [s for s in context.instance.get_dynamic_partitions(chunking_strategy_partitions.name)
                   if data_store.tables.exists(CHUNKS_TABLE, s)]
     outcome = promote("embedder", registry, candidate, tables=data_store.tables, client=qdrant.client(), strategies=strategies,
@@ -166,13 +173,13 @@ def production_embedder(context: AssetExecutionContext, data_store: DataStore, q
     deps=[trained_reranker],
     group_name="training",
     kinds={"python"},
-    description="Runs only when the reranker gate passed: moves the registry's `production` reranker alias (what "
-    "load_reranker('production') serves).",
+    description="Runs only when the reranker gate passed (checked again from the candidate's manifest): moves the "
+    "registry's `production` reranker alias (what load_reranker('production') serves).",
 )
 def production_reranker(context: AssetExecutionContext, data_store: DataStore) -> MaterializeResult:
     registry = _registry(data_store)
     candidate = registry.resolve("reranker", "candidate")
     if candidate is None:
         raise ValueError("no reranker candidate to promote: materialize trained_reranker first")
-    outcome = promote("reranker", registry, candidate, log=context.log.info)
+    outcome = promote("reranker", registry, candidate, log=context.log.info)  # refuses without a passing gate verdict
     return MaterializeResult(metadata={"production": outcome["promoted"], "previous": outcome["previous"] or "none"})

@@ -79,7 +79,7 @@ def deploy_base(root: Path, instance) -> str:
     settings = QdrantSettings(path=str(root / "qdrant"))
     try:
         promote("embedder", registry, v1, tables=TableStore(root / "tables"), client=get_client(settings), strategies=[STRATEGY],
-                log=lambda _: None)
+                log=lambda _: None, force_reason="the loop's starting point: the untrained base model deployed as v1")
     finally:
         close_client(settings)
     return v1.version

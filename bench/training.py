@@ -1,20 +1,34 @@
-"""Trained-model figures on SciFact (BEIR). Prints a table and writes JSON; asserts nothing.
+"""Trained-model figures on SciFact (BEIR), each with a paired significance test against the untrained start.
+Writes its own JSON (arguments, commit, date, model versions, per-query scores, p-values); asserts nothing.
 
-    nice -n 15 .venv/bin/python bench/training.py [--pairs 2000] [--stages synthetic,reranker,ceiling] [--json OUT]
+    .venv/bin/python bench/training.py --quick          # a SciFact slice, all four stages, <= 20 min on 2 cores
+    .venv/bin/python bench/training.py                  # the full corpus (5,183 abstracts)
 
-1. synthetic: fine-tune minilm on inverse-cloze pseudo-queries made from the SciFact *corpus only* (no qrels, no
-   queries), re-index SciFact with it, and compare test nDCG@10 (dense and hybrid-rrf) with the base model
-   (anchor: base minilm 0.645; GPL reports about +6 nDCG points on average over BEIR with generated queries).
-2. reranker: a cross-encoder trained from minilm's weights on the same pseudo-queries re-ranks hybrid-rrf's top 50.
-3. ceiling: the same fine-tune with SciFact's *train* qrels (809 queries) as if they were positive user feedback.
-Training wall time is measured on this machine (2 shared cores). Indexes live under --data-dir and are reused.
+Stages (--stages):
+  reranker           learned ranker (LightGBM LambdaRank) trained on inverse-cloze pseudo-queries made from the
+                     corpus only (no qrels, no queries); hybrid-rrf top 50 reranked vs hybrid-rrf.
+  reranker-feedback  the same trained on SciFact *train* queries rated from their qrels, as users' feedback
+                     (positives, and the passage ratings as feedback priors).
+  synthetic          MiniLM fine-tuned on the inverse-cloze pseudo-queries at its serving length; dense vs base.
+  ceiling            MiniLM fine-tuned on SciFact train qrels as positive feedback; dense vs base.
+Every comparison is on the SciFact test queries: per-query nDCG@10, one-sided sign-flip permutation test
+(rag.training.gate.paired_p_value, 10,000 resamples). --quick uses the documents relevant to the train and test
+queries plus 700 seeded distractors (scores run higher than on the full corpus: not comparable with the anchors).
+Times are wall seconds on this machine and include everything a user of the training asset waits for (first
+stage, mining, checkpoint selection), except building the base index, which is timed on its own.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime as dt
+import hashlib
 import json
 import os
+import random
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,204 +36,234 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 SHARED = REPO.parent / "shared" / "datasets"
-ANCHOR_BASE_NDCG10 = 0.645
+ANCHOR_BASE_NDCG10 = 0.645  # all-MiniLM-L6-v2 on SciFact test, published
+DEPTH = 50
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def beir_scores(folder: Path, root: Path, model: str, modes=("dense", "hybrid-rrf")) -> dict:
-    from rag.evaluation.beir import evaluate_beir
+def commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                               text=True, check=True).stdout.strip()
+        return head + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
-    out = {}
-    for mode in modes:
-        r = evaluate_beir(folder, mode=mode, model=model, root=root)
-        out[mode] = {k: r[k] for k in ("ndcg@10", "recall@10", "recall@100", "mrr@10")} | {"index_seconds": r.get("index_seconds")}
-        log(f"{model} {mode}: nDCG@10 {r['ndcg@10']:.4f} (index {r.get('index_seconds')} s)")
+
+def corpus_slice(test, train, distractors: int, seed: int = 0):
+    relevant = {d for ds in (test, train) for rel in ds.qrels.values() for d in rel}
+    others = sorted(set(test.corpus["chunk_id"]) - relevant)
+    keep = relevant | set(random.Random(seed).sample(others, min(distractors, len(others))))
+    return dataclasses.replace(test, name=f"{test.name}-slice{len(keep)}", corpus=test.corpus[test.corpus["chunk_id"].isin(keep)])
+
+
+def per_query_ndcg(qrels: dict, run: dict[str, list[str]]) -> dict[str, float]:
+    from rag.evaluation.metrics import evaluate_run
+
+    scored = {q: {c: float(len(ids) - i) for i, c in enumerate(ids)} for q, ids in run.items()}
+    table = evaluate_run(qrels, scored, ["ndcg@10", "mrr@10", "recall@10"])[1].set_index("qid")
+    return {q: {m: round(float(table.at[q, m]), 4) for m in ("ndcg@10", "mrr@10", "recall@10")} for q in table.index}
+
+
+def compare(name: str, base: dict[str, dict], model: dict[str, dict], base_label: str) -> dict:
+    import numpy as np
+
+    from rag.training.gate import paired_p_value
+
+    qids = sorted(base)
+    out = {"compared_with": base_label, "queries": len(qids)}
+    for metric in ("ndcg@10", "mrr@10", "recall@10"):
+        b = np.array([base[q][metric] for q in qids])
+        m = np.array([model[q][metric] for q in qids])
+        out[metric] = round(float(m.mean()), 4)
+        out[f"base_{metric}"] = round(float(b.mean()), 4)
+        out[f"delta_{metric}"] = round(float(m.mean() - b.mean()), 4)
+        out[f"p_value_{metric}"] = round(paired_p_value(m, b, test="permutation", resamples=10_000, seed=0), 5)
+    out["per_query_ndcg@10"] = {q: model[q]["ndcg@10"] for q in qids}
+    log(f"{name}: nDCG@10 {out['base_ndcg@10']:.4f} -> {out['ndcg@10']:.4f} ({out['delta_ndcg@10']:+.4f}, "
+        f"p={out['p_value_ndcg@10']:.4f}) on {len(qids)} test queries")
     return out
 
 
-def selection_set(triples, corpus: dict[str, str], size: int, distractors: int, seed: int):
-    """Held-out pseudo-queries over a corpus sample: checkpoint selection without encoding all of SciFact per eval."""
-    import random
-
+def ir_set(queries: dict[str, str], qrels: dict, corpus: dict[str, str]):
     from rag.training.data import IRSet
 
-    held = triples[:size]
-    rng = random.Random(seed)
-    ids = {pid for _, _, pid in held} | set(rng.sample(sorted(corpus), min(distractors, len(corpus))))
-    return IRSet({f"s{i}": q for i, (q, _, _) in enumerate(held)}, {c: corpus[c] for c in ids},
-                 {f"s{i}": {pid: 1} for i, (_, _, pid) in enumerate(held)})
+    return IRSet(queries, corpus, {q: {d: 1 for d, s in qrels[q].items() if s > 0 and d in corpus} for q in queries})
 
 
-def train_and_register(registry, positives, selection, config, label: str, kind: str = "embedder"):
-    import tempfile
-
-    from rag.registry import library_versions
-    from rag.training.data import TrainingData
-    from rag.training.embedder import train_embedder
-    from rag.training.reranker import train_reranker
-
-    data = TrainingData(positives, [], selection, None)
-    trainer = train_embedder if kind == "embedder" else train_reranker
-    with tempfile.TemporaryDirectory(dir=registry.root) as scratch:
-        run = trainer(data, config, Path(scratch) / "model", log=lambda m: log(f"{label}: {m}") if "step" not in m or "eval" in m else None)
-        mv = registry.register(kind, run.model_dir, {
-            "base_model": config.base_model, "training_data_hash": data.data_hash, "seed": config.seed,
-            "hyperparameters": config.model_dump(exclude={"extra_positives", "extra_negatives"}),
-            "library_versions": library_versions(), "metrics": {"dev_selection": run.selection_metrics, "training": run.summary},
-            "bench": label}, move=True)
-    log(f"{label}: {run.summary['steps']} steps on {run.examples} examples in {run.seconds:.0f} s -> {mv.name}")
-    return mv, run
-
-
-def rerank_eval(folder: Path, root: Path, reranker, depth: int) -> dict:
-    from ranx import Qrels, Run, evaluate
-
-    from rag.evaluation.beir import load_beir, open_beir_index
-    from rag.retrieval import RetrievalParams, retrieve
-
-    ds = load_beir(folder, "test")
-    index, _ = open_beir_index(ds, "hybrid-rrf", "minilm", root)
-    params = RetrievalParams(k=depth, candidates=100)
-    plain, reranked = {}, {}
-    started = time.perf_counter()
-    for qid, text in ds.queries.items():
-        hits = retrieve(index, text, "hybrid-rrf", params)
-        ids = [h.chunk["chunk_id"] for h in hits]
-        plain[qid] = {c: float(len(ids) - i) for i, c in enumerate(ids)}
-        scores = reranker.score(text, [h.chunk["text"] for h in hits])
-        order = sorted(range(len(ids)), key=lambda i: (-float(scores[i]), i))
-        reranked[qid] = {ids[i]: float(len(ids) - r) for r, i in enumerate(order)}
-    seconds = time.perf_counter() - started
-    metrics = ["ndcg@10", "recall@10", "mrr@10"]
-    return {"hybrid-rrf": {k: round(float(v), 4) for k, v in evaluate(Qrels(ds.qrels), Run(plain), metrics).items()},
-            "hybrid-rrf+reranker": {k: round(float(v), 4) for k, v in evaluate(Qrels(ds.qrels), Run(reranked), metrics).items()},
-            "rerank_depth": depth, "rerank_ms_per_query": round(1000 * seconds / len(ds.queries), 1)}
+def held_out(qids, fraction: float) -> tuple[list[str], list[str]]:
+    """(train, selection) by a hash of the id: the same split on every run."""
+    ordered = sorted(qids, key=lambda q: hashlib.sha256(str(q).encode()).hexdigest())
+    cut = round(len(ordered) * fraction)
+    return ordered[cut:], ordered[:cut]
 
 
 def main() -> int:
-    from rag.training.config import RerankerTrainingConfig
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scifact", type=Path, default=SHARED / "scifact")
-    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/rag-training-bench"))
-    parser.add_argument("--pairs", type=int, default=2000, help="synthetic training pairs (embedder)")
-    parser.add_argument("--reranker-pairs", type=int, default=600)
-    parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "rag-training-bench")
+    parser.add_argument("--quick", action="store_true", help="a corpus slice and smaller training sets (<= 20 min on 2 cores)")
+    parser.add_argument("--stages", default="reranker,reranker-feedback,synthetic,ceiling")
+    parser.add_argument("--pseudo-queries", type=int, help="inverse-cloze training pairs (default 2000, quick 600)")
+    parser.add_argument("--embedder-pairs", type=int, help="cap on the embedder's synthetic pairs (default 2000, quick 300)")
+    parser.add_argument("--selection", type=int, help="held-out pseudo-queries for checkpoint selection (default 200, quick 100)")
+    parser.add_argument("--loss", default="mnrl", choices=["mnrl", "cached-mnrl"])
+    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--epochs", type=float, default=1.0)
-    parser.add_argument("--rerank-depth", type=int, default=50)
-    parser.add_argument("--stages", default="synthetic,ceiling,reranker")
-    parser.add_argument("--loss", default="cached-mnrl", choices=["mnrl", "cached-mnrl"])
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--no-hard-negatives", action="store_true", help="skip mining (saves encoding every pair once)")
-    parser.add_argument("--selection", type=int, default=200, help="held-out pseudo-queries for checkpoint selection (0: none)")
-    parser.add_argument("--reranker-learning-rate", type=float, default=RerankerTrainingConfig.model_fields["learning_rate"].default)
-    parser.add_argument("--reranker-max-length", type=int, default=256, help="tokens per (query, passage) in training and evaluation")
-    parser.add_argument("--reranker-version", help="evaluate this registered reranker (e.g. v1) instead of training one")
-    parser.add_argument("--skip-base", action="store_true", help="do not re-measure the base model (another run did)")
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "training-scifact.json")
+    parser.add_argument("--max-seq-length", type=int, help="embedder training length (default: the model's serving length)")
+    parser.add_argument("--json", type=Path, help="default bench/results/training-scifact[-quick].json")
     args = parser.parse_args()
+    pseudo = args.pseudo_queries or (600 if args.quick else 2000)
+    embedder_pairs = args.embedder_pairs or (300 if args.quick else 2000)
+    selection_size = args.selection if args.selection is not None else (100 if args.quick else 200)
+    out_path = args.json or REPO / "bench" / "results" / f"training-scifact{'-quick' if args.quick else ''}.json"
     if not (args.scifact / "corpus.jsonl").exists():
-        print(f"error: SciFact not found at {args.scifact}", file=sys.stderr)
+        print(f"SciFact not found at {args.scifact}: nothing measured", file=sys.stderr)
         return 2
-    os.environ["RAG_DATA_DIR"] = str(args.data_dir)  # the registry and indexes live there; ft-* names resolve there
+    os.environ["RAG_DATA_DIR"] = str(args.data_dir)  # registry and indexes live there
     root = args.data_dir
     root.mkdir(parents=True, exist_ok=True)
 
-    from rag.evaluation.beir import load_beir
+    from rag.evaluation.beir import load_beir, open_beir_index
     from rag.registry import ModelRegistry
-    from rag.rerank import CrossEncoderReranker
-    from rag.training.config import EmbedderTrainingConfig
+    from rag.rerank import rerank
+    from rag.retrieval import RetrievalParams, retrieve
     from rag.training.pseudo import inverse_cloze
 
-    registry = ModelRegistry(root / "models")
+    registry = ModelRegistry(root / "models" / time.strftime("%Y%m%d-%H%M%S"))  # a fresh registry per run
     registry.root.mkdir(parents=True, exist_ok=True)
-    results: dict = {"dataset": "scifact", "split": "test", "anchor_base_ndcg@10": ANCHOR_BASE_NDCG10, "cpu_cores": os.cpu_count(),
-                     "measured": time.strftime("%Y-%m-%d", time.gmtime()),
-                     "args": {k: str(v) for k, v in vars(args).items()}}
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    results: dict = {"bench": "bench/training.py", "dataset": "scifact", "split": "test", "commit": commit(),
+                     "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "cpu_cores": os.cpu_count(),
+                     "argv": sys.argv[1:], "args": {k: str(v) for k, v in vars(args).items()},
+                     "effective": {"pseudo_queries": pseudo, "embedder_pairs": embedder_pairs, "selection": selection_size,
+                                   "rerank_depth": DEPTH}, "anchor_base_ndcg@10": ANCHOR_BASE_NDCG10, "stages": {}}
 
     def save() -> None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2))
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(results, indent=2))
 
-    stages = args.stages.split(",")
-    ds = load_beir(args.scifact, "test")
-    corpus = dict(zip(ds.corpus["chunk_id"], ds.corpus["text"]))
-    log(f"SciFact: {len(corpus)} documents, {len(ds.queries)} test queries")
-    if not args.skip_base:
-        results["base"] = beir_scores(args.scifact, root, "minilm")
+    test, train = load_beir(args.scifact, "test"), load_beir(args.scifact, "train")
+    if args.quick:
+        test = corpus_slice(test, train, 700)
+        train = dataclasses.replace(train, corpus=test.corpus, name=test.name)
+    corpus = dict(zip(test.corpus["chunk_id"], test.corpus["text"]))
+    results["corpus_documents"] = len(corpus)
+    results["comparable_with_anchor"] = not args.quick
+    log(f"SciFact{' slice' if args.quick else ''}: {len(corpus)} documents, {len(test.queries)} test queries, stages {stages}")
+
+    started = time.perf_counter()
+    index, info = open_beir_index(test, "hybrid-rrf", "minilm", root)
+    results["base_index_seconds"] = round(time.perf_counter() - started, 1)
+    params = RetrievalParams(k=DEPTH, candidates=100)
+    test_hits = {q: retrieve(index, text, "hybrid-rrf", params) for q, text in test.queries.items()}
+    hybrid = per_query_ndcg(test.qrels, {q: [h.chunk["chunk_id"] for h in hits] for q, hits in test_hits.items()})
+    dense_params = RetrievalParams(k=100, candidates=100)
+    dense = per_query_ndcg(test.qrels, {q: [h.chunk["chunk_id"] for h in retrieve(index, t, "dense", dense_params)]
+                                        for q, t in test.queries.items()})
+    results["base"] = {m: {k: round(sum(v[k] for v in s.values()) / len(s), 4) for k in ("ndcg@10", "mrr@10", "recall@10")}
+                       for m, s in (("hybrid-rrf", hybrid), ("dense", dense))}
+    log(f"base minilm: hybrid-rrf nDCG@10 {results['base']['hybrid-rrf']['ndcg@10']:.4f}, dense {results['base']['dense']['ndcg@10']:.4f}")
+    save()
+
+    from rag.training.first_stage import vectors_by_text
+
+    base_vectors = vectors_by_text(index)  # the reranker's first stage re-embeds only the chunks it changes
+    triples = inverse_cloze(corpus, pseudo + selection_size, seed=42)
+    sel_triples, train_triples = triples[:selection_size], triples[selection_size:]
+    pseudo_selection = ir_set({f"s{i}": q for i, (q, _, _) in enumerate(sel_triples)},
+                              {f"s{i}": {pid: 1} for i, (_, _, pid) in enumerate(sel_triples)}, corpus)
+    # The pseudo-query's positive is its passage with the sentence taken out; the indexed text is the whole passage.
+    synthetic_pairs = [(q, corpus[pid]) for q, _, pid in train_triples]
+    train_ids, train_sel_ids = held_out(list(train.queries), 0.2)
+    qrel_pairs = [(train.queries[q], corpus[d]) for q in train_ids for d, s in train.qrels[q].items() if s > 0 and d in corpus]
+    qrel_selection = ir_set({q: train.queries[q] for q in train_sel_ids}, train.qrels, corpus)
+
+    def reranker_stage(name: str, positives, selection, feedback) -> None:
+        from rag.rerank import load_reranker
+        from rag.training.config import RerankerTrainingConfig
+        from rag.training.data import TrainingData
+        from rag.training.ltr import train_learned_ranker
+
+        config = RerankerTrainingConfig(rerank_depth=DEPTH)
+        data = TrainingData(list(positives), [], selection, None)
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(dir=registry.root) as scratch:
+            run = train_learned_ranker(data, config, Path(scratch) / "model", chunks=test.corpus, embedder=index.embedder,
+                                       feedback=feedback, log=lambda m: log(f"{name}: {m}"), known_vectors=base_vectors)
+            mv = registry.register("reranker", run.model_dir, {"base_model": "minilm", "training_data_hash": data.data_hash,
+                                                                "hyperparameters": config.model_dump(exclude={"extra_positives", "extra_negatives"}),
+                                                                "seed": config.seed, "metrics": {"training": run.summary}}, move=True)
+        wall = time.perf_counter() - t0
+        reranker = load_reranker(mv.name, registry=registry)
+        t1 = time.perf_counter()
+        reranked = {q: [h.chunk["chunk_id"] for h in rerank(reranker, test.queries[q], hits, k=DEPTH)] for q, hits in test_hits.items()}
+        rerank_ms = 1000 * (time.perf_counter() - t1) / len(test_hits)
+        stage = {"model": mv.name, "version": mv.version, "kind": "lambdamart", "train_wall_seconds": round(wall, 1),
+                 "training": run.summary, "training_pairs": len(positives), "selection_questions": len(selection),
+                 "rerank_ms_per_query": round(rerank_ms, 1),
+                 "test": compare(name, hybrid, per_query_ndcg(test.qrels, reranked), "hybrid-rrf (base minilm), top 50")}
+        registry.update_metrics("reranker", mv.version, {"scifact_test": {k: v for k, v in stage["test"].items() if not k.startswith("per_query")}})
+        results["stages"][name] = stage
         save()
 
-    triples = inverse_cloze(corpus, args.pairs + args.selection, seed=42)
-    selection = selection_set(triples, corpus, args.selection, 800, seed=42) if args.selection else None
-    synthetic = [(q, p) for q, p, _ in triples[args.selection:]]
-    log(f"inverse-cloze: {len(synthetic)} training pairs, {len(selection or ())} selection queries")
+    def embedder_stage(name: str, positives, selection) -> None:
+        from rag.embedding import load_embedder
+        from rag.training.config import EmbedderTrainingConfig
+        from rag.training.data import TrainingData
+        from rag.training.embedder import train_embedder
 
-    if "synthetic" in stages:
-        config = EmbedderTrainingConfig(max_pairs=args.pairs, epochs=args.epochs, max_seq_length=args.max_seq_length,
-                                        negative_range_max=20, loss=args.loss, batch_size=args.batch_size,
-                                        hard_negatives=not args.no_hard_negatives)
-        started = time.perf_counter()
-        mv, run = train_and_register(registry, synthetic, selection, config, "synthetic")
-        results["synthetic"] = {"model": mv.name, "train_wall_seconds": round(time.perf_counter() - started, 1), **run.summary,
-                                "pairs": len(synthetic), "source": "inverse-cloze over the SciFact corpus only"}
-        save()
-        results["synthetic"]["scores"] = beir_scores(args.scifact, root, mv.name)
-        registry.update_metrics("embedder", mv.version, {"scifact_test": results["synthetic"]["scores"]})
-        save()
-
-    if "ceiling" in stages:
-        train = load_beir(args.scifact, "train")
-        positives = [(train.queries[q], corpus[d]) for q, rel in train.qrels.items() for d, s in rel.items() if s > 0 and d in corpus]
-        config = EmbedderTrainingConfig(epochs=args.epochs, max_seq_length=args.max_seq_length, negative_range_max=20,
-                                        loss=args.loss, batch_size=args.batch_size, hard_negatives=not args.no_hard_negatives)
-        started = time.perf_counter()
-        mv, run = train_and_register(registry, positives, selection, config, "ceiling")
-        results["ceiling"] = {"model": mv.name, "train_wall_seconds": round(time.perf_counter() - started, 1), **run.summary,
-                              "pairs": len(positives), "source": "SciFact train qrels as positive feedback"}
-        save()
-        results["ceiling"]["scores"] = beir_scores(args.scifact, root, mv.name, modes=("dense",))
-        registry.update_metrics("embedder", mv.version, {"scifact_test": results["ceiling"]["scores"]})
+        config = EmbedderTrainingConfig(max_pairs=embedder_pairs if name == "synthetic" else None, epochs=args.epochs,
+                                        max_seq_length=args.max_seq_length, negative_range_max=20, loss=args.loss,
+                                        batch_size=args.batch_size)
+        data = TrainingData(list(positives), [], selection, None)
+        t0 = time.perf_counter()
+        with tempfile.TemporaryDirectory(dir=registry.root) as scratch:
+            run = train_embedder(data, config, Path(scratch) / "model", corpus=list(corpus.values()),
+                                 log=lambda m: log(f"{name}: {m}") if "eval" in m or not m.startswith("step") else None)
+            mv = registry.register("embedder", run.model_dir, {"base_model": "minilm", "training_data_hash": data.data_hash,
+                                                                "hyperparameters": config.model_dump(exclude={"extra_positives", "extra_negatives"}),
+                                                                "seed": config.seed, "metrics": {"training": run.summary}}, move=True)
+        wall = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        tuned_index, _ = open_beir_index(test, "dense", str(mv.path), root)
+        index_seconds = time.perf_counter() - t1
+        tuned = per_query_ndcg(test.qrels, {q: [h.chunk["chunk_id"] for h in retrieve(tuned_index, t, "dense", dense_params)]
+                                            for q, t in test.queries.items()})
+        stage = {"model": mv.name, "version": mv.version, "train_wall_seconds": round(wall, 1), "training": run.summary,
+                 "training_pairs": min(len(positives), config.max_pairs or len(positives)), "selection_questions": len(selection),
+                 "max_seq_length": config.max_seq_length or "serving length", "index_seconds": round(index_seconds, 1),
+                 "test": compare(name, dense, tuned, "dense (base minilm)")}
+        registry.update_metrics("embedder", mv.version, {"scifact_test": {k: v for k, v in stage["test"].items() if not k.startswith("per_query")}})
+        results["stages"][name] = stage
         save()
 
     if "reranker" in stages:
-        if args.reranker_version:  # a model an earlier run trained: its manifest has the training figures
-            mv = registry.resolve("reranker", args.reranker_version)
-            training = mv.model_extra.get("metrics", {}).get("training", {})
-            results["reranker"] = {"model": mv.name, "train_wall_seconds": training.get("train_seconds"), **training,
-                                   "reused": True}
-        else:
-            config = RerankerTrainingConfig(max_pairs=args.reranker_pairs, epochs=args.epochs, max_seq_length=args.reranker_max_length,
-                                            negative_range_max=20, learning_rate=args.reranker_learning_rate)
-            started = time.perf_counter()
-            mv, run = train_and_register(registry, synthetic, selection, config, "reranker", kind="reranker")
-            results["reranker"] = {"model": mv.name, "train_wall_seconds": round(time.perf_counter() - started, 1), **run.summary,
-                                   "pairs": min(args.reranker_pairs, len(synthetic))}
-        save()
-        results["reranker"]["scores"] = rerank_eval(args.scifact, root, CrossEncoderReranker(mv.path, mv.name, max_length=args.reranker_max_length),
-                                                     args.rerank_depth)
-        log(f"reranker: {results['reranker']['scores']}")
-        save()
-
+        reranker_stage("reranker", synthetic_pairs, pseudo_selection, ((), ()))
+    if "reranker-feedback" in stages:
+        reranker_stage("reranker-feedback", qrel_pairs, qrel_selection, (qrel_pairs, []))
+    if "synthetic" in stages:
+        embedder_stage("synthetic", synthetic_pairs, pseudo_selection)
+    if "ceiling" in stages:
+        embedder_stage("ceiling", qrel_pairs, qrel_selection)
+    results["total_seconds"] = round(time.perf_counter() - started, 1)
+    save()
     print_table(results)
+    print(f"\nwrote {out_path}")
     return 0
 
 
 def print_table(results: dict) -> None:
-    rows = [("minilm (base)", mode, s["ndcg@10"], None) for mode, s in results.get("base", {}).items()]
-    for stage in ("synthetic", "ceiling"):
-        for mode, s in (results.get(stage, {}).get("scores") or {}).items():
-            rows.append((f"{results[stage]['model']} ({stage})", mode, s["ndcg@10"], results[stage]["train_wall_seconds"]))
-    if "scores" in results.get("reranker", {}):
-        r = results["reranker"]
-        rows.append((f"hybrid-rrf + {r['model']}", f"rerank top {r['scores']['rerank_depth']}", r["scores"]["hybrid-rrf+reranker"]["ndcg@10"],
-                     r["train_wall_seconds"]))
-    print(f"\nSciFact test nDCG@10 (anchor: base minilm {ANCHOR_BASE_NDCG10})")
-    print(f"{'model':<36} {'mode':<16} {'nDCG@10':>8} {'train s':>8}")
-    for model, mode, ndcg, secs in rows:
-        print(f"{model:<36} {mode:<16} {ndcg:>8.4f} {'' if secs is None else f'{secs:>8.0f}'}")
+    print(f"\nSciFact test ({results['corpus_documents']} documents; anchor: base minilm dense {ANCHOR_BASE_NDCG10} on the full corpus)")
+    print(f"{'stage':<18} {'model':<16} {'compared with':<34} {'base':>7} {'model':>7} {'delta':>7} {'p':>7} {'train s':>8}")
+    for name, s in results["stages"].items():
+        t = s["test"]
+        print(f"{name:<18} {s['model']:<16} {t['compared_with']:<34} {t['base_ndcg@10']:>7.4f} {t['ndcg@10']:>7.4f} "
+              f"{t['delta_ndcg@10']:>+7.4f} {t['p_value_ndcg@10']:>7.4f} {s['train_wall_seconds']:>8.0f}")
 
 
 if __name__ == "__main__":

@@ -98,8 +98,13 @@ def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: Feed
 @schedule(job=retrain_job, cron_schedule=os.environ.get("RAG_RETRAIN_CRON", "0 3 * * 0"),
           execution_timezone=os.environ.get("RAG_RETRAIN_TIMEZONE", "UTC"), default_status=DefaultScheduleStatus.STOPPED,
           description="Weekly fallback retrain (RAG_RETRAIN_CRON, default Sunday 03:00): runs unless a retrain "
-          "finished in the last 6 days; trains on the QA set plus all feedback so far.")
+          "is in progress or finished in the last 6 days; trains on the QA set plus all feedback so far.")
 def weekly_retrain(context: ScheduleEvaluationContext, feedback_loop: FeedbackLoop):
+    # Two retrains at once would train, gate and promote against each other's production (and each other's
+    # candidate alias): wait for the running one, like the feedback and drift sensors do.
+    running = active_retrain(context.instance)
+    if running:
+        return SkipReason(f"retrain run {running} is in progress")
     recent = context.instance.get_run_records(filters=RunsFilter(job_name=retrain_job.name, statuses=FINISHED), limit=1)
     if recent and recent[0].end_time and datetime.fromtimestamp(recent[0].end_time, timezone.utc) > \
             datetime.now(timezone.utc) - timedelta(days=6):

@@ -165,3 +165,16 @@ def test_weekly_retrain_exports_the_feedback_and_requests_a_run(loop, tmp_path):
     folder = request.run_config["ops"]["finetuned_embedder"]["config"]["feedback_dataset"]
     assert json.loads((tmp_path / folder / "stats.json").read_text())["chunk_qrels_positive"] == 2
     store.close()
+
+
+def test_weekly_retrain_waits_for_a_running_retrain(loop):
+    from dagster import build_schedule_context, instance_for_test
+
+    from sensors.feedback import weekly_retrain
+
+    with instance_for_test() as instance:
+        instance.add_run(DagsterRun(job_name="retrain_job", run_id="r-running", status=DagsterRunStatus.STARTED))
+        with build_schedule_context(instance=instance, resources={"feedback_loop": loop}) as context:
+            skip = weekly_retrain(context)
+    assert isinstance(skip, SkipReason) and skip.skip_message == "retrain run r-running is in progress"
+    assert not list(loop.root.glob("**/stats.json"))  # nothing exported for a run that was not requested

@@ -113,6 +113,34 @@ def test_training_data_pairs_dev_split_and_negatives():
         training_data([i for i in items if i.split == "dev"], _chunks(texts))
 
 
+def test_selection_and_gate_questions_are_disjoint_and_never_training_questions():
+    from rag.training.data import split_dev
+    from rag.training.gate import embedder_gate
+
+    # Eight questions, each under two ids (the second differs in case and spacing only): a text stays on one side.
+    queries = {f"a{i}": f"question {i}" for i in range(8)} | {f"b{i}": f"  Question  {i} " for i in range(8)}
+    selection, gate = split_dev(queries, 0.5)
+    assert sorted(selection + gate) == sorted(queries) and len(selection) == len(gate) == 8
+    assert not {queries[q].lower().split()[1] for q in selection} & {queries[q].lower().split()[1] for q in gate}
+    assert split_dev(queries, 0.5) == (selection, gate)  # deterministic
+
+    texts = {f"d{i}": f"document number {i} talks about topic {i}." for i in range(24)}
+    items = [_item(f"q{i}", f"what about topic {i}?", f"d{i}", 10, "train" if i < 12 else "dev") for i in range(24)]
+    items += [_item("dup-train", "  What about TOPIC 3? ", "d3", 10, "dev"),  # a training question under another id
+              _item("dup-feedback", "a question users rated", "d4", 10, "dev")]  # ...and a feedback training question
+    data = training_data(items, _chunks(texts), extra_positives=[("A question users rated", "a liked passage")])
+    dev = set(data.selection.queries) | set(data.gate.queries)
+    assert dev == {f"q{i}" for i in range(12, 24)} and not set(data.selection.queries) & set(data.gate.queries)
+
+    # Too few dev questions: no selection below 2 (training keeps its last step), and the gate refuses to decide.
+    few = training_data(items[:12] + items[12:14], _chunks(texts))
+    assert len(few.selection) == 0 and len(few.gate) == 1
+    with pytest.raises(ValueError, match="only 1 held-out gate question.*generate a larger QA set"):
+        embedder_gate(None, None, few.gate, GateSettings())
+    three = training_data(items[:12] + items[12:15], _chunks(texts))
+    assert len(three.selection) == 2 and len(three.gate) == 1  # still disjoint, however small
+
+
 def test_feedback_questions_are_held_out_by_text_and_decide_the_gate_once_there_are_enough():
     from types import SimpleNamespace
 
@@ -150,6 +178,143 @@ def test_inverse_cloze_takes_one_sentence_out_of_its_passage():
     for query, passage, pid in triples:
         assert query in passages[pid] and query not in passage
         assert " ".join(passages[pid].replace(query, "").split()) == passage
+
+
+# --- promotion only through the gate -----------------------------------------------------------------------------
+def _fake_model(folder):
+    folder.mkdir(parents=True)
+    (folder / "weights.bin").write_bytes(b"0")
+    return folder
+
+
+def _verdict(registry, kind, mv, *, passed, production, for_version=None):
+    """A gate verdict as gate_candidate records it (rag.training.pipeline)."""
+    registry.update_metrics(kind, mv.version, {"gate": {
+        "passed": passed, "reasons": "all criteria met" if passed else "ndcg@10: -0.1000 (p=0.9000) is not a significant improvement",
+        "candidate_version": for_version or mv.version, "production_version": production, "qa_set_version": "0123456789ab",
+        "gated_at": "2025-01-01T00:00:00+00:00"}})
+
+
+def test_promote_needs_a_passing_gate_verdict_against_the_current_production(tmp_path):
+    from rag.training import PromotionRefused
+    from rag.training.pipeline import promote
+
+    registry = ModelRegistry(tmp_path / "models")
+    v1 = registry.register("reranker", _fake_model(tmp_path / "m1"), {"base_model": "minilm"})
+    registry.set_alias("reranker", "candidate", v1.version)
+    quiet = lambda _: None  # noqa: E731
+    with pytest.raises(PromotionRefused, match="ce-minilm-v1: it has no gate verdict.*run retrain_job"):
+        promote("reranker", registry, v1, log=quiet)
+    _verdict(registry, "reranker", v1, passed=False, production=None)
+    with pytest.raises(PromotionRefused, match="the gate rejected it against no reranker.*ndcg@10: -0.1000"):
+        promote("reranker", registry, v1, log=quiet)
+    assert registry.aliases()["reranker"] == {"candidate": "v1"}  # a refusal moves nothing
+
+    _verdict(registry, "reranker", v1, passed=True, production=None)
+    outcome = promote("reranker", registry, v1, log=quiet)  # `v1` was read before the verdict: promote reads the manifest
+    assert outcome["promoted"] == "ce-minilm-v1" and registry.aliases()["reranker"] == {"production": "v1"}
+    assert registry.resolve("reranker", "v1").metrics["promotion"]["forced"] is False
+
+    # A pass against the implicit v0 says nothing about beating v1, now production; nor does another version's verdict.
+    v2 = registry.register("reranker", _fake_model(tmp_path / "m2"), {"base_model": "minilm"})
+    _verdict(registry, "reranker", v2, passed=True, production=None)
+    with pytest.raises(PromotionRefused, match="gated against the implicit v0 .* production is now ce-minilm-v1"):
+        promote("reranker", registry, v2, log=quiet)
+    _verdict(registry, "reranker", v2, passed=True, production="v1", for_version="v1")
+    with pytest.raises(PromotionRefused, match="its gate verdict is for reranker v1, not v2"):
+        promote("reranker", registry, v2, log=quiet)
+    assert registry.resolve("reranker", "production").version == "v1"
+
+    # An operator's deliberate bypass is possible, logged and recorded.
+    lines = []
+    promote("reranker", registry, v2, log=lines.append, force_reason="operator: rollback drill")
+    record = registry.resolve("reranker", "v2").metrics["promotion"]
+    assert registry.resolve("reranker", "production").version == "v2" and record["forced"] is True
+    assert record["force_reason"] == "operator: rollback drill" and record["previous_version"] == "v1"
+    assert "verdict is for reranker v1" in record["gate_refusal"] and lines[0].startswith("WARNING: promoting reranker ce-minilm-v2")
+
+
+def test_materializing_production_embedder_alone_refuses_an_ungated_or_rejected_candidate(tmp_path):
+    from pathlib import Path
+
+    from dagster import DagsterInstance, materialize
+
+    from assets.training import production_embedder
+    from rag.embedding import _minilm_dir
+    from resources.qdrant import QdrantResource
+    from resources.storage import DataStore
+
+    root = tmp_path / "data"
+    TableStore(root / "tables").write(_chunks({"d0": "a passage about cats."}), CHUNKS_TABLE, STRATEGY)
+    registry = ModelRegistry(root / "models")
+    candidate = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm", "strategy": STRATEGY})
+    registry.set_alias("embedder", "candidate", candidate.version)
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("chunking_strategy", [STRATEGY])
+    qdrant = tmp_path / "qdrant"
+    resources = {"data_store": DataStore(data_dir=str(root)), "qdrant": QdrantResource(url=None, path=str(qdrant))}
+
+    def failure() -> str:
+        result = materialize([production_embedder], instance=instance, resources=resources, raise_on_error=False,
+                             run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}})
+        assert not result.success
+        (event,) = [e for e in result.all_events if e.is_step_failure]
+        error, messages = event.step_failure_data.error, []
+        while error is not None:
+            messages.append(error.message)
+            error = error.cause
+        return " ".join(messages)
+
+    assert "PromotionRefused: refusing to promote embedder ft-minilm-v1: it has no gate verdict" in failure()
+    _verdict(registry, "embedder", candidate, passed=False, production=None)
+    message = failure()
+    assert "the gate rejected it against minilm (base, implicit v0)" in message and "finetuned_embedder_gate" in message
+    # Nothing moved, and no collection was built (the Qdrant folder was never opened).
+    assert registry.aliases()["embedder"] == {"candidate": "v1"} and not qdrant.exists()
+
+
+def test_mined_negatives_never_include_a_known_positive_of_the_query():
+    from sentence_transformers import SentenceTransformer
+
+    from rag.embedding import _minilm_dir
+    from rag.training import EmbedderTrainingConfig
+    from rag.training.data import positives_by_query
+    from rag.training.embedder import mine_negatives
+
+    query, ice = "How do cats purr?", ("What is a glacier?", "A glacier is a slow river of ice moving downhill.")
+    liked = ["Cats purr by vibrating the muscles of their larynx.", "A purring cat twitches its laryngeal muscles.",
+             "Purring in cats comes from the larynx and the diaphragm."]
+    others = ["Dogs bark to warn their owners.", "Bread rises because yeast makes gas.", "The moon orbits the earth.",
+              "Rockets burn liquid hydrogen.", "Tomatoes are fruit.", "Rain falls from clouds."]
+    corpus = liked + others + [ice[1]]
+    kept = [(query, liked[0]), ice]  # what max_pairs sampling kept of all positives
+    known = positives_by_query([(query, p) for p in liked] + [ice])
+    model = SentenceTransformer(_minilm_dir(), device="cpu", local_files_only=True)
+    config = EmbedderTrainingConfig(negative_relative_margin=0.0, negative_range_max=10)
+    unaware = mine_negatives(model, kept, corpus, config, 2)
+    assert set(unaware[(query, liked[0])]) & set(liked[1:])  # the miner alone takes dropped positives for negatives
+    mined = mine_negatives(model, kept, corpus, config, 2, known_positives=known)
+    assert len(mined[(query, liked[0])]) == 2 and not set(mined[(query, liked[0])]) & set(liked)
+    assert all(n not in known[q] for (q, _), negatives in mined.items() for n in negatives)
+
+    # The triplets' fallbacks respect them too: a rejected passage the same question also liked is no negative.
+    from rag.training.data import with_negatives
+
+    triplets = with_negatives(kept, {}, [(query, liked[1])], seed=0, known_positives=known)
+    assert {q: n for q, _, n in triplets} == {query: ice[1], ice[0]: liked[0]}
+
+
+def test_default_schedule_selects_the_checkpoint_several_times_per_epoch():
+    from rag.training import EmbedderTrainingConfig, RerankerTrainingConfig
+    from rag.training.embedder import trainer_schedule
+
+    default = EmbedderTrainingConfig()
+    assert default.max_seq_length is None and RerankerTrainingConfig().max_seq_length == 256  # None: the serving length
+    schedule = trainer_schedule(default, examples=4000, batch_size=64)  # 63 steps per epoch
+    assert schedule["eval_steps"] == schedule["save_steps"] == 15 and 63 // schedule["eval_steps"] >= 4
+    assert trainer_schedule(default, examples=100, batch_size=64)["eval_steps"] == 1  # 2 steps: evaluate both
+    assert trainer_schedule(EmbedderTrainingConfig(evaluations_per_epoch=1), 4000, 64)["eval_steps"] == 63
+    assert trainer_schedule(EmbedderTrainingConfig(eval_steps=7), 4000, 64)["eval_steps"] == 7
 
 
 # --- real models on a SciFact slice --------------------------------------------------------------------------
@@ -211,6 +376,7 @@ def test_tiny_finetune_registers_a_loadable_candidate(scifact_tables, monkeypatc
     assert manifest["base_model"] == "minilm" and manifest["seed"] == 42 and manifest["strategy"] == STRATEGY
     assert manifest["training_data_hash"] == inputs.data.data_hash and manifest["hyperparameters"]["feedback_positives"] == 1
     assert manifest["library_versions"]["sentence-transformers"] and manifest["metrics"]["dev_selection"]
+    assert manifest["hyperparameters"]["max_seq_length"] == 64 == manifest["metrics"]["training"]["max_seq_length"]
     tuned, base = load_embedder("ft-minilm-v1"), load_embedder("minilm")
     assert tuned.version != base.version and tuned.dim == base.dim
     assert load_embedder("candidate") is tuned  # aliases resolve to the same once-loaded version
@@ -221,7 +387,8 @@ def test_gate_rejects_a_worse_embedder_then_promotes_a_better_one_and_swaps_the_
     from rag.embedding import _minilm_dir
     from rag.index.qdrant import QdrantSettings, alias_target, close_client, get_client
     from rag.retrieval.service import search
-    from rag.training.pipeline import gate_candidate, promote, serving_alias
+    from rag.training import TrainingConfig
+    from rag.training.pipeline import gate_candidate, load_inputs, promote, serving_alias
 
     monkeypatch.setenv("RAG_DATA_DIR", str(scifact_tables))
     tables = TableStore(scifact_tables / "tables")
@@ -229,7 +396,16 @@ def test_gate_rejects_a_worse_embedder_then_promotes_a_better_one_and_swaps_the_
     worse = registry.register("embedder", noisy_copy(_minilm_dir(), tmp_path / "noisy", 0.6), {"base_model": "minilm", "strategy": STRATEGY})
     result = gate_candidate("embedder", tables, registry, worse, GateSettings(resamples=2000))
     assert not result.passed and result.metadata["delta_ndcg@10"] < 0 and result.questions >= 10
-    assert registry.resolve("embedder", "v1").metrics["gate"]["against"] == "minilm (base, implicit v0)"
+    verdict = registry.resolve("embedder", "v1").metrics["gate"]
+    assert verdict["against"] == "minilm (base, implicit v0)" and verdict["passed"] is False
+    assert (verdict["candidate_version"], verdict["production_version"]) == ("v1", None) and verdict["gated_at"]
+    assert verdict["qa_set_version"] == load_inputs(tables, TrainingConfig(strategy=STRATEGY)).qa_version
+
+    # A candidate trained on another QA set: its "held-out" questions may be training questions now, so no verdict.
+    stale = registry.register("embedder", _fake_model(tmp_path / "stale"),
+                              {"base_model": "minilm", "strategy": STRATEGY, "qa_set_version": "000000000000"})
+    with pytest.raises(ValueError, match="QA set changed since embedder ft-minilm-v2 was trained.*Retrain"):
+        gate_candidate("embedder", tables, registry, stale, GateSettings(resamples=2000))
 
     # Now the noisy model is production (e.g. a bad promotion in the past) and the untouched base weights are the
     # candidate: a deliberately better model, which the gate must promote.
@@ -242,7 +418,9 @@ def test_gate_rejects_a_worse_embedder_then_promotes_a_better_one_and_swaps_the_
     settings = QdrantSettings(path=str(tmp_path / "qdrant"))
     client = get_client(settings)
     try:
-        first = promote("embedder", registry, worse, tables=tables, client=client, strategies=[STRATEGY])
+        # The rejected model only serves through an operator's bypass (here: to have its collection to swap from).
+        first = promote("embedder", registry, worse, tables=tables, client=client, strategies=[STRATEGY],
+                        force_reason="test: serve the past bad promotion")
         assert alias_target(client, serving_alias(STRATEGY)) == first["serving_aliases"][serving_alias(STRATEGY)]
         outcome = promote("embedder", registry, better, tables=tables, client=client, strategies=[STRATEGY])
         live = alias_target(client, serving_alias(STRATEGY))

@@ -1,10 +1,16 @@
-"""Rerankers: re-score retrieved passages for a query (a cross-encoder reads query and passage together).
+"""Rerankers: re-score retrieved passages for a query.
 
-    reranker = load_reranker("production")          # the registry's production cross-encoder, or None
+    reranker = load_reranker("production")          # the registry's production reranker, or None
     hits = rerank(reranker, query, hybrid_hits, k=10)
 
-No pretrained cross-encoder is available offline, so the pipeline trains its own (rag.training) and registers
-it; "production" / "candidate" resolve through the model registry (kind "reranker").
+Kinds (RERANKERS; a registered version names its kind in the manifest's hyperparameters["reranker_kind"]):
+- "lambdamart" (default for training): LightGBM LambdaRank over first-stage signals, lexical features and
+  feedback priors (rag.rerank.ltr). It trains in seconds on a CPU and reads the hits' first-stage signals.
+- "cross-encoder": any saved sentence-transformers CrossEncoder directory (a pretrained one for users online,
+  or one rag.training trained from the bi-encoder's weights, which learns little on a CPU budget).
+
+Score scale, for `min_score` and attribution thresholds: every reranker here returns a relevance probability in
+[0, 1] (the learned ranker is Platt-calibrated; a one-logit CrossEncoder's predict applies a sigmoid).
 """
 from __future__ import annotations
 
@@ -29,8 +35,17 @@ class Reranker(Protocol):
         ...
 
 
+def reranker_scores(reranker, query: str, hits) -> np.ndarray:
+    """Scores of first-stage hits: a reranker with `needs_hits` reads their signals, others their texts."""
+    if getattr(reranker, "needs_hits", False):
+        return np.asarray(reranker.score_hits(query, hits), dtype=np.float64)
+    return np.asarray(reranker.score(query, [str(h.chunk.get("text", "")) for h in hits]), dtype=np.float64)
+
+
 class CrossEncoderReranker:
-    """A sentence-transformers CrossEncoder saved in a directory (trained by rag.training)."""
+    """A sentence-transformers CrossEncoder saved in a directory (pretrained, or trained by rag.training)."""
+
+    scale = "probability"
 
     def __init__(self, path: str | Path, name: str | None = None, max_length: int = 256, batch_size: int = 32) -> None:
         self.path = Path(path)
@@ -58,7 +73,20 @@ def _cross_encoder(path: str, max_length: int):
     return CrossEncoder(path, device="cpu", local_files_only=True, max_length=max_length)
 
 
-RERANKERS: dict[str, Callable[..., Reranker]] = {"cross-encoder": CrossEncoderReranker}
+def _learned_ranker(path, name=None):
+    from rag.rerank.ltr import LearnedRanker
+
+    return LearnedRanker(path, name=name)
+
+
+RERANKERS: dict[str, Callable[..., Reranker]] = {"lambdamart": _learned_ranker, "cross-encoder": CrossEncoderReranker}
+
+
+def reranker_from_dir(path: str | Path, name: str | None = None) -> Reranker:
+    """A saved reranker of any kind: a learned ranker's folder has ltr.json, anything else is read as a CrossEncoder."""
+    from rag.rerank.ltr import is_ltr_dir
+
+    return RERANKERS["lambdamart" if is_ltr_dir(path) else "cross-encoder"](path, name=name)
 
 
 def load_reranker(spec: str | None, *, registry: ModelRegistry | None = None) -> Reranker | None:
@@ -71,25 +99,25 @@ def load_reranker(spec: str | None, *, registry: ModelRegistry | None = None) ->
     if spec in ALIASES or is_registry_name(spec, "reranker") or re.fullmatch(r"v\d+", spec):
         mv = registry.resolve("reranker", spec)
         if mv is not None:
-            return RERANKERS[mv.hyperparameters.get("reranker_kind", "cross-encoder")](mv.path, name=mv.name)
+            return reranker_from_dir(mv.path, name=mv.name)
         if spec in ALIASES:
             return None
     if Path(spec).is_dir():
-        return CrossEncoderReranker(spec)
+        return reranker_from_dir(spec)
     known = ", ".join(registry.names("reranker")) or "none registered yet"
     raise ValueError(f"unknown reranker {spec!r}: use none, production, candidate, a registered version ({known}) "
-                     "or a directory holding a saved CrossEncoder")
+                     "or a directory holding a saved reranker (a learned ranker or a CrossEncoder)")
 
 
 def rerank(reranker: Reranker, query: str, hits: list[Hit], k: int) -> list[Hit]:
     """The hits re-scored by the reranker, best first, ranks 1..k; ties keep the retrieval order."""
     if not hits:
         return []
-    scores = np.asarray(reranker.score(query, [str(h.chunk.get("text", "")) for h in hits]), dtype=np.float64)
+    scores = reranker_scores(reranker, query, hits)
     if scores.shape != (len(hits),):
         raise ValueError(f"reranker {reranker.name!r} returned {scores.shape} scores for {len(hits)} passages")
     order = sorted(range(len(hits)), key=lambda i: (-scores[i], hits[i].rank))
     return [replace(hits[i], rank=rank, score=float(scores[i])) for rank, i in enumerate(order[:k], start=1)]
 
 
-__all__ = ["Reranker", "CrossEncoderReranker", "RERANKERS", "load_reranker", "rerank"]
+__all__ = ["Reranker", "CrossEncoderReranker", "RERANKERS", "load_reranker", "rerank", "reranker_from_dir", "reranker_scores"]

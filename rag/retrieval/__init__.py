@@ -52,6 +52,9 @@ class Hit:
     rank: int
     score: float
     chunk: dict
+    # What the first stage saw: each component list's score and rank (dense_score, dense_rank, bm25_score,
+    # bm25_rank) and the fused rank; a learning-to-rank reranker reads these. Missing = not in that list.
+    signals: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         c = self.chunk
@@ -133,6 +136,24 @@ def dense_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> li
     return [(p.payload["chunk_id"], float(p.score)) for p in points]
 
 
+class Ranking(list):
+    """(chunk_id, score) best first, plus the component lists' scores and ranks of every item."""
+
+    def __init__(self, items, signals: dict[str, dict[str, float]] | None = None):
+        super().__init__(items)
+        self.signals = signals or {}
+
+
+def component_signals(**components: list[tuple[str, float]]) -> dict[str, dict[str, float]]:
+    """{chunk_id: {"<name>_score": s, "<name>_rank": r}} over named rankings (ranks from 1)."""
+    out: dict[str, dict[str, float]] = {}
+    for name, ranking in components.items():
+        for rank, (cid, score) in enumerate(ranking, start=1):
+            entry = out.setdefault(cid, {})
+            entry[f"{name}_score"], entry[f"{name}_rank"] = float(score), float(rank)
+    return out
+
+
 Ranker = Callable[[Index, str, RetrievalParams], list[tuple[str, float]]]
 RETRIEVERS: dict[str, Ranker] = {}
 
@@ -146,24 +167,28 @@ def register_retriever(name: str) -> Callable[[Ranker], Ranker]:
 
 @register_retriever("bm25")
 def _bm25(index: Index, query: str, p: RetrievalParams) -> list[tuple[str, float]]:
-    return bm25_ranking(index, query, max(p.k, p.candidates), p.filters)
+    ranking = bm25_ranking(index, query, max(p.k, p.candidates), p.filters)
+    return Ranking(ranking, component_signals(bm25=ranking))
 
 
 @register_retriever("dense")
 def _dense(index: Index, query: str, p: RetrievalParams) -> list[tuple[str, float]]:
-    return dense_ranking(index, query, max(p.k, p.candidates), p.filters)
+    ranking = dense_ranking(index, query, max(p.k, p.candidates), p.filters)
+    return Ranking(ranking, component_signals(dense=ranking))
 
 
 @register_retriever("hybrid-rrf")
 def _hybrid_rrf(index: Index, query: str, p: RetrievalParams) -> list[tuple[str, float]]:
     depth = max(p.k, p.candidates)
-    return reciprocal_rank_fusion([dense_ranking(index, query, depth, p.filters), bm25_ranking(index, query, depth, p.filters)], k=p.rrf_k)
+    dense, sparse = dense_ranking(index, query, depth, p.filters), bm25_ranking(index, query, depth, p.filters)
+    return Ranking(reciprocal_rank_fusion([dense, sparse], k=p.rrf_k), component_signals(dense=dense, bm25=sparse))
 
 
 @register_retriever("hybrid-cc")
 def _hybrid_cc(index: Index, query: str, p: RetrievalParams) -> list[tuple[str, float]]:
     depth = max(p.k, p.candidates)
-    return convex_combination(dense_ranking(index, query, depth, p.filters), bm25_ranking(index, query, depth, p.filters), p.alpha)
+    dense, sparse = dense_ranking(index, query, depth, p.filters), bm25_ranking(index, query, depth, p.filters)
+    return Ranking(convex_combination(dense, sparse, p.alpha), component_signals(dense=dense, bm25=sparse))
 
 
 def retrieve(index: Index, query: str, mode: str, params: RetrievalParams | None = None) -> list[Hit]:
@@ -175,10 +200,13 @@ def retrieve(index: Index, query: str, mode: str, params: RetrievalParams | None
         raise RetrievalError(f"unknown retrieval mode {mode!r} (known: {', '.join(RETRIEVERS)})") from None
     # A collection can briefly hold points of chunks the chunk set no longer has (between re-chunking and
     # re-embedding); those are skipped rather than served or crashed on.
-    ranking = [(cid, score) for cid, score in ranker(index, query, params) if cid in index.chunks.index]
+    ranked = ranker(index, query, params)
+    signals = getattr(ranked, "signals", {})
+    ranking = [(cid, score) for cid, score in ranked if cid in index.chunks.index]
     if params.mmr_lambda is not None and ranking:
         ranking = _diversify(index, query, ranking, params)
-    return [Hit(rank, score, index.record(cid)) for rank, (cid, score) in enumerate(ranking[:params.k], start=1)]
+    return [Hit(rank, score, index.record(cid), {**signals.get(cid, {}), "first_stage_rank": float(rank)})
+            for rank, (cid, score) in enumerate(ranking[:params.k], start=1)]
 
 
 def _diversify(index: Index, query: str, ranking: list[tuple[str, float]], p: RetrievalParams) -> list[tuple[str, float]]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rag.training.config import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig, TrainingConfig
 from rag.training.data import FeedbackSplit, IRSet, TrainingData, split_feedback, training_data
-from rag.training.gate import GateResult, gate_decision, paired_p_value
+from rag.training.gate import GateResult, PromotionRefused, gate_decision, paired_p_value
 
 __all__ = ["EmbedderTrainingConfig", "RerankerTrainingConfig", "TrainingConfig", "GateSettings", "GateResult", "IRSet",
            "TrainingData", "training_data", "gate_decision", "paired_p_value", "FeedbackSplit",
-           "split_feedback"]
+           "split_feedback", "PromotionRefused"]

@@ -1,5 +1,5 @@
 """Training and gate settings (pydantic). Defaults are CPU-friendly: a few thousand pairs train in minutes on
-2 cores (short sequences, one epoch, a large effective batch through the cached loss)."""
+2 cores (one epoch, a large effective batch through the cached loss)."""
 from __future__ import annotations
 
 from typing import Literal
@@ -21,9 +21,17 @@ class TrainingConfig(BaseModel):
     learning_rate: float = Field(5e-5, gt=0)
     warmup_ratio: float = Field(0.1, ge=0, le=1)  # linear warmup, then linear decay (AdamW)
     weight_decay: float = Field(0.01, ge=0)
-    max_seq_length: int = Field(128, ge=16, description="tokens per text; short sequences keep CPU training in minutes")
+    # None trains at the length the model serves at (MiniLM: 256). Training at 128 cut positives short: for half the
+    # inverse-cloze pairs the passage lost the very sentence its query was taken from, so the model learned to match
+    # questions to text that no longer contained the answer. An int is an explicit override (e.g. for speed).
+    max_seq_length: int | None = Field(None, ge=16, description="tokens per text in training; None = the base model's own "
+                                       "max_seq_length (what it serves at)")
     seed: int = 42
-    eval_steps: int | None = Field(None, ge=1, description="evaluate (and checkpoint) every N steps; None = once per epoch")
+    eval_steps: int | None = Field(None, ge=1, description="evaluate (and checkpoint) every N steps; None = "
+                                   "evaluations_per_epoch times per epoch")
+    # One evaluation per epoch could only keep the end of an epoch; with a short CPU budget the best weights are often
+    # reached (and then lost again) within the first epoch.
+    evaluations_per_epoch: int = Field(4, ge=1, description="checkpoint-selection evaluations per epoch when eval_steps is None")
     selection_fraction: float = Field(0.5, gt=0, lt=1, description="share of dev questions that select the checkpoint; "
                                       "the rest are held out for the gate")
     hard_negatives: bool = Field(True, description="mine hard negatives with the base model (margin keeps true positives out)")
@@ -49,7 +57,18 @@ class EmbedderTrainingConfig(TrainingConfig):
 
 
 class RerankerTrainingConfig(TrainingConfig):
-    loss: Literal["bce", "lambda"] = Field("bce", description="binary cross-entropy on (query, passage, label), or "
+    # LambdaRank over features is the default: measured on SciFact, a cross-encoder started from the bi-encoder's
+    # weights orders candidates at random after a CPU-sized run (its head reads a [CLS] token MiniLM never trained).
+    kind: Literal["lambdamart", "cross-encoder"] = Field("lambdamart", description="lambdamart: LightGBM LambdaRank over "
+                                                         "first-stage, lexical and feedback features (seconds on a CPU); "
+                                                         "cross-encoder: a CrossEncoder from the base model's weights")
+    rerank_depth: int = Field(50, ge=2, description="lambdamart: first-stage candidates per question, as the gate reranks them")
+    trees: int = Field(400, ge=1, description="lambdamart: most boosting rounds (early stopping on selection nDCG@10)")
+    boosting_learning_rate: float = Field(0.05, gt=0, le=1)
+    num_leaves: int = Field(15, ge=2)
+    min_child_samples: int = Field(20, ge=1)
+    early_stopping_rounds: int = Field(50, ge=1)
+    loss: Literal["bce", "lambda"] = Field("bce", description="cross-encoder: binary cross-entropy on (query, passage, label), or "
                                            "LambdaLoss over (query, [positive, negatives...]) lists")
     negatives_per_positive: int = Field(3, ge=1, description="mined negatives per positive")
     learning_rate: float = Field(5e-5, gt=0)
@@ -69,3 +88,5 @@ class GateSettings(BaseModel):
     recall_tolerance: float = Field(0.01, ge=0, description="largest allowed drop of the recall metric")
     seed: int = 0
     rerank_depth: int = Field(50, ge=1, description="reranker gate: candidates of hybrid retrieval that get re-scored")
+    min_questions: int = Field(5, ge=1, description="fewest held-out gate questions the gate decides on; fewer is an error "
+                               "(generate a larger QA set) rather than a verdict from a handful of questions")

@@ -63,14 +63,35 @@ def ir_set(items: list[QAItem], chunks: pd.DataFrame, relevance: Relevance | Non
     return IRSet({i.qid: i.question for i in items if i.qid in qrels}, dict(zip(chunks["chunk_id"], chunks["text"])), qrels)
 
 
-def split_dev(qids: list[str], selection_fraction: float) -> tuple[list[str], list[str]]:
+# Fewer selection questions than this picks a checkpoint on noise: training then keeps the last step instead.
+MIN_SELECTION_QUESTIONS = 2
+
+
+def normalized_question(text: str) -> str:
+    """What makes two questions the same question: case and whitespace do not count."""
+    return " ".join(text.lower().split())
+
+
+def split_dev(queries: dict[str, str], selection_fraction: float) -> tuple[list[str], list[str]]:
     """Checkpoint selection and the gate must not score the same questions, or the gate would reward the
-    checkpoint picked on them. Deterministic by question id; with fewer than 10 questions both use all."""
-    ordered = sorted(qids, key=lambda q: hashlib.sha256(q.encode()).hexdigest())
-    if len(ordered) < 10:
-        return ordered, ordered
-    cut = max(1, round(len(ordered) * selection_fraction))
-    return ordered[:cut], ordered[cut:]
+    checkpoint picked on them. Split by normalized question text (the same question under two ids stays on one
+    side), deterministically by a hash of that text. Always disjoint: with few questions one side may be small or
+    empty, which training (no selection: keep the last step) and the gate (too few: an error) handle."""
+    groups: dict[str, list[str]] = {}
+    for qid in sorted(queries):
+        groups.setdefault(normalized_question(queries[qid]), []).append(qid)
+    ordered = sorted(groups, key=lambda text: hashlib.sha256(text.encode()).hexdigest())
+    cut = round(len(ordered) * selection_fraction)
+    return [q for text in ordered[:cut] for q in groups[text]], [q for text in ordered[cut:] for q in groups[text]]
+
+
+def positives_by_query(pairs: list[Pair]) -> dict[str, set[str]]:
+    """query -> every passage known to answer it. Built from all positives, before any sampling, so a positive
+    dropped by `max_pairs` is still known and never used as that query's negative."""
+    out: dict[str, set[str]] = {}
+    for q, p in pairs:
+        out.setdefault(q, set()).add(p)
+    return out
 
 
 @dataclass
@@ -90,7 +111,7 @@ def split_feedback(judged, dev_fraction: float) -> FeedbackSplit:
     would count as independent samples in the gate's paired test). Only questions with a +1 passage can be dev
     questions: they need an answer key."""
     def digest(text: str) -> str:
-        return hashlib.sha256(" ".join(text.lower().split()).encode()).hexdigest()
+        return hashlib.sha256(normalized_question(text).encode()).hexdigest()
 
     def held_out(text: str) -> bool:
         return int(digest(text)[:16], 16) / 2**64 < dev_fraction
@@ -114,9 +135,10 @@ def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives:
                   selection_fraction: float = 0.5, min_feedback_gate: int = 20, relevance: Relevance | None = None) -> TrainingData:
     """Train-split questions paired with each relevant chunk (+ feedback pairs); dev-split questions and held-out
     feedback questions become the selection and gate sets. Once enough held-out feedback questions exist the gate
-    scores only them: what users ask is what a promotion must improve; synthetic questions stand in until then."""
+    scores only them: what users ask is what a promotion must improve; synthetic questions stand in until then.
+    A dev question whose text is also a training question (another id, a feedback pair) is dropped: the gate would
+    otherwise score the model on a question it was trained on."""
     train = [i for i in items if i.split == "train"]
-    dev = [i for i in items if i.split != "train"]
     text = dict(zip(chunks["chunk_id"], chunks["text"]))
     question = {i.qid: i.question for i in train}
     positives = [(question[q], text[c]) for q, rel in qrels_for_chunks(train, chunks, relevance).items() for c in sorted(rel)]
@@ -128,34 +150,46 @@ def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives:
     if not positives:
         raise ValueError("no training pairs: the QA set has no train-split question with a relevant chunk in this chunk set "
                          "(generate more questions with synthetic_qa, or pass feedback pairs)")
-    dev_set = ir_set(dev, chunks, relevance)
-    selection, gate = split_dev(list(dev_set.queries), selection_fraction)
+    trained = {normalized_question(q) for q, _ in positives + negatives} | {normalized_question(i.question) for i in train}
+    users: dict[str, dict[str, int]] = {}  # held-out feedback question -> its liked chunks in this chunk set
     if feedback is not None:  # rated chunks of an older chunk set cannot be scored against this one
-        qrels = {q: {c: 1 for c in rel if c in text} for q, rel in feedback.dev_qrels.items()}
-        qrels = {q: rel for q, rel in qrels.items() if rel}
-        dev_set = IRSet({**dev_set.queries, **{q: feedback.dev_queries[q] for q in qrels}}, dev_set.corpus, {**dev_set.qrels, **qrels})
-        users_selection, users_gate = split_dev(list(qrels), selection_fraction)
+        users = {q: {c: 1 for c in rel if c in text} for q, rel in feedback.dev_qrels.items()
+                 if normalized_question(feedback.dev_queries[q]) not in trained}
+        users = {q: rel for q, rel in users.items() if rel}
+    # A synthetic question a user also asked is kept once, as the user's: it would otherwise sit on both sides.
+    asked = trained | {normalized_question(feedback.dev_queries[q]) for q in users}
+    dev = [i for i in items if i.split != "train" and normalized_question(i.question) not in asked]
+    dev_set = ir_set(dev, chunks, relevance)
+    selection, gate = split_dev(dev_set.queries, selection_fraction)
+    if users:
+        dev_set = IRSet({**dev_set.queries, **{q: feedback.dev_queries[q] for q in users}}, dev_set.corpus, {**dev_set.qrels, **users})
+        users_selection, users_gate = split_dev({q: feedback.dev_queries[q] for q in users}, selection_fraction)
         selection += users_selection
         gate = users_gate if len(users_gate) >= min_feedback_gate else gate + users_gate
+    if len(selection) < MIN_SELECTION_QUESTIONS:
+        selection = []
     return TrainingData(positives, negatives, dev_set.subset(selection), dev_set.subset(gate))
 
 
-def with_negatives(positives: list[Pair], mined: dict[Pair, str], feedback: list[Pair], seed: int) -> list[tuple[str, str, str]]:
+def with_negatives(positives: list[Pair], mined: dict[Pair, str], feedback: list[Pair], seed: int,
+                   known_positives: dict[str, set[str]] | None = None) -> list[tuple[str, str, str]]:
     """(query, positive, negative) triplets: the feedback negative of the query when there is one (what a user
     rejected is the most informative negative), else the mined one, else a random other passage, so every
-    positive stays in training."""
+    positive stays in training. No negative is ever a known positive of its query (`known_positives`: all
+    positives before sampling, see positives_by_query), nor a passage the same user question also liked."""
     rng = random.Random(seed)
+    answers = positives_by_query(positives)
+    for q, known in (known_positives or {}).items():
+        answers.setdefault(q, set()).update(known)
     rejected: dict[str, list[str]] = {}
     for q, p in feedback:
-        rejected.setdefault(q, []).append(p)
+        if p not in answers.get(q, ()):
+            rejected.setdefault(q, []).append(p)
     passages = sorted({p for _, p in positives})
-    answers: dict[str, set[str]] = {}
-    for q, p in positives:
-        answers.setdefault(q, set()).add(p)
     out = []
     for q, p in positives:
         negative = rng.choice(rejected[q]) if q in rejected else mined.get((q, p))
-        if negative is None:
+        if negative is None or negative in answers[q]:
             others = [x for x in passages if x not in answers[q]]
             if not others:
                 continue

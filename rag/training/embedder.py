@@ -2,8 +2,9 @@
 
 In-batch negatives (MultipleNegativesRankingLoss, or its cached variant for a large effective batch on a CPU),
 no duplicate texts in a batch, one hard negative per pair (feedback -1 first, else mined with the base model
-under a margin so unlabeled true positives are not mined), AdamW with linear warmup and decay, and the
-checkpoint with the best MRR@5 on the selection dev questions kept.
+under a margin so unlabeled true positives are not mined, never a known positive of the query), AdamW with linear
+warmup and decay, training at the serving sequence length, and the checkpoint with the best MRR@5 on the selection
+dev questions (evaluated several times per epoch) kept.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rag.training.config import EmbedderTrainingConfig, TrainingConfig
-from rag.training.data import IRSet, Pair, TrainingData, with_negatives
+from rag.training.data import IRSet, Pair, TrainingData, positives_by_query, with_negatives
 
 Log = Callable[[str], None]
 SELECTION_METRIC = "dev_cosine_mrr@5"
@@ -31,11 +32,14 @@ class TrainingRun:
     selection_metrics: dict[str, float] = field(default_factory=dict)  # of the kept checkpoint
     best_checkpoint: str | None = None
     log_history: list[dict] = field(default_factory=list)
+    max_seq_length: int | None = None  # the length it was actually trained at (None: the trainer did not say)
 
     @property
     def summary(self) -> dict:
+        length = {"max_seq_length": self.max_seq_length} if self.max_seq_length else {}
         return {"train_seconds": round(self.seconds, 1), "steps": self.steps, "examples": self.examples,
-                "best_checkpoint": self.best_checkpoint or "final", **{k: round(v, 4) for k, v in self.selection_metrics.items()}}
+                "best_checkpoint": self.best_checkpoint or "final", **length,
+                **{k: round(v, 4) for k, v in self.selection_metrics.items()}}
 
 
 def base_source(name: str) -> str:
@@ -67,24 +71,43 @@ def sample_pairs(pairs: list[Pair], limit: int | None, seed: int) -> list[Pair]:
 
 
 def mine_negatives(model, pairs: list[Pair], corpus: list[str], config: TrainingConfig, num_negatives: int = 1,
-                   cache_dir: Path | None = None) -> dict[Pair, list[str]]:
+                   cache_dir: Path | None = None, known_positives: dict[str, set[str]] | None = None) -> dict[Pair, list[str]]:
     """Hard negatives per (query, positive) from sentence-transformers' miner: among each query's top
-    `negative_range_max` passages, those scoring below (1 - margin) x the positive's score."""
+    `negative_range_max` passages, those scoring below (1 - margin) x the positive's score.
+
+    The miner only knows the positives in `pairs`; a positive dropped by `max_pairs` sampling (or any other
+    passage in `known_positives[query]`, see positives_by_query) would be mined as a "negative" of its own query
+    and train the model away from a right answer. So a few spare negatives are mined and known positives are
+    filtered out afterwards; a pair keeps at most `num_negatives` (fewer when the miner found fewer)."""
     from datasets import Dataset
     from sentence_transformers.util import mine_hard_negatives
 
     if not pairs:
         return {}
+    known = positives_by_query(pairs)
+    for q, passages in (known_positives or {}).items():
+        if q in known:
+            known[q] |= set(passages)
+    sampled = positives_by_query(pairs)
     dataset = Dataset.from_dict({"query": [q for q, _ in pairs], "positive": [p for _, p in pairs]})
     corpus = list(dict.fromkeys([p for _, p in pairs] + list(corpus)))
-    mined = mine_hard_negatives(dataset, model, corpus=corpus, range_max=min(config.negative_range_max, len(corpus)),
-                                relative_margin=config.negative_relative_margin, num_negatives=num_negatives,
-                                sampling_strategy="top", output_format="n-tuple", batch_size=32, verbose=False,
+    range_max = min(config.negative_range_max, len(corpus))
+    spare = max(len(known[q] - sampled[q]) for q in known)  # at most this many mined negatives can be filtered away
+    wanted = max(1, min(num_negatives + spare, range_max))
+    # "triplet" keeps every negative found (n-tuple drops a pair short of `wanted`), one row per negative, best first.
+    mined = mine_hard_negatives(dataset, model, corpus=corpus, range_max=range_max,
+                                relative_margin=config.negative_relative_margin, num_negatives=wanted,
+                                sampling_strategy="top", output_format="triplet", batch_size=32, verbose=False,
                                 cache_folder=str(cache_dir) if cache_dir else None)
+    wanted_pairs = set(pairs)
     out: dict[Pair, list[str]] = {}
     for row in mined:
-        values = list(row.values())
-        out[(values[0], values[1])] = values[2:]
+        key = (row["query"], row["positive"])
+        if key not in wanted_pairs or row["negative"] in known[key[0]]:
+            continue
+        negatives = out.setdefault(key, [])
+        if len(negatives) < num_negatives and row["negative"] not in negatives:
+            negatives.append(row["negative"])
     return out
 
 
@@ -113,11 +136,13 @@ def trainer_schedule(config: TrainingConfig, examples: int, batch_size: int) -> 
     """Arguments the two trainers share: schedule, optimizer, evaluation and checkpoint selection."""
     steps_per_epoch = max(1, -(-examples // batch_size))
     total = config.max_steps or max(1, round(steps_per_epoch * config.epochs))
-    eval_steps = config.eval_steps or max(1, min(total, steps_per_epoch))
+    # Several evaluations per epoch (floor: at least evaluations_per_epoch of them), at least one in the run.
+    eval_steps = config.eval_steps or max(1, min(total, steps_per_epoch // config.evaluations_per_epoch))
     return dict(num_train_epochs=config.epochs, max_steps=config.max_steps or -1, per_device_train_batch_size=batch_size,
                 learning_rate=config.learning_rate, warmup_steps=config.warmup_ratio, lr_scheduler_type="linear",
                 weight_decay=config.weight_decay, optim="adamw_torch", seed=config.seed, data_seed=config.seed,
                 eval_strategy="steps", eval_steps=eval_steps, save_strategy="steps", save_steps=eval_steps,
+                # With load_best_model_at_end the trainer never deletes the best checkpoint: 2 = the best + the latest.
                 save_total_limit=2, logging_steps=max(1, min(10, eval_steps)), report_to="none", use_cpu=True,
                 dataloader_num_workers=0, disable_tqdm=True, save_only_model=True)
 
@@ -134,13 +159,16 @@ def train_embedder(data: TrainingData, config: EmbedderTrainingConfig, output_di
     source = base_source(config.base_model)
     model = SentenceTransformer(source, device="cpu", local_files_only=Path(source).is_dir())
     serving_length = model.max_seq_length
-    model.max_seq_length = config.max_seq_length  # short sequences in training; the saved model keeps the base's length
+    # Default: train at the serving length (see TrainingConfig.max_seq_length); the saved model keeps the base's length.
+    model.max_seq_length = config.max_seq_length or serving_length
+    trained_length = model.max_seq_length
     pairs = sample_pairs(data.positives, config.max_pairs, config.seed)
+    known = positives_by_query(data.positives)  # before sampling: a dropped positive is still no negative
     mined = {}
     if config.hard_negatives:
         log(f"mining hard negatives for {len(pairs)} pairs over {len(corpus)} passages")
-        mined = {k: v[0] for k, v in mine_negatives(model, pairs, corpus, config, 1, mining_cache).items() if v}
-    triplets = with_negatives(pairs, mined, data.negatives, config.seed)
+        mined = {k: v[0] for k, v in mine_negatives(model, pairs, corpus, config, 1, mining_cache, known_positives=known).items() if v}
+    triplets = with_negatives(pairs, mined, data.negatives, config.seed, known_positives=known)
     dataset = Dataset.from_dict({"anchor": [t[0] for t in triplets], "positive": [t[1] for t in triplets],
                                  "negative": [t[2] for t in triplets]})
     batch_size = min(config.batch_size, len(dataset))
@@ -160,7 +188,9 @@ def train_embedder(data: TrainingData, config: EmbedderTrainingConfig, output_di
             metric_for_best_model=f"eval_{SELECTION_METRIC}" if evaluator else None, greater_is_better=True, **schedule)
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss, evaluator=evaluator,
                                              callbacks=[progress_callback(log)])
-        return run_trainer(trainer, model, evaluator, output_dir, started, len(dataset), serving_length)
+        run = run_trainer(trainer, model, evaluator, output_dir, started, len(dataset), serving_length)
+    run.max_seq_length = trained_length
+    return run
 
 
 def _evaluated_at(log_history: list[dict], checkpoint: str) -> dict[str, float]:

@@ -17,6 +17,19 @@ from rag.training.config import GateSettings
 from rag.training.data import IRSet
 
 
+class PromotionRefused(ValueError):
+    """A promotion that the gate has not (or not currently) approved; the message says what to run."""
+
+
+def check_gate_questions(ir: IRSet | None, settings: GateSettings) -> None:
+    """A verdict from a handful of questions is noise: refuse to decide rather than promote (or reject) on it."""
+    n = len(ir) if ir is not None else 0
+    if n < settings.min_questions:
+        raise ValueError(f"only {n} held-out gate question(s) with a relevant chunk, the gate needs at least "
+                         f"{settings.min_questions} (disjoint from training and checkpoint selection): generate a larger QA "
+                         "set (more synthetic_qa questions, or more rated feedback) and retrain, or lower GateSettings.min_questions")
+
+
 def paired_p_value(candidate: np.ndarray, production: np.ndarray, *, test: str = "permutation", resamples: int = 10_000,
                    seed: int = 0) -> float:
     """One-sided p-value of "the candidate's mean is higher" from per-question scores of the same questions.
@@ -115,28 +128,39 @@ def per_query(ir: IRSet, run: dict[str, dict[str, float]], settings: GateSetting
 def embedder_gate(production, candidate, ir: IRSet, settings: GateSettings | None = None) -> GateResult:
     """Dense retrieval of the gate questions with each embedder, compared per question."""
     settings = settings or GateSettings()
-    if not len(ir):
-        raise ValueError("no held-out dev question has a relevant chunk: the gate cannot decide (generate a larger QA set)")
+    check_gate_questions(ir, settings)
     return gate_decision(per_query(ir, dense_run(production, ir), settings), per_query(ir, dense_run(candidate, ir), settings), settings)
 
 
-def reranked_run(first_stage: dict[str, list[str]], ir: IRSet, reranker) -> dict[str, dict[str, float]]:
-    """The first-stage candidates of each question re-ordered by the reranker (None keeps the first-stage order)."""
+def _as_hits(candidates: list, ir: IRSet) -> list:
+    """First-stage candidates as hits: rag.retrieval.Hit as they are (with their signals), chunk ids as plain hits."""
+    from rag.retrieval import Hit
+
+    return [c if isinstance(c, Hit) else Hit(rank, 0.0, {"chunk_id": c, "text": ir.corpus[c]})
+            for rank, c in enumerate(candidates, start=1)]
+
+
+def reranked_run(first_stage: dict[str, list], ir: IRSet, reranker) -> dict[str, dict[str, float]]:
+    """The first-stage candidates (hits or chunk ids) of each question re-ordered by the reranker (None keeps the
+    first-stage order)."""
+    from rag.rerank import reranker_scores
+
     run = {}
-    for q, ids in first_stage.items():
+    for q, candidates in first_stage.items():
+        hits = _as_hits(candidates, ir)
+        ids = [h.chunk["chunk_id"] for h in hits]
         order = list(range(len(ids)))
         if reranker is not None and ids:
-            scores = np.asarray(reranker.score(ir.queries[q], [ir.corpus[c] for c in ids]), dtype=np.float64)
+            scores = reranker_scores(reranker, ir.queries[q], hits)
             order = sorted(order, key=lambda i: (-scores[i], i))
         run[q] = {ids[i]: float(len(ids) - rank) for rank, i in enumerate(order)}
     return run
 
 
-def reranker_gate(first_stage: dict[str, list[str]], production, candidate, ir: IRSet,
+def reranker_gate(first_stage: dict[str, list], production, candidate, ir: IRSet,
                   settings: GateSettings | None = None) -> GateResult:
     """Both rerankers re-score the same first-stage candidates (hybrid top-`rerank_depth`) of every gate question."""
     settings = settings or GateSettings()
-    if not len(ir):
-        raise ValueError("no held-out dev question has a relevant chunk: the gate cannot decide (generate a larger QA set)")
+    check_gate_questions(ir, settings)
     return gate_decision(per_query(ir, reranked_run(first_stage, ir, production), settings),
                          per_query(ir, reranked_run(first_stage, ir, candidate), settings), settings)

@@ -20,7 +20,9 @@ from rag.store import CHUNKS_TABLE, TableStore
 from rag.training.config import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig, TrainingConfig
 from rag.training.data import TrainingData, split_feedback, training_data
 from rag.training.embedder import TrainingRun, base_source, train_embedder
-from rag.training.gate import GateResult, embedder_gate, reranker_gate
+from rag.training.gate import GateResult, PromotionRefused, embedder_gate, reranker_gate
+from rag.training.first_stage import first_stage_hits, first_stage_index
+from rag.training.ltr import train_learned_ranker
 from rag.training.reranker import train_reranker
 
 QA_TABLE = "synthetic_qa"  # written by the synthetic_qa asset
@@ -73,7 +75,9 @@ def load_inputs(tables: TableStore, config: TrainingConfig) -> Inputs:
 def _manifest(kind: Kind, config: TrainingConfig, inputs: Inputs, run: TrainingRun, parent: ModelVersion | None) -> dict:
     return {"base_model": config.base_model, "parent_version": parent.version if parent else None,
             "training_data_hash": inputs.data.data_hash, "qa_set_version": inputs.qa_version, "strategy": inputs.strategy,
+            # max_seq_length: the length actually trained at (a None config means the base model's own length).
             "hyperparameters": {**config.model_dump(exclude={"extra_positives", "extra_negatives"}),
+                                "max_seq_length": getattr(run, "max_seq_length", None) or config.max_seq_length,
                                 "feedback_positives": inputs.feedback_positives, "feedback_negatives": len(inputs.data.negatives)},
             "seed": config.seed, "library_versions": library_versions(),
             "metrics": {"dev_selection": run.selection_metrics, "training": run.summary}}
@@ -90,13 +94,30 @@ def train_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, con
         mining_cache = Path(mining_cache) / hashlib.sha256(base_source(config.base_model).encode()).hexdigest()[:12]
     registry.root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=registry.root, prefix=".train-") as scratch:
-        run = trainer(inputs.data, config, Path(scratch) / "model", corpus=inputs.chunks["text"].tolist(), log=log,
-                      mining_cache=mining_cache)
+        if kind == "reranker" and getattr(config, "kind", "cross-encoder") == "lambdamart":
+            run = train_learned_ranker(inputs.data, config, Path(scratch) / "model", chunks=inputs.chunks,
+                                       embedder=aliased_embedder(registry, "production"), feedback=_rated_pairs(config),
+                                       log=log)
+        else:
+            run = trainer(inputs.data, config, Path(scratch) / "model", corpus=inputs.chunks["text"].tolist(), log=log,
+                          mining_cache=mining_cache)
         mv = registry.register(kind, run.model_dir, _manifest(kind, config, inputs, run, registry.resolve(kind, "production")),
                                move=True)
     registry.set_alias(kind, "candidate", mv.version)
     log(f"registered {kind} {mv.name} ({mv.path}) as candidate")
     return mv, run, inputs
+
+
+def _rated_pairs(config: TrainingConfig) -> tuple[list, list]:
+    """Users' training-side ratings as (question, passage) pairs, +1 and -1: the learned ranker's feedback priors.
+    Held-out feedback questions stay out, like their pairs stay out of training."""
+    positives, negatives = list(config.extra_positives), list(config.extra_negatives)
+    if config.feedback_dataset:
+        from rag.feedback import judgments
+
+        split = split_feedback(judgments(Path(config.feedback_dataset)), config.feedback_dev_fraction)
+        positives, negatives = positives + split.positives, negatives + split.negatives
+    return positives, negatives
 
 
 def aliased_embedder(registry: ModelRegistry, alias: str):
@@ -119,7 +140,9 @@ def production_label(registry: ModelRegistry, kind: Kind) -> str:
 
 def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, candidate: ModelVersion,
                    settings: GateSettings | None = None) -> GateResult:
-    """Candidate vs production on the held-out dev questions of the candidate's own QA set and chunk set."""
+    """Candidate vs production on the held-out dev questions of the candidate's own QA set and chunk set. The
+    verdict goes into the candidate's manifest with what it was computed against (candidate and production
+    versions, QA-set version, time): promote() accepts only a passing verdict against today's production."""
     from rag.rerank import load_reranker
 
     settings = settings or GateSettings()
@@ -128,33 +151,89 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
                             **{k: trained[k] for k in ("feedback_dataset", "feedback_dev_fraction", "min_feedback_gate_questions",
                                                        "selection_fraction") if trained.get(k) is not None})
     inputs = load_inputs(tables, config)
+    recorded = candidate.model_extra.get("qa_set_version")
+    if recorded and recorded != inputs.qa_version:
+        # Another QA set has other train/dev splits: its "held-out" questions may be ones the candidate trained on.
+        raise ValueError(f"the QA set changed since {kind} {candidate.name} was trained (qa_set_version {recorded} in its "
+                         f"manifest, {inputs.qa_version} now): its gate questions are no longer held out. Retrain "
+                         "(materialize the training asset / run retrain_job) and gate the new candidate")
     gate = inputs.data.gate
+    production = registry.resolve(kind, "production")  # resolved once: the verdict names what it was compared with
     if kind == "embedder":
-        result = embedder_gate(aliased_embedder(registry, "production"), load_embedder(str(candidate.path)), gate, settings)
+        result = embedder_gate(_production_embedder(production), load_embedder(str(candidate.path)), gate, settings)
     else:
-        first = hybrid_candidates(inputs.chunks, gate, aliased_embedder(registry, "production"), settings.rerank_depth)
-        result = reranker_gate(first, load_reranker("production", registry=registry), load_reranker(candidate.name, registry=registry),
-                               gate, settings)
-    registry.update_metrics(kind, candidate.version, {"gate": {**result.metadata, "against": production_label(registry, kind)}})
+        first = hybrid_candidates(inputs.chunks, gate, _production_embedder(registry.resolve("embedder", "production")),
+                                  settings.rerank_depth)
+        current = load_reranker(production.name, registry=registry) if production is not None else None
+        result = reranker_gate(first, current, load_reranker(candidate.name, registry=registry), gate, settings)
+    registry.update_metrics(kind, candidate.version, {"gate": {
+        **result.metadata, "passed": bool(result.passed), "against": _label(kind, production),
+        "candidate_version": candidate.version, "production_version": production.version if production else None,
+        "qa_set_version": inputs.qa_version, "strategy": inputs.strategy, "gated_at": _now(),
+        "settings": settings.model_dump()}})
     return result
 
 
-def hybrid_candidates(chunks: pd.DataFrame, ir, embedder, depth: int) -> dict[str, list[str]]:
-    """Hybrid (RRF of BM25 and dense) top-`depth` ids per question, from an in-memory index of the chunk set."""
-    from qdrant_client import QdrantClient
+def _now() -> str:
+    from datetime import UTC, datetime
 
-    from rag.index.bm25 import BM25Index
-    from rag.retrieval import Index, RetrievalParams, retrieve
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
-    client = QdrantClient(location=":memory:")
-    try:
-        run = sync_collection(client, chunks, embedder, strategy="gate", model="first-stage")
-        index = Index(chunks.set_index("chunk_id"), BM25Index.build(chunks["chunk_id"].tolist(), chunks["text"].tolist()),
-                      client, run.alias, embedder)
-        params = RetrievalParams(k=depth, candidates=max(depth, 100))
-        return {q: [h.chunk["chunk_id"] for h in retrieve(index, text, "hybrid-rrf", params)] for q, text in ir.queries.items()}
-    finally:
-        client.close()
+
+def _production_embedder(production: ModelVersion | None):
+    """The production embedder as resolved (the base model while nothing is promoted: the implicit v0)."""
+    return load_embedder(str(production.path) if production is not None else IMPLICIT_PRODUCTION["embedder"])
+
+
+def _label(kind: Kind, production: ModelVersion | None) -> str:
+    if production is not None:
+        return production.name
+    return "minilm (base, implicit v0)" if kind == "embedder" else "no reranker (hybrid order, implicit v0)"
+
+
+def promotion_refusal(kind: Kind, registry: ModelRegistry, candidate: ModelVersion) -> str | None:
+    """Why the candidate may not replace production now, or None when its manifest holds a passing gate verdict
+    computed for this very version against the version that is production now (a verdict against an older
+    production says nothing about beating the current one)."""
+    current = registry.resolve(kind, candidate.version)  # the manifest on disk: the gate may have run after `candidate` was read
+    if current is None:
+        return f"{candidate.version} is not registered under {registry.root}"
+    gate = current.metrics.get("gate")
+    if not isinstance(gate, dict) or "candidate_version" not in gate or "production_version" not in gate:
+        return "it has no gate verdict"
+    if gate["candidate_version"] != candidate.version:
+        return f"its gate verdict is for {kind} {gate['candidate_version']}, not {candidate.version}"
+    production = registry.resolve(kind, "production")
+    now = production.version if production else None
+    if gate["production_version"] != now:
+        return (f"it was gated against {gate['production_version'] or 'the implicit v0'} ({gate.get('gated_at', '?')}), "
+                f"but production is now {_label(kind, production)}")
+    if gate.get("passed") is not True:
+        return f"the gate rejected it against {_label(kind, production)}: {gate.get('reasons', 'no reason recorded')}"
+    return None
+
+
+def check_promotable(kind: Kind, registry: ModelRegistry, candidate: ModelVersion) -> None:
+    """Raise PromotionRefused (saying what to run) unless promotion_refusal finds nothing. Call it before any side
+    effect: a refused promotion must leave aliases and collections exactly as they were."""
+    why = promotion_refusal(kind, registry, candidate)
+    if why is not None:
+        raise _refused(kind, candidate, why)
+
+
+def _refused(kind: Kind, candidate: ModelVersion, why: str) -> PromotionRefused:
+    asset = "finetuned_embedder" if kind == "embedder" else "trained_reranker"
+    return PromotionRefused(
+        f"refusing to promote {kind} {candidate.name}: {why}. Run its gate first (the {asset}_gate check: run "
+        f"retrain_job, or materialize {asset} together with its check) and promote only when it passes; "
+        "production stays as it is. An operator who means to bypass the gate passes force_reason='...' to promote().")
+
+
+def hybrid_candidates(chunks: pd.DataFrame, ir, embedder, depth: int) -> dict[str, list]:
+    """Hybrid (RRF of BM25 and dense) top-`depth` hits per question, with their first-stage signals, from an
+    in-memory index of the chunk set."""
+    with first_stage_index(chunks, embedder) as index:
+        return first_stage_hits(index, ir.queries, depth)
 
 
 def serving_alias(strategy: str) -> str:
@@ -162,10 +241,21 @@ def serving_alias(strategy: str) -> str:
 
 
 def promote(kind: Kind, registry: ModelRegistry, candidate: ModelVersion, *, tables: TableStore | None = None,
-            client=None, strategies: list[str] = (), distance: str = "cosine", log: Log = print) -> dict:
-    """Move `production` to the candidate. For an embedder, first make sure every chunk set has a complete
+            client=None, strategies: list[str] = (), distance: str = "cosine", log: Log = print,
+            force_reason: str | None = None) -> dict:
+    """Move `production` to the candidate, only when its gate passed against the current production (else
+    PromotionRefused, before anything changes). For an embedder, first make sure every chunk set has a complete
     collection of the new model (incremental: nothing is embedded twice), then move the registry alias, then
-    swap each strategy's serving alias `<strategy>__production` onto that collection in one Qdrant request."""
+    swap each strategy's serving alias `<strategy>__production` onto that collection in one Qdrant request.
+
+    `force_reason`: an operator's deliberate bypass of the gate (deploying a base model, a rollback); it is
+    logged and recorded in the candidate's manifest (`promotion`: forced, force_reason, gate_refusal)."""
+    previous = registry.resolve(kind, "production")
+    refusal = promotion_refusal(kind, registry, candidate)
+    if refusal is not None and not force_reason:
+        raise _refused(kind, candidate, refusal)  # before any side effect: production stays exactly as it was
+    if refusal is not None:
+        log(f"WARNING: promoting {kind} {candidate.name} without a valid gate verdict ({refusal}): {force_reason}")
     collections = {}
     if kind == "embedder" and strategies:
         embedder = load_embedder(str(candidate.path))
@@ -174,10 +264,19 @@ def promote(kind: Kind, registry: ModelRegistry, candidate: ModelVersion, *, tab
                                   distance=distance)
             collections[strategy] = run.collection
             log(f"{strategy}: collection {run.collection} ready ({run.points} points, {run.added} embedded)")
-    previous = registry.resolve(kind, "production")
+    now = registry.resolve(kind, "production")
+    if (now.version if now else None) != (previous.version if previous else None):
+        # Someone promoted while the collections were built: the verdict no longer compares with production.
+        raise PromotionRefused(f"refusing to promote {kind} {candidate.name}: production moved from "
+                               f"{_label(kind, previous)} to {_label(kind, now)} meanwhile. Gate it again against the new production")
     registry.set_alias(kind, "production", candidate.version)
     for strategy, collection in collections.items():
         point_alias_to(client, serving_alias(strategy), collection)
-    registry.set_alias(kind, "candidate", None)
+    if registry.aliases()[kind].get("candidate") == candidate.version:  # a rollback leaves a newer candidate alone
+        registry.set_alias(kind, "candidate", None)
+    record = {"at": _now(), "previous_version": previous.version if previous else None, "forced": refusal is not None}
+    if refusal is not None:
+        record.update(force_reason=force_reason, gate_refusal=refusal)
+    registry.update_metrics(kind, candidate.version, {"promotion": record})
     return {"promoted": candidate.name, "previous": previous.name if previous else None,
             "serving_aliases": {serving_alias(s): c for s, c in collections.items()}}

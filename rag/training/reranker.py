@@ -1,5 +1,7 @@
 """Train a CrossEncoder reranker from the base embedder's transformer weights (no pretrained cross-encoder
-is available offline) on (query, positive, mined negatives): binary cross-entropy on labeled pairs, or
+is available offline; kind "cross-encoder". The default reranker is the learned ranker of rag.training.ltr: this
+one, started from a mean-pooling bi-encoder whose [CLS] token carries little signal, does not learn to rank in a
+CPU budget) on (query, positive, mined negatives): binary cross-entropy on labeled pairs, or
 LambdaLoss over one list per query. The checkpoint with the best MRR@10 on the selection dev questions
 (re-ranking each question's dense top candidates) is kept."""
 from __future__ import annotations
@@ -11,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from rag.training.config import RerankerTrainingConfig
-from rag.training.data import IRSet, Pair, TrainingData
+from rag.training.data import IRSet, Pair, TrainingData, positives_by_query
 from rag.training.embedder import (
     Log,
     TrainingRun,
@@ -26,8 +28,10 @@ from rag.training.embedder import (
 SELECTION_METRIC = "dev_mrr@10"
 
 
-def _grouped(pairs: list[Pair], mined: dict[Pair, list[str]], feedback: list[Pair]) -> dict[str, tuple[set[str], list[str]]]:
-    """query -> (its positives, its negatives): feedback negatives first, then mined ones."""
+def _grouped(pairs: list[Pair], mined: dict[Pair, list[str]], feedback: list[Pair],
+             known: dict[str, set[str]] | None = None) -> dict[str, tuple[set[str], list[str]]]:
+    """query -> (its positives, its negatives): feedback negatives first, then mined ones; a passage known to
+    answer the query (`known`, including positives dropped by sampling) is never one of its negatives."""
     groups: dict[str, tuple[set[str], list[str]]] = {}
     for q, p in pairs:
         groups.setdefault(q, (set(), []))[0].add(p)
@@ -36,7 +40,9 @@ def _grouped(pairs: list[Pair], mined: dict[Pair, list[str]], feedback: list[Pai
             groups[q][1].append(n)
     for (q, _), negatives in mined.items():
         groups[q][1].extend(negatives)
-    return {q: (pos, [n for n in dict.fromkeys(neg) if n not in pos]) for q, (pos, neg) in groups.items()}
+    known = known or {}
+    return {q: (pos, [n for n in dict.fromkeys(neg) if n not in pos and n not in known.get(q, ())])
+            for q, (pos, neg) in groups.items()}
 
 
 def selection_samples(selection: IRSet | None, embedder_model, depth: int = 30) -> list[dict]:
@@ -71,8 +77,9 @@ def train_reranker(data: TrainingData, config: RerankerTrainingConfig, output_di
     embedder.max_seq_length = min(config.max_seq_length, 128)  # mining only needs a coarse ranking
     pairs = sample_pairs(data.positives, config.max_pairs, config.seed)
     log(f"mining {config.negatives_per_positive} negatives per pair for {len(pairs)} pairs over {len(corpus)} passages")
-    mined = mine_negatives(embedder, pairs, corpus, config, config.negatives_per_positive, mining_cache)
-    groups = _grouped(pairs, mined, data.negatives)
+    known = positives_by_query(data.positives)
+    mined = mine_negatives(embedder, pairs, corpus, config, config.negatives_per_positive, mining_cache, known_positives=known)
+    groups = _grouped(pairs, mined, data.negatives, known)
     samples = selection_samples(data.selection, embedder)
     del embedder
     # A fresh classification head on the base encoder: num_labels=1 gives one relevance logit per pair.

@@ -1,0 +1,119 @@
+"""The first stage a reranker sits on, rebuilt in memory over a chunk set: BM25 + a dense collection of the
+production embedder, so reranker training and its gate see candidates the way serving does (with each hit's
+first-stage signals), without opening the live Qdrant folder (an embedded folder has one opener).
+
+Synthetic questions without an LLM are sentences copied out of a chunk (inverse cloze). Retrieved against the
+chunk that still contains them, the first stage finds them by exact match and a reranker learns nothing that
+transfers to real questions ("the answer repeats the question word for word"). `without_questions` takes each
+question's sentence out of the chunks it was copied from, as the inverse-cloze task intends, before the
+reranker's training candidates are retrieved.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import pandas as pd
+
+from rag.retrieval import Hit, Index
+
+FIRST_STAGE_MODE = "hybrid-rrf"
+
+
+def _squash(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def without_questions(chunks: pd.DataFrame, questions: Iterable[tuple[str, str]]) -> tuple[pd.DataFrame, int]:
+    """`questions`: (question, chunk id) pairs. Each question found word for word in its chunk is cut out of it
+    (whitespace-insensitive); returns the chunk table with those texts changed and how many chunks changed."""
+    by_chunk: dict[str, list[str]] = {}
+    for question, cid in questions:
+        question = _squash(question)
+        if len(question.split()) >= 3:  # a two-word question found in a chunk is a phrase, not a copied sentence
+            by_chunk.setdefault(cid, []).append(question)
+    out = chunks.copy()
+    texts = out.set_index("chunk_id")["text"].to_dict()
+    changed = {}
+    for cid, qs in by_chunk.items():
+        if cid not in texts:
+            continue
+        text = _squash(texts[cid])
+        cut = text
+        for q in qs:
+            cut = cut.replace(q, " ")
+        cut = _squash(cut)
+        if cut != text and cut:
+            changed[cid] = cut
+    if changed:
+        out["text"] = [changed.get(c, t) for c, t in zip(out["chunk_id"], out["text"])]
+        if "content_hash" in out:
+            import hashlib
+
+            out["content_hash"] = [hashlib.sha256(t.encode()).hexdigest() if c in changed else h
+                                   for c, t, h in zip(out["chunk_id"], out["text"], out["content_hash"])]
+    return out, len(changed)
+
+
+class KnownVectors:
+    """An embedder that answers passages it has seen from a table of vectors and encodes only the rest: the
+    first stage over a chunk set with a few texts changed re-embeds those few, not the whole set."""
+
+    def __init__(self, embedder, vectors: dict[str, np.ndarray]):
+        self._embedder, self._vectors = embedder, vectors
+        self.name, self.dim, self.version = embedder.name, embedder.dim, embedder.version
+        self.encoded = 0
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self._embedder.encode_queries(texts)
+
+    def encode_passages(self, texts: list[str]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if missing:
+            self.encoded += len(missing)
+            self._vectors.update(zip(missing, self._embedder.encode_passages(missing)))
+        return np.vstack([self._vectors[t] for t in texts]) if texts else np.zeros((0, self.dim), dtype=np.float32)
+
+    encode = encode_passages
+
+
+def vectors_by_text(index: Index) -> dict[str, np.ndarray]:
+    """Every (passage text -> dense vector) of an index's collection."""
+    from rag.index.qdrant import DENSE
+
+    out, offset = {}, None
+    while True:
+        points, offset = index.client.scroll(index.alias, limit=1024, offset=offset, with_vectors=[DENSE], with_payload=["text"])
+        for p in points:
+            out[p.payload["text"]] = np.asarray(p.vector[DENSE], dtype=np.float32)
+        if offset is None:
+            return out
+
+
+@contextlib.contextmanager
+def first_stage_index(chunks: pd.DataFrame, embedder, known_vectors: dict[str, np.ndarray] | None = None) -> Iterator[Index]:
+    from qdrant_client import QdrantClient
+
+    from rag.index.bm25 import BM25Index
+    from rag.index.sync import sync_collection
+
+    client = QdrantClient(location=":memory:")
+    try:
+        passages = KnownVectors(embedder, dict(known_vectors)) if known_vectors else embedder
+        run = sync_collection(client, chunks, passages, strategy="first-stage", model="first-stage")
+        yield Index(chunks.set_index("chunk_id"), BM25Index.build(chunks["chunk_id"].tolist(), chunks["text"].tolist()),
+                    client, run.alias, embedder)
+    finally:
+        client.close()
+
+
+def first_stage_hits(index: Index, queries: dict[str, str], depth: int, mode: str = FIRST_STAGE_MODE) -> dict[str, list[Hit]]:
+    """Top-`depth` hits of every question (by id), with their first-stage signals."""
+    from rag.retrieval import RetrievalParams, retrieve
+
+    params = RetrievalParams(k=depth, candidates=max(depth, 100))
+    return {q: retrieve(index, text, mode, params) for q, text in queries.items() if text.strip()}
+
+
+__all__ = ["FIRST_STAGE_MODE", "KnownVectors", "first_stage_index", "first_stage_hits", "vectors_by_text", "without_questions"]

@@ -1,0 +1,154 @@
+"""Train the learning-to-rank reranker (rag.rerank.ltr): LightGBM LambdaRank on the first stage's candidates.
+
+Each training question is retrieved with the first stage (hybrid-rrf over the chunk set, production embedder;
+a question copied word for word out of a chunk is first cut out of it, see rag.training.first_stage);
+its candidates that are known positives get label 1, the rest 0 (so every retrieved non-answer is a negative,
+the way the reranker will meet them). Questions whose positives the first stage missed teach nothing and are
+dropped. Boosting stops at the round with the best nDCG@10 on the selection questions (early stopping: the
+checkpoint), and the raw margin is calibrated to a probability on those questions. No selection questions:
+a fixed number of rounds and a calibration on the training candidates.
+
+Features from feedback (up/down counts per passage text) use the training questions' ratings with each
+question's own ratings left out, and the model keeps the counts it was trained with (a version is immutable).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rag.rerank.features import CorpusStats, FeedbackPriors, feature_matrix, text_key
+from rag.training.data import Pair, TrainingData
+from rag.training.embedder import TrainingRun, sample_pairs
+from rag.training.first_stage import FIRST_STAGE_MODE, first_stage_hits, first_stage_index, without_questions
+
+Log = Callable[[str], None]
+
+
+def _labeled(hits_by_query: dict[str, list], positives: dict[str, set[str]], query_text: dict[str, str],
+             stats: CorpusStats, prior: Callable) -> tuple[np.ndarray, np.ndarray, list[int], list[str]]:
+    """Feature rows, labels and group sizes of the questions with at least one positive (chunk id) among their
+    candidates."""
+    rows, labels, groups, kept = [], [], [], []
+    for q, hits in hits_by_query.items():
+        if not hits:
+            continue
+        y = np.array([float(h.chunk.get("chunk_id") in positives.get(q, ())) for h in hits])
+        if not y.any():
+            continue
+        rows.append(feature_matrix(query_text[q], hits, stats, prior))
+        labels.append(y)
+        groups.append(len(hits))
+        kept.append(q)
+    if not rows:
+        return np.zeros((0, 0)), np.zeros(0), [], []
+    return np.vstack(rows), np.concatenate(labels), groups, kept
+
+
+def _ndcg_mrr(scores: np.ndarray, labels: np.ndarray, groups: list[int], k: int = 10) -> tuple[float, float]:
+    """Mean nDCG@k and MRR@k of binary labels ranked by scores (ties keep the first-stage order)."""
+    ndcg, mrr, start = [], [], 0
+    for size in groups:
+        s, y = scores[start:start + size], labels[start:start + size]
+        start += size
+        order = sorted(range(size), key=lambda i: (-s[i], i))[:k]
+        gains = [y[i] / np.log2(r + 2) for r, i in enumerate(order)]
+        ideal = sum(1 / np.log2(r + 2) for r in range(min(int(y.sum()), k)))
+        ndcg.append(sum(gains) / ideal if ideal else 0.0)
+        first = next((r for r, i in enumerate(order) if y[i] > 0), None)
+        mrr.append(0.0 if first is None else 1.0 / (first + 1))
+    return float(np.mean(ndcg)), float(np.mean(mrr))
+
+
+def _calibration(raw: np.ndarray, labels: np.ndarray, seed: int) -> dict:
+    """Platt scaling: P(relevant) = sigmoid(slope * margin + intercept), fitted on held-out candidates."""
+    from sklearn.linear_model import LogisticRegression
+
+    if len(set(labels.tolist())) < 2:
+        return {"slope": 1.0, "intercept": 0.0, "fitted_on": 0}
+    fit = LogisticRegression(C=1e4, random_state=seed).fit(raw.reshape(-1, 1), labels.astype(int))
+    return {"slope": float(fit.coef_[0][0]), "intercept": float(fit.intercept_[0]), "fitted_on": int(len(labels))}
+
+
+def train_learned_ranker(data: TrainingData, config, output_dir: Path, *, chunks: pd.DataFrame, embedder,
+                         feedback: tuple[list[Pair], list[Pair]] = ((), ()), log: Log = print,
+                         known_vectors: dict[str, np.ndarray] | None = None) -> TrainingRun:
+    """`config`: rag.training.config.RerankerTrainingConfig; `embedder`: the first stage's (production) embedder;
+    `feedback`: the training side's rated (question, passage) pairs, +1 and -1, for the priors; `known_vectors`:
+    passage text -> vector of `embedder` already computed (e.g. rag.training.first_stage.vectors_by_text of a
+    built index), so only changed texts are embedded again."""
+    import lightgbm as lgb
+
+    from rag.rerank.ltr import save_ltr
+
+    started = time.perf_counter()
+    ids_by_text: dict[str, list[str]] = {}
+    for cid, text in zip(chunks["chunk_id"], chunks["text"]):
+        ids_by_text.setdefault(text_key(text), []).append(cid)
+    pairs = sample_pairs(data.positives, config.max_pairs, config.seed)
+    positives: dict[str, set[str]] = {}
+    for q, p in pairs:
+        positives.setdefault(q, set()).update(ids_by_text.get(text_key(p), ()))
+    train_queries = {f"t{i}": q for i, q in enumerate(sorted(q for q, ids in positives.items() if ids))}
+    train_positives = {qid: positives[q] for qid, q in train_queries.items()}
+    selection = data.selection if data.selection is not None and len(data.selection) else None
+    sel_positives = {q: {c for c, r in rel.items() if r > 0} for q, rel in selection.qrels.items()} if selection else {}
+    copied = [(train_queries[q], c) for q, ids in train_positives.items() for c in ids]
+    copied += [(selection.queries[q], c) for q, ids in sel_positives.items() for c in ids] if selection else []
+    cloze, changed = without_questions(chunks, copied)
+    if changed:
+        log(f"{changed} chunks held their question word for word: cut it out for the first stage (inverse cloze)")
+    stats = CorpusStats.build(chunks["text"].tolist())
+    priors = FeedbackPriors.from_pairs(*feedback)
+    depth = config.rerank_depth
+    log(f"first stage ({FIRST_STAGE_MODE}, top {depth}) for {len(train_queries)} training and "
+        f"{len(selection or ())} selection questions over {len(chunks)} chunks")
+    with first_stage_index(cloze, embedder, known_vectors) as first:
+        train_hits = first_stage_hits(first, train_queries, depth)
+        selection_hits = first_stage_hits(first, selection.queries, depth) if selection else {}
+    X, y, groups, kept = _labeled(train_hits, train_positives, train_queries, stats, priors.leave_one_out)
+    if not groups:
+        raise ValueError("no training question has a positive among its first-stage candidates: the reranker has nothing "
+                         "to learn from (generate more questions with synthetic_qa, or check the chunk set)")
+    log(f"{len(kept)} of {len(train_queries)} training questions have a positive in the top {depth}; {len(y)} candidates")
+    eval_args, sel = {}, None
+    if selection:
+        sel = _labeled(selection_hits, sel_positives, selection.queries, stats, priors.serving)
+        if sel[2]:
+            eval_args = dict(eval_set=[(sel[0], sel[1])], eval_group=[sel[2]], eval_at=[10])
+    model = lgb.LGBMRanker(objective="lambdarank", n_estimators=config.trees, learning_rate=config.boosting_learning_rate,
+                           num_leaves=config.num_leaves, min_child_samples=config.min_child_samples,
+                           subsample=0.8, subsample_freq=1, colsample_bytree=0.8, reg_lambda=1.0,
+                           random_state=config.seed, deterministic=True, force_row_wise=True, n_jobs=1, verbose=-1)
+    history: dict = {}
+    callbacks = [lgb.record_evaluation(history)]
+    if eval_args:
+        callbacks.append(lgb.early_stopping(config.early_stopping_rounds, first_metric_only=True, verbose=False))
+    model.fit(X, y, group=groups, callbacks=callbacks, **eval_args)
+    best = int(model.best_iteration_ or config.trees) if eval_args else config.trees
+    booster = model.booster_
+    log_history = [{"step": i + 1, "eval_dev_ndcg@10": float(v)} for i, v in enumerate(history.get("valid_0", {}).get("ndcg@10", []))]
+    metrics: dict[str, float] = {}
+    if eval_args:
+        raw = booster.predict(sel[0], num_iteration=best)
+        metrics["ndcg@10"], metrics["mrr@10"] = _ndcg_mrr(raw, sel[1], sel[2])
+        metrics["first_stage_ndcg@10"], metrics["first_stage_mrr@10"] = _ndcg_mrr(-sel[0][:, 0], sel[1], sel[2])
+        calibration = _calibration(raw, sel[1], config.seed)
+        log(f"selection ({len(sel[2])} questions): nDCG@10 {metrics['first_stage_ndcg@10']:.4f} first stage -> "
+            f"{metrics['ndcg@10']:.4f} reranked, best round {best}")
+    else:
+        calibration = _calibration(booster.predict(X, num_iteration=best), y, config.seed)
+    # Keep exactly the selected rounds in the saved model.
+    final = lgb.Booster(model_str=booster.model_to_string(num_iteration=best))
+    output_dir = Path(output_dir)
+    save_ltr(output_dir, final, stats, priors, calibration,
+             {"first_stage_mode": FIRST_STAGE_MODE, "rerank_depth": depth, "rounds": best, "trees": config.trees,
+              "embedder": getattr(embedder, "name", str(embedder)), "training_questions": len(kept),
+              "candidates": int(len(y)), "seed": config.seed})
+    return TrainingRun(output_dir, time.perf_counter() - started, best, int(len(y)), metrics, f"round-{best}", log_history)
+
+
+__all__ = ["train_learned_ranker"]

@@ -1,0 +1,157 @@
+"""The learning-to-rank reranker: features by hand, feedback priors without leakage, and a trained model that
+must beat its untrained self (the first-stage order) on held-out questions, through the same train -> gate path
+the retrain job uses."""
+import hashlib
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rag.evaluation.qaset import Evidence, QAItem, to_frame
+from rag.registry import ModelRegistry
+from rag.rerank.features import FEATURES, CorpusStats, FeedbackPriors, feature_matrix, text_key
+from rag.retrieval import Hit
+from rag.store import CHUNKS_TABLE, TableStore
+
+STRATEGY = "ltr"
+
+
+def _hit(rank, text, **signals):
+    return Hit(rank, 0.0, {"chunk_id": f"c{rank}", "text": text, "char_start": 0, "page_start": 1}, signals)
+
+
+def test_features_by_hand():
+    stats = CorpusStats.build(["glacier valley ice", "glacier ice sheet", "desert sand dune", "river delta"])
+    assert stats.documents == 4 and stats.document_frequency["glacier"] == 2
+    hits = [_hit(1, "Ice sheets cover the glacier valley.", dense_score=0.8, dense_rank=1, bm25_score=2.0, bm25_rank=2),
+            _hit(2, "Desert dunes move with the wind.", bm25_score=4.0, bm25_rank=1)]
+    rows = feature_matrix("glacier valley formation", hits, stats)
+    col = {n: i for i, n in enumerate(FEATURES)}
+    assert rows.shape == (2, len(FEATURES))
+    assert rows[0, col["term_coverage"]] == pytest.approx(2 / 3)  # glacier, valley of glacier/valley/format
+    assert rows[0, col["bigram_coverage"]] == pytest.approx(0.5)  # (glacier, valley) of two query bigrams
+    assert rows[0, col["longest_term_run"]] == pytest.approx(2 / 3)
+    assert rows[1, col["term_coverage"]] == 0.0 and rows[1, col["bm25_corpus_stats"]] == 0.0
+    assert rows[0, col["bm25_corpus_stats"]] > 0
+    assert np.isnan(rows[1, col["dense_score"]]) and np.isnan(rows[1, col["dense_rank"]])  # not in the dense list
+    assert rows[0, col["bm25_share_of_best"]] == pytest.approx(0.5) and rows[0, col["dense_gap_to_best"]] == 0.0
+    assert rows[1, col["first_stage_rank"]] == 2 and rows[0, col["feedback_prior"]] == 0.5  # no ratings: (0+1)/(0+2)
+
+
+def test_feedback_priors_leave_each_question_out():
+    priors = FeedbackPriors.from_pairs([("q1", "Passage A"), ("q2", "passage  A".replace("p", "P"))], [("q3", "Passage B")])
+    key_a = text_key("Passage A")
+    assert priors.serving("anyone", key_a) == (2.0, 0.0)
+    assert priors.leave_one_out("q1", key_a) == (1.0, 0.0)  # q1's own rating is not its feature
+    assert priors.leave_one_out("q3", text_key("Passage B")) == (0.0, 0.0)
+    assert FeedbackPriors.from_json(priors.to_json()).serving("x", key_a) == (2.0, 0.0)
+
+
+def test_retrieval_hits_carry_first_stage_signals(tmp_path):
+    from qdrant_client import QdrantClient
+
+    from rag.embedding import load_embedder
+    from rag.training.first_stage import first_stage_hits, first_stage_index
+
+    chunks = _chunks({f"d{i}": f"document {i} about topic {'alpha' if i % 2 else 'beta'} number {i}" for i in range(8)})
+    with first_stage_index(chunks, load_embedder("wordllama")) as index:
+        hits = first_stage_hits(index, {"q": "topic alpha"}, depth=5)["q"]
+    assert [h.rank for h in hits] == [1, 2, 3, 4, 5]
+    assert all(h.signals["first_stage_rank"] == h.rank for h in hits)
+    assert all("dense_rank" in h.signals or "bm25_rank" in h.signals for h in hits)
+    assert any("bm25_score" in h.signals and "dense_score" in h.signals for h in hits)
+    assert QdrantClient  # the in-memory index needs no live folder
+
+
+# --- a task only the features can solve: the answer holds the question's exact phrase, a distractor repeats its words
+def _word(rng):
+    return "".join(rng.choice("bcdfgklmnprstvz") + rng.choice("aeiou") for _ in range(3))
+
+
+def _chunks(texts: dict[str, str]) -> pd.DataFrame:
+    rows = [{"chunk_id": cid, "doc_id": cid, "strategy": STRATEGY, "text": t, "char_start": 0, "char_end": len(t),
+             "page_start": 1, "page_end": 1, "section_path": [], "prev_chunk_id": None, "next_chunk_id": None,
+             "n_tokens": len(t.split()), "content_hash": hashlib.sha256(t.encode()).hexdigest(), "table_html": None}
+            for cid, t in texts.items()]
+    return pd.DataFrame(rows)
+
+
+def phrase_task(topics: int = 60, seed: int = 3):
+    rng = random.Random(seed)
+    texts, items = {}, []
+    for i in range(topics):
+        w1, w2 = _word(rng), _word(rng)
+        texts[f"a{i}"] = f"Field notes say the {w1} {w2} was seen near the river and recorded over several seasons."
+        texts[f"x{i}"] = f"{w1} {w1} tags, {w2} {w2} tags: {w1} lists, {w2} lists."
+        items.append(QAItem(qid=f"q{i}", question=f"what about the {w1} {w2}?", qtype="dataset", doc_id=f"a{i}",
+                            evidence=[Evidence(doc_id=f"a{i}", start=0, end=len(texts[f'a{i}']))],
+                            split="train" if i % 2 else "dev"))
+    return _chunks(texts), items
+
+
+@pytest.fixture
+def phrase_tables(tmp_path):
+    chunks, items = phrase_task()
+    tables = TableStore(tmp_path / "tables")
+    tables.write(chunks, CHUNKS_TABLE, STRATEGY)
+    tables.write(to_frame(items), "synthetic_qa")
+    return tmp_path, tables
+
+
+def test_trained_ranker_beats_its_untrained_self_on_held_out_questions(phrase_tables, monkeypatch):
+    """Fails if training does nothing: untrained, the reranker is the first-stage order."""
+    from rag.rerank import load_reranker, rerank
+    from rag.training import GateSettings, RerankerTrainingConfig
+    from rag.training.pipeline import gate_candidate, train_candidate
+
+    root, tables = phrase_tables
+    monkeypatch.setenv("RAG_DATA_DIR", str(root))
+    registry = ModelRegistry(root / "models")
+    lines = []
+    config = RerankerTrainingConfig(trees=60, min_child_samples=5, rerank_depth=10, early_stopping_rounds=20)
+    mv, run, inputs = train_candidate("reranker", tables, registry, config, log=lines.append)
+    assert mv.name.startswith("ce-minilm-v") and registry.resolve("reranker", "candidate").version == mv.version
+    sel = run.selection_metrics
+    assert sel["ndcg@10"] > sel["first_stage_ndcg@10"] + 0.1, sel  # the distractor outranks the answer in the first stage
+
+    # The gate's questions were neither trained nor used for selection; the untrained self (no reranker) is production.
+    result = gate_candidate("reranker", tables, registry, mv, GateSettings(resamples=2000))
+    assert result.passed, result.reasons
+    assert result.metadata["delta_ndcg@10"] > 0.1 and result.metadata["p_value_ndcg@10"] < 0.05
+
+    # Serving path: the first stage's hits (with their signals) through rag.rerank.rerank.
+    from rag.embedding import load_embedder
+    from rag.training.pipeline import hybrid_candidates
+
+    reranker = load_reranker(mv.name, registry=registry)
+    gate = inputs.data.gate
+    first = hybrid_candidates(tables.read(CHUNKS_TABLE, STRATEGY), gate, load_embedder("minilm"), 10)
+    moved = 0
+    for q, hits in first.items():
+        answer = next(iter(gate.qrels[q]))
+        out = rerank(reranker, gate.queries[q], hits, k=10)
+        assert all(0.0 <= h.score <= 1.0 for h in out)  # calibrated probabilities
+        moved += out[0].chunk["chunk_id"] == answer and hits[0].chunk["chunk_id"] != answer
+    assert moved >= len(first) // 2  # answers the first stage put second now come first
+
+
+def test_copied_questions_are_cut_out_of_their_chunks_before_the_first_stage():
+    from rag.training.first_stage import KnownVectors, without_questions
+
+    chunks = _chunks({"a": "Cats purr when content.  They also purr when hurt or stressed.", "b": "Dogs bark at night."})
+    cut, changed = without_questions(chunks, [("They also purr when hurt or stressed.", "a"), ("Dogs bark", "b"),
+                                              ("Not in the chunk at all.", "b")])
+    texts = dict(zip(cut["chunk_id"], cut["text"]))
+    assert changed == 1 and texts["a"] == "Cats purr when content." and texts["b"] == "Dogs bark at night."
+    assert cut.set_index("chunk_id").at["a", "content_hash"] != chunks.set_index("chunk_id").at["a", "content_hash"]
+
+    class Counting:
+        name, dim, version = "counting", 2, "1"
+
+        def encode_passages(self, texts):
+            return np.ones((len(texts), 2), dtype=np.float32)
+
+    known = KnownVectors(Counting(), {"Dogs bark at night.": np.zeros(2, dtype=np.float32)})
+    vectors = known.encode_passages(["Dogs bark at night.", "Cats purr when content."])
+    assert known.encoded == 1 and vectors[0].tolist() == [0, 0] and vectors[1].tolist() == [1, 1]
