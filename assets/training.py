@@ -57,7 +57,10 @@ class EmbedderTrainingRunConfig(TrainingRunConfig):
 
 
 class RerankerTrainingRunConfig(TrainingRunConfig):
-    loss: str = Field("bce", description="bce | lambda")
+    kind: str = Field("lambdamart", description="lambdamart (LightGBM LambdaRank over first-stage, lexical and feedback "
+                      "features; seconds) | cross-encoder (from the base model's weights; learns little on a CPU)")
+    rerank_depth: int = Field(50, description="first-stage candidates per question the reranker re-orders")
+    loss: str = Field("bce", description="cross-encoder only: bce | lambda")
     batch_size: int = 16
 
 
@@ -104,11 +107,14 @@ def finetuned_embedder(context: AssetExecutionContext, config: EmbedderTrainingR
     deps=[AssetKey(QA_TABLE), AssetKey(CHUNKS_TABLE)],
     group_name="training",
     kinds={"python", "pytorch"},
-    description="Cross-encoder reranker trained from the base model's weights on (question, positive, mined negatives) "
-    "with binary cross-entropy or LambdaLoss; checkpoint by MRR@10 re-ranking synth-dev candidates; registered as `candidate`.",
+    description="Reranker trained on the QA set's train split (+ feedback): by default a LightGBM LambdaRank model over the "
+    "first stage's candidates (hybrid-rrf top 50: dense and BM25 scores and ranks, query-term coverage, phrase matches, "
+    "length, position, feedback priors), early-stopped on selection nDCG@10 and calibrated to a relevance probability; "
+    "kind=cross-encoder trains a CrossEncoder instead. Registered as `candidate`.",
 )
 def trained_reranker(context: AssetExecutionContext, config: RerankerTrainingRunConfig, data_store: DataStore) -> MaterializeResult:
-    settings = RerankerTrainingConfig(**config.overrides(), loss=config.loss, batch_size=config.batch_size)
+    settings = RerankerTrainingConfig(**config.overrides(), kind=config.kind, rerank_depth=config.rerank_depth, loss=config.loss,
+                                      batch_size=config.batch_size)
     return MaterializeResult(metadata=_train("reranker", settings, context, data_store)[1])
 
 

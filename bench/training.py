@@ -170,14 +170,16 @@ def main() -> int:
     log(f"base minilm: hybrid-rrf nDCG@10 {results['base']['hybrid-rrf']['ndcg@10']:.4f}, dense {results['base']['dense']['ndcg@10']:.4f}")
     save()
 
-    from rag.training.first_stage import vectors_by_text
+    from rag.training.first_stage import cut_question, vectors_by_text
 
     base_vectors = vectors_by_text(index)  # the reranker's first stage re-embeds only the chunks it changes
     triples = inverse_cloze(corpus, pseudo + selection_size, seed=42)
     sel_triples, train_triples = triples[:selection_size], triples[selection_size:]
+    # Selection passages without their pseudo-query sentence (inverse cloze), or selecting is matching a copy.
+    cloze_corpus = {**corpus, **{pid: cut_question(corpus[pid], q) for q, _, pid in sel_triples}}
     pseudo_selection = ir_set({f"s{i}": q for i, (q, _, _) in enumerate(sel_triples)},
-                              {f"s{i}": {pid: 1} for i, (_, _, pid) in enumerate(sel_triples)}, corpus)
-    # The pseudo-query's positive is its passage with the sentence taken out; the indexed text is the whole passage.
+                              {f"s{i}": {pid: 1} for i, (_, _, pid) in enumerate(sel_triples)}, cloze_corpus)
+    # Pairs name the indexed passage; both trainers cut a copied question out of its positive themselves.
     synthetic_pairs = [(q, corpus[pid]) for q, _, pid in train_triples]
     train_ids, train_sel_ids = held_out(list(train.queries), 0.2)
     qrel_pairs = [(train.queries[q], corpus[d]) for q in train_ids for d, s in train.qrels[q].items() if s > 0 and d in corpus]
@@ -195,7 +197,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(dir=registry.root) as scratch:
             run = train_learned_ranker(data, config, Path(scratch) / "model", chunks=test.corpus, embedder=index.embedder,
                                        feedback=feedback, log=lambda m: log(f"{name}: {m}"), known_vectors=base_vectors)
-            mv = registry.register("reranker", run.model_dir, {"base_model": "minilm", "training_data_hash": data.data_hash,
+            mv = registry.register("reranker", run.model_dir, {"family": "ltr", "base_model": "minilm", "training_data_hash": data.data_hash,
                                                                 "hyperparameters": config.model_dump(exclude={"extra_positives", "extra_negatives"}),
                                                                 "seed": config.seed, "metrics": {"training": run.summary}}, move=True)
         wall = time.perf_counter() - t0

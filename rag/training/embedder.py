@@ -154,6 +154,8 @@ def train_embedder(data: TrainingData, config: EmbedderTrainingConfig, output_di
     from sentence_transformers.base.sampler import BatchSamplers
     from transformers import set_seed
 
+    from rag.training.first_stage import cut_question
+
     started = time.perf_counter()
     set_seed(config.seed)
     source = base_source(config.base_model)
@@ -169,6 +171,9 @@ def train_embedder(data: TrainingData, config: EmbedderTrainingConfig, output_di
         log(f"mining hard negatives for {len(pairs)} pairs over {len(corpus)} passages")
         mined = {k: v[0] for k, v in mine_negatives(model, pairs, corpus, config, 1, mining_cache, known_positives=known).items() if v}
     triplets = with_negatives(pairs, mined, data.negatives, config.seed, known_positives=known)
+    # A question copied out of its passage (inverse cloze without an LLM) is cut from the positive, or the model
+    # learns to match a sentence with the text that repeats it, which real questions never do.
+    triplets = [(q, cut_question(p, q), n) for q, p, n in triplets]
     dataset = Dataset.from_dict({"anchor": [t[0] for t in triplets], "positive": [t[1] for t in triplets],
                                  "negative": [t[2] for t in triplets]})
     batch_size = min(config.batch_size, len(dataset))

@@ -25,26 +25,31 @@ def _squash(text: str) -> str:
     return " ".join(str(text).split())
 
 
+def cut_question(passage: str, question: str) -> str:
+    """The passage without a question copied out of it word for word (whitespace-insensitive); unchanged when the
+    question is not in it, shorter than three words (a phrase, not a copied sentence), or is all of it."""
+    question, text = _squash(question), _squash(passage)
+    if len(question.split()) < 3 or question not in text:
+        return passage
+    return _squash(text.replace(question, " ")) or passage
+
+
 def without_questions(chunks: pd.DataFrame, questions: Iterable[tuple[str, str]]) -> tuple[pd.DataFrame, int]:
     """`questions`: (question, chunk id) pairs. Each question found word for word in its chunk is cut out of it
     (whitespace-insensitive); returns the chunk table with those texts changed and how many chunks changed."""
     by_chunk: dict[str, list[str]] = {}
     for question, cid in questions:
-        question = _squash(question)
-        if len(question.split()) >= 3:  # a two-word question found in a chunk is a phrase, not a copied sentence
-            by_chunk.setdefault(cid, []).append(question)
+        by_chunk.setdefault(cid, []).append(question)
     out = chunks.copy()
     texts = out.set_index("chunk_id")["text"].to_dict()
     changed = {}
     for cid, qs in by_chunk.items():
         if cid not in texts:
             continue
-        text = _squash(texts[cid])
-        cut = text
+        cut = texts[cid]
         for q in qs:
-            cut = cut.replace(q, " ")
-        cut = _squash(cut)
-        if cut != text and cut:
+            cut = cut_question(cut, q)
+        if cut != texts[cid]:
             changed[cid] = cut
     if changed:
         out["text"] = [changed.get(c, t) for c, t in zip(out["chunk_id"], out["text"])]
@@ -116,4 +121,4 @@ def first_stage_hits(index: Index, queries: dict[str, str], depth: int, mode: st
     return {q: retrieve(index, text, mode, params) for q, text in queries.items() if text.strip()}
 
 
-__all__ = ["FIRST_STAGE_MODE", "KnownVectors", "first_stage_index", "first_stage_hits", "vectors_by_text", "without_questions"]
+__all__ = ["FIRST_STAGE_MODE", "KnownVectors", "first_stage_index", "first_stage_hits", "vectors_by_text", "without_questions", "cut_question"]

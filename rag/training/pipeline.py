@@ -73,7 +73,9 @@ def load_inputs(tables: TableStore, config: TrainingConfig) -> Inputs:
 
 
 def _manifest(kind: Kind, config: TrainingConfig, inputs: Inputs, run: TrainingRun, parent: ModelVersion | None) -> dict:
-    return {"base_model": config.base_model, "parent_version": parent.version if parent else None,
+    # A learned ranker holds no weights of the base embedder: its versions are named ce-ltr-vN, not ce-minilm-vN.
+    family = {"family": "ltr"} if kind == "reranker" and getattr(config, "kind", None) == "lambdamart" else {}
+    return {**family, "base_model": config.base_model, "parent_version": parent.version if parent else None,
             "training_data_hash": inputs.data.data_hash, "qa_set_version": inputs.qa_version, "strategy": inputs.strategy,
             # max_seq_length: the length actually trained at (a None config means the base model's own length).
             "hyperparameters": {**config.model_dump(exclude={"extra_positives", "extra_negatives"}),

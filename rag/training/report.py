@@ -14,11 +14,14 @@ def loss_curve(log_history: list[dict], title: str) -> bytes:
     if steps:
         ax.plot(*zip(*steps), marker=".", label="train loss")
     ax.set_xlabel("step"), ax.set_ylabel("loss"), ax.set_title(title), ax.grid(alpha=0.3)
-    evals = [(e["step"], v) for e in log_history for k, v in e.items() if k in ("eval_dev_cosine_mrr@5", "eval_dev_mrr@10")]
+    # Embedders select on MRR@5, cross-encoders on MRR@10, the learned ranker (one entry per boosting round) on nDCG@10.
+    selection = {"eval_dev_cosine_mrr@5": "dev MRR@5", "eval_dev_mrr@10": "dev MRR@10", "eval_dev_ndcg@10": "dev nDCG@10"}
+    evals = [(e["step"], v, selection[k]) for e in log_history for k, v in e.items() if k in selection]
     if evals:
         twin = ax.twinx()
-        twin.plot(*zip(*evals), marker="o", color="tab:green", label="dev MRR (selection)")
-        twin.set_ylabel("dev MRR"), twin.set_ylim(0, 1.02)
+        twin.plot([s for s, _, _ in evals], [v for _, v, _ in evals], marker="o" if len(evals) < 50 else None,
+                  color="tab:green", label=f"{evals[0][2]} (selection)")
+        twin.set_ylabel(evals[0][2]), twin.set_ylim(0, 1.02)
     return _png(fig)
 
 
