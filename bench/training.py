@@ -111,6 +111,8 @@ def main() -> int:
     parser.add_argument("--pseudo-queries", type=int, help="inverse-cloze training pairs (default 2000, quick 600)")
     parser.add_argument("--embedder-pairs", type=int, help="cap on the embedder's synthetic pairs (default 2000, quick 300)")
     parser.add_argument("--selection", type=int, help="held-out pseudo-queries for checkpoint selection (default 200, quick 100)")
+    parser.add_argument("--selection-distractors", type=int, default=300,
+                        help="embedder checkpoint selection: passages besides the selection questions' own")
     parser.add_argument("--loss", default="mnrl", choices=["mnrl", "cached-mnrl"])
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--epochs", type=float, default=1.0)
@@ -219,6 +221,12 @@ def main() -> int:
         from rag.training.data import TrainingData
         from rag.training.embedder import train_embedder
 
+        # Checkpoint selection encodes its corpus at every evaluation (4 per epoch): the selection questions' own
+        # passages plus seeded distractors, not the whole corpus.
+        relevant = {c for rel in selection.qrels.values() for c in rel}
+        others = sorted(set(selection.corpus) - relevant)
+        keep = relevant | set(random.Random(1).sample(others, min(args.selection_distractors, len(others))))
+        selection = type(selection)(selection.queries, {c: selection.corpus[c] for c in keep}, selection.qrels)
         config = EmbedderTrainingConfig(max_pairs=embedder_pairs if name == "synthetic" else None, epochs=args.epochs,
                                         max_seq_length=args.max_seq_length, negative_range_max=20, loss=args.loss,
                                         batch_size=args.batch_size)
@@ -238,6 +246,7 @@ def main() -> int:
                                             for q, t in test.queries.items()})
         stage = {"model": mv.name, "version": mv.version, "train_wall_seconds": round(wall, 1), "training": run.summary,
                  "training_pairs": min(len(positives), config.max_pairs or len(positives)), "selection_questions": len(selection),
+                 "selection_corpus": len(selection.corpus),
                  "max_seq_length": config.max_seq_length or "serving length", "index_seconds": round(index_seconds, 1),
                  "test": compare(name, dense, tuned, "dense (base minilm)")}
         registry.update_metrics("embedder", mv.version, {"scifact_test": {k: v for k, v in stage["test"].items() if not k.startswith("per_query")}})

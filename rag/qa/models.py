@@ -27,7 +27,9 @@ class AnswerSettings(BaseModel):
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="hybrid-cc weight of the dense score")
     reranker: str | None = None  # rag.rerank spec: None, "production", "candidate" or a model directory
     top_k: int | None = Field(5, ge=1, description="passages kept for the prompt")
-    min_score: float | None = None  # ...and only those scoring at least this (retriever's or reranker's scale)
+    # ...and only those scoring at least this: with a reranker a relevance probability in [0, 1] (rag.rerank), else the
+    # retriever's own score (cosine for dense, BM25 for bm25, the fused score for hybrid modes)
+    min_score: float | None = None
     prev_next: bool = False  # add each kept passage's neighbouring chunks
     prompt_order: Literal["simple", "long-context"] = "simple"
     generator: Literal["extractive", "llm"] = "extractive"

@@ -39,13 +39,16 @@ def load_reranker_spec(spec: str | None, root: Path | None = None):
 
 
 def production_cross_encoder(root: Path | None = None):
-    """The registered production cross-encoder, or None when there is none."""
+    """The registered production reranker when it reads text pairs (a cross-encoder), else None. A learned ranker
+    scores question -> passage with first-stage signals; an (answer, passage) pair has none, so attribution falls
+    back to embedding cosine with it."""
     from rag.rerank import load_reranker
 
     try:
-        return load_reranker("production", registry=_registry(root))
+        reranker = load_reranker("production", registry=_registry(root))
     except (FileNotFoundError, ValueError):  # an empty or half-written registry must not stop answering
         return None
+    return None if getattr(reranker, "needs_hits", False) else reranker
 
 
 def llm_from_env() -> LLMSettings:
