@@ -13,7 +13,7 @@ export DAGSTER_DISABLE_TELEMETRY ?= 1
 export RAG_DATA_DIR ?= $(CURDIR)/data
 export DAGSTER_HOME ?= $(RAG_DATA_DIR)/dagster
 
-.PHONY: install demo test test-all dev validate bench bench-quick clean browser
+.PHONY: install demo test test-all dev validate bench bench-quick bench-training bench-training-quick clean browser
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,13 @@ bench: install
 
 bench-quick: install
 	$(PY) bench/run.py --quick
+
+# Trained models on SciFact with paired tests; each writes bench/results/training-scifact[-quick].json itself.
+bench-training: install
+	$(PY) bench/training.py
+
+bench-training-quick: install
+	$(PY) bench/training.py --quick
 
 clean:
 	rm -rf $(VENV) data

@@ -111,6 +111,9 @@ def main() -> int:
     parser.add_argument("--pseudo-queries", type=int, help="inverse-cloze training pairs (default 2000, quick 600)")
     parser.add_argument("--embedder-pairs", type=int, help="cap on the embedder's synthetic pairs (default 2000, quick 300)")
     parser.add_argument("--selection", type=int, help="held-out pseudo-queries for checkpoint selection (default 200, quick 100)")
+    parser.add_argument("--ceiling-pairs", type=int, help="cap on the embedder's train-qrel pairs (default all, quick 400)")
+    parser.add_argument("--hard-negatives", action=argparse.BooleanOptionalAction, default=None,
+                        help="mine a hard negative per embedder pair (default on; off with --quick: mining encodes the corpus once more)")
     parser.add_argument("--selection-distractors", type=int, default=300,
                         help="embedder checkpoint selection: passages besides the selection questions' own")
     parser.add_argument("--loss", default="mnrl", choices=["mnrl", "cached-mnrl"])
@@ -122,6 +125,8 @@ def main() -> int:
     pseudo = args.pseudo_queries or (600 if args.quick else 2000)
     embedder_pairs = args.embedder_pairs or (300 if args.quick else 2000)
     selection_size = args.selection if args.selection is not None else (100 if args.quick else 200)
+    ceiling_pairs = args.ceiling_pairs or (400 if args.quick else None)
+    hard_negatives = args.hard_negatives if args.hard_negatives is not None else not args.quick
     out_path = args.json or REPO / "bench" / "results" / f"training-scifact{'-quick' if args.quick else ''}.json"
     if not (args.scifact / "corpus.jsonl").exists():
         print(f"SciFact not found at {args.scifact}: nothing measured", file=sys.stderr)
@@ -143,7 +148,7 @@ def main() -> int:
                      "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "cpu_cores": os.cpu_count(),
                      "argv": sys.argv[1:], "args": {k: str(v) for k, v in vars(args).items()},
                      "effective": {"pseudo_queries": pseudo, "embedder_pairs": embedder_pairs, "selection": selection_size,
-                                   "rerank_depth": DEPTH}, "anchor_base_ndcg@10": ANCHOR_BASE_NDCG10, "stages": {}}
+                                   "ceiling_pairs": ceiling_pairs, "hard_negatives": hard_negatives, "rerank_depth": DEPTH}, "anchor_base_ndcg@10": ANCHOR_BASE_NDCG10, "stages": {}}
 
     def save() -> None:
         out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -227,9 +232,9 @@ def main() -> int:
         others = sorted(set(selection.corpus) - relevant)
         keep = relevant | set(random.Random(1).sample(others, min(args.selection_distractors, len(others))))
         selection = type(selection)(selection.queries, {c: selection.corpus[c] for c in keep}, selection.qrels)
-        config = EmbedderTrainingConfig(max_pairs=embedder_pairs if name == "synthetic" else None, epochs=args.epochs,
+        config = EmbedderTrainingConfig(max_pairs=embedder_pairs if name == "synthetic" else ceiling_pairs, epochs=args.epochs,
                                         max_seq_length=args.max_seq_length, negative_range_max=20, loss=args.loss,
-                                        batch_size=args.batch_size)
+                                        batch_size=args.batch_size, hard_negatives=hard_negatives)
         data = TrainingData(list(positives), [], selection, None)
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(dir=registry.root) as scratch:

@@ -33,13 +33,15 @@ class TrainingRun:
     best_checkpoint: str | None = None
     log_history: list[dict] = field(default_factory=list)
     max_seq_length: int | None = None  # the length it was actually trained at (None: the trainer did not say)
+    start_selection_metrics: dict[str, float] = field(default_factory=dict)  # the untrained model's, for comparison
 
     @property
     def summary(self) -> dict:
         length = {"max_seq_length": self.max_seq_length} if self.max_seq_length else {}
         return {"train_seconds": round(self.seconds, 1), "steps": self.steps, "examples": self.examples,
                 "best_checkpoint": self.best_checkpoint or "final", **length,
-                **{k: round(v, 4) for k, v in self.selection_metrics.items()}}
+                **{k: round(v, 4) for k, v in self.selection_metrics.items()},
+                **{f"untrained_{k}": round(v, 4) for k, v in self.start_selection_metrics.items() if k.endswith("mrr@5")}}
 
 
 def base_source(name: str) -> str:
@@ -193,7 +195,18 @@ def train_embedder(data: TrainingData, config: EmbedderTrainingConfig, output_di
             metric_for_best_model=f"eval_{SELECTION_METRIC}" if evaluator else None, greater_is_better=True, **schedule)
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss, evaluator=evaluator,
                                              callbacks=[progress_callback(log)])
+        # The untrained start is a checkpoint too: when no trained step scores above it on the selection questions,
+        # the base weights are kept (the gate then sees no change) instead of the least bad step.
+        start = {k.removeprefix("dev_"): float(v) for k, v in evaluator(model).items()} if evaluator else {}
         run = run_trainer(trainer, model, evaluator, output_dir, started, len(dataset), serving_length)
+    key = SELECTION_METRIC.removeprefix("dev_")
+    if start and run.selection_metrics.get(key, -1.0) <= start.get(key, -1.0):
+        log(f"no checkpoint beat the untrained start on selection {key} ({start[key]:.4f}): keeping the base weights")
+        shutil.rmtree(output_dir, ignore_errors=True)
+        base = SentenceTransformer(source, device="cpu", local_files_only=Path(source).is_dir())
+        base.save(str(output_dir))
+        run.selection_metrics, run.best_checkpoint = start, "untrained start"
+    run.start_selection_metrics = start
     run.max_seq_length = trained_length
     return run
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rag.rerank.features import CorpusStats, FeedbackPriors, feature_matrix, text_key
+from rag.rerank.features import FEATURES, CorpusStats, FeedbackPriors, feature_matrix, text_key
 from rag.training.data import Pair, TrainingData
 from rag.training.embedder import TrainingRun, sample_pairs
 from rag.training.first_stage import FIRST_STAGE_MODE, first_stage_hits, first_stage_index, without_questions
@@ -118,7 +118,7 @@ def train_learned_ranker(data: TrainingData, config, output_dir: Path, *, chunks
     if selection:
         sel = _labeled(selection_hits, sel_positives, selection.queries, stats, priors.serving)
         if sel[2]:
-            eval_args = dict(eval_set=[(sel[0], sel[1])], eval_group=[sel[2]], eval_at=[10])
+            eval_args = dict(eval_X=(sel[0],), eval_y=(sel[1],), eval_group=[sel[2]], eval_at=[10])
     model = lgb.LGBMRanker(objective="lambdarank", n_estimators=config.trees, learning_rate=config.boosting_learning_rate,
                            num_leaves=config.num_leaves, min_child_samples=config.min_child_samples,
                            subsample=0.8, subsample_freq=1, colsample_bytree=0.8, reg_lambda=1.0,
@@ -127,7 +127,7 @@ def train_learned_ranker(data: TrainingData, config, output_dir: Path, *, chunks
     callbacks = [lgb.record_evaluation(history)]
     if eval_args:
         callbacks.append(lgb.early_stopping(config.early_stopping_rounds, first_metric_only=True, verbose=False))
-    model.fit(X, y, group=groups, callbacks=callbacks, **eval_args)
+    model.fit(X, y, group=groups, callbacks=callbacks, feature_name=list(FEATURES), **eval_args)
     best = int(model.best_iteration_ or config.trees) if eval_args else config.trees
     booster = model.booster_
     log_history = [{"step": i + 1, "eval_dev_ndcg@10": float(v)} for i, v in enumerate(history.get("valid_0", {}).get("ndcg@10", []))]

@@ -18,10 +18,10 @@ from rag.index.sync import sync_collection
 from rag.registry import IMPLICIT_PRODUCTION, ModelRegistry, ModelVersion, library_versions
 from rag.store import CHUNKS_TABLE, TableStore
 from rag.training.config import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig, TrainingConfig
-from rag.training.data import TrainingData, split_feedback, training_data
+from rag.training.data import IRSet, TrainingData, split_feedback, training_data
 from rag.training.embedder import TrainingRun, base_source, train_embedder
 from rag.training.gate import GateResult, PromotionRefused, embedder_gate, reranker_gate
-from rag.training.first_stage import first_stage_hits, first_stage_index
+from rag.training.first_stage import first_stage_hits, first_stage_index, without_questions
 from rag.training.ltr import train_learned_ranker
 from rag.training.reranker import train_reranker
 
@@ -160,11 +160,17 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
                          f"manifest, {inputs.qa_version} now): its gate questions are no longer held out. Retrain "
                          "(materialize the training asset / run retrain_job) and gate the new candidate")
     gate = inputs.data.gate
+    # Gate questions copied word for word out of a chunk (inverse cloze without an LLM) are cut out of it, as in
+    # training: scored against the copy, every model "finds" them and the gate measures string matching.
+    chunks, _ = without_questions(inputs.chunks, [(gate.queries[q], c) for q, rel in (gate.qrels if gate else {}).items()
+                                                  for c in rel])
+    if gate is not None:
+        gate = IRSet(gate.queries, dict(zip(chunks["chunk_id"], chunks["text"])), gate.qrels)
     production = registry.resolve(kind, "production")  # resolved once: the verdict names what it was compared with
     if kind == "embedder":
         result = embedder_gate(_production_embedder(production), load_embedder(str(candidate.path)), gate, settings)
     else:
-        first = hybrid_candidates(inputs.chunks, gate, _production_embedder(registry.resolve("embedder", "production")),
+        first = hybrid_candidates(chunks, gate, _production_embedder(registry.resolve("embedder", "production")),
                                   settings.rerank_depth)
         current = load_reranker(production.name, registry=registry) if production is not None else None
         result = reranker_gate(first, current, load_reranker(candidate.name, registry=registry), gate, settings)
