@@ -116,6 +116,9 @@ def main() -> int:
                         help="mine a hard negative per embedder pair (default on; off with --quick: mining encodes the corpus once more)")
     parser.add_argument("--selection-distractors", type=int, default=300,
                         help="embedder checkpoint selection: passages besides the selection questions' own")
+    parser.add_argument("--feedback-priors", action=argparse.BooleanOptionalAction, default=True,
+                        help="reranker-feedback: the ratings also feed the per-passage feedback priors (--no-feedback-priors "
+                        "measures what the question-passage features alone learn)")
     parser.add_argument("--loss", default="mnrl", choices=["mnrl", "cached-mnrl"])
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--epochs", type=float, default=1.0)
@@ -213,6 +216,7 @@ def main() -> int:
         reranked = {q: [h.chunk["chunk_id"] for h in rerank(reranker, test.queries[q], hits, k=DEPTH)] for q, hits in test_hits.items()}
         rerank_ms = 1000 * (time.perf_counter() - t1) / len(test_hits)
         stage = {"model": mv.name, "version": mv.version, "kind": "lambdamart", "train_wall_seconds": round(wall, 1),
+                 "feedback_priors_from": len(feedback[0]) + len(feedback[1]),
                  "training": run.summary, "training_pairs": len(positives), "selection_questions": len(selection),
                  "rerank_ms_per_query": round(rerank_ms, 1),
                  "test": compare(name, hybrid, per_query_ndcg(test.qrels, reranked), "hybrid-rrf (base minilm), top 50")}
@@ -261,7 +265,7 @@ def main() -> int:
     if "reranker" in stages:
         reranker_stage("reranker", synthetic_pairs, pseudo_selection, ((), ()))
     if "reranker-feedback" in stages:
-        reranker_stage("reranker-feedback", qrel_pairs, qrel_selection, (qrel_pairs, []))
+        reranker_stage("reranker-feedback", qrel_pairs, qrel_selection, (qrel_pairs, []) if args.feedback_priors else ((), ()))
     if "synthetic" in stages:
         embedder_stage("synthetic", synthetic_pairs, pseudo_selection)
     if "ceiling" in stages:
