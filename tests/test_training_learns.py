@@ -58,3 +58,30 @@ def test_finetuned_embedder_beats_its_untrained_self_on_held_out_questions(tmp_p
     result = gate_candidate("embedder", tables, registry, mv, GateSettings(resamples=2000))
     assert result.metadata["delta_mrr@10"] > 0.1, result.metadata
     assert result.passed, result.reasons
+
+
+def test_embedder_gate_does_not_trust_questions_copied_from_the_documents(tmp_path, monkeypatch):
+    """Inverse-cloze questions are sentences of the documents: on SciFact a model that improved on them lost on real
+    questions, so they alone never promote an embedder (rerankers may still use them)."""
+    from rag.embedding import _minilm_dir
+    from rag.training import GateSettings
+    from rag.training.pipeline import gate_candidate
+
+    topics = THINGS + CODES
+    texts = {f"p{i}": f"Notes on the {t}. The {t} was studied by team {i} over many years." for i, t in enumerate(topics)}
+    chunks, _ = code_task()
+    chunks = pd.concat([chunks.iloc[:0], pd.DataFrame([{**chunks.iloc[0].to_dict(), "chunk_id": c, "doc_id": c, "text": t,
+                                                        "char_end": len(t)} for c, t in texts.items()])])
+    items = [QAItem(qid=f"q{i}", question=f"The {t} was studied by team {i} over many years.", qtype="inverse-cloze",
+                    doc_id=f"p{i}", evidence=[Evidence(doc_id=f"p{i}", start=0, end=len(texts[f"p{i}"]))],
+                    split="train" if i % 3 == 0 else "dev") for i, t in enumerate(topics)]
+    tables = TableStore(tmp_path / "tables")
+    tables.write(chunks, CHUNKS_TABLE, STRATEGY)
+    tables.write(to_frame(items), "synthetic_qa")
+    monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path))
+    registry = ModelRegistry(tmp_path / "models")
+    candidate = registry.register("embedder", _minilm_dir(), {"base_model": "minilm", "strategy": STRATEGY})
+    result = gate_candidate("embedder", tables, registry, candidate, GateSettings(resamples=500))
+    assert not result.passed and any("copied word for word" in r for r in result.reasons)
+    gate = registry.resolve("embedder", candidate.version).metrics["gate"]
+    assert gate["copied_questions"] == result.questions and gate["passed"] is False

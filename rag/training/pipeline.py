@@ -164,6 +164,7 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
     # training: scored against the copy, every model "finds" them and the gate measures string matching.
     chunks, _ = without_questions(inputs.chunks, [(gate.queries[q], c) for q, rel in (gate.qrels if gate else {}).items()
                                                   for c in rel])
+    copied = _copied_questions(gate, inputs.chunks)
     if gate is not None:
         gate = IRSet(gate.queries, dict(zip(chunks["chunk_id"], chunks["text"])), gate.qrels)
     production = registry.resolve(kind, "production")  # resolved once: the verdict names what it was compared with
@@ -174,12 +175,28 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
                                   settings.rerank_depth)
         current = load_reranker(production.name, registry=registry) if production is not None else None
         result = reranker_gate(first, current, load_reranker(candidate.name, registry=registry), gate, settings)
+    if kind == "embedder" and gate is not None and copied * 2 > len(gate) and not settings.trust_copied_questions_for_embedders:
+        result.passed = False
+        result.reasons.append(f"{copied} of {len(gate)} gate questions were copied word for word from the documents: they "
+                              "cannot vouch for an embedder (on SciFact such a model gained on them and lost on real questions); "
+                              "promotion needs held-out user questions (feedback), LLM-written questions, or "
+                              "trust_copied_questions_for_embedders")
     registry.update_metrics(kind, candidate.version, {"gate": {
-        **result.metadata, "passed": bool(result.passed), "against": _label(kind, production),
+        **result.metadata, "copied_questions": copied, "passed": bool(result.passed), "against": _label(kind, production),
         "candidate_version": candidate.version, "production_version": production.version if production else None,
         "qa_set_version": inputs.qa_version, "strategy": inputs.strategy, "gated_at": _now(),
         "settings": settings.model_dump()}})
     return result
+
+
+def _copied_questions(gate, chunks: pd.DataFrame) -> int:
+    """Gate questions found word for word in one of their relevant chunks (inverse cloze without an LLM)."""
+    if gate is None:
+        return 0
+    from rag.training.first_stage import cut_question
+
+    text = dict(zip(chunks["chunk_id"], chunks["text"]))
+    return sum(any(c in text and cut_question(text[c], gate.queries[q]) != text[c] for c in rel) for q, rel in gate.qrels.items())
 
 
 def _now() -> str:
