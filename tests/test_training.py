@@ -442,7 +442,8 @@ def test_gate_rejects_a_worse_embedder_then_promotes_a_better_one_and_swaps_the_
 
 
 @pytest.mark.slow  # the Dagster test trains one too; keeps the fast suite within its budget
-def test_tiny_reranker_training_is_loadable(scifact_tables, monkeypatch):
+def test_tiny_cross_encoder_training_is_loadable(scifact_tables, monkeypatch):
+    """kind=cross-encoder stays an option in the reranker registry (the learned ranker is the default)."""
     from rag.rerank import load_reranker, rerank
     from rag.retrieval import Hit
     from rag.training import RerankerTrainingConfig
@@ -450,7 +451,8 @@ def test_tiny_reranker_training_is_loadable(scifact_tables, monkeypatch):
 
     monkeypatch.setenv("RAG_DATA_DIR", str(scifact_tables))
     registry = ModelRegistry(scifact_tables / "models")
-    config = RerankerTrainingConfig(max_steps=2, max_seq_length=64, batch_size=8, negatives_per_positive=1, eval_steps=2)
+    config = RerankerTrainingConfig(kind="cross-encoder", max_steps=2, max_seq_length=64, batch_size=8,
+                                    negatives_per_positive=1, eval_steps=2)
     mv, run, _ = train_candidate("reranker", TableStore(scifact_tables / "tables"), registry, config, log=lambda _: None)
     assert mv.name.startswith("ce-minilm-v") and run.steps == 2 and "mrr@10" in run.selection_metrics
     reranker = load_reranker("candidate", registry=registry)
