@@ -162,6 +162,9 @@ def main() -> int:
         test = corpus_slice(test, train, 700)
         train = dataclasses.replace(train, corpus=test.corpus, name=test.name)
     corpus = dict(zip(test.corpus["chunk_id"], test.corpus["text"]))
+    ids_of: dict[str, list[str]] = {}
+    for cid, text in corpus.items():
+        ids_of.setdefault(text, []).append(cid)
     results["corpus_documents"] = len(corpus)
     results["comparable_with_anchor"] = not args.quick
     log(f"SciFact{' slice' if args.quick else ''}: {len(corpus)} documents, {len(test.queries)} test queries, stages {stages}")
@@ -220,6 +223,11 @@ def main() -> int:
                  "training": run.summary, "training_pairs": len(positives), "selection_questions": len(selection),
                  "rerank_ms_per_query": round(rerank_ms, 1),
                  "test": compare(name, hybrid, per_query_ndcg(test.qrels, reranked), "hybrid-rrf (base minilm), top 50")}
+        gain = reranker._booster.feature_importance("gain")
+        stage["feature_gain_share"] = {n: round(float(g / gain.sum()), 4) for n, g in zip(reranker._booster.feature_name(), gain)
+                                       if gain.sum() > 0}
+        liked = {c for _, p in feedback[0] for c in ids_of.get(p, ())}
+        stage["test_queries_with_a_liked_relevant_passage"] = sum(bool(set(rel) & liked) for rel in test.qrels.values())
         registry.update_metrics("reranker", mv.version, {"scifact_test": {k: v for k, v in stage["test"].items() if not k.startswith("per_query")}})
         results["stages"][name] = stage
         save()

@@ -40,7 +40,7 @@ def test_features_by_hand():
 
 
 def test_feedback_priors_leave_each_question_out():
-    priors = FeedbackPriors.from_pairs([("q1", "Passage A"), ("q2", "passage  A".replace("p", "P"))], [("q3", "Passage B")])
+    priors = FeedbackPriors.from_pairs([("q1", "Passage A"), ("q2", " Passage   A ")], [("q3", "Passage B")])
     key_a = text_key("Passage A")
     assert priors.serving("anyone", key_a) == (2.0, 0.0)
     assert priors.leave_one_out("q1", key_a) == (1.0, 0.0)  # q1's own rating is not its feature
@@ -49,8 +49,6 @@ def test_feedback_priors_leave_each_question_out():
 
 
 def test_retrieval_hits_carry_first_stage_signals(tmp_path):
-    from qdrant_client import QdrantClient
-
     from rag.embedding import load_embedder
     from rag.training.first_stage import first_stage_hits, first_stage_index
 
@@ -61,7 +59,6 @@ def test_retrieval_hits_carry_first_stage_signals(tmp_path):
     assert all(h.signals["first_stage_rank"] == h.rank for h in hits)
     assert all("dense_rank" in h.signals or "bm25_rank" in h.signals for h in hits)
     assert any("bm25_score" in h.signals and "dense_score" in h.signals for h in hits)
-    assert QdrantClient  # the in-memory index needs no live folder
 
 
 # --- a task only the features can solve: the answer holds the question's exact phrase, a distractor repeats its words
@@ -140,10 +137,10 @@ def test_copied_questions_are_cut_out_of_their_chunks_before_the_first_stage():
     from rag.training.first_stage import KnownVectors, without_questions
 
     chunks = _chunks({"a": "Cats purr when content.  They also purr when hurt or stressed.", "b": "Dogs bark at night."})
-    cut, changed = without_questions(chunks, [("They also purr when hurt or stressed.", "a"), ("Dogs bark", "b"),
+    cut, found = without_questions(chunks, [("They also purr when hurt or stressed.", "a"), ("Dogs bark", "b"),
                                               ("Not in the chunk at all.", "b")])
     texts = dict(zip(cut["chunk_id"], cut["text"]))
-    assert changed == 1 and texts["a"] == "Cats purr when content." and texts["b"] == "Dogs bark at night."
+    assert found == 1 and texts["a"] == "Cats purr when content." and texts["b"] == "Dogs bark at night."
     assert cut.set_index("chunk_id").at["a", "content_hash"] != chunks.set_index("chunk_id").at["a", "content_hash"]
 
     class Counting:

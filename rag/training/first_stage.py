@@ -11,6 +11,7 @@ reranker's training candidates are retrieved.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -36,29 +37,25 @@ def cut_question(passage: str, question: str) -> str:
 
 def without_questions(chunks: pd.DataFrame, questions: Iterable[tuple[str, str]]) -> tuple[pd.DataFrame, int]:
     """`questions`: (question, chunk id) pairs. Each question found word for word in its chunk is cut out of it
-    (whitespace-insensitive); returns the chunk table with those texts changed and how many chunks changed."""
-    by_chunk: dict[str, list[str]] = {}
+    (whitespace-insensitive); returns the chunk table with those texts changed and how many distinct questions
+    were found copied."""
+    texts = chunks.set_index("chunk_id")["text"].to_dict()
+    changed: dict[str, str] = {}
+    copied: set[str] = set()
     for question, cid in questions:
-        by_chunk.setdefault(cid, []).append(question)
-    out = chunks.copy()
-    texts = out.set_index("chunk_id")["text"].to_dict()
-    changed = {}
-    for cid, qs in by_chunk.items():
         if cid not in texts:
             continue
-        cut = texts[cid]
-        for q in qs:
-            cut = cut_question(cut, q)
-        if cut != texts[cid]:
+        cut = cut_question(changed.get(cid, texts[cid]), question)
+        if cut != changed.get(cid, texts[cid]):
             changed[cid] = cut
+            copied.add(question)
+    out = chunks.copy()
     if changed:
         out["text"] = [changed.get(c, t) for c, t in zip(out["chunk_id"], out["text"])]
         if "content_hash" in out:
-            import hashlib
-
             out["content_hash"] = [hashlib.sha256(t.encode()).hexdigest() if c in changed else h
                                    for c, t, h in zip(out["chunk_id"], out["text"], out["content_hash"])]
-    return out, len(changed)
+    return out, len(copied)
 
 
 class KnownVectors:

@@ -98,9 +98,9 @@ def train_learned_ranker(data: TrainingData, config, output_dir: Path, *, chunks
     sel_positives = {q: {c for c, r in rel.items() if r > 0} for q, rel in selection.qrels.items()} if selection else {}
     copied = [(train_queries[q], c) for q, ids in train_positives.items() for c in ids]
     copied += [(selection.queries[q], c) for q, ids in sel_positives.items() for c in ids] if selection else []
-    cloze, changed = without_questions(chunks, copied)
-    if changed:
-        log(f"{changed} chunks held their question word for word: cut it out for the first stage (inverse cloze)")
+    cloze, found = without_questions(chunks, copied)
+    if found:
+        log(f"{found} questions were copied word for word from their chunks: cut out for the first stage (inverse cloze)")
     stats = CorpusStats.build(chunks["text"].tolist())
     priors = FeedbackPriors.from_pairs(*feedback)
     depth = config.rerank_depth

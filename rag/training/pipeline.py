@@ -126,18 +126,13 @@ def aliased_embedder(registry: ModelRegistry, alias: str):
     """The embedder an alias of this registry points at (the base model for an unset production), loaded by
     directory so it does not depend on which data dir the process's default registry reads."""
     mv = registry.resolve("embedder", alias)
-    if mv is not None:
-        return load_embedder(str(mv.path))
-    if alias == "production":
-        return load_embedder(IMPLICIT_PRODUCTION["embedder"])
+    if mv is not None or alias == "production":
+        return _production_embedder(mv)
     raise ValueError(f"no {alias} embedder in {registry.root}: train one first")
 
 
 def production_label(registry: ModelRegistry, kind: Kind) -> str:
-    mv = registry.resolve(kind, "production")
-    if mv is not None:
-        return mv.name
-    return "minilm (base, implicit v0)" if kind == "embedder" else "no reranker (hybrid order, implicit v0)"
+    return _label(kind, registry.resolve(kind, "production"))
 
 
 def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, candidate: ModelVersion,
@@ -162,9 +157,8 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
     gate = inputs.data.gate
     # Gate questions copied word for word out of a chunk (inverse cloze without an LLM) are cut out of it, as in
     # training: scored against the copy, every model "finds" them and the gate measures string matching.
-    chunks, _ = without_questions(inputs.chunks, [(gate.queries[q], c) for q, rel in (gate.qrels if gate else {}).items()
-                                                  for c in rel])
-    copied = _copied_questions(gate, inputs.chunks)
+    chunks, copied = without_questions(inputs.chunks, [(gate.queries[q], c) for q, rel in (gate.qrels if gate else {}).items()
+                                                       for c in rel])
     if gate is not None:
         gate = IRSet(gate.queries, dict(zip(chunks["chunk_id"], chunks["text"])), gate.qrels)
     production = registry.resolve(kind, "production")  # resolved once: the verdict names what it was compared with
@@ -189,16 +183,6 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
     return result
 
 
-def _copied_questions(gate, chunks: pd.DataFrame) -> int:
-    """Gate questions found word for word in one of their relevant chunks (inverse cloze without an LLM)."""
-    if gate is None:
-        return 0
-    from rag.training.first_stage import cut_question
-
-    text = dict(zip(chunks["chunk_id"], chunks["text"]))
-    return sum(any(c in text and cut_question(text[c], gate.queries[q]) != text[c] for c in rel) for q, rel in gate.qrels.items())
-
-
 def _now() -> str:
     from datetime import UTC, datetime
 
@@ -206,7 +190,8 @@ def _now() -> str:
 
 
 def _production_embedder(production: ModelVersion | None):
-    """The production embedder as resolved (the base model while nothing is promoted: the implicit v0)."""
+    """A resolved embedder version, loaded by directory; None is the base model (production before any promotion:
+    the implicit v0)."""
     return load_embedder(str(production.path) if production is not None else IMPLICIT_PRODUCTION["embedder"])
 
 
