@@ -12,7 +12,7 @@ from rag.evaluation.metrics import METRICS
 from rag.chunking import StrategyConfig
 from rag.quality.gx import SuiteOutcome
 from rag.quality.suites import check_chunks, check_documents, check_qa_set, check_report
-from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE
+from rag.store import CHUNK_FAILURES_TABLE, CHUNKS_TABLE, DOCUMENTS_TABLE
 from resources.chunking import ChunkingStrategies
 from resources.storage import DataStore
 
@@ -71,9 +71,19 @@ def chunk_sets_quality(context: AssetCheckExecutionContext, data_store: DataStor
         return AssetCheckResult(passed=False, description=f"chunk set {strategy} or parsed_documents is missing")
     min_chars, max_chars = chunk_length_bounds(chunking.strategies()[strategy])
     result = to_check_result(check_chunks(chunks, documents, min_chars=min_chars, max_chars=max_chars))
+    failures = data_store.tables.read(CHUNK_FAILURES_TABLE, strategy)
+    failed = [] if failures is None else failures.to_dict("records")
+    description = f"[{strategy}] {result.description}"
+    if failed:
+        kept = sum(int(f["kept_previous_chunks"]) for f in failed)
+        description = (f"[{strategy}] chunking failed for {len(failed)} document(s) ({kept} previous chunks kept, "
+                       f"so search still has them): {failed[0]['doc_id']}: {failed[0]['error']}; " + result.description)
     return AssetCheckResult(
-        passed=result.passed, severity=result.severity, description=f"[{strategy}] {result.description}",
-        metadata={**result.metadata, "strategy": strategy, "min_chars": min_chars, "max_chars": max_chars or -1},
+        passed=result.passed and not failed, severity=AssetCheckSeverity.ERROR if failed else result.severity,
+        description=description,
+        metadata={**result.metadata, "strategy": strategy, "min_chars": min_chars, "max_chars": max_chars or -1,
+                  "failed_documents": len(failed),
+                  "failures": MetadataValue.json([{k: f[k] for k in ("doc_id", "error", "kept_previous_chunks")} for f in failed[:50]])},
     )
 
 

@@ -9,7 +9,6 @@ from resources.chunking import ChunkingStrategies
 from resources.storage import DataStore
 
 
-
 def _length_histogram(lengths) -> str:
     edges = [0, 100, 250, 500, 1000, 2000, 4000, 10**9]
     rows = ["| chars | chunks |", "|---|---|"]
@@ -17,6 +16,14 @@ def _length_histogram(lengths) -> str:
         count = int(((lengths >= lo) & (lengths < hi)).sum())
         label = f"{lo}+" if hi == 10**9 else f"{lo}–{hi - 1}"
         rows.append(f"| {label} | {count} {'█' * round(40 * count / max(1, len(lengths)))} |")
+    return "\n".join(rows)
+
+
+def _failure_table(failures) -> str:
+    if failures.empty:
+        return "_no failures_"
+    rows = ["| document | previous chunks kept | error |", "|---|---|---|"]
+    rows += [f"| {f['doc_id']} | {f['kept_previous_chunks']} | {f['error'].replace('|', '/')} |" for f in failures.to_dict("records")[:50]]
     return "\n".join(rows)
 
 
@@ -37,7 +44,8 @@ def chunk_sets(context: AssetExecutionContext, data_store: DataStore, chunking: 
     run = chunk_step(tables, chunker)
     path = tables.path(CHUNKS_TABLE, strategy)
     for doc_id, error in run.failed.items():
-        context.log.error(f"chunking failed for {doc_id}: {error}")
+        kept = run.kept_after_failure.get(doc_id, 0)
+        context.log.error(f"chunking failed for {doc_id}: {error} (kept its {kept} previous chunks; retried next run)")
     summary = run.summary
     context.log.info(f"chunk set {strategy}: {summary}")
     lengths = run.chunks["text"].str.len() if len(run.chunks) else None
@@ -50,5 +58,6 @@ def chunk_sets(context: AssetExecutionContext, data_store: DataStore, chunking: 
             "dagster/row_count": len(run.chunks),
             "path": MetadataValue.path(str(path)),
             "length_histogram": MetadataValue.md(_length_histogram(lengths) if lengths is not None else "_no chunks_"),
+            "failures": MetadataValue.md(_failure_table(run.failures)),
         }
     )

@@ -1,4 +1,10 @@
-"""Incremental chunk sets: one table per strategy, rebuilt only for documents that changed."""
+"""Incremental chunk sets: one table per strategy, rebuilt only for documents that changed.
+
+A document whose chunking fails keeps its previous chunks (if it had any): the next index sync deletes points
+whose chunks are gone, so dropping them would take a document out of search over a transient failure (a model
+that failed to load). The failure is recorded and retried on the next run, because the kept chunks still carry
+the old content hash or strategy fingerprint.
+"""
 from __future__ import annotations
 
 import logging
@@ -14,6 +20,7 @@ from rag.ingest import document_from_row
 log = logging.getLogger(__name__)
 
 CHUNK_COLUMNS = list(Chunk.model_fields) + ["doc_content_hash", "strategy_fingerprint"]
+FAILURE_COLUMNS = ["doc_id", "error", "kept_previous_chunks"]
 
 
 @dataclass
@@ -23,7 +30,14 @@ class ChunkRun:
     unchanged: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    kept_after_failure: dict[str, int] = field(default_factory=dict)  # doc id -> previous chunks kept
     seconds: float = 0.0
+
+    @property
+    def failures(self) -> pd.DataFrame:
+        rows = [{"doc_id": d, "error": e, "kept_previous_chunks": self.kept_after_failure.get(d, 0)}
+                for d, e in sorted(self.failed.items())]
+        return pd.DataFrame(rows, columns=FAILURE_COLUMNS).astype({"kept_previous_chunks": "int64"})
 
     @property
     def summary(self) -> dict[str, int | float]:
@@ -35,6 +49,7 @@ class ChunkRun:
             "unchanged_documents": len(self.unchanged),
             "removed_documents": len(self.removed),
             "failed_documents": len(self.failed),
+            "chunks_kept_after_failure": sum(self.kept_after_failure.values()),
             "mean_chars": round(float(lengths.mean()), 1) if len(lengths) else 0.0,
             "median_chars": float(lengths.median()) if len(lengths) else 0.0,
             "max_chars": int(lengths.max()) if len(lengths) else 0,
@@ -65,9 +80,13 @@ def update_chunk_set(previous: pd.DataFrame | None, documents: pd.DataFrame, chu
             continue
         try:
             chunks = chunker.chunk(document_from_row(row))
-        except Exception as exc:  # one document's failure must not lose the whole chunk set
-            log.exception("chunking %s with %s failed", doc_id, chunker.name)
+        except Exception as exc:  # one document's failure must not lose the whole chunk set, nor its own chunks
             run.failed[doc_id] = f"{type(exc).__name__}: {exc}"[:300]
+            if old is not None:
+                frames.append(old)
+                run.kept_after_failure[doc_id] = len(old)
+            log.exception("chunking %s with %s failed; kept its %d previous chunks", doc_id, chunker.name,
+                          0 if old is None else len(old))
             continue
         records = [c.model_dump() | {"doc_content_hash": row["content_hash"], "strategy_fingerprint": fingerprint} for c in chunks]
         frames.append(pd.DataFrame(records, columns=CHUNK_COLUMNS))

@@ -133,6 +133,10 @@ def cmd_index(args: argparse.Namespace) -> int:
         p = report.parse
         print(f"documents: {p['documents']} ({p['parsed']} parsed, {p['unchanged']} unchanged, {p['removed']} removed), "
               f"quarantined: {p['quarantined_total']}")
+        for strategy, c in report.chunks.items():
+            for f in c["failures"]:
+                print(f"  chunking {strategy} failed for {f['doc_id']}: {f['error']} "
+                      f"(kept its {f['kept_previous_chunks']} previous chunks; retried on the next run)", file=sys.stderr)
         for name, c in report.collections.items():
             print(f"  {name}: {c['points']} points (+{c['added']} ~{c['updated']} -{c['deleted']}) in {c['seconds']}s")
     return 0

@@ -2,7 +2,9 @@
 
 Pure functions over DataFrames: the previous tables go in, the new tables and what changed come out.
 A file is re-parsed only when its content hash or the parse settings changed; files that could not
-be parsed are quarantined with a reason and are not retried until either changes.
+be parsed are quarantined with a reason and are not retried until either changes. Only the file's own faults
+quarantine it (ParseError): a bug in our code or a broken environment raises ParserBug, naming the file, and the
+run writes nothing, so the previous tables stay as they were.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from datetime import datetime, timezone
 
 import pandas as pd
 
-from rag.parsing import ParseError, ParsedDocument, ParseSettings, QuarantineReason, parse_file
+from rag.parsing import ParseError, ParsedDocument, ParserBug, ParseSettings, QuarantineReason, parse_file
 from rag.parsing.models import Element
 from rag.source import SourceScan
 
@@ -140,20 +142,21 @@ def update_documents(
             on_progress(f.doc_id)
         try:
             doc = parse(f.path, settings, doc_id=f.doc_id, content_hash=f.content_hash)
-            doc_rows.append(document_to_row(doc, fingerprint))
-            run.parsed.append(f.doc_id)
-        except Exception as exc:  # one bad file must never fail the run
-            if isinstance(exc, ParseError):
-                reason, exc_class, message = exc.reason.value, exc.exception_class, exc.message
-            else:
-                reason, exc_class, message = QuarantineReason.PARSER_ERROR.value, type(exc).__name__, str(exc)[:500]
-            log.warning("quarantined %s: %s (%s)", f.doc_id, message, reason)
+        except ParseError as exc:  # the file's fault: quarantine it and go on with the others
+            log.warning("quarantined %s: %s (%s)", f.doc_id, exc.message, exc.reason.value)
             quar_rows.append({
                 "doc_id": f.doc_id, "path": str(f.path), "content_hash": f.content_hash,
-                "settings_fingerprint": fingerprint, "reason": reason, "exception_class": exc_class,
-                "message": message, "quarantined_at": _now(),
+                "settings_fingerprint": fingerprint, "reason": exc.reason.value, "exception_class": exc.exception_class,
+                "message": exc.message, "quarantined_at": _now(),
             })
             run.quarantined.append(f.doc_id)
+            continue
+        except ParserBug:
+            raise
+        except Exception as exc:  # a parse function outside rag.parsing: not known to be the file's fault
+            raise ParserBug(str(f.path), exc) from exc
+        doc_rows.append(document_to_row(doc, fingerprint))
+        run.parsed.append(f.doc_id)
 
     present = {f.doc_id for f in scan.files} | {r.doc_id for r in scan.rejected}
     run.removed = sorted((set(prev_docs) | set(prev_quar)) - present)

@@ -16,7 +16,7 @@ from rag.index.sync import BM25Run, IndexRun, sync_bm25, sync_collection
 from rag.ingest import ParseRun, update_documents
 from rag.parsing import ParseSettings
 from rag.source import SourceScan, scan_folder
-from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE, QUARANTINE_TABLE, TableStore, bm25_root
+from rag.store import CHUNK_FAILURES_TABLE, CHUNKS_TABLE, DOCUMENTS_TABLE, QUARANTINE_TABLE, TableStore, bm25_root
 
 
 def ingest_step(tables: TableStore, scan: SourceScan, settings: ParseSettings,
@@ -33,6 +33,8 @@ def chunk_step(tables: TableStore, chunker: Chunker) -> ChunkRun:
         raise FileNotFoundError("parsed_documents does not exist yet: ingest documents first")
     run = update_chunk_set(tables.read(CHUNKS_TABLE, chunker.name), documents, chunker)
     tables.write(run.chunks, CHUNKS_TABLE, chunker.name)
+    # Written on every run (empty when all went well) so the chunk-set check sees this run's failures only.
+    tables.write(run.failures, CHUNK_FAILURES_TABLE, chunker.name)
     return run
 
 
@@ -75,7 +77,8 @@ def index_folder(docs_dir: Path, root: Path, *, strategies: list[str] | None = N
     report.parse = parsed.summary | {"quarantine": parsed.quarantine[["doc_id", "reason", "message"]].to_dict("records")}
     client = get_client(qdrant) if embedders else None
     for strategy in strategies:
-        report.chunks[strategy] = chunk_step(tables, get_chunker(strategy, configs)).summary
+        chunked = chunk_step(tables, get_chunker(strategy, configs))
+        report.chunks[strategy] = chunked.summary | {"failures": chunked.failures.to_dict("records")}
         report.bm25[strategy] = bm25_step(tables, root, strategy).summary
         for name, embedder in embedders.items():
             report.collections[f"{strategy}|{name}"] = embed_step(tables, client, strategy, name, embedder, distance).summary

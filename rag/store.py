@@ -53,6 +53,7 @@ class TableStore:
 DOCUMENTS_TABLE = "parsed_documents"
 QUARANTINE_TABLE = "document_quarantine"
 CHUNKS_TABLE = "chunk_sets"
+CHUNK_FAILURES_TABLE = "chunk_failures"  # documents whose last chunking failed, per strategy
 
 
 def bm25_root(root: Path, strategy: str) -> Path:

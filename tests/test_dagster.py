@@ -108,6 +108,35 @@ def test_blocking_check_fails_the_run_on_corrupted_chunks(env, monkeypatch):
     assert "expect_column_values_to_be_in_set[span_consistent]" in evaluations[0].metadata["failed_expectations"].value
 
 
+def test_a_chunking_failure_keeps_previous_chunks_and_fails_the_blocking_check(env, monkeypatch):
+    import rag.chunking
+
+    env["instance"].add_dynamic_partitions("chunking_strategy", ["paragraph"])
+    assert run(env, "ingest_documents_job").success
+    assert run(env, "chunk_sets_job", "paragraph").success
+    before = env["tables"].read("chunk_sets", "paragraph")
+
+    real_chunk = rag.chunking.Chunker.chunk
+
+    def model_failed_to_load(self, doc):
+        if doc.doc_id == "senate-expenditures.pdf":
+            raise OSError("embedding model failed to load")
+        return real_chunk(self, doc)
+
+    monkeypatch.setattr(rag.chunking.Chunker, "chunk", model_failed_to_load)
+    monkeypatch.setattr(rag.chunking.Chunker, "fingerprint", property(lambda self: "params-changed"))
+    result = run(env, "chunk_sets_job", "paragraph")
+    after = env["tables"].read("chunk_sets", "paragraph")
+    kept = before[before.doc_id == "senate-expenditures.pdf"]
+    assert set(kept.chunk_id) <= set(after.chunk_id)  # the document stays searchable
+    meta = result.asset_materializations_for_node("chunk_sets")[0].metadata
+    assert meta["failed_documents"].value == 1 and meta["chunks_kept_after_failure"].value == len(kept)
+    assert "senate-expenditures.pdf" in meta["failures"].value
+    [evaluation] = result.get_asset_check_evaluations()
+    assert not evaluation.passed and not result.success  # blocking: downstream indexing must not run on it
+    assert "chunking failed for 1 document" in evaluation.description
+
+
 def test_strategy_sensor_adds_a_partition_for_a_new_yaml_entry(env):
     from sensors.strategies import chunking_strategy_sensor
 

@@ -79,3 +79,69 @@ def test_outside_root_symlink_is_quarantined(corpus, tmp_path):
     (corpus / "link.txt").symlink_to(tmp_path / "elsewhere.txt")
     run = update_documents(scan_folder(corpus), None, None, ParseSettings())
     assert run.quarantine.set_index("doc_id").loc["link.txt", "reason"] == "outside-root"
+
+
+class FailingChunker:
+    """Wraps a chunker and fails on chosen documents, like a semantic chunker whose model failed to load."""
+
+    def __init__(self, inner, fail_on):
+        self.inner, self.fail_on = inner, set(fail_on)
+        self.name, self.config = inner.name, inner.config
+        self.fingerprint = inner.fingerprint + "-changed"  # a params change forces a re-chunk of every document
+
+    def chunk(self, doc):
+        if doc.doc_id in self.fail_on:
+            raise OSError("embedding model failed to load")
+        return self.inner.chunk(doc)
+
+
+def test_a_chunking_failure_keeps_the_documents_previous_chunks(corpus):
+    docs = update_documents(scan_folder(corpus), None, None, ParseSettings())
+    chunker = get_chunker("paragraph")
+    first = update_chunk_set(None, docs.documents, chunker)
+    before = first.chunks[first.chunks.doc_id == "notes.txt"]
+    assert len(before)
+
+    failing = update_chunk_set(first.chunks, docs.documents, FailingChunker(chunker, {"notes.txt"}))
+    after = failing.chunks[failing.chunks.doc_id == "notes.txt"]
+    assert list(after.chunk_id) == list(before.chunk_id)  # still searchable
+    assert list(failing.failures.doc_id) == ["notes.txt"]
+    assert failing.failures.kept_previous_chunks.tolist() == [len(before)]
+    assert "failed to load" in failing.failures.error.iloc[0]
+    # The kept chunks carry the old fingerprint, so the next healthy run re-chunks the document.
+    healed = update_chunk_set(failing.chunks, docs.documents, FailingChunker(chunker, set()))
+    assert "notes.txt" in healed.rechunked and healed.failures.empty
+
+
+def test_a_bug_in_our_parsing_code_fails_loudly_and_is_not_quarantined(corpus, monkeypatch):
+    import rag.parsing.pdf
+    from rag.parsing import ParserBug
+
+    def buggy(path, **kw):
+        return {}["missing key"]  # a bug raised by our code, not by an installed parser library
+
+    monkeypatch.setattr(rag.parsing.pdf, "parse_pdf", buggy)
+    with pytest.raises(ParserBug, match=r"parsing .*\.pdf failed in our code"):
+        update_documents(scan_folder(corpus), None, None, ParseSettings())
+
+
+def test_a_missing_module_fails_loudly_and_a_library_failure_on_the_file_is_quarantined(corpus, monkeypatch):
+    import rag.parsing.pdf
+    from rag.parsing import ParserBug
+
+    def missing_module(path, **kw):
+        raise ModuleNotFoundError("No module named 'pdfminer'")
+
+    monkeypatch.setattr(rag.parsing.pdf, "parse_pdf", missing_module)
+    with pytest.raises(ParserBug, match="ModuleNotFoundError"):
+        update_documents(scan_folder(corpus), None, None, ParseSettings())
+    monkeypatch.undo()
+
+    import json
+
+    # An installed library raising deep inside (here the standard library's JSON decoder) is the file's fault.
+    monkeypatch.setattr(rag.parsing.pdf, "extract_words", lambda *a, **kw: json.loads("{not json"))
+    run = update_documents(scan_folder(corpus), None, None, ParseSettings())
+    reasons = dict(zip(run.quarantine.doc_id, run.quarantine.reason))
+    assert reasons["scotus-transcript-p1.pdf"] == "parser-error"
+    assert "notes.txt" in run.parsed

@@ -5,12 +5,12 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-from rag.parsing.errors import ParseError, QuarantineReason
+from rag.parsing.errors import ParseError, ParserBug, QuarantineReason, blames_the_file
 from rag.parsing.models import ELEMENT_SEPARATOR, Element, ParsedDocument, assemble
 from rag.parsing.settings import PARSER_VERSION, ParseSettings
 
 __all__ = [
-    "ELEMENT_SEPARATOR", "Element", "ParseError", "ParseSettings", "ParsedDocument", "QuarantineReason",
+    "ELEMENT_SEPARATOR", "Element", "ParseError", "ParserBug", "ParseSettings", "ParsedDocument", "QuarantineReason",
     "parse_file", "supported_extensions", "PARSER_VERSION",
 ]
 
@@ -72,11 +72,13 @@ def parse_file(
 
             drafts, n_pages = parse_with_unstructured(path)
             metadata, parser = {}, "unstructured"
-    except ParseError:
+    except (ParseError, ParserBug):
         raise
     except RecursionError as exc:
         raise ParseError(QuarantineReason.MALFORMED, "file structure is too deeply nested", exc) from exc
-    except Exception as exc:  # any other failure is a parser bug or an odd file: quarantine, never crash
+    except Exception as exc:
+        if not blames_the_file(exc):
+            raise ParserBug(str(path), exc) from exc
         raise ParseError(QuarantineReason.PARSER_ERROR, f"{type(exc).__name__}: {exc}"[:500], exc) from exc
     doc = assemble(
         drafts, doc_id=doc_id, source_path=str(path), content_hash=content_hash,

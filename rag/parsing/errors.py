@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 
 
 class QuarantineReason(str, Enum):
@@ -23,3 +24,44 @@ class ParseError(Exception):
         self.reason = reason
         self.message = message
         self.exception_class = type(cause).__name__ if cause is not None else "ParseError"
+
+
+class ParserBug(RuntimeError):
+    """Parsing one file failed in our own code or in the environment (a missing module, no memory).
+
+    Not the file's fault, so it is not quarantined: a quarantined file is not retried until it changes, and a
+    bug or a broken install would otherwise quarantine every file it touches. The run fails and names the file.
+    """
+
+    def __init__(self, path: str, cause: BaseException):
+        super().__init__(
+            f"parsing {path} failed in our code or environment ({type(cause).__name__}: {str(cause)[:300]}); "
+            "the file was not quarantined: fix the cause (see the traceback) and re-run")
+        self.path = path
+
+
+def _library_dirs() -> list[Path]:
+    import sysconfig
+
+    return [Path(sysconfig.get_path(name)).resolve() for name in ("stdlib", "platstdlib", "purelib", "platlib")]
+
+
+def blames_the_file(exc: BaseException) -> bool:
+    """Whether an unexpected exception says something about the file being parsed.
+
+    An installed library (a parser, the standard library's zipfile…) raising on a file means the file is unusual:
+    quarantine it. An exception raised by our own code, a missing module or exhausted memory is a bug or an
+    environment problem: fail loudly instead.
+    """
+    if isinstance(exc, (ImportError, MemoryError)):
+        return False
+    tb = exc.__traceback__
+    if tb is None:
+        return True
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    frame = tb.tb_frame
+    if str(frame.f_globals.get("__name__", "")).split(".")[0] == "rag":
+        return False
+    raised_in = Path(frame.f_code.co_filename).resolve()
+    return any(folder in raised_in.parents for folder in _library_dirs())

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rag.parsing.errors import ParseError, QuarantineReason
+from rag.parsing.errors import ParseError, ParserBug, QuarantineReason, blames_the_file
 from rag.parsing.models import ElementDraft, ElementType
 
 # unstructured prints an advert and phones home for analytics unless told not to.
@@ -52,6 +52,8 @@ def parse_with_unstructured(path: Path) -> tuple[list[ElementDraft], int]:
     except ParseError:
         raise
     except Exception as exc:
+        if not blames_the_file(exc):
+            raise ParserBug(str(path), exc) from exc
         text = str(exc)
         reason = QuarantineReason.UNSUPPORTED if "not supported" in text.lower() or "filetype" in text.lower() else QuarantineReason.MALFORMED
         raise ParseError(reason, f"unstructured could not partition the file: {text[:300]}", exc) from exc
