@@ -255,3 +255,67 @@ def test_sigkill_during_writes_loses_no_acknowledged_row(tmp_path):
     assert set(feedback.groupby("submission_id").size()) == {3}
     assert set(store.table("feedback_submissions")["submission_id"]) == set(stored)
     store.close()
+
+
+def test_an_edited_passage_keeps_the_rated_text_in_exports_and_the_gate(store, tmp_path):
+    from rag.feedback import judgments
+    from rag.training.data import split_feedback, training_data
+
+    before = store.record_query("what do cats eat", answer="mice", chunks=chunks("a1", "a2"))
+    store.submit_feedback(FeedbackSubmission(query_id=before.query_id, idempotency_key="1",
+                                             passages=[{"chunk_id": "a1", "score": 1}]))
+    # The document is edited without moving chunk boundaries: same chunk id, other text.
+    edited = [{**c, "text": "cats are obligate carnivores"} if c["chunk_id"] == "a1" else c for c in chunks("a1", "a2")]
+    after = store.record_query("are cats carnivores", answer="yes", chunks=edited)
+    store.submit_feedback(FeedbackSubmission(query_id=after.query_id, idempotency_key="2",
+                                             passages=[{"chunk_id": "a1", "score": -1}]))
+    assert len(store.table("passage_versions")) == 3
+    out = export_rag_dataset(store, tmp_path / "ds")
+    positives, negatives = training_pairs(out)
+    assert positives == [("what do cats eat", "passage a1")]  # the text the user liked, not today's
+    assert negatives == [("are cats carnivores", "cats are obligate carnivores")]
+    corpus = {d["_id"]: d for d in map(json.loads, open(out / "corpus.jsonl"))}
+    assert corpus["a1"]["text"] == "cats are obligate carnivores"  # the latest text keeps the chunk id
+    old = next(d for pid, d in corpus.items() if pid.startswith("a1@"))
+    assert old["text"] == "passage a1" and old["metadata"]["chunk_id"] == "a1"
+
+    # The gate scores a held-out rating only against a chunk that still has the rated text.
+    judged = judgments(out)
+    split = split_feedback(judged, dev_fraction=1.0)
+    assert split.dev_passages == {old["_id"]: "passage a1"}
+    chunk_set = pd.DataFrame({"chunk_id": ["a1", "a2"], "doc_id": ["doc-a"] * 2, "char_start": [0, 30], "char_end": [28, 40],
+                              "text": ["cats are obligate carnivores", "passage a2"]})
+    data = training_data([], chunk_set, extra_positives=[("x", "passage a2")], feedback=split, min_feedback_gate=1)
+    assert "what do cats eat" not in (data.gate.queries.values() if data.gate else [])
+
+
+def test_a_store_from_before_passage_versioning_is_migrated(tmp_path):
+    import sqlalchemy as sa
+
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    old = FeedbackStore(url)
+    q = old.record_query("what do cats eat", answer="mice", chunks=chunks("a1"))
+    old.close()
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # the schema as it was: no versions, no text hash on retrievals
+        conn.exec_driver_sql("DROP TABLE passage_versions")
+        conn.exec_driver_sql("ALTER TABLE retrievals DROP COLUMN text_hash")
+    engine.dispose()
+    store = FeedbackStore(url)
+    assert store.table("retrievals")["text_hash"].notna().all()
+    store.record_query("cats?", answer="-", chunks=[{**chunks("a1")[0], "text": "edited"}])
+    store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key="1", passages=[{"chunk_id": "a1", "score": 1}]))
+    positives, _ = training_pairs(export_rag_dataset(store, tmp_path / "ds"))
+    assert positives == [("what do cats eat", "passage a1")]
+    store.close()
+
+
+def test_a_click_whose_idempotency_key_races_returns_the_first_event(store, monkeypatch):
+    q = store.record_query("cats?", answer="a", chunks=chunks("a1"))
+    first = store.record_event(ImplicitEvent(query_id=q.query_id, chunk_id="a1", idempotency_key="k"))
+    # The racing transaction did not see the other's row yet (Postgres, read committed): its insert hits the key.
+    lookups = iter([None])
+    real = FeedbackStore._event_with_key
+    monkeypatch.setattr(FeedbackStore, "_event_with_key", staticmethod(lambda conn, key: next(lookups, None) or real(conn, key)))
+    assert store.record_event(ImplicitEvent(query_id=q.query_id, chunk_id="a1", idempotency_key="k")) == first
+    assert len(store.table("implicit_events")) == 1

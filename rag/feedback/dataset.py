@@ -1,7 +1,9 @@
 """Export the feedback store as a RAG-Dataset: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/train.tsv)
 plus answers, ±1 qrels for chunks, documents and answers, the raw feedback rows and stats.json.
 
-    corpus.jsonl            {_id: chunk_id, title: doc_id, text, metadata: {doc_id, page_start, page_end}}
+    corpus.jsonl            {_id: passage id, title: doc_id, text, metadata: {chunk_id, text_hash, doc_id, page_start, page_end}}
+                            (the text each query was shown: a passage id is the chunk id, or chunk_id@<hash> for a
+                            text served under that id before the chunk was edited)
     queries.jsonl           {_id: query_id, text, metadata: {created_at, session_id, model_version, retrieved}}
     answers.jsonl           {_id: answer_id, query_id, text, source: system|user|expert, not_in_context}
     qrels/chunk_qrels.tsv   query-id, corpus-id, score (+1 / -1; the latest rating of a passage wins)
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rag.feedback.store import FeedbackStore
+from rag.feedback.store import FeedbackStore, text_hash
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -53,13 +55,28 @@ def export_rag_dataset(store: FeedbackStore, out_dir: Path) -> Path:
     queries = queries[queries["query_id"].isin(set(fb["query_id"]))].sort_values("created_at")
     retrievals = store.table("retrievals")
     retrievals = retrievals[retrievals["query_id"].isin(set(queries["query_id"]))].sort_values(["query_id", "rank"])
-    passages = store.table("passages").set_index("chunk_id")
+    latest = store.table("passages").set_index("chunk_id")
+    versions = store.table("passage_versions").set_index(["chunk_id", "text_hash"])
     answers = store.table("answers")
     answers = answers[answers["query_id"].isin(set(queries["query_id"]))]
 
+    # Each (query, chunk) is exported with the version of the text that query was shown; the latest text keeps the
+    # plain chunk id, so ids still match today's chunk set when nothing was edited.
+    latest_hash = {cid: text_hash(text) for cid, text in latest["text"].items()}
+    shown: dict[tuple[str, str], str] = {}
+    passages: dict[str, dict] = {}
+    for r in retrievals.itertuples():
+        digest = r.text_hash if isinstance(r.text_hash, str) else latest_hash[r.chunk_id]
+        pid = r.chunk_id if digest == latest_hash[r.chunk_id] else f"{r.chunk_id}@{digest[:12]}"
+        shown[(r.query_id, r.chunk_id)] = pid
+        if pid not in passages:
+            version = versions.loc[(r.chunk_id, digest)] if (r.chunk_id, digest) in versions.index else latest.loc[r.chunk_id]
+            passages[pid] = {"chunk_id": r.chunk_id, "text_hash": digest, "doc_id": version["doc_id"], "text": version["text"],
+                             "page_start": _int(version["page_start"]), "page_end": _int(version["page_end"])}
+
     chunk_ratings = _latest(fb[fb["target"] == "passage"], ["query_id", "chunk_id"])
-    chunk_qrels = sorted((r.query_id, r.chunk_id, int(r.score)) for r in chunk_ratings.itertuples())
-    doc_of = passages["doc_id"].to_dict()
+    chunk_qrels = sorted((r.query_id, shown[(r.query_id, r.chunk_id)], int(r.score)) for r in chunk_ratings.itertuples())
+    doc_of = {pid: p["doc_id"] for pid, p in passages.items()}
     doc_scores: dict[tuple[str, str], int] = {}
     for qid, cid, score in chunk_qrels:
         key = (qid, doc_of[cid])
@@ -67,12 +84,12 @@ def export_rag_dataset(store: FeedbackStore, out_dir: Path) -> Path:
     answer_ratings = _latest(fb[fb["target"].isin(["answer", "correction"])], ["query_id", "answer_id"])
     answer_qrels = sorted((r.query_id, r.answer_id, int(r.score)) for r in answer_ratings.itertuples() if r.answer_id)
 
-    used_chunks = sorted(set(retrievals["chunk_id"]) | {cid for _, cid, _ in chunk_qrels})
+    used_chunks = sorted(passages)
     _write_jsonl(out_dir / "corpus.jsonl", [
-        {"_id": cid, "title": doc_of[cid], "text": passages.at[cid, "text"],
-         "metadata": {"doc_id": doc_of[cid], "page_start": _int(passages.at[cid, "page_start"]),
-                      "page_end": _int(passages.at[cid, "page_end"])}} for cid in used_chunks])
-    retrieved = {qid: [{"chunk_id": r.chunk_id, "rank": int(r.rank), "score": r.score} for r in group.itertuples()]
+        {"_id": pid, "title": p["doc_id"], "text": p["text"],
+         "metadata": {k: p[k] for k in ("chunk_id", "text_hash", "doc_id", "page_start", "page_end")}}
+        for pid, p in sorted(passages.items())])
+    retrieved = {qid: [{"chunk_id": shown[(qid, r.chunk_id)], "rank": int(r.rank), "score": r.score} for r in group.itertuples()]
                  for qid, group in retrievals.groupby("query_id")}
     _write_jsonl(out_dir / "queries.jsonl", [
         {"_id": q.query_id, "text": q.text, "metadata": {"created_at": q.created_at, "session_id": q.session_id,

@@ -1,7 +1,9 @@
 """Tables of the feedback store (SQLAlchemy Core: the same schema on SQLite and Postgres).
 
 A query row holds what was asked and which passages were retrieved (`retrievals`, with ranks and scores);
-`passages` keeps the passage text as served, so an exported dataset does not depend on the chunk set of the day.
+`passages` keeps the passage text as last served and `passage_versions` every text ever served under a chunk id
+(a document edited without moving its chunk boundaries keeps the ids), so each retrieval's `text_hash` names the
+exact text that query was shown: exports and training use what the user rated, not the chunk set of the day.
 Explicit feedback arrives in submissions (one per POST, deduplicated by idempotency key) that hold one
 `feedback` row per rating; `feedback.event_id` is the high-water mark the retrain sensor counts from.
 """
@@ -49,6 +51,17 @@ passages = Table(
     Column("text", Text, nullable=False),
 )
 
+passage_versions = Table(
+    "passage_versions", metadata,
+    Column("chunk_id", String(512), ForeignKey("passages.chunk_id"), primary_key=True),
+    Column("text_hash", String(64), primary_key=True, comment="sha256 of the text"),
+    Column("doc_id", String(1024), nullable=False),
+    Column("page_start", Integer),
+    Column("page_end", Integer),
+    Column("text", Text, nullable=False),
+    Column("first_served_at", DateTime(timezone=True)),
+)
+
 retrievals = Table(
     "retrievals", metadata,
     Column("query_id", String(36), ForeignKey("queries.query_id"), primary_key=True),
@@ -56,6 +69,7 @@ retrievals = Table(
     Column("rank", Integer, nullable=False),
     Column("score", Float),
     Column("cited", Boolean, nullable=False, default=False),
+    Column("text_hash", String(64), comment="the passage version this query was shown (passage_versions)"),
 )
 
 answers = Table(

@@ -5,6 +5,7 @@ so a refused request leaves the store exactly as it was and an acknowledged one 
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import Iterable, Iterator
@@ -13,7 +14,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pandas as pd
-from sqlalchemy import Engine, create_engine, event, func, insert, select
+from sqlalchemy import Engine, create_engine, event, func, inspect, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from rag.feedback import schema as s
@@ -37,6 +38,37 @@ def default_url(root: Path | None = None) -> str:
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def text_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _insert_ignoring_duplicates(conn, table, rows: list[dict]) -> None:
+    """Insert rows whose key may already exist: a concurrent writer (Postgres lets two transactions insert the same
+    new passage) must not turn a retrieval log into a 500, and the existing row is the same content."""
+    if not rows:
+        return
+    if conn.dialect.name in ("sqlite", "postgresql"):
+        dialect_insert = __import__(f"sqlalchemy.dialects.{conn.dialect.name}", fromlist=["insert"]).insert
+        conn.execute(dialect_insert(table).on_conflict_do_nothing(), rows)
+    else:
+        conn.execute(insert(table), rows)
+
+
+def _migrate(engine: Engine) -> None:
+    """Stores created before passage versioning: add retrievals.text_hash and record the text each passage row holds
+    as its first version (that is the text every earlier query was shown)."""
+    if "text_hash" in {c["name"] for c in inspect(engine).get_columns("retrievals")}:
+        return
+    with engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE retrievals ADD COLUMN text_hash VARCHAR(64)")
+        for row in conn.execute(select(s.passages)).mappings().all():
+            digest = text_hash(row["text"])
+            _insert_ignoring_duplicates(conn, s.passage_versions, [{
+                "chunk_id": row["chunk_id"], "text_hash": digest, "doc_id": row["doc_id"], "page_start": row["page_start"],
+                "page_end": row["page_end"], "text": row["text"], "first_served_at": None}])
+            conn.execute(update(s.retrievals).where(s.retrievals.c.chunk_id == row["chunk_id"]).values(text_hash=digest))
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
@@ -69,6 +101,7 @@ class FeedbackStore:
             event.listen(self.engine, "begin", _begin)
         if create:
             s.metadata.create_all(self.engine)
+            _migrate(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -100,11 +133,12 @@ class FeedbackStore:
                     .order_by(s.queries.c.created_at.desc()).limit(1)).first()
             conn.execute(insert(s.queries).values(query_id=query_id, text=text, created_at=now, session_id=session_id,
                                                   model_version=model_version, settings=settings, latency_ms=latency_ms))
-            self._upsert_passages(conn, chunks)
+            hashes = self._upsert_passages(conn, chunks, now)
             if chunks:
                 conn.execute(insert(s.retrievals), [
                     {"query_id": query_id, "chunk_id": c["chunk_id"], "rank": int(c.get("rank") or i),
-                     "score": None if c.get("score") is None else float(c["score"]), "cited": bool(c.get("cited"))}
+                     "score": None if c.get("score") is None else float(c["score"]), "cited": bool(c.get("cited")),
+                     "text_hash": hashes[c["chunk_id"]]}
                     for i, c in enumerate(chunks, start=1)])
             conn.execute(insert(s.answers).values(answer_id=answer_id, query_id=query_id, text=answer, source="system",
                                                   not_in_context=not_in_context, created_at=now))
@@ -125,16 +159,25 @@ class FeedbackStore:
         return not liked
 
     @staticmethod
-    def _upsert_passages(conn, chunks: list[dict]) -> None:
+    def _upsert_passages(conn, chunks: list[dict], now: datetime) -> dict[str, str]:
+        """Record the served text of each chunk as a version; `passages` follows the latest text. Returns the text
+        hash per chunk id, for the retrieval rows."""
         if not chunks:
-            return
-        ids = [c["chunk_id"] for c in chunks]
-        known = set(conn.execute(select(s.passages.c.chunk_id).where(s.passages.c.chunk_id.in_(ids))).scalars())
-        new = {c["chunk_id"]: c for c in chunks if c["chunk_id"] not in known}
-        if new:
-            conn.execute(insert(s.passages), [
-                {"chunk_id": cid, "doc_id": str(c.get("doc_id", "")), "page_start": c.get("page_start"),
-                 "page_end": c.get("page_end"), "text": c.get("text", "")} for cid, c in new.items()])
+            return {}
+        rows = {c["chunk_id"]: {"chunk_id": c["chunk_id"], "doc_id": str(c.get("doc_id", "")), "page_start": c.get("page_start"),
+                                "page_end": c.get("page_end"), "text": c.get("text", "")} for c in chunks}
+        hashes = {cid: text_hash(row["text"]) for cid, row in rows.items()}
+        stored = dict(conn.execute(select(s.passages.c.chunk_id, s.passages.c.text).where(s.passages.c.chunk_id.in_(list(rows)))).all())
+        _insert_ignoring_duplicates(conn, s.passages, [row for cid, row in rows.items() if cid not in stored])
+        for cid, row in rows.items():
+            if cid in stored and stored[cid] != row["text"]:
+                conn.execute(update(s.passages).where(s.passages.c.chunk_id == cid).values(
+                    **{k: v for k, v in row.items() if k != "chunk_id"}))
+        known = set(conn.execute(select(s.passage_versions.c.chunk_id, s.passage_versions.c.text_hash)
+                                 .where(s.passage_versions.c.chunk_id.in_(list(rows)))).tuples())
+        _insert_ignoring_duplicates(conn, s.passage_versions, [
+            {**row, "text_hash": hashes[cid], "first_served_at": now} for cid, row in rows.items() if (cid, hashes[cid]) not in known])
+        return hashes
 
     def submit_feedback(self, sub: FeedbackSubmission) -> FeedbackAck:
         """Store one submission atomically. The same idempotency key with the same content returns the first
@@ -202,17 +245,31 @@ class FeedbackStore:
                                           "only the passages /ask returned can be rated")
 
     def record_event(self, ev: ImplicitEvent) -> int:
-        with self._writing() as conn:
-            if ev.idempotency_key:
-                known = conn.execute(select(s.implicit_events.c.event_id)
-                                     .where(s.implicit_events.c.idempotency_key == ev.idempotency_key)).scalar()
-                if known is not None:
-                    return known
-            self._validate_targets(conn, FeedbackSubmission(query_id=ev.query_id, idempotency_key="-",
-                                                            passages=[{"chunk_id": ev.chunk_id, "score": 1}]))
-            return conn.execute(insert(s.implicit_events).values(
-                query_id=ev.query_id, kind=ev.kind, chunk_id=ev.chunk_id, idempotency_key=ev.idempotency_key,
-                created_at=_now())).inserted_primary_key[0]
+        """Store a click (or another implicit event); the same idempotency key returns the first event's id."""
+        try:
+            with self._writing() as conn:
+                if ev.idempotency_key:
+                    known = self._event_with_key(conn, ev.idempotency_key)
+                    if known is not None:
+                        return known
+                self._validate_targets(conn, FeedbackSubmission(query_id=ev.query_id, idempotency_key="-",
+                                                                passages=[{"chunk_id": ev.chunk_id, "score": 1}]))
+                return conn.execute(insert(s.implicit_events).values(
+                    query_id=ev.query_id, kind=ev.kind, chunk_id=ev.chunk_id, idempotency_key=ev.idempotency_key,
+                    created_at=_now())).inserted_primary_key[0]
+        except IntegrityError:
+            # The same key raced (Postgres: both transactions saw no row; the unique key refused the second).
+            if not ev.idempotency_key:
+                raise
+            with self.engine.connect() as conn:
+                known = self._event_with_key(conn, ev.idempotency_key)
+            if known is None:
+                raise
+            return known
+
+    @staticmethod
+    def _event_with_key(conn, key: str) -> int | None:
+        return conn.execute(select(s.implicit_events.c.event_id).where(s.implicit_events.c.idempotency_key == key)).scalar()
 
     # ---- reads ---------------------------------------------------------------------------------------------
 
@@ -230,7 +287,8 @@ class FeedbackStore:
         with self.engine.connect() as conn:
             out = {name: int(conn.execute(select(func.count()).select_from(table)).scalar())
                    for name, table in (("queries", s.queries), ("submissions", s.submissions), ("feedback_events", s.feedback),
-                                       ("implicit_events", s.implicit_events), ("passages", s.passages))}
+                                       ("implicit_events", s.implicit_events), ("passages", s.passages),
+                                       ("passage_versions", s.passage_versions))}
             for target, score, n in conn.execute(select(s.feedback.c.target, s.feedback.c.score, func.count())
                                                  .group_by(s.feedback.c.target, s.feedback.c.score)):
                 out[f"{target}_{'up' if score > 0 else 'down'}"] = int(n)
@@ -280,3 +338,15 @@ class FeedbackStore:
             problems = [r[0] for r in conn.exec_driver_sql("PRAGMA integrity_check") if r[0] != "ok"]
             problems += [f"foreign key: {tuple(r)}" for r in conn.exec_driver_sql("PRAGMA foreign_key_check")]
         return problems
+
+    def queries_since(self, since: datetime | None, limit: int, *, newest: bool = False) -> pd.DataFrame:
+        """Up to `limit` queries (query_id, text, created_at) asked at or after `since` (None: all): the oldest
+        ones, or the newest with newest=True; oldest first either way. The drift sensor's windows."""
+        order = (s.queries.c.created_at.desc(), s.queries.c.query_id.desc()) if newest else \
+            (s.queries.c.created_at, s.queries.c.query_id)
+        stmt = select(s.queries.c.query_id, s.queries.c.text, s.queries.c.created_at).order_by(*order).limit(limit)
+        if since is not None:
+            stmt = stmt.where(s.queries.c.created_at >= since.astimezone(timezone.utc))
+        with self.engine.connect() as conn:
+            df = pd.DataFrame(conn.execute(stmt).mappings().all(), columns=["query_id", "text", "created_at"])
+        return (df.iloc[::-1] if newest else df).reset_index(drop=True)

@@ -58,8 +58,13 @@ class TrainingData:
                 "training_data_hash": self.data_hash}
 
 
+# Training pairs and its gate live within one chunk set, so the evaluation's guard against favouring chunk sizes
+# does not apply here: every chunk the evidence overlaps is a positive, as the trained models were measured with.
+TRAINING_RELEVANCE = Relevance(mode="any")
+
+
 def ir_set(items: list[QAItem], chunks: pd.DataFrame, relevance: Relevance | None = None) -> IRSet:
-    qrels = qrels_for_chunks(items, chunks, relevance)
+    qrels = qrels_for_chunks(items, chunks, relevance or TRAINING_RELEVANCE)
     return IRSet({i.qid: i.question for i in items if i.qid in qrels}, dict(zip(chunks["chunk_id"], chunks["text"])), qrels)
 
 
@@ -102,6 +107,7 @@ class FeedbackSplit:
     negatives: list[Pair]
     dev_queries: dict[str, str]
     dev_qrels: dict[str, dict[str, int]]
+    dev_passages: dict[str, str] = field(default_factory=dict)  # passage id -> the text the user rated
 
 
 def split_feedback(judged, dev_fraction: float) -> FeedbackSplit:
@@ -117,7 +123,7 @@ def split_feedback(judged, dev_fraction: float) -> FeedbackSplit:
         return int(digest(text)[:16], 16) / 2**64 < dev_fraction
 
     liked = {judged.queries[q] for q, _, score in judged.chunk_qrels if score > 0}
-    split = FeedbackSplit([], [], {}, {})
+    split = FeedbackSplit([], [], {}, {}, {})
     for qid, cid, score in judged.chunk_qrels:
         text = judged.queries[qid]
         if text in liked and held_out(text):
@@ -125,6 +131,7 @@ def split_feedback(judged, dev_fraction: float) -> FeedbackSplit:
                 key = f"feedback:{digest(text)[:16]}"
                 split.dev_queries[key] = text
                 split.dev_qrels.setdefault(key, {})[cid] = 1
+                split.dev_passages[cid] = judged.corpus[cid]
         else:
             (split.positives if score > 0 else split.negatives).append((text, judged.corpus[cid]))
     return split
@@ -141,7 +148,7 @@ def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives:
     train = [i for i in items if i.split == "train"]
     text = dict(zip(chunks["chunk_id"], chunks["text"]))
     question = {i.qid: i.question for i in train}
-    positives = [(question[q], text[c]) for q, rel in qrels_for_chunks(train, chunks, relevance).items() for c in sorted(rel)]
+    positives = [(question[q], text[c]) for q, rel in qrels_for_chunks(train, chunks, relevance or TRAINING_RELEVANCE).items() for c in sorted(rel)]
     positives += [tuple(p) for p in extra_positives or []]
     negatives = [tuple(n) for n in extra_negatives or []]
     if feedback is not None:
@@ -152,9 +159,11 @@ def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives:
                          "(generate more questions with synthetic_qa, or pass feedback pairs)")
     trained = {normalized_question(q) for q, _ in positives + negatives} | {normalized_question(i.question) for i in train}
     users: dict[str, dict[str, int]] = {}  # held-out feedback question -> its liked chunks in this chunk set
-    if feedback is not None:  # rated chunks of an older chunk set cannot be scored against this one
-        users = {q: {c: 1 for c in rel if c in text} for q, rel in feedback.dev_qrels.items()
-                 if normalized_question(feedback.dev_queries[q]) not in trained}
+    if feedback is not None:
+        # A rating applies to the text the user saw: a chunk of another chunk set, or one whose text was edited
+        # since (same id, other text), cannot be scored with it.
+        users = {q: {c: 1 for c in rel if c in text and text[c] == feedback.dev_passages.get(c, text[c])}
+                 for q, rel in feedback.dev_qrels.items() if normalized_question(feedback.dev_queries[q]) not in trained}
         users = {q: rel for q, rel in users.items() if rel}
     # A synthetic question a user also asked is kept once, as the user's: it would otherwise sit on both sides.
     asked = trained | {normalized_question(feedback.dev_queries[q]) for q in users}
