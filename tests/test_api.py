@@ -193,3 +193,15 @@ def test_stale_replicas_are_dropped_and_live_ones_kept(tmp_path):
         assert (tmp_path / "replica-1").exists() and not (tmp_path / "replica-2").exists()
     finally:
         close_client(live)
+
+
+def test_an_unhandled_server_error_is_counted_as_5xx(store):
+    class Broken(FakeAnswerer):
+        def ask(self, question):
+            raise RuntimeError("the index vanished")
+
+    app = create_app(lambda: Broken(), store, ServeSettings(api_token=TOKEN))
+    with TestClient(app, raise_server_exceptions=False) as c:
+        assert c.post("/ask", json={"question": "cats?"}, headers=AUTH).status_code == 500
+        counts = c.get("/metrics").json()["requests"]["POST /ask"]
+    assert counts["count"] == 1 and counts["5xx"] == 1

@@ -174,6 +174,7 @@ def test_attribution_scores_the_best_window_and_keeps_top_k_above_threshold():
 def test_cross_encoder_scorer_uses_the_reranker_protocol_and_squashes_logits():
     class FakeReranker:
         name = "fake-ce"
+        scale = "logit"
 
         def __init__(self):
             self.calls = []
@@ -186,6 +187,23 @@ def test_cross_encoder_scorer_uses_the_reranker_protocol_and_squashes_logits():
     picked, scores = attribute("It bakes at 230 degrees.", ["It bakes at 230 degrees.", "Cats purr."], CrossEncoderScorer(reranker))
     assert picked == [0] and scores[0] == pytest.approx(1 / (1 + np.exp(-4.0))) and scores[1] < 0.5
     assert reranker.calls[0][0] == "It bakes at 230 degrees."
+
+
+def test_logits_are_squashed_in_every_batch_and_probabilities_never():
+    from rag.rerank import probabilities
+
+    class Logits:
+        name, scale = "logit-ce", "logit"
+
+    class Probabilities:
+        name, scale = "prob-ce", "probability"
+
+    # Logits that happen to fall inside [0, 1] are still logits: 0.4 means sigmoid(0.4), as in any other batch.
+    assert probabilities(Logits(), [0.4, 0.9]) == pytest.approx(1 / (1 + np.exp(-np.array([0.4, 0.9]))))
+    assert probabilities(Logits(), [0.4, 3.0])[0] == pytest.approx(1 / (1 + np.exp(-0.4)))
+    assert probabilities(Probabilities(), [0.4, 0.9]) == pytest.approx([0.4, 0.9])
+    with pytest.raises(ValueError, match="outside \\[0, 1\\].*scale = 'logit'"):
+        probabilities(Probabilities(), [0.4, 3.0])
 
 
 def test_passage_sentences_join_wrapped_lines_and_keep_table_rows_apart():
@@ -381,7 +399,7 @@ def test_attribution_uses_the_registered_production_cross_encoder(tiny_index, tm
     import rag.rerank
 
     class Registered:
-        name = "ce-test"
+        name, scale = "ce-test", "logit"
 
         def score(self, query, passages):
             return np.array([3.0 if "230" in p else -3.0 for p in passages])
@@ -395,6 +413,22 @@ def test_attribution_uses_the_registered_production_cross_encoder(tiny_index, tm
     # nothing registered (None) → embedding similarity
     monkeypatch.setattr(rag.rerank, "load_reranker", lambda spec, registry=None: None)
     assert Answerer(tiny_settings(), index=tiny_index, root=tmp_path).attribution_scorer.name == "embedding:wordllama"
+
+
+def test_a_broken_production_cross_encoder_falls_back_and_says_so(tiny_index, tmp_path, monkeypatch, caplog):
+    import rag.rerank
+
+    def broken(spec, registry=None):
+        raise OSError("model.safetensors is truncated")
+
+    monkeypatch.setattr(rag.rerank, "load_reranker", broken)
+    with caplog.at_level("WARNING"):
+        answerer = Answerer(tiny_settings(), index=tiny_index, root=tmp_path)
+    assert answerer.attribution_scorer.name == "embedding:wordllama"
+    assert "failed to load" in caplog.text and "truncated" in caplog.text
+    result = answerer.ask("At how many degrees does the dough go into the oven?")
+    assert result.attribution_scorer == "embedding:wordllama"
+    assert len(result.warnings) == 1 and "production reranker failed to load" in result.warnings[0]
 
 
 def test_answer_evaluation_asset_bakeoff(sample_root, monkeypatch):

@@ -15,6 +15,7 @@ import numpy as np
 from rag.chunking.sentences import split_sentences
 from rag.embedding import TextEmbedder, normalize_rows
 from rag.parsing.models import TABLE_CELL_SEPARATOR
+from rag.rerank import probabilities
 
 ANSWER_WINDOWS = range(2, 5)
 MAX_PASSAGE_WINDOW = 8
@@ -129,8 +130,9 @@ class EmbeddingScorer:
 
 
 class CrossEncoderScorer:
-    """A rag.rerank Reranker (`.score(query, passages)`) on the window texts; when the scores are logits (any
-    outside [0, 1]) they go through a sigmoid so one threshold serves both scorers."""
+    """A rag.rerank Reranker (`.score(query, passages)`) on the window texts, on the [0, 1] scale
+    (rag.rerank.probabilities: a reranker declaring logits is squashed, always), so one threshold serves both
+    scorers."""
 
     def __init__(self, reranker):
         self.reranker = reranker
@@ -143,7 +145,5 @@ class CrossEncoderScorer:
         out = np.zeros(len(pairs))
         for i, positions in by_query.items():
             scores = self.reranker.score(" ".join(queries[i]), [" ".join(passages[pairs[n][1]]) for n in positions])
-            out[positions] = np.asarray(scores, dtype=float)
-        if out.size and (out.min() < 0.0 or out.max() > 1.0):
-            out = 1.0 / (1.0 + np.exp(-out))
+            out[positions] = probabilities(self.reranker, scores)
         return out

@@ -69,6 +69,8 @@ class AnswerResult(BaseModel):
     settings: dict
     timings_ms: dict[str, float] = Field(default_factory=dict)  # per step
     draft: str | None = None  # the answer before reflection, when it was revised
+    attribution_scorer: str | None = None  # what scored attribution: cross-encoder:<name> or embedding:<model>
+    warnings: list[str] = Field(default_factory=list)  # degraded paths taken for this answer (e.g. a fallback)
 
     def sources(self) -> list[dict]:
         """(document, pages) of every cited or attributed chunk, cited first."""

@@ -2,6 +2,7 @@
 generate → parse → attribute. `Answerer` opens the index, models and LLM once; `ask` is cheap after that."""
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from rag.rerank import rerank
 from rag.retrieval import DENSE_MODES, RETRIEVERS, Hit, Index, RetrievalError, RetrievalParams, retrieve, validate_query
 
 NO_RETRIEVAL = "none"
+log = logging.getLogger(__name__)
 
 
 def _registry(root: Path | None):
@@ -38,17 +40,25 @@ def load_reranker_spec(spec: str | None, root: Path | None = None):
     return reranker
 
 
-def production_cross_encoder(root: Path | None = None):
-    """The registered production reranker when it reads text pairs (a cross-encoder), else None. A learned ranker
-    scores question -> passage with first-stage signals; an (answer, passage) pair has none, so attribution falls
-    back to embedding cosine with it."""
+def production_cross_encoder(root: Path | None = None) -> tuple[object | None, str | None]:
+    """(the registered production reranker when it reads text pairs (a cross-encoder), or None; why attribution cannot
+    use it, or None). A learned ranker scores question -> passage with first-stage signals; an (answer, passage) pair
+    has none, so attribution uses embedding cosine with it. A production reranker that fails to load does not stop
+    answering either, but the fallback is stated: in the logs and in every result."""
     from rag.rerank import load_reranker
 
     try:
         reranker = load_reranker("production", registry=_registry(root))
-    except (FileNotFoundError, ValueError):  # an empty or half-written registry must not stop answering
-        return None
-    return None if getattr(reranker, "needs_hits", False) else reranker
+    except Exception as exc:  # noqa: BLE001 - any load failure; reported, never silent
+        note = (f"attribution uses embedding similarity: the production reranker failed to load "
+                f"({type(exc).__name__}: {str(exc)[:200]})")
+        log.warning("%s", note)
+        return None, note
+    if reranker is None:
+        return None, None
+    if getattr(reranker, "needs_hits", False):
+        return None, None
+    return reranker, None
 
 
 def llm_from_env() -> LLMSettings:
@@ -85,8 +95,9 @@ class Answerer:
         self.llm = llm
         self.reranker = reranker if reranker is not None else load_reranker_spec(s.reranker, root)
         self.attribution_scorer = attribution_scorer
+        self.attribution_note: str | None = None
         if self.attribution_scorer is None and s.attribution:
-            cross_encoder = production_cross_encoder(root)
+            cross_encoder, self.attribution_note = production_cross_encoder(root)
             if cross_encoder is not None:
                 self.attribution_scorer = CrossEncoderScorer(cross_encoder)
             elif self.embedder is not None:
@@ -145,6 +156,8 @@ class Answerer:
             not_in_context=parsed.not_in_context, latency_ms=round((time.perf_counter() - started) * 1000, 2), chunks=chunks,
             generator=self.generator.name, settings=s.model_dump(mode="json", exclude={"llm"}) | {"llm": _llm_name(self.llm)},
             timings_ms=timings, draft=generation.draft,
+            attribution_scorer=getattr(self.attribution_scorer, "name", None) if s.attribution else None,
+            warnings=[self.attribution_note] if self.attribution_note else [],
         )
 
 

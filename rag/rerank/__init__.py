@@ -10,7 +10,9 @@ Kinds (RERANKERS; a registered version names its kind in the manifest's hyperpar
   or one rag.training trained from the bi-encoder's weights, which learns little on a CPU budget).
 
 Score scale, for `min_score` and attribution thresholds: every reranker here returns a relevance probability in
-[0, 1] (the learned ranker is Platt-calibrated; a one-logit CrossEncoder's predict applies a sigmoid).
+[0, 1] (the learned ranker is Platt-calibrated; a CrossEncoder's logit always goes through a sigmoid, whatever
+activation its saved config names). A reranker of your own that returns logits says so with `scale = "logit"`;
+`probabilities()` then squashes every batch the same way instead of guessing from the values.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from rag.retrieval import Hit
 
 class Reranker(Protocol):
     name: str
+    scale: str  # "probability" (in [0, 1]) or "logit"
 
     def score(self, query: str, passages: list[str]) -> np.ndarray:
         """One relevance score per passage; higher is more relevant."""
@@ -36,10 +39,24 @@ class Reranker(Protocol):
 
 
 def reranker_scores(reranker, query: str, hits) -> np.ndarray:
-    """Scores of first-stage hits: a reranker with `needs_hits` reads their signals, others their texts."""
+    """Probabilities for first-stage hits: a reranker with `needs_hits` reads their signals, others their texts."""
     if getattr(reranker, "needs_hits", False):
-        return np.asarray(reranker.score_hits(query, hits), dtype=np.float64)
-    return np.asarray(reranker.score(query, [str(h.chunk.get("text", "")) for h in hits]), dtype=np.float64)
+        return probabilities(reranker, reranker.score_hits(query, hits))
+    return probabilities(reranker, reranker.score(query, [str(h.chunk.get("text", "")) for h in hits]))
+
+
+def probabilities(reranker, scores) -> np.ndarray:
+    """A reranker's scores on the [0, 1] scale: a sigmoid for a reranker that declares `scale = "logit"`, the scores
+    themselves otherwise. Deciding per reranker, not per batch: a batch of logits that happened to fall inside
+    [0, 1] was left unsquashed while the next batch was squashed, so one threshold meant two things."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if getattr(reranker, "scale", "probability") == "logit":
+        return 1.0 / (1.0 + np.exp(-scores))
+    if scores.size and (scores.min() < -1e-6 or scores.max() > 1 + 1e-6):
+        raise ValueError(f"reranker {getattr(reranker, 'name', reranker)!r} returned scores outside [0, 1] "
+                         f"({scores.min():.3g}..{scores.max():.3g}) without declaring scale = 'logit': a reranker returns "
+                         "probabilities, or declares logits so they are squashed consistently")
+    return scores
 
 
 class CrossEncoderReranker:
@@ -58,9 +75,16 @@ class CrossEncoderReranker:
     def score(self, query: str, passages: list[str]) -> np.ndarray:
         if not passages:
             return np.zeros(0, dtype=np.float32)
+        import torch
+
+        # The sigmoid is named here, not taken from the saved config: a model saved with an Identity activation
+        # (common for MS MARCO cross-encoders) would otherwise return logits under the same name.
         scores = self._model.predict([(query, p) for p in passages], batch_size=self.batch_size, show_progress_bar=False,
-                                     convert_to_numpy=True)
-        return np.asarray(scores, dtype=np.float32).reshape(len(passages))
+                                     convert_to_numpy=True, activation_fn=torch.nn.Sigmoid())
+        scores = np.asarray(scores, dtype=np.float32)
+        if scores.ndim == 2:  # a two-label model: the probability of its last ("relevant") label
+            scores = scores[:, -1]
+        return scores.reshape(len(passages))
 
 
 @lru_cache(maxsize=8)
@@ -120,4 +144,5 @@ def rerank(reranker: Reranker, query: str, hits: list[Hit], k: int) -> list[Hit]
     return [replace(hits[i], rank=rank, score=float(scores[i])) for rank, i in enumerate(order[:k], start=1)]
 
 
-__all__ = ["Reranker", "CrossEncoderReranker", "RERANKERS", "load_reranker", "rerank", "reranker_from_dir", "reranker_scores"]
+__all__ = ["Reranker", "CrossEncoderReranker", "RERANKERS", "load_reranker", "probabilities", "rerank", "reranker_from_dir",
+           "reranker_scores"]

@@ -65,6 +65,7 @@ class AskResponse(BaseModel):
     passages: list[Passage]
     latency_ms: float
     model_version: str | None
+    warnings: list[str] = []  # degraded paths this answer took (e.g. attribution fell back to embeddings)
 
 
 class EventAck(BaseModel):
@@ -157,10 +158,20 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
     @app.middleware("http")
     async def _measure(request: Request, call_next):
         started = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        if route is not None and request.url.path not in {"/metrics"}:
-            metrics.observe(f"{request.method} {route.path}", response.status_code, time.perf_counter() - started)
+
+        def observe(status: int) -> None:
+            route = request.scope.get("route")
+            if route is not None and request.url.path not in {"/metrics"}:
+                metrics.observe(f"{request.method} {route.path}", status, time.perf_counter() - started)
+
+        try:
+            response = await call_next(request)
+        except Exception:
+            # An unhandled error propagates past this middleware (Starlette's outermost handler turns it into the
+            # 500): count it here, or /metrics would never show a server error.
+            observe(500)
+            raise
+        observe(response.status_code)
         return response
 
     @app.exception_handler(RequestValidationError)
@@ -196,6 +207,7 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
         return AskResponse(query_id=stored.query_id, answer_id=stored.answer_id, question=result.question,
                            answer=result.answer, not_in_context=result.not_in_context,
                            cited_chunk_ids=result.cited_chunk_ids, latency_ms=result.latency_ms, model_version=version,
+                           warnings=getattr(result, "warnings", []),
                            passages=[Passage(**{k: c.get(k) for k in Passage.model_fields if k in c}) for c in result.chunks])
 
     @app.post("/feedback", response_model=FeedbackAck, dependencies=[Depends(require_token)],
