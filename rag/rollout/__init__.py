@@ -1,0 +1,31 @@
+"""Gradual rollout (canary) of a trained model, as a pure library.
+
+A model that passed the offline gate (rag.training.gate; on feedback questions scored on condensed lists, see
+rag.rollout.condensed) goes through these stages of a RolloutState:
+
+    candidate ──start_canary──▶ canary ──promote──▶ production
+        │                         │
+        └──────roll_back──────────┴──roll_back──▶ rolled_back
+
+- candidate: passed the gate, serves nobody yet.
+- canary: serves `traffic_share` of sessions (default 10 %), chosen by assign_arm from a hash of the session id.
+  Inside the canary share production's and the candidate's rankings are team-draft interleaved; clicks and
+  passage ratings credit the team that contributed the passage, giving one outcome per query (win / loss / tie).
+  On every tick sequential_decision (an always-valid mSPRT on those outcomes) says promote, roll back or
+  continue, and guardrails (latency p95, answer up-vote share) force a rollback when breached.
+- production / rolled_back: final. The other arm serves everyone; a new candidate starts a new rollout.
+"""
+from rag.rollout.condensed import OfflineComparison, RunScores, compare_offline, condensed_run, score_run
+from rag.rollout.config import CanarySettings
+from rag.rollout.guardrails import Breach, Votes, guardrail_breaches, with_guardrails
+from rag.rollout.interleaving import QueryCredit, Shown, credit, seed_from, tally, team_draft_interleave
+from rag.rollout.sequential import Decision, log_likelihood_ratio, replay, sequential_decision
+from rag.rollout.state import (IllegalTransition, RolloutState, arm_for, assign_arm, promote, roll_back, start_canary,
+                               version_for)
+
+__all__ = ["CanarySettings", "condensed_run", "compare_offline", "score_run", "OfflineComparison", "RunScores",
+           "team_draft_interleave", "credit", "tally", "seed_from", "Shown", "QueryCredit",
+           "sequential_decision", "replay", "log_likelihood_ratio", "Decision",
+           "guardrail_breaches", "with_guardrails", "Breach", "Votes",
+           "RolloutState", "IllegalTransition", "start_canary", "promote", "roll_back", "assign_arm", "arm_for",
+           "version_for"]

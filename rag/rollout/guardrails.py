@@ -1,0 +1,81 @@
+"""Guardrails: a canary that is much slower or whose answers are liked less is rolled back whatever the
+interleaving test says; the test compares rankings only and cannot see either."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from rag.rollout.config import CanarySettings
+from rag.rollout.sequential import Decision, forced_rollback
+
+
+class Votes(NamedTuple):
+    """Answer votes of one arm."""
+
+    up: int
+    down: int
+
+    @property
+    def total(self) -> int:
+        return self.up + self.down
+
+    @property
+    def up_share(self) -> float:
+        return self.up / self.total if self.total else float("nan")
+
+
+@dataclass(frozen=True)
+class Breach:
+    guardrail: str  # "latency_p95" or "upvote_share"
+    observed: float
+    limit: float
+    message: str
+
+
+def latency_breach(canary_ms: Sequence[float], production_ms: Sequence[float], settings: CanarySettings) -> Breach | None:
+    """Canary latency p95 above max_latency_p95_ratio x production's, once both arms have min_latency_samples."""
+    if min(len(canary_ms), len(production_ms)) < settings.min_latency_samples:
+        return None
+    canary_p95 = float(np.percentile(np.asarray(canary_ms, dtype=np.float64), 95))
+    production_p95 = float(np.percentile(np.asarray(production_ms, dtype=np.float64), 95))
+    if production_p95 <= 0:
+        return None  # no meaningful ratio to a zero latency
+    ratio = canary_p95 / production_p95
+    if ratio <= settings.max_latency_p95_ratio:
+        return None
+    return Breach("latency_p95", ratio, settings.max_latency_p95_ratio,
+                  f"latency p95 {canary_p95:.0f} ms is {ratio:.2f}x production's {production_p95:.0f} ms "
+                  f"(at most {settings.max_latency_p95_ratio:g}x)")
+
+
+def upvote_breach(canary: Votes, production: Votes, settings: CanarySettings) -> Breach | None:
+    """Canary up-vote share below production's by more than max_upvote_share_drop, once both arms have min_votes.
+
+    A point comparison, not a test: the guardrail is meant to stop gross regressions quickly, and a false
+    rollback costs only a new canary of the same candidate."""
+    if min(canary.total, production.total) < settings.min_votes:
+        return None
+    drop = production.up_share - canary.up_share
+    if drop <= settings.max_upvote_share_drop:
+        return None
+    return Breach("upvote_share", drop, settings.max_upvote_share_drop,
+                  f"up-vote share {canary.up_share:.0%} of {canary.total} votes is {drop * 100:.1f} points below "
+                  f"production's {production.up_share:.0%} of {production.total} (at most "
+                  f"{settings.max_upvote_share_drop * 100:g} points)")
+
+
+def guardrail_breaches(canary_latencies_ms: Sequence[float], production_latencies_ms: Sequence[float],
+                       canary_votes: Votes, production_votes: Votes, settings: CanarySettings | None = None) -> list[Breach]:
+    """Every breached guardrail (empty when the canary may go on)."""
+    settings = settings or CanarySettings()
+    found = [latency_breach(canary_latencies_ms, production_latencies_ms, settings),
+             upvote_breach(Votes(*canary_votes), Votes(*production_votes), settings)]
+    return [b for b in found if b is not None]
+
+
+def with_guardrails(decision: Decision, breaches: Sequence[Breach]) -> Decision:
+    """The sequential decision, or a rollback when any guardrail is breached."""
+    return forced_rollback(decision, [b.message for b in breaches])

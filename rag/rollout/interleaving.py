@@ -1,0 +1,135 @@
+"""Team-draft interleaving (Radlinski, Kurup & Joachims 2008): inside the canary share one list is shown, drafted
+from production's and the candidate's rankings, and every shown passage remembers which team picked it, so a
+click or rating on it is credited to that arm. Both arms are judged on the same query by the same user, which
+needs far fewer queries than comparing two separate traffic splits."""
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Protocol
+
+Team = Literal["a", "b"]
+Outcome = Literal["a", "b", "tie"]
+Signal = int | str  # +1 / -1 rating, or "click"
+
+
+class Shown(NamedTuple):
+    """One shown passage and the team whose ranking contributed it."""
+
+    doc_id: str
+    team: Team
+
+
+class CoinSource(Protocol):
+    def random(self) -> float: ...
+
+
+def seed_from(*parts: str) -> int:
+    """A 64-bit seed from strings (query text, session id...) via sha256: the same on every machine and run,
+    unlike hash(), which Python salts per process."""
+    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def _coins(rng: CoinSource | int | str) -> CoinSource:
+    if isinstance(rng, str):
+        return random.Random(seed_from(rng))
+    if isinstance(rng, int):
+        return random.Random(rng)
+    if hasattr(rng, "random"):
+        return rng  # random.Random, numpy Generator, or a scripted source in tests
+    raise TypeError("rng must be a seed (int), a string to derive one from (query or session id), or an object "
+                    "with a random() method such as random.Random or numpy.random.Generator")
+
+
+def team_draft_interleave(ranking_a: Sequence[str], ranking_b: Sequence[str], k: int,
+                          rng: CoinSource | int | str) -> list[Shown]:
+    """Up to `k` passages drafted from two rankings, each tagged with the team that picked it.
+
+    Each pick goes to the team with fewer picks so far; when both have as many (the start of every round) a coin
+    decides, team "a" on rng.random() < 0.5. The picking team takes its highest-ranked doc not already shown, so a
+    doc both rankings hold goes to whichever picks it first. When one ranking has nothing new left the other keeps
+    picking; drafting stops at `k` docs or when both are exhausted. Deterministic for a given seed: pass the
+    session or query id (a string) to make what the API showed reproducible."""
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    coins = _coins(rng)
+    shown: list[Shown] = []
+    taken: set[str] = set()
+    picks = {"a": 0, "b": 0}
+    cursor = {"a": 0, "b": 0}
+    rankings = {"a": list(ranking_a), "b": list(ranking_b)}
+
+    def next_new(team: str) -> str | None:
+        ranking = rankings[team]
+        while cursor[team] < len(ranking) and ranking[cursor[team]] in taken:
+            cursor[team] += 1
+        return ranking[cursor[team]] if cursor[team] < len(ranking) else None
+
+    while len(shown) < k:
+        new = {"a": next_new("a"), "b": next_new("b")}
+        if new["a"] is None and new["b"] is None:
+            break
+        if new["a"] is None or new["b"] is None:
+            team = "b" if new["a"] is None else "a"
+        elif picks["a"] != picks["b"]:
+            team = "a" if picks["a"] < picks["b"] else "b"
+        else:
+            team = "a" if coins.random() < 0.5 else "b"
+        doc = new[team]
+        shown.append(Shown(doc, team))
+        taken.add(doc)
+        picks[team] += 1
+    return shown
+
+
+@dataclass(frozen=True)
+class QueryCredit:
+    """Credit of one interleaved query: each team's score and who won."""
+
+    a: int
+    b: int
+
+    @property
+    def outcome(self) -> Outcome:
+        return "a" if self.a > self.b else "b" if self.b > self.a else "tie"
+
+
+def signal_value(signal: Signal) -> int:
+    """"click" and +1 count +1 for the team, -1 counts -1; 0 (no opinion) counts nothing."""
+    if signal == "click":
+        return 1
+    if isinstance(signal, bool) or not isinstance(signal, int) or signal not in (-1, 0, 1):
+        raise ValueError(f"unknown signal {signal!r}: use +1 or -1 (passage rating), 0 (none) or 'click'")
+    return signal
+
+
+def credit(shown: Iterable[Shown | tuple[str, str]], signals: Mapping[str, Signal]) -> QueryCredit:
+    """Credits each signal to the team that contributed the passage.
+
+    A team's score = (its passages clicked or rated +1) - (its passages rated -1); the team with the higher score
+    wins the query, equal scores (no signals at all included) are a tie. One signal per passage: when a passage
+    was clicked and rated, pass the rating, which says more than the click. Signals on passages that were not
+    shown are ignored: no team put them in front of the user."""
+    team_of = {doc: team for doc, team in shown}
+    score = {"a": 0, "b": 0}
+    for doc, signal in signals.items():
+        value = signal_value(signal)
+        if doc in team_of:
+            score[team_of[doc]] += value
+    return QueryCredit(score["a"], score["b"])
+
+
+def tally(outcomes: Iterable[Outcome], candidate: Team = "b") -> tuple[int, int, int]:
+    """Per-query outcomes → (candidate wins, candidate losses, ties)."""
+    if candidate not in ("a", "b"):
+        raise ValueError(f"candidate must be team 'a' or 'b', got {candidate!r}")
+    counts = {"a": 0, "b": 0, "tie": 0}
+    for outcome in outcomes:
+        if outcome not in counts:
+            raise ValueError(f"unknown outcome {outcome!r}: use 'a', 'b' or 'tie'")
+        counts[outcome] += 1
+    other = "a" if candidate == "b" else "b"
+    return counts[candidate], counts[other], counts["tie"]

@@ -1,0 +1,119 @@
+"""The canary's sequential test: an always-valid mSPRT on per-query interleaving outcomes.
+
+The canary is evaluated on every tick, so a fixed-sample test would be checked hundreds of times and its error
+rate would grow with every look. The mixture sequential probability ratio test (Robbins 1970; Johari et al.
+2017) stays valid however often it is looked at.
+
+Model: among queries that are not ties, the candidate wins with probability p; H0: p = 0.5. Mixing the
+likelihood over p ~ Beta(a, b) gives the likelihood ratio in closed form,
+
+    LR_n = [B(a + wins, b + losses) / B(a, b)] / 0.5^(wins + losses),
+
+a nonnegative martingale under H0, so P(LR ever >= 1/alpha | H0) <= alpha (Ville's inequality). The test is
+two-sided (the mixture covers p on both sides of 0.5) and the direction is taken from the sign of
+wins - losses: crossing with more wins promotes, crossing with more losses rolls back. So the chance of ever
+promoting (or ever rolling back on the test) a candidate that is exactly as good as production is at most alpha,
+in total for both. With equal wins and losses LR <= 1, so a crossing always has a direction. Ties carry no
+information about p and are only counted.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import numpy as np
+from scipy.special import betaln
+
+from rag.rollout.config import CanarySettings
+from rag.rollout.interleaving import Outcome, Team
+
+Verdict = Literal["promote", "rollback", "continue"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the canary's evidence says now; `reason` states the evidence in words."""
+
+    decision: Verdict
+    candidate: str
+    queries: int
+    wins: int
+    losses: int
+    ties: int
+    log_lr: float
+    threshold: float
+    reason: str
+    breaches: tuple[str, ...] = ()  # guardrail messages that forced a rollback
+
+
+def log_likelihood_ratio(wins, losses, a: float = 1.0, b: float = 1.0):
+    """log LR of the Beta(a, b) mixture against p = 0.5; numpy arrays broadcast."""
+    wins = np.asarray(wins, dtype=np.float64)
+    losses = np.asarray(losses, dtype=np.float64)
+    return betaln(a + wins, b + losses) - betaln(a, b) + (wins + losses) * math.log(2.0)
+
+
+def evidence(candidate: str, wins: int, losses: int, ties: int, log_lr: float, threshold: float) -> str:
+    return (f"canary {candidate}: {wins + losses + ties} queries, wins {wins} / losses {losses} / ties {ties}, "
+            f"log-likelihood ratio {log_lr:.1f} of {threshold:.1f} needed")
+
+
+def sequential_decision(wins: int, losses: int, ties: int, candidate: str,
+                        settings: CanarySettings | None = None) -> Decision:
+    """Promote, roll back or continue on the candidate's wins, losses and ties so far.
+
+    At settings.max_queries queries without a crossing the canary is rolled back: without evidence that the
+    candidate is better, production stays."""
+    settings = settings or CanarySettings()
+    if min(wins, losses, ties) < 0:
+        raise ValueError(f"counts cannot be negative: wins {wins}, losses {losses}, ties {ties}")
+    threshold = math.log(1.0 / settings.alpha)
+    log_lr = float(log_likelihood_ratio(wins, losses, settings.prior_a, settings.prior_b))
+    queries = wins + losses + ties
+    said = evidence(candidate, wins, losses, ties, log_lr, threshold)
+    if log_lr >= threshold and wins > losses:
+        verdict, why = "promote", f"{said}: the candidate wins significantly more often, promote"
+    elif log_lr >= threshold and losses > wins:
+        verdict, why = "rollback", f"{said}: the candidate loses significantly more often, roll back"
+    elif queries >= settings.max_queries:
+        verdict, why = "rollback", (f"{said}: no significant difference after {queries} queries (horizon "
+                                    f"{settings.max_queries}), roll back")
+    else:
+        verdict, why = "continue", said
+    return Decision(verdict, candidate, queries, wins, losses, ties, log_lr, threshold, why)
+
+
+def replay(outcomes: Sequence[Outcome], candidate: str, settings: CanarySettings | None = None,
+           candidate_team: Team = "b") -> Decision:
+    """The first decision other than "continue" along a stream of per-query outcomes (in the order they were
+    recorded), as ticking after every query would have reached it; "continue" at the end of an undecided stream.
+    For backtesting the rule on logged outcomes and for simulating it."""
+    settings = settings or CanarySettings()
+    if candidate_team not in ("a", "b"):
+        raise ValueError(f"candidate_team must be 'a' or 'b', got {candidate_team!r}")
+    stream = np.asarray(outcomes, dtype=object)
+    if not len(stream):
+        return sequential_decision(0, 0, 0, candidate, settings)
+    unknown = set(stream.tolist()) - {"a", "b", "tie"}
+    if unknown:
+        raise ValueError(f"unknown outcome(s) {sorted(map(str, unknown))}: use 'a', 'b' or 'tie'")
+    other = "a" if candidate_team == "b" else "b"
+    wins = np.cumsum(stream == candidate_team)
+    losses = np.cumsum(stream == other)
+    queries = np.arange(1, len(stream) + 1)
+    log_lr = log_likelihood_ratio(wins, losses, settings.prior_a, settings.prior_b)
+    stop = ((log_lr >= math.log(1.0 / settings.alpha)) & (wins != losses)) | (queries >= settings.max_queries)
+    i = int(np.argmax(stop)) if stop.any() else len(stream) - 1
+    w, l = int(wins[i]), int(losses[i])
+    return sequential_decision(w, l, int(queries[i]) - w - l, candidate, settings)
+
+
+def forced_rollback(decision: Decision, breaches: Sequence[str]) -> Decision:
+    """The decision overridden by guardrail breaches: any breach rolls back, whatever the test says."""
+    if not breaches:
+        return decision
+    said = evidence(decision.candidate, decision.wins, decision.losses, decision.ties, decision.log_lr, decision.threshold)
+    return replace(decision, decision="rollback", breaches=tuple(breaches),
+                   reason=f"{said}; guardrail breached: {'; '.join(breaches)}, roll back")

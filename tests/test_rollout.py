@@ -1,0 +1,283 @@
+"""Rollout (canary) library: condensed lists, team-draft interleaving and its credit, the sequential test (hand
+cases, error rate on simulated equal arms, power), guardrails, rollout states and deterministic arm assignment."""
+import math
+from datetime import datetime, timezone
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+from scipy.integrate import quad
+
+from rag.rollout import (CanarySettings, IllegalTransition, RolloutState, Shown, Votes, arm_for, assign_arm, compare_offline,
+                         condensed_run, credit, guardrail_breaches, log_likelihood_ratio, promote, replay, roll_back,
+                         sequential_decision, start_canary, tally, team_draft_interleave, version_for, with_guardrails)
+
+NOW = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+
+
+class Coins:
+    """Scripted coin flips: rng.random() returns these in order and fails if the draft asks for one more."""
+
+    def __init__(self, *values: float):
+        self.values = list(values)
+
+    def random(self) -> float:
+        return self.values.pop(0)
+
+
+# --- condensed lists ---------------------------------------------------------------------------------------
+JUDGMENTS = {
+    "q1": {"d1": 1, "d2": 0},
+    "q2": {"d5": 2, "d6": -1},  # d6 was shown and rated down: judged, so it stays in condensed lists
+    "q3": {"d7": 0},  # no positive label: cannot separate two models, not scored
+}
+
+
+def test_condensed_run_drops_only_unjudged_docs_and_keeps_order():
+    run = {"q1": ["u", "d1", "d2"], "q2": {"d6": 9.0, "x": 8.0, "d5": 7.0}, "q9": ["d1"]}
+    assert condensed_run(run, JUDGMENTS) == {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d6": 9.0, "d5": 7.0}, "q9": {}}
+
+
+def test_condensed_scores_match_hand_computed_values():
+    production = {"q1": ["d2", "d1"], "q2": ["d6", "d5"], "q3": ["d7"]}  # only judged docs: condensed == plain
+    candidate = {"q1": ["u", "d1", "d2"], "q2": ["d6", "x", "d5"], "q3": ["d7"]}  # an unjudged doc above the relevant one
+    cmp = compare_offline(production, candidate, JUDGMENTS)
+    assert cmp.queries == 2  # q3 has no positive label
+    # One relevant doc per query, so nDCG@10 = 1 / log2(rank + 1) whatever its grade.
+    rank2, rank3 = 1 / math.log2(3), 1 / math.log2(4)
+    plain = cmp.candidate.per_query.set_index("qid")
+    condensed = cmp.candidate_condensed.per_query.set_index("qid")
+    # q1: d1 at rank 2 behind the unjudged u; condensed [d1, d2] puts it first.
+    assert plain.loc["q1", "ndcg@10"] == pytest.approx(rank2) and plain.loc["q1", "mrr@10"] == pytest.approx(0.5)
+    assert condensed.loc["q1", "ndcg@10"] == pytest.approx(1.0) and condensed.loc["q1", "mrr@10"] == pytest.approx(1.0)
+    # q2: d5 at rank 3 behind d6 (rated down, kept) and x (unjudged, removed) -> rank 2 when condensed.
+    assert plain.loc["q2", "ndcg@10"] == pytest.approx(rank3) and plain.loc["q2", "mrr@10"] == pytest.approx(1 / 3)
+    assert condensed.loc["q2", "ndcg@10"] == pytest.approx(rank2) and condensed.loc["q2", "mrr@10"] == pytest.approx(0.5)
+    assert cmp.candidate_condensed.mean["ndcg@10"] == pytest.approx((1 + rank2) / 2)
+    # Production showed only judged docs: condensing changes nothing, and both rank the relevant doc second.
+    assert cmp.production.mean == pytest.approx(cmp.production_condensed.mean)
+    assert cmp.production_condensed.mean["mrr@10"] == pytest.approx(0.5)
+    # Plain, the candidate looks worse than production (0.565 vs 0.631 nDCG); condensed, it is better (0.815).
+    assert cmp.candidate.mean["ndcg@10"] < cmp.production.mean["ndcg@10"] < cmp.candidate_condensed.mean["ndcg@10"]
+
+
+def test_offline_comparison_needs_a_positive_judgment():
+    with pytest.raises(ValueError, match="rated feedback"):
+        compare_offline({"q": ["d"]}, {"q": ["d"]}, {"q": {"d": 0}})
+
+
+# --- team-draft interleaving -------------------------------------------------------------------------------
+def test_identical_rankings_reproduce_the_ranking_with_one_pick_per_team_each_round():
+    # Coin 0.3: a first (d1), then b takes its best untaken (d2); coin 0.7: b first (d3), then a (d4).
+    shown = team_draft_interleave(["d1", "d2", "d3", "d4"], ["d1", "d2", "d3", "d4"], 4, Coins(0.3, 0.7))
+    assert shown == [("d1", "a"), ("d2", "b"), ("d3", "b"), ("d4", "a")]
+    # Balanced clicks (one passage of each team) tie; every shown doc is credited to someone.
+    result = credit(shown, {"d1": "click", "d3": "click"})
+    assert (result.a, result.b, result.outcome) == (1, 1, "tie")
+    assert credit(shown, {d: "click" for d, _ in shown}).outcome == "tie"
+    for seed in ("s1", "s2", "s3", "s4"):  # whatever the coins, the shown order is the common ranking
+        assert [d for d, _ in team_draft_interleave(list("abcdef"), list("abcdef"), 6, seed)] == list("abcdef")
+
+
+def test_disjoint_rankings_with_scripted_coins():
+    # Round 1 coin 0.9 -> b first: b1, a1. Round 2 coin 0.1 -> a first: a2, b2. Round 3 coin 0.6 -> b first: b3,
+    # and k = 5 stops the draft before a3.
+    shown = team_draft_interleave(["a1", "a2", "a3"], ["b1", "b2", "b3"], 5, Coins(0.9, 0.1, 0.6))
+    assert shown == [("b1", "b"), ("a1", "a"), ("a2", "a"), ("b2", "b"), ("b3", "b")]
+    assert all(isinstance(s, Shown) for s in shown)
+
+
+def test_disjoint_rankings_with_a_fixed_seed():
+    # random.Random(seed_from("session-42")) flips 0.915, 0.054, 0.144: b first, then a first twice.
+    shown = team_draft_interleave(["a1", "a2", "a3"], ["b1", "b2", "b3"], 6, "session-42")
+    assert shown == [("b1", "b"), ("a1", "a"), ("a2", "a"), ("b2", "b"), ("a3", "a"), ("b3", "b")]
+    assert team_draft_interleave(["a1", "a2", "a3"], ["b1", "b2", "b3"], 6, "session-42") == shown  # reproducible
+    first_teams = {team_draft_interleave(["a1"], ["b1"], 2, f"s{i}")[0].team for i in range(20)}
+    assert first_teams == {"a", "b"}  # the seed really decides who goes first
+
+
+def test_duplicates_go_to_the_team_that_picks_them_first():
+    # Round 1 (a first): a takes d1, b's best untaken is d2. Round 2 (a first): a skips d2 -> d3, b skips d1 -> d4.
+    shown = team_draft_interleave(["d1", "d2", "d3"], ["d2", "d1", "d4"], 10, Coins(0.1, 0.1))
+    assert shown == [("d1", "a"), ("d2", "b"), ("d3", "a"), ("d4", "b")]  # both exhausted before k = 10
+    assert credit(shown, {"d2": "click"}).outcome == "b"  # d2 is in both lists but b contributed it
+    # A doc repeated inside one ranking is shown once.
+    assert team_draft_interleave(["d1", "d1", "d2"], ["d1", "d3"], 10, Coins(0.1, 0.1)) == \
+        [("d1", "a"), ("d3", "b"), ("d2", "a")]
+
+
+def test_an_exhausted_ranking_leaves_the_picks_to_the_other_team():
+    # One coin only: after round 1 a has nothing left, so b picks without another flip (Coins would fail).
+    shown = team_draft_interleave(["x"], ["y1", "y2", "y3"], 4, Coins(0.1))
+    assert shown == [("x", "a"), ("y1", "b"), ("y2", "b"), ("y3", "b")]
+    assert team_draft_interleave([], [], 5, 1) == []
+    assert team_draft_interleave(["d1"], ["d2"], 0, 1) == []
+    with pytest.raises(ValueError, match="k must be"):
+        team_draft_interleave(["d1"], ["d2"], -1, 1)
+
+
+def test_credit_rules():
+    shown = [("d1", "a"), ("d2", "b"), ("d3", "a"), ("d4", "b")]
+    r = credit(shown, {"d1": -1, "d2": "click"})  # a rated down, b clicked
+    assert (r.a, r.b, r.outcome) == (-1, 1, "b")
+    r = credit(shown, {"d3": 1, "d4": -1, "d9": 1})  # d9 was not shown: nobody's credit
+    assert (r.a, r.b, r.outcome) == (1, -1, "a")
+    r = credit(shown, {"d1": -1, "d3": -1, "d2": -1})  # more of a's passages rated down: b wins
+    assert (r.a, r.b, r.outcome) == (-2, -1, "b")
+    r = credit(shown, {"d1": 0})
+    assert (r.a, r.b, r.outcome) == (0, 0, "tie")
+    assert credit(shown, {}).outcome == "tie"
+    with pytest.raises(ValueError, match="unknown signal"):
+        credit(shown, {"d1": 2})
+    assert tally(["b", "a", "tie", "b"]) == (2, 1, 1)  # candidate = b: wins, losses, ties
+    assert tally(["b", "a", "tie", "b"], candidate="a") == (1, 2, 1)
+
+
+# --- the sequential test -----------------------------------------------------------------------------------
+UNIFORM = CanarySettings(alpha=0.05, prior_a=1, prior_b=1, max_queries=1000)
+
+
+def test_log_likelihood_ratio_hand_cases():
+    # Beta(1, 1): B(1 + w, 1 + l) = w! l! / (w + l + 1)!, so 8 straight wins give LR = 2^8 / 9 = 28.4.
+    assert float(log_likelihood_ratio(8, 0)) == pytest.approx(math.log(256 / 9))
+    assert float(log_likelihood_ratio(7, 0)) == pytest.approx(math.log(16))
+    assert float(log_likelihood_ratio(5, 5)) == pytest.approx(math.log(1024 * 120 * 120 / 39916800))  # < 0
+    # Against the integral of the mixture, for a non-uniform prior too.
+    for w, l, a, b in [(61, 38, 1, 1), (20, 30, 5, 5), (3, 1, 2, 7)]:
+        beta_ab = math.exp(math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
+        mix = quad(lambda p: p ** (a - 1 + w) * (1 - p) ** (b - 1 + l), 0, 1)[0] / beta_ab
+        assert float(log_likelihood_ratio(w, l, a, b)) == pytest.approx(math.log(mix / 0.5 ** (w + l)), rel=1e-6)
+
+
+def test_sequential_decision_hand_cases():
+    threshold = math.log(20)  # alpha 0.05
+    d = sequential_decision(8, 0, 3, "v4", UNIFORM)  # log LR 3.35 >= 3.00 with more wins
+    assert (d.decision, d.queries, d.threshold) == ("promote", 11, pytest.approx(threshold))
+    assert sequential_decision(7, 0, 3, "v4", UNIFORM).decision == "continue"  # log LR 2.77
+    assert sequential_decision(0, 8, 0, "v4", UNIFORM).decision == "rollback"
+    assert sequential_decision(5, 5, 989, "v4", UNIFORM).decision == "continue"
+    horizon = sequential_decision(5, 5, 990, "v4", UNIFORM)  # 1000 queries, no evidence: production stays
+    assert horizon.decision == "rollback" and "horizon 1000" in horizon.reason
+    d = sequential_decision(61, 38, 44, "ft-minilm-v4", UNIFORM)
+    # log LR 0.6 (checked against the integral above): a 62 % win rate over 99 decided queries is not enough yet.
+    assert d.reason == ("canary ft-minilm-v4: 143 queries, wins 61 / losses 38 / ties 44, "
+                        "log-likelihood ratio 0.6 of 3.0 needed")
+    assert d.decision == "continue" and (d.wins, d.losses, d.ties) == (61, 38, 44)
+
+
+def test_replay_stops_where_ticking_after_every_query_would():
+    rng = np.random.default_rng(7)
+    for p in (0.5, 0.7, 0.3):
+        stream = np.where(rng.random(400) < 0.3, "tie", np.where(rng.random(400) < p, "b", "a")).tolist()
+        expected = None
+        for n in range(1, len(stream) + 1):
+            w, l, t = tally(stream[:n])
+            step = sequential_decision(w, l, t, "v", UNIFORM)
+            if step.decision != "continue":
+                expected = step
+                break
+        expected = expected or sequential_decision(*tally(stream), "v", UNIFORM)
+        assert replay(stream, "v", UNIFORM) == expected
+
+
+def _simulate(win_rate: float, runs: int, seed: int, tie_rate: float = 0.3, queries: int = 1000):
+    rng = np.random.default_rng(seed)
+    ties = rng.random((runs, queries)) < tie_rate
+    wins = rng.random((runs, queries)) < win_rate
+    outcomes = np.where(ties, "tie", np.where(wins, "b", "a"))
+    return [replay(row, "v", UNIFORM) for row in outcomes]
+
+
+def test_equal_arms_are_promoted_at_most_alpha_of_the_time():
+    decisions = _simulate(0.5, runs=500, seed=11)
+    promoted = sum(d.decision == "promote" for d in decisions)
+    assert promoted / len(decisions) <= UNIFORM.alpha
+    assert all(d.decision != "continue" for d in decisions)  # the horizon ends every undecided run
+
+
+def test_a_better_candidate_is_promoted_and_a_worse_one_rolled_back():
+    better = _simulate(0.65, runs=200, seed=12)
+    assert sum(d.decision == "promote" and d.queries < 500 for d in better) >= 0.9 * len(better)
+    worse = _simulate(0.35, runs=200, seed=13)
+    # Rolled back by the test itself, long before the horizon.
+    assert sum(d.decision == "rollback" and d.queries < 500 for d in worse) >= 0.9 * len(worse)
+
+
+# --- guardrails --------------------------------------------------------------------------------------------
+def test_guardrails():
+    settings = CanarySettings(max_latency_p95_ratio=1.5, min_latency_samples=50, max_upvote_share_drop=0.10, min_votes=30)
+    production_ms = [100.0] * 100
+    (breach,) = guardrail_breaches([160.0] * 100, production_ms, Votes(8, 2), Votes(80, 20), settings)
+    assert breach.guardrail == "latency_p95" and breach.observed == pytest.approx(1.6)
+    assert guardrail_breaches([140.0] * 100, production_ms, Votes(8, 2), Votes(80, 20), settings) == []
+    assert guardrail_breaches([900.0] * 49, production_ms, Votes(8, 2), Votes(80, 20), settings) == []  # too few
+    # Up-votes: production 80 %, canary 20 of 30 = 66.7 %: 13.3 points lower > 10.
+    (breach,) = guardrail_breaches([], [], Votes(20, 10), Votes(80, 20), settings)
+    assert breach.guardrail == "upvote_share" and breach.observed == pytest.approx(0.8 - 2 / 3)
+    assert guardrail_breaches([], [], Votes(22, 8), Votes(80, 20), settings) == []  # 73.3 %: within 10 points
+    assert guardrail_breaches([], [], Votes(14, 10), Votes(80, 20), settings) == []  # 24 votes < 30
+    # A breach overrides even a promotion.
+    promoted = sequential_decision(8, 0, 0, "v4", UNIFORM)
+    breaches = guardrail_breaches([160.0] * 100, production_ms, Votes(20, 10), Votes(80, 20), settings)
+    forced = with_guardrails(promoted, breaches)
+    assert forced.decision == "rollback" and len(forced.breaches) == 2
+    assert "guardrail breached: latency p95 160 ms is 1.60x" in forced.reason
+    assert with_guardrails(promoted, []) == promoted
+
+
+# --- rollout states and arm assignment ---------------------------------------------------------------------
+def test_rollout_transitions():
+    state = RolloutState(candidate_version="ft-v4", production_version="ft-v3")
+    assert (state.stage, state.traffic_share) == ("candidate", 0.10)
+    canary = start_canary(state, NOW, traffic_share=0.2)
+    assert (canary.stage, canary.traffic_share, canary.started_at) == ("canary", 0.2, NOW)
+    done = promote(canary, NOW, "canary ft-v4: wins")
+    assert (done.stage, done.decided_at, done.reason) == ("production", NOW, "canary ft-v4: wins")
+    assert roll_back(canary, NOW, "guardrail").stage == "rolled_back"
+    assert roll_back(state, NOW, "withdrawn").stage == "rolled_back"  # before its canary started
+
+
+def test_illegal_transitions_raise():
+    state = RolloutState(candidate_version="ft-v4", production_version="ft-v3")
+    with pytest.raises(IllegalTransition, match="start_canary first"):
+        promote(state, NOW, "no canary")
+    canary = start_canary(state, NOW)
+    with pytest.raises(IllegalTransition, match="stage 'canary'"):
+        start_canary(canary, NOW)
+    for finished in (promote(canary, NOW, "ok"), roll_back(canary, NOW, "bad")):
+        with pytest.raises(IllegalTransition):
+            roll_back(finished, NOW, "again")
+        with pytest.raises(IllegalTransition):
+            promote(finished, NOW, "again")
+    with pytest.raises(ValidationError):
+        start_canary(state, NOW, traffic_share=1.0)
+    for share in (0.0, 1.0, -0.1):
+        with pytest.raises(ValidationError):
+            RolloutState(candidate_version="ft-v4", traffic_share=share)
+    with pytest.raises(ValidationError, match="already production"):
+        RolloutState(candidate_version="ft-v3", production_version="ft-v3")
+
+
+def test_arm_assignment_is_deterministic_and_salted():
+    ids = [f"session-{i}" for i in range(10_000)]
+    arms = [assign_arm(s, 0.10, salt="ft-v4") for s in ids]
+    assert arms == [assign_arm(s, 0.10, salt="ft-v4") for s in ids]  # same session, same arm
+    canary = {s for s, arm in zip(ids, arms) if arm == "canary"}
+    assert abs(len(canary) / len(ids) - 0.10) < 0.01  # sd of the share is 0.003
+    other = {s for s in ids if assign_arm(s, 0.10, salt="ft-v5") == "canary"}
+    assert len(canary & other) < 0.2 * len(canary)  # a new candidate draws new sessions (~10 % overlap)
+    wider = {s for s in ids if assign_arm(s, 0.20, salt="ft-v4") == "canary"}
+    assert canary < wider  # raising the share keeps the canary's sessions in the canary
+    with pytest.raises(ValueError, match="session id"):
+        assign_arm("", 0.1, salt="ft-v4")
+
+
+def test_only_a_running_canary_splits_traffic():
+    state = RolloutState(candidate_version="ft-v4", production_version="ft-v3", traffic_share=0.5)
+    ids = [f"s{i}" for i in range(200)]
+    assert {arm_for(state, s) for s in ids} == {"production"}
+    canary = start_canary(state, NOW)
+    assert {version_for(canary, s) for s in ids} == {"ft-v3", "ft-v4"}
+    assert all(version_for(canary, s) == ("ft-v4" if arm_for(canary, s) == "canary" else "ft-v3") for s in ids)
+    assert {version_for(promote(canary, NOW, "ok"), s) for s in ids} == {"ft-v4"}
+    assert {version_for(roll_back(canary, NOW, "bad"), s) for s in ids} == {"ft-v3"}
