@@ -99,7 +99,7 @@ def test_registered_embedder_names(tmp_path):
 
 
 class LengthReranker:
-    name = "length"
+    name, scale = "length", "logit"
 
     def score(self, query, passages):
         return np.array([len(p) for p in passages], dtype=float)
@@ -109,7 +109,9 @@ def test_rerank_reorders_by_score_and_keeps_retrieval_order_on_ties(tmp_path):
     hits = [Hit(rank=i + 1, score=1.0 / (i + 1), chunk={"chunk_id": c, "text": t})
             for i, (c, t) in enumerate([("a", "xx"), ("b", "xxxx"), ("c", "xx"), ("d", "x")])]
     out = rerank(LengthReranker(), "q", hits, k=3)
-    assert [(h.rank, h.chunk["chunk_id"], h.score) for h in out] == [(1, "b", 4.0), (2, "a", 2.0), (3, "c", 2.0)]
+    sigmoid = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731 - the reranker declares logits: hits carry probabilities
+    assert [(h.rank, h.chunk["chunk_id"]) for h in out] == [(1, "b"), (2, "a"), (3, "c")]
+    assert [h.score for h in out] == pytest.approx([sigmoid(4.0), sigmoid(2.0), sigmoid(2.0)])
     assert rerank(LengthReranker(), "q", [], k=3) == []
 
 

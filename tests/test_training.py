@@ -60,6 +60,7 @@ class OracleReranker:
 
     def __init__(self, ir: IRSet, reverse: bool = False):
         self.name, self.sign = "oracle", -1.0 if reverse else 1.0
+        self.scale = "logit"  # -1 / 0 / +1 are scores, not probabilities
         self.relevant = {(ir.queries[q], ir.corpus[c]) for q, rel in ir.qrels.items() for c in rel}
 
     def score(self, query, passages):
@@ -168,6 +169,48 @@ def test_feedback_questions_are_held_out_by_text_and_decide_the_gate_once_there_
     mixed = training_data(items, _chunks(texts), feedback=split, min_feedback_gate=10_000)
     assert 0 < mixed.summary["gate_questions_from_feedback"] < len(mixed.gate)  # too few: synthetic questions join
     assert len(data.positives) == 12 + len(split.positives)
+
+
+def test_user_judged_gate_questions_are_decided_on_condensed_lists():
+    from rag.training.gate import compare_runs
+
+    # Each question: users liked rel, disliked bad, and never saw unseen (production never showed it).
+    n = 8
+    queries = {f"feedback:{i}": f"question {i}" for i in range(n)}
+    corpus = {f"{kind}{i}": f"{kind} passage {i}" for i in range(n) for kind in ("rel", "bad", "unseen", "x")}
+    ir = IRSet(queries, corpus, {f"feedback:{i}": {f"rel{i}": 1} for i in range(n)},
+               judged={f"feedback:{i}": {f"rel{i}", f"bad{i}"} for i in range(n)})
+
+    def run(order):
+        return {f"feedback:{i}": {d.format(i=i): float(10 - r) for r, d in enumerate(order)} for i in range(n)}
+
+    production = run(["bad{i}", "rel{i}", "x{i}"])  # rel at rank 2, both views: nDCG 1/log2(3) = 0.631
+    candidate = run(["unseen{i}", "x{i}", "rel{i}", "bad{i}"])  # plain: rel at rank 3 (0.5); condensed: rank 1 (1.0)
+    result = compare_runs(ir, production, candidate, GateSettings(resamples=2000))
+    assert result.lists == "condensed" and result.passed and result.judged_questions == n
+    table = result.table.set_index("metric")
+    assert table.loc["ndcg@10", "candidate"] == pytest.approx(1.0)
+    assert table.loc["ndcg@10", "production"] == pytest.approx(1 / np.log2(3))
+    # The plain view, reported beside it, would have kept the candidate out.
+    assert result.other.lists == "plain" and not result.other.passed
+    assert result.metadata["plain_candidate_ndcg@10"] == pytest.approx(0.5) and result.metadata["plain_would_pass"] is False
+    plain = compare_runs(ir, production, candidate, GateSettings(resamples=2000, feedback_lists="plain"))
+    assert plain.lists == "plain" and not plain.passed and plain.other.lists == "condensed"
+
+
+def test_feedback_gate_questions_carry_their_rated_passages_as_judgments():
+    from rag.feedback.dataset import Judgments
+    from rag.training.data import split_feedback
+
+    judged = Judgments({"q1": "how do cats purr", "q2": "what do cats eat"},
+                       {"c1": "cats purr with the larynx", "c2": "dogs bark", "c3": "cats eat mice"},
+                       [("q1", "c1", 1), ("q1", "c2", -1), ("q2", "c3", 1)])
+    split = split_feedback(judged, dev_fraction=1.0)
+    chunks = pd.DataFrame({"chunk_id": ["c1", "c2", "c3", "c4"], "doc_id": ["d"] * 4, "char_start": [0, 30, 60, 90],
+                           "char_end": [25, 39, 73, 99], "text": ["cats purr with the larynx", "dogs bark", "cats eat mice", "x"]})
+    data = training_data([], chunks, extra_positives=[("unrelated", "x")], feedback=split, min_feedback_gate=1, selection_fraction=0.0)
+    by_text = {data.gate.queries[q]: data.gate.judged[q] for q in data.gate.queries}
+    assert by_text == {"how do cats purr": {"c1", "c2"}, "what do cats eat": {"c3"}}
 
 
 def test_inverse_cloze_takes_one_sentence_out_of_its_passage():

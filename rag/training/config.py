@@ -93,5 +93,9 @@ class GateSettings(BaseModel):
     # copied from the documents cannot vouch for an embedder; rerankers did transfer (+2.3 points), so they may.
     trust_copied_questions_for_embedders: bool = Field(False, description="let an embedder pass on gate questions that "
                                                        "were copied word for word from the documents (inverse cloze)")
+    feedback_lists: Literal["condensed", "plain"] = Field(
+        "condensed", description="how gate questions from user feedback are scored: condensed lists keep only the passages "
+        "users rated (a candidate is not penalised for relevant passages production never showed); plain counts every "
+        "unrated passage as irrelevant. Both are reported; this one decides")
     min_questions: int = Field(5, ge=1, description="fewest held-out gate questions the gate decides on; fewer is an error "
                                "(generate a larger QA set) rather than a verdict from a handful of questions")

@@ -24,13 +24,18 @@ class IRSet:
     queries: dict[str, str]
     corpus: dict[str, str]
     qrels: dict[str, dict[str, int]]
+    # Questions judged only in part (users rate the passages they were shown): their judged passages (+1 and -1).
+    # Scored on condensed lists (unjudged passages removed), a model is not penalised for relevant passages that
+    # production never showed, so nobody could rate them.
+    judged: dict[str, set[str]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.queries)
 
     def subset(self, qids: list[str]) -> IRSet:
         keep = [q for q in qids if q in self.queries]
-        return IRSet({q: self.queries[q] for q in keep}, self.corpus, {q: self.qrels[q] for q in keep})
+        return IRSet({q: self.queries[q] for q in keep}, self.corpus, {q: self.qrels[q] for q in keep},
+                     {q: self.judged[q] for q in keep if q in self.judged})
 
 
 @dataclass
@@ -108,6 +113,7 @@ class FeedbackSplit:
     dev_queries: dict[str, str]
     dev_qrels: dict[str, dict[str, int]]
     dev_passages: dict[str, str] = field(default_factory=dict)  # passage id -> the text the user rated
+    dev_judged: dict[str, dict[str, int]] = field(default_factory=dict)  # held-out question -> every rated passage, ±1
 
 
 def split_feedback(judged, dev_fraction: float) -> FeedbackSplit:
@@ -123,15 +129,16 @@ def split_feedback(judged, dev_fraction: float) -> FeedbackSplit:
         return int(digest(text)[:16], 16) / 2**64 < dev_fraction
 
     liked = {judged.queries[q] for q, _, score in judged.chunk_qrels if score > 0}
-    split = FeedbackSplit([], [], {}, {}, {})
+    split = FeedbackSplit([], [], {}, {}, {}, {})
     for qid, cid, score in judged.chunk_qrels:
         text = judged.queries[qid]
         if text in liked and held_out(text):
+            key = f"feedback:{digest(text)[:16]}"
+            split.dev_judged.setdefault(key, {})[cid] = score
+            split.dev_passages[cid] = judged.corpus[cid]
             if score > 0:
-                key = f"feedback:{digest(text)[:16]}"
                 split.dev_queries[key] = text
                 split.dev_qrels.setdefault(key, {})[cid] = 1
-                split.dev_passages[cid] = judged.corpus[cid]
         else:
             (split.positives if score > 0 else split.negatives).append((text, judged.corpus[cid]))
     return split
@@ -162,16 +169,21 @@ def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives:
     if feedback is not None:
         # A rating applies to the text the user saw: a chunk of another chunk set, or one whose text was edited
         # since (same id, other text), cannot be scored with it.
-        users = {q: {c: 1 for c in rel if c in text and text[c] == feedback.dev_passages.get(c, text[c])}
+        def still_shown(c: str) -> bool:
+            return c in text and text[c] == feedback.dev_passages.get(c, text[c])
+
+        users = {q: {c: 1 for c in rel if still_shown(c)}
                  for q, rel in feedback.dev_qrels.items() if normalized_question(feedback.dev_queries[q]) not in trained}
         users = {q: rel for q, rel in users.items() if rel}
+        users_judged = {q: {c for c in feedback.dev_judged.get(q, rel) if still_shown(c)} for q, rel in users.items()}
     # A synthetic question a user also asked is kept once, as the user's: it would otherwise sit on both sides.
     asked = trained | {normalized_question(feedback.dev_queries[q]) for q in users}
     dev = [i for i in items if i.split != "train" and normalized_question(i.question) not in asked]
     dev_set = ir_set(dev, chunks, relevance)
     selection, gate = split_dev(dev_set.queries, selection_fraction)
     if users:
-        dev_set = IRSet({**dev_set.queries, **{q: feedback.dev_queries[q] for q in users}}, dev_set.corpus, {**dev_set.qrels, **users})
+        dev_set = IRSet({**dev_set.queries, **{q: feedback.dev_queries[q] for q in users}}, dev_set.corpus, {**dev_set.qrels, **users},
+                        users_judged)
         users_selection, users_gate = split_dev({q: feedback.dev_queries[q] for q in users}, selection_fraction)
         selection += users_selection
         gate = users_gate if len(users_gate) >= min_feedback_gate else gate + users_gate

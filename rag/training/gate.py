@@ -1,6 +1,7 @@
 """The promotion gate: a candidate replaces production only when it is measurably better on held-out dev
 questions. Per-question nDCG@10 and MRR@10 (ranx) of both models are compared with a one-sided paired test
-(sign-flip permutation or paired bootstrap); recall@20 may not drop by more than a tolerance.
+(sign-flip permutation or paired bootstrap); recall@20 may not drop by more than a tolerance. Questions from users'
+feedback are judged only where production showed passages: they are scored on condensed lists (see compare_runs).
 
 Before anything is promoted, production is the base model (for embedders) or plain hybrid retrieval without
 a reranker: the implicit v0 every first candidate must beat.
@@ -61,18 +62,30 @@ class GateResult:
     table: pd.DataFrame  # metric, production, candidate, delta, p_value, required, ok
     reasons: list[str]
     questions: int
+    lists: str = "plain"  # what the verdict was computed on: "plain", or "condensed" for user-judged questions
+    judged_questions: int = 0  # gate questions judged only in part (users' ratings)
+    other: GateResult | None = None  # the same comparison on the other kind of lists, reported beside the verdict
 
     @property
     def metadata(self) -> dict:
-        rows = {r["metric"]: r for r in self.table.to_dict("records")}
-        out: dict = {"passed": self.passed, "questions": self.questions, "reasons": "; ".join(self.reasons) or "all criteria met"}
-        for metric, r in rows.items():
-            out[f"production_{metric}"] = round(float(r["production"]), 4)
-            out[f"candidate_{metric}"] = round(float(r["candidate"]), 4)
-            out[f"delta_{metric}"] = round(float(r["delta"]), 4)
-            if r["p_value"] is not None and not pd.isna(r["p_value"]):
-                out[f"p_value_{metric}"] = round(float(r["p_value"]), 5)
+        out: dict = {"passed": self.passed, "questions": self.questions, "reasons": "; ".join(self.reasons) or "all criteria met",
+                     "lists": self.lists, "user_judged_questions": self.judged_questions, **_figures(self.table)}
+        if self.other is not None:
+            out |= {f"{self.other.lists}_{k}": v for k, v in _figures(self.other.table).items()}
+            out[f"{self.other.lists}_would_pass"] = self.other.passed
         return out
+
+
+def _figures(table: pd.DataFrame) -> dict:
+    out: dict = {}
+    for r in table.to_dict("records"):
+        metric = r["metric"]
+        out[f"production_{metric}"] = round(float(r["production"]), 4)
+        out[f"candidate_{metric}"] = round(float(r["candidate"]), 4)
+        out[f"delta_{metric}"] = round(float(r["delta"]), 4)
+        if r["p_value"] is not None and not pd.isna(r["p_value"]):
+            out[f"p_value_{metric}"] = round(float(r["p_value"]), 5)
+    return out
 
 
 def gate_decision(production: pd.DataFrame, candidate: pd.DataFrame, settings: GateSettings | None = None) -> GateResult:
@@ -121,15 +134,36 @@ def dense_run(embedder, ir: IRSet, depth: int = 100) -> dict[str, dict[str, floa
     return run
 
 
-def per_query(ir: IRSet, run: dict[str, dict[str, float]], settings: GateSettings) -> pd.DataFrame:
+def per_query(ir: IRSet, run: dict[str, dict[str, float]], settings: GateSettings, *, condensed: bool = False) -> pd.DataFrame:
+    """Per-question metrics; `condensed`: rankings of partly judged questions (ir.judged) keep only judged passages."""
+    if condensed and ir.judged:
+        from rag.rollout.condensed import condensed_run
+
+        partly = {q: run[q] for q in ir.judged if q in run}
+        run = {**run, **condensed_run(partly, {q: dict.fromkeys(ir.judged[q], 1) for q in partly})}
     return evaluate_run(ir.qrels, run, gate_metrics(settings))[1]
+
+
+def compare_runs(ir: IRSet, production_run: dict, candidate_run: dict, settings: GateSettings) -> GateResult:
+    """The verdict on both models' runs. Questions users judged in part are decided on condensed lists
+    (settings.feedback_lists): plain lists favour production, whose results were the only ones users could rate.
+    The other kind of list is computed too and reported beside the verdict."""
+    views = {}
+    for lists in ("plain", "condensed") if ir.judged else ("plain",):
+        condensed = lists == "condensed"
+        views[lists] = gate_decision(per_query(ir, production_run, settings, condensed=condensed),
+                                     per_query(ir, candidate_run, settings, condensed=condensed), settings)
+        views[lists].lists, views[lists].judged_questions = lists, len(ir.judged)
+    decided = views["condensed" if ir.judged and settings.feedback_lists == "condensed" else "plain"]
+    decided.other = next((v for k, v in views.items() if v is not decided), None)
+    return decided
 
 
 def embedder_gate(production, candidate, ir: IRSet, settings: GateSettings | None = None) -> GateResult:
     """Dense retrieval of the gate questions with each embedder, compared per question."""
     settings = settings or GateSettings()
     check_gate_questions(ir, settings)
-    return gate_decision(per_query(ir, dense_run(production, ir), settings), per_query(ir, dense_run(candidate, ir), settings), settings)
+    return compare_runs(ir, dense_run(production, ir), dense_run(candidate, ir), settings)
 
 
 def _as_hits(candidates: list, ir: IRSet) -> list:
@@ -162,5 +196,4 @@ def reranker_gate(first_stage: dict[str, list], production, candidate, ir: IRSet
     """Both rerankers re-score the same first-stage candidates (hybrid top-`rerank_depth`) of every gate question."""
     settings = settings or GateSettings()
     check_gate_questions(ir, settings)
-    return gate_decision(per_query(ir, reranked_run(first_stage, ir, production), settings),
-                         per_query(ir, reranked_run(first_stage, ir, candidate), settings), settings)
+    return compare_runs(ir, reranked_run(first_stage, ir, production), reranked_run(first_stage, ir, candidate), settings)

@@ -160,7 +160,7 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
     chunks, copied = without_questions(inputs.chunks, [(gate.queries[q], c) for q, rel in (gate.qrels if gate else {}).items()
                                                        for c in rel])
     if gate is not None:
-        gate = IRSet(gate.queries, dict(zip(chunks["chunk_id"], chunks["text"])), gate.qrels)
+        gate = IRSet(gate.queries, dict(zip(chunks["chunk_id"], chunks["text"])), gate.qrels, gate.judged)
     production = registry.resolve(kind, "production")  # resolved once: the verdict names what it was compared with
     if kind == "embedder":
         result = embedder_gate(_production_embedder(production), load_embedder(str(candidate.path)), gate, settings)
