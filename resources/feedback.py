@@ -25,8 +25,11 @@ class FeedbackLoop(ConfigurableResource):
     retrain_run_config: dict = Field(default_factory=dict, description="extra config for both training assets of "
                                      "retrain_job (e.g. {'max_steps': 50}); the exported feedback dataset is added")
     drift_window: int = Field(200, description="recent queries compared with the reference")
+    drift_reference_window: int = Field(200, ge=5, description="production queries in the reference: the first ones "
+                                        "asked after the latest promotion (or finished retrain)")
     drift_reference: str | None = Field(None, description="reference queries: a .jsonl (`text` per line) or .txt "
-                                        "file; None: the QA set the models were trained and evaluated on")
+                                        "file, used instead of production queries; None: the production queries, "
+                                        "with the QA set as the fallback until there are enough of them")
     drift_embedder: str = Field("minilm", description="embedding model the drift tests compare queries with")
     drift_consecutive_ticks: int = Field(3, ge=1, description="ticks in a row over a threshold before a retrain")
     drift_mmd_p_value: float = 0.01
@@ -47,15 +50,32 @@ class FeedbackLoop(ConfigurableResource):
     def store(self) -> FeedbackStore:
         return FeedbackStore(self.db_url, root=self.root)
 
-    def reference_queries(self, store: FeedbackStore) -> list[str]:
-        """The drift reference: the configured file, else the QA set's questions, else the oldest stored queries."""
-        if self.drift_reference:
-            path = Path(self.drift_reference)
-            lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-            return [json.loads(line)["text"] for line in lines] if path.suffix == ".jsonl" else lines
-        qa = TableStore(self.root / "tables").read("synthetic_qa", columns=["question"])
-        if qa is not None and len(qa):
-            return qa["question"].sample(min(len(qa), self.drift_window), random_state=0).tolist()
-        oldest: pd.DataFrame = store.oldest_queries(self.drift_window)
-        newest = set(store.recent_queries(self.drift_window)["query_id"])
-        return oldest.loc[~oldest["query_id"].isin(newest), "text"].tolist()
+    def reference_file(self) -> list[str]:
+        """The operator's own reference (drift_reference)."""
+        path = Path(self.drift_reference)
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [json.loads(line)["text"] for line in lines] if path.suffix == ".jsonl" else lines
+
+    def qa_reference(self) -> tuple[list[str], str]:
+        """The fallback reference: the QA set's questions, without those copied out of the documents. Without
+        an LLM every question is such a sentence (inverse cloze), and real questions always look drifted from
+        sentences: a reference of them would start a retrain every few ticks. (questions, what is missing)."""
+        tables = TableStore(self.root / "tables")
+        try:
+            qa = tables.read("synthetic_qa", columns=["question", "qtype", "source"])
+        except (KeyError, ValueError):  # a QA table from before qtype/source were recorded
+            qa = tables.read("synthetic_qa", columns=["question"])
+        if qa is None or not len(qa):
+            return [], "there is no QA set"
+        copied = pd.Series(False, index=qa.index)
+        for column in ("qtype", "source"):
+            if column in qa:
+                copied |= qa[column].astype(str).eq("inverse-cloze")
+        questions = qa.loc[~copied, "question"]
+        if len(questions) < self.drift_min_queries:
+            why = f"the QA set has {len(questions)} written questions (need {self.drift_min_queries})"
+            if copied.any():
+                why += (f": its other {int(copied.sum())} are sentences copied from the documents, which real questions "
+                        "always look drifted from")
+            return [], why
+        return questions.sample(min(len(questions), self.drift_reference_window), random_state=0).tolist(), ""
