@@ -1,10 +1,13 @@
 """QA-set and evaluation figures. Prints; asserts nothing.
 
-    .venv/bin/python bench/qa_eval.py [--quick] [--model minilm] [--llm none|local-gguf] [--json OUT]
+    .venv/bin/python bench/qa_eval.py [--quick] [--model minilm] [--llm none|local-gguf] [--only squad,chunking,synthetic] [--json OUT]
+
+--json writes the figures with the arguments, the commit and the date.
 
 1. SQuAD dev as a corpus (paragraphs as documents, real questions): nDCG@10 / recall@5 per mode.
-2. Chunking comparison on SQuAD dev articles rebuilt from paragraphs: recall@5 per strategy from the
-   span-anchored ground truth (BM25, dense with --chunk-model, and hybrid-rrf).
+2. Chunking comparison on SQuAD dev articles rebuilt from paragraphs: recall@5 and RetrievalScore per strategy
+   (BM25, dense with --chunk-model, and hybrid-rrf) from the span-anchored ground truth, every strategy on the same
+   questions and within the answer prompt's character budget, beside the context characters of the top five.
 3. Synthetic questions on the shared PDFs: how many survive the filters per 100 chunks, with the
    configured LLM and with the inverse-cloze fallback, with samples.
 """
@@ -12,15 +15,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.provenance import commit  # noqa: E402 - after the path setup
 
 from rag.chunk_sets import update_chunk_set  # noqa: E402
 from rag.chunking import get_chunker, load_strategies  # noqa: E402
@@ -28,7 +34,7 @@ from rag.embedding import load_embedder  # noqa: E402
 from rag.evaluation.beir import load_beir, open_beir_index  # noqa: E402
 from rag.evaluation.loaders import squad_articles  # noqa: E402
 from rag.evaluation.metrics import evaluate_run, run_from_hits  # noqa: E402
-from rag.evaluation.qaset import import_squad, qrels_for_chunks  # noqa: E402
+from rag.evaluation.qaset import import_squad  # noqa: E402
 from rag.index.bm25 import BM25Index  # noqa: E402
 from rag.index.qdrant import get_client  # noqa: E402
 from rag.index.sync import sync_collection  # noqa: E402
@@ -88,7 +94,15 @@ def squad_corpus(model: str, n_queries: int) -> dict:
     return out
 
 
+CHUNKING_MODES = ["bm25", "dense", "hybrid-rrf"]
+
+
 def chunking_comparison(model: str, n_articles: int | None, n_queries: int) -> pd.DataFrame:
+    """Every strategy scored by rag.evaluation.retrieval_eval.evaluate_index on the same questions, with its
+    defaults: span relevance, the passages a default prompt gets (cut to its character budget), questions no chunk
+    holds counted as misses; the context characters the top five cost stand beside the scores."""
+    from rag.evaluation.retrieval_eval import evaluate_index
+
     docs, items = squad_articles(SQUAD, max_articles=n_articles)
     rng = random.Random(11)
     items = rng.sample(items, min(n_queries, len(items)))
@@ -100,18 +114,17 @@ def chunking_comparison(model: str, n_articles: int | None, n_queries: int) -> p
     for strategy in load_strategies():
         started = time.perf_counter()
         chunks = update_chunk_set(None, documents, get_chunker(strategy)).chunks
-        qrels = qrels_for_chunks(items, chunks)
         sync_collection(client, chunks, embedder, strategy=f"squad-{strategy}", model=model)
         index = Index(chunks.set_index("chunk_id"), BM25Index.build(chunks["chunk_id"].tolist(), chunks["text"].tolist()),
                       client, f"squad-{strategy}__{model}", embedder)
-        questions = {i.qid: i.question for i in items if i.qid in qrels}
-        dense = {q: dense_ranking(index, t, 20, NONE) for q, t in questions.items()}
-        sparse = {q: bm25_ranking(index, t, 20, NONE) for q, t in questions.items()}
-        row = {"strategy": strategy, "chunks": len(chunks), "mean_chars": round(chunks["text"].str.len().mean())}
-        for mode, run in modes_from(dense, sparse).items():
-            if mode == "hybrid-cc":
-                continue
-            row[f"recall@5 {mode}"] = evaluate_run(qrels, run_from_hits(run), ["recall@5"])[0]["recall@5"]
+        report = evaluate_index(index, items, chunks, strategy=strategy, model=model, modes=CHUNKING_MODES).summary.set_index("mode")
+        first = report.iloc[0]
+        row = {"strategy": strategy, "chunks": len(chunks), "mean_chars": round(chunks["text"].str.len().mean()),
+               "questions": int(first["n_questions"]), "without_relevant_chunk": int(first["n_without_relevant_chunk"]),
+               "relevance": first["relevance"], "max_context_chars": first["max_context_chars"]}
+        for mode in CHUNKING_MODES:
+            for metric in ("recall@5", "retrieval_score", "context_chars@5"):
+                row[f"{metric} {mode}"] = float(report.loc[mode, metric])
         row["seconds"] = round(time.perf_counter() - started, 1)
         rows.append(row)
         print("  " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
@@ -158,7 +171,9 @@ def main() -> int:
     results = run(args.quick, set(args.only.split(",")), args.model, args.chunk_model, args.llm, args.llm_model)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2, default=str))
+        record = {"bench": "bench/qa_eval.py", "commit": commit(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "cpu_cores": os.cpu_count(), "argv": sys.argv[1:], "args": {k: str(v) for k, v in vars(args).items()}, **results}
+        args.json.write_text(json.dumps(record, indent=2, default=str))
     return 0
 
 

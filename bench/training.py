@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.provenance import commit  # noqa: E402 - after the path setup
 
 SHARED = REPO.parent / "shared" / "datasets"
 ANCHOR_BASE_NDCG10 = 0.645  # all-MiniLM-L6-v2 on SciFact test, published
@@ -42,16 +42,6 @@ DEPTH = 50
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
-                               text=True, check=True).stdout.strip()
-        return head + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def corpus_slice(test, train, distractors: int, seed: int = 0):

@@ -461,3 +461,26 @@ def test_config_search_and_active_configuration_assets(tiny, tmp_path):
                                                                                   run_config=quiet, raise_on_error=False)
     assert applied.success and load_active_configuration(data)["strategy"] == "whole-document"
     assert history(data)[-1]["reason"] == "applied from the config_search winner"
+
+
+def test_search_scores_the_context_a_prompt_would_hold(tmp_path):
+    from rag.evaluation.qaset import Relevance
+    from tests.test_qa_eval import ledger
+
+    config = tmp_path / "chunking.yaml"
+    config.write_text(yaml.safe_dump(CHUNKING))
+    docs, items = ledger()
+    evaluator = PipelineEvaluator(corpus_workspace(docs, tmp_path / "ws"), items, chunking_config=config)
+    para = evaluator.score({"strategy": "paragraph", "mode": "bm25"})
+    whole = evaluator.score({"strategy": "whole-document", "mode": "bm25"})
+    assert para.metrics["recall@5"] == 1.0 and para.metrics["context_chars"] < 2000
+    # A whole document is cut to the prompt's 6000 characters (the other documents do not fit beside it): only the
+    # questions whose answer lies in that part are hits, half of them here.
+    assert all(len(d.canonical_text) > 9000 for d in docs)
+    assert whole.metrics["recall@5"] == pytest.approx(0.5) and whole.metrics["context_chars"] == 6000
+    assert whole.retrieval_score < para.retrieval_score
+    # The budget is what differs: a prompt holding the whole of each document scores it perfect.
+    assert evaluator.score({"strategy": "whole-document", "mode": "bm25", "max_context_chars": 100_000}).metrics["recall@5"] == 1.0
+    # Fitnesses cached under another relevance rule are not reused.
+    any_overlap = PipelineEvaluator(corpus_workspace(docs, tmp_path / "ws"), items, chunking_config=config, relevance=Relevance(mode="any"))
+    assert any_overlap.context != evaluator.context

@@ -170,7 +170,7 @@ def test_beir_loader_gives_whole_document_evidence():
 
 
 def test_evaluate_index_report_on_a_tiny_corpus_by_hand():
-    from rag.evaluation.retrieval_eval import evaluate_index, summarize
+    from rag.evaluation.retrieval_eval import current_reports, evaluate_index, summarize
     from rag.index.bm25 import BM25Index
     from rag.retrieval import Index
 
@@ -187,18 +187,127 @@ def test_evaluate_index_report_on_a_tiny_corpus_by_hand():
     index = Index(chunks.set_index("chunk_id"), BM25Index.build(list(texts), list(texts.values())), None, None, None)
     report = evaluate_index(index, items, chunks, strategy="s", model="-", modes=["bm25"])
     row = report.summary.iloc[0]
-    assert row["n_questions"] == 3 and row["n_without_relevant_chunk"] == 1
+    # q4's evidence lies in no chunk: it stays in the question set as a miss.
+    assert row["n_questions"] == 4 and row["n_without_relevant_chunk"] == 1
     per_q = report.per_query.set_index("qid")
     ranks = {q: index.bm25.search(i.question, 5) for q, i in zip(["q1", "q2", "q3"], items)}
     first_hit = {q: next((r for r, (cid, _) in enumerate(hits, start=1) if cid == {"q1": "c4", "q2": "c2", "q3": "c3"}[q]), None)
                  for q, hits in ranks.items()}
     assert first_hit["q1"] == 1 and first_hit["q2"] == 1
-    expected_mrr = sum(1 / r if r else 0 for r in first_hit.values()) / 3
+    expected_mrr = sum(1 / r if r else 0 for r in first_hit.values()) / 4
     assert row["mrr@10"] == pytest.approx(expected_mrr)
-    assert row["recall@1"] == pytest.approx(sum(r == 1 for r in first_hit.values()) / 3)
+    assert row["recall@1"] == pytest.approx(sum(r == 1 for r in first_hit.values()) / 4)
     assert per_q.loc["q1", "recall@1"] == 1.0 and per_q.loc["q1", "top_chunk"] == "c4"
+    assert per_q.loc["q4", "mrr@10"] == 0.0 and per_q.loc["q4", "recall@20"] == 0.0
     summary = summarize(report.summary)
     assert bool(summary.loc[0, "best"]) and summary.loc[0, "delta_retrieval_score"] is None
+    # A report of the old overlap rule (no relevance column) is not summarized beside it.
+    old = report.summary.drop(columns=["relevance", "max_context_chars", "context_chars@5"])
+    kept, stale = current_reports({"s__-": report.summary, "page__-": old})
+    assert stale == ["page__-"] and len(kept) == 1 and kept[0] is report.summary
+
+
+def test_span_relevance_ignores_a_grazing_chunk_and_keeps_pieces_of_a_long_span():
+    doc = make_doc()
+    sentence = "Keepers lived at the station until 1998, when the light was automated."
+    start = doc.canonical_text.index(sentence)
+    item = QAItem(qid="q", question="Until when did keepers live at the station?", qtype="factual", doc_id=doc.doc_id,
+                  evidence=[Evidence(doc_id=doc.doc_id, start=start, end=start + len(sentence))])
+    spans = {"grazing": (0, start + 5),                   # a big chunk whose end touches 5 of the sentence's 70 characters
+             "piece": (start + 10, start + 30),           # a small chunk that is all evidence, 20 of the 70 characters
+             "holds-it": (start - 40, start + len(sentence) + 40)}
+    chunks = pd.DataFrame([{"chunk_id": c, "doc_id": doc.doc_id, "char_start": a, "char_end": b} for c, (a, b) in spans.items()])
+    assert set(qrels_for_chunks([item], chunks)["q"]) == {"piece", "holds-it"}  # the default: span
+    assert set(qrels_for_chunks([item], chunks, Relevance(mode="any"))["q"]) == {"grazing", "piece", "holds-it"}
+    assert set(qrels_for_chunks([item], chunks, Relevance(mode="coverage"))["q"]) == {"holds-it"}
+
+
+def ledger(n_docs=3, n_paras=60):
+    """Long documents of numbered entries (each entry's code word is its own), and one question per listed entry
+    whose answer lies inside that entry."""
+    docs, items = [], []
+    for d in range(n_docs):
+        paras = [f"Entry {i} of ledger {d}: the keeper wrote that crate zq{d}x{i} held {i + 3} barrels of lamp oil, stored in "
+                 f"the north shed beside the old signal mast until the autumn supply boat came to collect the empties."
+                 for i in range(n_paras)]
+        doc = assemble([ElementDraft(type="narrative", text=p) for p in paras], doc_id=f"ledger{d}", source_path=f"ledger{d}",
+                       content_hash=f"{d}" * 64, parser="test", n_pages=1)
+        docs.append(doc)
+        for i in (1, 20, 40, 55):
+            answer = f"{i + 3} barrels"
+            at = doc.canonical_text.index(answer, doc.elements[i].char_start)
+            items.append(QAItem(qid=f"q{d}-{i}", question=f"How many barrels did crate zq{d}x{i} hold?", qtype="factual",
+                                doc_id=doc.doc_id, evidence=[Evidence(doc_id=doc.doc_id, start=at, end=at + len(answer))],
+                                answer=answer))
+    return docs, items
+
+
+def chunk_table(docs, per_element: bool):
+    rows = []
+    for doc in docs:
+        spans = [(e.char_start, e.char_end) for e in doc.elements] if per_element else [(0, len(doc.canonical_text))]
+        rows += [{"chunk_id": f"{doc.doc_id}:{a}", "doc_id": doc.doc_id, "text": doc.canonical_text[a:b], "char_start": a,
+                  "char_end": b, "page_start": 1, "page_end": 1} for a, b in spans]
+    return pd.DataFrame(rows)
+
+
+def bm25_index(chunks):
+    from rag.index.bm25 import BM25Index
+    from rag.retrieval import Index
+
+    return Index(chunks.set_index("chunk_id"), BM25Index.build(chunks["chunk_id"].tolist(), chunks["text"].tolist()), None, None, None)
+
+
+def test_a_whole_document_chunk_scores_only_the_evidence_a_prompt_would_hold():
+    from rag.evaluation.retrieval_eval import CONTEXT_CHARS, evaluate_index
+
+    docs, items = ledger()
+    assert all(len(d.canonical_text) > 1.5 * CONTEXT_CHARS for d in docs)
+    focused, whole = chunk_table(docs, per_element=True), chunk_table(docs, per_element=False)
+    score = lambda chunks, **kw: evaluate_index(bm25_index(chunks), items, chunks, strategy="s", model="-", modes=["bm25"],  # noqa: E731
+                                                **kw).summary.iloc[0]
+    f, w = score(focused), score(whole)
+    assert f["recall@5"] == 1.0 and f["n_questions"] == w["n_questions"] == len(items)
+    # Each whole document holds every answer in it, but a prompt holds its first CONTEXT_CHARS characters only: the
+    # other documents do not fit beside it, so a question is a hit only when its answer lies in that first part.
+    within = sum(i.evidence[0].end <= CONTEXT_CHARS for i in items) / len(items)
+    assert 0 < within < 1 and w["recall@5"] == pytest.approx(within) and w["retrieval_score"] < f["retrieval_score"]
+    # ...and the context cost is reported beside it: the budget, against five short entries.
+    assert w["context_chars@5"] == CONTEXT_CHARS and f["context_chars@5"] < CONTEXT_CHARS / 3
+    # The old rule stays available on request: any overlap over whole chunks scores the whole document perfect.
+    old = score(whole, relevance=Relevance(mode="any"), max_context_chars=None)
+    assert old["recall@5"] == 1.0 and old["context_chars@5"] > 3 * CONTEXT_CHARS
+
+
+def test_strategies_are_scored_on_the_same_questions():
+    from rag.evaluation.retrieval_eval import evaluate_index
+
+    docs, items = ledger(n_docs=1)
+    full = chunk_table(docs, per_element=True)
+    lost = full[~full["text"].str.contains("crate zq0x40 ")]  # a strategy that dropped one entry's text
+    reports = {name: evaluate_index(bm25_index(c), items, c, strategy=name, model="-", modes=["bm25"]) for name, c in
+               (("full", full), ("lost", lost))}
+    a, b = reports["full"].summary.iloc[0], reports["lost"].summary.iloc[0]
+    assert a["n_questions"] == b["n_questions"] == 4 and (a["n_without_relevant_chunk"], b["n_without_relevant_chunk"]) == (0, 1)
+    assert a["recall@5"] == 1.0 and b["recall@5"] == pytest.approx(3 / 4)  # the uncovered question is a miss
+    per_q = reports["lost"].per_query.set_index("qid")
+    assert len(per_q) == 4 and per_q.loc["q0-40", "recall@20"] == 0.0
+
+
+def test_evaluate_run_scores_queries_without_hits_as_zeros():
+    qrels = {"q1": {"a": 1}, "q2": {"b": 1}}
+    for run in ({}, {"q1": {}, "q2": {}}):  # nothing retrieved for any query (ranx itself fails on these)
+        mean, per_query = evaluate_run(qrels, run)
+        assert set(mean.values()) == {0.0} and list(per_query.qid) == ["q1", "q2"]
+    mean, _ = evaluate_run({"q1": {}, "q2": {}}, {"q1": {"a": 1.0}})  # no query has a relevant chunk
+    assert set(mean.values()) == {0.0}
+    # A query with no relevant chunk is a miss beside scored ones; rows stay with their query whatever ranx's order.
+    mean, per_query = evaluate_run({"z": {"a": 1}, "e": {}, "b": {"c": 1}}, {"z": {"a": 1.0}, "e": {"a": 1.0}, "b": {"x": 2.0, "c": 1.0}},
+                                   ["mrr@5", "recall@5"])
+    assert per_query.set_index("qid")["mrr@5"].to_dict() == {"z": 1.0, "e": 0.0, "b": 0.5}
+    assert mean["mrr@5"] == pytest.approx(0.5) and mean["recall@5"] == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="no queries"):
+        evaluate_run({}, {})
 
 
 def test_weighted_average_needs_every_component():

@@ -9,16 +9,22 @@ METRICS = [f"{m}@{k}" for m in METRIC_NAMES for k in KS]
 
 
 def evaluate_run(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], metrics: list[str] = METRICS) -> tuple[dict[str, float], pd.DataFrame]:
-    """Mean metrics and a per-query table. Queries in qrels that the run lacks count as total misses."""
+    """Mean metrics and a per-query table over every query of `qrels`. A query the run lacks or returns nothing for,
+    and a query with no relevant id (evidence no chunk holds), scores 0 on every metric."""
     from ranx import Qrels, Run, evaluate
 
     if not qrels:
-        raise ValueError("no query has a relevant chunk: nothing to evaluate")
-    run = {q: (run.get(q) or {}) for q in qrels}
-    per_query = evaluate(Qrels(qrels), Run(run), metrics, return_mean=False, make_comparable=True)
-    table = pd.DataFrame({m: per_query[m] for m in metrics}, index=list(Qrels(qrels).keys())) if len(metrics) > 1 else \
-        pd.DataFrame({metrics[0]: per_query}, index=list(Qrels(qrels).keys()))
-    table.index.name = "qid"
+        raise ValueError("no queries to evaluate: pass the questions' qrels (an empty dict per question without a relevant chunk)")
+    # ranx cannot build Qrels or a Run whose every query is empty (max() of nothing), and how it scores a query
+    # with no relevant id is its own convention; such queries are 0 by definition here, so only the rest go to it.
+    scored = [q for q in qrels if qrels[q] and run.get(q)]
+    table = pd.DataFrame(0.0, index=pd.Index(list(qrels), name="qid"), columns=list(metrics))
+    if scored:
+        judged = Qrels({q: qrels[q] for q in scored})
+        per_query = evaluate(judged, Run({q: run[q] for q in scored}), metrics, return_mean=False, make_comparable=True)
+        order = list(judged.keys())  # ranx's own (sorted) order, not the dict's
+        for m in metrics:
+            table.loc[order, m] = per_query[m] if len(metrics) > 1 else per_query
     return {m: float(table[m].mean()) for m in metrics}, table.reset_index()
 
 

@@ -1,6 +1,7 @@
 """Span-anchored ground truth: questions whose evidence is character spans of canonical document text.
 
-Relevance of a chunk of *any* strategy follows from span overlap, so one QA set scores every chunk set.
+Relevance of a chunk of *any* strategy follows from its span and the evidence spans, so one QA set scores every
+chunk set.
 """
 from __future__ import annotations
 
@@ -41,10 +42,31 @@ class QAItem(BaseModel):
 
 
 class Relevance(BaseModel):
-    """How chunk relevance is derived: any overlap, or at least `min_coverage` of an evidence span covered."""
+    """When a chunk (or the part of it a prompt holds) is relevant to a question, from the spans alone.
 
-    mode: Literal["any", "coverage"] = "any"
+    - `span` (default): it holds at least `min_coverage` of an evidence span, or at least `min_coverage` of it is
+      evidence. A chunk that only grazes the evidence's edge is no hit, and a long evidence passage cut into small
+      chunks still has relevant chunks, so neither big nor small chunks are favoured by the rule itself.
+    - `coverage`: it holds at least `min_coverage` of an evidence span (small chunks inside a long passage miss).
+    - `any`: any overlap with an evidence span.
+
+    No rule on spans alone keeps a whole-article chunk from holding every short answer; evaluations therefore score
+    the context as a prompt would get it, cut to a character budget (rag.evaluation.retrieval_eval).
+    """
+
+    mode: Literal["span", "coverage", "any"] = "span"
     min_coverage: float = Field(0.5, gt=0.0, le=1.0)
+
+    def holds(self, evidence: Evidence, doc_id: str, start: int, end: int) -> bool:
+        """Whether the text [start, end) of `doc_id` is relevant to this evidence span."""
+        if doc_id != evidence.doc_id:
+            return False
+        overlap = min(end, evidence.end) - max(start, evidence.start)
+        if overlap <= 0:
+            return False
+        if self.mode == "any" or overlap / (evidence.end - evidence.start) >= self.min_coverage:
+            return True
+        return self.mode == "span" and overlap / (end - start) >= self.min_coverage
 
 
 def question_id(*parts: str) -> str:
@@ -84,7 +106,8 @@ def from_frame(df: pd.DataFrame) -> list[QAItem]:
 
 # --- relevance -------------------------------------------------------------------------------------
 def qrels_for_chunks(items: list[QAItem], chunks: pd.DataFrame, relevance: Relevance | None = None) -> dict[str, dict[str, int]]:
-    """qid -> {chunk_id: 1} for every chunk whose span meets an evidence span of the question."""
+    """qid -> {chunk_id: 1} for every chunk relevant to an evidence span of the question; questions without any
+    relevant chunk are left out (evaluations put them back as misses: rag.evaluation.retrieval_eval)."""
     relevance = relevance or Relevance()
     by_doc: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
     for cid, doc, start, end in zip(chunks["chunk_id"], chunks["doc_id"], chunks["char_start"], chunks["char_end"]):
@@ -93,16 +116,50 @@ def qrels_for_chunks(items: list[QAItem], chunks: pd.DataFrame, relevance: Relev
     for item in items:
         rel: dict[str, int] = {}
         for ev in item.evidence:
-            length = ev.end - ev.start
             for cid, start, end in by_doc.get(ev.doc_id, ()):
-                overlap = min(end, ev.end) - max(start, ev.start)
-                if overlap <= 0:
-                    continue
-                if relevance.mode == "any" or overlap / length >= relevance.min_coverage:
+                if relevance.holds(ev, ev.doc_id, start, end):
                     rel[cid] = 1
         if rel:
             qrels[item.qid] = rel
     return qrels
+
+
+# A relevant chunk whose part in the context no longer meets the rule is ranked under its id plus this suffix,
+# which no qrels hold: it took its place in the context but counts as no hit.
+NOT_RELEVANT_IN_CONTEXT = "#not-relevant-in-context"
+
+
+def visible_span(chunk: dict) -> tuple[int, int]:
+    """The span of a context passage: a chunk cut to a prompt's budget keeps its start and loses its end."""
+    start = int(chunk["char_start"])
+    return start, min(int(chunk["char_end"]), start + len(chunk["text"]))
+
+
+def context_run(items: list[QAItem], contexts: dict[str, list[dict]], qrels: dict[str, dict[str, int]],
+                relevance: Relevance | None = None) -> dict[str, list[str]]:
+    """qid -> ranked ids for ranx from each question's context passages (chunk records, possibly cut to a budget):
+    a chunk in the question's qrels stays a hit only when the part of it in the context is still relevant."""
+    relevance = relevance or Relevance()
+    evidence = {i.qid: i.evidence for i in items}
+    out: dict[str, list[str]] = {}
+    for qid, passages in contexts.items():
+        rel = qrels.get(qid, {})
+        ids = []
+        for chunk in passages:
+            cid = chunk["chunk_id"]
+            if cid in rel and not any(relevance.holds(ev, chunk["doc_id"], *visible_span(chunk)) for ev in evidence[qid]):
+                cid += NOT_RELEVANT_IN_CONTEXT
+            ids.append(cid)
+        out[qid] = ids
+    return out
+
+
+def context_chars(contexts: dict[str, list[dict]], k: int | None = None) -> float:
+    """Mean characters of the first `k` (None: all) context passages per question: the price of a hit, reported
+    beside it."""
+    if not contexts:
+        return 0.0
+    return sum(sum(len(c["text"]) for c in passages[:k]) for passages in contexts.values()) / len(contexts)
 
 
 # --- export ----------------------------------------------------------------------------------------

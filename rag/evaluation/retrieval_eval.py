@@ -1,4 +1,11 @@
-"""Score one index (a chunk set × model) with a span-anchored QA set, for each retrieval mode."""
+"""Score one index (a chunk set × model) with a span-anchored QA set, for each retrieval mode.
+
+Two rules keep strategies comparable. Every question of the split is scored whatever the chunk set, so all
+strategies share one question set: a question whose evidence no chunk holds is a miss. And the ranked chunks are
+scored as the answer pipeline hands them to the generator, cut to its character budget (rag.qa.prompt.fit_context):
+a chunk the size of a whole article is then a hit only when its evidence lies in the part the prompt holds, and
+the characters that context costs are reported beside the metrics.
+"""
 from __future__ import annotations
 
 import time
@@ -7,42 +14,63 @@ from dataclasses import dataclass
 import pandas as pd
 
 from rag.evaluation.metrics import KS, METRICS, evaluate_run, retrieval_score, run_from_hits, weighted_average
-from rag.evaluation.qaset import QAItem, Relevance, qrels_for_chunks
+from rag.evaluation.qaset import QAItem, Relevance, context_chars, context_run, qrels_for_chunks
+from rag.qa.models import AnswerSettings
+from rag.qa.prompt import fit_context
 from rag.retrieval import Index, RetrievalParams, retrieve
 
 REPORT_KEYS = ["strategy", "model", "mode"]
+# The answer pipeline's own default budget, so the evaluation scores the context a default prompt gets.
+CONTEXT_CHARS = AnswerSettings.model_fields["max_context_chars"].default
 
 
 @dataclass
 class ConfigReport:
-    summary: pd.DataFrame  # one row per mode: metrics, RetrievalScore, counts, latency
+    summary: pd.DataFrame  # one row per mode: metrics, RetrievalScore, counts, context characters, latency
     per_query: pd.DataFrame  # one row per (mode, question)
 
 
 def evaluate_index(index: Index, items: list[QAItem], chunks: pd.DataFrame, *, strategy: str, model: str, modes: list[str],
-                   split: str = "all", relevance: Relevance | None = None, params: RetrievalParams | None = None) -> ConfigReport:
+                   split: str = "all", relevance: Relevance | None = None, params: RetrievalParams | None = None,
+                   max_context_chars: int | None = CONTEXT_CHARS) -> ConfigReport:
+    """Metrics at k over the first k passages of the context within `max_context_chars` (None: whole chunks, no
+    budget), and `context_chars@5`, the mean characters of the first five."""
+    relevance = relevance or Relevance()
     selected = [i for i in items if split == "all" or i.split == split]
-    qrels = qrels_for_chunks(selected, chunks, relevance)
-    questions = [i for i in selected if i.qid in qrels]
+    if not selected:
+        raise ValueError(f"no question in split {split!r}: pick another split or generate questions (synthetic_qa)")
+    found = qrels_for_chunks(selected, chunks, relevance)
+    qrels = {i.qid: found.get(i.qid, {}) for i in selected}
     params = (params or RetrievalParams()).model_copy(update={"k": max(KS)})
     rows, tables = [], []
     for mode in modes:
         started = time.perf_counter()
-        hits = {q.qid: [h.chunk["chunk_id"] for h in retrieve(index, q.question, mode, params)] for q in questions}
+        hits = {q.qid: retrieve(index, q.question, mode, params) for q in selected}
         seconds = time.perf_counter() - started
-        mean, per_query = evaluate_run(qrels, run_from_hits(hits))
+        contexts = {qid: [h.chunk for h in (fit_context(hs, max_context_chars) if max_context_chars else hs)] for qid, hs in hits.items()}
+        mean, per_query = evaluate_run(qrels, run_from_hits(context_run(selected, contexts, qrels, relevance)))
         # The thesis's WA also needs faithfulness and reference-free precision, which come from generated
         # answers; until those exist it stays empty rather than being computed from half its terms.
         wa = weighted_average({"context_recall": mean["recall@5"], "context_precision_ref": mean["precision@5"],
                                "faithfulness": None, "context_precision_noref": None})
-        rows.append({"strategy": strategy, "model": model, "mode": mode, "split": split, "n_questions": len(questions),
-                     "n_without_relevant_chunk": len(selected) - len(questions), "retrieval_score": retrieval_score(mean),
-                     "weighted_average": wa, "query_ms": 1000 * seconds / max(1, len(questions)), **mean})
+        rows.append({"strategy": strategy, "model": model, "mode": mode, "split": split, "n_questions": len(selected),
+                     "n_without_relevant_chunk": len(selected) - len(found), "relevance": relevance.mode,
+                     "max_context_chars": max_context_chars, "context_chars@5": context_chars(contexts, 5),
+                     "retrieval_score": retrieval_score(mean), "weighted_average": wa,
+                     "query_ms": 1000 * seconds / len(selected), **mean})
         per_query.insert(0, "mode", mode)
-        per_query["question"] = per_query["qid"].map({q.qid: q.question for q in questions})
-        per_query["top_chunk"] = per_query["qid"].map({q: (ids[0] if ids else None) for q, ids in hits.items()})
+        per_query["question"] = per_query["qid"].map({q.qid: q.question for q in selected})
+        per_query["top_chunk"] = per_query["qid"].map({q: (hs[0].chunk["chunk_id"] if hs else None) for q, hs in hits.items()})
+        per_query["context_chars@5"] = per_query["qid"].map({q: sum(len(c["text"]) for c in cs[:5]) for q, cs in contexts.items()})
         tables.append(per_query)
     return ConfigReport(pd.DataFrame(rows), pd.concat(tables, ignore_index=True))
+
+
+def current_reports(reports: dict[str, pd.DataFrame]) -> tuple[list[pd.DataFrame], list[str]]:
+    """(reports written by this evaluation, names of stale ones). Reports without a `relevance` column were scored by
+    any overlap over whole chunks on each strategy's own questions: beside current ones they would favour big chunks."""
+    stale = sorted(name for name, frame in reports.items() if "relevance" not in frame.columns)
+    return [frame for name, frame in reports.items() if name not in stale], stale
 
 
 def summarize(reports: pd.DataFrame, baseline: tuple[str, str] = ("recursive-1000-200", "dense")) -> pd.DataFrame:
@@ -59,4 +87,4 @@ def summarize(reports: pd.DataFrame, baseline: tuple[str, str] = ("recursive-100
     return out
 
 
-__all__ = ["ConfigReport", "evaluate_index", "summarize", "METRICS", "REPORT_KEYS"]
+__all__ = ["CONTEXT_CHARS", "ConfigReport", "current_reports", "evaluate_index", "summarize", "METRICS", "REPORT_KEYS"]

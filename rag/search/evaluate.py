@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from rag.chunking import get_chunker, load_strategies
 from rag.embedding import load_embedder
 from rag.evaluation.metrics import evaluate_run, retrieval_score, run_from_hits
-from rag.evaluation.qaset import QAItem, qrels_for_chunks
+from rag.evaluation.qaset import QAItem, Relevance, context_chars, context_run, qrels_for_chunks
 from rag.index.bm25 import BM25Index
 from rag.index.qdrant import QdrantSettings, get_client
 from rag.llm import LLM
@@ -36,10 +36,12 @@ from rag.store import DOCUMENTS_TABLE, TableStore, bm25_root
 
 METRIC_K = 5  # RAGSmith's RetrievalScore is taken at k = 5
 SCORE_METRICS = [f"{m}@{METRIC_K}" for m in ("recall", "map", "ndcg", "mrr")] + [f"precision@{METRIC_K}", f"hit_rate@{METRIC_K}"]
+# Reported beside the scores: the characters of context a candidate hands the prompt (what its hits cost).
+REPORT_METRICS = SCORE_METRICS + ["context_chars"]
 # What every candidate setting means when the space leaves it out (mirrors rag.qa.AnswerSettings' defaults).
 DEFAULT_SETTINGS: dict[str, Any] = {"strategy": "paragraph", "model": "minilm", "mode": "hybrid-rrf", "k": 10, "candidates": 100,
                                     "alpha": 0.5, "mmr_lambda": None, "reranker": None, "top_k": 5, "min_score": None,
-                                    "prev_next": False, "prompt_order": "simple", "query_expansion": "none"}
+                                    "prev_next": False, "prompt_order": "simple", "query_expansion": "none", "max_context_chars": 6000}
 
 
 class Objective(BaseModel):
@@ -157,11 +159,12 @@ class PipelineEvaluator:
 
     def __init__(self, workspace: Workspace, items: list[QAItem], *, objective: Objective | None = None,
                  llm: LLM | None = None, generator: GenerationScorer | None = None, generation_questions: int = 20,
-                 rerankers: dict[str, Any] | None = None, chunking_config: Path | None = None):
+                 rerankers: dict[str, Any] | None = None, chunking_config: Path | None = None, relevance: Relevance | None = None):
         if not items:
             raise ValueError("the QA set is empty: generate one (synthetic_qa) or pass a SQuAD JSON")
         self.items = items
         self.objective = objective or Objective()
+        self.relevance = relevance or Relevance()
         self.llm = llm
         self.generator = generator
         self.generation_questions = generation_questions
@@ -201,7 +204,10 @@ class PipelineEvaluator:
         docs = self.indexes.workspace.tables.read(DOCUMENTS_TABLE, columns=["doc_id", "content_hash"])
         corpus = hashlib.sha256("".join(sorted(docs["doc_id"] + ":" + docs["content_hash"])).encode()).hexdigest()[:16]
         gen = f"{self.generator.generator.name}/{self.generator.judge.name}" if self.generator else "none"
-        return f"v1|qa={self.qa_key}|corpus={corpus}|{self.objective.model_dump_json()}|gen={gen}|llm={getattr(self.llm, 'name', 'none')}"
+        # v2: contexts cut to the prompt's budget and span relevance; fitnesses cached under v1 (any overlap, whole
+        # chunks) are not comparable and must not be reused.
+        return (f"v2|qa={self.qa_key}|corpus={corpus}|{self.objective.model_dump_json()}|relevance={self.relevance.model_dump_json()}"
+                f"|gen={gen}|llm={getattr(self.llm, 'name', 'none')}")
 
     def identity(self, settings: dict) -> str:
         """What a genome's name does not pin down: the strategy's parameters and the embedder's weights, so a
@@ -258,11 +264,13 @@ class PipelineEvaluator:
 
     def _qrels_for(self, strategy: str) -> dict[str, dict[str, int]]:
         if strategy not in self._qrels:
-            self._qrels[strategy] = qrels_for_chunks(self.items, self.indexes.chunks(strategy))
+            self._qrels[strategy] = qrels_for_chunks(self.items, self.indexes.chunks(strategy), self.relevance)
         return self._qrels[strategy]
 
     def contexts(self, settings: dict) -> dict[str, list[Hit]]:
-        """The passages each question's prompt would get under this configuration, in relevance order."""
+        """The passages each question's prompt would get under this configuration, in relevance order, cut to the
+        prompt's character budget as the answer pipeline cuts them."""
+        from rag.qa.prompt import fit_context
         from rag.qa.steps import augment_prev_next, filter_hits
 
         s = DEFAULT_SETTINGS | settings
@@ -270,25 +278,25 @@ class PipelineEvaluator:
         out = {}
         for qid, hits in run.items():
             hits = filter_hits(hits, top_k=s.get("top_k"), min_score=s.get("min_score"))
-            out[qid] = augment_prev_next(index, hits) if s.get("prev_next") else hits
+            hits = augment_prev_next(index, hits) if s.get("prev_next") else hits
+            out[qid] = fit_context(hits, s["max_context_chars"])
         return out
 
     def score(self, settings: dict) -> Scored:
         started = time.perf_counter()
         s = DEFAULT_SETTINGS | settings
         contexts = self.contexts(s)
-        qrels = self._qrels_for(s["strategy"])
-        ranked = {qid: [h.chunk["chunk_id"] for h in hits] for qid, hits in contexts.items() if qid in qrels}
-        metrics = {m: 0.0 for m in SCORE_METRICS}
-        if qrels:
-            mean, _ = evaluate_run(qrels, run_from_hits(ranked), SCORE_METRICS)
-            # Questions whose evidence no chunk of this strategy covers count as misses, so a strategy that
-            # drops text cannot look better by shrinking the question set.
-            share = len(qrels) / len(self.items)
-            metrics = {m: v * share for m, v in mean.items()}
+        passages = {qid: [h.chunk for h in hits] for qid, hits in contexts.items()}
+        found = self._qrels_for(s["strategy"])
+        # Every question is scored: one whose evidence no chunk of this strategy holds is a miss, so a strategy
+        # that drops text cannot look better by shrinking the question set.
+        qrels = {i.qid: found.get(i.qid, {}) for i in self.items}
+        mean, _ = evaluate_run(qrels, run_from_hits(context_run(self.items, passages, qrels, self.relevance)), SCORE_METRICS)
+        metrics = dict(mean)
         retrieval = retrieval_score(metrics, METRIC_K)
         generation = self._generation_score(s, contexts) if self.generator is not None else None
-        metrics["questions_with_relevant_chunk"] = float(len(qrels))
+        metrics["questions_with_relevant_chunk"] = float(len(found))
+        metrics["context_chars"] = context_chars(passages)
         return Scored(self.objective.combine(retrieval, generation), retrieval, generation, metrics, time.perf_counter() - started)
 
     def _generation_score(self, s: dict, contexts: dict[str, list[Hit]]) -> float:

@@ -9,7 +9,7 @@ import pandas as pd
 import yaml
 
 from rag.markdown import markdown_table
-from rag.search.evaluate import DEFAULT_SETTINGS, SCORE_METRICS, Scored
+from rag.search.evaluate import DEFAULT_SETTINGS, REPORT_METRICS, Scored
 from rag.search.optimizers import SearchResult
 from rag.search.space import Genome, SearchSpace
 
@@ -24,7 +24,7 @@ def leaderboard(result: SearchResult) -> pd.DataFrame:
     for genome, scored in evals.seen.items():
         rows.append({"fitness": scored.fitness, "retrieval_score": scored.retrieval_score,
                      "generation_score": scored.generation_score,
-                     **{m: scored.metrics.get(m) for m in SCORE_METRICS}, **space.decode(genome),
+                     **{m: scored.metrics.get(m) for m in REPORT_METRICS}, **space.decode(genome),
                      "generation": first_seen.get(genome, 0), "seconds": round(scored.seconds, 3), "key": space.key(genome)})
     table = pd.DataFrame(rows).sort_values(["fitness", "generation"], ascending=[False, True], kind="stable", ignore_index=True)
     table.insert(0, "rank", range(1, len(table) + 1))
@@ -98,7 +98,7 @@ def markdown_report(result: SearchResult, board: pd.DataFrame, baseline: tuple[s
         key, scored = baseline
         lines += ["", "## Against the naive baseline", "", f"Baseline `{key}`: fitness {scored.fitness:.4f}.", "",
                   "| metric | baseline | best | delta |", "|---|---|---|---|"]
-        for name in ["fitness", "retrieval_score"] + SCORE_METRICS:
+        for name in ["fitness", "retrieval_score"] + REPORT_METRICS:
             b = scored.fitness if name == "fitness" else scored.retrieval_score if name == "retrieval_score" else scored.metrics.get(name)
             w = best.fitness if name == "fitness" else best.retrieval_score if name == "retrieval_score" else best.metrics.get(name)
             if b is not None and w is not None:

@@ -52,10 +52,12 @@ class SearchOutcome:
 
 
 def fitness_note(evaluator: PipelineEvaluator) -> str:
+    scope = (f"RetrievalScore = mean of Recall@5, MAP@5, nDCG@5, MRR@5 over the prompt's passages within max_context_chars, "
+             f"{evaluator.relevance.mode} relevance")
     if evaluator.generator is None:
-        return "RetrievalScore only (mean of Recall@5, MAP@5, nDCG@5, MRR@5): no generator and judge configured"
+        return f"RetrievalScore only ({scope}): no generator and judge configured"
     o = evaluator.objective
-    return (f"{o.retrieval_weight:g}·RetrievalScore + {o.generation_weight:g}·GenerationScore (normalised), "
+    return (f"{o.retrieval_weight:g}·RetrievalScore + {o.generation_weight:g}·GenerationScore (normalised; {scope}), "
             "GenerationScore = mean(LLM judge, semantic similarity)")
 
 
