@@ -42,6 +42,11 @@ from orchestration.jobs import answer_evaluation_job  # answer stage
 from resources.feedback import FeedbackLoop
 from sensors.drift import drift_sensor
 from sensors.feedback import feedback_volume_sensor, weekly_retrain
+# Gradual rollout (canary of a gated candidate, its sequential decision, promotion and rollback jobs)
+from assets.rollout import model_rollout
+from orchestration.rollout import promote_canary_job, rollback_canary_job, start_canary_job
+from resources.rollout import Rollout
+from sensors.canary import canary_sensor
 
 # Embedded Qdrant locks its folder to one process, so steps run in the run's own process unless a
 # Qdrant server is configured; then steps may run in parallel (Qdrant writers share the "qdrant" pool).
@@ -53,16 +58,19 @@ defs = Definitions(
     + [finetuned_embedder, trained_reranker, production_embedder, production_reranker]  # training stage
     + [config_search, active_configuration]  # optimization stage
     + [feedback_dataset, query_drift]  # feedback loop
-    + [answer_evaluation],  # answer stage
+    + [answer_evaluation]  # answer stage
+    + [model_rollout],  # gradual rollout
     asset_checks=[parsed_documents_quality, chunk_sets_quality, synthetic_qa_quality, retrieval_evaluation_quality]
     + [finetuned_embedder_gate, trained_reranker_gate],  # training stage
     jobs=[ingest_job, chunk_job, index_job, qa_job, evaluation_job, summary_job, nightly_reindex_job]
     + [retrain_job]  # training stage
     + [config_search_job, apply_configuration_job]  # optimization stage
-    + [answer_evaluation_job],  # answer stage
+    + [answer_evaluation_job]  # answer stage
+    + [start_canary_job, promote_canary_job, rollback_canary_job],  # gradual rollout
     schedules=[nightly_reindex_schedule] + [weekly_retrain],  # feedback loop
     sensors=[chunking_strategy_sensor, embedding_model_sensor, new_documents_sensor]
-    + [feedback_volume_sensor, drift_sensor],  # feedback loop
+    + [feedback_volume_sensor, drift_sensor]  # feedback loop
+    + [canary_sensor],  # gradual rollout
     executor=executor,
     resources={
         "document_source": DocumentSource(),
@@ -72,5 +80,6 @@ defs = Definitions(
         "qdrant": QdrantResource(),
         "llm": LLMResource(),
         "feedback_loop": FeedbackLoop(),  # feedback loop
+        "rollout": Rollout(),  # gradual rollout
     },
 )

@@ -63,6 +63,11 @@ def add_library_commands(sub: argparse._SubParsersAction) -> None:
 
     add_ask_command(sub)
 
+    # Gradual rollout of trained models (rag/rollout/cli.py)
+    from rag.rollout.cli import add_models_command
+
+    add_models_command(sub)
+
     # Configuration search (rag/search/cli.py)
     from rag.search.cli import add_search_command
 

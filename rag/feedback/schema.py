@@ -40,6 +40,8 @@ queries = Table(
     Column("model_version", String(256), comment="embedding model name and weights version that served it"),
     Column("settings", JSON),
     Column("latency_ms", Float),
+    Column("arm", String(16), comment="production or canary while a canary ran (rag.rollout); NULL outside a canary "
+           "and for requests without a session id"),
 )
 
 passages = Table(
@@ -70,6 +72,8 @@ retrievals = Table(
     Column("score", Float),
     Column("cited", Boolean, nullable=False, default=False),
     Column("text_hash", String(64), comment="the passage version this query was shown (passage_versions)"),
+    Column("team", String(16), comment="canary queries: the arm whose ranking contributed the passage (team-draft "
+           "interleaving), production or canary; NULL otherwise and for neighbours the pipeline added"),
 )
 
 answers = Table(

@@ -57,6 +57,21 @@ def _insert_ignoring_duplicates(conn, table, rows: list[dict]) -> None:
 
 
 def _migrate(engine: Engine) -> None:
+    """Bring a store created by an older version up to the current schema (create_all adds tables, not columns)."""
+    _migrate_passage_versions(engine)
+    _migrate_rollout(engine)
+
+
+def _migrate_rollout(engine: Engine) -> None:
+    """Stores created before canary rollouts: add queries.arm and retrievals.team (NULL for every earlier query: none
+    of them was served by a canary)."""
+    with engine.begin() as conn:
+        for table, column in (("queries", "arm"), ("retrievals", "team")):
+            if column not in {c["name"] for c in inspect(conn).get_columns(table)}:
+                conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} VARCHAR(16)")
+
+
+def _migrate_passage_versions(engine: Engine) -> None:
     """Stores created before passage versioning: add retrievals.text_hash and record the text each passage row holds
     as its first version (that is the text every earlier query was shown)."""
     if "text_hash" in {c["name"] for c in inspect(engine).get_columns("retrievals")}:
@@ -120,9 +135,10 @@ class FeedbackStore:
 
     def record_query(self, text: str, *, answer: str, chunks: Iterable[dict], session_id: str | None = None,
                      model_version: str | None = None, settings: dict | None = None, latency_ms: float | None = None,
-                     not_in_context: bool = False) -> StoredQuery:
+                     not_in_context: bool = False, arm: str | None = None) -> StoredQuery:
         """Store an asked question, what was retrieved (chunk_id, doc_id, page_start, page_end, text, rank,
-        score, cited) and the system's answer."""
+        score, cited, and `team` for an interleaved canary answer) and the system's answer. `arm`: which arm of a
+        running canary served it (production or canary), None outside a canary."""
         query_id, answer_id, now = str(uuid.uuid4()), str(uuid.uuid4()), _now()
         chunks = list(chunks)
         with self._writing() as conn:
@@ -132,13 +148,14 @@ class FeedbackStore:
                     select(s.queries.c.query_id, s.queries.c.created_at).where(s.queries.c.session_id == session_id)
                     .order_by(s.queries.c.created_at.desc()).limit(1)).first()
             conn.execute(insert(s.queries).values(query_id=query_id, text=text, created_at=now, session_id=session_id,
-                                                  model_version=model_version, settings=settings, latency_ms=latency_ms))
+                                                  model_version=model_version, settings=settings, latency_ms=latency_ms,
+                                                  arm=arm))
             hashes = self._upsert_passages(conn, chunks, now)
             if chunks:
                 conn.execute(insert(s.retrievals), [
                     {"query_id": query_id, "chunk_id": c["chunk_id"], "rank": int(c.get("rank") or i),
                      "score": None if c.get("score") is None else float(c["score"]), "cited": bool(c.get("cited")),
-                     "text_hash": hashes[c["chunk_id"]]}
+                     "text_hash": hashes[c["chunk_id"]], "team": c.get("team")}
                     for i, c in enumerate(chunks, start=1)])
             conn.execute(insert(s.answers).values(answer_id=answer_id, query_id=query_id, text=answer, source="system",
                                                   not_in_context=not_in_context, created_at=now))

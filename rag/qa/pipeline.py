@@ -115,7 +115,16 @@ class Answerer:
             return hits
         return rerank(self.reranker, question, hits, self.settings.k)
 
-    def ask(self, question: str) -> AnswerResult:
+    def rank(self, question: str) -> list[Hit]:
+        """retrieve → rerank → filter: the passages this answerer would put in the prompt, best first. A canary
+        interleaves two answerers' rankings and answers from the result with ask(question, ranked=...)."""
+        s = self.settings
+        question = validate_query(question)
+        return filter_hits(self._rerank(question, self._retrieve(question)), top_k=s.top_k, min_score=s.min_score)
+
+    def ask(self, question: str, *, ranked: list[Hit] | None = None) -> AnswerResult:
+        """Answer `question`; with `ranked`, from those passages (already filtered, best first) instead of this
+        answerer's own retrieval."""
         s = self.settings
         question = validate_query(question)
         timings: dict[str, float] = {}
@@ -127,11 +136,14 @@ class Answerer:
             timings[name] = round((now - clock) * 1000, 2)
             clock = now
 
-        hits = self._retrieve(question)
-        lap("retrieve")
-        hits = self._rerank(question, hits)
-        lap("rerank")
-        hits = filter_hits(hits, top_k=s.top_k, min_score=s.min_score)
+        if ranked is None:
+            hits = self._retrieve(question)
+            lap("retrieve")
+            hits = self._rerank(question, hits)
+            lap("rerank")
+            hits = filter_hits(hits, top_k=s.top_k, min_score=s.min_score)
+        else:
+            hits = list(ranked)
         if s.prompt_order == "long-context":
             hits = reorder_long_context(hits)
         if s.prev_next and hits:  # after reordering, so each neighbour sits beside its hit
@@ -173,7 +185,8 @@ def _chunk_view(hit: Hit, label: str, cited: bool, attributed: bool, attribution
             "char_start": int(c["char_start"]), "char_end": int(c["char_end"]), "text": c["text"],
             "table_html": html if isinstance(html, str) else None, "score": round(float(hit.score), 6), "rank": hit.rank,
             "label": label, "cited": cited, "attributed": attributed, "attribution_score": attribution_score,
-            "neighbour_of": neighbour if isinstance(neighbour, str) else None}
+            "neighbour_of": neighbour if isinstance(neighbour, str) else None,
+            **({"team": c["team"]} if c.get("team") else {})}  # interleaved canary answers only
 
 
 def answer_question(question: str, settings: AnswerSettings | None = None, **kw) -> AnswerResult:

@@ -14,6 +14,10 @@ rag.rollout.condensed) goes through these stages of a RolloutState:
   On every tick sequential_decision (an always-valid mSPRT on those outcomes) says promote, roll back or
   continue, and guardrails (latency p95, answer up-vote share) force a rollback when breached.
 - production / rolled_back: final. The other arm serves everyone; a new candidate starts a new rollout.
+
+Wiring (imported on use, not here): rag.rollout.store keeps each kind's state beside the model registry and runs
+the steps (start, conclude, roll_back_rollout); rag.rollout.evidence reads a canary's outcomes and guardrail inputs
+from the feedback store; rag.serving.canary routes API sessions; rag.rollout.cli is `rag models rollout`.
 """
 from rag.rollout.condensed import OfflineComparison, RunScores, compare_offline, condensed_run, score_run
 from rag.rollout.config import CanarySettings

@@ -143,7 +143,9 @@ class Metrics:
 
 
 def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, settings: ServeSettings,
-               *, health_extra: Callable[[], dict] | None = None) -> FastAPI:
+               *, health_extra: Callable[[], dict] | None = None, canary=None) -> FastAPI:
+    """`canary`: a rag.serving.canary.CanaryRouter; while a canary runs it picks each session's arm and answers
+    canary sessions from interleaved rankings. None: production answers everything (no arm is recorded)."""
     app = FastAPI(title="Document QA", version="1", description="Ask questions about the indexed documents and rate "
                   "the answers and passages; ratings train the next models.", docs_url=None, redoc_url=None)
     metrics = Metrics()
@@ -199,11 +201,16 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
         # the threads that /feedback and /health are served from.
         async with ask_slots:
             answerer = answerer_provider()
-            result = await run_in_threadpool(answerer.ask, body.question)
-        version = model_version(answerer)
+            if canary is None:
+                result = await run_in_threadpool(answerer.ask, body.question)
+                arm, version = None, model_version(answerer)
+            else:
+                served = await run_in_threadpool(canary.answer, answerer, body.question, body.session_id)
+                result, arm, version = served.result, served.arm, served.model_version
         stored = await run_in_threadpool(
             store.record_query, result.question, answer=result.answer, chunks=result.chunks, session_id=body.session_id,
-            model_version=version, settings=result.settings, latency_ms=result.latency_ms, not_in_context=result.not_in_context)
+            model_version=version, settings=result.settings, latency_ms=result.latency_ms, not_in_context=result.not_in_context,
+            arm=arm)
         return AskResponse(query_id=stored.query_id, answer_id=stored.answer_id, question=result.question,
                            answer=result.answer, not_in_context=result.not_in_context,
                            cited_chunk_ids=result.cited_chunk_ids, latency_ms=result.latency_ms, model_version=version,
@@ -226,7 +233,8 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
     @app.get("/health", summary="Liveness and what is being served")
     def health() -> dict:
         store.high_water_mark()  # fails loudly when the store is unreachable
-        return {"status": "ok", "store": store.engine.dialect.name, **(health_extra() if health_extra else {})}
+        return {"status": "ok", "store": store.engine.dialect.name, **(health_extra() if health_extra else {}),
+                **({"canary": canary.info()} if canary is not None else {})}
 
     @app.get("/metrics", summary="Store counts and request latency per route")
     def get_metrics() -> dict:

@@ -53,8 +53,11 @@ def replicate_collection(source: QdrantSettings, target: QdrantSettings, alias: 
 
 
 def source_fingerprint(root: Path, strategy: str, qdrant: QdrantSettings | None) -> tuple:
-    """Changes whenever a re-index changes what would be served: chunk table, BM25 files, Qdrant folder."""
-    paths = [TableStore(root / "tables").path(CHUNKS_TABLE, strategy), *sorted(bm25_root(root, strategy).glob("*"))]
+    """Changes whenever a re-index or a promotion changes what would be served: chunk table, BM25 files, Qdrant
+    folder, and the model registry's alias table (a promoted reranker, or an embedder whose collection sits on a
+    Qdrant server, changes nothing else here)."""
+    paths = [TableStore(root / "tables").path(CHUNKS_TABLE, strategy), *sorted(bm25_root(root, strategy).glob("*")),
+             root / "models" / "aliases.json"]
     if qdrant is not None and not qdrant.url:
         folder = Path(qdrant.location)
         paths += [folder / "meta.json", *sorted((folder / "collection").glob(f"{strategy}__*/*"))]

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from rag.feedback import FeedbackStore
 from rag.serving.app import create_app
+from rag.serving.canary import CanaryRouter
 from rag.serving.index import ServingIndex, refresh_forever
 from rag.serving.settings import ServeSettings
 from rag.store import data_dir
@@ -20,7 +22,7 @@ def answer_settings(settings: ServeSettings, **overrides):
     return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
 
 
-def serving_index(answer, *, root: Path) -> ServingIndex:
+def serving_index(answer, *, root: Path, lock_wait_seconds: float = 120.0) -> ServingIndex:
     """A ServingIndex that builds rag.qa Answerers over (a replica of) the configured index."""
     from rag.qa import Answerer
     from rag.retrieval import DENSE_MODES
@@ -32,28 +34,85 @@ def serving_index(answer, *, root: Path) -> ServingIndex:
 
     dense = answer.mode in DENSE_MODES
     return ServingIndex(root=root, strategy=answer.strategy, model=answer.model if dense else None,
-                        build=lambda index: Answerer(answer, root=root, index=index), open_index=opened)
+                        build=lambda index: Answerer(answer, root=root, index=index), open_index=opened,
+                        lock_wait_seconds=lock_wait_seconds)
+
+
+class RerankerArm:
+    """A reranker candidate's arm: production's current answerer with the candidate reranker in its place (same
+    index, embedder, LLM and attribution), rebuilt when production's answerer is replaced."""
+
+    def __init__(self, production: Callable[[], object], candidate: str, root: Path):
+        from rag.qa.pipeline import load_reranker_spec
+
+        self.production, self.name, self.root = production, candidate, root
+        self.reranker = load_reranker_spec(candidate, root)  # fails here, not on a request, when it cannot load
+        self._for = self._answerer = None
+
+    def current(self):
+        from rag.qa import Answerer
+
+        production = self.production()
+        if production is not self._for:
+            self._answerer = Answerer(production.settings.model_copy(update={"reranker": self.name}), production.llm,
+                                      root=self.root, index=production.index, reranker=self.reranker,
+                                      attribution_scorer=production.attribution_scorer, embedder=production.embedder)
+            self._for = production
+        return self._answerer
+
+    def close(self) -> None:
+        self._for = self._answerer = None
+
+
+def canary_router(answer, serving: ServingIndex, *, root: Path) -> CanaryRouter:
+    """The router of `rag serve`: an embedder candidate is served from a replica of its own collection
+    (<strategy>__<name>, built when the canary started), a reranker candidate over production's index."""
+    from rag.registry import ModelRegistry
+    from rag.retrieval import DENSE_MODES
+
+    def refuses(kind: str, state) -> str | None:
+        if kind == "embedder":
+            if answer.mode not in DENSE_MODES:
+                return f"retrieval mode {answer.mode!r} uses no embedder"
+            if answer.model != "production":
+                return (f"the API serves embedding model {answer.model!r}, not 'production': serve with --model production "
+                        "(what promotion swaps) to compare the candidate with production")
+        elif answer.reranker != "production" and not (answer.reranker in (None, "none") and state.production_version is None):
+            return (f"the API serves reranker {answer.reranker!r}, not 'production' (set `reranker: production` in the "
+                    "answer config)")
+        return None
+
+    def open_arm(kind: str, candidate):
+        if kind == "reranker":
+            return RerankerArm(serving.current, candidate.name, root)
+        # Short lock wait: while a Dagster run holds the embedded folder, production answers canary sessions (outside
+        # the comparison) and the open is retried a minute later, instead of a request waiting two minutes.
+        return serving_index(answer.model_copy(update={"model": candidate.name}), root=root, lock_wait_seconds=5.0)
+
+    return CanaryRouter(ModelRegistry(root / "models"), open_arm, refuses)
 
 
 def build_app(settings: ServeSettings, *, root: Path | None = None, store: FeedbackStore | None = None, **answer_overrides):
     """The production app: Answerer over a serving replica, refreshed in the background, and the feedback store."""
     root = Path(root or data_dir())
-    serving = serving_index(answer_settings(settings, **answer_overrides), root=root)
+    answer = answer_settings(settings, **answer_overrides)
+    serving = serving_index(answer, root=root)
+    router = canary_router(answer, serving, root=root)
     store = store or FeedbackStore(root=root)
     stop = threading.Event()
 
     @asynccontextmanager
     async def lifespan(_app):
-        worker = None
         if settings.refresh_seconds > 0:
-            worker = threading.Thread(target=refresh_forever, args=(serving, settings.refresh_seconds, stop), daemon=True)
-            worker.start()
+            for target in (serving, router):  # the canary's index follows the rollout state and its own re-index
+                threading.Thread(target=refresh_forever, args=(target, settings.refresh_seconds, stop), daemon=True).start()
         yield
         stop.set()
+        router.close()
         serving.close()
         store.close()
 
-    app = create_app(serving.current, store, settings, health_extra=lambda: {"index": serving.info()})
+    app = create_app(serving.current, store, settings, canary=router, health_extra=lambda: {"index": serving.info()})
     app.router.lifespan_context = lifespan
     app.state.serving = serving
     return app

@@ -250,6 +250,21 @@ def serving_alias(strategy: str) -> str:
     return CollectionName(strategy, SERVING).alias
 
 
+def build_collections(embedder: ModelVersion, *, tables: TableStore, client, strategies: list[str], distance: str = "cosine",
+                      log: Log = print) -> dict[str, str]:
+    """A complete collection of a registered embedder for every chunk set (incremental: a collection that exists is
+    only brought up to date), under its own alias <strategy>__<name>. Serving aliases are not touched.
+    {strategy: collection}. Used by promotion and by a canary's start, which serves the candidate from them."""
+    collections = {}
+    model = load_embedder(str(embedder.path))
+    for strategy in strategies:
+        run = sync_collection(client, tables.read(CHUNKS_TABLE, strategy), model, strategy=strategy, model=embedder.name,
+                              distance=distance)
+        collections[strategy] = run.collection
+        log(f"{strategy}: collection {run.collection} ready ({run.points} points, {run.added} embedded)")
+    return collections
+
+
 def promote(kind: Kind, registry: ModelRegistry, candidate: ModelVersion, *, tables: TableStore | None = None,
             client=None, strategies: list[str] = (), distance: str = "cosine", log: Log = print,
             force_reason: str | None = None) -> dict:
@@ -268,12 +283,8 @@ def promote(kind: Kind, registry: ModelRegistry, candidate: ModelVersion, *, tab
         log(f"WARNING: promoting {kind} {candidate.name} without a valid gate verdict ({refusal}): {force_reason}")
     collections = {}
     if kind == "embedder" and strategies:
-        embedder = load_embedder(str(candidate.path))
-        for strategy in strategies:
-            run = sync_collection(client, tables.read(CHUNKS_TABLE, strategy), embedder, strategy=strategy, model=candidate.name,
-                                  distance=distance)
-            collections[strategy] = run.collection
-            log(f"{strategy}: collection {run.collection} ready ({run.points} points, {run.added} embedded)")
+        collections = build_collections(candidate, tables=tables, client=client, strategies=strategies, distance=distance,
+                                        log=log)
     now = registry.resolve(kind, "production")
     if (now.version if now else None) != (previous.version if previous else None):
         # Someone promoted while the collections were built: the verdict no longer compares with production.

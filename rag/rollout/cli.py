@@ -1,0 +1,117 @@
+"""`rag models rollout status|start|rollback`: the canary of a trained model, without Dagster.
+
+status lists each kind's production, candidate and latest rollout (with the running canary's evidence when the
+feedback store is reachable); start begins a canary of a gated candidate (building an embedder's collections in
+the data dir's Qdrant); rollback stops a canary, or reverts a promotion, in one logged step. Promotion is
+canary_sensor's (promote_canary_job): it needs the sequential test's evidence."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_models_command(sub) -> None:
+    m = sub.add_parser("models", help="trained models: gradual rollout (canary) of a gated candidate")
+    msub = m.add_subparsers(dest="models_command", required=True)
+    r = msub.add_parser("rollout", help="canary state of the embedder and the reranker: status | start | rollback")
+    rsub = r.add_subparsers(dest="rollout_command", required=True)
+
+    st = rsub.add_parser("status", help="production, candidate, the latest rollout and a running canary's evidence")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=cmd_status)
+
+    s = rsub.add_parser("start", help="start a canary of a candidate whose gate passed against production")
+    s.add_argument("--kind", default="embedder", choices=("embedder", "reranker"))
+    s.add_argument("--candidate", help="version or name (v4, ft-minilm-v4); default: the `candidate` alias")
+    s.add_argument("--share", type=float, help="share of sessions the canary serves (default 0.1)")
+    s.add_argument("--distance", default="cosine", help="dense distance of new collections (as the index was built)")
+    s.set_defaults(func=cmd_start)
+
+    b = rsub.add_parser("rollback", help="stop the running canary, or revert a promoted candidate to the previous production")
+    b.add_argument("--kind", default="embedder", choices=("embedder", "reranker"))
+    b.add_argument("--reason", required=True, help="why: logged and recorded in the candidate's manifest")
+    b.add_argument("--distance", default="cosine", help="dense distance, when a reverted production's collection "
+                   "must be brought up to date")
+    b.set_defaults(func=cmd_rollback)
+
+
+def _registry():
+    from rag.registry import ModelRegistry
+    from rag.store import data_dir
+
+    return ModelRegistry(data_dir() / "models")
+
+
+def _promote_args(distance: str = "cosine"):
+    """Qdrant opened only when a step needs it: stopping a canary works while Dagster holds the embedded folder."""
+    def opened() -> dict:
+        from rag.index.qdrant import get_client
+        from rag.rollout.store import chunk_sets
+        from rag.store import TableStore, data_dir
+
+        tables = TableStore(data_dir() / "tables")
+        return {"tables": tables, "client": get_client(), "strategies": chunk_sets(tables), "distance": distance}
+
+    return opened
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from rag.rollout.store import name_of, running_canary, status
+
+    registry = _registry()
+    out = status(registry)
+    running = running_canary(registry)
+    if running is not None:
+        kind, state = running
+        try:
+            from rag.feedback import FeedbackStore
+            from rag.rollout.config import CanarySettings
+            from rag.rollout.evidence import collect, evaluate, summary
+
+            store = FeedbackStore()
+            try:
+                evidence = collect(store, state.started_at)
+            finally:
+                store.close()
+            # The default settings: the sensor's resource may differ (a smaller alpha needs more evidence).
+            out[kind]["evidence"] = summary(evaluate(evidence, name_of(registry, kind, state.candidate_version),
+                                                     CanarySettings()), evidence)
+        except Exception as exc:  # noqa: BLE001 - the state is still worth printing without the evidence
+            out[kind]["evidence"] = f"unavailable: {type(exc).__name__}: {exc}"
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    for kind, entry in out.items():
+        print(f"{kind}: production {entry['production']}, candidate {entry['candidate'] or '-'}")
+        rollout = entry.get("rollout")
+        if rollout:
+            print(f"  rollout of {rollout['candidate']}: {rollout['stage']} (share {rollout['traffic_share']:.0%}, replaces "
+                  f"{rollout['replaces']}; started {rollout['started_at'] or '-'}, decided {rollout['decided_at'] or '-'})")
+            print(f"  {rollout['reason']}")
+        if "candidate_can_start" in entry:
+            print("  candidate can start a canary" if entry["candidate_can_start"]
+                  else f"  candidate cannot start a canary: {entry['candidate_refusal']}")
+        evidence = entry.get("evidence")
+        if evidence:
+            print(f"  evidence: {evidence['reason'] if isinstance(evidence, dict) else evidence}")
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    from rag.rollout.store import name_of, start
+
+    registry = _registry()
+    state = start(args.kind, registry, args.candidate, args.share, promote_args=_promote_args(args.distance))
+    print(f"canary of {args.kind} {name_of(registry, args.kind, state.candidate_version)} started on "
+          f"{state.traffic_share:.0%} of sessions; `rag serve` picks it up on its next request. Watch it with "
+          "`rag models rollout status` or canary_sensor in the Dagster UI (turn it on under Automation).")
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from rag.rollout.store import name_of, roll_back_rollout
+
+    registry = _registry()
+    state = roll_back_rollout(args.kind, registry, args.reason, promote_args=_promote_args(args.distance))
+    print(f"{args.kind} {name_of(registry, args.kind, state.candidate_version)}: {state.stage} ({state.reason})")
+    return 0

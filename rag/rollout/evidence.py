@@ -1,0 +1,111 @@
+"""A running canary's evidence, read from the feedback store: one interleaving outcome per canary query and the
+guardrails' inputs per arm. The store records which arm served each query (queries.arm) and which team contributed
+each shown passage of an interleaved answer (retrievals.team); this module turns them into a Decision.
+
+- Outcome of a canary query: credit() of its signals on the shown passages — a passage rated +1 or clicked
+  credits its team, one rated -1 debits it; a passage both clicked and rated counts its rating only (the later
+  rating wins when a user changed their mind). A query without signals is a tie: it counts towards the horizon
+  (max_queries) and tells the test nothing.
+- Guardrails: latency (queries.latency_ms, the whole request including both rankings for a canary query) and
+  answer votes (the latest ±1 per query) of each arm. Only sessions in the split count: requests without a session
+  id are served by production outside it (arm NULL).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from sqlalchemy import select
+
+from rag.feedback import schema as s
+from rag.rollout.config import CanarySettings
+from rag.rollout.guardrails import Votes, guardrail_breaches, with_guardrails
+from rag.rollout.interleaving import credit, tally
+from rag.rollout.sequential import Decision, sequential_decision
+
+ARMS = ("production", "canary")
+TEAM = {"production": "a", "canary": "b"}  # interleaving teams as retrievals.team stores them; the candidate is "b"
+
+
+@dataclass(frozen=True)
+class CanaryEvidence:
+    outcomes: list[str]  # per canary query, oldest first: "a" (production won), "b" (the candidate won), "tie"
+    latencies_ms: dict[str, list[float]] = field(default_factory=dict)  # per arm
+    votes: dict[str, Votes] = field(default_factory=dict)  # answer votes per arm
+    queries: dict[str, int] = field(default_factory=dict)  # per arm
+
+    @property
+    def counts(self) -> tuple[int, int, int]:
+        """(candidate wins, losses, ties)."""
+        return tally(self.outcomes, candidate="b")
+
+
+def collect(store, since: datetime) -> CanaryEvidence:
+    """The evidence of queries asked at or after `since` (the canary's start) in a FeedbackStore (or an Engine)."""
+    engine = getattr(store, "engine", store)
+    q, r, f, e = s.queries, s.retrievals, s.feedback, s.implicit_events
+    in_canary = (q.c.arm.in_(ARMS), q.c.created_at >= since.astimezone(timezone.utc))
+    canary = (q.c.arm == "canary", q.c.created_at >= since.astimezone(timezone.utc))
+    with engine.connect() as conn:
+        asked = conn.execute(select(q.c.query_id, q.c.arm, q.c.latency_ms).where(*in_canary)
+                             .order_by(q.c.created_at, q.c.query_id)).all()
+        shown = conn.execute(select(r.c.query_id, r.c.chunk_id, r.c.team).join(q, q.c.query_id == r.c.query_id)
+                             .where(*canary, r.c.team.in_(ARMS))).all()
+        ratings = conn.execute(select(f.c.query_id, f.c.chunk_id, f.c.score).join(q, q.c.query_id == f.c.query_id)
+                               .where(*canary, f.c.target == "passage").order_by(f.c.event_id)).all()
+        clicks = conn.execute(select(e.c.query_id, e.c.chunk_id).join(q, q.c.query_id == e.c.query_id)
+                              .where(*canary, e.c.kind == "click", e.c.chunk_id.is_not(None))).all()
+        answer_votes = conn.execute(select(q.c.arm, f.c.query_id, f.c.score).join(q, q.c.query_id == f.c.query_id)
+                                    .where(*in_canary, f.c.target == "answer").order_by(f.c.event_id)).all()
+
+    teams: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for query_id, chunk_id, team in shown:
+        teams[query_id].append((chunk_id, TEAM[team]))
+    signals: dict[str, dict[str, int | str]] = defaultdict(dict)
+    for query_id, chunk_id in clicks:
+        signals[query_id][chunk_id] = "click"
+    for query_id, chunk_id, score in ratings:  # after the clicks and in event order: the latest rating wins
+        signals[query_id][chunk_id] = int(score)
+
+    outcomes, latencies, queries = [], {arm: [] for arm in ARMS}, {arm: 0 for arm in ARMS}
+    for query_id, arm, latency in asked:
+        queries[arm] += 1
+        if latency is not None:
+            latencies[arm].append(float(latency))
+        if arm == "canary":
+            outcomes.append(credit(teams.get(query_id, []), signals.get(query_id, {})).outcome)
+    latest: dict[str, tuple[str, int]] = {}
+    for arm, query_id, score in answer_votes:
+        latest[query_id] = (arm, int(score))
+    votes = {arm: Votes(sum(1 for a, v in latest.values() if a == arm and v > 0),
+                        sum(1 for a, v in latest.values() if a == arm and v < 0)) for arm in ARMS}
+    return CanaryEvidence(outcomes, latencies, votes, queries)
+
+
+def evaluate(evidence: CanaryEvidence, candidate: str, settings: CanarySettings | None = None) -> Decision:
+    """The sequential test on the outcomes, overridden by a rollback when a guardrail is breached."""
+    settings = settings or CanarySettings()
+    wins, losses, ties = evidence.counts
+    decision = sequential_decision(wins, losses, ties, candidate, settings)
+    breaches = guardrail_breaches(evidence.latencies_ms.get("canary", []), evidence.latencies_ms.get("production", []),
+                                  evidence.votes.get("canary", Votes(0, 0)), evidence.votes.get("production", Votes(0, 0)),
+                                  settings)
+    return with_guardrails(decision, breaches)
+
+
+def summary(decision: Decision, evidence: CanaryEvidence) -> dict:
+    """Flat figures for logs, manifests and Dagster metadata."""
+    import numpy as np
+
+    def p95(values: list[float]) -> float | None:
+        return round(float(np.percentile(values, 95)), 1) if values else None
+
+    return {"decision": decision.decision, "candidate": decision.candidate, "queries": decision.queries,
+            "wins": decision.wins, "losses": decision.losses, "ties": decision.ties,
+            "log_likelihood_ratio": round(decision.log_lr, 3), "threshold": round(decision.threshold, 3),
+            "queries_production": evidence.queries.get("production", 0), "queries_canary": evidence.queries.get("canary", 0),
+            "latency_p95_ms_production": p95(evidence.latencies_ms.get("production", [])),
+            "latency_p95_ms_canary": p95(evidence.latencies_ms.get("canary", [])),
+            **{f"answer_votes_{arm}": f"{v.up} up / {v.down} down" for arm, v in evidence.votes.items()},
+            "breaches": "; ".join(decision.breaches), "reason": decision.reason}

@@ -1,0 +1,25 @@
+"""How canaries run (rag.rollout.CanarySettings as a Dagster resource): traffic share, the sequential test's error
+rate and horizon, and the guardrails. The state itself lives beside the model registry (rag.rollout.store)."""
+from dagster import ConfigurableResource
+from pydantic import Field
+
+from rag.rollout import CanarySettings
+
+_DEFAULTS = CanarySettings()
+
+
+class Rollout(ConfigurableResource):
+    traffic_share: float = Field(_DEFAULTS.traffic_share, description="share of sessions a new canary serves")
+    alpha: float = Field(_DEFAULTS.alpha, description="largest chance that a candidate no better than production is "
+                         "ever promoted, however many ticks look at it")
+    prior_a: float = _DEFAULTS.prior_a
+    prior_b: float = _DEFAULTS.prior_b
+    max_queries: int = Field(_DEFAULTS.max_queries, description="canary queries after which an undecided canary is "
+                             "rolled back")
+    max_latency_p95_ratio: float = _DEFAULTS.max_latency_p95_ratio
+    min_latency_samples: int = _DEFAULTS.min_latency_samples
+    max_upvote_share_drop: float = _DEFAULTS.max_upvote_share_drop
+    min_votes: int = _DEFAULTS.min_votes
+
+    def settings(self) -> CanarySettings:
+        return CanarySettings(**self.model_dump(include=set(CanarySettings.model_fields)))

@@ -1,0 +1,402 @@
+"""Gradual rollout wired end to end: the API assigns sessions to arms deterministically and records the arm of each
+query and the team of each shown passage; ratings and clicks credit the right arm; a start without a passing gate
+is refused; canary_sensor states the evidence, promotes after enough wins (production and serving aliases swap onto
+the candidate's collection) and a rollback reverts it; a rolled-back canary leaves production alone.
+
+The first tests use tiny fake answerers (rag.rollout's statistics are tested in tests/test_rollout.py); the last one
+serves a real MiniLM candidate from its own embedded-Qdrant collection."""
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from dagster import DagsterInstance, SkipReason, build_sensor_context
+from fastapi.testclient import TestClient
+
+from rag.feedback import FeedbackStore, FeedbackSubmission
+from rag.qa import AnswerResult
+from rag.registry import ModelRegistry
+from rag.retrieval import Hit
+from rag.rollout import IllegalTransition, assign_arm
+from rag.rollout.evidence import collect
+from rag.rollout.store import history, read_state, roll_back_rollout, start
+from rag.serving.app import create_app
+from rag.serving.canary import CanaryRouter
+from rag.serving.settings import ServeSettings
+from rag.training import PromotionRefused
+
+TOKEN = "test-token-0123456789"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+TEXTS = {
+    "cats": "Cats are small domesticated felines that purr and chase mice.",
+    "dogs": "Dogs are loyal domesticated canines that bark and fetch sticks.",
+    "rockets": "Rockets burn fuel to reach orbit and launch satellites into space.",
+    "bread": "Bread is baked from flour, water, yeast and salt in a hot oven.",
+    "tea": "Green tea is brewed from the leaves of Camellia sinensis.",
+    "moon": "The moon orbits the earth once every twenty-seven days.",
+}
+quiet = lambda _: None  # noqa: E731
+
+
+class FakeAnswerer:
+    """A fixed ranking; answers with its first passage. Has what a canary needs: rank() and ask(ranked=...)."""
+
+    def __init__(self, name: str, order: list[str]):
+        self.model_version, self.order = f"{name}@1", order
+
+    def rank(self, question: str) -> list[Hit]:
+        return [Hit(rank, 1.0 / rank, {"chunk_id": cid, "doc_id": f"{cid}.md", "page_start": 1, "page_end": 1,
+                                       "text": TEXTS[cid]}) for rank, cid in enumerate(self.order[:3], start=1)]
+
+    def ask(self, question: str, *, ranked: list[Hit] | None = None) -> AnswerResult:
+        hits = self.rank(question) if ranked is None else ranked
+        chunks = [{**h.chunk, "rank": h.rank, "score": h.score, "cited": i == 0, "attributed": False}
+                  for i, h in enumerate(hits)]
+        return AnswerResult(question=question, answer=hits[0].chunk["text"], cited_chunk_ids=[hits[0].chunk["chunk_id"]],
+                            attributed_chunk_ids=[], not_in_context=False, latency_ms=1.0, chunks=chunks,
+                            generator=self.model_version, settings={})
+
+
+class FakeArm:
+    def __init__(self, answerer):
+        self.answerer, self.closed = answerer, False
+
+    def current(self):
+        return self.answerer
+
+    def close(self):
+        self.closed = True
+
+
+PRODUCTION = FakeAnswerer("production", ["cats", "dogs", "rockets"])
+CANDIDATE = FakeAnswerer("candidate", ["moon", "tea", "bread"])  # disjoint: every shown passage has one possible team
+
+
+def fake_model(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "weights.bin").write_bytes(b"0")
+    return folder
+
+
+def verdict(registry, kind, mv, *, passed=True, production=None):
+    """A gate verdict as rag.training.pipeline.gate_candidate records it."""
+    registry.update_metrics(kind, mv.version, {"gate": {
+        "passed": passed, "reasons": "all criteria met" if passed else "ndcg@10: -0.1000 is not a significant improvement",
+        "candidate_version": mv.version, "production_version": production, "gated_at": "2025-01-01T00:00:00+00:00"}})
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """Embedder v1 in production, v2 a candidate whose gate passed against v1 (fake weights)."""
+    registry = ModelRegistry(tmp_path / "models")
+    v1 = registry.register("embedder", fake_model(tmp_path / "m1"), {"base_model": "minilm"})
+    registry.set_alias("embedder", "production", v1.version)
+    v2 = registry.register("embedder", fake_model(tmp_path / "m2"), {"base_model": "minilm"})
+    registry.set_alias("embedder", "candidate", v2.version)
+    verdict(registry, "embedder", v2, production="v1")
+    return registry
+
+
+@pytest.fixture
+def store(tmp_path):
+    st = FeedbackStore(f"sqlite:///{tmp_path / 'fb.sqlite'}")
+    yield st
+    st.close()
+
+
+def ask(client, question="which animal does purr", session=None) -> dict:
+    response = client.post("/ask", json={"question": question, **({"session_id": session} if session else {})}, headers=AUTH)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def arm_of(store, query_id: str):
+    queries = store.table("queries")
+    return queries.loc[queries["query_id"] == query_id, "arm"].iloc[0]
+
+
+def teams_of(store, query_id: str) -> dict:
+    rows = store.table("retrievals")
+    rows = rows[rows["query_id"] == query_id]
+    return dict(zip(rows["chunk_id"], rows["team"]))
+
+
+def test_api_assigns_sessions_to_arms_deterministically_and_records_arms_and_teams(registry, store):
+    state = start("embedder", registry, traffic_share=0.3, log=quiet)
+    assert (state.stage, state.candidate_version, state.production_version) == ("canary", "v2", "v1")
+    arm = FakeArm(CANDIDATE)
+    router = CanaryRouter(registry, lambda kind, candidate: arm)
+    app = create_app(lambda: PRODUCTION, store, ServeSettings(api_token=TOKEN), canary=router)
+    with TestClient(app) as client:
+        # The same session gets the same arm on every request: the one assign_arm computes from its id.
+        expected = assign_arm("s-0", 0.3, salt="v2")
+        assert {arm_of(store, ask(client, session="s-0")["query_id"]) for _ in range(3)} == {expected}
+        # Over many sessions the canary serves about its share (sd of the share over 300 sessions: 0.026).
+        served = {f"u{i}": arm_of(store, ask(client, session=f"u{i}")["query_id"]) for i in range(300)}
+        assert all(a == assign_arm(s, 0.3, salt="v2") for s, a in served.items())
+        share = sum(a == "canary" for a in served.values()) / len(served)
+        assert 0.22 < share < 0.38, share
+        # Without a session the request stays outside the split: production answers, no arm is recorded.
+        anonymous = ask(client)
+        assert arm_of(store, anonymous["query_id"]) is None and anonymous["answer"] == TEXTS["cats"]
+
+        # A production session: production's list, no teams. A canary session: the interleaved list, every passage
+        # tagged with the team that picked it, answered by the candidate from that list; teams are not shown to users.
+        production_session = next(s for s, a in served.items() if a == "production")
+        canary_sessions = [s for s, a in served.items() if a == "canary"]
+        plain = ask(client, session=production_session)
+        assert [p["chunk_id"] for p in plain["passages"]] == ["cats", "dogs", "rockets"]
+        assert set(teams_of(store, plain["query_id"]).values()) == {None}
+        mixed = ask(client, session=canary_sessions[0])
+        teams = teams_of(store, mixed["query_id"])
+        assert len(teams) == 3 and set(teams.values()) == {"production", "canary"}
+        assert all(teams[c] == ("production" if c in PRODUCTION.order else "canary") for c in teams)
+        assert mixed["answer"] == TEXTS[mixed["passages"][0]["chunk_id"]] and mixed["model_version"] == \
+            "interleaved(production@1, candidate@1)"
+        assert "team" not in mixed["passages"][0]
+        again = ask(client, session=canary_sessions[0])  # the same question in the same session: the same list
+        assert [p["chunk_id"] for p in again["passages"]] == [p["chunk_id"] for p in mixed["passages"]]
+        assert client.get("/health").json()["canary"] == {"running": True, "kind": "embedder", "candidate": "ft-minilm-v2",
+                                                          "traffic_share": 0.3, "index_open": True, "error": None,
+                                                          "failed_requests": 0}
+
+        # Signals credit the team that contributed the passage: a +1 on the candidate's passage is a candidate win,
+        # a click on production's passage a production win, and a rating beats a click on the same passage.
+        def shown(query: dict, team: str) -> str:
+            return next(c for c, t in teams_of(store, query["query_id"]).items() if t == team)
+
+        won, lost, rated = (ask(client, f"question {i}", session=canary_sessions[i]) for i in (1, 2, 3))
+        client.post("/feedback", headers=AUTH, json={"query_id": won["query_id"], "idempotency_key": "w",
+                                                     "passages": [{"chunk_id": shown(won, "canary"), "score": 1}]})
+        client.post("/events", headers=AUTH, json={"query_id": lost["query_id"], "kind": "click",
+                                                   "chunk_id": shown(lost, "production")})
+        client.post("/events", headers=AUTH, json={"query_id": rated["query_id"], "kind": "click",
+                                                   "chunk_id": shown(rated, "canary")})
+        client.post("/feedback", headers=AUTH, json={"query_id": rated["query_id"], "idempotency_key": "r",
+                                                     "passages": [{"chunk_id": shown(rated, "canary"), "score": -1}]})
+        evidence = collect(store, state.started_at)
+        outcome = dict(zip(store.table("queries").query("arm == 'canary'").sort_values("created_at")["query_id"],
+                           evidence.outcomes))
+        assert (outcome[won["query_id"]], outcome[lost["query_id"]], outcome[rated["query_id"]]) == ("b", "a", "a")
+        canaries = int((store.table("queries")["arm"] == "canary").sum())
+        assert evidence.counts == (1, 2, canaries - 3) and evidence.queries["canary"] == canaries
+
+        # An operator's rollback: the next request of a canary session is production's, production never moved.
+        rolled = roll_back_rollout("embedder", registry, "looks wrong", log=quiet)
+        assert rolled.stage == "rolled_back" and registry.aliases()["embedder"]["production"] == "v1"
+        after = ask(client, session=canary_sessions[0])
+        assert arm_of(store, after["query_id"]) is None and [p["chunk_id"] for p in after["passages"]] == PRODUCTION.order
+        assert registry.resolve("embedder", "v2").metrics["canary"]["decision"] == "rollback"
+    assert [e["step"] for e in history(registry)] == ["start", "rollback"]
+
+
+def test_a_canary_needs_a_passing_gate_and_runs_alone(tmp_path, registry):
+    v3 = registry.register("embedder", fake_model(tmp_path / "m3"), {"base_model": "minilm"})
+    with pytest.raises(PromotionRefused, match="cannot start a canary: refusing to promote embedder ft-minilm-v3: it has "
+                       "no gate verdict"):
+        start("embedder", registry, "v3", log=quiet)
+    verdict(registry, "embedder", v3, passed=False, production="v1")
+    with pytest.raises(PromotionRefused, match="the gate rejected it"):
+        start("embedder", registry, "ft-minilm-v3", log=quiet)
+    verdict(registry, "embedder", v3, production=None)  # passed, but against the implicit v0, not today's v1
+    with pytest.raises(PromotionRefused, match="gated against the implicit v0"):
+        start("embedder", registry, "v3", log=quiet)
+    with pytest.raises(IllegalTransition, match="already production"):
+        start("embedder", registry, "v1", log=quiet)
+    with pytest.raises(ValueError, match="traffic_share"):
+        start("embedder", registry, "v2", traffic_share=1.5, log=quiet)
+    assert read_state(registry, "embedder") is None and history(registry) == []  # refusals write nothing
+
+    start("embedder", registry, log=quiet)  # v2, the candidate alias
+    reranker = registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})
+    verdict(registry, "reranker", reranker, production=None)
+    with pytest.raises(IllegalTransition, match="a canary of embedder ft-minilm-v2 is running"):
+        start("reranker", registry, "v1", log=quiet)
+
+
+def test_reranker_canary_promotes_through_the_registry_and_a_rollback_restores_the_implicit_v0(tmp_path):
+    from rag.rollout.store import conclude
+
+    registry = ModelRegistry(tmp_path / "models")
+    v1 = registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})
+    verdict(registry, "reranker", v1, production=None)
+    start("reranker", registry, "v1", log=quiet)
+    with pytest.raises(IllegalTransition, match="no canary of reranker v9 to promote"):
+        conclude("reranker", registry, "promote", "stale request", candidate="v9", log=quiet)
+    assert registry.aliases()["reranker"] == {}  # production (no reranker) untouched while the canary runs
+    state = conclude("reranker", registry, "promote", "wins", candidate="v1", evidence={"wins": 9}, log=quiet)
+    assert state.stage == "production" and registry.aliases()["reranker"] == {"production": "v1"}
+    with pytest.raises(IllegalTransition, match="no canary of reranker v1 to rollback: v1 is in stage 'production'"):
+        conclude("reranker", registry, "rollback", "late", candidate="v1", log=quiet)  # the sensor's stale decision
+    reverted = roll_back_rollout("reranker", registry, "users complain", log=quiet)
+    assert reverted.stage == "rolled_back" and registry.aliases()["reranker"] == {}
+    assert "production is no reranker (implicit v0) again" in reverted.reason
+    with pytest.raises(IllegalTransition, match="nothing to roll back for reranker: v1 is already rolled_back"):
+        roll_back_rollout("reranker", registry, "again", log=quiet)
+
+
+def test_a_server_that_does_not_serve_production_ignores_the_canary(registry, store):
+    from rag.qa import AnswerSettings
+    from rag.serving.server import canary_router
+
+    start("embedder", registry, traffic_share=0.9, log=quiet)
+    router = canary_router(AnswerSettings(model="minilm", mode="dense"), None, root=registry.root.parent)
+    app = create_app(lambda: PRODUCTION, store, ServeSettings(api_token=TOKEN), canary=router)
+    with TestClient(app) as client:
+        data = ask(client, session="any")
+        assert arm_of(store, data["query_id"]) is None and data["model_version"] == "production@1"
+        assert "serve with --model production" in client.get("/health").json()["canary"]["ignored"]
+
+
+def test_a_failing_candidate_leaves_the_answer_to_production(registry, store):
+    class Broken(FakeAnswerer):
+        def rank(self, question):
+            raise RuntimeError("collection gone")
+
+    start("embedder", registry, traffic_share=0.9, log=quiet)
+    router = CanaryRouter(registry, lambda kind, candidate: FakeArm(Broken("candidate", [])))
+    app = create_app(lambda: PRODUCTION, store, ServeSettings(api_token=TOKEN), canary=router)
+    session = next(s for s in (f"s{i}" for i in range(50)) if assign_arm(s, 0.9, salt="v2") == "canary")
+    with TestClient(app) as client:
+        data = ask(client, session=session)
+        assert data["answer"] == TEXTS["cats"] and arm_of(store, data["query_id"]) is None  # outside the comparison
+        health = client.get("/health").json()["canary"]
+        assert health["failed_requests"] == 1 and "collection gone" in health["error"]
+
+
+def test_old_stores_get_the_arm_and_team_columns(tmp_path):
+    url = f"sqlite:///{tmp_path / 'old.sqlite'}"
+    old = FeedbackStore(url)
+    old.record_query("q", answer="a", chunks=[{"chunk_id": "c", "doc_id": "d", "text": "t", "rank": 1}])
+    with old.engine.begin() as conn:  # what a store from before canaries looks like
+        conn.exec_driver_sql("ALTER TABLE queries DROP COLUMN arm")
+        conn.exec_driver_sql("ALTER TABLE retrievals DROP COLUMN team")
+    old.close()
+    store = FeedbackStore(url)
+    assert store.table("queries")["arm"].tolist() == [None] and store.table("retrievals")["team"].tolist() == [None]
+    store.record_query("q2", answer="a", arm="canary", chunks=[{"chunk_id": "c", "doc_id": "d", "text": "t", "team": "canary"}])
+    assert sorted(store.table("retrievals")["team"].fillna("-")) == ["-", "canary"]
+    store.close()
+
+
+# --- a real candidate: its collection, the API's interleaving, canary_sensor, promotion and rollback ---------------
+def chunk_table(texts: dict[str, str]) -> pd.DataFrame:
+    import hashlib
+
+    return pd.DataFrame([{"chunk_id": cid, "doc_id": f"{cid}.md", "strategy": "t", "text": text, "char_start": 0,
+                          "char_end": len(text), "page_start": 1, "page_end": 1, "section_path": [], "prev_chunk_id": None,
+                          "next_chunk_id": None, "n_tokens": len(text.split()),
+                          "content_hash": hashlib.sha256(text.encode()).hexdigest(), "table_html": None}
+                         for cid, text in texts.items()])
+
+
+def simulate(store, n: int, start_at: int, team_liked: str) -> None:
+    """n interleaved canary queries whose user rates +1 the passage of `team_liked`."""
+    for i in range(start_at, start_at + n):
+        chunks = [{"chunk_id": "cats", "doc_id": "cats.md", "text": TEXTS["cats"], "rank": 1, "team": "canary"},
+                  {"chunk_id": "dogs", "doc_id": "dogs.md", "text": TEXTS["dogs"], "rank": 2, "team": "production"}]
+        q = store.record_query(f"sim {i}", answer="a", chunks=chunks, session_id=f"sim{i}", arm="canary", latency_ms=20.0)
+        liked = "cats" if team_liked == "canary" else "dogs"
+        store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key=f"sim{i}",
+                                                 passages=[{"chunk_id": liked, "score": 1}]))
+
+
+def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_back(tmp_path, monkeypatch):
+    from rag.embedding import _minilm_dir
+    from rag.index.qdrant import QdrantSettings, alias_target, close_client, get_client
+    from rag.serving.server import build_app
+    from rag.store import CHUNKS_TABLE, TableStore
+    from rag.training.pipeline import promote, serving_alias
+
+    from orchestration.rollout import promote_canary_job, rollback_canary_job
+    from resources.feedback import FeedbackLoop
+    from resources.qdrant import QdrantResource
+    from resources.rollout import Rollout
+    from resources.storage import DataStore
+    from sensors.canary import canary_sensor
+
+    root = tmp_path / "data"
+    monkeypatch.setenv("RAG_DATA_DIR", str(root))  # serving resolves "production" and the candidate through this registry
+    monkeypatch.delenv("QDRANT_URL", raising=False)
+    monkeypatch.delenv("RAG_QDRANT_PATH", raising=False)
+    tables = TableStore(root / "tables")
+    tables.write(chunk_table(TEXTS), CHUNKS_TABLE, "t")
+    registry = ModelRegistry(root / "models")
+    qdrant = QdrantSettings(path=str(root / "qdrant"))
+    collections = {"tables": tables, "client": get_client(qdrant), "strategies": ["t"]}
+    v1 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
+    verdict(registry, "embedder", v1, production=None)
+    promote("embedder", registry, v1, log=quiet, **collections)
+    production_collection = alias_target(collections["client"], serving_alias("t"))
+    v2 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
+    verdict(registry, "embedder", v2, production="v1")
+
+    state = start("embedder", registry, "v2", 0.5, promote_args=collections, log=quiet)
+    client = collections["client"]
+    candidate_collection = alias_target(client, "t__ft-minilm-v2")  # built by the start, not by training
+    assert candidate_collection.startswith("t__ft-minilm-v2__") and alias_target(client, "t__production") == production_collection
+    close_client(qdrant)  # the API replicates from the folder, as it would beside Dagster
+
+    store = FeedbackStore(f"sqlite:///{root / 'feedback.sqlite'}")
+    app = build_app(ServeSettings(api_token=TOKEN, refresh_seconds=0), root=root, store=store, strategy="t",
+                    model="production", mode="dense")
+    session = next(s for s in (f"s{i}" for i in range(100)) if assign_arm(s, 0.5, salt="v2") == "canary")
+    with TestClient(app) as c:
+        data = ask(c, "which animal does purr and chase mice", session=session)
+        assert data["model_version"].startswith("interleaved(ft-minilm-v1@") and ", ft-minilm-v2@" in data["model_version"]
+        assert arm_of(store, data["query_id"]) == "canary" and data["passages"][0]["chunk_id"] == "cats"
+        assert set(teams_of(store, data["query_id"]).values()) <= {"production", "canary"}
+        assert c.get("/health").json()["canary"]["index_open"] is True
+
+    # canary_sensor: the evidence in the skip reason, an observation only when it changed, then promotion.
+    loop = FeedbackLoop(db_url=store.url, data_dir=str(root))
+    resources = {"data_store": DataStore(data_dir=str(root)), "feedback_loop": loop, "rollout": Rollout(alpha=0.2),
+                 "qdrant": QdrantResource(url=None, path=str(root / "qdrant"))}
+    sensor_resources = {k: resources[k] for k in ("data_store", "feedback_loop", "rollout")}
+    simulate(store, 3, 0, team_liked="canary")
+    with DagsterInstance.ephemeral() as instance:
+        def tick(cursor=None):
+            with build_sensor_context(instance=instance, resources=sensor_resources, cursor=cursor) as context:
+                return canary_sensor(context)
+
+        first = tick()
+        assert first.skip_reason.skip_message == ("canary ft-minilm-v2: 4 queries, wins 3 / losses 0 / ties 1, "
+                                                  "log-likelihood ratio 0.7 of 1.6 needed")
+        (observation,) = first.asset_events
+        assert observation.asset_key.path == ["model_rollout"] and observation.metadata["wins"].value == 3
+        assert tick(first.cursor).asset_events == []  # nothing new since the last tick
+        simulate(store, 2, 3, team_liked="canary")
+        decided = tick(first.cursor)
+        (request,) = decided.run_requests
+        assert request.job_name == "promote_canary_job"
+        assert request.run_key == f"canary:ft-minilm-v2:promote:{state.started_at.strftime('%Y%m%dT%H%M%S')}"
+        run = promote_canary_job.execute_in_process(run_config=request.run_config, resources=resources, instance=instance,
+                                                    tags=request.tags)
+        assert run.success
+        (event,) = run.get_asset_materialization_events()
+        assert event.asset_key.path == ["model_rollout"] and event.materialization.metadata["stage"].value == "production"
+        client = get_client(qdrant)
+        assert registry.aliases()["embedder"] == {"production": "v2"}
+        assert alias_target(client, "t__production") == candidate_collection  # swapped onto the collection it served
+        record = registry.resolve("embedder", "v2").metrics
+        assert record["canary"]["decision"] == "promote" and record["canary"]["evidence"]["wins"] == 5
+        assert record["promotion"]["forced"] is False and read_state(registry, "embedder").stage == "production"
+        idle = tick()
+        assert isinstance(idle, SkipReason) and idle.skip_message.startswith("no canary running (embedder: production ft-minilm-v2, last "
+                                                          "rollout ft-minilm-v2 production")
+
+        # Rollback from the UI (rollback_canary_job with its defaults) reverts the promotion in one step.
+        close_client(qdrant)
+        undo = rollback_canary_job.execute_in_process(resources=resources, instance=instance)
+        assert undo.success
+        client = get_client(qdrant)
+        assert registry.aliases()["embedder"] == {"production": "v1"}
+        assert alias_target(client, "t__production") == production_collection
+        assert read_state(registry, "embedder").stage == "rolled_back"
+        assert registry.resolve("embedder", "v1").metrics["promotion"]["force_reason"].startswith(
+            "rollback of ft-minilm-v2 after its promotion: operator rollback from the Dagster UI")
+    close_client(qdrant)
+    store.close()
+    log = history(registry)
+    assert [(e["step"], e["to"]) for e in log] == [("start", "canary"), ("promote", "production"), ("revert", "rolled_back")]
+    assert json.loads(json.dumps(log[1]["evidence"]))["wins"] == 5
