@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO))
 SCIFACT = REPO.parent / "shared" / "datasets" / "scifact"
 STRATEGY = "scifact"
 TOKEN = "feedback-loop-token-0123456789"
+from bench.provenance import commit  # noqa: E402 - after the path setup
 
 
 def build_slice(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: int, seed: int = 0) -> dict:
@@ -263,6 +264,8 @@ def main() -> int:
         result = run_loop(root, n_train=args.train_queries, n_test=args.test_queries, n_distractors=args.distractors,
                           n_pseudo=args.pseudo, threshold=args.threshold, batch=args.batch, training=training,
                           log=lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", flush=True))
+    result = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "commit": commit(),
+              "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **result}
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
