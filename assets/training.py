@@ -1,6 +1,8 @@
 """Training stage: a fine-tuned embedder and a cross-encoder reranker, each registered as `candidate` in the
-model registry, gated by a blocking significance check against `production`, and promoted only when it passes
-(for the embedder: collections of the new model built, then the serving alias `<strategy>__production` swapped)."""
+model registry, gated by a blocking significance check against `production`, and released only when it passes:
+promoted directly (for the embedder: collections of the new model built, then the serving alias
+`<strategy>__production` swapped), or, under the rollout resource's promotion policy "canary", started as a canary
+that canary_sensor promotes or rolls back (rag.rollout.store.release)."""
 from pathlib import Path
 
 from dagster import (
@@ -21,9 +23,11 @@ from rag.evaluation.plots import markdown_image
 from rag.registry import ModelRegistry
 from rag.store import CHUNKS_TABLE
 from rag.training import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig
-from rag.training.pipeline import QA_TABLE, check_promotable, gate_candidate, production_label, promote, train_candidate
+from rag.rollout.store import release
+from rag.training.pipeline import QA_TABLE, check_promotable, gate_candidate, production_label, train_candidate
 from rag.training.report import gate_table, loss_curve
 from resources.qdrant import QdrantResource
+from resources.rollout import Rollout
 from resources.storage import DataStore
 
 
@@ -149,16 +153,32 @@ def trained_reranker_gate(config: GateConfig, data_store: DataStore) -> AssetChe
     return _gate("reranker", config, data_store)
 
 
+def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
+    """The release step's metadata: what it did (promoted, or a canary started) in `action` and `summary`."""
+    metadata = {"action": outcome["action"], "summary": outcome["summary"], "production": outcome["production"], **extra}
+    if outcome["action"] == "promoted":
+        metadata["previous"] = outcome["previous"] or ("minilm (base)" if kind == "embedder" else "none")
+        if kind == "embedder":
+            metadata["serving_aliases"] = MetadataValue.json(outcome["serving_aliases"])
+    else:
+        metadata.update(canary=outcome["summary"], traffic_share=outcome["traffic_share"], started_at=outcome["started_at"])
+    return MaterializeResult(metadata=metadata)
+
+
 @asset(
     deps=[finetuned_embedder],
     group_name="training",
     kinds={"python", "qdrant"},
     pool="qdrant",
     description="Runs only when the gate passed (the candidate's manifest must hold a passing verdict against the current "
-    "production, even when materialized alone): builds (incrementally) the candidate's collection for every chunk set, "
-    "moves the registry's `production` alias, then swaps each serving alias <strategy>__production onto the new collection.",
+    "production, even when materialized alone). The rollout resource's `promotion` policy decides what happens: "
+    "'direct' (default) builds (incrementally) the candidate's collection for every chunk set, moves the registry's "
+    "`production` alias, then swaps each serving alias <strategy>__production onto the new collection (refused while a "
+    "canary runs); 'canary' builds the collections and starts the candidate's canary on the resource's traffic share, "
+    "leaving production untouched: canary_sensor then promotes or rolls it back.",
 )
-def production_embedder(context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource) -> MaterializeResult:
+def production_embedder(context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource,
+                        rollout: Rollout) -> MaterializeResult:
     registry = _registry(data_store)
     candidate = registry.resolve("embedder", "candidate")
     if candidate is None:
@@ -168,24 +188,29 @@ def production_embedder(context: AssetExecutionContext, data_store: DataStore, q
     check_promotable("embedder", registry, candidate)
     strategies = [s for s in context.instance.get_dynamic_partitions(chunking_strategy_partitions.name)
                   if data_store.tables.exists(CHUNKS_TABLE, s)]
-    outcome = promote("embedder", registry, candidate, tables=data_store.tables, client=qdrant.client(), strategies=strategies,
-                      distance=qdrant.distance, log=context.log.info)
-    return MaterializeResult(metadata={"production": outcome["promoted"], "previous": outcome["previous"] or "minilm (base)",
-                                       "strategies": len(strategies), "serving_aliases": MetadataValue.json(outcome["serving_aliases"]),
-                                       "path": MetadataValue.path(str(Path(candidate.path)))})
+    outcome = release("embedder", registry, candidate, policy=rollout.promotion, traffic_share=rollout.traffic_share,
+                      promote_args=lambda: {"tables": data_store.tables, "client": qdrant.client(), "strategies": strategies,
+                                            "distance": qdrant.distance}, log=context.log.info)
+    context.log.info(outcome["summary"])
+    return _released("embedder", outcome, {"strategies": len(strategies), "path": MetadataValue.path(str(Path(candidate.path)))})
 
 
 @asset(
     deps=[trained_reranker],
     group_name="training",
     kinds={"python"},
-    description="Runs only when the reranker gate passed (checked again from the candidate's manifest): moves the "
-    "registry's `production` reranker alias (what load_reranker('production') serves).",
+    description="Runs only when the reranker gate passed (checked again from the candidate's manifest). By the rollout "
+    "resource's `promotion` policy: 'direct' (default) moves the registry's `production` reranker alias (what "
+    "load_reranker('production') serves; refused while a canary runs), 'canary' starts the candidate's canary "
+    "(one canary at a time: refused while the embedder's runs).",
 )
-def production_reranker(context: AssetExecutionContext, data_store: DataStore) -> MaterializeResult:
+def production_reranker(context: AssetExecutionContext, data_store: DataStore, rollout: Rollout) -> MaterializeResult:
     registry = _registry(data_store)
     candidate = registry.resolve("reranker", "candidate")
     if candidate is None:
         raise ValueError("no reranker candidate to promote: materialize trained_reranker first")
-    outcome = promote("reranker", registry, candidate, log=context.log.info)  # refuses without a passing gate verdict
-    return MaterializeResult(metadata={"production": outcome["promoted"], "previous": outcome["previous"] or "none"})
+    # refuses without a passing gate verdict
+    outcome = release("reranker", registry, candidate, policy=rollout.promotion, traffic_share=rollout.traffic_share,
+                      log=context.log.info)
+    context.log.info(outcome["summary"])
+    return _released("reranker", outcome, {})

@@ -134,7 +134,9 @@ def ask_and_rate(http, qid: str, question: str, relevant: dict[str, int] | None)
     return len(ack.json()["event_ids"]), data["model_version"]
 
 
-def retrain_definitions(root: Path, loop):
+def retrain_definitions(root: Path, loop, rollout=None):
+    """retrain_job with this data dir's resources; `rollout` (resources.rollout.Rollout) sets the promotion policy,
+    default "direct": a candidate whose gate passes is promoted straight away."""
     from dagster import Definitions, in_process_executor
 
     from assets.training import (
@@ -147,13 +149,14 @@ def retrain_definitions(root: Path, loop):
     )
     from orchestration.training import retrain_job
     from resources.qdrant import QdrantResource
+    from resources.rollout import Rollout
     from resources.storage import DataStore
 
     return Definitions(assets=[finetuned_embedder, trained_reranker, production_embedder, production_reranker],
                        asset_checks=[finetuned_embedder_gate, trained_reranker_gate], jobs=[retrain_job],
                        executor=in_process_executor,
                        resources={"data_store": DataStore(data_dir=str(root)), "qdrant": QdrantResource(path=str(root / "qdrant")),
-                                  "feedback_loop": loop})
+                                  "feedback_loop": loop, "rollout": rollout or Rollout(promotion="direct")})
 
 
 def run_loop(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: int, threshold: int, batch: int,

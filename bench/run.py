@@ -81,6 +81,29 @@ def trained_models() -> dict:
     return out
 
 
+def canary_rollouts() -> dict:
+    """The gradual-rollout loop on SciFact from each bench/canary_loop.py result file (bench/results/canary-scifact*.json,
+    written by the script with its args, date and commit): it retrains, so this suite reports it instead of rerunning."""
+    def needed(phase: dict) -> str:
+        if not phase.get("decision"):
+            return "no canary decision"
+        return f"{phase['decision']} after {phase['canary_queries']} canary queries ({phase['decisive_canary_queries']} decisive)"
+
+    out = {}
+    for path in sorted(RESULTS.glob("canary-scifact*.json")):
+        r = json.loads(path.read_text())
+        first, worse = r["phases"].get("retrain_canary", {}), r["phases"].get("worse_candidate", {})
+        gate = first.get("gates", {}).get("finetuned_embedder_gate", {}).get("passed")
+        started = first.get("canary_started_by") or "no canary"
+        label = (f"{path.name}: {r['date'][:10]}, commit {str(r['commit'])[:12]}, canary share {r['canary']['traffic_share']:.0%}, "
+                 f"p_negative {r['click_model']['p_negative']}")
+        out[label] = (f"test nDCG@10 {r['ndcg@10_start']:.4f} -> {first.get('ndcg@10_after', float('nan')):.4f}; retrained "
+                      f"{first.get('candidate')} (test nDCG@10 {first.get('candidate_ndcg@10', float('nan')):.4f}, gate "
+                      f"{'passed' if gate else 'rejected'}; {started}): {needed(first)}; deliberately worse "
+                      f"{worse.get('candidate')} (test nDCG@10 {worse.get('candidate_ndcg@10', float('nan')):.4f}): {needed(worse)}")
+    return out
+
+
 def summary_lines(r: dict) -> list[str]:
     lines = []
     if "memory" in r:
@@ -130,6 +153,8 @@ def summary_lines(r: dict) -> list[str]:
     if trained:
         lines.append("trained models, SciFact test nDCG@10 (bench/training.py, paired test vs the untrained start): "
                      + "; ".join(f"{k} {v}" for k, v in trained.items()))
+    for label, line in r.get("canary_rollout", {}).items():
+        lines.append(f"gradual rollout, simulated users on SciFact (bench/canary_loop.py) [{label}]: {line}")
     return lines
 
 
@@ -164,6 +189,9 @@ def main() -> int:
     trained = trained_models()
     if trained:
         results["trained_models"] = trained
+    canary = canary_rollouts()
+    if canary:
+        results["canary_rollout"] = canary
     results["seconds"] = time.perf_counter() - started
 
     RESULTS.mkdir(parents=True, exist_ok=True)

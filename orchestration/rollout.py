@@ -38,6 +38,8 @@ class StartCanaryConfig(Config):
     kind: str = Field("embedder", description="embedder | reranker")
     candidate: str | None = Field(None, description="version or name (v4, ft-minilm-v4); default: the `candidate` alias")
     traffic_share: float | None = Field(None, description="share of sessions; default: the rollout resource's (10 %)")
+    force_reason: str | None = Field(None, description="an operator's override of the gate verdict (say why: logged "
+                                     "and recorded); empty: the candidate needs a passing verdict against production")
 
 
 @op(description="Start a canary: refused unless the candidate's gate passed against today's production; builds an "
@@ -47,7 +49,7 @@ def start_canary_op(context: OpExecutionContext, config: StartCanaryConfig, data
     registry = registry_of(data_store)
     share = config.traffic_share if config.traffic_share is not None else rollout.traffic_share
     state = start(config.kind, registry, config.candidate, share, promote_args=promote_args(data_store, qdrant),
-                  log=context.log.info)
+                  force_reason=config.force_reason or None, log=context.log.info)
     context.log_event(rollout_event(registry, config.kind, state, "start"))
 
 

@@ -1,5 +1,9 @@
-"""How canaries run (rag.rollout.CanarySettings as a Dagster resource): traffic share, the sequential test's error
-rate and horizon, and the guardrails. The state itself lives beside the model registry (rag.rollout.store)."""
+"""How trained models are released and how canaries run (rag.rollout.CanarySettings as a Dagster resource): the
+promotion policy of retrain_job, traffic share, the sequential test's error rate and horizon, and the guardrails.
+The state itself lives beside the model registry (rag.rollout.store)."""
+import os
+from typing import Literal
+
 from dagster import ConfigurableResource
 from pydantic import Field
 
@@ -9,6 +13,11 @@ _DEFAULTS = CanarySettings()
 
 
 class Rollout(ConfigurableResource):
+    promotion: Literal["direct", "canary"] = Field(
+        default_factory=lambda: os.environ.get("RAG_PROMOTION_POLICY") or "direct",
+        description="what production_embedder / production_reranker do with a candidate whose gate passed: 'direct' "
+        "promotes it (refused while a canary runs), 'canary' starts its canary on traffic_share of sessions and "
+        "leaves the decision to canary_sensor (env RAG_PROMOTION_POLICY)")
     traffic_share: float = Field(_DEFAULTS.traffic_share, description="share of sessions a new canary serves")
     alpha: float = Field(_DEFAULTS.alpha, description="largest chance that a candidate no better than production is "
                          "ever promoted, however many ticks look at it")

@@ -18,7 +18,7 @@ from orchestration.training import retrain_job
 from rag.embedding import load_embedder
 from rag.feedback.drift import DriftReport, drift_report
 from resources.feedback import FeedbackLoop
-from sensors.feedback import FINISHED, active_retrain, retrain_request
+from sensors.feedback import FINISHED, active_retrain, canary_running, retrain_request
 
 DRIFT_ASSET = "query_drift"
 
@@ -164,8 +164,10 @@ def drift_sensor(context: SensorEvaluationContext, feedback_loop: FeedbackLoop):
             "reference_since": base.since.isoformat() if base.since else "the first query"})
         progress = f"{account}; {state['consecutive']}/{needed} drifted ticks in a row"
         running = active_retrain(context.instance)
-        if state["consecutive"] < needed or running:
+        waiting = None if running or state["consecutive"] < needed else canary_running(feedback_loop)
+        if state["consecutive"] < needed or running or waiting:
             reason = f"{progress}; retrain run {running} is in progress" if running else progress
+            reason = f"{reason}; {waiting}" if waiting else reason
             return SensorResult(skip_reason=reason, asset_events=[observation], cursor=json.dumps(state))
         request, materialization = retrain_request(feedback_loop, store, reason="drift", run_key=f"drift:{newest}")
         state["consecutive"] = 0

@@ -1,6 +1,7 @@
 """What starts a retrain from the feedback store: enough new feedback (feedback_volume_sensor), or a week
 without one (weekly_retrain schedule). Both export the feedback RAG-Dataset first and hand its folder to the
-training assets, so the new ratings become positives and hard negatives."""
+training assets, so the new ratings become positives and hard negatives. Neither starts one while a canary runs
+(its decision comes first; the feedback keeps counting)."""
 import json
 import os
 from datetime import datetime, timedelta, timezone
@@ -41,6 +42,25 @@ def last_retrain_mark(instance) -> int:
 def active_retrain(instance) -> str | None:
     runs = instance.get_runs(filters=RunsFilter(job_name=retrain_job.name, statuses=ACTIVE), limit=1)
     return runs[0].run_id if runs else None
+
+
+def canary_running(loop: FeedbackLoop) -> str | None:
+    """Why a retrain waits: a canary is running. Its candidate would be gated against the production the canary may
+    replace, could not be released while it runs (one canary at a time; no direct promotion under a canary), and
+    the feedback it would consume is still counted after the decision. None when no canary runs."""
+    try:
+        from rag.registry import ModelRegistry
+        from rag.rollout.store import name_of, running_canary
+
+        registry = ModelRegistry(loop.root / "models")
+        running = running_canary(registry)
+    except (ImportError, ValueError, FileNotFoundError):
+        return None
+    if running is None:
+        return None
+    kind, state = running
+    return (f"a canary of {kind} {name_of(registry, kind, state.candidate_version)} is running: the retrain waits for "
+            "canary_sensor's decision")
 
 
 def production_label(loop: FeedbackLoop) -> str:
@@ -87,6 +107,9 @@ def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: Feed
             return SkipReason(f"{progress}; retrain run {running} is in progress")
         if new < feedback_loop.volume_threshold:
             return SkipReason(progress)
+        waiting = canary_running(feedback_loop)
+        if waiting:
+            return SkipReason(f"{progress}; {waiting}")
         request, materialization = retrain_request(feedback_loop, store, reason="feedback_volume",
                                                    run_key=f"feedback-volume:{mark}")
         context.log.info(f"{progress}: requesting retrain_job")
@@ -105,6 +128,9 @@ def weekly_retrain(context: ScheduleEvaluationContext, feedback_loop: FeedbackLo
     running = active_retrain(context.instance)
     if running:
         return SkipReason(f"retrain run {running} is in progress")
+    waiting = canary_running(feedback_loop)
+    if waiting:
+        return SkipReason(waiting)
     recent = context.instance.get_run_records(filters=RunsFilter(job_name=retrain_job.name, statuses=FINISHED), limit=1)
     if recent and recent[0].end_time and datetime.fromtimestamp(recent[0].end_time, timezone.utc) > \
             datetime.now(timezone.utc) - timedelta(days=6):

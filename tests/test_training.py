@@ -285,6 +285,7 @@ def test_materializing_production_embedder_alone_refuses_an_ungated_or_rejected_
     from assets.training import production_embedder
     from rag.embedding import _minilm_dir
     from resources.qdrant import QdrantResource
+    from resources.rollout import Rollout
     from resources.storage import DataStore
 
     root = tmp_path / "data"
@@ -295,7 +296,8 @@ def test_materializing_production_embedder_alone_refuses_an_ungated_or_rejected_
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("chunking_strategy", [STRATEGY])
     qdrant = tmp_path / "qdrant"
-    resources = {"data_store": DataStore(data_dir=str(root)), "qdrant": QdrantResource(url=None, path=str(qdrant))}
+    resources = {"data_store": DataStore(data_dir=str(root)), "qdrant": QdrantResource(url=None, path=str(qdrant)),
+                 "rollout": Rollout(promotion="direct")}
 
     def failure() -> str:
         result = materialize([production_embedder], instance=instance, resources=resources, raise_on_error=False,
@@ -532,6 +534,7 @@ def test_retrain_job_rejects_then_promotes_and_reindexes(scifact_tables, monkeyp
     from rag.embedding import _minilm_dir
     from rag.index.qdrant import QdrantSettings, alias_target, close_client, get_client
     from resources.qdrant import QdrantResource
+    from resources.rollout import Rollout
     from resources.storage import DataStore
 
     root = tmp_path / "data"
@@ -540,7 +543,8 @@ def test_retrain_job_rejects_then_promotes_and_reindexes(scifact_tables, monkeyp
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("chunking_strategy", [STRATEGY])
     qdrant_path = str(tmp_path / "qdrant")
-    resources = {"data_store": DataStore(data_dir=str(root)), "qdrant": QdrantResource(path=qdrant_path)}
+    resources = {"data_store": DataStore(data_dir=str(root)), "qdrant": QdrantResource(path=qdrant_path),
+                 "rollout": Rollout(promotion="direct")}
     tiny = {"max_steps": 1, "max_seq_length": 64, "batch_size": 8}
     run_config = {"ops": {"finetuned_embedder": {"config": tiny}, "trained_reranker": {"config": tiny}},
                   "loggers": {"console": {"config": {"log_level": "ERROR"}}}}

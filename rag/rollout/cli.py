@@ -25,6 +25,8 @@ def add_models_command(sub) -> None:
     s.add_argument("--candidate", help="version or name (v4, ft-minilm-v4); default: the `candidate` alias")
     s.add_argument("--share", type=float, help="share of sessions the canary serves (default 0.1)")
     s.add_argument("--distance", default="cosine", help="dense distance of new collections (as the index was built)")
+    s.add_argument("--force-reason", help="start it although its gate verdict does not allow it (say why: logged and "
+                   "recorded); e.g. rehearsing a rollback with a deliberately worse model")
     s.set_defaults(func=cmd_start)
 
     b = rsub.add_parser("rollback", help="stop the running canary, or revert a promoted candidate to the previous production")
@@ -101,7 +103,8 @@ def cmd_start(args: argparse.Namespace) -> int:
     from rag.rollout.store import name_of, start
 
     registry = _registry()
-    state = start(args.kind, registry, args.candidate, args.share, promote_args=_promote_args(args.distance))
+    state = start(args.kind, registry, args.candidate, args.share, promote_args=_promote_args(args.distance),
+                  force_reason=args.force_reason)
     print(f"canary of {args.kind} {name_of(registry, args.kind, state.candidate_version)} started on "
           f"{state.traffic_share:.0%} of sessions; `rag serve` picks it up on its next request. Watch it with "
           "`rag models rollout status` or canary_sensor in the Dagster UI (turn it on under Automation).")

@@ -102,13 +102,14 @@ def history(registry: ModelRegistry, limit: int | None = None) -> list[dict]:
 
 
 def _write(registry: ModelRegistry, kind: str, before: RolloutState | None, after: RolloutState, step: str, log: Log,
-           evidence: dict | None = None) -> None:
+           evidence: dict | None = None, override: dict | None = None) -> None:
     from rag.store import atomic_write
 
     atomic_write(state_path(registry, kind), lambda fh: fh.write(after.model_dump_json(indent=2)), mode="w")
     entry = {"at": _now().isoformat(timespec="seconds"), "kind": kind, "step": step, "candidate": after.candidate_version,
              "production": after.production_version, "from": before.stage if before else None, "to": after.stage,
-             "traffic_share": after.traffic_share, "reason": after.reason, **({"evidence": evidence} if evidence else {})}
+             "traffic_share": after.traffic_share, "reason": after.reason, **({"evidence": evidence} if evidence else {}),
+             **({"override": override} if override else {})}
     with open(log_path(registry), "a", encoding="utf-8") as fh:  # one short line per append: never interleaved
         fh.write(json.dumps(entry, sort_keys=True) + "\n")
         fh.flush()
@@ -150,13 +151,20 @@ def name_of(registry: ModelRegistry, kind: str, version: str | None) -> str:
 
 
 def start(kind: str, registry: ModelRegistry, candidate: str | None = None, traffic_share: float | None = None, *,
-          promote_args: PromoteArgs = None, now: datetime | None = None, log: Log = print) -> RolloutState:
+          promote_args: PromoteArgs = None, force_reason: str | None = None, now: datetime | None = None,
+          log: Log = print) -> RolloutState:
     """Start a canary of `candidate` (a version, name or alias; default the `candidate` alias) on `traffic_share`
     of sessions (default CanarySettings().traffic_share). Refused (PromotionRefused) unless its manifest holds a
     passing gate verdict against the current production, and (IllegalTransition) while any canary runs. For an
-    embedder the candidate's collections are built first (promote_args: tables, client, strategies, distance)."""
+    embedder the candidate's collections are built first (promote_args: tables, client, strategies, distance).
+
+    `force_reason`: an operator's deliberate override of the gate (a candidate the gate rejected or never saw, e.g.
+    to rehearse a rollback). Like promote(force_reason=...) it is logged as a WARNING with the gate's refusal,
+    recorded in the state (`force_reason`, its reason), the log line (`override`) and the candidate's manifest
+    (`metrics.canary_start`). It bypasses only the gate: one canary at a time, never of production itself. Such a
+    canary is promoted only if it wins the online test, and the promotion is recorded as forced with this reason."""
     from rag.training.gate import PromotionRefused
-    from rag.training.pipeline import build_collections, check_promotable
+    from rag.training.pipeline import build_collections, promotion_refusal
 
     _check_kind(kind)
     mv = registry.resolve(kind, candidate or "candidate")
@@ -167,13 +175,19 @@ def start(kind: str, registry: ModelRegistry, candidate: str | None = None, traf
     if production is not None and production.version == mv.version:
         raise IllegalTransition(f"{kind} {mv.name} is already production: a canary needs a newer candidate")
     _refuse_while_running(registry)
-    try:
-        check_promotable(kind, registry, mv)  # the offline gate first: a canary exposes users to the candidate
-    except PromotionRefused as exc:
-        raise PromotionRefused(f"cannot start a canary: {exc}") from exc
+    if force_reason is not None and not force_reason.strip():
+        raise ValueError("force_reason must say why the gate is overridden: it is logged and recorded")
+    refusal = promotion_refusal(kind, registry, mv)  # the offline gate first: a canary exposes users to the candidate
+    if refusal is not None and not force_reason:
+        from rag.training.pipeline import _refused
+
+        raise PromotionRefused(f"cannot start a canary: {_refused(kind, mv, refusal)} To start a canary anyway, an "
+                               "operator passes force_reason='...' to start().")
     share = traffic_share if traffic_share is not None else CanarySettings().traffic_share
     state = RolloutState(candidate_version=mv.version, production_version=production.version if production else None,
-                         traffic_share=share)  # validates the share before anything is built
+                         traffic_share=share, force_reason=force_reason if refusal is not None else None)
+    if refusal is not None:
+        log(f"WARNING: starting a canary of {kind} {mv.name} without a valid gate verdict ({refusal}): {force_reason}")
     collections = {}
     if kind == "embedder":
         args = _promote_args(promote_args)
@@ -191,10 +205,16 @@ def start(kind: str, registry: ModelRegistry, candidate: str | None = None, traf
             raise IllegalTransition(f"production {kind} moved to {name_of(registry, kind, now_production.version)} while "
                                     f"{mv.name}'s collections were built: gate {mv.name} against it and start again")
         before = read_state(registry, kind)
-        started = start_canary(state, now or _now(), reason=(
-            f"gate passed against {name_of(registry, kind, state.production_version)}; canary on {share:.0%} of sessions"))
+        at = now or _now()
+        why = (f"operator override of the gate ({refusal}): {force_reason}" if refusal is not None
+               else f"gate passed against {name_of(registry, kind, state.production_version)}")
+        started = start_canary(state, at, reason=f"{why}; canary on {share:.0%} of sessions")
+        override = {"forced": True, "force_reason": force_reason, "gate_refusal": refusal} if refusal is not None else None
         _write(registry, kind, before if before and before.candidate_version == mv.version else None, started, "start", log,
-               {"collections": collections} if collections else None)
+               {"collections": collections} if collections else None, override=override)
+        registry.update_metrics(kind, mv.version, {"canary_start": {
+            "at": at.isoformat(timespec="seconds"), "traffic_share": share, "production_version": state.production_version,
+            "forced": refusal is not None, **({"force_reason": force_reason, "gate_refusal": refusal} if override else {})}})
     return started
 
 
@@ -207,11 +227,69 @@ def _refuse_while_running(registry: ModelRegistry) -> None:
                                 f"--kind {kind}`, or launch rollback_canary_job)")
 
 
+POLICIES = ("direct", "canary")
+
+
+def release(kind: str, registry: ModelRegistry, candidate: ModelVersion, *, policy: str = "direct",
+            traffic_share: float | None = None, promote_args: PromoteArgs = None, log: Log = print) -> dict:
+    """What a training run does with a candidate whose gate passed (production_embedder, production_reranker):
+
+    - policy "direct": promote it now (rag.training.pipeline.promote: gate verdict re-checked, an embedder's
+      collections built, serving aliases swapped). Refused (IllegalTransition) while any canary runs: swapping
+      production under a canary would end it silently (its wins were against the production it replaced) and the
+      sensor would then roll it back.
+    - policy "canary": start its canary (start(): gate verdict checked, an embedder's collections built, state →
+      canary on `traffic_share` of sessions); production is untouched and canary_sensor decides. Refused
+      (IllegalTransition) while another canary runs.
+
+    Either refusal happens before anything changes. Returns what happened: action ("promoted" | "canary"),
+    summary (one line), production (the name serving production now), and the step's details."""
+    from rag.training.pipeline import build_collections, check_promotable
+    from rag.training.pipeline import promote as promote_model
+
+    if policy not in POLICIES:
+        raise ValueError(f"unknown promotion policy {policy!r}: use one of {', '.join(POLICIES)}")
+    mv = _resolve(registry, kind, candidate.version)
+    if policy == "canary":
+        state = start(kind, registry, mv.version, traffic_share, promote_args=promote_args, log=log)
+        return {"action": "canary", "production": name_of(registry, kind, state.production_version),
+                "summary": f"canary started: {mv.name} at {state.traffic_share:.0%} of sessions (production "
+                           f"{name_of(registry, kind, state.production_version)} unchanged; canary_sensor decides)",
+                "traffic_share": state.traffic_share, "started_at": state.started_at.isoformat(), "reason": state.reason}
+
+    def refuse_if_canary() -> None:
+        running = running_canary(registry)
+        if running is not None:
+            other, state = running
+            raise IllegalTransition(
+                f"refusing to promote {kind} {mv.name} directly: a canary of {other} "
+                f"{name_of(registry, other, state.candidate_version)} is running (on {state.traffic_share:.0%} of sessions "
+                f"since {state.started_at.isoformat(timespec='seconds') if state.started_at else '?'}); a direct promotion "
+                "would replace production under it and end it. Wait for canary_sensor's decision or roll it back "
+                f"(`rag models rollout rollback --kind {other}`, or rollback_canary_job), then materialize "
+                f"production_{kind} again (its gate verdict must still be against the production then), or set the "
+                "rollout resource's promotion to 'canary' to start this candidate's canary instead. Production is unchanged.")
+
+    refuse_if_canary()
+    check_promotable(kind, registry, mv)  # before Qdrant is opened: a refusal changes nothing
+    args = _embedder_args(kind, promote_args)
+    if args.get("strategies"):
+        # The minutes of embedding outside the lock (as start() does); promotion below only brings them up to date.
+        build_collections(mv, tables=args["tables"], client=args["client"], strategies=args["strategies"],
+                          distance=args.get("distance", "cosine"), log=log)
+    with _locked(registry):  # a canary cannot start between this check and the alias swap
+        refuse_if_canary()
+        outcome = promote_model(kind, registry, mv, log=log, **args)
+    return {"action": "promoted", "production": outcome["promoted"], "previous": outcome["previous"],
+            "serving_aliases": outcome["serving_aliases"],
+            "summary": f"promoted: {outcome['promoted']} is production (was {outcome['previous'] or name_of(registry, kind, None)})"}
+
+
 def _canary_record(state: RolloutState, decision: str, reason: str, evidence: dict | None, at: datetime) -> dict:
     return {"decision": decision, "reason": reason, "traffic_share": state.traffic_share,
             "started_at": state.started_at.isoformat() if state.started_at else None,
             "decided_at": at.isoformat(timespec="seconds"), "production_version": state.production_version,
-            "evidence": evidence or {}}
+            "evidence": evidence or {}, **({"force_reason": state.force_reason} if state.force_reason else {})}
 
 
 def conclude(kind: str, registry: ModelRegistry, decision: str, reason: str, *, candidate: str | None = None,
@@ -235,7 +313,17 @@ def conclude(kind: str, registry: ModelRegistry, decision: str, reason: str, *, 
         at = now or _now()
         mv = _resolve(registry, kind, state.candidate_version)
         if decision == "promote":
-            outcome = promote_model(kind, registry, mv, log=log, **_embedder_args(kind, promote_args))
+            force = None
+            if state.force_reason:
+                # Started over the gate by an operator: its verdict would refuse the promotion, the online test is
+                # the evidence. Still only against the production it was compared with.
+                production = registry.resolve(kind, "production")
+                if (production.version if production else None) != state.production_version:
+                    raise IllegalTransition(f"cannot promote {kind} {mv.name}: production moved to "
+                                            f"{name_of(registry, kind, production.version if production else None)} "
+                                            "during its canary; roll it back")
+                force = f"canary started with an operator override of the gate ({state.force_reason}) and won: {reason}"
+            outcome = promote_model(kind, registry, mv, log=log, force_reason=force, **_embedder_args(kind, promote_args))
             evidence = {**(evidence or {}), "serving_aliases": outcome["serving_aliases"]}
             after = promote(state, at, reason)
         else:

@@ -1,0 +1,440 @@
+"""The feedback loop with a gradual rollout, no manual step, on SciFact with simulated users.
+
+Phase 1, retrain → canary → decision:
+1. a SciFact slice is indexed and the base MiniLM deployed as production v1 (bench/feedback_loop.py: build_slice,
+   deploy_base); SciFact TEST nDCG@10 (dense, production) is measured;
+2. simulated users ask SciFact **train** queries through the API (`/ask` with a `session_id`, one fresh session per
+   asked query, so the canary share applies per session) and react to what they are shown with the click model
+   below (`/events` clicks, `/feedback` passage ratings);
+3. after every batch feedback_volume_sensor ticks; its RunRequest's run of retrain_job is executed in-process
+   (fine-tune, gate, and, under the rollout resource's policy promotion="canary", production_embedder STARTS A
+   CANARY of the gate-passed candidate on --canary-share of sessions instead of promoting it);
+4. the users keep asking train queries (the list reshuffled and re-used from the start when exhausted, always in
+   fresh sessions); canary sessions see production's and the candidate's rankings team-draft interleaved;
+   canary_sensor ticks after every batch and its promote_canary_job or rollback_canary_job runs in-process; the
+   API refreshes; TEST nDCG@10 of production is measured again.
+
+Phase 2, a deliberately worse candidate: a copy of today's production embedder with Gaussian noise on every weight
+tensor (--worse-noise x the tensor's own standard deviation; its own test nDCG@10 is measured and recorded) is
+registered and started as a canary by an operator's override (start(force_reason=...): it has no gate verdict);
+the same users ask until canary_sensor decides. Goal: rolled back within 500 canary queries.
+
+Click model (position-based examination, Craswell et al. 2008; parameters recorded in the result file): a user
+examines the passage shown at rank r with probability r^-eta (--eta, default 0.7), independently per rank. An
+examined passage that the train qrels mark relevant is clicked (POST /events) and rated +1 (POST /feedback) with
+probability --p-relevant (default 1.0); an examined non-relevant passage is rated -1 with probability --p-negative
+(default 0.1) and clicked without a rating with probability --p-click-noise (default 0.0). Nothing else is
+rated, so the gate's user-judged questions hold a relevant passage and a few down-rated ones.
+
+--override-rejected: when the gate rejects phase 1's candidate, an operator's override starts its canary anyway
+(force_reason, recorded as canary_started_by), so the online test of a rejected candidate is measured too; that is
+no longer the loop without a manual step.
+
+Latency guardrail (--max-latency-ratio, product default 1.5): a canary request ranks with both models and the
+candidate's answerer starts with a cold sentence-embedding cache while production's is warm from the replayed
+queries, so on this CPU box with extractive answers the guardrail can fire on any candidate (the first full run:
+canary p95 8x production's); the per-arm p95 latencies are recorded either way.
+
+Caveat: the canary replays the train queries, 70 % of whose rated questions the candidate was trained on (the
+other 30 % are the gate's held-out questions), so its online edge is larger than on unseen questions; the test
+nDCG@10 is on SciFact test queries nobody asked.
+
+    nice -n 15 .venv/bin/python bench/canary_loop.py --data-dir /tmp/canary --json bench/results/canary-scifact.json
+    nice -n 15 .venv/bin/python bench/canary_loop.py --quick --data-dir /tmp/canary-quick
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from bench.feedback_loop import (  # noqa: E402 - after the path setup
+    SCIFACT,
+    STRATEGY,
+    TOKEN,
+    build_slice,
+    candidate_ndcg_at_10,
+    deploy_base,
+    ndcg_at_10,
+    retrain_definitions,
+)
+from bench.provenance import commit  # noqa: E402
+
+HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class Users:
+    """Simulated users: each asked query is a fresh session; clicks and ratings from the click model above."""
+
+    def __init__(self, http, queries: dict[str, str], qrels: dict[str, dict[str, int]], *, eta: float, p_relevant: float,
+                 p_negative: float, p_click_noise: float, seed: int):
+        self.http, self.queries, self.qrels = http, queries, qrels
+        self.eta, self.p_relevant, self.p_negative, self.p_click_noise = eta, p_relevant, p_negative, p_click_noise
+        self.rng = random.Random(seed)
+        self.order: list[str] = []
+        self.passes, self.asked = 0, 0
+        self.stats = {"queries": 0, "canary_served": 0, "clicks": 0, "ratings_up": 0, "ratings_down": 0}
+
+    def next_qid(self) -> str:
+        if not self.order:  # the list exhausted: again from the start, reshuffled
+            self.order = sorted(self.queries)
+            self.rng.shuffle(self.order)
+            self.passes += 1
+        return self.order.pop()
+
+    def ask(self) -> None:
+        qid = self.next_qid()
+        self.asked += 1
+        session = f"u{self.asked}-{qid}"  # one fresh session per asked query
+        answer = self.http.post("/ask", json={"question": self.queries[qid], "session_id": session}, headers=HEADERS)
+        answer.raise_for_status()
+        data = answer.json()
+        self.stats["queries"] += 1
+        self.stats["canary_served"] += str(data["model_version"]).startswith("interleaved(")
+        relevant = self.qrels[qid]
+        ratings = []
+        for rank, passage in enumerate(data["passages"], start=1):
+            if self.rng.random() >= rank ** -self.eta:
+                continue  # not examined
+            chunk = passage["chunk_id"]
+            if relevant.get(chunk, 0) > 0:
+                if self.rng.random() < self.p_relevant:
+                    self._click(data["query_id"], chunk)
+                    ratings.append({"chunk_id": chunk, "score": 1})
+            elif self.rng.random() < self.p_negative:
+                ratings.append({"chunk_id": chunk, "score": -1})
+            elif self.rng.random() < self.p_click_noise:
+                self._click(data["query_id"], chunk)
+        if ratings:
+            ack = self.http.post("/feedback", json={"query_id": data["query_id"], "idempotency_key": f"fb-{session}",
+                                                   "passages": ratings, "session_id": session}, headers=HEADERS)
+            ack.raise_for_status()
+            self.stats["ratings_up"] += sum(r["score"] > 0 for r in ratings)
+            self.stats["ratings_down"] += sum(r["score"] < 0 for r in ratings)
+
+    def _click(self, query_id: str, chunk_id: str) -> None:
+        self.http.post("/events", json={"query_id": query_id, "kind": "click", "chunk_id": chunk_id},
+                       headers=HEADERS).raise_for_status()
+        self.stats["clicks"] += 1
+
+    def snapshot(self) -> dict:
+        return {**self.stats, "passes": self.passes}
+
+
+def delta(after: dict, before: dict) -> dict:
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+def noisy_copy(source: Path, out: Path, scale: float, seed: int = 0) -> Path:
+    """A deliberately worse embedder: every weight tensor plus Gaussian noise of `scale` x its own spread."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(source), device="cpu", local_files_only=True)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.numel() > 1:
+                param.add_(torch.randn(param.shape, generator=generator) * scale * param.std())
+    model.save(str(out))
+    return out
+
+
+def canary_phase(root: Path, http, app, users: Users, instance, resources: dict, *, batch: int, max_asked: int,
+                 log=print) -> dict:
+    """Users ask until canary_sensor decides on the running canary; the requested job runs in-process and the API
+    refreshes. Returns what the decision needed."""
+    from dagster import SensorResult, SkipReason, build_sensor_context
+
+    from orchestration.rollout import promote_canary_job, rollback_canary_job
+    from rag.registry import ModelRegistry
+    from rag.rollout.store import read_state, running_canary
+    from sensors.canary import canary_sensor
+    from sensors.feedback import feedback_volume_sensor
+
+    registry = ModelRegistry(root / "models")
+    kind, state = running_canary(registry)
+    started, before = time.perf_counter(), users.snapshot()
+    out: dict = {"kind": kind, "candidate_version": state.candidate_version, "traffic_share": state.traffic_share,
+                 "start_reason": state.reason, "forced": state.force_reason is not None}
+    sensor_resources = {k: resources[k] for k in ("data_store", "feedback_loop", "rollout")}
+    cursor, ticks, asked, request = None, 0, 0, None
+    while request is None and asked < max_asked:
+        for _ in range(batch):
+            users.ask()
+        asked += batch
+        with build_sensor_context(instance=instance, resources=sensor_resources, cursor=cursor) as context:
+            result = canary_sensor(context)
+            cursor = context.cursor if isinstance(result, SkipReason) else (result.cursor or cursor)
+        ticks += 1
+        if isinstance(result, SensorResult) and result.run_requests:
+            request = result.run_requests[0]
+        else:
+            said = result.skip_message if isinstance(result, SkipReason) else result.skip_reason.skip_message
+            out["last_evidence"] = said
+            if ticks % 5 == 1:
+                log(f"  {asked} asked in the canary phase: {said}")
+        if ticks == 1:  # the retrain sensor waits while the canary runs
+            with build_sensor_context(instance=instance, resources={"feedback_loop": resources["feedback_loop"]}) as context:
+                waiting = feedback_volume_sensor(context)
+            out["feedback_volume_sensor_during_canary"] = getattr(waiting, "skip_message", None) or "requested a retrain"
+    out.update(asked=asked, sensor_ticks=ticks, users=delta(users.snapshot(), before))
+    if request is None:
+        out["decision"] = None
+        out["seconds"] = round(time.perf_counter() - started, 1)
+        log(f"  no decision after {asked} asked queries (cap --max-canary-asked)")
+        return out
+    evidence = json.loads(next(iter(request.run_config["ops"].values()))["config"]["evidence_json"])
+    out.update(decision=evidence["decision"], evidence=evidence["reason"], canary_queries=evidence["queries_canary"],
+               decisive_canary_queries=evidence["wins"] + evidence["losses"], wins=evidence["wins"],
+               losses=evidence["losses"], ties=evidence["ties"], log_likelihood_ratio=evidence["log_likelihood_ratio"],
+               threshold=evidence["threshold"], production_queries=evidence["queries_production"],
+               latency_p95_ms={"production": evidence["latency_p95_ms_production"],
+                               "canary": evidence["latency_p95_ms_canary"]}, breaches=evidence["breaches"])
+    job = {"promote_canary_job": promote_canary_job, "rollback_canary_job": rollback_canary_job}[request.job_name]
+    run = job.execute_in_process(run_config=request.run_config, resources=resources, instance=instance, tags=request.tags,
+                                 raise_on_error=False)
+    out["job"], out["job_success"] = request.job_name, run.success
+    out["stage_after"] = read_state(registry, kind).stage
+    app.state.serving.refresh(force=True)
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    log(f"  {request.job_name} ({'ok' if run.success else 'FAILED'}): {evidence['reason']}")
+    return out
+
+
+def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: int, threshold: int, batch: int,
+        canary_batch: int, training: dict, share: float, alpha: float, max_queries: int, max_latency_ratio: float,
+        click: dict, worse_noise: float,
+        max_canary_asked: int, seed: int, override_rejected: bool = False, log=print) -> dict:
+    from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
+    from fastapi.testclient import TestClient
+
+    from rag.feedback import FeedbackStore
+    from rag.index.qdrant import QdrantSettings, close_client, get_client
+    from rag.registry import ModelRegistry
+    from rag.rollout.store import history, read_state, running_canary, start
+    from rag.serving.server import build_app
+    from rag.serving.settings import ServeSettings
+    from rag.store import TableStore
+    from resources.feedback import FeedbackLoop
+    from resources.qdrant import QdrantResource
+    from resources.rollout import Rollout
+    from resources.storage import DataStore
+    from sensors.feedback import feedback_volume_sensor
+
+    root = Path(root)
+    started = time.perf_counter()
+    data = build_slice(root, n_train=n_train, n_test=n_test, n_distractors=n_distractors, n_pseudo=n_pseudo, seed=seed)
+    log(f"slice: {data['chunks']} abstracts, {len(data['train_queries'])} train / {len(data['test_queries'])} test queries")
+    out: dict = {"chunks": data["chunks"], "train_queries": len(data["train_queries"]),
+                 "test_queries": len(data["test_queries"]), "threshold": threshold, "training": training,
+                 "canary": {"traffic_share": share, "alpha": alpha, "max_queries": max_queries,
+                            "max_latency_p95_ratio": max_latency_ratio}, "phases": {}}
+    loop = FeedbackLoop(data_dir=str(root), volume_threshold=threshold, retrain_run_config=training)
+    rollout = Rollout(promotion="canary", traffic_share=share, alpha=alpha, max_queries=max_queries,
+                      max_latency_p95_ratio=max_latency_ratio)
+    resources = {"data_store": DataStore(data_dir=str(root)), "qdrant": QdrantResource(url=None, path=str(root / "qdrant")),
+                 "feedback_loop": loop, "rollout": rollout}
+    registry = ModelRegistry(root / "models")
+    test = (data["test_queries"], data["test_qrels"])
+    with DagsterInstance.ephemeral() as instance:
+        out["deployed"] = deploy_base(root, instance)
+        out["ndcg@10_start"] = ndcg_at_10(root, *test)
+        log(f"deployed {out['deployed']}; test nDCG@10 at the start: {out['ndcg@10_start']:.4f}")
+        store = FeedbackStore(root=root)
+        app = build_app(ServeSettings(api_token=TOKEN, refresh_seconds=0), root=root, store=store, strategy=STRATEGY,
+                        model="production", mode="dense", k=10, top_k=10, attribution=False)
+        with TestClient(app) as http:
+            users = Users(http, data["train_queries"], data["train_qrels"], seed=seed, **click)
+
+            # Phase 1: feedback until the volume sensor fires, the retrain run, its canary, the canary's decision.
+            phase: dict = {"ndcg@10_before": out["ndcg@10_start"], "ticks": []}
+            phase_started, request = time.perf_counter(), None
+            while request is None and users.passes <= 3:
+                for _ in range(batch):
+                    users.ask()
+                with build_sensor_context(instance=instance, resources={"feedback_loop": loop}) as context:
+                    result = feedback_volume_sensor(context)
+                if isinstance(result, SkipReason):
+                    phase["ticks"].append(result.skip_message)
+                else:
+                    assert isinstance(result, SensorResult) and result.run_requests
+                    request = result.run_requests[0]
+                    phase["ticks"].append(f"RunRequest {request.run_key}")
+            phase["before_retrain"] = users.snapshot()
+            log(f"{users.asked} queries asked, {users.stats}; last tick: {phase['ticks'][-1]}")
+            if request is None:
+                out["phases"]["retrain_canary"] = phase
+                raise SystemExit("the feedback sensor never fired: lower --threshold")
+            train_started = time.perf_counter()
+            retrain = retrain_definitions(root, loop, rollout).resolve_job_def("retrain_job").execute_in_process(
+                run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False)
+            phase["retrain_seconds"] = round(time.perf_counter() - train_started, 1)
+            phase["retrain_success"] = retrain.success
+            phase["gates"] = {e.check_name: {"passed": e.passed, "description": e.description,
+                                             **{k: v.value for k, v in e.metadata.items()
+                                                if isinstance(v.value, (int, float, str)) and k != "comparison"}}
+                              for e in retrain.get_asset_check_evaluations()}
+            phase["released"] = {e.asset_key.to_user_string(): {k: v.value for k, v in e.materialization.metadata.items()
+                                                                if k in ("action", "summary", "production")}
+                                 for e in retrain.get_asset_materialization_events()
+                                 if e.asset_key.to_user_string() in ("production_embedder", "production_reranker")}
+            phase["failed_steps"] = [e.step_key for e in retrain.all_events if e.is_step_failure]
+            candidate = registry.versions("embedder")[-1]
+            phase["candidate"] = candidate.name
+            log(f"retrain run {'succeeded' if retrain.success else 'failed'} in {phase['retrain_seconds']} s; gates "
+                f"{ {k: g['passed'] for k, g in phase['gates'].items()} }; released {phase['released']}; "
+                f"failed steps {phase['failed_steps']}")
+            phase["canary_started_by"] = "retrain_job (promotion policy canary)" if running_canary(registry) else None
+            if phase["canary_started_by"] is None and override_rejected and \
+                    candidate.metrics.get("gate", {}).get("passed") is False:
+                # Not the loop any more: an operator's override, so the online test of this candidate is measured too.
+                log(f"no canary started: the gate rejected {candidate.name}; --override-rejected starts it with force_reason")
+                qdrant = QdrantSettings(path=str(root / "qdrant"))
+                try:
+                    start("embedder", registry, candidate.version, share, force_reason=(
+                          "benchmark --override-rejected: the offline gate rejected it; measure the online decision"),
+                          promote_args={"tables": TableStore(root / "tables"), "client": get_client(qdrant),
+                                        "strategies": [STRATEGY]}, log=lambda m: log(f"  {m}"))
+                finally:
+                    close_client(qdrant)
+                phase["canary_started_by"] = "operator override (--override-rejected) after the gate rejected it"
+            if phase["canary_started_by"] is not None:
+                phase.update(canary_phase(root, http, app, users, instance, resources, batch=canary_batch,
+                                          max_asked=max_canary_asked, log=log))
+            else:
+                phase["decision"] = None
+                log("no canary started (the gate did not pass, or the release step failed)")
+            phase["production_after"] = registry.resolve("embedder", "production").name
+            phase["ndcg@10_after"] = ndcg_at_10(root, *test)
+            if phase["production_after"] != candidate.name:
+                phase["candidate_ndcg@10"] = candidate_ndcg_at_10(root, candidate.version, *test)
+            else:
+                phase["candidate_ndcg@10"] = phase["ndcg@10_after"]
+            phase["seconds"] = round(time.perf_counter() - phase_started, 1)
+            out["phases"]["retrain_canary"] = phase
+            log(f"phase 1: production {phase['production_after']}, test nDCG@10 {phase['ndcg@10_before']:.4f} -> "
+                f"{phase['ndcg@10_after']:.4f} (candidate {candidate.name}: {phase['candidate_ndcg@10']:.4f})")
+
+            # Phase 2: a deliberately worse candidate, started over the gate, decided by the same users.
+            worse_started = time.perf_counter()
+            production = registry.resolve("embedder", "production")
+            scratch = root / "worse-model"
+            shutil.rmtree(scratch, ignore_errors=True)
+            noisy_copy(Path(production.path), scratch, worse_noise, seed=seed)
+            worse = registry.register("embedder", scratch, {"base_model": "minilm", "strategy": STRATEGY,
+                                                            "parent_version": production.version,
+                                                            "note": f"benchmark: {production.name} + Gaussian noise "
+                                                                    f"{worse_noise} x each tensor's std"}, move=True)
+            phase2: dict = {"candidate": worse.name, "noise": worse_noise, "production": production.name,
+                            "ndcg@10_before": ndcg_at_10(root, *test)}
+            phase2["candidate_ndcg@10"] = candidate_ndcg_at_10(root, worse.version, *test)
+            log(f"worse candidate {worse.name}: test nDCG@10 {phase2['candidate_ndcg@10']:.4f} "
+                f"(production {phase2['ndcg@10_before']:.4f})")
+            qdrant = QdrantSettings(path=str(root / "qdrant"))
+            try:
+                start("embedder", registry, worse.version, share, force_reason=(
+                      "benchmark: a deliberately worse candidate (production + weight noise) to measure the rollback"),
+                      promote_args={"tables": TableStore(root / "tables"), "client": get_client(qdrant),
+                                    "strategies": [STRATEGY]}, log=lambda m: log(f"  {m}"))
+            finally:
+                close_client(qdrant)
+            phase2.update(canary_phase(root, http, app, users, instance, resources, batch=canary_batch,
+                                       max_asked=max_canary_asked, log=log))
+            phase2["production_after"] = registry.resolve("embedder", "production").name
+            phase2["ndcg@10_after"] = ndcg_at_10(root, *test)
+            phase2["seconds"] = round(time.perf_counter() - worse_started, 1)
+            out["phases"]["worse_candidate"] = phase2
+            log(f"phase 2: {phase2.get('decision')} after {phase2.get('canary_queries')} canary queries "
+                f"({phase2.get('decisive_canary_queries')} decisive); production {phase2['production_after']}")
+            out["users"] = users.snapshot()
+        store.close()
+        out["rollout_log"] = [{k: e[k] for k in ("at", "kind", "step", "candidate", "from", "to", "reason")}
+                              for e in history(registry)]
+        out["final_state"] = {k: (s.stage if (s := read_state(registry, k)) else None) for k in ("embedder", "reranker")}
+    out["ndcg@10_end"] = ndcg_at_10(root, *test)
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="toy sizes (minutes): mechanics, not figures")
+    parser.add_argument("--train-queries", type=int, default=809, help="SciFact train queries the users ask (809 = all)")
+    parser.add_argument("--test-queries", type=int, default=150)
+    parser.add_argument("--distractors", type=int, default=1000)
+    parser.add_argument("--pseudo", type=int, default=600, help="inverse-cloze questions in the QA set")
+    parser.add_argument("--threshold", type=int, default=700, help="feedback events that start a retrain")
+    parser.add_argument("--batch", type=int, default=50, help="queries asked between feedback-sensor ticks")
+    parser.add_argument("--canary-batch", type=int, default=20, help="queries asked between canary-sensor ticks")
+    parser.add_argument("--max-steps", type=int, default=150, help="embedder training steps of the retrain")
+    parser.add_argument("--canary-share", type=float, default=0.5, help="share of sessions a canary serves (the "
+                        "product default is 0.1; 0.5 lets the run fit in time)")
+    parser.add_argument("--alpha", type=float, default=0.05, help="the sequential test's error rate")
+    parser.add_argument("--max-queries", type=int, default=2000, help="canary horizon: rolled back when undecided")
+    parser.add_argument("--max-latency-ratio", type=float, default=1.5, help="latency guardrail: canary p95 at most this "
+                        "multiple of production's (product default 1.5). A canary request ranks twice and its answerer's "
+                        "sentence-embedding cache starts cold while production's is warm from the replayed queries; a "
+                        "large value leaves the decision to the sequential test")
+    parser.add_argument("--max-canary-asked", type=int, default=6000, help="cap on queries asked per canary phase")
+    parser.add_argument("--eta", type=float, default=0.7, help="examination probability of rank r: r^-eta")
+    parser.add_argument("--p-relevant", type=float, default=1.0, help="examined relevant passage: clicked and rated +1")
+    parser.add_argument("--p-negative", type=float, default=0.1, help="examined non-relevant passage: rated -1")
+    parser.add_argument("--p-click-noise", type=float, default=0.0, help="examined non-relevant passage, not rated: clicked")
+    parser.add_argument("--worse-noise", type=float, default=0.3, help="phase 2: weight noise x each tensor's std")
+    parser.add_argument("--override-rejected", action="store_true", help="phase 1: when the gate rejects the candidate, "
+                        "start its canary anyway with force_reason (an operator's step, recorded) to measure the online test")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-dir", type=Path, help="default: a temporary folder (emptied first when given)")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if not SCIFACT.is_dir():
+        print(f"SciFact not available at {SCIFACT}")
+        return 0
+    if args.quick:
+        args.train_queries, args.test_queries, args.distractors, args.pseudo = 60, 30, 60, 120
+        args.threshold, args.batch, args.canary_batch, args.max_steps = 40, 10, 10, 4
+    import tempfile
+
+    os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"})
+    os.environ.pop("QDRANT_URL", None)
+    click = {"eta": args.eta, "p_relevant": args.p_relevant, "p_negative": args.p_negative,
+             "p_click_noise": args.p_click_noise}
+    with tempfile.TemporaryDirectory(prefix="canary-loop-") as tmp:
+        root = args.data_dir or Path(tmp)
+        if args.data_dir:
+            shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True, exist_ok=True)
+        os.environ["RAG_DATA_DIR"] = str(root)  # "production" and the candidate resolve through this data dir's registry
+        training = {"max_steps": args.max_steps, "max_seq_length": 128 if not args.quick else 64,
+                    "batch_size": 32 if not args.quick else 16, "max_pairs": 4000 if not args.quick else 300}
+        result = run(root, n_train=args.train_queries, n_test=args.test_queries, n_distractors=args.distractors,
+                     n_pseudo=args.pseudo, threshold=args.threshold, batch=args.batch, canary_batch=args.canary_batch,
+                     training=training, share=args.canary_share, alpha=args.alpha, max_queries=args.max_queries,
+                     max_latency_ratio=args.max_latency_ratio,
+                     click=click, worse_noise=args.worse_noise, max_canary_asked=args.max_canary_asked, seed=args.seed,
+                     override_rejected=args.override_rejected,
+                     log=lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", flush=True))
+    result = {"bench": "bench/canary_loop.py", "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+              "commit": commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "click_model": {"examination": "P(examine rank r) = r^-eta", **click,
+                              "relevant": "examined relevant passage: click + rating +1 with p_relevant",
+                              "non_relevant": "examined non-relevant passage: rating -1 with p_negative, else a click "
+                                              "without rating with p_click_noise",
+                              "sessions": "one fresh session per asked query"}, **result}
+    print(json.dumps(result, indent=2, default=str))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""What retrain_job does with a candidate whose gate passed, by the rollout resource's promotion policy:
+"canary" starts its canary (collections built, state canary, production and its serving alias untouched) and says so
+in production_embedder's metadata; "direct" (the default) promotes as before, but is refused while a canary runs
+instead of replacing production under it. A retrain waits while a canary runs. An operator can start a canary over
+the gate with force_reason, logged and recorded, and such a canary is promoted only as a recorded forced promotion.
+
+Fake weights where nothing is embedded; a real MiniLM where production_embedder builds collections."""
+from pathlib import Path
+
+import pytest
+from dagster import DagsterInstance, RunRequest, SensorResult, SkipReason, build_sensor_context, materialize
+
+from rag.feedback import FeedbackStore, FeedbackSubmission
+from rag.registry import ModelRegistry
+from rag.rollout import IllegalTransition
+from rag.rollout.store import conclude, history, read_state, roll_back_rollout, start
+from rag.training import PromotionRefused
+from tests.test_rollout_serving import TEXTS, chunk_table, fake_model, registry, verdict  # noqa: F401 - fixture
+
+quiet = lambda _: None  # noqa: E731
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+
+
+@pytest.fixture
+def deployed(tmp_path, monkeypatch):
+    """A data dir with chunk set "t", MiniLM v1 promoted to production (collection + serving alias t__production)
+    and a MiniLM v2 candidate whose gate passed against v1; a Dagster instance that knows the chunk set."""
+    from rag.embedding import _minilm_dir
+    from rag.index.qdrant import QdrantSettings, alias_target, close_client, get_client
+    from rag.store import CHUNKS_TABLE, TableStore
+    from rag.training.pipeline import promote
+
+    root = tmp_path / "data"
+    monkeypatch.setenv("RAG_DATA_DIR", str(root))
+    for name in ("QDRANT_URL", "RAG_QDRANT_PATH", "RAG_PROMOTION_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    tables = TableStore(root / "tables")
+    tables.write(chunk_table(TEXTS), CHUNKS_TABLE, "t")
+    registry = ModelRegistry(root / "models")
+    qdrant = QdrantSettings(path=str(root / "qdrant"))
+    v1 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
+    promote("embedder", registry, v1, tables=tables, client=get_client(qdrant), strategies=["t"], log=quiet,
+            force_reason="the starting point")
+    production_collection = alias_target(get_client(qdrant), "t__production")
+    close_client(qdrant)
+    v2 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
+    registry.set_alias("embedder", "candidate", v2.version)
+    verdict(registry, "embedder", v2, production="v1")
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("chunking_strategy", ["t"])
+    yield {"root": root, "registry": registry, "qdrant": qdrant, "instance": instance,
+           "production_collection": production_collection}
+    close_client(qdrant)
+
+
+def release_step(env, **policy):
+    """Materialize production_embedder alone (its gate verdict is already recorded) with a rollout resource."""
+    from assets.training import production_embedder
+    from resources.qdrant import QdrantResource
+    from resources.rollout import Rollout
+    from resources.storage import DataStore
+
+    resources = {"data_store": DataStore(data_dir=str(env["root"])), "rollout": Rollout(**policy),
+                 "qdrant": QdrantResource(url=None, path=str(env["qdrant"].path))}
+    return materialize([production_embedder], instance=env["instance"], resources=resources, raise_on_error=False,
+                       run_config=QUIET_LOGS)
+
+
+def failure_message(result) -> str:
+    assert not result.success
+    (event,) = [e for e in result.all_events if e.is_step_failure]
+    error, messages = event.step_failure_data.error, []
+    while error is not None:
+        messages.append(error.message)
+        error = error.cause
+    return " ".join(messages)
+
+
+def aliases(env) -> dict:
+    """Where the serving alias and the candidates' own aliases point (None: no such alias)."""
+    from rag.index.qdrant import alias_target, close_client, get_client
+
+    try:
+        client = get_client(env["qdrant"])
+        return {a: alias_target(client, a) for a in ("t__production", "t__ft-minilm-v2", "t__ft-minilm-v3")}
+    finally:
+        close_client(env["qdrant"])
+
+
+def test_under_the_canary_policy_a_passing_candidate_starts_a_canary_and_production_stays(deployed):
+    env, registry = deployed, deployed["registry"]
+    result = release_step(env, promotion="canary", traffic_share=0.25)
+    assert result.success
+    (event,) = result.get_asset_materialization_events()
+    metadata = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert metadata["action"] == "canary" and metadata["production"] == "ft-minilm-v1"
+    assert metadata["canary"].startswith("canary started: ft-minilm-v2 at 25% of sessions (production ft-minilm-v1 "
+                                         "unchanged")
+    state = read_state(registry, "embedder")
+    assert (state.stage, state.candidate_version, state.production_version, state.traffic_share) == ("canary", "v2", "v1", 0.25)
+    assert state.force_reason is None and state.reason.startswith("gate passed against ft-minilm-v1")
+    # Production did not move: registry alias, serving alias; the candidate's own collection was built for the canary.
+    assert registry.aliases()["embedder"] == {"production": "v1", "candidate": "v2"}
+    served = aliases(env)
+    assert served["t__production"] == env["production_collection"] and served["t__ft-minilm-v2"].startswith("t__ft-minilm-v2__")
+    assert [e["step"] for e in history(registry)] == ["start"]
+    assert registry.resolve("embedder", "v2").metrics["canary_start"]["forced"] is False
+
+
+def test_under_the_direct_policy_a_passing_candidate_is_promoted_as_before(deployed):
+    env, registry = deployed, deployed["registry"]
+    result = release_step(env)  # the default policy
+    assert result.success
+    (event,) = result.get_asset_materialization_events()
+    metadata = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert (metadata["action"], metadata["production"], metadata["previous"]) == ("promoted", "ft-minilm-v2", "ft-minilm-v1")
+    assert registry.aliases()["embedder"] == {"production": "v2"} and read_state(registry, "embedder") is None
+    assert aliases(env)["t__production"].startswith("t__ft-minilm-v2__")
+    assert registry.resolve("embedder", "v2").metrics["promotion"]["forced"] is False
+
+
+def test_a_direct_promotion_is_refused_while_a_canary_runs_and_a_retrain_waits(deployed, tmp_path):
+    from rag.embedding import _minilm_dir
+    from resources.feedback import FeedbackLoop
+    from sensors.feedback import feedback_volume_sensor
+
+    env, registry = deployed, deployed["registry"]
+    start("embedder", registry, "v2", 0.1, log=quiet)  # e.g. an operator's canary (no collections needed here)
+    v3 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
+    registry.set_alias("embedder", "candidate", v3.version)
+    verdict(registry, "embedder", v3, production="v1")  # passed, against today's production
+
+    message = failure_message(release_step(env, promotion="direct"))
+    assert "refusing to promote embedder ft-minilm-v3 directly: a canary of embedder ft-minilm-v2 is running (on 10% " \
+           "of sessions" in message and "Production is unchanged" in message
+    # The other policy cannot start a second canary either.
+    assert "a canary of embedder ft-minilm-v2 is running" in failure_message(release_step(env, promotion="canary"))
+    # Nothing moved and nothing was built for v3.
+    assert registry.aliases()["embedder"] == {"production": "v1", "candidate": "v3"}
+    assert read_state(registry, "embedder").stage == "canary" and [e["step"] for e in history(registry)] == ["start"]
+    assert aliases(env)["t__production"] == env["production_collection"] and aliases(env)["t__ft-minilm-v3"] is None
+
+    # feedback_volume_sensor holds the retrain while the canary runs, and requests it once the canary is decided.
+    store = FeedbackStore(f"sqlite:///{env['root'] / 'feedback.sqlite'}")
+    for i in range(3):
+        q = store.record_query(f"question {i}", answer="a", chunks=[{"chunk_id": "cats", "doc_id": "cats.md",
+                                                                     "text": TEXTS["cats"], "rank": 1}])
+        store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key=f"k{i}",
+                                                 passages=[{"chunk_id": "cats", "score": 1}]))
+    loop = FeedbackLoop(db_url=store.url, data_dir=str(env["root"]), volume_threshold=3)
+
+    def tick():
+        with build_sensor_context(instance=env["instance"], resources={"feedback_loop": loop}) as context:
+            return feedback_volume_sensor(context)
+
+    waiting = tick()
+    assert isinstance(waiting, SkipReason) and waiting.skip_message == (
+        "3/3 new feedback events since model v1; a canary of embedder ft-minilm-v2 is running: the retrain waits for "
+        "canary_sensor's decision")
+    roll_back_rollout("embedder", registry, "test", log=quiet)
+    fired = tick()
+    assert isinstance(fired, SensorResult) and isinstance(fired.run_requests[0], RunRequest)
+    store.close()
+    # With the canary decided, the direct promotion of v3 goes through.
+    assert release_step(env, promotion="direct").success and registry.aliases()["embedder"]["production"] == "v3"
+
+
+def test_an_operator_can_start_a_canary_over_the_gate_logged_and_recorded(tmp_path, registry):
+    v3 = registry.register("embedder", fake_model(tmp_path / "m3"), {"base_model": "minilm"})
+    verdict(registry, "embedder", v3, passed=False, production="v1")
+    with pytest.raises(PromotionRefused, match="cannot start a canary: .*the gate rejected it.*force_reason"):
+        start("embedder", registry, "v3", log=quiet)
+    with pytest.raises(ValueError, match="force_reason must say why"):
+        start("embedder", registry, "v3", force_reason="  ", log=quiet)
+    assert read_state(registry, "embedder") is None and history(registry) == []
+
+    lines = []
+    state = start("embedder", registry, "v3", 0.5, force_reason="rollback drill: a deliberately worse model",
+                  log=lines.append)
+    assert state.stage == "canary" and state.force_reason == "rollback drill: a deliberately worse model"
+    assert state.reason.startswith("operator override of the gate (the gate rejected it against ft-minilm-v1")
+    assert any(line.startswith("WARNING: starting a canary of embedder ft-minilm-v3 without a valid gate verdict (the "
+                               "gate rejected it") for line in lines)
+    (entry,) = history(registry)
+    assert entry["override"]["forced"] is True and "the gate rejected it" in entry["override"]["gate_refusal"]
+    record = registry.resolve("embedder", "v3").metrics["canary_start"]
+    assert record["forced"] is True and record["force_reason"] == "rollback drill: a deliberately worse model"
+    # The override bypasses the gate only: still one canary at a time.
+    with pytest.raises(IllegalTransition, match="a canary of embedder ft-minilm-v3 is running"):
+        start("embedder", registry, "v2", force_reason="another", log=quiet)
+
+    # Rolled back as any canary (the benchmark's worse candidate), the rollback carries the override in the manifest.
+    conclude("embedder", registry, "rollback", "loses", candidate="v3", log=quiet)
+    assert registry.resolve("embedder", "v3").metrics["canary"]["force_reason"].startswith("rollback drill")
+    assert registry.aliases()["embedder"]["production"] == "v1"
+
+
+def test_a_forced_canary_that_wins_is_promoted_as_a_recorded_forced_promotion(tmp_path):
+    registry = ModelRegistry(tmp_path / "models")
+    v1 = registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})  # never gated
+    start("reranker", registry, "v1", force_reason="operator: try it on users", log=quiet)
+    state = conclude("reranker", registry, "promote", "wins 40 / losses 10", candidate="v1", log=quiet)
+    assert state.stage == "production" and registry.aliases()["reranker"]["production"] == "v1"
+    promotion = registry.resolve("reranker", "v1").metrics["promotion"]
+    assert promotion["forced"] is True and promotion["force_reason"] == (
+        "canary started with an operator override of the gate (operator: try it on users) and won: wins 40 / losses 10")
+
+    # A forced canary is never promoted over a production that moved during it.
+    v2 = registry.register("reranker", fake_model(tmp_path / "r2"), {"base_model": "minilm"})
+    start("reranker", registry, "v2", force_reason="drill", log=quiet)
+    v3 = registry.register("reranker", fake_model(tmp_path / "r3"), {"base_model": "minilm"})
+    registry.set_alias("reranker", "production", v3.version)  # set by hand meanwhile
+    with pytest.raises(IllegalTransition, match="production moved to ce-minilm-v3 during its canary"):
+        conclude("reranker", registry, "promote", "wins", candidate="v2", log=quiet)
+    assert registry.aliases()["reranker"]["production"] == "v3" and read_state(registry, "reranker").stage == "canary"
+
+
+def test_start_canary_job_takes_the_operators_force_reason(tmp_path):
+    from orchestration.rollout import start_canary_job
+    from resources.qdrant import QdrantResource
+    from resources.rollout import Rollout
+    from resources.storage import DataStore
+
+    root = tmp_path / "data"
+    registry = ModelRegistry(root / "models")
+    v1 = registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})
+    verdict(registry, "reranker", v1, passed=False, production=None)
+    resources = {"data_store": DataStore(data_dir=str(root)), "rollout": Rollout(traffic_share=0.2),
+                 "qdrant": QdrantResource(url=None, path=str(tmp_path / "qdrant"))}
+
+    def launch(**config):
+        return start_canary_job.execute_in_process(
+            resources=resources, raise_on_error=False,
+            run_config={"ops": {"start_canary_op": {"config": {"kind": "reranker", "candidate": "v1", **config}}},
+                        **QUIET_LOGS})
+
+    assert not launch().success and read_state(registry, "reranker") is None  # the gate rejected it
+    assert launch(force_reason="rehearsal").success
+    state = read_state(registry, "reranker")
+    assert (state.stage, state.force_reason, state.traffic_share) == ("canary", "rehearsal", 0.2)
