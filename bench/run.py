@@ -87,7 +87,9 @@ def canary_rollouts() -> dict:
     def needed(phase: dict) -> str:
         if not phase.get("decision"):
             return "no canary decision"
-        return f"{phase['decision']} after {phase['canary_queries']} canary queries ({phase['decisive_canary_queries']} decisive)"
+        by = f" by a guardrail ({phase['breaches']})" if phase.get("breaches") else " by the sequential test"
+        return (f"{phase['decision']}{by} after {phase['canary_queries']} canary queries ({phase['decisive_canary_queries']} "
+                "decisive)")
 
     out = {}
     for path in sorted(RESULTS.glob("canary-scifact*.json")):
