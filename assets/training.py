@@ -74,6 +74,8 @@ class GateConfig(Config):
     recall_tolerance: float = 0.01
     min_questions: int = Field(5, description="fewest held-out gate questions to decide on; fewer fails the check "
                                "with 'generate a larger QA set'")
+    max_drop: float = Field(0.02, description="promotion policy 'canary' (the gate asks 'no worse'): largest allowed drop "
+                            "of nDCG@10 / MRR@10, significant or not")
 
 
 def _registry(data_store: DataStore) -> ModelRegistry:
@@ -122,7 +124,7 @@ def trained_reranker(context: AssetExecutionContext, config: RerankerTrainingRun
     return MaterializeResult(metadata=_train("reranker", settings, context, data_store)[1])
 
 
-def _gate(kind: str, config: GateConfig, data_store: DataStore) -> AssetCheckResult:
+def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout) -> AssetCheckResult:
     registry = _registry(data_store)
     candidate = registry.resolve(kind, "candidate")
     if candidate is None:
@@ -130,9 +132,13 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore) -> AssetCheckRes
                                 description=f"no {kind} candidate in the registry: materialize the training asset first")
     against = production_label(registry, kind)
     settings = GateSettings(p_value=config.p_value, test=config.test, recall_tolerance=config.recall_tolerance,
-                            min_questions=config.min_questions)
+                            min_questions=config.min_questions, criterion=rollout.gate_criterion, max_drop=config.max_drop)
     result = gate_candidate(kind, data_store.tables, registry, candidate, settings)
-    verdict = "promote" if result.passed else "keep production"
+    if settings.criterion == "not_worse":
+        verdict = ("no worse: start its canary (the online test decides)" if result.passed else "worse: keep production") + (
+            "; significantly better too" if result.better else "")
+    else:
+        verdict = "promote" if result.passed else "keep production"
     return AssetCheckResult(
         passed=result.passed, severity=AssetCheckSeverity.ERROR,
         description=f"{candidate.name} vs {against} on {result.questions} held-out dev questions: {verdict}",
@@ -141,16 +147,22 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore) -> AssetCheckRes
     )
 
 
+_POLICY = ("By the rollout resource's promotion policy: 'direct' needs a significant gain; 'canary' needs only 'no worse' "
+           "(neither metric significantly lower nor lower by more than max_drop, recall kept) and the canary's online test "
+           "then decides. Both verdicts are in the metadata.")
+
+
 @asset_check(asset=finetuned_embedder, blocking=True, description="Promotion gate: nDCG@10 and MRR@10 significantly better "
-             "than production (paired test, p < 0.05) and recall@20 not lower by more than the tolerance, on held-out dev questions.")
-def finetuned_embedder_gate(config: GateConfig, data_store: DataStore) -> AssetCheckResult:
-    return _gate("embedder", config, data_store)
+             "than production (paired test, p < 0.05) and recall@20 not lower by more than the tolerance, on held-out dev "
+             "questions. " + _POLICY)
+def finetuned_embedder_gate(config: GateConfig, data_store: DataStore, rollout: Rollout) -> AssetCheckResult:
+    return _gate("embedder", config, data_store, rollout)
 
 
 @asset_check(asset=trained_reranker, blocking=True, description="Promotion gate: re-ranking hybrid top-50 with the candidate "
-             "beats production (or no reranker) on nDCG@10 and MRR@10 (paired test) without losing recall@20.")
-def trained_reranker_gate(config: GateConfig, data_store: DataStore) -> AssetCheckResult:
-    return _gate("reranker", config, data_store)
+             "beats production (or no reranker) on nDCG@10 and MRR@10 (paired test) without losing recall@20. " + _POLICY)
+def trained_reranker_gate(config: GateConfig, data_store: DataStore, rollout: Rollout) -> AssetCheckResult:
+    return _gate("reranker", config, data_store, rollout)
 
 
 def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
@@ -185,7 +197,7 @@ def production_embedder(context: AssetExecutionContext, data_store: DataStore, q
         raise ValueError("no embedder candidate to promote: materialize finetuned_embedder first")
     # The gate verdict is checked here, not only by the blocking check upstream: materializing this asset alone
     # must not promote an ungated or rejected model. Before the Qdrant client opens: a refusal changes nothing.
-    check_promotable("embedder", registry, candidate)
+    check_promotable("embedder", registry, candidate, rollout.gate_criterion)
     strategies = [s for s in context.instance.get_dynamic_partitions(chunking_strategy_partitions.name)
                   if data_store.tables.exists(CHUNKS_TABLE, s)]
     outcome = release("embedder", registry, candidate, policy=rollout.promotion, traffic_share=rollout.traffic_share,

@@ -26,14 +26,15 @@ probability --p-relevant (default 1.0); an examined non-relevant passage is rate
 (default 0.1) and clicked without a rating with probability --p-click-noise (default 0.0). Nothing else is
 rated, so the gate's user-judged questions hold a relevant passage and a few down-rated ones.
 
---override-rejected: when the gate rejects phase 1's candidate, an operator's override starts its canary anyway
-(force_reason, recorded as canary_started_by), so the online test of a rejected candidate is measured too; that is
-no longer the loop without a manual step.
+Offline gate under the canary policy: it only asks whether the candidate is no worse than production (neither
+nDCG@10 nor MRR@10 significantly lower, nor lower by more than 0.02; recall@20 kept), because held-out feedback
+questions favour production; the canary's online test must then show it is better before promote_canary_job runs.
+--override-rejected: when even that gate rejects phase 1's candidate, an operator's override starts its canary
+anyway (force_reason, recorded as canary_started_by); that is no longer the loop without a manual step.
 
-Latency guardrail (--max-latency-ratio, product default 1.5): a canary request ranks with both models and the
-candidate's answerer starts with a cold sentence-embedding cache while production's is warm from the replayed
-queries, so on this CPU box with extractive answers the guardrail can fire on any candidate (the first full run:
-canary p95 8x production's); the per-arm p95 latencies are recorded either way.
+Latency guardrail (--max-latency-ratio, product default 1.5): each arm's own ranking time (retrieve → rerank),
+both timed back to back inside the same canary requests; the whole request (two rankings, and the candidate's
+answerer starting with a cold passage-vector cache) is recorded as latency_p95_ms but not judged.
 
 Caveat: the canary replays the train queries, 70 % of whose rated questions the candidate was trained on (the
 other 30 % are the gate's held-out questions), so its online edge is larger than on unseen questions; the test
@@ -197,7 +198,9 @@ def canary_phase(root: Path, http, app, users: Users, instance, resources: dict,
                losses=evidence["losses"], ties=evidence["ties"], log_likelihood_ratio=evidence["log_likelihood_ratio"],
                threshold=evidence["threshold"], production_queries=evidence["queries_production"],
                latency_p95_ms={"production": evidence["latency_p95_ms_production"],
-                               "canary": evidence["latency_p95_ms_canary"]}, breaches=evidence["breaches"])
+                               "canary": evidence["latency_p95_ms_canary"]},
+               ranking_p95_ms={"production": evidence.get("ranking_p95_ms_production"),
+                               "canary": evidence.get("ranking_p95_ms_canary")}, breaches=evidence["breaches"])
     job = {"promote_canary_job": promote_canary_job, "rollback_canary_job": rollback_canary_job}[request.job_name]
     run = job.execute_in_process(run_config=request.run_config, resources=resources, instance=instance, tags=request.tags,
                                  raise_on_error=False)

@@ -15,9 +15,10 @@ _DEFAULTS = CanarySettings()
 class Rollout(ConfigurableResource):
     promotion: Literal["direct", "canary"] = Field(
         default_factory=lambda: os.environ.get("RAG_PROMOTION_POLICY") or "direct",
-        description="what production_embedder / production_reranker do with a candidate whose gate passed: 'direct' "
-        "promotes it (refused while a canary runs), 'canary' starts its canary on traffic_share of sessions and "
-        "leaves the decision to canary_sensor (env RAG_PROMOTION_POLICY)")
+        description="what production_embedder / production_reranker do with a gated candidate: 'direct' promotes it "
+        "when the gate found it significantly better (refused while a canary runs); 'canary' starts its canary on "
+        "traffic_share of sessions when the gate found it no worse, and canary_sensor promotes it only on a "
+        "significant online win (env RAG_PROMOTION_POLICY)")
     traffic_share: float = Field(_DEFAULTS.traffic_share, description="share of sessions a new canary serves")
     alpha: float = Field(_DEFAULTS.alpha, description="largest chance that a candidate no better than production is "
                          "ever promoted, however many ticks look at it")
@@ -29,6 +30,11 @@ class Rollout(ConfigurableResource):
     min_latency_samples: int = _DEFAULTS.min_latency_samples
     max_upvote_share_drop: float = _DEFAULTS.max_upvote_share_drop
     min_votes: int = _DEFAULTS.min_votes
+
+    @property
+    def gate_criterion(self) -> Literal["better", "not_worse"]:
+        """What the offline gate must find before release: under 'canary' the online test decides "better"."""
+        return "not_worse" if self.promotion == "canary" else "better"
 
     def settings(self) -> CanarySettings:
         return CanarySettings(**self.model_dump(include=set(CanarySettings.model_fields)))

@@ -221,7 +221,7 @@ def test_guardrails():
     breaches = guardrail_breaches([160.0] * 100, production_ms, Votes(20, 10), Votes(80, 20), settings)
     forced = with_guardrails(promoted, breaches)
     assert forced.decision == "rollback" and len(forced.breaches) == 2
-    assert "guardrail breached: latency p95 160 ms is 1.60x" in forced.reason
+    assert "guardrail breached: ranking latency p95 160 ms is 1.60x" in forced.reason
     assert with_guardrails(promoted, []) == promoted
 
 

@@ -98,7 +98,7 @@ def test_under_the_canary_policy_a_passing_candidate_starts_a_canary_and_product
                                          "unchanged")
     state = read_state(registry, "embedder")
     assert (state.stage, state.candidate_version, state.production_version, state.traffic_share) == ("canary", "v2", "v1", 0.25)
-    assert state.force_reason is None and state.reason.startswith("gate passed against ft-minilm-v1")
+    assert state.force_reason is None and state.reason.startswith("gate found it no worse than ft-minilm-v1")
     # Production did not move: registry alias, serving alias; the candidate's own collection was built for the canary.
     assert registry.aliases()["embedder"] == {"production": "v1", "candidate": "v2"}
     served = aliases(env)
@@ -238,3 +238,71 @@ def test_start_canary_job_takes_the_operators_force_reason(tmp_path):
     assert launch(force_reason="rehearsal").success
     state = read_state(registry, "reranker")
     assert (state.stage, state.force_reason, state.traffic_share) == ("canary", "rehearsal", 0.2)
+
+
+def not_worse_verdict(registry, kind, mv, production):
+    """What gate_candidate records under the canary policy for a candidate it found no worse, but not better."""
+    registry.update_metrics(kind, mv.version, {"gate": {
+        "passed": True, "criterion": "not_worse", "better": False, "not_worse": True, "reasons": "all criteria met",
+        "better_reasons": "ndcg@10: +0.0089 (p=0.3166) is not a significant improvement at p<0.05",
+        "candidate_version": mv.version, "production_version": production, "gated_at": "2025-01-01T00:00:00+00:00"}})
+
+
+def test_a_candidate_the_gate_found_only_no_worse_needs_the_canarys_win(tmp_path, registry):
+    from rag.rollout.store import release
+    from rag.training.pipeline import check_promotable
+
+    v3 = registry.register("embedder", fake_model(tmp_path / "m3"), {"base_model": "minilm"})
+    not_worse_verdict(registry, "embedder", v3, production="v1")
+    with pytest.raises(PromotionRefused, match="no worse than ft-minilm-v1 but not significantly better .ndcg@10: "
+                       r"\+0.0089.*only a canary's online test can promote it"):
+        check_promotable("embedder", registry, v3)
+    with pytest.raises(PromotionRefused, match="only a canary's online test"):
+        release("embedder", registry, v3, policy="direct", log=quiet)
+    assert registry.aliases()["embedder"]["production"] == "v1" and read_state(registry, "embedder") is None
+
+    # The canary policy starts it; the online win promotes it, recorded as the evidence (not as an override).
+    outcome = release("embedder", registry, v3, policy="canary", traffic_share=0.2, log=quiet)
+    assert outcome["action"] == "canary" and read_state(registry, "embedder").force_reason is None
+    conclude("embedder", registry, "promote", "wins 60 / losses 30: the candidate wins significantly more often",
+             candidate="v3", log=quiet)
+    assert registry.aliases()["embedder"]["production"] == "v3"
+    promotion = registry.resolve("embedder", "v3").metrics["promotion"]
+    assert promotion["forced"] is False and promotion["online_evidence"].startswith("wins 60 / losses 30")
+
+    # A worse verdict starts no canary at all.
+    v4 = registry.register("embedder", fake_model(tmp_path / "m4"), {"base_model": "minilm"})
+    registry.update_metrics("embedder", v4.version, {"gate": {
+        "passed": False, "criterion": "not_worse", "better": False, "not_worse": False,
+        "reasons": "ndcg@10: -0.1000 is worse", "candidate_version": v4.version, "production_version": "v3"}})
+    with pytest.raises(PromotionRefused, match="the gate rejected it against ft-minilm-v3: ndcg@10: -0.1000 is worse"):
+        start("embedder", registry, "v4", log=quiet)
+
+
+def test_the_gate_check_asks_no_worse_under_the_canary_policy(tmp_path, monkeypatch):
+    """The blocking gate check decides by the rollout policy's criterion and says what follows."""
+    import pandas as pd
+
+    import assets.training as training
+    from rag.training.gate import GateResult
+    from resources.rollout import Rollout
+    from resources.storage import DataStore
+
+    registry = ModelRegistry(tmp_path / "models")
+    registry.set_alias("embedder", "candidate", registry.register("embedder", fake_model(tmp_path / "m"), {}).version)
+    seen = []
+
+    def gate(kind, tables, registry, candidate, settings):
+        seen.append(settings.criterion)
+        passed = settings.criterion == "not_worse"  # an unproven candidate: no worse, not better
+        table = pd.DataFrame([{"metric": "ndcg@10", "production": 0.9, "candidate": 0.91, "delta": 0.01, "p_value": 0.3,
+                               "p_value_worse": 0.7, "required": "> 0, p < 0.05", "ok": False, "not_worse": True}])
+        return GateResult(passed, table, [], 40, criterion=settings.criterion, not_worse=True)
+
+    monkeypatch.setattr(training, "gate_candidate", gate)
+    store = DataStore(data_dir=str(tmp_path))
+    canary = training._gate("embedder", training.GateConfig(), store, Rollout(promotion="canary"))
+    direct = training._gate("embedder", training.GateConfig(), store, Rollout(promotion="direct"))
+    assert seen == ["not_worse", "better"]
+    assert canary.passed and "no worse: start its canary (the online test decides)" in canary.description
+    assert not direct.passed and direct.description.endswith("keep production")

@@ -264,6 +264,39 @@ def test_a_failing_candidate_leaves_the_answer_to_production(registry, store):
         assert health["failed_requests"] == 1 and "collection gone" in health["error"]
 
 
+def test_the_latency_guardrail_compares_each_arms_own_ranking_in_the_same_requests(store):
+    """An interleaved request ranks twice, so its total is about twice production's: that alone must not roll back a
+    candidate that ranks as fast; a candidate whose own ranking is 3x slower is rolled back."""
+    from datetime import UTC, datetime, timedelta
+
+    from rag.rollout.config import CanarySettings
+    from rag.rollout.evidence import evaluate
+
+    since = datetime.now(UTC) - timedelta(seconds=1)
+    settings = CanarySettings(min_latency_samples=20, max_latency_p95_ratio=1.5)
+
+    def ask(i: int, arm: str, candidate_ms: float) -> None:
+        production_ms = 40.0 + i % 5
+        timings = ({"rank_production": production_ms, "rank_canary": candidate_ms, "generate": 5.0} if arm == "canary"
+                   else {"retrieve": production_ms, "rerank": 0.0, "generate": 5.0})
+        total = sum(timings.values())
+        store.record_query(f"q{i}", answer="a", chunks=[], session_id=f"s{i}", arm=arm, latency_ms=total, timings_ms=timings)
+
+    for i in range(60):
+        ask(i, "canary" if i % 2 else "production", candidate_ms=41.0)
+    evidence = collect(store, since)
+    assert len(evidence.ranking_ms["canary"]) == len(evidence.ranking_ms["production"]) == 30
+    decision = evaluate(evidence, "v2", settings)
+    assert decision.breaches == () and decision.decision == "continue"
+    import numpy as np
+    assert np.percentile(evidence.latencies_ms["canary"], 95) > 1.5 * np.percentile(evidence.latencies_ms["production"], 95)
+
+    for i in range(60, 120):
+        ask(i, "canary", candidate_ms=130.0)
+    decision = evaluate(collect(store, since), "v2", settings)
+    assert decision.decision == "rollback" and "ranking latency p95 130 ms is" in decision.reason
+
+
 def test_old_stores_get_the_arm_and_team_columns(tmp_path):
     url = f"sqlite:///{tmp_path / 'old.sqlite'}"
     old = FeedbackStore(url)
@@ -271,9 +304,11 @@ def test_old_stores_get_the_arm_and_team_columns(tmp_path):
     with old.engine.begin() as conn:  # what a store from before canaries looks like
         conn.exec_driver_sql("ALTER TABLE queries DROP COLUMN arm")
         conn.exec_driver_sql("ALTER TABLE retrievals DROP COLUMN team")
+        conn.exec_driver_sql("ALTER TABLE queries DROP COLUMN timings_ms")
     old.close()
     store = FeedbackStore(url)
     assert store.table("queries")["arm"].tolist() == [None] and store.table("retrievals")["team"].tolist() == [None]
+    assert store.table("queries")["timings_ms"].tolist() == [None]
     store.record_query("q2", answer="a", arm="canary", chunks=[{"chunk_id": "c", "doc_id": "d", "text": "t", "team": "canary"}])
     assert sorted(store.table("retrievals")["team"].fillna("-")) == ["-", "canary"]
     store.close()

@@ -55,6 +55,30 @@ def test_gate_decision_needs_significant_gains_and_no_recall_loss():
         gate_decision(production, better.iloc[:5], GateSettings(resamples=2000))
 
 
+def test_the_not_worse_gate_admits_an_unproven_candidate_and_refuses_a_worse_one():
+    """Promotion policy 'canary': the gate only asks "no worse"; the two verdicts come from the same scores."""
+    n = 12
+    production = _table([0.5] * n, [0.5] * n, [0.8] * n)
+    settings = GateSettings(resamples=2000, criterion="not_worse", max_drop=0.02)
+    one_lucky_question = _table([0.5] * (n - 1) + [1.0], [0.5] * (n - 1) + [1.0], [0.8] * n)
+    result = gate_decision(production, one_lucky_question, settings)
+    assert result.passed and result.not_worse and not result.better and result.criterion == "not_worse"
+    assert result.metadata["better_reasons"].startswith("ndcg@10: +0.0417 (p=") and result.metadata["not_worse_reasons"] == \
+        "all criteria met"
+    assert not gate_decision(production, one_lucky_question, GateSettings(resamples=2000)).passed  # "better" refuses it
+
+    worse = _table([0.4] * n, [0.4] * n, [0.8] * n)  # significantly worse on every question
+    result = gate_decision(production, worse, settings)
+    assert not result.passed and not result.not_worse and len(result.reasons) == 2
+    assert result.reasons[0].startswith("ndcg@10: -0.1000 is worse (p=") and result.metadata["p_value_worse_ndcg@10"] < 0.01
+    slightly_lower = _table([0.5] * (n - 1) + [0.2], [0.5] * n, [0.8] * n)  # -0.025: not significant, but beyond max_drop
+    assert not gate_decision(production, slightly_lower, settings).passed
+    assert gate_decision(production, slightly_lower, settings.model_copy(update={"max_drop": 0.03})).passed
+    loses_recall = _table([0.5] * n, [0.5] * n, [0.7] * n)
+    result = gate_decision(production, loses_recall, settings)
+    assert not result.passed and result.reasons == ["recall@20 dropped by 0.1000 (tolerance 0.01)"]
+
+
 class OracleReranker:
     """Scores the relevant passages high (or, reversed, low): a deliberately perfect / worst reranker."""
 

@@ -40,6 +40,8 @@ queries = Table(
     Column("model_version", String(256), comment="embedding model name and weights version that served it"),
     Column("settings", JSON),
     Column("latency_ms", Float),
+    Column("timings_ms", JSON, comment="the request's steps in ms (retrieve, rerank, generate; an interleaved canary "
+           "answer: rank_production and rank_canary, each arm's own ranking timed back to back)"),
     Column("arm", String(16), comment="production or canary while a canary ran (rag.rollout); NULL outside a canary "
            "and for requests without a session id"),
 )

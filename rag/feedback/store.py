@@ -60,6 +60,14 @@ def _migrate(engine: Engine) -> None:
     """Bring a store created by an older version up to the current schema (create_all adds tables, not columns)."""
     _migrate_passage_versions(engine)
     _migrate_rollout(engine)
+    _migrate_timings(engine)
+
+
+def _migrate_timings(engine: Engine) -> None:
+    """Stores created before per-step timings: add queries.timings_ms (NULL for earlier queries)."""
+    with engine.begin() as conn:
+        if "timings_ms" not in {c["name"] for c in inspect(conn).get_columns("queries")}:
+            conn.exec_driver_sql("ALTER TABLE queries ADD COLUMN timings_ms JSON")
 
 
 def _migrate_rollout(engine: Engine) -> None:
@@ -135,10 +143,11 @@ class FeedbackStore:
 
     def record_query(self, text: str, *, answer: str, chunks: Iterable[dict], session_id: str | None = None,
                      model_version: str | None = None, settings: dict | None = None, latency_ms: float | None = None,
-                     not_in_context: bool = False, arm: str | None = None) -> StoredQuery:
+                     not_in_context: bool = False, arm: str | None = None,
+                     timings_ms: dict[str, float] | None = None) -> StoredQuery:
         """Store an asked question, what was retrieved (chunk_id, doc_id, page_start, page_end, text, rank,
         score, cited, and `team` for an interleaved canary answer) and the system's answer. `arm`: which arm of a
-        running canary served it (production or canary), None outside a canary."""
+        running canary served it (production or canary), None outside a canary; `timings_ms`: the steps' times."""
         query_id, answer_id, now = str(uuid.uuid4()), str(uuid.uuid4()), _now()
         chunks = list(chunks)
         with self._writing() as conn:
@@ -149,7 +158,7 @@ class FeedbackStore:
                     .order_by(s.queries.c.created_at.desc()).limit(1)).first()
             conn.execute(insert(s.queries).values(query_id=query_id, text=text, created_at=now, session_id=session_id,
                                                   model_version=model_version, settings=settings, latency_ms=latency_ms,
-                                                  arm=arm))
+                                                  arm=arm, timings_ms=timings_ms))
             hashes = self._upsert_passages(conn, chunks, now)
             if chunks:
                 conn.execute(insert(s.retrievals), [

@@ -17,9 +17,9 @@ class CanarySettings(BaseModel):
     prior_b: float = Field(1.0, gt=0, description="Beta mixing prior of the win rate: b")
     max_queries: int = Field(2000, ge=1, description="canary queries after which a canary without significant evidence "
                              "is rolled back (never promoted without evidence)")
-    max_latency_p95_ratio: float = Field(1.5, gt=1, description="canary latency p95 may be at most this multiple of "
-                                         "production's")
-    min_latency_samples: int = Field(50, ge=1, description="latencies per arm before the latency guardrail can fire")
+    max_latency_p95_ratio: float = Field(1.5, gt=1, description="the candidate's ranking latency p95 may be at most this "
+                                         "multiple of production's (both timed in the same canary requests)")
+    min_latency_samples: int = Field(50, ge=1, description="timed canary requests before the latency guardrail can fire")
     max_upvote_share_drop: float = Field(0.10, gt=0, lt=1, description="the canary's share of up-votes among answer "
                                          "votes may fall at most this far (absolute) below production's")
     min_votes: int = Field(30, ge=1, description="answer votes per arm before the up-vote guardrail can fire")

@@ -6,8 +6,11 @@ each shown passage of an interleaved answer (retrievals.team); this module turns
   credits its team, one rated -1 debits it; a passage both clicked and rated counts its rating only (the later
   rating wins when a user changed their mind). A query without signals is a tie: it counts towards the horizon
   (max_queries) and tells the test nothing.
-- Guardrails: latency (queries.latency_ms, the whole request including both rankings for a canary query) and
-  answer votes (the latest ±1 per query) of each arm. Only sessions in the split count: requests without a session
+- Guardrails: ranking latency and answer votes (the latest ±1 per query) of each arm. The latency compared is each
+  arm's own ranking (retrieve → rerank) inside the same canary requests (queries.timings_ms rank_production and
+  rank_canary, timed back to back): what the candidate would cost serving alone, under the same machine load as
+  production's. The whole request (queries.latency_ms, two rankings for a canary query) is reported, not judged:
+  interleaving's second ranking is the canary's own overhead and ends with it. Only sessions in the split count: requests without a session
   id are served by production outside it (arm NULL).
 """
 from __future__ import annotations
@@ -31,7 +34,8 @@ TEAM = {"production": "a", "canary": "b"}  # interleaving teams as retrievals.te
 @dataclass(frozen=True)
 class CanaryEvidence:
     outcomes: list[str]  # per canary query, oldest first: "a" (production won), "b" (the candidate won), "tie"
-    latencies_ms: dict[str, list[float]] = field(default_factory=dict)  # per arm
+    latencies_ms: dict[str, list[float]] = field(default_factory=dict)  # per arm: whole requests (reported)
+    ranking_ms: dict[str, list[float]] = field(default_factory=dict)  # per arm: own ranking in canary requests (judged)
     votes: dict[str, Votes] = field(default_factory=dict)  # answer votes per arm
     queries: dict[str, int] = field(default_factory=dict)  # per arm
 
@@ -48,7 +52,7 @@ def collect(store, since: datetime) -> CanaryEvidence:
     in_canary = (q.c.arm.in_(ARMS), q.c.created_at >= since.astimezone(timezone.utc))
     canary = (q.c.arm == "canary", q.c.created_at >= since.astimezone(timezone.utc))
     with engine.connect() as conn:
-        asked = conn.execute(select(q.c.query_id, q.c.arm, q.c.latency_ms).where(*in_canary)
+        asked = conn.execute(select(q.c.query_id, q.c.arm, q.c.latency_ms, q.c.timings_ms).where(*in_canary)
                              .order_by(q.c.created_at, q.c.query_id)).all()
         shown = conn.execute(select(r.c.query_id, r.c.chunk_id, r.c.team).join(q, q.c.query_id == r.c.query_id)
                              .where(*canary, r.c.team.in_(ARMS))).all()
@@ -69,18 +73,23 @@ def collect(store, since: datetime) -> CanaryEvidence:
         signals[query_id][chunk_id] = int(score)
 
     outcomes, latencies, queries = [], {arm: [] for arm in ARMS}, {arm: 0 for arm in ARMS}
-    for query_id, arm, latency in asked:
+    ranking: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    for query_id, arm, latency, timings in asked:
         queries[arm] += 1
         if latency is not None:
             latencies[arm].append(float(latency))
         if arm == "canary":
             outcomes.append(credit(teams.get(query_id, []), signals.get(query_id, {})).outcome)
+            timed = {a: (timings or {}).get(f"rank_{a}") for a in ARMS}
+            if all(v is not None for v in timed.values()):  # paired: both rankings of the same request
+                for a, ms in timed.items():
+                    ranking[a].append(float(ms))
     latest: dict[str, tuple[str, int]] = {}
     for arm, query_id, score in answer_votes:
         latest[query_id] = (arm, int(score))
     votes = {arm: Votes(sum(1 for a, v in latest.values() if a == arm and v > 0),
                         sum(1 for a, v in latest.values() if a == arm and v < 0)) for arm in ARMS}
-    return CanaryEvidence(outcomes, latencies, votes, queries)
+    return CanaryEvidence(outcomes, latencies_ms=latencies, ranking_ms=ranking, votes=votes, queries=queries)
 
 
 def evaluate(evidence: CanaryEvidence, candidate: str, settings: CanarySettings | None = None) -> Decision:
@@ -88,7 +97,7 @@ def evaluate(evidence: CanaryEvidence, candidate: str, settings: CanarySettings 
     settings = settings or CanarySettings()
     wins, losses, ties = evidence.counts
     decision = sequential_decision(wins, losses, ties, candidate, settings)
-    breaches = guardrail_breaches(evidence.latencies_ms.get("canary", []), evidence.latencies_ms.get("production", []),
+    breaches = guardrail_breaches(evidence.ranking_ms.get("canary", []), evidence.ranking_ms.get("production", []),
                                   evidence.votes.get("canary", Votes(0, 0)), evidence.votes.get("production", Votes(0, 0)),
                                   settings)
     return with_guardrails(decision, breaches)
@@ -107,5 +116,7 @@ def summary(decision: Decision, evidence: CanaryEvidence) -> dict:
             "queries_production": evidence.queries.get("production", 0), "queries_canary": evidence.queries.get("canary", 0),
             "latency_p95_ms_production": p95(evidence.latencies_ms.get("production", [])),
             "latency_p95_ms_canary": p95(evidence.latencies_ms.get("canary", [])),
+            "ranking_p95_ms_production": p95(evidence.ranking_ms.get("production", [])),
+            "ranking_p95_ms_canary": p95(evidence.ranking_ms.get("canary", [])),
             **{f"answer_votes_{arm}": f"{v.up} up / {v.down} down" for arm, v in evidence.votes.items()},
             "breaches": "; ".join(decision.breaches), "reason": decision.reason}

@@ -1,5 +1,9 @@
 """Guardrails: a canary that is much slower or whose answers are liked less is rolled back whatever the
-interleaving test says; the test compares rankings only and cannot see either."""
+interleaving test says; the test compares rankings only and cannot see either.
+
+Latency is compared on each arm's own ranking time measured back to back in the same canary requests
+(rag.rollout.evidence): two arms served at different moments of a loaded machine differ by the load, and an
+interleaved request ranks twice, so its total says nothing about the candidate alone."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -36,7 +40,8 @@ class Breach:
 
 
 def latency_breach(canary_ms: Sequence[float], production_ms: Sequence[float], settings: CanarySettings) -> Breach | None:
-    """Canary latency p95 above max_latency_p95_ratio x production's, once both arms have min_latency_samples."""
+    """Canary latency p95 above max_latency_p95_ratio x production's, once both arms have min_latency_samples
+    (the ranking times of each arm in the same canary requests)."""
     if min(len(canary_ms), len(production_ms)) < settings.min_latency_samples:
         return None
     canary_p95 = float(np.percentile(np.asarray(canary_ms, dtype=np.float64), 95))
@@ -47,7 +52,7 @@ def latency_breach(canary_ms: Sequence[float], production_ms: Sequence[float], s
     if ratio <= settings.max_latency_p95_ratio:
         return None
     return Breach("latency_p95", ratio, settings.max_latency_p95_ratio,
-                  f"latency p95 {canary_p95:.0f} ms is {ratio:.2f}x production's {production_p95:.0f} ms "
+                  f"ranking latency p95 {canary_p95:.0f} ms is {ratio:.2f}x production's {production_p95:.0f} ms "
                   f"(at most {settings.max_latency_p95_ratio:g}x)")
 
 

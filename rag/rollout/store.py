@@ -9,11 +9,11 @@ new one. Every step reads, checks and writes under one lock, so the sensor's pro
 cannot both act on the same canary: whichever comes second finds the canary finished and is refused.
 
 Steps:
-- start: the candidate's manifest must hold a passing gate verdict against today's production (the same check as
-  promotion); for an embedder its collections are built first (training does not build them; promotion would have),
+- start: the candidate's manifest must hold a gate verdict against today's production that found it no worse
+  (`not_worse`; a verdict that found it better implies it); for an embedder its collections are built first (training does not build them; promotion would have),
   so the API can serve the canary share from them and promotion later only swaps aliases.
-- conclude: "promote" goes through the registry's enforced rag.training.pipeline.promote (gate verdict re-checked,
-  serving aliases swapped); "rollback" leaves production untouched. Either way the canary's evidence is recorded in
+- conclude: "promote" goes through the registry's enforced rag.training.pipeline.promote (the not_worse verdict
+  re-checked, the online test's win recorded as the evidence of "better", serving aliases swapped); "rollback" leaves production untouched. Either way the canary's evidence is recorded in
   the candidate's manifest (`metrics.canary`).
 - roll_back_rollout: the operator's one step, at any time: a running canary stops (production never moved), a
   promoted candidate is reverted to the production it replaced (its collections still exist: aliases swap back).
@@ -155,7 +155,8 @@ def start(kind: str, registry: ModelRegistry, candidate: str | None = None, traf
           log: Log = print) -> RolloutState:
     """Start a canary of `candidate` (a version, name or alias; default the `candidate` alias) on `traffic_share`
     of sessions (default CanarySettings().traffic_share). Refused (PromotionRefused) unless its manifest holds a
-    passing gate verdict against the current production, and (IllegalTransition) while any canary runs. For an
+    gate verdict against the current production that found it no worse (promotion_refusal(..., "not_worse")), and
+    (IllegalTransition) while any canary runs. For an
     embedder the candidate's collections are built first (promote_args: tables, client, strategies, distance).
 
     `force_reason`: an operator's deliberate override of the gate (a candidate the gate rejected or never saw, e.g.
@@ -177,7 +178,9 @@ def start(kind: str, registry: ModelRegistry, candidate: str | None = None, traf
     _refuse_while_running(registry)
     if force_reason is not None and not force_reason.strip():
         raise ValueError("force_reason must say why the gate is overridden: it is logged and recorded")
-    refusal = promotion_refusal(kind, registry, mv)  # the offline gate first: a canary exposes users to the candidate
+    # The offline gate first: a canary exposes users to the candidate, so the gate must have found it no worse than
+    # production; whether it is better is the canary's question.
+    refusal = promotion_refusal(kind, registry, mv, "not_worse")
     if refusal is not None and not force_reason:
         from rag.training.pipeline import _refused
 
@@ -207,7 +210,7 @@ def start(kind: str, registry: ModelRegistry, candidate: str | None = None, traf
         before = read_state(registry, kind)
         at = now or _now()
         why = (f"operator override of the gate ({refusal}): {force_reason}" if refusal is not None
-               else f"gate passed against {name_of(registry, kind, state.production_version)}")
+               else f"gate found it no worse than {name_of(registry, kind, state.production_version)}")
         started = start_canary(state, at, reason=f"{why}; canary on {share:.0%} of sessions")
         override = {"forced": True, "force_reason": force_reason, "gate_refusal": refusal} if refusal is not None else None
         _write(registry, kind, before if before and before.candidate_version == mv.version else None, started, "start", log,
@@ -232,13 +235,14 @@ POLICIES = ("direct", "canary")
 
 def release(kind: str, registry: ModelRegistry, candidate: ModelVersion, *, policy: str = "direct",
             traffic_share: float | None = None, promote_args: PromoteArgs = None, log: Log = print) -> dict:
-    """What a training run does with a candidate whose gate passed (production_embedder, production_reranker):
+    """What a training run does with a gated candidate (production_embedder, production_reranker):
 
-    - policy "direct": promote it now (rag.training.pipeline.promote: gate verdict re-checked, an embedder's
+    - policy "direct": promote it now (rag.training.pipeline.promote: the gate must have found it significantly
+      better, re-checked; an embedder's
       collections built, serving aliases swapped). Refused (IllegalTransition) while any canary runs: swapping
       production under a canary would end it silently (its wins were against the production it replaced) and the
       sensor would then roll it back.
-    - policy "canary": start its canary (start(): gate verdict checked, an embedder's collections built, state →
+    - policy "canary": start its canary (start(): the gate must have found it no worse; an embedder's collections built, state →
       canary on `traffic_share` of sessions); production is untouched and canary_sensor decides. Refused
       (IllegalTransition) while another canary runs.
 
@@ -323,7 +327,10 @@ def conclude(kind: str, registry: ModelRegistry, decision: str, reason: str, *, 
                                             f"{name_of(registry, kind, production.version if production else None)} "
                                             "during its canary; roll it back")
                 force = f"canary started with an operator override of the gate ({state.force_reason}) and won: {reason}"
-            outcome = promote_model(kind, registry, mv, log=log, force_reason=force, **_embedder_args(kind, promote_args))
+            # Without an override the gate's not_worse verdict against this production is re-checked, and the
+            # online test's win is the evidence of "better" the gate could not give.
+            outcome = promote_model(kind, registry, mv, log=log, force_reason=force, online_evidence=None if force else reason,
+                                    **_embedder_args(kind, promote_args))
             evidence = {**(evidence or {}), "serving_aliases": outcome["serving_aliases"]}
             after = promote(state, at, reason)
         else:
@@ -424,7 +431,7 @@ def status(registry: ModelRegistry) -> dict[str, dict]:
         candidate = registry.resolve(kind, "candidate")
         if candidate is not None and not (state is not None and state.stage == "canary"
                                           and state.candidate_version == candidate.version):
-            refusal = promotion_refusal(kind, registry, candidate)
+            refusal = promotion_refusal(kind, registry, candidate, "not_worse")
             entry["candidate_can_start"] = refusal is None
             if refusal is not None:
                 entry["candidate_refusal"] = refusal

@@ -210,7 +210,7 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
         stored = await run_in_threadpool(
             store.record_query, result.question, answer=result.answer, chunks=result.chunks, session_id=body.session_id,
             model_version=version, settings=result.settings, latency_ms=result.latency_ms, not_in_context=result.not_in_context,
-            arm=arm)
+            arm=arm, timings_ms=getattr(result, "timings_ms", None) or None)
         return AskResponse(query_id=stored.query_id, answer_id=stored.answer_id, question=result.question,
                            answer=result.answer, not_in_context=result.not_in_context,
                            cited_chunk_ids=result.cited_chunk_ids, latency_ms=result.latency_ms, model_version=version,

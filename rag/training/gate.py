@@ -65,11 +65,18 @@ class GateResult:
     lists: str = "plain"  # what the verdict was computed on: "plain", or "condensed" for user-judged questions
     judged_questions: int = 0  # gate questions judged only in part (users' ratings)
     other: GateResult | None = None  # the same comparison on the other kind of lists, reported beside the verdict
+    criterion: str = "better"  # which verdict set `passed` (GateSettings.criterion)
+    better: bool = False  # every metric significantly better, recall kept
+    not_worse: bool = False  # no metric significantly (or by more than max_drop) worse, recall kept
+    why_not: dict[str, list[str]] | None = None  # per criterion: why that verdict failed (empty when it holds)
 
     @property
     def metadata(self) -> dict:
-        out: dict = {"passed": self.passed, "questions": self.questions, "reasons": "; ".join(self.reasons) or "all criteria met",
+        out: dict = {"passed": self.passed, "criterion": self.criterion, "better": self.better, "not_worse": self.not_worse,
+                     "questions": self.questions, "reasons": "; ".join(self.reasons) or "all criteria met",
                      "lists": self.lists, "user_judged_questions": self.judged_questions, **_figures(self.table)}
+        for criterion, reasons in (self.why_not or {}).items():
+            out[f"{criterion}_reasons"] = "; ".join(reasons) or "all criteria met"
         if self.other is not None:
             out |= {f"{self.other.lists}_{k}": v for k, v in _figures(self.other.table).items()}
             out[f"{self.other.lists}_would_pass"] = self.other.passed
@@ -85,35 +92,55 @@ def _figures(table: pd.DataFrame) -> dict:
         out[f"delta_{metric}"] = round(float(r["delta"]), 4)
         if r["p_value"] is not None and not pd.isna(r["p_value"]):
             out[f"p_value_{metric}"] = round(float(r["p_value"]), 5)
+        if r.get("p_value_worse") is not None and not pd.isna(r["p_value_worse"]):
+            out[f"p_value_worse_{metric}"] = round(float(r["p_value_worse"]), 5)
     return out
 
 
 def gate_decision(production: pd.DataFrame, candidate: pd.DataFrame, settings: GateSettings | None = None) -> GateResult:
-    """Both tables: one row per question (`qid` + metric columns), as rag.evaluation.metrics.evaluate_run returns."""
+    """Both tables: one row per question (`qid` + metric columns), as rag.evaluation.metrics.evaluate_run returns.
+
+    Two verdicts from the same per-question scores: `better` (each metric significantly higher, recall kept) and
+    `not_worse` (no metric significantly lower nor lower by more than max_drop, recall kept); settings.criterion
+    picks the one that sets `passed`."""
     settings = settings or GateSettings()
     prod = production.set_index("qid")
     cand = candidate.set_index("qid").reindex(prod.index)
     if cand.isna().any().any():
         raise ValueError("the candidate was not scored on the same questions as production")
-    rows, reasons = [], []
+    rows, better_reasons, worse_reasons = [], [], []
     for metric in settings.metrics:
-        p = paired_p_value(cand[metric].to_numpy(), prod[metric].to_numpy(), test=settings.test,
-                           resamples=settings.resamples, seed=settings.seed)
+        c, p_ = cand[metric].to_numpy(), prod[metric].to_numpy()
+        kw = {"test": settings.test, "resamples": settings.resamples, "seed": settings.seed}
+        p = paired_p_value(c, p_, **kw)
+        p_worse = paired_p_value(p_, c, **kw)  # one-sided: production higher
         delta = float(cand[metric].mean() - prod[metric].mean())
         ok = delta > 0 and p < settings.p_value
+        not_worse = not (delta < 0 and p_worse < settings.p_value) and delta >= -settings.max_drop
         if not ok:
-            reasons.append(f"{metric}: {delta:+.4f} (p={p:.4f}) is not a significant improvement at p<{settings.p_value}")
+            better_reasons.append(f"{metric}: {delta:+.4f} (p={p:.4f}) is not a significant improvement at p<{settings.p_value}")
+        if not not_worse:
+            worse_reasons.append(f"{metric}: {delta:+.4f} is worse (p={p_worse:.4f} that production is better; at most "
+                                 f"{settings.max_drop} lower and not significantly at p<{settings.p_value})")
         rows.append({"metric": metric, "production": float(prod[metric].mean()), "candidate": float(cand[metric].mean()),
-                     "delta": delta, "p_value": p, "required": f"> 0, p < {settings.p_value}", "ok": ok})
+                     "delta": delta, "p_value": p, "p_value_worse": p_worse, "required": f"> 0, p < {settings.p_value}",
+                     "ok": ok, "not_worse": not_worse})
     recall = settings.recall_metric
     delta = float(cand[recall].mean() - prod[recall].mean())
     ok = delta >= -settings.recall_tolerance
     if not ok:
-        reasons.append(f"{recall} dropped by {-delta:.4f} (tolerance {settings.recall_tolerance})")
+        reason = f"{recall} dropped by {-delta:.4f} (tolerance {settings.recall_tolerance})"
+        better_reasons.append(reason)
+        worse_reasons.append(reason)
     rows.append({"metric": recall, "production": float(prod[recall].mean()), "candidate": float(cand[recall].mean()),
-                 "delta": delta, "p_value": None, "required": f">= -{settings.recall_tolerance}", "ok": ok})
+                 "delta": delta, "p_value": None, "p_value_worse": None, "required": f">= -{settings.recall_tolerance}",
+                 "ok": ok, "not_worse": ok})
     table = pd.DataFrame(rows)
-    return GateResult(bool(table["ok"].all()), table, reasons, len(prod))
+    better, not_worse = bool(table["ok"].all()), bool(table["not_worse"].all())
+    why_not = {"better": better_reasons, "not_worse": worse_reasons}
+    decided = not_worse if settings.criterion == "not_worse" else better
+    return GateResult(decided, table, list(why_not[settings.criterion]), len(prod), criterion=settings.criterion,
+                      better=better, not_worse=not_worse, why_not=why_not)
 
 
 def gate_metrics(settings: GateSettings) -> list[str]:

@@ -170,7 +170,7 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
         current = load_reranker(production.name, registry=registry) if production is not None else None
         result = reranker_gate(first, current, load_reranker(candidate.name, registry=registry), gate, settings)
     if kind == "embedder" and gate is not None and copied * 2 > len(gate) and not settings.trust_copied_questions_for_embedders:
-        result.passed = False
+        result.passed = result.better = result.not_worse = False
         result.reasons.append(f"{copied} of {len(gate)} gate questions were copied word for word from the documents: they "
                               "cannot vouch for an embedder (on SciFact such a model gained on them and lost on real questions); "
                               "promotion needs held-out user questions (feedback), LLM-written questions, or "
@@ -201,10 +201,16 @@ def _label(kind: Kind, production: ModelVersion | None) -> str:
     return "minilm (base, implicit v0)" if kind == "embedder" else "no reranker (hybrid order, implicit v0)"
 
 
-def promotion_refusal(kind: Kind, registry: ModelRegistry, candidate: ModelVersion) -> str | None:
+Need = Literal["better", "not_worse"]
+
+
+def promotion_refusal(kind: Kind, registry: ModelRegistry, candidate: ModelVersion, need: Need = "better") -> str | None:
     """Why the candidate may not replace production now, or None when its manifest holds a passing gate verdict
     computed for this very version against the version that is production now (a verdict against an older
-    production says nothing about beating the current one)."""
+    production says nothing about beating the current one).
+
+    `need`: "better" (direct promotion: the gate found it significantly better), or "not_worse" (starting a canary,
+    and promoting one whose online test showed it better: the gate found it no worse)."""
     current = registry.resolve(kind, candidate.version)  # the manifest on disk: the gate may have run after `candidate` was read
     if current is None:
         return f"{candidate.version} is not registered under {registry.root}"
@@ -218,15 +224,23 @@ def promotion_refusal(kind: Kind, registry: ModelRegistry, candidate: ModelVersi
     if gate["production_version"] != now:
         return (f"it was gated against {gate['production_version'] or 'the implicit v0'} ({gate.get('gated_at', '?')}), "
                 f"but production is now {_label(kind, production)}")
-    if gate.get("passed") is not True:
+    criterion = gate.get("criterion", "better")  # verdicts recorded before the criterion existed were "better"
+    verdict = gate.get(need, gate.get("passed") is True and criterion == need)
+    if need == "not_worse" and gate.get("passed") is True and criterion == "better":
+        verdict = True  # significantly better implies not worse
+    if verdict is not True:
+        if need == "better" and gate.get("not_worse") is True:
+            return (f"the gate found it no worse than {_label(kind, production)} but not significantly better "
+                    f"({gate.get('better_reasons') or gate.get('reasons', 'no reason recorded')}): only a canary's online "
+                    "test can promote it (promotion policy 'canary')")
         return f"the gate rejected it against {_label(kind, production)}: {gate.get('reasons', 'no reason recorded')}"
     return None
 
 
-def check_promotable(kind: Kind, registry: ModelRegistry, candidate: ModelVersion) -> None:
+def check_promotable(kind: Kind, registry: ModelRegistry, candidate: ModelVersion, need: Need = "better") -> None:
     """Raise PromotionRefused (saying what to run) unless promotion_refusal finds nothing. Call it before any side
     effect: a refused promotion must leave aliases and collections exactly as they were."""
-    why = promotion_refusal(kind, registry, candidate)
+    why = promotion_refusal(kind, registry, candidate, need)
     if why is not None:
         raise _refused(kind, candidate, why)
 
@@ -267,16 +281,18 @@ def build_collections(embedder: ModelVersion, *, tables: TableStore, client, str
 
 def promote(kind: Kind, registry: ModelRegistry, candidate: ModelVersion, *, tables: TableStore | None = None,
             client=None, strategies: list[str] = (), distance: str = "cosine", log: Log = print,
-            force_reason: str | None = None) -> dict:
+            force_reason: str | None = None, online_evidence: str | None = None) -> dict:
     """Move `production` to the candidate, only when its gate passed against the current production (else
     PromotionRefused, before anything changes). For an embedder, first make sure every chunk set has a complete
     collection of the new model (incremental: nothing is embedded twice), then move the registry alias, then
     swap each strategy's serving alias `<strategy>__production` onto that collection in one Qdrant request.
 
     `force_reason`: an operator's deliberate bypass of the gate (deploying a base model, a rollback); it is
-    logged and recorded in the candidate's manifest (`promotion`: forced, force_reason, gate_refusal)."""
+    logged and recorded in the candidate's manifest (`promotion`: forced, force_reason, gate_refusal).
+    `online_evidence`: a canary's verdict that the candidate is better on live traffic; the gate then needs only
+    to have found it no worse (its `not_worse` verdict against this production), and the evidence is recorded."""
     previous = registry.resolve(kind, "production")
-    refusal = promotion_refusal(kind, registry, candidate)
+    refusal = promotion_refusal(kind, registry, candidate, "not_worse" if online_evidence else "better")
     if refusal is not None and not force_reason:
         raise _refused(kind, candidate, refusal)  # before any side effect: production stays exactly as it was
     if refusal is not None:
@@ -295,7 +311,8 @@ def promote(kind: Kind, registry: ModelRegistry, candidate: ModelVersion, *, tab
         point_alias_to(client, serving_alias(strategy), collection)
     if registry.aliases()[kind].get("candidate") == candidate.version:  # a rollback leaves a newer candidate alone
         registry.set_alias(kind, "candidate", None)
-    record = {"at": _now(), "previous_version": previous.version if previous else None, "forced": refusal is not None}
+    record = {"at": _now(), "previous_version": previous.version if previous else None, "forced": refusal is not None,
+              **({"online_evidence": online_evidence} if online_evidence else {})}
     if refusal is not None:
         record.update(force_reason=force_reason, gate_refusal=refusal)
     registry.update_metrics(kind, candidate.version, {"promotion": record})

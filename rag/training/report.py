@@ -27,4 +27,9 @@ def loss_curve(log_history: list[dict], title: str) -> bytes:
 
 def gate_table(result: GateResult) -> str:
     table = result.table.assign(p_value=result.table["p_value"].map(lambda v: "" if v is None or v != v else f"{v:.4f}"))
-    return markdown_table(table, ["metric", "production", "candidate", "delta", "p_value", "required", "ok"], digits=4)
+    if "p_value_worse" in table:
+        table = table.assign(p_value_worse=table["p_value_worse"].map(lambda v: "" if v is None or v != v else f"{v:.4f}"))
+    columns = ["metric", "production", "candidate", "delta", "p_value", "required", "ok"]
+    if "not_worse" in table:
+        columns += ["p_value_worse", "not_worse"]
+    return markdown_table(table, columns, digits=4)
