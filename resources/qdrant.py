@@ -14,7 +14,9 @@ class QdrantResource(ConfigurableResource):
     api_key: str | None = Field(default_factory=lambda: os.environ.get("QDRANT_API_KEY") or None)
     path: str | None = Field(default_factory=lambda: os.environ.get("RAG_QDRANT_PATH") or None,
                              description="local mode folder (default <data dir>/qdrant)")
-    distance: str = Field("cosine", description="dense distance for new collections: cosine | dot | l2")
+    distance: str = Field("cosine", description="dense distance for new collections: cosine | dot | l2 (searches "
+                          "report an l2 distance d as the similarity 1/(1+d), so min_score and hybrid-cc read it "
+                          "as higher = closer)")
 
     def settings(self) -> QdrantSettings:
         return QdrantSettings(url=self.url, api_key=self.api_key, path=self.path)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rag.store import atomic_write
+
 K1, B = 1.2, 0.75
 
 
@@ -81,20 +83,23 @@ class BM25Index:
 
     # --- persistence: <root>/<fingerprint>/ folders, <root>/CURRENT names the live one -----------------
     def save(self, root: Path) -> Path:
+        """Write this version durably, then swap CURRENT to it in one rename. The version CURRENT named
+        before stays on disk until the next save: a reader that read the old pointer a moment ago can
+        still load it. A crash at any point leaves CURRENT naming a complete version."""
         root.mkdir(parents=True, exist_ok=True)
         final = root / self.fingerprint
+        previous = self.current_fingerprint(root)
         if not final.exists():
             tmp = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
             if self.chunk_ids:  # bm25s cannot save an index of nothing
                 self._retriever.save(str(tmp / "bm25s"))
             (tmp / "chunk_ids.json").write_text(json.dumps(self.chunk_ids))
+            _fsync_tree(tmp)  # the files' contents are on disk before any name points at them
             os.replace(tmp, final)
-        pointer = root / ".CURRENT.tmp"
-        pointer.write_text(self.fingerprint)
-        os.replace(pointer, root / "CURRENT")
-        for old in root.iterdir():  # older versions and leftovers of crashed builds
-            if old.is_dir() and old.name != self.fingerprint:
-                shutil.rmtree(old, ignore_errors=True)
+            _fsync_dir(root)  # ... and so is the folder's new name, before CURRENT names it
+        atomic_write(root / "CURRENT", lambda fh: fh.write(self.fingerprint), mode="w")
+        _fsync_dir(root)
+        _drop_versions(root, keep={self.fingerprint, previous})
         return final
 
     @staticmethod
@@ -104,12 +109,50 @@ class BM25Index:
 
     @classmethod
     def load(cls, root: Path) -> BM25Index:
-        import bm25s
-
         fingerprint = cls.current_fingerprint(root)
         if fingerprint is None:
             raise FileNotFoundError(f"no BM25 index under {root}: build it first (materialize bm25_indexes or run `rag index`)")
+        try:
+            return cls.load_version(root, fingerprint)
+        except FileNotFoundError:
+            # Two saves passed between reading CURRENT and reading the folder: the pointer has moved on.
+            now = cls.current_fingerprint(root)
+            if now is None or now == fingerprint:
+                raise
+            return cls.load_version(root, now)
+
+    @classmethod
+    def load_version(cls, root: Path, fingerprint: str) -> BM25Index:
+        import bm25s
+
         folder = root / fingerprint
         chunk_ids = json.loads((folder / "chunk_ids.json").read_text())
         retriever = bm25s.BM25.load(str(folder / "bm25s")) if chunk_ids else bm25s.BM25(k1=K1, b=B)
         return cls(retriever, chunk_ids, fingerprint)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in sorted(folder.rglob("*"), reverse=True):  # files before the folders that name them
+        if path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+        else:
+            _fsync_dir(path)
+    _fsync_dir(folder)
+
+
+def _drop_versions(root: Path, keep: set[str | None]) -> None:
+    """Versions older than the previous one, and leftovers of crashed builds (.tmp-* folders and files)."""
+    for old in root.iterdir():
+        if old.name.startswith(".tmp-") and old.is_file():
+            old.unlink(missing_ok=True)
+        elif old.is_dir() and old.name not in keep:
+            shutil.rmtree(old, ignore_errors=True)

@@ -17,6 +17,7 @@ from rag.store import data_dir
 POINT_NAMESPACE = uuid.UUID("6f1c2a3e-5b7d-4e8f-9a0b-1c2d3e4f5a6b")
 DENSE = "dense"
 DISTANCES = ("cosine", "dot", "l2")
+_METRICS = {"cosine": "Cosine", "dot": "Dot", "l2": "Euclid"}  # our names -> qdrant_client.models.Distance values
 
 
 class QdrantLockedError(RuntimeError):
@@ -132,13 +133,20 @@ def point_alias_to(client, alias: str, collection: str) -> None:
     client.update_collection_aliases(change_aliases_operations=ops)
 
 
+def aliased_collections(client) -> set[str]:
+    """Every collection some alias points at: the (strategy, model) aliases and the serving aliases
+    `<strategy>__production` alike. Each is complete and may be serving searches right now."""
+    return {a.collection_name for a in client.get_aliases().aliases}
+
+
 def drop_unaliased(client, name: CollectionName) -> list[str]:
     """Delete collections of this (strategy, model) that no alias points at: old versions and
-    half-built leftovers of a crashed build."""
-    live = alias_target(client, name.alias)
+    half-built leftovers of a crashed build. A version the alias of this model has left may still be
+    what `<strategy>__production` (or a canary's alias) serves, so any alias target is kept."""
+    keep = aliased_collections(client)
     dropped = []
     for c in client.get_collections().collections:
-        if c.name.startswith(name.alias + "__") and c.name != live:
+        if c.name.startswith(name.alias + "__") and c.name not in keep:
             client.delete_collection(c.name)
             dropped.append(c.name)
     return dropped
@@ -147,12 +155,28 @@ def drop_unaliased(client, name: CollectionName) -> list[str]:
 def create_collection(client, collection: str, dim: int, distance: str) -> None:
     from qdrant_client import models
 
-    metric = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT, "l2": models.Distance.EUCLID}[distance]
+    metric = models.Distance(_METRICS[distance])
     client.create_collection(collection, vectors_config={DENSE: models.VectorParams(size=dim, distance=metric)})
     if not is_local(client):  # payload indexes serve filters on a server; local mode scans anyway
         for field, schema in (("doc_id", models.PayloadSchemaType.KEYWORD), ("page_start", models.PayloadSchemaType.INTEGER),
                               ("page_end", models.PayloadSchemaType.INTEGER)):
             client.create_payload_index(collection, field_name=field, field_schema=schema)
+
+
+def collection_distance(client, collection: str) -> str:
+    """The distance ("cosine" | "dot" | "l2") a collection, or the collection behind an alias, was built with."""
+    params = client.get_collection(alias_target(client, collection) or collection).config.params.vectors
+    metric = (params[DENSE] if isinstance(params, dict) else params).distance
+    return {v: k for k, v in _METRICS.items()}[getattr(metric, "value", metric)]
+
+
+def similarity(score: float, distance: str) -> float:
+    """A dense score as a similarity (higher = closer) whatever the distance, so fusion and `min_score` read
+    every collection alike. Cosine and dot scores already are similarities. For l2 Qdrant returns the
+    Euclidean distance d >= 0 (smaller = closer); 1 / (1 + d) is strictly decreasing in d, so the ranking is
+    kept, and lies in (0, 1] (1 = the query itself): `min_score` s keeps the points with d <= 1/s - 1. (-d
+    would keep the order too, but every threshold would be negative and unbounded.)"""
+    return 1.0 / (1.0 + score) if distance == "l2" else score
 
 
 def stored_hashes(client, collection: str) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """Bring indexes in line with a chunk set, touching only what changed.
 
-Dense: the live collection of (strategy, model) gets upserts for new/changed chunks and deletes for
-chunks that disappeared; a new model version (or distance) builds a fresh collection and swaps the
-alias when it is complete. BM25: rebuilt when the chunk set's fingerprint changed (seconds, no model).
+Dense: the live collection of (strategy, model) gets upserts for new/changed chunks, then deletes for
+chunks that disappeared (in that order, so a changed document stays findable throughout); a new model
+version (or distance) builds a fresh collection and swaps the alias when it is complete. BM25: rebuilt
+when the chunk set's fingerprint changed (seconds, no model).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from rag.index.qdrant import (
     DENSE,
     CollectionName,
     alias_target,
+    aliased_collections,
     create_collection,
     drop_unaliased,
     point_alias_to,
@@ -106,6 +108,26 @@ def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEm
     return embed_seconds
 
 
+def _sync_points(client, collection: str, chunks: pd.DataFrame, embedder: TextEmbedder,
+                 batch_size: int) -> tuple[int, int, int, float]:
+    """Upsert new and changed chunks, then delete the points of chunks that are gone: (added, updated,
+    deleted, embed seconds). In this order a live collection never lacks a document while it changes: its
+    new chunks are searchable before its old ones go (between the two, retrieval skips points whose chunk
+    the chunk set no longer has). Point ids are UUID5(chunk_id), so a changed chunk is overwritten in place."""
+    stored = stored_hashes(client, collection)
+    wanted = dict(zip(chunks["chunk_id"], chunks["content_hash"]))
+    stale = [cid for cid in stored if cid not in wanted]
+    changed = {cid for cid, h in wanted.items() if cid in stored and stored[cid] != h}
+    new = {cid for cid in wanted if cid not in stored}
+    todo = chunks[chunks["chunk_id"].isin(new | changed)].to_dict("records")
+    embed_seconds = _upsert_embedded(client, collection, todo, embedder, batch_size) if todo else 0.0
+    if stale:
+        from qdrant_client import models
+
+        client.delete(collection, points_selector=models.PointIdsList(points=[point_id(c) for c in stale]), wait=True)
+    return len(new), len(changed), len(stale), embed_seconds
+
+
 def sync_collection(
     client,
     chunks: pd.DataFrame,
@@ -121,29 +143,21 @@ def sync_collection(
     target = name.versioned(embedder.version, distance)
     live = alias_target(client, name.alias)
     run = IndexRun(collection=target, alias=name.alias)
-    if live != target or not client.collection_exists(target):
+    if client.collection_exists(target) and (target == live or target in aliased_collections(client)):
+        # Bring the complete collection up to date in place. One that another alias still points at (an older
+        # version `<strategy>__production` serves, kept by drop_unaliased) is reused, never rebuilt over.
+        run.added, run.updated, run.deleted, run.embed_seconds = _sync_points(client, target, chunks, embedder, batch_size)
+        if live != target:
+            point_alias_to(client, name.alias, target)
+    else:
         # New model version / distance, or first build: fill a fresh collection, then swap the alias.
         if client.collection_exists(target):
-            client.delete_collection(target)  # a half-built leftover: it never had the alias
+            client.delete_collection(target)  # a half-built leftover: no alias points at it
         create_collection(client, target, embedder.dim, distance)
         rows = chunks.to_dict("records")
         run.embed_seconds = _upsert_embedded(client, target, rows, embedder, batch_size)
         point_alias_to(client, name.alias, target)
         run.rebuilt, run.added = True, len(rows)
-    else:
-        stored = stored_hashes(client, target)
-        wanted = dict(zip(chunks["chunk_id"], chunks["content_hash"]))
-        stale = [cid for cid in stored if cid not in wanted]
-        changed = {cid for cid, h in wanted.items() if cid in stored and stored[cid] != h}
-        new = {cid for cid in wanted if cid not in stored}
-        if stale:
-            from qdrant_client import models
-
-            client.delete(target, points_selector=models.PointIdsList(points=[point_id(c) for c in stale]), wait=True)
-        todo = chunks[chunks["chunk_id"].isin(new | changed)].to_dict("records")
-        if todo:
-            run.embed_seconds = _upsert_embedded(client, target, todo, embedder, batch_size)
-        run.added, run.updated, run.deleted = len(new), len(changed), len(stale)
     run.dropped_collections = drop_unaliased(client, name)
     run.points = client.count(name.alias, exact=True).count
     run.seconds = time.perf_counter() - started

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rag.embedding import TextEmbedder
 from rag.index.bm25 import BM25Index
-from rag.index.qdrant import DENSE, point_id
+from rag.index.qdrant import DENSE, collection_distance, point_id, similarity
 from rag.retrieval.fusion import convex_combination, reciprocal_rank_fusion
 from rag.retrieval.mmr import mmr
 
@@ -74,6 +74,9 @@ class Index:
     embedder: TextEmbedder | None
     # Query vectors by text: hybrid modes, MMR and evaluations over several modes ask for the same query again.
     _query_vectors: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    # The dense collection's distance, read once per Index (one request), like the weights checked at open time:
+    # a collection's distance never changes; only a new collection swapped in behind the alias brings another.
+    _distance: str | None = field(default=None, repr=False)
 
     def query_vector(self, query: str) -> np.ndarray:
         if query not in self._query_vectors:
@@ -81,6 +84,11 @@ class Index:
                 self._query_vectors.clear()
             self._query_vectors[query] = self.embedder.encode_queries([query])[0]
         return self._query_vectors[query]
+
+    def dense_distance(self) -> str:
+        if self._distance is None:
+            self._distance = collection_distance(self.client, self.alias)
+        return self._distance
 
     def record(self, chunk_id: str) -> dict:
         return {"chunk_id": chunk_id, **self.chunks.loc[chunk_id].to_dict()}
@@ -133,7 +141,9 @@ def dense_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> li
     vector = index.query_vector(query)
     points = index.client.query_points(index.alias, query=vector.tolist(), using=DENSE, limit=depth,
                                        query_filter=_qdrant_filter(flt), with_payload=["chunk_id"]).points
-    return [(p.payload["chunk_id"], float(p.score)) for p in points]
+    # Similarities for every distance (l2 scores are distances): hybrid-cc and min_score expect higher = better.
+    distance = index.dense_distance()
+    return [(p.payload["chunk_id"], similarity(float(p.score), distance)) for p in points]
 
 
 class Ranking(list):
