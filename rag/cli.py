@@ -68,6 +68,11 @@ def add_library_commands(sub: argparse._SubParsersAction) -> None:
 
     add_models_command(sub)
 
+    # Retrain and the feedback export from the command line (rag/registry/cli.py)
+    from rag.registry.cli import add_loop_commands
+
+    add_loop_commands(sub)
+
     # Configuration search (rag/search/cli.py)
     from rag.search.cli import add_search_command
 

@@ -11,8 +11,12 @@ import json
 
 
 def add_models_command(sub) -> None:
-    m = sub.add_parser("models", help="trained models: gradual rollout (canary) of a gated candidate")
+    m = sub.add_parser("models", help="trained models: list, show, promote, rollback; gradual rollout (canary) of a "
+                       "gated candidate")
     msub = m.add_subparsers(dest="models_command", required=True)
+    from rag.registry.cli import add_registry_commands  # list, show, promote, rollback
+
+    add_registry_commands(msub)
     r = msub.add_parser("rollout", help="canary state of the embedder and the reranker: status | start | rollback")
     rsub = r.add_subparsers(dest="rollout_command", required=True)
 

@@ -1,0 +1,419 @@
+"""Trained models and the feedback loop from the command line, through the same code the Dagster jobs run:
+
+    rag models list [--kind K] [--json]           every version: stage, created, gate verdict, key metrics
+    rag models show VERSION [--kind K] [--json]   its manifest, gate verdict, metrics and training arguments
+    rag models promote VERSION [--kind K]         rag.rollout.store.release (policy "direct"): the enforced gate
+    rag models rollback [--kind K] [--reason R]   back to the previous production, logged (rag.rollout.store)
+    rag retrain [--print-command] [--no-feedback] retrain_job, with the run request the feedback sensors build
+    rag feedback export [OUT_DIR] [--json]        the feedback store's RAG-Dataset (BEIR folder) and its counts
+
+Every command that changes something prints what changed (aliases, registered versions, rollout stage)."""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from rag.registry import ALIASES, KINDS, NAME_PREFIX, ModelRegistry, ModelVersion, RegistryError
+
+DEFAULT_REASON = "operator rollback from the command line (rag models rollback)"
+
+
+def add_registry_commands(msub) -> None:
+    """`list`, `show`, `promote` and `rollback` under `rag models` (rag.rollout.cli.add_models_command)."""
+    ls = msub.add_parser("list", help="every registered version of each kind: stage, created, gate verdict, key metrics")
+    ls.add_argument("--kind", choices=KINDS, help="only this kind (default: embedder and reranker)")
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_list)
+
+    sh = msub.add_parser("show", help="one version: manifest, gate verdict, metrics, training arguments")
+    sh.add_argument("version", help="v3, a served name (ft-minilm-v3, ce-ltr-v2), production or candidate")
+    sh.add_argument("--kind", choices=KINDS, help="default: from the name's prefix (ft-: embedder, ce-: reranker), "
+                    "else embedder")
+    sh.add_argument("--json", action="store_true")
+    sh.set_defaults(func=cmd_show)
+
+    pr = msub.add_parser("promote", help="make a version production: refused without a passing gate verdict against "
+                         "today's production, while a canary runs, and under the 'canary' promotion policy",
+                         description="The same release step as production_embedder / production_reranker under the "
+                         "'direct' policy: gate verdict re-checked, an embedder's collections built for every chunk "
+                         "set, registry alias and serving aliases swapped. Under the 'canary' policy (rollout "
+                         "resource, RAG_PROMOTION_POLICY) it refuses and names the canary to start instead.")
+    pr.add_argument("version", help="v3, a served name (ft-minilm-v3) or candidate")
+    pr.add_argument("--kind", choices=KINDS, help="default: from the name's prefix, else embedder")
+    pr.add_argument("--distance", default="cosine", help="dense distance of new collections (as the index was built)")
+    pr.set_defaults(func=cmd_promote)
+
+    rb = msub.add_parser("rollback", help="back to the previous production (or stop the running canary), logged",
+                         description="A running canary of the kind stops (production never moved). Otherwise production "
+                         "goes back to the version it replaced (its manifest's metrics.promotion.previous_version), "
+                         "through rag.rollout.store.roll_back_rollout: registry and serving aliases swapped back, "
+                         "recorded in the manifest (metrics.reverted) and models/rollout/log.jsonl.")
+    rb.add_argument("--kind", default="embedder", choices=KINDS)
+    rb.add_argument("--reason", default=DEFAULT_REASON, help="why: logged and recorded in the manifest")
+    rb.add_argument("--distance", default="cosine", help="dense distance, when a reverted production's collection "
+                    "must be brought up to date")
+    rb.set_defaults(func=cmd_rollback)
+
+
+def add_loop_commands(sub) -> None:
+    """`rag retrain` and `rag feedback export` (rag.cli.add_library_commands)."""
+    rt = sub.add_parser(
+        "retrain", help="run retrain_job (fine-tune → gate → release) as the feedback sensors request it",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Launch retrain_job, the job feedback_volume_sensor, drift_sensor and weekly_retrain request:\n"
+        "the feedback store is exported first (a versioned RAG-Dataset under <data dir>/feedback_dataset/) and\n"
+        "handed to finetuned_embedder and trained_reranker, so users' ratings become positives and hard negatives.\n"
+        "Each candidate is gated against production; what passes is released by the rollout resource's policy\n"
+        "(RAG_PROMOTION_POLICY: 'direct' promotes, 'canary' starts a canary). Refused while a canary runs.\n\n"
+        "Default: the run executes in this process (execute_in_process with the repository's Definitions and\n"
+        "resources) on the Dagster instance under $DAGSTER_HOME (default <data dir>/dagster), so `dagster dev`\n"
+        "shows it; the aliases and versions it changed are printed at the end. Training takes minutes.\n"
+        "--print-command: export the dataset, then print the `dagster job launch` line that launches the same\n"
+        "run on a running Dagster deployment instead (nothing is trained).")
+    rt.add_argument("--print-command", action="store_true", help="print the `dagster job launch` line; do not run")
+    rt.add_argument("--no-feedback", action="store_true", help="train on the QA set only (no feedback export)")
+    rt.set_defaults(func=cmd_retrain)
+
+    fb = sub.add_parser("feedback", help="the feedback store: export")
+    fsub = fb.add_subparsers(dest="feedback_command", required=True)
+    ex = fsub.add_parser("export", help="write the feedback store as a BEIR-compatible RAG-Dataset and print its counts",
+                         description="corpus.jsonl, queries.jsonl, qrels/train.tsv (a BEIR folder: rag eval-beir reads "
+                         "it) plus answers.jsonl, ±1 chunk/document/answer qrels, feedback.jsonl and stats.json.")
+    ex.add_argument("out_dir", nargs="?", type=Path, help="folder to write; default: the versioned export the retrain "
+                    "sensors use, <data dir>/feedback_dataset/hw-<high-water mark>")
+    ex.add_argument("--db", help="SQLAlchemy URL of the store (default: FEEDBACK_DB_URL, else <data dir>/feedback.sqlite)")
+    ex.add_argument("--json", action="store_true", help="print stats.json")
+    ex.set_defaults(func=cmd_feedback_export)
+
+
+# --- reading the registry ----------------------------------------------------------------------------------------
+def _registry() -> ModelRegistry:
+    from rag.rollout.cli import _registry as registry
+
+    return registry()
+
+
+def _name(registry: ModelRegistry, kind: str, version: str | None) -> str:
+    from rag.rollout.store import name_of
+
+    return name_of(registry, kind, version)
+
+
+def stages(registry: ModelRegistry, mv: ModelVersion) -> list[str]:
+    """Where a version stands: production, candidate, canary (serving its share now), rolled back (by a canary's
+    decision or an operator's revert), retired (was production once)."""
+    from rag.rollout.store import read_state
+
+    aliases = registry.aliases()[mv.kind]
+    state = read_state(registry, mv.kind)
+    out = [alias for alias in ALIASES if aliases.get(alias) == mv.version]
+    if state is not None and state.stage == "canary" and state.candidate_version == mv.version:
+        out.append("canary")
+    canary = mv.metrics.get("canary")
+    if "production" not in out and ("reverted" in mv.metrics or (isinstance(canary, dict) and canary.get("decision") == "rollback")):
+        out.append("rolled back")
+    elif "production" not in out and "promotion" in mv.metrics:
+        out.append("retired")
+    return out
+
+
+def gate_summary(registry: ModelRegistry, mv: ModelVersion) -> str:
+    """"passed vs ft-minilm-v1", "rejected vs ..." (with "stale" when production moved since), or "not gated"."""
+    gate = mv.metrics.get("gate")
+    if not isinstance(gate, dict) or "passed" not in gate:
+        return "not gated"
+    against = gate.get("against") or _name(registry, mv.kind, gate.get("production_version"))
+    out = f"{'passed' if gate['passed'] is True else 'rejected'} vs {against}"
+    production = registry.resolve(mv.kind, "production")
+    now = production.version if production else None
+    if "production_version" in gate and gate["production_version"] != now and now != mv.version:
+        out += f" (stale: production is now {_name(registry, mv.kind, now)})"
+    return out
+
+
+def key_metrics(mv: ModelVersion) -> str:
+    """The gate's first metric: candidate score, delta against production and p-value (else the selection metrics)."""
+    gate = mv.metrics.get("gate") if isinstance(mv.metrics.get("gate"), dict) else {}
+    metrics = (gate.get("settings") or {}).get("metrics") or ["ndcg@10", "mrr@10"]
+    shown = []
+    for metric in metrics:
+        if f"candidate_{metric}" in gate:
+            p = gate.get(f"p_value_{metric}")
+            shown.append(f"{metric} {gate[f'candidate_{metric}']:.4f} ({gate.get(f'delta_{metric}', 0):+.4f}"
+                         + (f", p={p:.4g})" if p is not None else ")"))
+    if not shown:
+        selection = mv.metrics.get("dev_selection") or {}
+        shown = [f"{k} {v:.4f}" for k, v in list(selection.items())[:2] if isinstance(v, (int, float))]
+    return ", ".join(shown)
+
+
+def version_row(registry: ModelRegistry, mv: ModelVersion) -> dict:
+    return {"kind": mv.kind, "version": mv.version, "name": mv.name, "stages": stages(registry, mv),
+            "created_at": mv.created_at, "gate": gate_summary(registry, mv), "key_metrics": key_metrics(mv)}
+
+
+def _target(registry: ModelRegistry, args: argparse.Namespace) -> ModelVersion:
+    """The version a command names, with its kind from --kind or the name's prefix (ft-/ce-)."""
+    prefix = args.version.split("-", 1)[0]
+    implied = next((kind for kind, p in NAME_PREFIX.items() if p == prefix and "-" in args.version), None)
+    if args.kind and implied and args.kind != implied:
+        raise RegistryError(f"{args.version} names a {implied}, not a {args.kind}: drop --kind or name a {args.kind}")
+    kind = args.kind or implied or "embedder"
+    mv = registry.resolve(kind, args.version)
+    if mv is None:
+        known = ", ".join(registry.names(kind)) or "none registered"
+        raise RegistryError(f"no {kind} {args.version!r} in the registry under {registry.root} ({kind} versions: {known}); "
+                            "list them with `rag models list`")
+    return mv
+
+
+# --- what changed ------------------------------------------------------------------------------------------------
+def snapshot(registry: ModelRegistry) -> dict:
+    """The registry state a mutation can change: aliases, registered versions and the latest rollout per kind."""
+    from rag.rollout.store import read_state
+
+    aliases = registry.aliases()
+    out = {}
+    for kind in KINDS:
+        state = read_state(registry, kind)
+        out[kind] = {**{alias: aliases[kind].get(alias) for alias in ALIASES},
+                     "versions": [mv.version for mv in registry.versions(kind)],
+                     "rollout": (state.candidate_version, state.stage) if state else None}
+    return out
+
+
+def changes(registry: ModelRegistry, before: dict, after: dict) -> list[str]:
+    lines = []
+    for kind in KINDS:
+        b, a = before[kind], after[kind]
+        for version in a["versions"]:
+            if version not in b["versions"]:
+                mv = registry.resolve(kind, version)
+                lines.append(f"{kind}: registered {mv.name} (gate: {gate_summary(registry, mv)})")
+        for alias in ALIASES:
+            if b[alias] != a[alias]:
+                label = (lambda v: _name(registry, kind, v)) if alias == "production" else (
+                    lambda v: _name(registry, kind, v) if v else "-")
+                lines.append(f"{kind} {alias}: {label(b[alias])} → {label(a[alias])}")
+        if b["rollout"] != a["rollout"] and a["rollout"] is not None:
+            version, stage = a["rollout"]
+            was = b["rollout"][1] if b["rollout"] and b["rollout"][0] == version else "none"
+            lines.append(f"{kind} rollout of {_name(registry, kind, version)}: {was} → {stage}")
+    return lines
+
+
+def _print_changes(registry: ModelRegistry, before: dict) -> None:
+    lines = changes(registry, before, snapshot(registry))
+    print("changed:" if lines else "nothing changed")
+    for line in lines:
+        print(f"  {line}")
+
+
+# --- commands ----------------------------------------------------------------------------------------------------
+def cmd_list(args: argparse.Namespace) -> int:
+    registry = _registry()
+    kinds = [args.kind] if args.kind else list(KINDS)
+    out = {kind: [version_row(registry, mv) for mv in registry.versions(kind)] for kind in kinds}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    for kind in kinds:
+        aliases = registry.aliases()[kind]
+        print(f"{kind}: production {_name(registry, kind, aliases.get('production'))}, candidate "
+              f"{_name(registry, kind, aliases['candidate']) if aliases.get('candidate') else '-'}")
+        if not out[kind]:
+            print("  no versions registered (retrain_job / `rag retrain` trains one)")
+        for row in out[kind]:
+            print(f"  {row['version']:4s} {row['name']:18s} {', '.join(row['stages']) or '-':22s} {row['created_at']:25s} "
+                  f"gate: {row['gate']}" + (f"; {row['key_metrics']}" if row["key_metrics"] else ""))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from rag.training.pipeline import promotion_refusal
+
+    registry = _registry()
+    mv = _target(registry, args)
+    manifest = mv.manifest()
+    row = version_row(registry, mv)
+    refusal = None if "production" in row["stages"] else promotion_refusal(mv.kind, registry, mv)
+    training = {k: manifest.get(k) for k in ("base_model", "family", "parent_version", "training_data_hash",
+                                             "qa_set_version", "strategy", "seed", "hyperparameters")}
+    out = {**row, "path": str(mv.path), "promotable": "production" not in row["stages"] and refusal is None,
+           "promotion_refusal": refusal, "gate_verdict": mv.metrics.get("gate"),
+           "metrics": {k: v for k, v in mv.metrics.items() if k != "gate"}, "training": training, "manifest": manifest}
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    print(f"{mv.kind} {mv.name} ({mv.version}): {', '.join(row['stages']) or 'registered'}; created {mv.created_at}")
+    print(f"  path: {mv.path}")
+    print(f"  gate: {row['gate']}" + (f"; {row['key_metrics']}" if row["key_metrics"] else ""))
+    if isinstance(out["gate_verdict"], dict):
+        print(f"  gate reasons: {out['gate_verdict'].get('reasons', '-')}")
+    if "production" not in row["stages"]:
+        print("  promotable now" if refusal is None else f"  not promotable now: {refusal}")
+    print("  training:")
+    for key, value in training.items():
+        print(f"    {key}: {json.dumps(value, default=str) if isinstance(value, (dict, list)) else value}")
+    print("  metrics:")
+    for key, value in out["metrics"].items():
+        print(f"    {key}: {json.dumps(value, default=str)}")
+    if isinstance(out["gate_verdict"], dict):
+        print(f"    gate: {json.dumps(out['gate_verdict'], default=str)}")
+    return 0
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    from rag.rollout.cli import _promote_args
+    from rag.rollout.store import release
+    from rag.training.pipeline import promotion_refusal
+    from resources.rollout import Rollout
+
+    registry = _registry()
+    mv = _target(registry, args)
+    production = registry.resolve(mv.kind, "production")
+    if production is not None and production.version == mv.version:
+        raise RegistryError(f"{mv.kind} {mv.name} is already production: nothing to promote")
+    policy = Rollout().promotion  # the policy production_embedder / production_reranker release under
+    if policy == "canary":
+        refusal = promotion_refusal(mv.kind, registry, mv)
+        raise RegistryError(
+            f"refusing to promote {mv.kind} {mv.name} directly: the promotion policy is 'canary' (rollout resource, "
+            "RAG_PROMOTION_POLICY), so a gated candidate replaces production only by winning a canary. Start one: "
+            f"`rag models rollout start --kind {mv.kind} --candidate {mv.version}`"
+            + (f" (it will be refused too: {refusal})" if refusal else "") + ". Production is unchanged.")
+    before = snapshot(registry)
+    outcome = release(mv.kind, registry, mv, policy="direct", promote_args=_promote_args(args.distance))
+    print(f"{mv.kind}: {outcome['summary']} (gate: {gate_summary(registry, registry.resolve(mv.kind, mv.version))})")
+    _print_changes(registry, before)
+    return 0
+
+
+def roll_back_production(kind: str, registry: ModelRegistry, reason: str, *, promote_args=None, log=print):
+    """Production back to the version it replaced, or a running canary stopped, through
+    rag.rollout.store.roll_back_rollout. A production that was promoted directly (retrain_job under the 'direct'
+    policy, `rag models promote`) has no rollout behind it: its promotion (from its manifest's metrics.promotion) is
+    first logged as a finished rollout, then reverted like a canary's promotion."""
+    from rag.rollout.state import IllegalTransition, RolloutState
+    from rag.rollout.store import _locked, _write, read_state, roll_back_rollout
+
+    with _locked(registry):
+        state = read_state(registry, kind)
+        production = registry.resolve(kind, "production")
+        covered = state is not None and (state.stage == "canary" or (
+            state.stage == "production" and production is not None and production.version == state.candidate_version))
+        if not covered:
+            if production is None:
+                raise IllegalTransition(f"nothing to roll back for {kind}: no version is production "
+                                        f"({_name(registry, kind, None)} serves)")
+            promotion = production.metrics.get("promotion")
+            if not isinstance(promotion, dict) or "previous_version" not in promotion:
+                raise IllegalTransition(f"{kind} {production.name} has no promotion record in its manifest (its alias was "
+                                        "set by hand?): the production before it is unknown; promote the one you want "
+                                        f"with `rag models promote VERSION --kind {kind}`")
+            if str(promotion.get("force_reason") or "").startswith("rollback of "):
+                raise IllegalTransition(f"{kind} {production.name} is production because of a rollback "
+                                        f"({promotion['force_reason']}): rolling back again would restore the version that "
+                                        "was rolled back. Promote the version you want instead")
+            previous = promotion["previous_version"]
+            at = datetime.fromisoformat(promotion["at"]) if promotion.get("at") else None
+            promoted = RolloutState(stage="production", candidate_version=production.version, production_version=previous,
+                                    decided_at=at, reason=f"promoted directly ({'forced: ' + promotion['force_reason'] if promotion.get('force_reason') else 'gate passed'}), "
+                                    "without a canary")
+            _write(registry, kind, None, promoted, "direct-promotion", log)
+    return roll_back_rollout(kind, registry, reason, promote_args=promote_args, log=log)
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    from rag.rollout.cli import _promote_args
+
+    registry = _registry()
+    before = snapshot(registry)
+    roll_back_production(args.kind, registry, args.reason, promote_args=_promote_args(args.distance))
+    _print_changes(registry, before)
+    return 0
+
+
+def _retrain_request(no_feedback: bool):
+    """(run_config, tags) as feedback_volume_sensor builds them (sensors.feedback.retrain_request), or without the
+    feedback dataset; refused while a canary runs, as the sensors wait then."""
+    from resources.feedback import FeedbackLoop
+    from sensors.feedback import TRAINING_ASSETS, canary_running, retrain_request
+
+    loop = FeedbackLoop()
+    waiting = canary_running(loop)
+    if waiting:
+        raise ValueError(f"not retraining: {waiting}. Roll it back first (`rag models rollout rollback`) or wait")
+    if no_feedback:
+        config = {"ops": {name: {"config": dict(loop.retrain_run_config)} for name in TRAINING_ASSETS}}
+        return (config if loop.retrain_run_config else {}), {"trigger": "cli"}
+    store = loop.store()
+    try:
+        request, _ = retrain_request(loop, store, reason="cli", run_key=None)
+    finally:
+        store.close()
+    folder = Path(request.run_config["ops"][TRAINING_ASSETS[0]]["config"]["feedback_dataset"])
+    stats = json.loads((folder / "stats.json").read_text())
+    print(f"exported the feedback dataset to {folder} ({stats['queries']} queries, {stats['feedback_events']} feedback "
+          f"events, version {stats['version']})", file=sys.stderr)
+    return request.run_config, request.tags
+
+
+def cmd_retrain(args: argparse.Namespace) -> int:
+    from orchestration.cli import _instance
+    from orchestration.training import retrain_job
+
+    run_config, tags = _retrain_request(args.no_feedback)
+    instance = _instance()  # sets DAGSTER_HOME (default <data dir>/dagster) for the printed command too
+    if args.print_command:
+        import os
+
+        workspace = Path(__file__).resolve().parents[2] / "workspace.yaml"
+        command = ["dagster", "job", "launch", "-w", str(workspace), "-j", retrain_job.name]
+        if run_config:
+            command += ["--config-json", json.dumps(run_config, sort_keys=True)]
+        command += ["--tags", json.dumps(tags, sort_keys=True)]
+        print(f"DAGSTER_HOME={shlex.quote(os.environ['DAGSTER_HOME'])} {shlex.join(command)}")
+        return 0
+    from orchestration.definitions import defs
+    from sensors.feedback import active_retrain
+
+    running = active_retrain(instance)
+    if running:
+        raise ValueError(f"not retraining: retrain run {running} is in progress")
+    registry = _registry()
+    before = snapshot(registry)
+    result = defs.resolve_job_def(retrain_job.name).execute_in_process(instance=instance, run_config=run_config, tags=tags,
+                                                                        raise_on_error=False)
+    print(f"{retrain_job.name} run {result.run_id}: {'succeeded' if result.success else 'FAILED (see its logs in dagster dev)'}")
+    _print_changes(registry, before)
+    return 0 if result.success else 1
+
+
+def cmd_feedback_export(args: argparse.Namespace) -> int:
+    from rag.feedback import FeedbackStore, default_url, export_rag_dataset, export_versioned
+    from rag.store import data_dir
+
+    url = args.db or default_url(data_dir())
+    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+        raise FileNotFoundError(f"no feedback store at {url.removeprefix('sqlite:///')}: nothing to export (`rag serve` "
+                                "collects feedback; --db or FEEDBACK_DB_URL names another store)")
+    store = FeedbackStore(url)
+    try:
+        folder = export_rag_dataset(store, args.out_dir) if args.out_dir else export_versioned(store, data_dir())
+    finally:
+        store.close()
+    stats = json.loads((folder / "stats.json").read_text())
+    if args.json:
+        print(json.dumps({"path": str(folder), **stats}, indent=2))
+        return 0
+    print(f"exported the feedback store to {folder} (version {stats['version']}, high-water mark {stats['high_water_mark']})")
+    print(f"  {stats['queries']} queries, {stats['passages']} passages, {stats['answers']} answers, "
+          f"{stats['feedback_events']} feedback events")
+    print(f"  chunk qrels +{stats['chunk_qrels_positive']} / -{stats['chunk_qrels_negative']}, answer qrels "
+          f"+{stats['answer_qrels_positive']} / -{stats['answer_qrels_negative']}, {stats['document_qrels']} document qrels")
+    return 0
