@@ -13,7 +13,7 @@ export DAGSTER_DISABLE_TELEMETRY ?= 1
 export RAG_DATA_DIR ?= $(CURDIR)/data
 export DAGSTER_HOME ?= $(RAG_DATA_DIR)/dagster
 
-.PHONY: install demo test test-all dev validate bench bench-quick bench-training bench-training-quick clean browser
+.PHONY: install demo test test-all dev validate bench bench-quick bench-training bench-training-quick clean browser ocr
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,18 +33,27 @@ $(STAMP): $(PY) requirements.txt setup.py
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) ocr
 
 demo: install
 	$(VENV)/bin/rag demo
 
+# $(call apt_install,PACKAGES,WHAT IS MISSED WITHOUT THEM): Debian packages as root or through sudo; a note when
+# neither is possible or apt fails (no commas inside the arguments).
+apt_install = if [ "$$(id -u)" = 0 ]; then AS=; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then AS=sudo; else AS=none; fi; \
+	  if [ "$$AS" = none ]; then echo "note: $(1) is missing and there is no root/sudo: $(2) (apt-get install $(1))"; \
+	  else $$AS apt-get install -y -qq $(1) >/dev/null 2>&1 || { $$AS apt-get update -qq && $$AS apt-get install -y -qq $(1) >/dev/null; } \
+	    || echo "note: installing Debian's $(1) failed: $(2)"; fi
+
 # The web page's test drives Debian's chromium through Playwright (no `playwright install` download).
 browser:
-	@[ -x /usr/bin/chromium ] || { \
-	  if [ "$$(id -u)" = 0 ]; then AS=; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then AS=sudo; else AS=none; fi; \
-	  if [ "$$AS" = none ]; then echo "note: /usr/bin/chromium is missing and there is no root/sudo: tests/test_web_ui.py will be skipped (apt-get install chromium)"; \
-	  else $$AS apt-get install -y -qq chromium >/dev/null 2>&1 || { $$AS apt-get update -qq && $$AS apt-get install -y -qq chromium >/dev/null; } \
-	    || echo "note: installing Debian's chromium failed: tests/test_web_ui.py will be skipped"; fi; }
+	@[ -x /usr/bin/chromium ] || { $(call apt_install,chromium,tests/test_web_ui.py will be skipped); }
+
+# PDF pages without a text layer (scans) are read by Debian's Tesseract (rag/parsing/ocr.py); without it such PDFs
+# are quarantined as no-text-layer and tests/test_ocr.py is skipped.
+ocr:
+	@{ command -v tesseract >/dev/null && tesseract --list-langs 2>/dev/null | grep -qx eng; } || { \
+	  $(call apt_install,tesseract-ocr tesseract-ocr-eng,scanned PDF pages will not be read (quarantined as no-text-layer)); }
 
 test: install browser
 	$(PY) -m pytest -q -m "not slow"

@@ -9,7 +9,7 @@ class QuarantineReason(str, Enum):
     ENCRYPTED = "encrypted"  # needs a password: add it to the password map in the parse settings
     MALFORMED = "malformed"  # the file is corrupt or not what its extension says
     EMPTY = "empty"  # zero bytes, or no text at all in a non-empty file
-    NO_TEXT_LAYER = "no-text-layer"  # scanned/image-only PDF; OCR is not enabled
+    NO_TEXT_LAYER = "no-text-layer"  # scanned/image-only PDF, and OCR is off, not installed or found no text
     UNSUPPORTED = "unsupported"  # no parser for this extension
     TOO_LARGE = "too-large"  # over the configured byte or page limit
     OUTSIDE_ROOT = "outside-root"  # path or symlink escapes the document root

@@ -32,6 +32,9 @@ class Element(BaseModel):
     rows: list[list[str]] | None = None
     has_header: bool = False
     html: str | None = None
+    # Where the text came from when not the file's own text, e.g. OCR:
+    # {"source": "ocr", "ocr": True, "ocr_engine": "tesseract 5.3.0", "ocr_language": "eng", "ocr_confidence": 91.2}.
+    metadata: dict[str, str | bool | int | float] | None = None
 
 
 class ParsedDocument(BaseModel):
@@ -73,6 +76,7 @@ class ElementDraft(BaseModel):
     heading_level: int | None = None
     rows: list[list[str]] | None = None
     has_header: bool = False
+    metadata: dict[str, str | bool | int | float] | None = None
 
 
 def _clean(text: str) -> str:
@@ -123,6 +127,7 @@ def assemble(
                 rows=rows,
                 has_header=draft.has_header if rows else False,
                 html=table_html(rows, draft.has_header) if rows else None,
+                metadata=draft.metadata,
             )
         )
     return ParsedDocument(

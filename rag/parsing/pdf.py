@@ -1,6 +1,8 @@
-"""PDF backend (pdfplumber): per-page text in reading order, tables as their own HTML elements."""
+"""PDF backend (pdfplumber): per-page text in reading order, tables as their own HTML elements, OCR (Tesseract) for
+pages without a text layer."""
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pdfplumber
@@ -9,6 +11,7 @@ from pdfplumber.utils import extract_words
 
 from rag.parsing.errors import ParseError, QuarantineReason
 from rag.parsing.models import ElementDraft
+from rag.parsing.ocr import OcrUnavailable, check_available, ocr_image, render_page
 from rag.parsing.pdf_layout import (
     Line,
     Rotation,
@@ -93,6 +96,34 @@ def _page_lines(page, settings: ParseSettings, tables_out: list[list[list[str]]]
     return reading_order(words_to_lines(words) + placeholders, rotation.upright_width)
 
 
+def _ocr_pages(pdf: pdfplumber.PDF, page_nos: list[int], settings: ParseSettings) -> tuple[dict[int, list[ElementDraft]], str | None]:
+    """OCR drafts for the given pages (1-based), or why OCR did not run (off, or Tesseract/language missing)."""
+    if not page_nos:
+        return {}, None
+    if not settings.ocr:
+        return {}, "OCR is off (ParseSettings.ocr)"
+    try:
+        version = check_available(settings.ocr_language)
+    except OcrUnavailable as exc:
+        return {}, f"OCR is unavailable: {exc}"
+    out: dict[int, list[ElementDraft]] = {}
+    for page_no in page_nos:
+        image, dpi = render_page(pdf.pages[page_no - 1], settings.ocr_dpi)
+        try:
+            paragraphs = ocr_image(image, language=settings.ocr_language, dpi=dpi, timeout_s=settings.ocr_page_timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise ParseError(QuarantineReason.PARSER_ERROR,
+                             f"OCR of page {page_no} took over {settings.ocr_page_timeout_s:g} s "
+                             "(ParseSettings.ocr_page_timeout_s)", exc) from exc
+        except RuntimeError as exc:
+            raise ParseError(QuarantineReason.PARSER_ERROR, f"OCR of page {page_no} failed: {exc}", exc) from exc
+        meta = {"source": "ocr", "ocr": True, "ocr_engine": version, "ocr_language": settings.ocr_language,
+                "ocr_dpi": dpi}
+        out[page_no] = [ElementDraft(type="narrative", text=p.text, page=page_no,
+                                     metadata={**meta, "ocr_confidence": p.confidence}) for p in paragraphs]
+    return out, None
+
+
 def parse_pdf(path: Path, *, doc_id: str, settings: ParseSettings) -> tuple[list[ElementDraft], int, dict[str, str]]:
     """Return element drafts in reading order, the page count, and document metadata."""
     pdf = _open(path, settings.password_for(doc_id))
@@ -107,7 +138,14 @@ def parse_pdf(path: Path, *, doc_id: str, settings: ParseSettings) -> tuple[list
         page_lines: list[tuple[int, list[Line]]] = []
         for page_no, page in enumerate(pdf.pages, start=1):
             page_lines.append((page_no, _page_lines(page, settings, tables)))
+        # A page without a single word or table has no text layer (a scan, or a blank page): OCR reads it.
+        no_text_layer = [page_no for page_no, lines in page_lines if not lines]
+        ocr_drafts, ocr_skipped = _ocr_pages(pdf, no_text_layer, settings)
         metadata = {k: str(v) for k, v in (pdf.metadata or {}).items() if isinstance(v, (str, int, float))}
+    if ocr_drafts:
+        metadata["ocr_pages"] = ",".join(str(n) for n in ocr_drafts)
+    if ocr_skipped:
+        metadata["ocr_skipped"] = f"pages {','.join(map(str, no_text_layer))} have no text layer; {ocr_skipped}"
 
     all_lines = [ln for _, lines in page_lines for ln in lines]
     body = body_font_size(all_lines)
@@ -116,6 +154,7 @@ def parse_pdf(path: Path, *, doc_id: str, settings: ParseSettings) -> tuple[list
 
     drafts: list[ElementDraft] = []
     for page_no, lines in page_lines:
+        drafts.extend(ocr_drafts.get(page_no, []))
         for block in group_blocks(lines, body):
             first = block.lines[0]
             if first.table_index is not None:
@@ -126,8 +165,11 @@ def parse_pdf(path: Path, *, doc_id: str, settings: ParseSettings) -> tuple[list
             else:
                 drafts.append(ElementDraft(type="narrative", text=block.text, page=page_no))
     if not any(d.text.strip() or d.rows for d in drafts):
-        raise ParseError(
-            QuarantineReason.NO_TEXT_LAYER,
-            f"no extractable text in {n_pages} page(s): scanned or image-only PDF (OCR is not enabled)",
-        )
+        message = f"no extractable text in {n_pages} page(s): scanned or image-only PDF"
+        if ocr_skipped:
+            message += f"; {ocr_skipped}"
+        elif no_text_layer:
+            message += (f"; OCR (tesseract, language {settings.ocr_language}) found no text either: blank pages, or "
+                        "text in another script or language (ParseSettings.ocr_language)")
+        raise ParseError(QuarantineReason.NO_TEXT_LAYER, message)
     return drafts, n_pages, metadata

@@ -1,4 +1,4 @@
-"""User-facing parse settings (limits, passwords)."""
+"""User-facing parse settings (limits, passwords, OCR)."""
 from __future__ import annotations
 
 import fnmatch
@@ -7,6 +7,8 @@ import json
 
 from pydantic import BaseModel, Field
 
+from rag.parsing.ocr import engine_id
+
 
 class ParseSettings(BaseModel):
     max_file_bytes: int = Field(200 * 1024 * 1024, description="Files larger than this are quarantined.")
@@ -14,6 +16,14 @@ class ParseSettings(BaseModel):
     # Keys are doc_ids or glob patterns over doc_ids (e.g. "finance/*.pdf"); values are passwords.
     pdf_passwords: dict[str, str] = Field(default_factory=dict)
     extract_tables: bool = True
+    ocr: bool = Field(True, description="Read PDF pages without a text layer (scanned or image-only) with Tesseract OCR. "
+                      "Off: a PDF with no text layer at all is quarantined as no-text-layer.")
+    ocr_language: str = Field("eng", description="Tesseract language code(s), joined by '+' (e.g. 'eng+fra'); each needs "
+                              "its data package (Debian: tesseract-ocr-<code>, '_' written '-').")
+    ocr_dpi: int = Field(300, ge=72, le=600, description="Resolution a page is rendered at for OCR (Tesseract reads "
+                         "best at 300; lower is faster and misses small print).")
+    ocr_page_timeout_s: float = Field(120.0, gt=0, description="A page whose OCR takes longer quarantines the file "
+                                      "as parser-error.")
 
     def password_for(self, doc_id: str) -> str | None:
         if doc_id in self.pdf_passwords:
@@ -31,8 +41,10 @@ class ParseSettings(BaseModel):
             (k, hashlib.sha256(v.encode()).hexdigest()) for k, v in self.pdf_passwords.items()
         )
         payload["parser_version"] = PARSER_VERSION
+        # Installing, upgrading or removing Tesseract changes what scanned pages parse to.
+        payload["ocr_engine"] = engine_id() if self.ocr else None
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
 # Bump when parser code changes its output, so stored documents are re-parsed.
-PARSER_VERSION = "1"
+PARSER_VERSION = "2"  # 2: OCR of pages without a text layer
