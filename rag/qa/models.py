@@ -14,6 +14,19 @@ from rag.llm import LLMSettings
 NOT_IN_CONTEXT = "The answer is not in the provided documents."
 
 
+class OverviewSettings(BaseModel):
+    """Questions about the collection or a whole document ("What is this collection about?", "Summarize the
+    documents", "What does handbook.docx cover?"): rag.qa.overview detects them and answers from each document's
+    opening instead of from retrieved passages."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    max_documents: int = Field(20, ge=1, description="documents listed (extractive) or summarised (LLM map step)")
+    sentences: int = Field(3, ge=1, description="opening sentences quoted when the question names one document")
+    map_chunks: int = Field(2, ge=1, description="LLM map step: first chunks of each document given to the model")
+
+
 class AnswerSettings(BaseModel):
     """One answering configuration: retrieval → rerank → filter → neighbours → prompt → generate → attribute."""
 
@@ -42,6 +55,7 @@ class AnswerSettings(BaseModel):
     attribution: bool = True
     attribution_top_k: int = Field(3, ge=1)
     attribution_threshold: float = Field(0.5, description="on [0, 1]: cosine, or the cross-encoder's sigmoid")
+    overview: OverviewSettings = Field(default_factory=OverviewSettings)  # `overview: {enabled: false}` turns it off
 
     @classmethod
     def from_yaml(cls, path: Path) -> AnswerSettings:

@@ -11,9 +11,10 @@ from rag.embedding import TextEmbedder, load_embedder
 from rag.llm import LLM, LLMSettings, load_llm
 from rag.qa.attribution import CrossEncoderScorer, EmbeddingScorer, PairScorer, attribute
 from rag.qa.encoding import CachedEmbedder
-from rag.qa.generators import GENERATORS, Generator
+from rag.qa.generators import GENERATORS, Generation, Generator
 from rag.qa.models import AnswerResult, AnswerSettings
-from rag.qa.prompt import fit_context, label_passages
+from rag.qa.overview import OVERVIEW_CUES, Catalog, detect_overview, extractive_overview, llm_overview, words
+from rag.qa.prompt import Passage, fit_context, label_passages
 from rag.qa.steps import augment_prev_next, filter_hits, reorder_long_context
 from rag.rerank import rerank
 from rag.retrieval import DENSE_MODES, RETRIEVERS, Hit, Index, RetrievalError, RetrievalParams, retrieve, validate_query
@@ -103,6 +104,26 @@ class Answerer:
             elif self.embedder is not None:
                 self.attribution_scorer = EmbeddingScorer(self.embedder)
         self.generator: Generator = GENERATORS[s.generator](s, self.embedder, llm)
+        self._catalog: Catalog | None = None  # the documents, for overview questions; built on the first one
+
+    def catalog(self) -> Catalog | None:
+        """The index's documents with their titles and first chunks (None without an index)."""
+        if self._catalog is None and self.index is not None:
+            self._catalog = Catalog.from_chunks(self.index.chunks)
+        return self._catalog
+
+    def _overview(self, question: str):
+        """(passages, generation) answering an overview question (rag.qa.overview), or None for any other."""
+        s = self.settings
+        if not s.overview.enabled or self.index is None or not set(words(question)) & OVERVIEW_CUES:
+            return None  # the cue check first: most questions never need the catalog
+        request = detect_overview(question, self.catalog())
+        if request is None:
+            return None
+        if s.generator == "llm":
+            max_new_tokens = s.llm.max_new_tokens if s.llm else 128
+            return llm_overview(question, request, self.catalog(), s.overview, self.llm, max_new_tokens=max_new_tokens)
+        return extractive_overview(request, self.catalog(), s.overview)
 
     def _retrieve(self, question: str) -> list[Hit]:
         s = self.settings
@@ -136,6 +157,13 @@ class Answerer:
             timings[name] = round((now - clock) * 1000, 2)
             clock = now
 
+        overview = self._overview(question)
+        if overview is not None:
+            # About the collection or a whole document: answered from the documents' openings, not from retrieval;
+            # the lines quote (extractive) or summarise (LLM) the cited chunks, so attribution is not run.
+            passages, generation = overview
+            lap("overview")
+            return self._result(question, passages, generation, [], {}, f"overview:{self.generator.name}", timings, started)
         if ranked is None:
             hits = self._retrieve(question)
             lap("retrieve")
@@ -161,12 +189,17 @@ class Answerer:
             attributed = [passages[i].chunk_id for i in picked]
             scores = {p.chunk_id: round(sc, 4) for p, sc in zip(passages, all_scores)}
         lap("attribute")
+        return self._result(question, passages, generation, attributed, scores, self.generator.name, timings, started)
+
+    def _result(self, question: str, passages: list[Passage] | None, generation: Generation, attributed: list[str],
+                scores: dict[str, float], generator: str, timings: dict[str, float], started: float) -> AnswerResult:
+        s, parsed = self.settings, generation.parsed
         chunks = [_chunk_view(p.hit, p.label, p.chunk_id in parsed.cited_chunk_ids, p.chunk_id in attributed, scores.get(p.chunk_id))
                   for p in passages or []]
         return AnswerResult(
             question=question, answer=parsed.answer, cited_chunk_ids=parsed.cited_chunk_ids, attributed_chunk_ids=attributed,
             not_in_context=parsed.not_in_context, latency_ms=round((time.perf_counter() - started) * 1000, 2), chunks=chunks,
-            generator=self.generator.name, settings=s.model_dump(mode="json", exclude={"llm"}) | {"llm": _llm_name(self.llm)},
+            generator=generator, settings=s.model_dump(mode="json", exclude={"llm"}) | {"llm": _llm_name(self.llm)},
             timings_ms=timings, draft=generation.draft,
             attribution_scorer=getattr(self.attribution_scorer, "name", None) if s.attribution else None,
             warnings=[self.attribution_note] if self.attribution_note else [],
