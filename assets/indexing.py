@@ -2,6 +2,7 @@
 from dagster import AssetExecutionContext, AssetKey, MaterializeResult, MetadataValue, asset
 
 from orchestration.partitions import chunking_strategy_partitions, collection_partitions
+from rag.embedding import window_fit
 from rag.pipeline import bm25_step, embed_step
 from rag.store import CHUNKS_TABLE
 from resources.models import EmbeddingModels
@@ -30,7 +31,8 @@ def bm25_indexes(context: AssetExecutionContext, data_store: DataStore) -> Mater
     pool="qdrant",
     description="Dense vectors of one chunk set with one embedding model in Qdrant, behind the alias "
     "<strategy>__<model>. Incremental: only new or changed chunks are embedded, removed ones deleted. A new "
-    "model version fills a new collection and swaps the alias when complete.",
+    "model version fills a new collection and swaps the alias when complete. Metadata says how many chunks "
+    "exceed the model's window (truncated_chunks, truncated_share) and how to fix it (window_note).",
 )
 def embedding_collections(context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource,
                           embedding_models: EmbeddingModels) -> MaterializeResult:
@@ -39,5 +41,11 @@ def embedding_collections(context: AssetExecutionContext, data_store: DataStore,
     embedder = embedding_models.load(model)
     run = embed_step(data_store.tables, qdrant.client(), strategy, model, embedder, qdrant.distance)
     context.log.info(f"{strategy} × {model}: {run.summary}")
-    return MaterializeResult(metadata={**run.summary, "model_version": embedder.version, "dimension": embedder.dim,
+    # Chunks longer than the model's window are embedded from their start only: count them with its tokenizer.
+    fit = window_fit(embedder, data_store.tables.read(CHUNKS_TABLE, strategy)["text"].tolist())
+    note = fit.message(strategy) if fit else None
+    if note:
+        context.log.info(note)
+    return MaterializeResult(metadata={**run.summary, **(fit.summary if fit else {}), **({"window_note": note} if note else {}),
+                                       "model_version": embedder.version, "dimension": embedder.dim,
                                        "qdrant": qdrant.url or "embedded (local folder)", "dagster/row_count": run.points})

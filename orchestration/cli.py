@@ -14,10 +14,20 @@ def _instance():
     """The persistent Dagster instance under the data dir, so `dagster dev` shows what the CLI ran."""
     home = Path(os.environ.setdefault("DAGSTER_HOME", str(data_dir() / "dagster")))
     home.mkdir(parents=True, exist_ok=True)
-    (home / "dagster.yaml").touch(exist_ok=True)
+    disable_telemetry(home / "dagster.yaml")
     from dagster import DagsterInstance
 
     return DagsterInstance.get()
+
+
+def disable_telemetry(config: Path) -> None:
+    """Telemetry off in the instance's dagster.yaml (which also drops Dagster's telemetry banner), unless the file
+    already says either way."""
+    import yaml
+
+    text = config.read_text() if config.exists() else ""
+    if "telemetry" not in (yaml.safe_load(text) or {}):
+        config.write_text(text + ("" if not text or text.endswith("\n") else "\n") + "telemetry:\n  enabled: false\n")
 
 
 def sync_partitions(instance) -> dict[str, list[str]]:

@@ -11,6 +11,9 @@ OUTSIDE_QUESTION = "Who painted the Mona Lisa?"  # not in the sample corpus: the
 
 
 def run_demo(instance) -> int:
+    from rag.quiet import quiet_known_noise
+
+    quiet_known_noise()  # before the Definitions load: that is when Dagster's preview/beta warnings fire
     from orchestration.definitions import defs
     from orchestration.partitions import collection_key
     from rag.retrieval.service import search
@@ -19,8 +22,7 @@ def run_demo(instance) -> int:
     from resources.models import EmbeddingModels
     from resources.storage import DataStore
 
-    for noisy in ("alembic", "great_expectations", "dagster"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("dagster").setLevel(logging.WARNING)
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     source, store = DocumentSource(), DataStore()
     print(f"documents: {source.path}\ndata:      {store.data_dir}\ndagster:   {instance.root_directory}\n")
@@ -36,6 +38,7 @@ def run_demo(instance) -> int:
     models = EmbeddingModels().active()
     chunk_job, index_job = defs.resolve_job_def("chunk_sets_job"), defs.resolve_job_def("embedding_collections_job")
     print(f"\n{'strategy':22s} {'chunks':>6s} {'mean chars':>10s} {'check':>5s}  " + "  ".join(f"{m} points" for m in models))
+    cut = []  # (strategy × model, share of chunks longer than the model's window)
     for name in ChunkingStrategies().strategies():
         result = chunk_job.execute_in_process(instance=instance, partition_key=name, run_config=quiet, raise_on_error=False)
         evaluations = result.get_asset_check_evaluations()
@@ -47,10 +50,16 @@ def run_demo(instance) -> int:
                                                               run_config=quiet, raise_on_error=False)
             mats = indexed.asset_materializations_for_node("embedding_collections") if indexed and indexed.success else []
             points.append(str(mats[0].metadata["points"].value) if mats else "FAILED")
+            if mats and (over := mats[0].metadata.get("truncated_chunks")) and over.value:
+                cut.append(f"{name} × {model} {mats[0].metadata['truncated_share'].value:.0%}")
         failures += 0 if result.success and passed and "FAILED" not in points else 1
         mean = chunks["text"].str.len().mean() if chunks is not None and len(chunks) else 0
         print(f"{name:22s} {0 if chunks is None else len(chunks):6d} {mean:10.0f} {'ok' if passed else 'FAIL':>5s}  " + "  ".join(f"{p:>{len(m) + 7}s}" for p, m in zip(points, models)))
 
+    if cut:
+        print(f"\nchunks longer than the model's window (embedded from their start only): {', '.join(cut)}.\n"
+              "  Fix: a strategy sized to the window (kind: sentence-pack, max_tokens under the window, tokenizer: wordpiece) "
+              "or a model with a longer window; see window_note in the embedding_collections metadata.")
     if models:
         failures += _evaluate(defs, instance, quiet, store, models)
         print(f'\nrag search "{DEMO_QUESTION}" --strategy paragraph --model {models[0]} --mode hybrid-rrf --k 3')

@@ -5,8 +5,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rag.parsing import ParseError, ParseSettings, parse_file
+
+if TYPE_CHECKING:
+    from rag.embedding import WindowFit
 
 
 def add_library_commands(sub: argparse._SubParsersAction) -> None:
@@ -131,11 +135,28 @@ def _plain(obj) -> str:
     return "\n".join(str(x) for x in obj)
 
 
+def _window_fits(root, collections: dict[str, dict]) -> dict[str, WindowFit]:
+    """Per "strategy|model" collection: how its chunk set fits the model's window (models that state one)."""
+    from rag.embedding import load_embedder, window_fit
+    from rag.store import CHUNKS_TABLE, TableStore
+
+    tables, fits = TableStore(root / "tables"), {}
+    for name in collections:
+        strategy, model = name.split("|", 1)
+        fit = window_fit(load_embedder(model), tables.read(CHUNKS_TABLE, strategy)["text"].tolist())
+        if fit is not None:
+            fits[name] = fit
+    return fits
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     from rag.pipeline import index_folder
     from rag.store import data_dir
 
     report = index_folder(args.docs_dir, data_dir(), strategies=args.strategy, models=args.model or ["minilm"])
+    fits = _window_fits(data_dir(), report.collections)
+    for name, fit in fits.items():
+        report.collections[name] |= fit.summary
     out = {"parse": report.parse, "chunks": report.chunks, "bm25": report.bm25, "collections": report.collections}
     if args.json:
         _print(out, True)
@@ -149,6 +170,8 @@ def cmd_index(args: argparse.Namespace) -> int:
                       f"(kept its {f['kept_previous_chunks']} previous chunks; retried on the next run)", file=sys.stderr)
         for name, c in report.collections.items():
             print(f"  {name}: {c['points']} points (+{c['added']} ~{c['updated']} -{c['deleted']}) in {c['seconds']}s")
+            if name in fits and (note := fits[name].message(name.split("|", 1)[0])):
+                print(f"    note: {note}")
     return 0
 
 
@@ -191,8 +214,12 @@ def cmd_eval_beir(args: argparse.Namespace) -> int:
 
 
 def run_command(func, args: argparse.Namespace) -> int:
-    """Run a command; expected failures print one clear line to stderr and exit 2, never a traceback."""
+    """Run a command; expected failures print one clear line to stderr and exit 2, never a traceback.
+    Libraries' known noise (rag.quiet) is silenced first; other warnings and errors still show."""
     from rag.index.qdrant import QdrantLockedError
+    from rag.quiet import quiet_known_noise
+
+    quiet_known_noise()
 
     try:
         return func(args)

@@ -3,13 +3,16 @@ or any sentence-transformers model id / local directory (a fine-tuned model, or 
 
 Every embedder returns L2-normalised float32 rows, encodes in batches, applies its model's query/passage
 prefixes (E5-style `query: ` / `passage: `), and exposes `version`: a hash of its weight files, so an
-index built with other weights is never mistaken for a current one.
+index built with other weights is never mistaken for a current one. Each family also states its `window` (the
+tokens it reads per text; the rest is silently cut) and counts tokens with its own tokenizer (`count_tokens`),
+so `window_fit` can say how many chunks of a strategy a model does not see whole.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
@@ -20,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 __all__ = [
     "TextEmbedder", "EmbedderSpec", "EMBEDDERS", "load_embedder", "normalize_rows", "embedder_specs",
-    "model_key",
+    "model_key", "WindowFit", "window_fit",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -95,8 +98,13 @@ class _Prefixed:
     batch_size: int = 64
     query_prefix = ""
     passage_prefix = ""
+    window: int | None = None  # tokens read per text, special tokens included; longer texts are cut (None: no limit)
 
     def _embed(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def count_tokens(self, texts: list[str]) -> list[int]:  # pragma: no cover - overridden
+        """Tokens the model gets per passage (prefix and special tokens included): tokenized, not encoded."""
         raise NotImplementedError
 
     def _batched(self, texts: list[str], prefix: str) -> np.ndarray:
@@ -133,6 +141,10 @@ class WordLlamaEmbedder(_Prefixed):
     def _embed(self, texts: list[str]) -> np.ndarray:
         return self._model.embed(texts, norm=True)
 
+    # window stays None: WordLlama averages static token vectors and tokenizes without truncation.
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        return [sum(enc.attention_mask) for enc in self._model.tokenize([self.passage_prefix + t for t in texts])]
+
 
 class SentenceTransformerEmbedder(_Prefixed):
     """Any sentence-transformers model: the packaged all-MiniLM-L6-v2, a local directory or a hub id."""
@@ -154,9 +166,58 @@ class SentenceTransformerEmbedder(_Prefixed):
         for tensor in self._model.state_dict().values():
             digest.update(tensor.detach().cpu().numpy().tobytes())
         self.version = digest.hexdigest()[:12]
+        self.window = self._model.max_seq_length  # what encode() truncates to (256 for all-MiniLM-L6-v2)
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         return self._model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False, batch_size=self.batch_size)
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        # verbose=False: no "sequence length is longer than the maximum" warning for the very texts being counted.
+        ids = self._model.tokenizer([self.passage_prefix + t for t in texts], truncation=False, verbose=False,
+                                    return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        return [len(row) for row in ids]
+
+
+@dataclass(frozen=True)
+class WindowFit:
+    """How a chunk set fits a model's window: chunks longer than `window` tokens are embedded from their start only."""
+
+    model: str
+    window: int | None
+    chunks: int
+    truncated: int
+    longest: int
+    overhead: int  # tokens the model adds to every passage (special tokens, prefix)
+
+    @property
+    def share(self) -> float:
+        return self.truncated / self.chunks if self.chunks else 0.0
+
+    @property
+    def summary(self) -> dict[str, int | float]:
+        out = {"truncated_chunks": self.truncated, "truncated_share": round(self.share, 4), "longest_chunk_tokens": self.longest}
+        return out | ({"window_tokens": self.window} if self.window is not None else {})
+
+    def message(self, strategy: str) -> str | None:
+        """None when every chunk fits; otherwise what is lost and the two fixes."""
+        if not self.truncated:
+            return None
+        budget = self.window - self.overhead
+        return (f"{self.truncated} of {self.chunks} chunks ({self.share:.0%}) of {strategy!r} exceed {self.model}'s window of "
+                f"{self.window} tokens (longest {self.longest}): only their first {self.window} tokens are embedded. Fix: a "
+                f"strategy sized to the window (e.g. kind: sentence-pack, max_tokens: {budget}, tokenizer: wordpiece in "
+                f"config/chunking.yaml) or a model with a longer window.")
+
+
+def window_fit(embedder: TextEmbedder, texts: list[str]) -> WindowFit | None:
+    """Count `texts` with the embedder's own tokenizer against its window; None for embedders that state none."""
+    window, count = getattr(embedder, "window", None), getattr(embedder, "count_tokens", None)
+    if window is None or count is None:
+        return None
+    texts = list(texts)
+    tokens = count(texts) if texts else []
+    return WindowFit(model=embedder.name, window=int(window), chunks=len(texts), truncated=sum(n > window for n in tokens),
+                     longest=max(tokens, default=0), overhead=count([""])[0])
 
 
 def _minilm_dir() -> str:
