@@ -1,6 +1,6 @@
 """Answer stage: the bake-off of answer quality per (retrieval mode × chunking strategy) on the QA set."""
 import pandas as pd
-from dagster import AssetExecutionContext, AssetKey, Config, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, AssetKey, Config, Definitions, MaterializeResult, MetadataValue, asset
 from pydantic import Field
 
 from rag.evaluation.plots import markdown_image
@@ -75,3 +75,6 @@ def answer_evaluation(context: AssetExecutionContext, config: AnswerEvaluationCo
         "bakeoff_plot": MetadataValue.md(markdown_image(bakeoff_plot(summary, f"answers · {model}"), "bake-off")),
         "dagster/row_count": len(summary),
     })
+
+
+defs = Definitions(assets=[answer_evaluation])

@@ -4,7 +4,7 @@ They are blocking: a chunk set whose spans do not reproduce the canonical text m
 or QA sets downstream.
 """
 
-from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, MetadataValue, asset_check
+from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, Definitions, MetadataValue, asset_check
 
 from assets.chunking import chunk_sets
 from orchestration.partitions import chunking_strategy_partitions, collection_partitions
@@ -104,3 +104,7 @@ def retrieval_evaluation_quality(context: AssetCheckExecutionContext, data_store
     if report is None:
         return AssetCheckResult(passed=False, description="the report of this partition is missing")
     return to_check_result(check_report(report, METRICS + ["retrieval_score"]))
+
+
+defs = Definitions(asset_checks=[parsed_documents_quality, chunk_sets_quality, synthetic_qa_quality,
+                                 retrieval_evaluation_quality])

@@ -1,6 +1,6 @@
 """Chunking stage: one chunk set per strategy, each a partition of `chunk_sets`."""
 
-from dagster import AssetExecutionContext, AssetKey, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, AssetKey, Definitions, MaterializeResult, MetadataValue, asset
 
 from orchestration.partitions import chunking_strategy_partitions
 from rag.pipeline import chunk_step
@@ -61,3 +61,6 @@ def chunk_sets(context: AssetExecutionContext, data_store: DataStore, chunking: 
             "failures": MetadataValue.md(_failure_table(run.failures)),
         }
     )
+
+
+defs = Definitions(assets=[chunk_sets])

@@ -3,7 +3,7 @@ the configuration that serves queries."""
 import json
 from pathlib import Path
 
-from dagster import AssetExecutionContext, AssetKey, Config, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, AssetKey, Config, Definitions, MaterializeResult, MetadataValue, asset
 from pydantic import Field
 
 from rag.evaluation.plots import markdown_image
@@ -116,3 +116,6 @@ def active_configuration(context: AssetExecutionContext, config: ApplyConfigurat
         "settings": MetadataValue.json(entry["settings"]), "previous": MetadataValue.json(entry["previous"] or {}),
         "reason": config.reason,
     })
+
+
+defs = Definitions(assets=[config_search, active_configuration])

@@ -3,7 +3,7 @@ mode, and a summary comparing every evaluated configuration."""
 import json
 
 import pandas as pd
-from dagster import AssetExecutionContext, AssetKey, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, AssetKey, Definitions, MaterializeResult, MetadataValue, asset
 
 from orchestration.partitions import collection_partitions
 from rag.evaluation.plots import markdown_image, metric_bars, recall_curves
@@ -108,3 +108,6 @@ def evaluation_summary(context: AssetExecutionContext, data_store: DataStore) ->
         "recall_at_k": MetadataValue.md(markdown_image(recall_curves(summary.head(8), "recall@k, top configurations"), "recall@k")),
         "configurations_json": MetadataValue.json(json.loads(summary[["strategy", "model", "mode", "retrieval_score"]].to_json(orient="records"))),
     })
+
+
+defs = Definitions(assets=[synthetic_qa, retrieval_evaluation, evaluation_summary])

@@ -4,7 +4,7 @@ import json
 
 import pandas as pd
 
-from dagster import AssetExecutionContext, AssetSpec, DataVersion, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, AssetSpec, DataVersion, Definitions, MaterializeResult, MetadataValue, asset
 
 from rag.feedback import export_versioned
 from rag.markdown import markdown_table
@@ -41,3 +41,6 @@ query_drift = AssetSpec(
     "AUC (recent vs reference query embeddings), up-vote share of answers and passages per query, recent vs "
     "reference. Plot any of them over time on the asset page.",
 )
+
+
+defs = Definitions(assets=[feedback_dataset, query_drift])

@@ -1,5 +1,5 @@
 """Indexing stage: a BM25 index per chunk set and a Qdrant collection per (strategy, model)."""
-from dagster import AssetExecutionContext, AssetKey, MaterializeResult, MetadataValue, asset
+from dagster import AssetExecutionContext, AssetKey, Definitions, MaterializeResult, MetadataValue, asset
 
 from orchestration.partitions import chunking_strategy_partitions, collection_partitions
 from rag.embedding import window_fit
@@ -49,3 +49,6 @@ def embedding_collections(context: AssetExecutionContext, data_store: DataStore,
     return MaterializeResult(metadata={**run.summary, **(fit.summary if fit else {}), **({"window_note": note} if note else {}),
                                        "model_version": embedder.version, "dimension": embedder.dim,
                                        "qdrant": qdrant.url or "embedded (local folder)", "dagster/row_count": run.points})
+
+
+defs = Definitions(assets=[bm25_indexes, embedding_collections])

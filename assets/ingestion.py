@@ -1,6 +1,6 @@
 """Ingestion stage: the document folder becomes parsed documents and a quarantine table."""
 
-from dagster import AssetExecutionContext, AssetSpec, MaterializeResult, MetadataValue, multi_asset
+from dagster import AssetExecutionContext, AssetSpec, Definitions, MaterializeResult, MetadataValue, multi_asset
 
 from rag.markdown import markdown_table
 from rag.pipeline import ingest_step
@@ -58,3 +58,6 @@ def ingest_documents(context: AssetExecutionContext, document_source: DocumentSo
             "quarantine": MetadataValue.md(markdown_table(run.quarantine, ["doc_id", "reason", "exception_class", "message"])),
         },
     )
+
+
+defs = Definitions(assets=[ingest_documents])

@@ -1,7 +1,7 @@
 """The rollout of trained models, visible in the UI: `model_rollout` is observed by canary_sensor on every tick
 whose evidence changed (wins, losses, ties, log-likelihood ratio, guardrail inputs) and materialized by each
 rollout step (start, promote, rollback), with the stage, the candidate and the production it would replace."""
-from dagster import AssetSpec
+from dagster import AssetSpec, Definitions
 
 ROLLOUT_ASSET = "model_rollout"
 
@@ -12,3 +12,6 @@ model_rollout = AssetSpec(
     "Materialized by start_canary_job, promote_canary_job and rollback_canary_job; observed by canary_sensor with "
     "the sequential test's evidence (plot wins, losses or log_likelihood_ratio over time on this page).",
 )
+
+
+defs = Definitions(assets=[model_rollout])

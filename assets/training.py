@@ -11,6 +11,7 @@ from dagster import (
     AssetExecutionContext,
     AssetKey,
     Config,
+    Definitions,
     MaterializeResult,
     MetadataValue,
     asset,
@@ -226,3 +227,7 @@ def production_reranker(context: AssetExecutionContext, data_store: DataStore, r
                       log=context.log.info)
     context.log.info(outcome["summary"])
     return _released("reranker", outcome, {})
+
+
+defs = Definitions(assets=[finetuned_embedder, trained_reranker, production_embedder, production_reranker],
+                   asset_checks=[finetuned_embedder_gate, trained_reranker_gate])

@@ -5,6 +5,7 @@ import os
 from dagster import (
     AssetMaterialization,
     DefaultScheduleStatus,
+    Definitions,
     Failure,
     OpExecutionContext,
     Output,
@@ -66,3 +67,6 @@ nightly_reindex_schedule = ScheduleDefinition(
     default_status=DefaultScheduleStatus.STOPPED,
     description="Re-index new and changed documents every night (cron from RAG_REINDEX_CRON, default 02:00).",
 )
+
+
+defs = Definitions(jobs=[nightly_reindex_job], schedules=[nightly_reindex_schedule])

@@ -4,7 +4,7 @@ from the Launchpad (or uses `rag models rollout start|rollback`). Each step is o
 beside the model registry (rag.rollout.store), logged, and materializes `model_rollout`."""
 import json
 
-from dagster import AssetMaterialization, Config, OpExecutionContext, job, op
+from dagster import AssetMaterialization, Config, Definitions, OpExecutionContext, job, op
 from pydantic import Field
 
 from assets.rollout import ROLLOUT_ASSET
@@ -108,3 +108,6 @@ def promote_canary_job():
      "(set kind: reranker for the reranker) or let canary_sensor request it.")
 def rollback_canary_job():
     rollback_canary_op()
+
+
+defs = Definitions(jobs=[start_canary_job, promote_canary_job, rollback_canary_job])

@@ -4,7 +4,7 @@ Each gate is a blocking asset check, so a candidate that is not significantly be
 promotion: production, its collections and the serving aliases stay as they were. Sensors and users launch it
 by name ("retrain_job"), e.g. after new feedback or a new QA set.
 """
-from dagster import AssetSelection, define_asset_job
+from dagster import AssetSelection, Definitions, define_asset_job
 
 TRAINING_ASSETS = ("finetuned_embedder", "production_embedder", "trained_reranker", "production_reranker")
 
@@ -14,3 +14,6 @@ retrain_job = define_asset_job(
     description="Fine-tune the embedder and train the reranker on the QA set (+ feedback), gate each against production "
     "with a paired significance test, and promote + re-index only what passed.",
 )
+
+
+defs = Definitions(jobs=[retrain_job])

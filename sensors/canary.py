@@ -14,6 +14,7 @@ from dagster import (
     AssetObservation,
     DagsterRunStatus,
     DefaultSensorStatus,
+    Definitions,
     RunRequest,
     RunsFilter,
     SensorEvaluationContext,
@@ -105,3 +106,5 @@ def canary_sensor(context: SensorEvaluationContext, data_store: DataStore, feedb
                          tags={REQUEST_TAG: key, "rollout/kind": kind, "rollout/candidate": name})
     return SensorResult(run_requests=[request], asset_events=events, cursor=seen)
 
+
+defs = Definitions(sensors=[canary_sensor])

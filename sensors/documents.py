@@ -2,7 +2,7 @@
 
 import hashlib
 
-from dagster import RunRequest, SensorEvaluationContext, SkipReason, sensor
+from dagster import Definitions, RunRequest, SensorEvaluationContext, SkipReason, sensor
 
 from orchestration.nightly import nightly_reindex_job
 from resources.documents import DocumentSource
@@ -20,3 +20,6 @@ def new_documents_sensor(context: SensorEvaluationContext, document_source: Docu
         return SkipReason(f"{len(scan.files)} files, unchanged since the last re-index request")
     context.update_cursor(digest)
     return RunRequest(run_key=f"documents:{digest}", tags={"documents": str(len(scan.files))})
+
+
+defs = Definitions(sensors=[new_documents_sensor])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pandas as pd
-from dagster import AssetObservation, DefaultSensorStatus, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import AssetObservation, DefaultSensorStatus, Definitions, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from orchestration.training import retrain_job
 from rag.embedding import load_embedder
@@ -175,3 +175,6 @@ def drift_sensor(context: SensorEvaluationContext, feedback_loop: FeedbackLoop):
         return SensorResult(run_requests=[request], asset_events=[observation, materialization], cursor=json.dumps(state))
     finally:
         store.close()
+
+
+defs = Definitions(sensors=[drift_sensor])

@@ -11,6 +11,7 @@ from dagster import (
     DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
+    Definitions,
     MetadataValue,
     RunRequest,
     RunsFilter,
@@ -141,3 +142,6 @@ def weekly_retrain(context: ScheduleEvaluationContext, feedback_loop: FeedbackLo
     finally:
         store.close()
     return request
+
+
+defs = Definitions(sensors=[feedback_volume_sensor], schedules=[weekly_retrain])

@@ -2,7 +2,7 @@
 
 import json
 
-from dagster import RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import Definitions, RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from orchestration.jobs import chunk_job, index_job
 from orchestration.partitions import chunking_strategy_partitions, collection_key, embedding_model_partitions
@@ -45,3 +45,6 @@ def embedding_model_sensor(context: SensorEvaluationContext, embedding_models: E
         run_requests=[RunRequest(partition_key=collection_key(s, m), run_key=f"collection:{s}:{m}") for m in new for s in strategies],
         dynamic_partitions_requests=[embedding_model_partitions.build_add_request(new)],
     )
+
+
+defs = Definitions(sensors=[chunking_strategy_sensor, embedding_model_sensor])
