@@ -9,13 +9,13 @@ from pydantic import Field
 from rag.evaluation.plots import markdown_image
 from rag.evaluation.qaset import from_frame
 from rag.markdown import markdown_table
-from rag.search.active import active_path, apply_configuration
-from rag.search.data import load_qa_dir
-from rag.search.evaluate import Objective, PipelineEvaluator, Workspace
-from rag.search.optimizers import GeneticSettings
-from rag.search.report import convergence_plot
-from rag.search.runner import load_items, run_search
-from rag.search.space import load_space
+from rag.tuning.active import active_path, apply_configuration
+from rag.tuning.data import load_qa_dir
+from rag.tuning.evaluate import Objective, PipelineEvaluator, Workspace
+from rag.tuning.optimizers import GeneticSettings
+from rag.tuning.report import convergence_plot
+from rag.tuning.runner import load_items, run_search
+from rag.tuning.space import load_space
 from resources.llm import LLMResource
 from resources.qdrant import QdrantResource
 from resources.storage import DataStore
@@ -63,7 +63,7 @@ def config_search(context: AssetExecutionContext, config: ConfigSearchConfig, da
         if model is None:
             raise ValueError("judge=True needs an LLM: configure the llm resource (backend local-gguf or openai)")
         from rag.embedding import load_embedder
-        from rag.search.generation import GenerationScorer
+        from rag.tuning.generation import GenerationScorer
 
         generator = GenerationScorer(model, model, load_embedder("minilm"))
     evaluator = PipelineEvaluator(workspace, items, llm=model, generator=generator,

@@ -31,12 +31,12 @@ sys.path.insert(0, str(REPO))
 from rag.evaluation.loaders import squad_articles  # noqa: E402
 from rag.ingest import document_from_row, update_documents  # noqa: E402
 from rag.parsing import ParseSettings  # noqa: E402
-from rag.search.data import corpus_workspace  # noqa: E402
-from rag.search.evaluate import PipelineEvaluator, genome_scorer  # noqa: E402
-from rag.search.fitness import Evaluations, FitnessCache  # noqa: E402
-from rag.search.optimizers import GeneticSettings, genetic, grid  # noqa: E402
-from rag.search.preliminary import rank_embedders  # noqa: E402
-from rag.search.space import SearchSpace  # noqa: E402
+from rag.tuning.data import corpus_workspace  # noqa: E402
+from rag.tuning.evaluate import PipelineEvaluator, genome_scorer  # noqa: E402
+from rag.tuning.fitness import Evaluations, FitnessCache  # noqa: E402
+from rag.tuning.optimizers import GeneticSettings, genetic, grid  # noqa: E402
+from rag.tuning.preliminary import rank_embedders  # noqa: E402
+from rag.tuning.space import SearchSpace  # noqa: E402
 from rag.source import scan_folder  # noqa: E402
 from rag.store import data_dir  # noqa: E402
 from rag.synthetic import SynthSettings, generate_qa  # noqa: E402

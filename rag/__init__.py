@@ -1,12 +1,14 @@
-"""Pure library of the document-QA pipeline. Nothing here imports Dagster."""
+"""Pure library of the document-QA pipeline. Nothing here imports Dagster.
+
+`rag.search(query, strategy=, model=, mode=, k=)` is the retrieval search (rag.retrieval.service.search); the
+configuration search lives in `rag.tuning`.
+"""
+from __future__ import annotations
 
 
-def __getattr__(name: str):
-    # `rag.search` is the configuration-search package, and calling it is the retrieval search promised in the
-    # README (`rag.search(query, strategy=, model=, mode=, k=)`; see rag/search/__init__.py). Importing it on first
-    # access keeps `import rag; rag.search(...)` working without an explicit `import rag.search`.
-    if name == "search":
-        import importlib
+def search(query: str, *, strategy: str, model: str | None = "minilm", mode: str = "hybrid-rrf", k: int = 10, **kwargs):
+    """Ranked chunks for `query` from the index of (strategy, model); see rag.retrieval.service.search."""
+    # Imported on call, so `import rag` stays light (no embedder, index or Qdrant import).
+    from rag.retrieval.service import search as _search
 
-        return importlib.import_module("rag.search")
-    raise AttributeError(f"module 'rag' has no attribute {name!r}")
+    return _search(query, strategy=strategy, model=model, mode=mode, k=k, **kwargs)

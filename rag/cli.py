@@ -77,8 +77,8 @@ def add_library_commands(sub: argparse._SubParsersAction) -> None:
 
     add_loop_commands(sub)
 
-    # Configuration search (rag/search/cli.py)
-    from rag.search.cli import add_search_command
+    # Configuration search (rag/tuning/cli.py)
+    from rag.tuning.cli import add_search_command
 
     add_search_command(sub)
 

@@ -1,5 +1,6 @@
-"""Configuration search: genome encoding and feasibility, operator invariants (seeded), the persistent fitness
-cache, index reuse, a known optimum, the callable `rag.search`, outputs, the active configuration, CLI, assets."""
+"""Configuration search (rag.tuning): genome encoding and feasibility, operator invariants (seeded), the persistent
+fitness cache, index reuse, a known optimum, `rag.search` (retrieval, a plain function), outputs, the active
+configuration, CLI, assets."""
 import json
 import random
 import subprocess
@@ -13,11 +14,11 @@ import rag
 from rag.evaluation.qaset import Evidence, QAItem, export_squad, to_frame
 from rag.llm.testing import FakeLLM
 from rag.parsing.models import ElementDraft, assemble
-from rag.search.active import apply_configuration, history, load_active_configuration
-from rag.search.data import corpus_workspace
-from rag.search.evaluate import PipelineEvaluator, Scored
-from rag.search.fitness import BudgetExhausted, Evaluations, FitnessCache
-from rag.search.operators import (
+from rag.tuning.active import apply_configuration, history, load_active_configuration
+from rag.tuning.data import corpus_workspace
+from rag.tuning.evaluate import PipelineEvaluator, Scored
+from rag.tuning.fitness import BudgetExhausted, Evaluations, FitnessCache
+from rag.tuning.operators import (
     adaptive_rate,
     diversity,
     elite_selection,
@@ -26,10 +27,10 @@ from rag.search.operators import (
     tournament_selection,
     uniform_crossover,
 )
-from rag.search.optimizers import GeneticSettings, genetic, grid
-from rag.search.preliminary import rank_embedders, reference_passage
-from rag.search.runner import run_search
-from rag.search.space import SearchSpace, evaluate_check, load_space
+from rag.tuning.optimizers import GeneticSettings, genetic, grid
+from rag.tuning.preliminary import rank_embedders, reference_passage
+from rag.tuning.runner import run_search
+from rag.tuning.space import SearchSpace, evaluate_check, load_space
 from tests.conftest import REPO
 
 
@@ -271,7 +272,7 @@ def pipeline_space() -> SearchSpace:
 def test_index_reuse_counts_and_hand_checked_scores(tiny, monkeypatch):
     evaluator = PipelineEvaluator(tiny["workspace"], tiny["items"], chunking_config=tiny["config"])
     space = pipeline_space()
-    import rag.search.evaluate as ev
+    import rag.tuning.evaluate as ev
 
     built = []
     real_embed = ev.embed_step
@@ -318,7 +319,7 @@ def test_index_reuse_counts_and_hand_checked_scores(tiny, monkeypatch):
 
 def test_generation_score_and_llm_genes_with_fake_llms(tiny):
     from rag.embedding import load_embedder
-    from rag.search.generation import GenerationScorer
+    from rag.tuning.generation import GenerationScorer
 
     answers = {q: a for _, _, q, a in QUESTIONS}
     generator = FakeLLM(lambda messages: next(a for q, a in answers.items() if q in messages[-1]["content"]))
@@ -353,17 +354,20 @@ def test_preliminary_ranking_and_reference_passages(tiny):
     assert "Preliminary ranking of embedders" in outcome.report and outcome.summary()["embedder_ranking"][0]["embedder"] == "wordllama"
 
 
-def test_rag_search_is_both_package_and_function(tiny):
-    import rag.search.space  # noqa: F401  (the configuration-search package)
+def test_rag_search_is_a_plain_function_and_tuning_a_plain_package(tiny):
+    import types
 
-    assert callable(rag.search) and rag.search.space.SearchSpace is SearchSpace
+    import rag.tuning.space  # noqa: F401  (the configuration-search package)
+
+    assert isinstance(rag.search, types.FunctionType) and type(rag.tuning) is types.ModuleType
+    assert rag.tuning.space.SearchSpace is SearchSpace
     ws = tiny["workspace"]
     PipelineEvaluator(ws, tiny["items"], chunking_config=tiny["config"]).score(
         {"strategy": "whole-document", "model": "wordllama", "mode": "hybrid-rrf"})
     hits = rag.search("Where is Mount Etna?", strategy="whole-document", model="wordllama", mode="hybrid-rrf", k=2,
                       root=ws.root, qdrant=ws.qdrant_settings())
     assert hits[0].chunk["doc_id"] == "volcano.txt" and len(hits) == 2
-    code = "import rag; print(callable(rag.search), rag.search.__call__.__doc__.split(';')[0])"
+    code = "import rag; print(callable(rag.search), rag.search.__doc__.split(';')[0])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
     assert out.startswith("True Ranked chunks for `query`")
 

@@ -385,7 +385,7 @@ def test_rag_ask_cli(sample_root, monkeypatch, capsys, tmp_path):
     with pytest.raises(ValueError, match="invalid answer settings"):
         cmd_ask(args)
     # Without --config, the applied (active) configuration serves the question.
-    from rag.search.active import apply_configuration
+    from rag.tuning.active import apply_configuration
 
     best = tmp_path / "best_config.yaml"
     best.write_text("strategy: paragraph\nmodel: wordllama\nmode: bm25\ntop_k: 2\n")

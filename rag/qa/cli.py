@@ -24,7 +24,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from rag.llm import LLMError
     from rag.qa import AnswerSettings, answer_question
 
-    from rag.search.active import active_file
+    from rag.tuning.active import active_file
 
     # The configuration a search winner was applied to is what serves queries, unless the user names another.
     config = args.config or active_file()

@@ -24,7 +24,7 @@ class ServeSettings(BaseModel):
         token = os.environ.get("RAG_API_TOKEN")
         if token is not None and len(token) < 16:
             raise ValueError("RAG_API_TOKEN must be at least 16 characters (or unset it for a random one)")
-        from rag.search.active import active_file
+        from rag.tuning.active import active_file
 
         # Without an explicit config the API serves the active configuration (an applied search winner), if any.
         env = {"api_token": token or secrets.token_urlsafe(24), "answer_config": os.environ.get("RAG_ANSWER_CONFIG") or active_file()}

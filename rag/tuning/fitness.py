@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rag.search.evaluate import Scored
-from rag.search.space import Genome, SearchSpace
+from rag.tuning.evaluate import Scored
+from rag.tuning.space import Genome, SearchSpace
 
 
 class BudgetExhausted(RuntimeError):

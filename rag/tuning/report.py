@@ -9,9 +9,9 @@ import pandas as pd
 import yaml
 
 from rag.markdown import markdown_table
-from rag.search.evaluate import DEFAULT_SETTINGS, REPORT_METRICS, Scored
-from rag.search.optimizers import SearchResult
-from rag.search.space import Genome, SearchSpace
+from rag.tuning.evaluate import DEFAULT_SETTINGS, REPORT_METRICS, Scored
+from rag.tuning.optimizers import SearchResult
+from rag.tuning.space import Genome, SearchSpace
 
 # Settings the search can vary that the answer pipeline may not (yet) take; they go into the YAML only if it does.
 SEARCH_ONLY_DEFAULTS = {"mmr_lambda": None, "query_expansion": "none"}

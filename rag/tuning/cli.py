@@ -33,12 +33,12 @@ def add_search_command(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_search_config(args: argparse.Namespace) -> int:
-    from rag.search.active import apply_configuration
-    from rag.search.data import load_qa_dir
-    from rag.search.evaluate import PipelineEvaluator
-    from rag.search.optimizers import GeneticSettings
-    from rag.search.runner import load_items, run_search
-    from rag.search.space import load_space
+    from rag.tuning.active import apply_configuration
+    from rag.tuning.data import load_qa_dir
+    from rag.tuning.evaluate import PipelineEvaluator
+    from rag.tuning.optimizers import GeneticSettings
+    from rag.tuning.runner import load_items, run_search
+    from rag.tuning.space import load_space
     from rag.store import data_dir
 
     if args.budget < 1:
@@ -72,6 +72,6 @@ def _llm_and_generator(args: argparse.Namespace):
     if llm is None:
         raise ValueError("--judge needs an LLM: pass --llm local-gguf or --llm openai")
     from rag.embedding import load_embedder
-    from rag.search.generation import GenerationScorer
+    from rag.tuning.generation import GenerationScorer
 
     return llm, GenerationScorer(llm, llm, load_embedder("minilm"))

@@ -11,12 +11,12 @@ from typing import Literal
 import pandas as pd
 
 from rag.evaluation.qaset import QAItem
-from rag.search.evaluate import Objective, PipelineEvaluator, Scored, Workspace, genome_identity, genome_scorer
-from rag.search.fitness import Evaluations, FitnessCache
-from rag.search.optimizers import GeneticSettings, SearchResult, genetic, grid
-from rag.search.preliminary import preliminary_then_grid
-from rag.search.report import best_config_yaml, convergence_plot, leaderboard, markdown_report
-from rag.search.space import SearchSpace
+from rag.tuning.evaluate import Objective, PipelineEvaluator, Scored, Workspace, genome_identity, genome_scorer
+from rag.tuning.fitness import Evaluations, FitnessCache
+from rag.tuning.optimizers import GeneticSettings, SearchResult, genetic, grid
+from rag.tuning.preliminary import preliminary_then_grid
+from rag.tuning.report import best_config_yaml, convergence_plot, leaderboard, markdown_report
+from rag.tuning.space import SearchSpace
 from rag.store import DOCUMENTS_TABLE
 
 Method = Literal["genetic", "grid", "preliminary-ranking"]

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from rag.search.evaluate import Scored
-from rag.search.fitness import Evaluations
-from rag.search.operators import CROSSOVERS, MUTATIONS, SELECTIONS, adaptive_rate, diversity, elite_selection
-from rag.search.space import Genome, SearchSpace
+from rag.tuning.evaluate import Scored
+from rag.tuning.fitness import Evaluations
+from rag.tuning.operators import CROSSOVERS, MUTATIONS, SELECTIONS, adaptive_rate, diversity, elite_selection
+from rag.tuning.space import Genome, SearchSpace
 
 
 @dataclass

@@ -17,7 +17,7 @@ from rag.evaluation.qaset import QAItem, from_frame, import_squad
 from rag.index.qdrant import QdrantSettings
 from rag.ingest import document_to_row
 from rag.parsing.models import ElementDraft, ParsedDocument, assemble
-from rag.search.evaluate import Workspace
+from rag.tuning.evaluate import Workspace
 from rag.store import DOCUMENTS_TABLE, TableStore
 
 

@@ -29,9 +29,9 @@ from rag.llm import LLM
 from rag.pipeline import bm25_step, chunk_step, embed_step
 from rag.retrieval import DENSE_MODES, Hit, Index, RetrievalParams, retrieve
 from rag.retrieval.fusion import reciprocal_rank_fusion
-from rag.search.expansion import EXPANSIONS
-from rag.search.generation import GenerationScorer
-from rag.search.space import Genome, SearchSpace
+from rag.tuning.expansion import EXPANSIONS
+from rag.tuning.generation import GenerationScorer
+from rag.tuning.space import Genome, SearchSpace
 from rag.store import DOCUMENTS_TABLE, TableStore, bm25_root
 
 METRIC_K = 5  # RAGSmith's RetrievalScore is taken at k = 5

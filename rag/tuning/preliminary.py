@@ -13,9 +13,9 @@ import pandas as pd
 from rag.embedding import load_embedder
 from rag.evaluation.metrics import evaluate_run, run_from_hits
 from rag.evaluation.qaset import QAItem
-from rag.search.fitness import Evaluations
-from rag.search.optimizers import SearchResult, grid
-from rag.search.space import SearchSpace
+from rag.tuning.fitness import Evaluations
+from rag.tuning.optimizers import SearchResult, grid
+from rag.tuning.space import SearchSpace
 
 PARAGRAPH_BREAK = "\n\n"  # canonical texts join elements with a blank line
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from rag.search.space import Genome
+from rag.tuning.space import Genome
 
 Selection = Callable[[Sequence[Genome], Sequence[float], int, random.Random], list[Genome]]
 Crossover = Callable[[Genome, Genome, random.Random], Genome]
