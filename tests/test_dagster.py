@@ -289,10 +289,10 @@ def test_evaluation_stage_reports_and_summary(env, shared_mixed):
     meta = summary_run.asset_materializations_for_node("evaluation_summary")[0].metadata
     comparison = meta["best_vs_baseline_json"].value
     assert meta["questions"].value == sizes[6] == comparison["n_questions"]
-    if "note" not in comparison:  # the best may be the baseline itself: then there is nothing to test
-        assert comparison["n"] == sizes[6] and 0 <= comparison["p_value"] <= 1
-        assert comparison["better"] + comparison["tied"] + comparison["worse"] == sizes[6]
-        assert f"on {sizes[6]} paired questions" in meta["best_vs_baseline"].value
+    assert comparison["baseline"] == "recursive-1000-200 · wordllama · dense" and "note" not in comparison
+    assert comparison["n"] == sizes[6] and 0 < comparison["p_value"] <= 1 and comparison["ci_low"] <= comparison["delta"]
+    assert comparison["better"] + comparison["tied"] + comparison["worse"] == sizes[6]
+    assert f"on {sizes[6]} paired questions" in meta["best_vs_baseline"].value
     # The evaluation's run config reaches the report and its blocking check: other cutoffs, another relevance rule.
     key = MultiPartitionKey({"strategy": "paragraph", "model": "wordllama"})
     narrow = run(env, "retrieval_evaluation_job", key, config={"retrieval_evaluation": {"ks": [5, 10], "relevance": "any"}})

@@ -169,6 +169,25 @@ def test_llm_questions_per_passage_take_the_question_types_in_turn():
     assert asked == ["factual", "interpretation", "long-answer", "factual"]
 
 
+def test_an_evaluation_embeds_its_questions_in_batches():
+    import numpy as np
+
+    from rag.retrieval import Index
+
+    class Counting:
+        def __init__(self):
+            self.calls = []
+
+        def encode_queries(self, texts):
+            self.calls.append(list(texts))
+            return np.ones((len(texts), 2), dtype=np.float32)
+
+    index = Index(pd.DataFrame(), None, None, None, Counting())
+    index.embed_queries(["a", "b", "a"])
+    index.embed_queries(["b", "c"])
+    assert index.query_vector("a").shape == (2,) and index.embedder.calls == [["a", "b"], ["c"]]
+
+
 def test_paired_comparison_of_per_question_scores():
     from scipy.stats import ttest_rel
 

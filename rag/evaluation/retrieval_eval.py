@@ -21,7 +21,7 @@ from rag.evaluation.metrics import (
 from rag.evaluation.qaset import QAItem, Relevance, context_chars, context_run, qrels_for_chunks
 from rag.qa.models import AnswerSettings
 from rag.qa.prompt import fit_context
-from rag.retrieval import Index, RetrievalParams, retrieve
+from rag.retrieval import DENSE_MODES, Index, RetrievalParams, retrieve
 
 REPORT_KEYS = ["strategy", "model", "mode"]
 # The answer pipeline's own default budget, so the evaluation scores the context a default prompt gets.
@@ -66,6 +66,8 @@ def evaluate_index(index: Index, items: list[QAItem], chunks: pd.DataFrame, *, s
     found = qrels_for_chunks(selected, chunks, relevance)
     qrels = {i.qid: found.get(i.qid, {}) for i in selected}
     params = (params or RetrievalParams()).model_copy(update={"k": max(ks)})
+    if DENSE_MODES.intersection(modes):
+        index.embed_queries([q.question for q in selected])
     rows, tables = [], []
     for mode in modes:
         started = time.perf_counter()
