@@ -8,7 +8,7 @@ from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeve
 
 from assets.chunking import chunk_sets
 from orchestration.partitions import chunking_strategy_partitions, collection_partitions
-from rag.evaluation.metrics import METRICS
+from rag.evaluation.retrieval_eval import report_metrics
 from rag.chunking import StrategyConfig
 from rag.quality.gx import SuiteOutcome
 from rag.quality.suites import check_chunks, check_documents, check_qa_set, check_report
@@ -103,7 +103,7 @@ def retrieval_evaluation_quality(context: AssetCheckExecutionContext, data_store
     report = data_store.tables.read("retrieval_evaluation", f"{keys['strategy']}__{keys['model']}")
     if report is None:
         return AssetCheckResult(passed=False, description="the report of this partition is missing")
-    return to_check_result(check_report(report, METRICS + ["retrieval_score"]))
+    return to_check_result(check_report(report, report_metrics(report) + ["retrieval_score"]))
 
 
 defs = Definitions(asset_checks=[parsed_documents_quality, chunk_sets_quality, synthetic_qa_quality,

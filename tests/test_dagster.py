@@ -44,10 +44,12 @@ def env(tmp_path, shared_pdfs, shared_mixed):
             "tables": TableStore(tmp_path / "data" / "tables")}
 
 
-def run(env, job_name, partition=None):
+def run(env, job_name, partition=None, config=None):
+    """config: the run config of the job's one asset, e.g. {"synthetic_qa": {"passages_per_document": 2}}."""
     job = defs.resolve_job_def(job_name)
+    run_config = {**QUIET, "ops": {op: {"config": c} for op, c in config.items()}} if config else QUIET
     return job.execute_in_process(instance=env["instance"], resources=env["resources"], partition_key=partition,
-                                  run_config=QUIET, raise_on_error=False)
+                                  run_config=run_config, raise_on_error=False)
 
 
 def test_definitions_have_groups_and_checks():
@@ -216,20 +218,61 @@ def test_collection_partition_and_nightly_reindex(env):
     assert hits[0].chunk["doc_id"] == "new-note.txt"
 
 
+def test_run_config_defaults_are_the_library_settings(monkeypatch):
+    import importlib.util
+
+    from assets.evaluation import RetrievalEvaluationConfig, SyntheticQAConfig
+    from rag.evaluation.retrieval_eval import EvaluationSettings
+    from rag.synthetic import SynthSettings
+
+    assert SyntheticQAConfig().settings() == SynthSettings() and RetrievalEvaluationConfig().settings() == EvaluationSettings()
+    # One place: another library default becomes the run config's default and the launchpad's.
+    monkeypatch.setattr(SynthSettings.model_fields["passages_per_document"], "default", 9)
+    monkeypatch.setattr(EvaluationSettings.model_fields["ks"], "default_factory", lambda: [5, 10])
+    spec = importlib.util.spec_from_file_location("evaluation_copy", REPO / "assets" / "evaluation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.SyntheticQAConfig().passages_per_document == 9 and module.RetrievalEvaluationConfig().ks == [5, 10]
+    launchpad = module.synthetic_qa.op.config_schema.as_field().config_type.fields
+    assert launchpad["passages_per_document"].default_value == 9
+    assert "passages sampled per document" in launchpad["passages_per_document"].description
+
+
+def test_synthetic_qa_llm_override_goes_through_the_registry():
+    from assets.evaluation import SyntheticQAConfig
+    from rag.llm import load_llm
+
+    resource = LLMResource(backend="none", model="smollm2")
+    assert SyntheticQAConfig().llm_settings(resource) == resource.settings()
+    chosen = SyntheticQAConfig(llm_backend="openai", llm_model="qwen2.5").llm_settings(resource)
+    assert (chosen.backend, chosen.model, chosen.max_new_tokens) == ("openai", "qwen2.5", resource.max_new_tokens)
+    with pytest.raises(ValueError, match="known backends"):
+        load_llm(SyntheticQAConfig(llm_backend="gpt-from-nowhere").llm_settings(resource))
+
+
 def test_evaluation_stage_reports_and_summary(env, shared_mixed):
     from dagster import MultiPartitionKey
 
     for name in ["fake-html.html", "handbook-1p.docx", "norwich-city.txt"]:
         shutil.copy(shared_mixed / name, env["docs"])
+    # paragraph against the naive baseline, so the summary has a best-vs-baseline test to report
+    env["config"].write_text(yaml.safe_dump({"strategies": {"paragraph": {"kind": "paragraph"}, "recursive-1000-200": {
+        "kind": "recursive", "chunk_size": 1000, "chunk_overlap": 200}}}))
     instance = env["instance"]
-    instance.add_dynamic_partitions("chunking_strategy", ["paragraph", "page"])
+    instance.add_dynamic_partitions("chunking_strategy", ["paragraph", "recursive-1000-200"])
     instance.add_dynamic_partitions("embedding_model", ["wordllama"])
     assert run(env, "ingest_documents_job").success
-    qa = run(env, "synthetic_qa_job")
+    # The run config reaches the generator: more passages per document, more questions.
+    sizes = {}
+    for passages in (2, 6):
+        qa = run(env, "synthetic_qa_job", config={"synthetic_qa": {"passages_per_document": passages, "questions_per_passage": 2}})
+        meta = qa.asset_materializations_for_node("synthetic_qa")[0].metadata
+        assert meta["settings"].value["passages_per_document"] == passages and meta["llm_backend"].value == "none"
+        sizes[passages] = meta["questions"].value
+    assert sizes[2] < sizes[6] == len(env["tables"].read("synthetic_qa"))
     assert qa.success and all(e.passed for e in qa.get_asset_check_evaluations())
-    meta = qa.asset_materializations_for_node("synthetic_qa")[0].metadata
     assert meta["generator"].value == "inverse-cloze" and meta["questions"].value > 5
-    for strategy in ["paragraph", "page"]:
+    for strategy in ["paragraph", "recursive-1000-200"]:
         assert run(env, "chunk_sets_job", strategy).success
         key = MultiPartitionKey({"strategy": strategy, "model": "wordllama"})
         assert run(env, "embedding_collections_job", key).success
@@ -243,3 +286,16 @@ def test_evaluation_stage_reports_and_summary(env, shared_mixed):
     assert len(summary) == 8 and summary["best"].sum() == 1
     assert set(summary["mode"]) == {"bm25", "dense", "hybrid-rrf", "hybrid-cc"}
     assert summary["retrieval_score"].between(0, 1).all() and summary["retrieval_score"].is_monotonic_decreasing
+    meta = summary_run.asset_materializations_for_node("evaluation_summary")[0].metadata
+    comparison = meta["best_vs_baseline_json"].value
+    assert meta["questions"].value == sizes[6] == comparison["n_questions"]
+    assert comparison["baseline"] == "recursive-1000-200 · wordllama · dense" and "note" not in comparison
+    assert comparison["n"] == sizes[6] and 0 < comparison["p_value"] <= 1 and comparison["ci_low"] <= comparison["delta"]
+    assert comparison["better"] + comparison["tied"] + comparison["worse"] == sizes[6]
+    assert f"on {sizes[6]} paired questions" in meta["best_vs_baseline"].value
+    # The evaluation's run config reaches the report and its blocking check: other cutoffs, another relevance rule.
+    key = MultiPartitionKey({"strategy": "paragraph", "model": "wordllama"})
+    narrow = run(env, "retrieval_evaluation_job", key, config={"retrieval_evaluation": {"ks": [5, 10], "relevance": "any"}})
+    assert narrow.success and [e.passed for e in narrow.get_asset_check_evaluations()] == [True]
+    report = env["tables"].read("retrieval_evaluation", "paragraph__wordllama")
+    assert set(report["relevance"]) == {"any"} and "recall@5" in report and "recall@20" not in report

@@ -136,6 +136,98 @@ def test_inverse_cloze_fallback_without_llm():
     assert {i.split for i in result.items} == {"train", "dev"}
 
 
+def record_doc(doc_id: str, n: int = 8):
+    """n paragraphs of two distinct sentences each: n passages of 100-400 characters."""
+    name = doc_id.split(".")[0]
+    paras = [f"Record {i} of station {name} notes that {i + 2} keepers served there in winter. "
+             f"The supply boat number {i} reached station {name} every {i + 3} days in the summer." for i in range(n)]
+    return assemble([ElementDraft(type="narrative", text=p) for p in paras], doc_id=doc_id, source_path=doc_id,
+                    content_hash="0" * 64, parser="test", n_pages=1)
+
+
+def test_run_settings_size_the_qa_set():
+    docs = [record_doc("a.txt"), record_doc("b.txt")]
+    size = lambda **kw: generate_qa(docs, None, SynthSettings(passage_chars=(100, 400), **kw))  # noqa: E731
+    assert len(size(passages_per_document=2).items) == 4 and len(size(passages_per_document=6).items) == 12
+    pairs = size(passages_per_document=6, questions_per_passage=2)
+    assert len(pairs.items) == 24 and pairs.attempted == 24 and len({i.question for i in pairs.items}) == 24
+    by_passage = {}
+    for item in pairs.items:  # both sentences of a passage, with that passage as their evidence
+        by_passage.setdefault((item.doc_id, item.evidence[0].start), []).append(item.question)
+    assert len(by_passage) == 12 and all(len(qs) == 2 for qs in by_passage.values())
+    # The cap stops generation and spreads it over documents (round-robin), not the first document's passages.
+    capped = size(passages_per_document=6, max_questions=5)
+    assert len(capped.items) == 5 and capped.attempted == 5
+    assert sorted(i.doc_id for i in capped.items) == ["a.txt"] * 3 + ["b.txt"] * 2
+
+
+def test_llm_questions_per_passage_take_the_question_types_in_turn():
+    llm = ScriptedLLM([])
+    generate_qa([record_doc("a.txt", 2)], llm, SynthSettings(passage_chars=(100, 400), questions_per_passage=2,
+                                                             question_types=["factual", "interpretation", "long-answer"]))
+    asked = [p.rsplit("Question type: ", 1)[1].split("\n")[0] for p in llm.prompts if p.endswith("Question:")]
+    assert asked == ["factual", "interpretation", "long-answer", "factual"]
+
+
+def test_an_evaluation_embeds_its_questions_in_batches():
+    import numpy as np
+
+    from rag.retrieval import Index
+
+    class Counting:
+        def __init__(self):
+            self.calls = []
+
+        def encode_queries(self, texts):
+            self.calls.append(list(texts))
+            return np.ones((len(texts), 2), dtype=np.float32)
+
+    index = Index(pd.DataFrame(), None, None, None, Counting())
+    index.embed_queries(["a", "b", "a"])
+    index.embed_queries(["b", "c"])
+    assert index.query_vector("a").shape == (2,) and index.embedder.calls == [["a", "b"], ["c"]]
+
+
+def test_paired_comparison_of_per_question_scores():
+    from scipy.stats import ttest_rel
+
+    from rag.evaluation.metrics import paired_comparison
+
+    control = pd.Series([0.0, 0.5, 1.0, 1.0, 0.2, 0.4], index=list("abcdef"))
+    treatment = pd.Series([1.0, 0.5, 1.0, 0.8, 0.6, 0.9, 0.3], index=list("abcdefg"))  # g has no pair: left out
+    out = paired_comparison(treatment, control)
+    delta = (1.0 + 0 + 0 - 0.2 + 0.4 + 0.5) / 6
+    assert out["n"] == 6 and (out["better"], out["tied"], out["worse"]) == (3, 2, 1)
+    assert out["delta"] == pytest.approx(delta) and out["ci_low"] < delta < out["ci_high"]
+    assert out["p_value"] == pytest.approx(ttest_rel(treatment[:6], control).pvalue)
+    assert out == paired_comparison(treatment, control)  # seeded: the same interval every run
+    assert paired_comparison(control, control)["p_value"] == 1.0
+    with pytest.raises(ValueError, match="same questions"):
+        paired_comparison(treatment, control.rename(lambda q: q + "x"))
+
+
+def test_summary_says_how_sure_the_best_beats_the_baseline():
+    from rag.evaluation.retrieval_eval import best_vs_baseline, describe_comparison, summarize
+
+    qids = [f"q{i}" for i in range(8)]
+    scores = {("paragraph", "bm25"): [1, 1, 1, 1, 1, 1, 0.5, 0], ("recursive-1000-200", "dense"): [0, 0.5, 0.2, 1, 0, 0.3, 0.5, 0]}
+    per_query = {s: pd.DataFrame([{"mode": mode, "qid": q, **{f"{m}@5": x for m in ("recall", "map", "ndcg", "mrr")}}
+                                  for (strategy, mode), xs in scores.items() if strategy == s for q, x in zip(qids, xs)])
+                 for s in ("paragraph", "recursive-1000-200")}
+    reports = pd.DataFrame([{"strategy": s, "model": "m", "mode": mode, "n_questions": 8, "retrieval_score": sum(xs) / 8,
+                             "recall@5": 0.0, "ndcg@10": 0.0} for (s, mode), xs in scores.items()])
+    comparison = best_vs_baseline(summarize(reports), lambda strategy, model: per_query.get(strategy))
+    assert comparison["best"] == "paragraph · m · bm25" and comparison["n"] == comparison["n_questions"] == 8
+    assert comparison["delta"] == pytest.approx((sum(scores[("paragraph", "bm25")]) - 2.5) / 8)
+    assert (comparison["better"], comparison["tied"], comparison["worse"]) == (5, 3, 0) and 0 < comparison["p_value"] < 0.05
+    line = describe_comparison(comparison)
+    assert "on 8 paired questions" in line and f"p = {comparison['p_value']:.2g}" in line and "95% CI" in line
+    # The baseline winning, or missing per-question scores, is said instead of a test.
+    alone = best_vs_baseline(summarize(reports[reports["mode"] == "dense"]), lambda s, m: per_query.get(s))
+    assert alone["note"] == "the best configuration is the baseline" and "8 questions" in describe_comparison(alone)
+    assert "note" in best_vs_baseline(summarize(reports), lambda s, m: None)
+
+
 def test_report_metrics_match_a_hand_computation():
     qrels = {"q1": {"a": 1}, "q2": {"b": 1, "c": 1}, "q3": {"z": 1}}
     run = {"q1": {"a": 3.0, "x": 2.0, "y": 1.0}, "q2": {"x": 3.0, "b": 2.0, "y": 1.0}}
@@ -170,7 +262,8 @@ def test_beir_loader_gives_whole_document_evidence():
 
 
 def test_evaluate_index_report_on_a_tiny_corpus_by_hand():
-    from rag.evaluation.retrieval_eval import current_reports, evaluate_index, summarize
+    from rag.evaluation.metrics import METRICS, metrics_at
+    from rag.evaluation.retrieval_eval import EvaluationSettings, current_reports, evaluate_index, report_metrics, summarize
     from rag.index.bm25 import BM25Index
     from rag.retrieval import Index
 
@@ -205,6 +298,12 @@ def test_evaluate_index_report_on_a_tiny_corpus_by_hand():
     old = report.summary.drop(columns=["relevance", "max_context_chars", "context_chars@5"])
     kept, stale = current_reports({"s__-": report.summary, "page__-": old})
     assert stale == ["page__-"] and len(kept) == 1 and kept[0] is report.summary
+    # Other cutoffs: only those metrics, and the report says which (the GX check reads them from it).
+    narrow = evaluate_index(index, items, chunks, strategy="s", model="-", modes=["bm25"], ks=[5, 10])
+    assert report_metrics(narrow.summary) == metrics_at([5, 10]) and "recall@20" not in narrow.summary
+    assert narrow.summary.loc[0, "mrr@10"] == pytest.approx(row["mrr@10"]) and report_metrics(old) == METRICS
+    with pytest.raises(ValueError, match="include"):
+        EvaluationSettings(ks=[1, 3])
 
 
 def test_span_relevance_ignores_a_grazing_chunk_and_keeps_pieces_of_a_long_span():

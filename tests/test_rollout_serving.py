@@ -297,6 +297,40 @@ def test_the_latency_guardrail_compares_each_arms_own_ranking_in_the_same_reques
     assert decision.decision == "rollback" and "ranking latency p95 130 ms is" in decision.reason
 
 
+def test_both_arms_encode_the_question_afresh_in_a_canary_request():
+    """Production's long-lived index has the replayed question's vector cached, the candidate's new index has not:
+    timed as they are, a lookup would be compared with an encoding. A shared index (a reranker canary) would hand
+    the candidate production's vector. Both rankings must start without the question's cached vector."""
+    from rag.retrieval import Index
+    from rag.serving.canary import interleaved_answer
+
+    class Encoder:
+        calls = 0
+
+        def encode_queries(self, texts):
+            Encoder.calls += len(texts)
+            return [[1.0, 0.0] for _ in texts]
+
+    def answerer(name, order, index):
+        fake = FakeAnswerer(name, order)
+        fake.index = index
+        ranked = fake.rank
+        fake.rank = lambda q: (index.query_vector(q), ranked(q))[1]  # what a dense retrieval asks of its index
+        return fake
+
+    production_index = Index(chunks=pd.DataFrame(), bm25=None, client=None, alias=None, embedder=Encoder())
+    production_index.query_vector("a replayed question")  # cached by an earlier production request
+    candidate_index = Index(chunks=pd.DataFrame(), bm25=None, client=None, alias=None, embedder=Encoder())
+    Encoder.calls = 0
+    result = interleaved_answer(answerer("production", PRODUCTION.order, production_index),
+                                answerer("candidate", CANDIDATE.order, candidate_index), " a replayed question ", seed=1)
+    assert Encoder.calls == 2 and {"rank_production", "rank_canary"} <= set(result.timings_ms)
+    Encoder.calls = 0
+    interleaved_answer(answerer("production", PRODUCTION.order, production_index),
+                       answerer("candidate", CANDIDATE.order, production_index), "a replayed question", seed=1)
+    assert Encoder.calls == 2  # one shared index: still one encoding per arm
+
+
 def test_old_stores_get_the_arm_and_team_columns(tmp_path):
     url = f"sqlite:///{tmp_path / 'old.sqlite'}"
     old = FeedbackStore(url)

@@ -1,11 +1,20 @@
 """IR metrics with ranx, mean and per query, plus the research's aggregate scores."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 KS = (1, 3, 5, 10, 20)
 METRIC_NAMES = ("recall", "precision", "mrr", "ndcg", "map", "hit_rate")
-METRICS = [f"{m}@{k}" for m in METRIC_NAMES for k in KS]
+
+
+def metrics_at(ks) -> list[str]:
+    """Every metric of METRIC_NAMES at each cutoff of `ks`."""
+    ks = list(ks)
+    return [f"{m}@{k}" for m in METRIC_NAMES for k in ks]
+
+
+METRICS = metrics_at(KS)
 
 
 def evaluate_run(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], metrics: list[str] = METRICS) -> tuple[dict[str, float], pd.DataFrame]:
@@ -46,3 +55,24 @@ def weighted_average(components: dict[str, float | None]) -> float | None:
     if any(components.get(name) is None for name in WA_WEIGHTS):
         return None
     return sum(w * float(components[name]) for name, w in WA_WEIGHTS.items())
+
+
+def paired_comparison(treatment: pd.Series, control: pd.Series, *, confidence: float = 0.95, resamples: int = 10_000,
+                      seed: int = 0) -> dict:
+    """treatment − control on the questions both were scored on (two per-question score Series indexed by question id):
+    the mean difference, its paired-bootstrap confidence interval, the two-sided p-value of ranx's paired Student
+    t-test, and how many questions got better, stayed tied or got worse. Deterministic for a seed."""
+    from ranx.statistical_tests import paired_student_t_test
+
+    both = pd.concat({"t": treatment, "c": control}, axis=1, join="inner").dropna()
+    if both.empty:
+        raise ValueError("no question was scored by both configurations: a paired comparison needs the same questions")
+    t, c = both["t"].to_numpy(np.float64), both["c"].to_numpy(np.float64)
+    diff = t - c
+    # All differences equal (e.g. every question tied): the t statistic is undefined; there is no evidence of a difference.
+    p_value = float(paired_student_t_test(c, t)[0]) if np.ptp(diff) > 0 else (1.0 if not diff.any() else 0.0)
+    idx = np.random.default_rng(seed).integers(0, len(diff), size=(resamples, len(diff)))
+    low, high = np.quantile(diff[idx].mean(axis=1), [(1 - confidence) / 2, (1 + confidence) / 2])
+    return {"n": len(diff), "delta": float(diff.mean()), "ci_low": float(low), "ci_high": float(high), "confidence": confidence,
+            "p_value": p_value, "test": "paired t-test (ranx), paired bootstrap CI",
+            "better": int((diff > 0).sum()), "tied": int((diff == 0).sum()), "worse": int((diff < 0).sum())}

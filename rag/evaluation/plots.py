@@ -27,9 +27,9 @@ def _pyplot():
 
 
 def recall_curves(summary: pd.DataFrame, title: str) -> bytes:
-    """Recall@k for k in 1..20, one line per row (mode or configuration)."""
+    """Recall@k at each cutoff the reports were scored at, one line per row (mode or configuration)."""
     plt = _pyplot()
-    ks = [1, 3, 5, 10, 20]
+    ks = sorted(int(c.split("@")[1]) for c in summary.columns if c.startswith("recall@"))
     fig, ax = plt.subplots(figsize=(6, 3.6))
     for row in summary.to_dict("records"):
         label = " / ".join(str(row[c]) for c in ("strategy", "model", "mode") if c in row and summary[c].nunique() > 1) or row.get("mode", "")

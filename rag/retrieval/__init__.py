@@ -63,6 +63,9 @@ class Hit:
                 "char_end": int(c["char_end"]), "text": c["text"]}
 
 
+QUERY_VECTORS_KEPT = 4096
+
+
 @dataclass
 class Index:
     """Everything a retriever reads: the chunk table, the BM25 index, the dense collection alias."""
@@ -80,7 +83,7 @@ class Index:
 
     def query_vector(self, query: str) -> np.ndarray:
         if query not in self._query_vectors:
-            if len(self._query_vectors) >= 4096:  # bounded: a long-lived API process sees endless new queries
+            if len(self._query_vectors) >= QUERY_VECTORS_KEPT:  # bounded: a long-lived API process sees endless new queries
                 self._query_vectors.clear()
             self._query_vectors[query] = self.embedder.encode_queries([query])[0]
         return self._query_vectors[query]
@@ -89,6 +92,19 @@ class Index:
         if self._distance is None:
             self._distance = collection_distance(self.client, self.alias)
         return self._distance
+
+    def forget_query(self, query: str) -> None:
+        """Drop a query's cached vector: a timing that must include the encoding (a canary's paired ranking times)."""
+        self._query_vectors.pop(query.strip() if isinstance(query, str) else query, None)  # keyed as validate_query leaves it
+
+    def embed_queries(self, queries: list[str]) -> None:
+        """Embed the queries not cached yet in batches, not one by one (an evaluation asks every question of a set)."""
+        todo = list(dict.fromkeys(q for q in queries if q not in self._query_vectors))[:QUERY_VECTORS_KEPT]
+        if self.embedder is None or not todo:
+            return
+        if len(self._query_vectors) + len(todo) > QUERY_VECTORS_KEPT:
+            self._query_vectors.clear()
+        self._query_vectors.update(zip(todo, self.embedder.encode_queries(todo)))
 
     def record(self, chunk_id: str) -> dict:
         return {"chunk_id": chunk_id, **self.chunks.loc[chunk_id].to_dict()}

@@ -50,14 +50,24 @@ class CanaryFailed(RuntimeError):
     """The candidate's side of an interleaved answer failed; production's side did not."""
 
 
+def _forget(answerer, question: str) -> None:
+    index = getattr(answerer, "index", None)
+    if hasattr(index, "forget_query"):
+        index.forget_query(question)
+
+
 def interleaved_answer(production, candidate, question: str, seed: int):
     """Team-draft interleaving of both answerers' rankings (production team a, the candidate team b), answered by the
     candidate's answerer from the interleaved list. Each passage's chunk carries `team` (production | canary).
-    Latency covers both rankings and the answer: what the user waited, so the latency guardrail sees the
-    interleaving's extra ranking too. Production ranks first, so a refused question fails as it would without a
-    canary; a failure on the candidate's side raises CanaryFailed."""
+    Latency covers both rankings and the answer: what the user waited. timings_ms holds each arm's own ranking time
+    (rank_production, rank_canary), which the latency guardrail compares: both rankings encode the question afresh
+    (a cached query vector of production's long-lived index, or of an index both arms share, would time a lookup
+    against an encoding). Production ranks first, so a refused question fails as it would without a canary; a
+    failure on the candidate's side raises CanaryFailed."""
     started = time.perf_counter()
+    _forget(production, question)
     ranked_a = production.rank(question)
+    _forget(candidate, question)
     lap = time.perf_counter()
     try:
         ranked_b = candidate.rank(question)

@@ -9,6 +9,7 @@ import random
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from pathlib import Path
 from typing import Protocol
 
@@ -29,15 +30,25 @@ class Completer(Protocol):
 
 
 class SynthSettings(BaseModel):
-    passages_per_document: int = Field(4, ge=1)
+    """How big a QA set is and how it is made. The single home of these defaults: the synthetic_qa asset's run
+    config (assets/evaluation.py) reads its defaults and descriptions from here."""
+
+    passages_per_document: int = Field(4, ge=1, description="passages sampled per document (fewer when a document "
+                                       "has fewer disjoint passages of passage_chars)")
+    questions_per_passage: int = Field(1, ge=1, description="questions per passage: with an LLM, one per question type "
+                                       "in turn; inverse-cloze: that many different sentences")
+    max_questions: int | None = Field(None, ge=1, description="stop once the set has this many questions (passages "
+                                      "taken round-robin over documents, so the cap spreads over them); None = no cap")
     passage_chars: tuple[int, int] = (300, 1200)  # min, max characters of a passage
-    question_types: list[str] = Field(default_factory=lambda: list(QUESTION_TYPES))
-    multi_document_questions: int = Field(0, ge=0, description="extra questions that need two documents")
+    question_types: list[str] = Field(default_factory=lambda: list(QUESTION_TYPES),
+                                      description=f"LLM question types, cycled per passage: {', '.join(QUESTION_TYPES)}")
+    multi_document_questions: int = Field(0, ge=0, description="extra questions that need two documents (LLM only)")
     min_words: int = 5
     max_words: int = 50
-    dev_fraction: float = 0.2
-    seed: int = 42
-    seed_examples_path: str | None = None  # YAML list of {passage, question, answer, type}; else built-ins
+    dev_fraction: float = Field(0.2, ge=0.0, le=1.0, description="share of documents whose questions form the dev split")
+    seed: int = Field(42, description="passage sampling and sentence choice")
+    seed_examples_path: str | None = Field(None, description="YAML list of {passage, question, answer, type}; "
+                                           "None = built-in generic examples")
 
 
 @dataclass
@@ -216,15 +227,23 @@ def generate_qa(documents: list[ParsedDocument], llm: Completer | None, settings
     filters = _Filters(settings)
     result = SynthResult(items=[], generator=f"llm:{llm.name}" if llm else "inverse-cloze")
     passages_by_doc = {d.doc_id: sample_passages(d, settings.passages_per_document, settings.passage_chars, rng) for d in documents}
-    for doc_id, passages in passages_by_doc.items():
-        for i, passage in enumerate(passages):
-            result.attempted += 1
-            item = _llm_question(llm, passage, settings.question_types[i % len(settings.question_types)], examples, filters, result) \
-                if llm else _cloze_question(passage, filters, rng)
-            if item is not None:
-                result.items.append(item)
-    if llm and settings.multi_document_questions:
-        result.items += _multi_document(llm, passages_by_doc, settings, examples, filters, result, rng)
+    cap = settings.max_questions
+    for i, passage in _passage_order(passages_by_doc, interleave=cap is not None):
+        if cap is not None and len(result.items) >= cap:
+            break
+        n = settings.questions_per_passage
+        result.attempted += n
+        if llm:
+            types = [settings.question_types[(i * n + j) % len(settings.question_types)] for j in range(n)]
+            items = [_llm_question(llm, passage, qtype, examples, filters, result) for qtype in types]
+        else:
+            items = _cloze_questions(passage, n, filters, rng)
+        result.items += [item for item in items if item is not None]
+    if cap is not None:
+        result.items = result.items[:cap]
+    extra = settings.multi_document_questions if cap is None else min(settings.multi_document_questions, cap - len(result.items))
+    if llm and extra > 0:
+        result.items += _multi_document(llm, passages_by_doc, extra, examples, filters, result, rng)
     # Split over the documents that produced questions, so the dev share is a share of real questions.
     splits = assign_splits([i.doc_id for i in result.items], settings.dev_fraction)
     for item in result.items:
@@ -232,6 +251,14 @@ def generate_qa(documents: list[ParsedDocument], llm: Completer | None, settings
     result.rejected.update(filters.rejected)
     result.samples = [{"type": i.qtype, "question": i.question, "answer": i.answer, "doc_id": i.doc_id} for i in result.items[:8]]
     return result
+
+
+def _passage_order(passages_by_doc: dict[str, list[Passage]], interleave: bool) -> list[tuple[int, Passage]]:
+    """(index within its document, passage): document by document, or round-robin over documents."""
+    per_doc = [list(enumerate(ps)) for ps in passages_by_doc.values()]
+    if not interleave:
+        return [x for ps in per_doc for x in ps]
+    return [x for group in zip_longest(*per_doc) for x in group if x is not None]
 
 
 def _llm_question(llm: Completer, passage: Passage, qtype: str, examples, filters: _Filters, result: SynthResult) -> QAItem | None:
@@ -250,25 +277,27 @@ def _llm_question(llm: Completer, passage: Passage, qtype: str, examples, filter
                   doc_id=passage.doc_id, evidence=[evidence], answer=answer, source=result.generator)
 
 
-def _cloze_question(passage: Passage, filters: _Filters, rng: random.Random) -> QAItem | None:
+def _cloze_questions(passage: Passage, n: int, filters: _Filters, rng: random.Random) -> list[QAItem]:
+    """Up to n different sentences of the passage as queries, its whole span as their evidence."""
     candidates = [(s, e) for s, e in sentences(passage.text) if filters.settings.min_words <= len(passage.text[s:e].split()) <= filters.settings.max_words]
     if not candidates:
         filters.rejected["no_sentence"] += 1
-        return None
-    s, e = rng.choice(candidates)
-    question = " ".join(passage.text[s:e].split())
-    # The sentence is copied by construction; only length and duplicates apply to pseudo-queries.
-    if not filters.accept(question, passage.text, check_language=False):
-        return None
-    return QAItem(qid=question_id(passage.doc_id, str(passage.start), question), question=question, qtype="inverse-cloze",
-                  doc_id=passage.doc_id, evidence=[Evidence(doc_id=passage.doc_id, start=passage.start, end=passage.end)],
-                  source="inverse-cloze")
+        return []
+    items = []
+    for s, e in rng.sample(candidates, min(n, len(candidates))):
+        question = " ".join(passage.text[s:e].split())
+        # The sentence is copied by construction; only length and duplicates apply to pseudo-queries.
+        if filters.accept(question, passage.text, check_language=False):
+            items.append(QAItem(qid=question_id(passage.doc_id, str(passage.start), question), question=question, qtype="inverse-cloze",
+                                doc_id=passage.doc_id, evidence=[Evidence(doc_id=passage.doc_id, start=passage.start, end=passage.end)],
+                                source="inverse-cloze"))
+    return items
 
 
-def _multi_document(llm, passages_by_doc, settings, examples, filters, result, rng) -> list[QAItem]:
+def _multi_document(llm, passages_by_doc, count: int, examples, filters, result, rng) -> list[QAItem]:
     docs = [d for d, ps in passages_by_doc.items() if ps]
     out = []
-    for _ in range(settings.multi_document_questions if len(docs) >= 2 else 0):
+    for _ in range(count if len(docs) >= 2 else 0):
         a, b = (rng.choice(passages_by_doc[d]) for d in rng.sample(docs, 2))
         result.attempted += 1
         prompt = build_prompt(f"{a.text} {b.text}", "multi-document (needs both parts)", examples)
