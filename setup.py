@@ -7,5 +7,7 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["rag*", "assets*", "resources*", "sensors*", "orchestration*"]),
     include_package_data=True,
+    # rag.progress draws terminal bars with tqdm: it comes with sentence-transformers, declared because rag imports it.
+    install_requires=["tqdm>=4.60"],
     entry_points={"console_scripts": ["rag=orchestration.cli:main"]},
 )

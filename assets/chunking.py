@@ -4,6 +4,7 @@ from dagster import AssetExecutionContext, AssetKey, Definitions, MaterializeRes
 
 from orchestration.partitions import chunking_strategy_partitions
 from rag.pipeline import chunk_step
+from rag.progress import LogProgress
 from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE
 from resources.chunking import ChunkingStrategies
 from resources.storage import DataStore
@@ -41,7 +42,7 @@ def chunk_sets(context: AssetExecutionContext, data_store: DataStore, chunking: 
     strategy = context.partition_key
     tables = data_store.tables
     chunker = chunking.chunker(strategy)
-    run = chunk_step(tables, chunker)
+    run = chunk_step(tables, chunker, LogProgress(context.log.info))
     path = tables.path(CHUNKS_TABLE, strategy)
     for doc_id, error in run.failed.items():
         kept = run.kept_after_failure.get(doc_id, 0)

@@ -4,6 +4,7 @@ from dagster import AssetExecutionContext, AssetKey, Definitions, MaterializeRes
 from orchestration.partitions import chunking_strategy_partitions, collection_partitions
 from rag.embedding import window_fit
 from rag.pipeline import bm25_step, embed_step
+from rag.progress import LogProgress
 from rag.store import CHUNKS_TABLE
 from resources.models import EmbeddingModels
 from resources.qdrant import QdrantResource
@@ -39,7 +40,7 @@ def embedding_collections(context: AssetExecutionContext, data_store: DataStore,
     keys = context.partition_key.keys_by_dimension
     strategy, model = keys["strategy"], keys["model"]
     embedder = embedding_models.load(model)
-    run = embed_step(data_store.tables, qdrant.client(), strategy, model, embedder, qdrant.distance)
+    run = embed_step(data_store.tables, qdrant.client(), strategy, model, embedder, qdrant.distance, LogProgress(context.log.info))
     context.log.info(f"{strategy} × {model}: {run.summary}")
     # Chunks longer than the model's window are embedded from their start only: count them with its tokenizer.
     fit = window_fit(embedder, data_store.tables.read(CHUNKS_TABLE, strategy)["text"].tolist())

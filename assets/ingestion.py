@@ -4,6 +4,7 @@ from dagster import AssetExecutionContext, AssetSpec, Definitions, MaterializeRe
 
 from rag.markdown import markdown_table
 from rag.pipeline import ingest_step
+from rag.progress import LogProgress
 from rag.store import DOCUMENTS_TABLE, QUARANTINE_TABLE
 from resources.documents import DocumentSource
 from resources.storage import DataStore
@@ -32,7 +33,7 @@ from resources.storage import DataStore
 def ingest_documents(context: AssetExecutionContext, document_source: DocumentSource, data_store: DataStore):
     tables = data_store.tables
     run = ingest_step(tables, document_source.scan(), document_source.parse_settings(),
-                      on_progress=lambda doc_id: context.log.debug(f"parsing {doc_id}"))
+                      on_progress=lambda doc_id: context.log.debug(f"parsing {doc_id}"), progress=LogProgress(context.log.info))
     docs_path, quarantine_path = tables.path(DOCUMENTS_TABLE), tables.path(QUARANTINE_TABLE)
     summary = run.summary
     parsed_pages = int(run.documents[run.documents["doc_id"].isin(run.parsed)]["n_pages"].sum()) if run.parsed else 0

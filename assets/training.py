@@ -21,6 +21,7 @@ from pydantic import Field
 
 from orchestration.partitions import chunking_strategy_partitions, embedding_model_partitions
 from rag.evaluation.plots import markdown_image
+from rag.progress import LogProgress
 from rag.registry import ModelRegistry
 from rag.store import CHUNKS_TABLE
 from rag.training import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig
@@ -86,7 +87,8 @@ def _registry(data_store: DataStore) -> ModelRegistry:
 def _train(kind: str, settings, context: AssetExecutionContext, data_store: DataStore):
     """Train, register as candidate; the materialization shows the data, the run, the manifest and the loss curve."""
     mv, run, inputs = train_candidate(kind, data_store.tables, _registry(data_store), settings, log=context.log.info,
-                                      mining_cache=data_store.root / "training" / "mining-cache")
+                                      mining_cache=data_store.root / "training" / "mining-cache",
+                                      progress=LogProgress(context.log.info))
     return mv, {
         "version": mv.version, "name": mv.name, "path": MetadataValue.path(str(mv.path)), "strategy": inputs.strategy,
         **inputs.data.summary, **run.summary,

@@ -31,6 +31,7 @@ from rag.evaluation.beir import load_beir, open_beir_index  # noqa: E402
 from rag.index.bm25 import BM25Index  # noqa: E402
 from rag.index.qdrant import DENSE, CollectionName, create_collection, get_client, point_alias_to, point_id  # noqa: E402
 from rag.index.sync import sync_bm25, sync_collection  # noqa: E402
+from rag.progress import cli_progress  # noqa: E402
 from rag.retrieval import Index, RetrievalParams, SearchFilter, bm25_ranking, dense_ranking, retrieve  # noqa: E402
 from rag.retrieval.fusion import convex_combination, reciprocal_rank_fusion  # noqa: E402
 from rag.store import data_dir  # noqa: E402
@@ -71,7 +72,7 @@ def quality(model: str, root: Path, slice_distractors: int | None = None) -> dic
     test = load_beir(SHARED / "scifact", "test")
     if slice_distractors is not None:
         test = scifact_slice(test, slice_distractors)
-    index, info = open_beir_index(test, "hybrid-cc", model, root)
+    index, info = open_beir_index(test, "hybrid-cc", model, root, progress=cli_progress())
     print(f"  SciFact index ready ({info['index_seconds']}s; collection {info['collection']['points']} points)")
     d_test, s_test = rankings(index, test.queries)
     if slice_distractors is None:

@@ -129,6 +129,7 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
 
     from rag.evaluation.beir import load_beir, open_beir_index
+    from rag.progress import cli_progress
     from rag.registry import ModelRegistry
     from rag.rerank import rerank
     from rag.retrieval import RetrievalParams, retrieve
@@ -160,7 +161,7 @@ def main() -> int:
     log(f"SciFact{' slice' if args.quick else ''}: {len(corpus)} documents, {len(test.queries)} test queries, stages {stages}")
 
     started = time.perf_counter()
-    index, info = open_beir_index(test, "hybrid-rrf", "minilm", root)
+    index, info = open_beir_index(test, "hybrid-rrf", "minilm", root, progress=cli_progress())
     results["base_index_seconds"] = round(time.perf_counter() - started, 1)
     params = RetrievalParams(k=DEPTH, candidates=100)
     test_hits = {q: retrieve(index, text, "hybrid-rrf", params) for q, text in test.queries.items()}
@@ -240,7 +241,7 @@ def main() -> int:
         data = TrainingData(list(positives), [], selection, None)
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(dir=registry.root) as scratch:
-            run = train_embedder(data, config, Path(scratch) / "model", corpus=list(corpus.values()),
+            run = train_embedder(data, config, Path(scratch) / "model", corpus=list(corpus.values()), progress=cli_progress(),
                                  log=lambda m: log(f"{name}: {m}") if "eval" in m or not m.startswith("step") else None)
             mv = registry.register("embedder", run.model_dir, {"base_model": "minilm", "training_data_hash": data.data_hash,
                                                                 "hyperparameters": config.model_dump(exclude={"extra_positives", "extra_negatives"}),

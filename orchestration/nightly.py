@@ -16,6 +16,7 @@ from dagster import (
 
 from orchestration.partitions import chunking_strategy_partitions, collection_key, embedding_model_partitions
 from rag.pipeline import bm25_step, chunk_step, embed_step, ingest_step
+from rag.progress import LogProgress
 from rag.quality.suites import check_chunks
 from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE, QUARANTINE_TABLE
 from resources.chunking import ChunkingStrategies
@@ -29,7 +30,8 @@ from resources.storage import DataStore
 def reindex_everything(context: OpExecutionContext, document_source: DocumentSource, data_store: DataStore,
                        chunking: ChunkingStrategies, embedding_models: EmbeddingModels, qdrant: QdrantResource):
     tables, instance = data_store.tables, context.instance
-    parsed = ingest_step(tables, document_source.scan(), document_source.parse_settings())
+    progress = LogProgress(context.log.info)
+    parsed = ingest_step(tables, document_source.scan(), document_source.parse_settings(), progress=progress)
     context.log_event(AssetMaterialization(DOCUMENTS_TABLE, metadata={k: v for k, v in parsed.summary.items() if not k.startswith("quarantine")}))
     context.log_event(AssetMaterialization(QUARANTINE_TABLE, metadata={"rows": len(parsed.quarantine)}))
 
@@ -38,7 +40,7 @@ def reindex_everything(context: OpExecutionContext, document_source: DocumentSou
     models = instance.get_dynamic_partitions(embedding_model_partitions.name)
     failed = []
     for strategy in strategies:
-        chunk_run = chunk_step(tables, chunking.chunker(strategy))
+        chunk_run = chunk_step(tables, chunking.chunker(strategy), progress)
         context.log_event(AssetMaterialization(CHUNKS_TABLE, partition=strategy, metadata=chunk_run.summary))
         quality = check_chunks(chunk_run.chunks, parsed.documents)
         if not quality.success:  # the same gate as the blocking asset check: bad chunks are not indexed
@@ -47,7 +49,7 @@ def reindex_everything(context: OpExecutionContext, document_source: DocumentSou
             continue
         context.log_event(AssetMaterialization("bm25_indexes", partition=strategy, metadata=bm25_step(tables, data_store.root, strategy).summary))
         for model in models:
-            run = embed_step(tables, qdrant.client(), strategy, model, embedding_models.load(model), qdrant.distance)
+            run = embed_step(tables, qdrant.client(), strategy, model, embedding_models.load(model), qdrant.distance, progress)
             context.log_event(AssetMaterialization("embedding_collections", partition=collection_key(strategy, model), metadata=run.summary))
     if failed:
         raise Failure(f"chunk checks failed for {failed}; their indexes were left as they were")

@@ -16,6 +16,7 @@ import pandas as pd
 from rag.chunking import Chunker
 from rag.chunking.models import Chunk
 from rag.ingest import document_from_row
+from rag.progress import Progress, counter
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,10 @@ class ChunkRun:
         }
 
 
-def update_chunk_set(previous: pd.DataFrame | None, documents: pd.DataFrame, chunker: Chunker) -> ChunkRun:
-    """Keep the chunks of documents whose content and strategy params are unchanged; redo the rest."""
+def update_chunk_set(previous: pd.DataFrame | None, documents: pd.DataFrame, chunker: Chunker,
+                     progress: Progress | None = None) -> ChunkRun:
+    """Keep the chunks of documents whose content and strategy params are unchanged; redo the rest.
+    `progress` counts the documents to re-chunk."""
     started = time.perf_counter()
     fingerprint = chunker.fingerprint
     kept: dict[str, pd.DataFrame] = {}
@@ -70,17 +73,25 @@ def update_chunk_set(previous: pd.DataFrame | None, documents: pd.DataFrame, chu
     run = ChunkRun(chunks=pd.DataFrame(columns=CHUNK_COLUMNS))
     frames: list[pd.DataFrame] = []
     current = set()
-    for row in documents.to_dict("records"):
+
+    def unchanged(row: dict, old: pd.DataFrame | None) -> bool:
+        return old is not None and (old["doc_content_hash"].iloc[0], old["strategy_fingerprint"].iloc[0]) == (row["content_hash"], fingerprint)
+
+    rows = documents.to_dict("records")
+    advance = counter(progress, f"chunking {chunker.name}",
+                      sum(1 for row in rows if not unchanged(row, kept.get(row["doc_id"]))), "documents")
+    for row in rows:
         doc_id = row["doc_id"]
         current.add(doc_id)
         old = kept.get(doc_id)
-        if old is not None and (old["doc_content_hash"].iloc[0], old["strategy_fingerprint"].iloc[0]) == (row["content_hash"], fingerprint):
+        if unchanged(row, old):
             frames.append(old)
             run.unchanged.append(doc_id)
             continue
         try:
             chunks = chunker.chunk(document_from_row(row))
         except Exception as exc:  # one document's failure must not lose the whole chunk set, nor its own chunks
+            advance()
             run.failed[doc_id] = f"{type(exc).__name__}: {exc}"[:300]
             if old is not None:
                 frames.append(old)
@@ -91,6 +102,7 @@ def update_chunk_set(previous: pd.DataFrame | None, documents: pd.DataFrame, chu
         records = [c.model_dump() | {"doc_content_hash": row["content_hash"], "strategy_fingerprint": fingerprint} for c in chunks]
         frames.append(pd.DataFrame(records, columns=CHUNK_COLUMNS))
         run.rechunked.append(doc_id)
+        advance()
     run.removed = sorted(set(kept) - current)
     frames = [f for f in frames if len(f)]
     if frames:

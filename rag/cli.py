@@ -151,9 +151,12 @@ def _window_fits(root, collections: dict[str, dict]) -> dict[str, WindowFit]:
 
 def cmd_index(args: argparse.Namespace) -> int:
     from rag.pipeline import index_folder
+    from rag.progress import cli_progress
     from rag.store import data_dir
 
-    report = index_folder(args.docs_dir, data_dir(), strategies=args.strategy, models=args.model or ["minilm"])
+    with cli_progress() as progress:
+        report = index_folder(args.docs_dir, data_dir(), strategies=args.strategy, models=args.model or ["minilm"],
+                              progress=progress)
     fits = _window_fits(data_dir(), report.collections)
     for name, fit in fits.items():
         report.collections[name] |= fit.summary
@@ -204,11 +207,13 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_eval_beir(args: argparse.Namespace) -> int:
     from rag.evaluation.beir import evaluate_beir
+    from rag.progress import cli_progress
     from rag.retrieval import RetrievalParams
     from rag.store import data_dir
 
-    result = evaluate_beir(args.dataset_dir, mode=args.mode, model=args.model, split=args.split, k=args.k,
-                           root=data_dir() / "beir", params=RetrievalParams(alpha=args.alpha))
+    with cli_progress() as progress:
+        result = evaluate_beir(args.dataset_dir, mode=args.mode, model=args.model, split=args.split, k=args.k,
+                               root=data_dir() / "beir", params=RetrievalParams(alpha=args.alpha), progress=progress)
     _print(result, args.json)
     return 0
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from rag.parsing import ParseError, ParsedDocument, ParserBug, ParseSettings, QuarantineReason, parse_file
 from rag.parsing.models import Element
+from rag.progress import Progress, counter
 from rag.source import SourceScan
 
 log = logging.getLogger(__name__)
@@ -111,10 +112,21 @@ def update_documents(
     *,
     parse: Callable[..., ParsedDocument] = parse_file,
     on_progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> ParseRun:
+    """`on_progress(doc_id)` before each file is parsed; `progress` counts the files to parse (unchanged ones are not)."""
     started = time.perf_counter()
     fingerprint = settings.fingerprint()
     prev_docs, prev_quar = _by_id(previous_documents), _by_id(previous_quarantine)
+
+    def kept(f) -> dict | None:  # the previous row (document or quarantine) of an unchanged file
+        same = (f.content_hash, fingerprint)
+        for old in (prev_docs.get(f.doc_id), prev_quar.get(f.doc_id)):
+            if old and (old["content_hash"], old["settings_fingerprint"]) == same:
+                return old
+        return None
+
+    advance = counter(progress, "parsing", sum(1 for f in scan.files if kept(f) is None), "documents")
     doc_rows: list[dict] = []
     quar_rows: list[dict] = []
     run = ParseRun(documents=_empty(DOCUMENT_COLUMNS), quarantine=_empty(QUARANTINE_COLUMNS))
@@ -143,6 +155,7 @@ def update_documents(
         try:
             doc = parse(f.path, settings, doc_id=f.doc_id, content_hash=f.content_hash)
         except ParseError as exc:  # the file's fault: quarantine it and go on with the others
+            advance()
             log.warning("quarantined %s: %s (%s)", f.doc_id, exc.message, exc.reason.value)
             quar_rows.append({
                 "doc_id": f.doc_id, "path": str(f.path), "content_hash": f.content_hash,
@@ -157,6 +170,7 @@ def update_documents(
             raise ParserBug(str(f.path), exc) from exc
         doc_rows.append(document_to_row(doc, fingerprint))
         run.parsed.append(f.doc_id)
+        advance()
 
     present = {f.doc_id for f in scan.files} | {r.doc_id for r in scan.rejected}
     run.removed = sorted((set(prev_docs) | set(prev_quar)) - present)

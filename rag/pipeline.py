@@ -15,23 +15,25 @@ from rag.index.qdrant import QdrantSettings, get_client
 from rag.index.sync import BM25Run, IndexRun, sync_bm25, sync_collection
 from rag.ingest import ParseRun, update_documents
 from rag.parsing import ParseSettings
+from rag.progress import Progress
 from rag.source import SourceScan, scan_folder
 from rag.store import CHUNK_FAILURES_TABLE, CHUNKS_TABLE, DOCUMENTS_TABLE, QUARANTINE_TABLE, TableStore, bm25_root
 
 
 def ingest_step(tables: TableStore, scan: SourceScan, settings: ParseSettings,
-                on_progress: Callable[[str], None] | None = None) -> ParseRun:
-    run = update_documents(scan, tables.read(DOCUMENTS_TABLE), tables.read(QUARANTINE_TABLE), settings, on_progress=on_progress)
+                on_progress: Callable[[str], None] | None = None, progress: Progress | None = None) -> ParseRun:
+    run = update_documents(scan, tables.read(DOCUMENTS_TABLE), tables.read(QUARANTINE_TABLE), settings, on_progress=on_progress,
+                           progress=progress)
     tables.write(run.documents, DOCUMENTS_TABLE)
     tables.write(run.quarantine, QUARANTINE_TABLE)
     return run
 
 
-def chunk_step(tables: TableStore, chunker: Chunker) -> ChunkRun:
+def chunk_step(tables: TableStore, chunker: Chunker, progress: Progress | None = None) -> ChunkRun:
     documents = tables.read(DOCUMENTS_TABLE)
     if documents is None:
         raise FileNotFoundError("parsed_documents does not exist yet: ingest documents first")
-    run = update_chunk_set(tables.read(CHUNKS_TABLE, chunker.name), documents, chunker)
+    run = update_chunk_set(tables.read(CHUNKS_TABLE, chunker.name), documents, chunker, progress)
     tables.write(run.chunks, CHUNKS_TABLE, chunker.name)
     # Written on every run (empty when all went well) so the chunk-set check sees this run's failures only.
     tables.write(run.failures, CHUNK_FAILURES_TABLE, chunker.name)
@@ -49,8 +51,10 @@ def bm25_step(tables: TableStore, root: Path, strategy: str) -> BM25Run:
     return sync_bm25(_chunks(tables, strategy), bm25_root(root, strategy))
 
 
-def embed_step(tables: TableStore, client, strategy: str, model: str, embedder: TextEmbedder, distance: str = "cosine") -> IndexRun:
-    return sync_collection(client, _chunks(tables, strategy), embedder, strategy=strategy, model=model, distance=distance)
+def embed_step(tables: TableStore, client, strategy: str, model: str, embedder: TextEmbedder, distance: str = "cosine",
+               progress: Progress | None = None) -> IndexRun:
+    return sync_collection(client, _chunks(tables, strategy), embedder, strategy=strategy, model=model, distance=distance,
+                           progress=progress)
 
 
 @dataclass
@@ -63,8 +67,8 @@ class PipelineReport:
 
 def index_folder(docs_dir: Path, root: Path, *, strategies: list[str] | None = None, models: list[str] | None = None,
                  parse_settings: ParseSettings | None = None, qdrant: QdrantSettings | None = None,
-                 distance: str = "cosine") -> PipelineReport:
-    """Everything for one folder, without Dagster: what `rag index` runs."""
+                 distance: str = "cosine", progress: Progress | None = None) -> PipelineReport:
+    """Everything for one folder, without Dagster: what `rag index` runs. `progress` hears every step's counts."""
     tables = TableStore(Path(root) / "tables")
     configs = load_strategies()
     strategies = strategies or list(configs)
@@ -73,13 +77,13 @@ def index_folder(docs_dir: Path, root: Path, *, strategies: list[str] | None = N
         raise ValueError(f"unknown chunking strategies {unknown} (known: {', '.join(configs)})")
     embedders = {m: load_embedder(m) for m in (models or [])}  # fail fast on an unknown model
     report = PipelineReport()
-    parsed = ingest_step(tables, scan_folder(docs_dir), parse_settings or ParseSettings())
+    parsed = ingest_step(tables, scan_folder(docs_dir), parse_settings or ParseSettings(), progress=progress)
     report.parse = parsed.summary | {"quarantine": parsed.quarantine[["doc_id", "reason", "message"]].to_dict("records")}
     client = get_client(qdrant) if embedders else None
     for strategy in strategies:
-        chunked = chunk_step(tables, get_chunker(strategy, configs))
+        chunked = chunk_step(tables, get_chunker(strategy, configs), progress)
         report.chunks[strategy] = chunked.summary | {"failures": chunked.failures.to_dict("records")}
         report.bm25[strategy] = bm25_step(tables, root, strategy).summary
         for name, embedder in embedders.items():
-            report.collections[f"{strategy}|{name}"] = embed_step(tables, client, strategy, name, embedder, distance).summary
+            report.collections[f"{strategy}|{name}"] = embed_step(tables, client, strategy, name, embedder, distance, progress).summary
     return report

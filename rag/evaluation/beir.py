@@ -15,6 +15,7 @@ from rag.embedding import load_embedder
 from rag.index.bm25 import BM25Index
 from rag.index.qdrant import QdrantSettings, get_client
 from rag.index.sync import sync_bm25, sync_collection
+from rag.progress import Progress, counter
 from rag.retrieval import DENSE_MODES, RETRIEVERS, Index, RetrievalError, RetrievalParams, retrieve
 from rag.store import bm25_root
 
@@ -55,7 +56,8 @@ def load_beir(folder: Path, split: str = "test") -> BeirDataset:
     return BeirDataset(folder.name, pd.DataFrame(rows), queries, qrels)
 
 
-def open_beir_index(ds: BeirDataset, mode: str, model: str | None, root: Path, qdrant: QdrantSettings | None = None) -> tuple[Index, dict]:
+def open_beir_index(ds: BeirDataset, mode: str, model: str | None, root: Path, qdrant: QdrantSettings | None = None,
+                    progress: Progress | None = None) -> tuple[Index, dict]:
     """Index once, reuse afterwards: both parts sync incrementally, so a second run embeds nothing."""
     strategy = f"beir-{ds.name}"
     started = time.perf_counter()
@@ -68,7 +70,7 @@ def open_beir_index(ds: BeirDataset, mode: str, model: str | None, root: Path, q
             raise RetrievalError(f"mode {mode!r} needs --model")
         embedder = load_embedder(model)
         client = get_client(qdrant)
-        run = sync_collection(client, ds.corpus, embedder, strategy=strategy, model=model)
+        run = sync_collection(client, ds.corpus, embedder, strategy=strategy, model=model, progress=progress)
         alias = run.alias
         info["collection"] = run.summary
     info["index_seconds"] = round(time.perf_counter() - started, 2)
@@ -76,20 +78,23 @@ def open_beir_index(ds: BeirDataset, mode: str, model: str | None, root: Path, q
 
 
 def evaluate_beir(folder: Path, *, mode: str, model: str | None, split: str = "test", k: int = 10, root: Path,
-                  params: RetrievalParams | None = None, qdrant: QdrantSettings | None = None) -> dict:
+                  params: RetrievalParams | None = None, qdrant: QdrantSettings | None = None,
+                  progress: Progress | None = None) -> dict:
     from ranx import Qrels, Run, evaluate
 
     if mode not in RETRIEVERS:
         raise RetrievalError(f"unknown retrieval mode {mode!r} (known: {', '.join(RETRIEVERS)})")
     ds = load_beir(folder, split)
-    index, info = open_beir_index(ds, mode, model, root, qdrant)
+    index, info = open_beir_index(ds, mode, model, root, qdrant, progress)
     params = (params or RetrievalParams()).model_copy(update={"k": max(100, k), "candidates": max(100, k)})
     started = time.perf_counter()
     run: dict[str, dict[str, float]] = {}
+    advance = counter(progress, f"retrieving ({mode})", len(ds.queries), "queries")
     for qid, text in ds.queries.items():
         hits = retrieve(index, text, mode, params)
         # ranx needs distinct scores in rank order; fused ties are already broken deterministically.
         run[qid] = {h.chunk["chunk_id"]: float(len(hits) - h.rank + 1) for h in hits}
+        advance()
     seconds = time.perf_counter() - started
     metric_names = [f"ndcg@{k}", f"recall@{k}", "recall@100", f"mrr@{k}", f"map@{k}"]
     scores = evaluate(Qrels(ds.qrels), Run(run), metric_names, make_comparable=True)

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from rag.embedding import TextEmbedder, model_key
@@ -28,6 +29,7 @@ from rag.index.qdrant import (
     point_id,
     stored_hashes,
 )
+from rag.progress import Progress, counter
 
 PAYLOAD_FIELDS = ["chunk_id", "doc_id", "strategy", "text", "char_start", "char_end", "page_start", "page_end",
                   "section_path", "prev_chunk_id", "next_chunk_id", "n_tokens", "content_hash", "table_html"]
@@ -69,8 +71,11 @@ def _payload(row: dict) -> dict:
     return out
 
 
-def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEmbedder, batch_size: int) -> float:
-    """Encode in batches while a second thread upserts the previous batch (Qdrant I/O overlaps the model)."""
+def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEmbedder, batch_size: int,
+                     progress: Progress | None = None, task: str = "embedding") -> float:
+    """Encode in batches while a second thread upserts the previous batch (Qdrant I/O overlaps the model).
+    Each batch is encoded in slices of the embedder's own batch size (the same model calls it makes inside one
+    `encode_passages`), so `progress` advances every few seconds, not once per upsert batch."""
     from qdrant_client import models
 
     # Batches of similar length pad less: the same trick model.encode plays inside one call.
@@ -91,11 +96,17 @@ def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEm
     thread = threading.Thread(target=writer, name="qdrant-upsert", daemon=True)
     thread.start()
     embed_seconds = 0.0
+    step = min(batch_size, getattr(embedder, "batch_size", None) or batch_size)
+    advance = counter(progress, task, len(rows), "chunks")
     try:
         for i in range(0, len(rows), batch_size):
             batch = rows[i:i + batch_size]
             started = time.perf_counter()
-            vectors = embedder.encode_passages([r["text"] for r in batch])
+            parts = []
+            for j in range(0, len(batch), step):
+                parts.append(embedder.encode_passages([r["text"] for r in batch[j:j + step]]))
+                advance(len(parts[-1]))
+            vectors = parts[0] if len(parts) == 1 else np.vstack(parts)
             embed_seconds += time.perf_counter() - started
             if errors:
                 break
@@ -109,7 +120,7 @@ def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEm
 
 
 def _sync_points(client, collection: str, chunks: pd.DataFrame, embedder: TextEmbedder,
-                 batch_size: int) -> tuple[int, int, int, float]:
+                 batch_size: int, progress: Progress | None = None, task: str = "embedding") -> tuple[int, int, int, float]:
     """Upsert new and changed chunks, then delete the points of chunks that are gone: (added, updated,
     deleted, embed seconds). In this order a live collection never lacks a document while it changes: its
     new chunks are searchable before its old ones go (between the two, retrieval skips points whose chunk
@@ -120,7 +131,7 @@ def _sync_points(client, collection: str, chunks: pd.DataFrame, embedder: TextEm
     changed = {cid for cid, h in wanted.items() if cid in stored and stored[cid] != h}
     new = {cid for cid in wanted if cid not in stored}
     todo = chunks[chunks["chunk_id"].isin(new | changed)].to_dict("records")
-    embed_seconds = _upsert_embedded(client, collection, todo, embedder, batch_size) if todo else 0.0
+    embed_seconds = _upsert_embedded(client, collection, todo, embedder, batch_size, progress, task) if todo else 0.0
     if stale:
         from qdrant_client import models
 
@@ -137,16 +148,20 @@ def sync_collection(
     model: str,
     distance: str = "cosine",
     batch_size: int = 512,
+    progress: Progress | None = None,
 ) -> IndexRun:
+    """`progress` counts the chunks embedded (new and changed ones; all of them for a fresh collection)."""
     started = time.perf_counter()
     name = CollectionName(strategy, model_key(model))
+    task = f"embedding {strategy}|{model}"
     target = name.versioned(embedder.version, distance)
     live = alias_target(client, name.alias)
     run = IndexRun(collection=target, alias=name.alias)
     if client.collection_exists(target) and (target == live or target in aliased_collections(client)):
         # Bring the complete collection up to date in place. One that another alias still points at (an older
         # version `<strategy>__production` serves, kept by drop_unaliased) is reused, never rebuilt over.
-        run.added, run.updated, run.deleted, run.embed_seconds = _sync_points(client, target, chunks, embedder, batch_size)
+        run.added, run.updated, run.deleted, run.embed_seconds = _sync_points(
+            client, target, chunks, embedder, batch_size, progress, task)
         if live != target:
             point_alias_to(client, name.alias, target)
     else:
@@ -155,7 +170,7 @@ def sync_collection(
             client.delete_collection(target)  # a half-built leftover: no alias points at it
         create_collection(client, target, embedder.dim, distance)
         rows = chunks.to_dict("records")
-        run.embed_seconds = _upsert_embedded(client, target, rows, embedder, batch_size)
+        run.embed_seconds = _upsert_embedded(client, target, rows, embedder, batch_size, progress, task)
         point_alias_to(client, name.alias, target)
         run.rebuilt, run.added = True, len(rows)
     run.dropped_collections = drop_unaliased(client, name)

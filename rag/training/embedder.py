@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rag.progress import Progress
 from rag.training.config import EmbedderTrainingConfig, TrainingConfig
 from rag.training.data import IRSet, Pair, TrainingData, positives_by_query, with_negatives
 
@@ -123,13 +124,22 @@ def ir_evaluator(selection: IRSet | None):
                                          map_at_k=[10], name="dev", write_csv=False, batch_size=32)
 
 
-def progress_callback(log: Log):
+def progress_callback(log: Log, progress: Progress | None = None, task: str = "training"):
+    """Logs the trainer's loss and metrics lines; `progress` also hears every optimizer step (step, max_steps)."""
     from transformers import TrainerCallback
 
     class _Progress(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in (logs or {}).items()}
             log(f"step {state.global_step}/{state.max_steps}: {shown}")
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if progress:
+                progress(task, state.global_step, state.max_steps, "steps")
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if progress:
+                progress(task, state.global_step, state.max_steps, "steps")
 
     return _Progress()
 
@@ -150,7 +160,7 @@ def trainer_schedule(config: TrainingConfig, examples: int, batch_size: int) -> 
 
 
 def train_embedder(data: TrainingData, config: EmbedderTrainingConfig, output_dir: Path, *, corpus: list[str] = (),
-                   log: Log = print, mining_cache: Path | None = None) -> TrainingRun:
+                   log: Log = print, mining_cache: Path | None = None, progress: Progress | None = None) -> TrainingRun:
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
     from sentence_transformers.base.sampler import BatchSamplers
@@ -194,7 +204,7 @@ def train_embedder(data: TrainingData, config: EmbedderTrainingConfig, output_di
             output_dir=scratch, batch_sampler=BatchSamplers.NO_DUPLICATES, load_best_model_at_end=evaluator is not None,
             metric_for_best_model=f"eval_{SELECTION_METRIC}" if evaluator else None, greater_is_better=True, **schedule)
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss, evaluator=evaluator,
-                                             callbacks=[progress_callback(log)])
+                                             callbacks=[progress_callback(log, progress, f"training {config.base_model}")])
         # The untrained start is a checkpoint too: when no trained step scores above it on the selection questions,
         # the base weights are kept (the gate then sees no change) instead of the least bad step.
         start = {k.removeprefix("dev_"): float(v) for k, v in evaluator(model).items()} if evaluator else {}

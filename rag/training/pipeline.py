@@ -15,6 +15,7 @@ from rag.embedding import load_embedder
 from rag.evaluation.qaset import from_frame
 from rag.index.qdrant import CollectionName, point_alias_to
 from rag.index.sync import sync_collection
+from rag.progress import Progress
 from rag.registry import IMPLICIT_PRODUCTION, ModelRegistry, ModelVersion, library_versions
 from rag.store import CHUNKS_TABLE, TableStore
 from rag.training.config import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig, TrainingConfig
@@ -86,9 +87,10 @@ def _manifest(kind: Kind, config: TrainingConfig, inputs: Inputs, run: TrainingR
 
 
 def train_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, config: TrainingConfig, *, log: Log = print,
-                    mining_cache: Path | None = None) -> tuple[ModelVersion, TrainingRun, Inputs]:
+                    mining_cache: Path | None = None, progress: Progress | None = None) -> tuple[ModelVersion, TrainingRun, Inputs]:
     """Train, register as a new version and point `candidate` at it. Production is untouched.
-    `mining_cache`: a folder where hard-negative mining keeps corpus embeddings between runs."""
+    `mining_cache`: a folder where hard-negative mining keeps corpus embeddings between runs; `progress` hears the
+    training steps of the sentence-transformers trainers."""
     inputs = load_inputs(tables, config)
     log(f"{kind}: {inputs.data.summary} on chunk set {inputs.strategy!r}")
     trainer = train_embedder if kind == "embedder" else train_reranker
@@ -102,7 +104,7 @@ def train_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, con
                                        log=log)
         else:
             run = trainer(inputs.data, config, Path(scratch) / "model", corpus=inputs.chunks["text"].tolist(), log=log,
-                          mining_cache=mining_cache)
+                          mining_cache=mining_cache, progress=progress)
         mv = registry.register(kind, run.model_dir, _manifest(kind, config, inputs, run, registry.resolve(kind, "production")),
                                move=True)
     registry.set_alias(kind, "candidate", mv.version)

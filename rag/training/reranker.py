@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rag.progress import Progress
 from rag.training.config import RerankerTrainingConfig
 from rag.training.data import IRSet, Pair, TrainingData, positives_by_query
 from rag.training.embedder import (
@@ -61,7 +62,7 @@ def selection_samples(selection: IRSet | None, embedder_model, depth: int = 30) 
 
 
 def train_reranker(data: TrainingData, config: RerankerTrainingConfig, output_dir: Path, *, corpus: list[str] = (),
-                   log: Log = print, mining_cache: Path | None = None) -> TrainingRun:
+                   log: Log = print, mining_cache: Path | None = None, progress: Progress | None = None) -> TrainingRun:
     import torch
     from datasets import Dataset
     from sentence_transformers import CrossEncoder, SentenceTransformer
@@ -106,5 +107,5 @@ def train_reranker(data: TrainingData, config: RerankerTrainingConfig, output_di
                                              metric_for_best_model=f"eval_{SELECTION_METRIC}" if evaluator else None,
                                              greater_is_better=True, **schedule)
         trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=dataset, loss=loss, evaluator=evaluator,
-                                      callbacks=[progress_callback(log)])
+                                      callbacks=[progress_callback(log, progress, "training cross-encoder")])
         return run_trainer(trainer, model, evaluator, output_dir, started, len(dataset))

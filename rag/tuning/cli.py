@@ -33,6 +33,7 @@ def add_search_command(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_search_config(args: argparse.Namespace) -> int:
+    from rag.progress import cli_progress
     from rag.tuning.active import apply_configuration
     from rag.tuning.data import load_qa_dir
     from rag.tuning.evaluate import PipelineEvaluator
@@ -50,8 +51,9 @@ def cmd_search_config(args: argparse.Namespace) -> int:
     llm, generator = _llm_and_generator(args)
     evaluator = PipelineEvaluator(workspace, items, llm=llm, generator=generator)
     out = args.out or root / "search" / f"{args.method}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
-    outcome = run_search(args.method, evaluator, space, budget=args.budget, cache_path=root / "search" / "fitness_cache.sqlite",
-                         genetic_settings=GeneticSettings(seed=args.seed), top_n=args.top_n, out_dir=out)
+    with cli_progress() as progress:
+        outcome = run_search(args.method, evaluator, space, budget=args.budget, cache_path=root / "search" / "fitness_cache.sqlite",
+                             genetic_settings=GeneticSettings(seed=args.seed), top_n=args.top_n, out_dir=out, progress=progress)
     summary = outcome.summary()
     if args.apply:
         summary["applied"] = apply_configuration(outcome.files["best_config"], root, reason=f"rag search-config --method {args.method}")

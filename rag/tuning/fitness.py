@@ -55,6 +55,7 @@ class Evaluations:
     cache: FitnessCache | None = None
     budget: int | None = None
     identity: Callable[[Genome], str] | None = None  # extra cache key: what the genome's option names leave open
+    advance: Callable[[], None] | None = None  # called for each distinct candidate (rag.progress.counter)
     seen: dict[Genome, Scored] = field(default_factory=dict)
     order: list[tuple[Genome, int]] = field(default_factory=list)  # (genome, generation it was first seen in)
     computed: int = 0  # fitness actually computed (persistent-cache misses)
@@ -85,4 +86,6 @@ class Evaluations:
             self.cache_hits += 1
         self.seen[genome] = scored
         self.order.append((genome, self.generation))
+        if self.advance:
+            self.advance()
         return scored

@@ -11,6 +11,7 @@ from typing import Literal
 import pandas as pd
 
 from rag.evaluation.qaset import QAItem
+from rag.progress import Progress, counter
 from rag.tuning.evaluate import Objective, PipelineEvaluator, Scored, Workspace, genome_identity, genome_scorer
 from rag.tuning.fitness import Evaluations, FitnessCache
 from rag.tuning.optimizers import GeneticSettings, SearchResult, genetic, grid
@@ -63,13 +64,15 @@ def fitness_note(evaluator: PipelineEvaluator) -> str:
 
 def run_search(method: Method, evaluator: PipelineEvaluator, space: SearchSpace, *, budget: int | None = 100,
                cache_path: Path | None = None, genetic_settings: GeneticSettings | None = None, top_n: int = 2,
-               out_dir: Path | None = None) -> SearchOutcome:
+               out_dir: Path | None = None, progress: Progress | None = None) -> SearchOutcome:
+    """`progress` counts the distinct candidates scored, out of the budget."""
     if method not in METHODS:
         raise ValueError(f"unknown search method {method!r} (known: {', '.join(METHODS)})")
     started = time.perf_counter()
     caps = evaluator.capabilities
     cache = FitnessCache(cache_path, evaluator.context)
-    make = lambda sp: Evaluations(sp, genome_scorer(evaluator, sp), cache, budget, genome_identity(evaluator, sp))  # noqa: E731
+    advance = counter(progress, f"{method} search", budget, "candidates")
+    make = lambda sp: Evaluations(sp, genome_scorer(evaluator, sp), cache, budget, genome_identity(evaluator, sp), advance=advance)  # noqa: E731
     if method == "grid":
         result = grid(space, make(space), caps)
     elif method == "genetic":
