@@ -5,9 +5,10 @@ Writes its own JSON (arguments, commit, date, model versions); asserts nothing.
 
 Figures:
   query latency    wall ms per single query (encode_queries([q]): tokenize, encode, pool, normalise), over the first
-                   --queries SciFact test queries, after --warmup untimed ones; p50 / p95 / mean.
+                   --queries SciFact test queries, after --warmup untimed ones; p50 / p95 / mean. The two models
+                   take turns on every query, so on a shared machine both see the same background load.
   batch throughput passages per second, the first --passages abstracts (title + text, as rag eval-beir indexes them)
-                   encoded in one encode_passages call (batches of the embedder's batch_size).
+                   in 8 encode_passages calls (batches of the embedder's batch_size), the models taking turns.
   quality          SciFact test nDCG@10 / recall@100, dense: all 5,183 abstracts encoded, each test query encoded on
                    its own, exact cosine top-100 in numpy, scored by ranx (rag.evaluation.metrics.evaluate_run).
   agreement        cosine between the two models' vectors of the same abstract (min / mean).
@@ -39,16 +40,33 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def latency(embedder, queries: list[str], warmup: int) -> dict:
-    for q in queries[:warmup]:
-        embedder.encode_queries([q])
-    times = []
-    for q in queries:
-        started = time.perf_counter()
-        embedder.encode_queries([q])
-        times.append(1000 * (time.perf_counter() - started))
-    return {"p50_ms": round(float(np.percentile(times, 50)), 2), "p95_ms": round(float(np.percentile(times, 95)), 2),
-            "mean_ms": round(float(np.mean(times)), 2), "n": len(times)}
+def latency(embedders: dict, queries: list[str], warmup: int) -> dict:
+    """Per-query wall ms, the models taking turns on each query: on a shared box both see the same load."""
+    times: dict[str, list[float]] = {label: [] for label in embedders}
+    for i, q in enumerate(queries[:warmup] + queries):
+        for label, embedder in embedders.items():
+            started = time.perf_counter()
+            embedder.encode_queries([q])
+            if i >= warmup:
+                times[label].append(1000 * (time.perf_counter() - started))
+    return {label: {"p50_ms": round(float(np.percentile(t, 50)), 2), "p95_ms": round(float(np.percentile(t, 95)), 2),
+                    "mean_ms": round(float(np.mean(t)), 2), "n": len(t)} for label, t in times.items()}
+
+
+def throughput(embedders: dict, texts: list[str], slices: int = 8) -> tuple[dict, dict]:
+    """Passages per second over `texts`, encoded in `slices` parts with the models taking turns on each part;
+    and the vectors, per model."""
+    seconds = dict.fromkeys(embedders, 0.0)
+    parts: dict[str, list[np.ndarray]] = {label: [] for label in embedders}
+    step = -(-len(texts) // slices)
+    for i in range(0, len(texts), step):
+        for label, embedder in embedders.items():
+            started = time.perf_counter()
+            parts[label].append(embedder.encode_passages(texts[i:i + step]))
+            seconds[label] += time.perf_counter() - started
+    figures = {label: {"passages": len(texts), "seconds": round(s, 2), "passages_per_second": round(len(texts) / s, 1),
+                       "batch_size": embedders[label].batch_size, "slices": slices} for label, s in seconds.items()}
+    return figures, {label: np.vstack(rows) for label, rows in parts.items()}
 
 
 def quality(ds, doc_vecs: np.ndarray, query_vecs: np.ndarray) -> dict:
@@ -93,29 +111,26 @@ def main() -> None:
                                 "torch_threads": torch.get_num_threads(), "onnx_threads": int(os.environ.get("RAG_ONNX_THREADS") or 1),
                                 "note": "2-core box shared with another long benchmark, run under nice -n 19: timings are noisy"},
                     "dataset": {"name": ds.name, "corpus": len(texts), "test_queries": len(queries)}, "models": {}}
-    vectors = {}
+    embedders = {}
     for label, name in (("torch", args.float_model), ("int8", args.int8_model)):
         started = time.perf_counter()
-        embedder = load_embedder(name)
-        load_s = time.perf_counter() - started
-        log(f"{name}: loaded in {load_s:.1f} s (version {embedder.version})")
-        lat = latency(embedder, queries[:args.queries], args.warmup)
-        log(f"{name}: query p50 {lat['p50_ms']} ms, p95 {lat['p95_ms']} ms")
-        started = time.perf_counter()
-        head = embedder.encode_passages(texts[:args.passages])
-        batch_s = time.perf_counter() - started
-        log(f"{name}: {args.passages} passages in {batch_s:.1f} s")
-        docs = np.vstack([head, embedder.encode_passages(texts[args.passages:])])
-        query_vecs = np.vstack([embedder.encode_queries([q]) for q in queries])
-        vectors[label] = docs
-        scores = quality(ds, docs, query_vecs)
-        log(f"{name}: {scores}")
-        result["models"][label] = {"name": name, "version": embedder.version, "load_seconds": round(load_s, 2),
-                                   "query_latency": lat,
-                                   "batch": {"passages": args.passages, "seconds": round(batch_s, 2),
-                                             "passages_per_second": round(args.passages / batch_s, 1),
-                                             "batch_size": embedder.batch_size},
-                                   "scifact_test": scores}
+        embedders[label] = load_embedder(name)
+        result["models"][label] = {"name": name, "version": embedders[label].version,
+                                   "load_seconds": round(time.perf_counter() - started, 2)}
+        log(f"{name}: loaded in {result['models'][label]['load_seconds']} s (version {embedders[label].version})")
+    for label, lat in latency(embedders, queries[:args.queries], args.warmup).items():
+        result["models"][label]["query_latency"] = lat
+        log(f"{label}: query p50 {lat['p50_ms']} ms, p95 {lat['p95_ms']} ms")
+    figures, head = throughput(embedders, texts[:args.passages])
+    for label, batch in figures.items():
+        result["models"][label]["batch"] = batch
+        log(f"{label}: {batch['passages_per_second']} passages/s")
+    vectors = {}
+    for label, embedder in embedders.items():  # the rest of the corpus, untimed, for the quality figures
+        vectors[label] = np.vstack([head[label], embedder.encode_passages(texts[args.passages:])])
+        scores = quality(ds, vectors[label], np.vstack([embedder.encode_queries([q]) for q in queries]))
+        result["models"][label]["scifact_test"] = scores
+        log(f"{label}: {scores}")
     cos = (vectors["torch"] * vectors["int8"]).sum(axis=1)
     result["agreement"] = {"passage_cosine_min": round(float(cos.min()), 4), "passage_cosine_mean": round(float(cos.mean()), 4)}
     t, q = result["models"]["torch"], result["models"]["int8"]
