@@ -69,7 +69,11 @@ def test_shapes_normalisation_and_window(int8, minilm):
     many = int8.encode_passages(SENTENCES * 20)  # several batches, reordered by length inside
     assert many.shape == (80, 384) and many.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(many, axis=1), 1.0, atol=1e-5)
-    np.testing.assert_allclose(many[:4], many[-4:], atol=1e-6)  # rows come back in input order
+    # Rows come back in input order (each is nearest its own sentence). Not bit-identical across batches: dynamic
+    # quantisation scales each batch's activations by that batch's range.
+    singles = np.vstack([int8.encode_passages([s]) for s in SENTENCES])
+    assert ((many @ singles.T).argmax(axis=1) == np.arange(80) % 4).all()
+    assert ((many * np.tile(singles, (20, 1))).sum(axis=1) > 0.99).all()
     # Truncation at max_seq_length 256, not the 128 of MiniLM's tokenizer.json: words past token 128 count,
     # words past token 256 do not.
     filler = "protein " * 150
