@@ -63,10 +63,12 @@ from bench.feedback_loop import (  # noqa: E402 - after the path setup
     build_slice,
     candidate_ndcg_at_10,
     deploy_base,
+    gate_figures,
     ndcg_at_10,
     retrain_definitions,
 )
 from bench.provenance import commit  # noqa: E402
+from rag.rollout.drill import noisy_copy  # noqa: E402
 
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -131,21 +133,6 @@ class Users:
 
 def delta(after: dict, before: dict) -> dict:
     return {k: after[k] - before.get(k, 0) for k in after}
-
-
-def noisy_copy(source: Path, out: Path, scale: float, seed: int = 0) -> Path:
-    """A deliberately worse embedder: every weight tensor plus Gaussian noise of `scale` x its own spread."""
-    import torch
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(str(source), device="cpu", local_files_only=True)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.numel() > 1:
-                param.add_(torch.randn(param.shape, generator=generator) * scale * param.std())
-    model.save(str(out))
-    return out
 
 
 def canary_phase(root: Path, http, app, users: Users, instance, resources: dict, *, batch: int, max_asked: int,
@@ -247,6 +234,16 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
                  "feedback_loop": loop, "rollout": rollout}
     registry = ModelRegistry(root / "models")
     test = (data["test_queries"], data["test_qrels"])
+
+    def forced_start(version: str, reason: str) -> None:
+        """An operator's canary start over the gate (its collections built in the bench's embedded Qdrant)."""
+        qdrant = QdrantSettings(path=str(root / "qdrant"))
+        try:
+            start("embedder", registry, version, share, force_reason=reason,
+                  promote_args={"tables": TableStore(root / "tables"), "client": get_client(qdrant),
+                                "strategies": [STRATEGY]}, log=lambda m: log(f"  {m}"))
+        finally:
+            close_client(qdrant)
     with DagsterInstance.ephemeral() as instance:
         out["deployed"] = deploy_base(root, instance)
         out["ndcg@10_start"] = ndcg_at_10(root, *test)
@@ -281,10 +278,7 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
                 run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False)
             phase["retrain_seconds"] = round(time.perf_counter() - train_started, 1)
             phase["retrain_success"] = retrain.success
-            phase["gates"] = {e.check_name: {"passed": e.passed, "description": e.description,
-                                             **{k: v.value for k, v in e.metadata.items()
-                                                if isinstance(v.value, (int, float, str)) and k != "comparison"}}
-                              for e in retrain.get_asset_check_evaluations()}
+            phase["gates"] = gate_figures(retrain)
             phase["released"] = {e.asset_key.to_user_string(): {k: v.value for k, v in e.materialization.metadata.items()
                                                                 if k in ("action", "summary", "production")}
                                  for e in retrain.get_asset_materialization_events()
@@ -300,14 +294,8 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
                     candidate.metrics.get("gate", {}).get("passed") is False:
                 # Not the loop any more: an operator's override, so the online test of this candidate is measured too.
                 log(f"no canary started: the gate rejected {candidate.name}; --override-rejected starts it with force_reason")
-                qdrant = QdrantSettings(path=str(root / "qdrant"))
-                try:
-                    start("embedder", registry, candidate.version, share, force_reason=(
-                          "benchmark --override-rejected: the offline gate rejected it; measure the online decision"),
-                          promote_args={"tables": TableStore(root / "tables"), "client": get_client(qdrant),
-                                        "strategies": [STRATEGY]}, log=lambda m: log(f"  {m}"))
-                finally:
-                    close_client(qdrant)
+                forced_start(candidate.version, "benchmark --override-rejected: the offline gate rejected it; "
+                             "measure the online decision")
                 phase["canary_started_by"] = "operator override (--override-rejected) after the gate rejected it"
             if phase["canary_started_by"] is not None:
                 phase.update(canary_phase(root, http, app, users, instance, resources, batch=canary_batch,
@@ -341,14 +329,8 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
             phase2["candidate_ndcg@10"] = candidate_ndcg_at_10(root, worse.version, *test)
             log(f"worse candidate {worse.name}: test nDCG@10 {phase2['candidate_ndcg@10']:.4f} "
                 f"(production {phase2['ndcg@10_before']:.4f})")
-            qdrant = QdrantSettings(path=str(root / "qdrant"))
-            try:
-                start("embedder", registry, worse.version, share, force_reason=(
-                      "benchmark: a deliberately worse candidate (production + weight noise) to measure the rollback"),
-                      promote_args={"tables": TableStore(root / "tables"), "client": get_client(qdrant),
-                                    "strategies": [STRATEGY]}, log=lambda m: log(f"  {m}"))
-            finally:
-                close_client(qdrant)
+            forced_start(worse.version, "benchmark: a deliberately worse candidate (production + weight noise) to "
+                         "measure the rollback")
             phase2.update(canary_phase(root, http, app, users, instance, resources, batch=canary_batch,
                                        max_asked=max_canary_asked, log=log))
             phase2["production_after"] = registry.resolve("embedder", "production").name

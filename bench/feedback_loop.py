@@ -134,6 +134,14 @@ def ask_and_rate(http, qid: str, question: str, relevant: dict[str, int] | None)
     return len(ack.json()["event_ids"]), data["model_version"]
 
 
+def gate_figures(run) -> dict:
+    """Each gate check of a retrain run: passed, description and its flat metadata figures."""
+    return {e.check_name: {"passed": e.passed, "description": e.description,
+                           **{k: v.value for k, v in e.metadata.items()
+                              if isinstance(v.value, (int, float, str)) and k != "comparison"}}
+            for e in run.get_asset_check_evaluations()}
+
+
 def retrain_definitions(root: Path, loop, rollout=None):
     """retrain_job with this data dir's resources; `rollout` (resources.rollout.Rollout) sets the promotion policy,
     default "direct": a candidate whose gate passes is promoted straight away."""
@@ -219,10 +227,7 @@ def run_loop(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pse
                 run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False)
             out["retrain_seconds"] = round(time.perf_counter() - train_started, 1)
             out["run_success"] = run.success
-            out["gates"] = {e.check_name: {"passed": e.passed, "description": e.description,
-                                           **{k: v.value for k, v in e.metadata.items()
-                                              if isinstance(v.value, (int, float, str)) and k != "comparison"}}
-                            for e in run.get_asset_check_evaluations()}
+            out["gates"] = gate_figures(run)
             production = registry.resolve("embedder", "production")
             out["production_after"] = production.version if production else None
             log(f"retrain run {'succeeded' if run.success else 'failed'} in {out['retrain_seconds']} s; gates: {out['gates']}; "

@@ -6,6 +6,7 @@ import pytest
 
 from rag.evaluation.qaset import Evidence, QAItem, to_frame
 from rag.registry import ModelRegistry
+from rag.rollout.drill import noisy_copy
 from rag.store import CHUNKS_TABLE, TableStore
 from rag.training import GateSettings, gate_decision, paired_p_value, training_data
 from rag.training.data import IRSet, with_negatives
@@ -324,15 +325,10 @@ def test_materializing_production_embedder_alone_refuses_an_ungated_or_rejected_
                  "rollout": Rollout(promotion="direct")}
 
     def failure() -> str:
-        result = materialize([production_embedder], instance=instance, resources=resources, raise_on_error=False,
-                             run_config={"loggers": {"console": {"config": {"log_level": "ERROR"}}}})
-        assert not result.success
-        (event,) = [e for e in result.all_events if e.is_step_failure]
-        error, messages = event.step_failure_data.error, []
-        while error is not None:
-            messages.append(error.message)
-            error = error.cause
-        return " ".join(messages)
+        from tests.test_rollout_release import QUIET_LOGS, failure_message
+
+        return failure_message(materialize([production_embedder], instance=instance, resources=resources,
+                                           raise_on_error=False, run_config=QUIET_LOGS))
 
     assert "PromotionRefused: refusing to promote embedder ft-minilm-v1: it has no gate verdict" in failure()
     _verdict(registry, "embedder", candidate, passed=False, production=None)
@@ -409,21 +405,6 @@ def scifact_tables(tmp_path_factory):
     tables.write(chunks, CHUNKS_TABLE, STRATEGY)
     tables.write(to_frame(items), "synthetic_qa")
     return root
-
-
-def noisy_copy(source: str, out, scale: float, seed: int = 0):
-    """A deliberately worse embedder: every weight tensor gets Gaussian noise of `scale` x its own spread."""
-    import torch
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(source, device="cpu", local_files_only=True)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.numel() > 1:
-                param.add_(torch.randn(param.shape, generator=generator) * scale * param.std())
-    model.save(str(out))
-    return out
 
 
 def test_tiny_finetune_registers_a_loadable_candidate(scifact_tables, monkeypatch):

@@ -226,11 +226,10 @@ def promotion_refusal(kind: Kind, registry: ModelRegistry, candidate: ModelVersi
     if gate["production_version"] != now:
         return (f"it was gated against {gate['production_version'] or 'the implicit v0'} ({gate.get('gated_at', '?')}), "
                 f"but production is now {_label(kind, production)}")
-    criterion = gate.get("criterion", "better")  # verdicts recorded before the criterion existed were "better"
-    verdict = gate.get(need, gate.get("passed") is True and criterion == need)
-    if need == "not_worse" and gate.get("passed") is True and criterion == "better":
-        verdict = True  # significantly better implies not worse
-    if verdict is not True:
+    # Verdicts recorded before the two criteria existed hold only `passed`, decided by "better" (which implies
+    # not worse); newer ones record both.
+    passed = gate.get("passed") is True
+    if gate.get(need, passed and (need == "not_worse" or gate.get("criterion", "better") == "better")) is not True:
         if need == "better" and gate.get("not_worse") is True:
             return (f"the gate found it no worse than {_label(kind, production)} but not significantly better "
                     f"({gate.get('better_reasons') or gate.get('reasons', 'no reason recorded')}): only a canary's online "
