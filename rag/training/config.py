@@ -99,7 +99,8 @@ class GateSettings(BaseModel):
         "unrated passage as irrelevant. Both are reported; this one decides")
     # Under the canary policy the gate only decides whether users may see the candidate: held-out feedback questions
     # favour production (users could rate only what it showed), and on SciFact a candidate +2.4 nDCG@10 better on
-    # the test queries was +0.9 (p=0.32) on them. The canary's interleaving test then carries the burden of proof.
+    # the test queries was +0.0 (p=1.0) on them (bench/results/canary-scifact-sparse-negatives.json). The canary's
+    # interleaving test then carries the burden of proof.
     criterion: Literal["better", "not_worse"] = Field(
         "better", description="better: every metric significantly better (direct promotion); not_worse: no metric "
         "significantly worse (one-sided paired test at p_value) nor lower by more than max_drop (entry to a canary, "
