@@ -175,6 +175,8 @@ def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
         metadata["previous"] = outcome["previous"] or ("minilm (base)" if kind == "embedder" else "none")
         if kind == "embedder":
             metadata["serving_aliases"] = MetadataValue.json(outcome["serving_aliases"])
+    elif outcome["action"] == "waiting":
+        metadata["waiting_behind"] = outcome["behind"]
     else:
         metadata.update(canary=outcome["summary"], traffic_share=outcome["traffic_share"], started_at=outcome["started_at"])
     return MaterializeResult(metadata=metadata)
@@ -217,7 +219,7 @@ def production_embedder(context: AssetExecutionContext, data_store: DataStore, q
     description="Runs only when the reranker gate passed (checked again from the candidate's manifest). By the rollout "
     "resource's `promotion` policy: 'direct' (default) moves the registry's `production` reranker alias (what "
     "load_reranker('production') serves; refused while a canary runs), 'canary' starts the candidate's canary "
-    "(one canary at a time: refused while the embedder's runs).",
+    "(one canary at a time: while the embedder's runs, the candidate waits and canary_sensor starts it afterwards).",
 )
 def production_reranker(context: AssetExecutionContext, data_store: DataStore, rollout: Rollout) -> MaterializeResult:
     registry = _registry(data_store)

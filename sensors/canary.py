@@ -6,6 +6,10 @@ guardrails for a decision. "continue" is the skip reason, stating the evidence; 
 promote_canary_job or rollback_canary_job once (run_key canary:<candidate>:<decision>:<canary start>). Ticks whose
 evidence changed are observations of `model_rollout`, so the UI plots the test's progress; the cursor remembers the
 last evidence observed.
+
+With no canary running, a candidate that release() queued behind an earlier canary (retrain_job gates an embedder
+and a reranker; one canary runs at a time) gets its canary started: start_canary_job, once per candidate
+(run_key canary-start:<kind>:<version>), only while its gate verdict still holds against today's production.
 """
 import json
 from dataclasses import replace
@@ -24,10 +28,10 @@ from dagster import (
 )
 
 from assets.rollout import ROLLOUT_ASSET
-from orchestration.rollout import promote_canary_job, rollback_canary_job
-from rag.registry import ModelRegistry
+from orchestration.rollout import promote_canary_job, rollback_canary_job, start_canary_job
+from rag.registry import KINDS, ModelRegistry
 from rag.rollout.evidence import collect, evaluate, summary
-from rag.rollout.store import name_of, running_canary, status
+from rag.rollout.store import name_of, queued_candidate, running_canary, status
 from resources.feedback import FeedbackLoop
 from resources.rollout import Rollout
 from resources.storage import DataStore
@@ -55,7 +59,26 @@ def _decision_runs(instance, key: str) -> list:
     return instance.get_runs(filters=RunsFilter(tags={REQUEST_TAG: key}), limit=1)
 
 
-@sensor(jobs=[promote_canary_job, rollback_canary_job], minimum_interval_seconds=60,
+def _start_queued(context: SensorEvaluationContext, registry: ModelRegistry, rollout: Rollout):
+    """A RunRequest of start_canary_job for the first queued candidate (embedder before reranker), or a skip reason."""
+    for kind in KINDS:
+        mv = queued_candidate(registry, kind)
+        if mv is None:
+            continue
+        key = f"canary-start:{kind}:{mv.version}"
+        earlier = _decision_runs(context.instance, key)
+        if earlier:
+            return SkipReason(f"{idle_message(registry)}; start of {kind} {mv.name}'s queued canary: run "
+                              f"{earlier[0].run_id} {earlier[0].status.value.lower()}")
+        context.log.info(f"{kind} {mv.name} waited for the previous canary: requesting start_canary_job")
+        return RunRequest(run_key=key, job_name=start_canary_job.name, tags={REQUEST_TAG: key, "rollout/kind": kind,
+                                                                              "rollout/candidate": mv.name},
+                          run_config={"ops": {"start_canary_op": {"config": {
+                              "kind": kind, "candidate": mv.version, "traffic_share": rollout.traffic_share}}}})
+    return SkipReason(idle_message(registry))
+
+
+@sensor(jobs=[promote_canary_job, rollback_canary_job, start_canary_job], minimum_interval_seconds=60,
         default_status=DefaultSensorStatus.STOPPED,
         description="Evaluates the running canary on every tick (always-valid mSPRT on interleaving wins/losses, "
         "guardrails on latency p95 and the answer up-vote share); requests promote_canary_job or rollback_canary_job "
@@ -64,7 +87,7 @@ def canary_sensor(context: SensorEvaluationContext, data_store: DataStore, feedb
     registry = ModelRegistry(data_store.root / "models")
     running = running_canary(registry)
     if running is None:
-        return SkipReason(idle_message(registry))
+        return _start_queued(context, registry, rollout)
     kind, state = running
     name = name_of(registry, kind, state.candidate_version)
     settings = rollout.settings()

@@ -67,49 +67,55 @@ def test_offline_comparison_needs_a_positive_judgment():
 
 
 # --- team-draft interleaving -------------------------------------------------------------------------------
-def test_identical_rankings_reproduce_the_ranking_with_one_pick_per_team_each_round():
-    # Coin 0.3: a first (d1), then b takes its best untaken (d2); coin 0.7: b first (d3), then a (d4).
+def test_identical_rankings_reproduce_the_ranking_and_every_pick_is_shared():
+    # Coin 0.3: a first (d1), then b takes its best untaken (d2); coin 0.7: b first (d3), then a (d4). Every pick was
+    # the other team's next doc too: shared.
     shown = team_draft_interleave(["d1", "d2", "d3", "d4"], ["d1", "d2", "d3", "d4"], 4, Coins(0.3, 0.7))
-    assert shown == [("d1", "a"), ("d2", "b"), ("d3", "b"), ("d4", "a")]
-    # Balanced clicks (one passage of each team) tie; every shown doc is credited to someone.
-    result = credit(shown, {"d1": "click", "d3": "click"})
-    assert (result.a, result.b, result.outcome) == (1, 1, "tie")
-    assert credit(shown, {d: "click" for d, _ in shown}).outcome == "tie"
+    assert shown == [("d1", "a", True), ("d2", "b", True), ("d3", "b", True), ("d4", "a", True)]
+    # Identical rankings only ever tie: no click can credit either team.
+    assert credit(shown, {"d1": "click"}).outcome == "tie"
+    everything = credit(shown, {d: "click" for d, _, _ in shown})
+    assert (everything.a, everything.b) == (0, 0)
+    # Plain team draft (the flag dropped) would hand this query to a, the team the coin gave d1.
+    assert credit([(d, team) for d, team, _ in shown], {"d1": "click"}).outcome == "a"
     for seed in ("s1", "s2", "s3", "s4"):  # whatever the coins, the shown order is the common ranking
-        assert [d for d, _ in team_draft_interleave(list("abcdef"), list("abcdef"), 6, seed)] == list("abcdef")
+        assert [d for d, _, _ in team_draft_interleave(list("abcdef"), list("abcdef"), 6, seed)] == list("abcdef")
 
 
 def test_disjoint_rankings_with_scripted_coins():
     # Round 1 coin 0.9 -> b first: b1, a1. Round 2 coin 0.1 -> a first: a2, b2. Round 3 coin 0.6 -> b first: b3,
-    # and k = 5 stops the draft before a3.
+    # and k = 5 stops the draft before a3. Nothing is in both lists: nothing shared.
     shown = team_draft_interleave(["a1", "a2", "a3"], ["b1", "b2", "b3"], 5, Coins(0.9, 0.1, 0.6))
-    assert shown == [("b1", "b"), ("a1", "a"), ("a2", "a"), ("b2", "b"), ("b3", "b")]
+    assert shown == [("b1", "b", False), ("a1", "a", False), ("a2", "a", False), ("b2", "b", False), ("b3", "b", False)]
     assert all(isinstance(s, Shown) for s in shown)
 
 
 def test_disjoint_rankings_with_a_fixed_seed():
     # random.Random(seed_from("session-42")) flips 0.915, 0.054, 0.144: b first, then a first twice.
     shown = team_draft_interleave(["a1", "a2", "a3"], ["b1", "b2", "b3"], 6, "session-42")
-    assert shown == [("b1", "b"), ("a1", "a"), ("a2", "a"), ("b2", "b"), ("a3", "a"), ("b3", "b")]
+    assert [(d, team) for d, team, _ in shown] == [("b1", "b"), ("a1", "a"), ("a2", "a"), ("b2", "b"), ("a3", "a"), ("b3", "b")]
     assert team_draft_interleave(["a1", "a2", "a3"], ["b1", "b2", "b3"], 6, "session-42") == shown  # reproducible
     first_teams = {team_draft_interleave(["a1"], ["b1"], 2, f"s{i}")[0].team for i in range(20)}
     assert first_teams == {"a", "b"}  # the seed really decides who goes first
 
 
-def test_duplicates_go_to_the_team_that_picks_them_first():
-    # Round 1 (a first): a takes d1, b's best untaken is d2. Round 2 (a first): a skips d2 -> d3, b skips d1 -> d4.
+def test_duplicates_go_to_the_team_that_picks_them_first_and_a_common_next_doc_is_shared():
+    # Round 1 (a first): a takes d1 (b's next was d2: not shared); then b's next and a's next are both d2: shared.
+    # Round 2 (a first): a skips d2 -> d3, b skips d1 -> d4 (different: not shared); then a has nothing left.
     shown = team_draft_interleave(["d1", "d2", "d3"], ["d2", "d1", "d4"], 10, Coins(0.1, 0.1))
-    assert shown == [("d1", "a"), ("d2", "b"), ("d3", "a"), ("d4", "b")]  # both exhausted before k = 10
-    assert credit(shown, {"d2": "click"}).outcome == "b"  # d2 is in both lists but b contributed it
-    # A doc repeated inside one ranking is shown once.
+    assert shown == [("d1", "a", False), ("d2", "b", True), ("d3", "a", False), ("d4", "b", False)]
+    assert credit(shown, {"d1": "click"}).outcome == "a"  # a put d1 first where b had d2
+    assert credit(shown, {"d2": "click"}).outcome == "tie"  # both would have shown d2 second
+    assert credit(shown, {"d4": "click", "d3": -1}).outcome == "b"
+    # A doc repeated inside one ranking is shown once; d1 tops both lists: shared.
     assert team_draft_interleave(["d1", "d1", "d2"], ["d1", "d3"], 10, Coins(0.1, 0.1)) == \
-        [("d1", "a"), ("d3", "b"), ("d2", "a")]
+        [("d1", "a", True), ("d3", "b", False), ("d2", "a", False)]
 
 
 def test_an_exhausted_ranking_leaves_the_picks_to_the_other_team():
     # One coin only: after round 1 a has nothing left, so b picks without another flip (Coins would fail).
     shown = team_draft_interleave(["x"], ["y1", "y2", "y3"], 4, Coins(0.1))
-    assert shown == [("x", "a"), ("y1", "b"), ("y2", "b"), ("y3", "b")]
+    assert shown == [("x", "a", False), ("y1", "b", False), ("y2", "b", False), ("y3", "b", False)]
     assert team_draft_interleave([], [], 5, 1) == []
     assert team_draft_interleave(["d1"], ["d2"], 0, 1) == []
     with pytest.raises(ValueError, match="k must be"):
@@ -127,6 +133,9 @@ def test_credit_rules():
     r = credit(shown, {"d1": 0})
     assert (r.a, r.b, r.outcome) == (0, 0, "tie")
     assert credit(shown, {}).outcome == "tie"
+    # A shared pick (third field True) credits nobody; False or absent credits its team.
+    assert credit([("d1", "a", True), ("d2", "b", False)], {"d1": "click", "d2": "click"}).outcome == "b"
+    assert credit([("d1", "a", False), ("d2", "b", False)], {"d1": "click", "d2": "click"}).outcome == "tie"
     with pytest.raises(ValueError, match="unknown signal"):
         credit(shown, {"d1": 2})
     assert tally(["b", "a", "tie", "b"]) == (2, 1, 1)  # candidate = b: wins, losses, ties
@@ -201,6 +210,51 @@ def test_a_better_candidate_is_promoted_and_a_worse_one_rolled_back():
     worse = _simulate(0.35, runs=200, seed=13)
     # Rolled back by the test itself, long before the horizon.
     assert sum(d.decision == "rollback" and d.queries < 500 for d in worse) >= 0.9 * len(worse)
+
+
+def _interleaved_canary(noise_a: float, noise_b: float, runs: int, seed: int, queries: int = 400, docs: int = 30,
+                        k: int = 10, shared_rule: bool = True):
+    """Canaries run end to end on simulated traffic: per query one relevant doc among `docs`; each arm ranks by the
+    doc's relevance plus its own Gaussian noise (equal noise = equally good arms that still disagree), the lists are
+    team-draft interleaved, a user examines rank r with probability r^-0.7 and clicks the relevant doc if examined.
+    Returns the decision of each run as ticking after every query would reach it."""
+    rng = np.random.default_rng(seed)
+    settings = CanarySettings(alpha=0.05, max_queries=queries)
+    decisions = []
+    for run in range(runs):
+        outcomes = []
+        for q in range(queries):
+            truth = np.zeros(docs)
+            truth[rng.integers(docs)] = 3.0
+            ranked = {team: [f"d{i}" for i in np.argsort(-(truth + rng.normal(0, noise, docs)))[:k]]
+                      for team, noise in (("a", noise_a), ("b", noise_b))}
+            shown = team_draft_interleave(ranked["a"], ranked["b"], k, rng)
+            relevant = f"d{int(np.argmax(truth))}"
+            clicks = {doc: "click" for rank, (doc, _, _) in enumerate(shown, start=1)
+                      if doc == relevant and rng.random() < rank ** -0.7}
+            drafted = shown if shared_rule else [(doc, team) for doc, team, _ in shown]
+            outcomes.append(credit(drafted, clicks).outcome)
+        decisions.append(replay(outcomes, "v", settings))
+    return decisions
+
+
+def test_equally_good_arms_that_disagree_are_promoted_at_most_alpha_of_the_time():
+    # Interleaving, clicks, shared-pick credit and the sequential test together: two rankers of the same quality
+    # that order passages differently must not look like an improvement more than alpha of the time.
+    decisions = _interleaved_canary(1.5, 1.5, runs=150, seed=21)
+    promoted = sum(d.decision == "promote" for d in decisions)
+    assert promoted / len(decisions) <= 0.05
+    assert sum(d.wins + d.losses for d in decisions) > 0  # the arms did disagree: decisive queries were counted
+
+
+def test_not_crediting_shared_picks_decides_sooner_on_the_same_traffic():
+    # A better candidate (less noise) that agrees with production on most top passages: plain team draft spends
+    # queries on coin flips over passages both would have shown; the shared-pick rule counts only disagreements.
+    with_rule = _interleaved_canary(1.5, 1.0, runs=30, seed=22)
+    plain = _interleaved_canary(1.5, 1.0, runs=30, seed=22, shared_rule=False)
+    assert sum(d.decision == "promote" for d in with_rule) >= 0.9 * len(with_rule)
+    assert all(d.decision != "rollback" or d.queries == 400 for d in with_rule)  # never rolled back by the test
+    assert np.median([d.queries for d in with_rule]) < np.median([d.queries for d in plain])
 
 
 # --- guardrails --------------------------------------------------------------------------------------------

@@ -133,8 +133,13 @@ def test_a_direct_promotion_is_refused_while_a_canary_runs_and_a_retrain_waits(d
     message = failure_message(release_step(env, promotion="direct"))
     assert "refusing to promote embedder ft-minilm-v3 directly: a canary of embedder ft-minilm-v2 is running (on 10% " \
            "of sessions" in message and "Production is unchanged" in message
-    # The other policy cannot start a second canary either.
-    assert "a canary of embedder ft-minilm-v2 is running" in failure_message(release_step(env, promotion="canary"))
+    # The canary policy does not start a second canary either: v3 waits, marked in its manifest, nothing started.
+    queued = release_step(env, promotion="canary")
+    assert queued.success
+    (event,) = queued.get_asset_materialization_events()
+    metadata = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert (metadata["action"], metadata["waiting_behind"]) == ("waiting", "embedder ft-minilm-v2")
+    assert registry.resolve("embedder", "v3").metrics["canary_queued"]["behind"] == "embedder ft-minilm-v2"
     # Nothing moved and nothing was built for v3.
     assert registry.aliases()["embedder"] == {"production": "v1", "candidate": "v3"}
     assert read_state(registry, "embedder").stage == "canary" and [e["step"] for e in history(registry)] == ["start"]
@@ -163,6 +168,54 @@ def test_a_direct_promotion_is_refused_while_a_canary_runs_and_a_retrain_waits(d
     store.close()
     # With the canary decided, the direct promotion of v3 goes through.
     assert release_step(env, promotion="direct").success and registry.aliases()["embedder"]["production"] == "v3"
+
+
+def test_a_candidate_gated_while_a_canary_runs_waits_and_canary_sensor_starts_it_afterwards(tmp_path, registry):
+    # One retrain_job gates an embedder and a reranker: the embedder's canary starts, the reranker's waits.
+    from rag.rollout.store import queued_candidate, release
+    from resources.feedback import FeedbackLoop
+    from resources.rollout import Rollout
+    from resources.storage import DataStore
+    from sensors.canary import canary_sensor
+
+    release("embedder", registry, registry.resolve("embedder", "v2"), policy="canary", log=quiet)
+    r1 = registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})
+    registry.set_alias("reranker", "candidate", r1.version)
+    not_worse_verdict(registry, "reranker", r1, production=None)
+    outcome = release("reranker", registry, r1, policy="canary", log=quiet)
+    assert outcome["action"] == "waiting" and outcome["behind"] == "embedder ft-minilm-v2"
+    assert "canary_sensor starts ce-" in outcome["summary"] and read_state(registry, "reranker") is None
+    assert queued_candidate(registry, "reranker").version == "v1"
+    # A candidate the gate rejected is not queued: the same refusal as start() gives.
+    r2 = registry.register("reranker", fake_model(tmp_path / "r2"), {"base_model": "minilm"})
+    verdict(registry, "reranker", r2, passed=False, production=None)
+    with pytest.raises(PromotionRefused, match="cannot queue a canary"):
+        release("reranker", registry, r2, policy="canary", log=quiet)
+    assert "canary_queued" not in registry.resolve("reranker", "v2").metrics
+
+    resources = {"data_store": DataStore(data_dir=str(tmp_path)), "rollout": Rollout(promotion="canary", traffic_share=0.3),
+                 "feedback_loop": FeedbackLoop(data_dir=str(tmp_path))}
+
+    def tick():
+        with build_sensor_context(instance=DagsterInstance.ephemeral(), resources=resources) as context:
+            return canary_sensor(context)
+
+    conclude("embedder", registry, "rollback", "test: the embedder's canary ends", candidate="v2", log=quiet)
+    request = tick()
+    assert isinstance(request, RunRequest) and request.job_name == "start_canary_job"
+    assert request.run_key == "canary-start:reranker:v1"
+    assert request.run_config["ops"]["start_canary_op"]["config"] == {"kind": "reranker", "candidate": "v1",
+                                                                      "traffic_share": 0.3}
+    # Once its canary has started (what that job does), it is no longer waiting.
+    start("reranker", registry, "v1", 0.3, log=quiet)
+    assert queued_candidate(registry, "reranker") is None
+    # A queued candidate whose verdict is against a production that has changed since is not started.
+    conclude("reranker", registry, "rollback", "test", candidate="v1", log=quiet)
+    r3 = registry.register("reranker", fake_model(tmp_path / "r3"), {"base_model": "minilm"})
+    registry.set_alias("reranker", "candidate", r3.version)
+    not_worse_verdict(registry, "reranker", r3, production="v1")  # v1 never became production
+    registry.update_metrics("reranker", r3.version, {"canary_queued": {"at": "2025-01-01", "behind": "embedder x"}})
+    assert queued_candidate(registry, "reranker") is None and isinstance(tick(), SkipReason)
 
 
 def test_an_operator_can_start_a_canary_over_the_gate_logged_and_recorded(tmp_path, registry):

@@ -18,7 +18,7 @@ from rag.qa import AnswerResult
 from rag.registry import ModelRegistry
 from rag.retrieval import Hit
 from rag.rollout import IllegalTransition, assign_arm
-from rag.rollout.evidence import collect
+from rag.rollout.evidence import collect, evaluate, summary
 from rag.rollout.store import history, read_state, roll_back_rollout, start
 from rag.serving.app import create_app
 from rag.serving.canary import CanaryRouter
@@ -331,6 +331,42 @@ def test_both_arms_encode_the_question_afresh_in_a_canary_request():
     assert Encoder.calls == 2  # one shared index: still one encoding per arm
 
 
+def test_shared_picks_are_recorded_through_the_api_and_credit_nobody(registry, store):
+    # The candidate's list starts with production's first passage: both would show "cats" first, so it is a shared
+    # pick whichever team drew it; every other shown passage is one arm's own pick.
+    state = start("embedder", registry, traffic_share=0.99, log=quiet)
+    router = CanaryRouter(registry, lambda kind, candidate: FakeArm(FakeAnswerer("candidate", ["cats", "moon", "tea"])))
+    app = create_app(lambda: PRODUCTION, store, ServeSettings(api_token=TOKEN), canary=router)
+    sessions = [s for s in (f"x{j}" for j in range(40)) if assign_arm(s, 0.99, salt="v2") == "canary"][:3]
+    with TestClient(app) as client:
+        asked = [ask(client, f"q{i}", session=s) for i, s in enumerate(sessions)]
+        rows = store.table("retrievals")
+        own = {}  # query -> (an unshared shown passage, the arm that picked it)
+        for query in asked:
+            mine = rows[rows["query_id"] == query["query_id"]].set_index("chunk_id")
+            assert bool(mine.loc["cats", "shared"]) and not mine.drop(index="cats")["shared"].any()
+            assert "shared" not in query["passages"][0]  # like the team, never shown to the user
+            chunk = mine.drop(index="cats").index[0]
+            own[query["query_id"]] = (chunk, mine.loc[chunk, "team"])
+        one, two, three = (q["query_id"] for q in asked)
+
+        def click(query_id: str, chunk_id: str) -> None:
+            client.post("/events", headers=AUTH, json={"query_id": query_id, "kind": "click", "chunk_id": chunk_id})
+
+        click(one, "cats")
+        click(two, own[two][0])
+        click(three, "cats")
+        click(three, own[three][0])
+    evidence = collect(store, state.started_at)
+    team = {"production": "a", "canary": "b"}
+    # A click on the shared "cats" alone is a tie; a click on an arm's own pick is that arm's win, with or without
+    # a click on "cats" beside it.
+    assert evidence.outcomes == ["tie", team[own[two][1]], team[own[three][1]]]
+    # Plain team draft credits "cats" to whichever team drew it: query one is decided by the draw.
+    assert evidence.plain_outcomes[0] != "tie" and evidence.plain_outcomes[1] == team[own[two][1]]
+    assert summary(evaluate(evidence, "v2"), evidence)["plain_team_draft"].startswith("wins ")
+
+
 def test_old_stores_get_the_arm_and_team_columns(tmp_path):
     url = f"sqlite:///{tmp_path / 'old.sqlite'}"
     old = FeedbackStore(url)
@@ -339,12 +375,15 @@ def test_old_stores_get_the_arm_and_team_columns(tmp_path):
         conn.exec_driver_sql("ALTER TABLE queries DROP COLUMN arm")
         conn.exec_driver_sql("ALTER TABLE retrievals DROP COLUMN team")
         conn.exec_driver_sql("ALTER TABLE queries DROP COLUMN timings_ms")
+        conn.exec_driver_sql("ALTER TABLE retrievals DROP COLUMN shared")
     old.close()
     store = FeedbackStore(url)
     assert store.table("queries")["arm"].tolist() == [None] and store.table("retrievals")["team"].tolist() == [None]
     assert store.table("queries")["timings_ms"].tolist() == [None]
     store.record_query("q2", answer="a", arm="canary", chunks=[{"chunk_id": "c", "doc_id": "d", "text": "t", "team": "canary"}])
     assert sorted(store.table("retrievals")["team"].fillna("-")) == ["-", "canary"]
+    # The shared flag column is added too: NULL for the earlier query, False for a canary pick not marked shared.
+    assert sorted(store.table("retrievals")["shared"].map(repr)) == ["False", "None"]
     store.close()
 
 

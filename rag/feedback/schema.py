@@ -76,6 +76,8 @@ retrievals = Table(
     Column("text_hash", String(64), comment="the passage version this query was shown (passage_versions)"),
     Column("team", String(16), comment="canary queries: the arm whose ranking contributed the passage (team-draft "
            "interleaving), production or canary; NULL otherwise and for neighbours the pipeline added"),
+    Column("shared", Boolean, comment="canary queries: both arms' rankings would have shown this passage at this pick, "
+           "so its clicks and ratings credit neither arm; NULL outside canary queries"),
 )
 
 answers = Table(

@@ -61,6 +61,7 @@ def _migrate(engine: Engine) -> None:
     _migrate_passage_versions(engine)
     _migrate_rollout(engine)
     _migrate_timings(engine)
+    _migrate_shared_picks(engine)
 
 
 def _migrate_timings(engine: Engine) -> None:
@@ -68,6 +69,14 @@ def _migrate_timings(engine: Engine) -> None:
     with engine.begin() as conn:
         if "timings_ms" not in {c["name"] for c in inspect(conn).get_columns("queries")}:
             conn.exec_driver_sql("ALTER TABLE queries ADD COLUMN timings_ms JSON")
+
+
+def _migrate_shared_picks(engine: Engine) -> None:
+    """Stores created before shared interleaving picks were recorded: add retrievals.shared (NULL: earlier canary
+    queries are credited as plain team draft credited them)."""
+    with engine.begin() as conn:
+        if "shared" not in {c["name"] for c in inspect(conn).get_columns("retrievals")}:
+            conn.exec_driver_sql("ALTER TABLE retrievals ADD COLUMN shared BOOLEAN")
 
 
 def _migrate_rollout(engine: Engine) -> None:
@@ -146,7 +155,7 @@ class FeedbackStore:
                      not_in_context: bool = False, arm: str | None = None,
                      timings_ms: dict[str, float] | None = None) -> StoredQuery:
         """Store an asked question, what was retrieved (chunk_id, doc_id, page_start, page_end, text, rank,
-        score, cited, and `team` for an interleaved canary answer) and the system's answer. `arm`: which arm of a
+        score, cited, and `team` and `shared` for an interleaved canary answer) and the system's answer. `arm`: which arm of a
         running canary served it (production or canary), None outside a canary; `timings_ms`: the steps' times."""
         query_id, answer_id, now = str(uuid.uuid4()), str(uuid.uuid4()), _now()
         chunks = list(chunks)
@@ -164,7 +173,8 @@ class FeedbackStore:
                 conn.execute(insert(s.retrievals), [
                     {"query_id": query_id, "chunk_id": c["chunk_id"], "rank": int(c.get("rank") or i),
                      "score": None if c.get("score") is None else float(c["score"]), "cited": bool(c.get("cited")),
-                     "text_hash": hashes[c["chunk_id"]], "team": c.get("team")}
+                     "text_hash": hashes[c["chunk_id"]], "team": c.get("team"),
+                     "shared": None if c.get("team") is None else bool(c.get("shared"))}
                     for i, c in enumerate(chunks, start=1)])
             conn.execute(insert(s.answers).values(answer_id=answer_id, query_id=query_id, text=answer, source="system",
                                                   not_in_context=not_in_context, created_at=now))

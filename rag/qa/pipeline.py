@@ -219,7 +219,7 @@ def _chunk_view(hit: Hit, label: str, cited: bool, attributed: bool, attribution
             "table_html": html if isinstance(html, str) else None, "score": round(float(hit.score), 6), "rank": hit.rank,
             "label": label, "cited": cited, "attributed": attributed, "attribution_score": attribution_score,
             "neighbour_of": neighbour if isinstance(neighbour, str) else None,
-            **({"team": c["team"]} if c.get("team") else {})}  # interleaved canary answers only
+            **({"team": c["team"], "shared": bool(c.get("shared"))} if c.get("team") else {})}  # interleaved canary answers only
 
 
 def answer_question(question: str, settings: AnswerSettings | None = None, **kw) -> AnswerResult:

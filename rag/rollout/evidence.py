@@ -4,8 +4,10 @@ each shown passage of an interleaved answer (retrievals.team); this module turns
 
 - Outcome of a canary query: credit() of its signals on the shown passages — a passage rated +1 or clicked
   credits its team, one rated -1 debits it; a passage both clicked and rated counts its rating only (the later
-  rating wins when a user changed their mind). A query without signals is a tie: it counts towards the horizon
-  (max_queries) and tells the test nothing.
+  rating wins when a user changed their mind); a shared pick (retrievals.shared: both rankings would have shown it
+  there) credits nobody. A query without credited signals is a tie: it counts towards the horizon (max_queries)
+  and tells the test nothing. The outcomes plain team draft would have given (shared picks credited to the team
+  that drew them) are kept beside them, for reports only.
 - Guardrails: ranking latency and answer votes (the latest ±1 per query) of each arm. The latency compared is each
   arm's own ranking (retrieve → rerank) inside the same canary requests (queries.timings_ms rank_production and
   rank_canary, timed back to back): what the candidate would cost serving alone, under the same machine load as
@@ -34,6 +36,7 @@ TEAM = {"production": "a", "canary": "b"}  # interleaving teams as retrievals.te
 @dataclass(frozen=True)
 class CanaryEvidence:
     outcomes: list[str]  # per canary query, oldest first: "a" (production won), "b" (the candidate won), "tie"
+    plain_outcomes: list[str] = field(default_factory=list)  # the same, shared picks credited (reported, not judged)
     latencies_ms: dict[str, list[float]] = field(default_factory=dict)  # per arm: whole requests (reported)
     ranking_ms: dict[str, list[float]] = field(default_factory=dict)  # per arm: own ranking in canary requests (judged)
     votes: dict[str, Votes] = field(default_factory=dict)  # answer votes per arm
@@ -54,7 +57,7 @@ def collect(store, since: datetime) -> CanaryEvidence:
     with engine.connect() as conn:
         asked = conn.execute(select(q.c.query_id, q.c.arm, q.c.latency_ms, q.c.timings_ms).where(*in_canary)
                              .order_by(q.c.created_at, q.c.query_id)).all()
-        shown = conn.execute(select(r.c.query_id, r.c.chunk_id, r.c.team).join(q, q.c.query_id == r.c.query_id)
+        shown = conn.execute(select(r.c.query_id, r.c.chunk_id, r.c.team, r.c.shared).join(q, q.c.query_id == r.c.query_id)
                              .where(*canary, r.c.team.in_(ARMS))).all()
         ratings = conn.execute(select(f.c.query_id, f.c.chunk_id, f.c.score).join(q, q.c.query_id == f.c.query_id)
                                .where(*canary, f.c.target == "passage").order_by(f.c.event_id)).all()
@@ -63,23 +66,25 @@ def collect(store, since: datetime) -> CanaryEvidence:
         answer_votes = conn.execute(select(q.c.arm, f.c.query_id, f.c.score).join(q, q.c.query_id == f.c.query_id)
                                     .where(*in_canary, f.c.target == "answer").order_by(f.c.event_id)).all()
 
-    teams: dict[str, list[tuple[str, str]]] = defaultdict(list)
-    for query_id, chunk_id, team in shown:
-        teams[query_id].append((chunk_id, TEAM[team]))
+    teams: dict[str, list[tuple[str, str, bool]]] = defaultdict(list)
+    for query_id, chunk_id, team, shared in shown:
+        teams[query_id].append((chunk_id, TEAM[team], bool(shared)))
     signals: dict[str, dict[str, int | str]] = defaultdict(dict)
     for query_id, chunk_id in clicks:
         signals[query_id][chunk_id] = "click"
     for query_id, chunk_id, score in ratings:  # after the clicks and in event order: the latest rating wins
         signals[query_id][chunk_id] = int(score)
 
-    outcomes, latencies, queries = [], {arm: [] for arm in ARMS}, {arm: 0 for arm in ARMS}
+    outcomes, plain, latencies, queries = [], [], {arm: [] for arm in ARMS}, {arm: 0 for arm in ARMS}
     ranking: dict[str, list[float]] = {arm: [] for arm in ARMS}
     for query_id, arm, latency, timings in asked:
         queries[arm] += 1
         if latency is not None:
             latencies[arm].append(float(latency))
         if arm == "canary":
-            outcomes.append(credit(teams.get(query_id, []), signals.get(query_id, {})).outcome)
+            drafted, said = teams.get(query_id, []), signals.get(query_id, {})
+            outcomes.append(credit(drafted, said).outcome)
+            plain.append(credit([(doc, team) for doc, team, _ in drafted], said).outcome)
             timed = {a: (timings or {}).get(f"rank_{a}") for a in ARMS}
             if all(v is not None for v in timed.values()):  # paired: both rankings of the same request
                 for a, ms in timed.items():
@@ -89,7 +94,7 @@ def collect(store, since: datetime) -> CanaryEvidence:
         latest[query_id] = (arm, int(score))
     votes = {arm: Votes(sum(1 for a, v in latest.values() if a == arm and v > 0),
                         sum(1 for a, v in latest.values() if a == arm and v < 0)) for arm in ARMS}
-    return CanaryEvidence(outcomes, latencies_ms=latencies, ranking_ms=ranking, votes=votes, queries=queries)
+    return CanaryEvidence(outcomes, plain_outcomes=plain, latencies_ms=latencies, ranking_ms=ranking, votes=votes, queries=queries)
 
 
 def evaluate(evidence: CanaryEvidence, candidate: str, settings: CanarySettings | None = None) -> Decision:
@@ -103,6 +108,13 @@ def evaluate(evidence: CanaryEvidence, candidate: str, settings: CanarySettings 
     return with_guardrails(decision, breaches)
 
 
+def _plain_counts(evidence: CanaryEvidence) -> dict:
+    """What plain team draft (shared picks credited) would have counted on the same queries: reported to show what
+    the shared-pick rule removes, never used to decide."""
+    wins, losses, ties = tally(evidence.plain_outcomes, candidate="b")
+    return {"plain_team_draft": f"wins {wins} / losses {losses} / ties {ties}"} if evidence.plain_outcomes else {}
+
+
 def summary(decision: Decision, evidence: CanaryEvidence) -> dict:
     """Flat figures for logs, manifests and Dagster metadata."""
     import numpy as np
@@ -113,6 +125,7 @@ def summary(decision: Decision, evidence: CanaryEvidence) -> dict:
     return {"decision": decision.decision, "candidate": decision.candidate, "queries": decision.queries,
             "wins": decision.wins, "losses": decision.losses, "ties": decision.ties,
             "log_likelihood_ratio": round(decision.log_lr, 3), "threshold": round(decision.threshold, 3),
+            **_plain_counts(evidence),
             "queries_production": evidence.queries.get("production", 0), "queries_canary": evidence.queries.get("canary", 0),
             "latency_p95_ms_production": p95(evidence.latencies_ms.get("production", [])),
             "latency_p95_ms_canary": p95(evidence.latencies_ms.get("canary", [])),

@@ -1,7 +1,14 @@
 """Team-draft interleaving (Radlinski, Kurup & Joachims 2008): inside the canary share one list is shown, drafted
 from production's and the candidate's rankings, and every shown passage remembers which team picked it, so a
 click or rating on it is credited to that arm. Both arms are judged on the same query by the same user, which
-needs far fewer queries than comparing two separate traffic splits."""
+needs far fewer queries than comparing two separate traffic splits.
+
+Shared picks: when both teams' best passage not yet shown is the same passage, the list would be the same whichever
+team took it; only the draft order decides whose it is. A click on it then says nothing about which ranking is
+better, and crediting it (plain team draft) adds a coin flip to the query's outcome. A retrain agrees with the model
+it started from on most top passages, so many decisive outcomes would be such coin flips (bench/canary_loop.py
+reports both counts). A shared pick is shown and recorded like any other but credits nobody. The rule treats both
+teams alike, so arms that are equally good still win and lose equally often, and identical rankings only ever tie."""
 from __future__ import annotations
 
 import hashlib
@@ -16,10 +23,12 @@ Signal = int | str  # +1 / -1 rating, or "click"
 
 
 class Shown(NamedTuple):
-    """One shown passage and the team whose ranking contributed it."""
+    """One shown passage, the team whose ranking contributed it, and whether the other team would have shown it at
+    that pick as well (shared: its signals credit nobody)."""
 
     doc_id: str
     team: Team
+    shared: bool = False
 
 
 class CoinSource(Protocol):
@@ -50,7 +59,8 @@ def team_draft_interleave(ranking_a: Sequence[str], ranking_b: Sequence[str], k:
 
     Each pick goes to the team with fewer picks so far; when both have as many (the start of every round) a coin
     decides, team "a" on rng.random() < 0.5. The picking team takes its highest-ranked doc not already shown, so a
-    doc both rankings hold goes to whichever picks it first. When one ranking has nothing new left the other keeps
+    doc both rankings hold goes to whichever picks it first; it is `shared` when it was the other team's next doc
+    too. When one ranking has nothing new left the other keeps
     picking; drafting stops at `k` docs or when both are exhausted. Deterministic for a given seed: pass the
     session or query id (a string) to make what the API showed reproducible."""
     if k < 0:
@@ -79,7 +89,7 @@ def team_draft_interleave(ranking_a: Sequence[str], ranking_b: Sequence[str], k:
         else:
             team = "a" if coins.random() < 0.5 else "b"
         doc = new[team]
-        shown.append(Shown(doc, team))
+        shown.append(Shown(doc, team, new["a"] == new["b"]))
         taken.add(doc)
         picks[team] += 1
     return shown
@@ -106,18 +116,21 @@ def signal_value(signal: Signal) -> int:
     return signal
 
 
-def credit(shown: Iterable[Shown | tuple[str, str]], signals: Mapping[str, Signal]) -> QueryCredit:
+def credit(shown: Iterable[Shown | tuple], signals: Mapping[str, Signal]) -> QueryCredit:
     """Credits each signal to the team that contributed the passage.
 
     A team's score = (its passages clicked or rated +1) - (its passages rated -1); the team with the higher score
     wins the query, equal scores (no signals at all included) are a tie. One signal per passage: when a passage
     was clicked and rated, pass the rating, which says more than the click. Signals on passages that were not
-    shown are ignored: no team put them in front of the user."""
-    team_of = {doc: team for doc, team in shown}
+    shown, or that were shared picks (both teams would have shown them there), are ignored: they tell the two
+    rankings apart no more than a coin would. `shown`: Shown records or (doc, team[, shared]) tuples."""
+    team_of = {}
+    for doc, team, *rest in shown:
+        team_of[doc] = None if rest and rest[0] else team
     score = {"a": 0, "b": 0}
     for doc, signal in signals.items():
         value = signal_value(signal)
-        if doc in team_of:
+        if team_of.get(doc) is not None:
             score[team_of[doc]] += value
     return QueryCredit(score["a"], score["b"])
 

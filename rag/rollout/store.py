@@ -243,10 +243,12 @@ def release(kind: str, registry: ModelRegistry, candidate: ModelVersion, *, poli
       production under a canary would end it silently (its wins were against the production it replaced) and the
       sensor would then roll it back.
     - policy "canary": start its canary (start(): the gate must have found it no worse; an embedder's collections built, state →
-      canary on `traffic_share` of sessions); production is untouched and canary_sensor decides. Refused
-      (IllegalTransition) while another canary runs.
+      canary on `traffic_share` of sessions); production is untouched and canary_sensor decides. While another
+      canary runs (one retrain_job gates an embedder and a reranker), the candidate waits instead: its manifest is
+      marked `canary_queued` and canary_sensor starts its canary once the running one has ended, if its gate verdict
+      is still against the production of that moment.
 
-    Either refusal happens before anything changes. Returns what happened: action ("promoted" | "canary"),
+    A refusal happens before anything changes. Returns what happened: action ("promoted" | "canary" | "waiting"),
     summary (one line), production (the name serving production now), and the step's details."""
     from rag.training.pipeline import build_collections, check_promotable
     from rag.training.pipeline import promote as promote_model
@@ -255,6 +257,9 @@ def release(kind: str, registry: ModelRegistry, candidate: ModelVersion, *, poli
         raise ValueError(f"unknown promotion policy {policy!r}: use one of {', '.join(POLICIES)}")
     mv = _resolve(registry, kind, candidate.version)
     if policy == "canary":
+        running = running_canary(registry)
+        if running is not None and (running[0], running[1].candidate_version) != (kind, mv.version):
+            return _queue(kind, registry, mv, running, log)
         state = start(kind, registry, mv.version, traffic_share, promote_args=promote_args, log=log)
         return {"action": "canary", "production": name_of(registry, kind, state.production_version),
                 "summary": f"canary started: {mv.name} at {state.traffic_share:.0%} of sessions (production "
@@ -287,6 +292,39 @@ def release(kind: str, registry: ModelRegistry, candidate: ModelVersion, *, poli
     return {"action": "promoted", "production": outcome["promoted"], "previous": outcome["previous"],
             "serving_aliases": outcome["serving_aliases"],
             "summary": f"promoted: {outcome['promoted']} is production (was {outcome['previous'] or name_of(registry, kind, None)})"}
+
+
+def _queue(kind: str, registry: ModelRegistry, mv: ModelVersion, running: tuple[str, RolloutState], log: Log) -> dict:
+    from rag.training.pipeline import promotion_refusal
+
+    refusal = promotion_refusal(kind, registry, mv, "not_worse")
+    if refusal is not None:  # the same refusal start() would give, before anything is recorded
+        from rag.training.gate import PromotionRefused
+        from rag.training.pipeline import _refused
+
+        raise PromotionRefused(f"cannot queue a canary: {_refused(kind, mv, refusal)}")
+    other, state = running
+    behind = f"{other} {name_of(registry, other, state.candidate_version)}"
+    registry.update_metrics(kind, mv.version, {"canary_queued": {"at": _now().isoformat(timespec="seconds"), "behind": behind}})
+    summary = (f"waiting: {mv.name} passed its gate, but the canary of {behind} is running (one canary at a time); "
+               f"canary_sensor starts {mv.name}'s canary when that one ends")
+    log(summary)
+    return {"action": "waiting", "production": name_of(registry, kind, (registry.aliases()[kind] or {}).get("production")),
+            "summary": summary, "behind": behind}
+
+
+def queued_candidate(registry: ModelRegistry, kind: str) -> ModelVersion | None:
+    """The `candidate` of `kind` when release() queued it behind another canary and it has had no canary since, and
+    its gate verdict still lets it start against today's production; else None."""
+    from rag.training.pipeline import promotion_refusal
+
+    mv = registry.resolve(kind, "candidate")
+    if mv is None or "canary_queued" not in mv.metrics or "canary_start" in mv.metrics:
+        return None
+    state = read_state(registry, kind)
+    if state is not None and state.candidate_version == mv.version:
+        return None
+    return mv if promotion_refusal(kind, registry, mv, "not_worse") is None else None
 
 
 def _canary_record(state: RolloutState, decision: str, reason: str, evidence: dict | None, at: datetime) -> dict:

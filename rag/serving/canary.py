@@ -58,7 +58,8 @@ def _forget(answerer, question: str) -> None:
 
 def interleaved_answer(production, candidate, question: str, seed: int):
     """Team-draft interleaving of both answerers' rankings (production team a, the candidate team b), answered by the
-    candidate's answerer from the interleaved list. Each passage's chunk carries `team` (production | canary).
+    candidate's answerer from the interleaved list. Each passage's chunk carries `team` (production | canary) and
+    `shared` (both rankings would have shown it at that pick).
     Latency covers both rankings and the answer: what the user waited. timings_ms holds each arm's own ranking time
     (rank_production, rank_canary), which the latency guardrail compares: both rankings encode the question afresh
     (a cached query vector of production's long-lived index, or of an index both arms share, would time a lookup
@@ -78,8 +79,8 @@ def interleaved_answer(production, candidate, question: str, seed: int):
     # As many passages as one arm alone would show: the user sees a list of the usual length.
     k = max(len(ranked_a), len(ranked_b))
     shown = team_draft_interleave(list(hits["a"]), list(hits["b"]), k, seed)
-    drafted = [replace(hits[team][doc], rank=rank, chunk={**hits[team][doc].chunk, "team": TEAM_ARM[team]})
-               for rank, (doc, team) in enumerate(shown, start=1)]
+    drafted = [replace(hits[team][doc], rank=rank, chunk={**hits[team][doc].chunk, "team": TEAM_ARM[team], "shared": shared})
+               for rank, (doc, team, shared) in enumerate(shown, start=1)]
     try:
         result = candidate.ask(question, ranked=drafted)
     except Exception as exc:
