@@ -3,6 +3,11 @@ from pathlib import Path
 
 import pytest
 
+# anyio imports its file module lazily, inside the worker thread that first serves a file (the API's web page).
+# pytest rewrites anyio's modules as a plugin's, and CPython 3.11.7 can fail an ast.parse running beside another
+# thread's ("AST constructor recursion depth mismatch"): import it here, in the main thread, once.
+import anyio._core._fileio  # noqa: E402,F401
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
