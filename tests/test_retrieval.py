@@ -43,12 +43,15 @@ def embedder():
 SERVER = os.environ.get("RAG_TEST_QDRANT_URL")  # e.g. http://127.0.0.1:6333: the same tests against a Qdrant server
 
 
-@pytest.fixture(params=["local-path", "memory", "server"])
+@pytest.fixture(params=["local-path", "memory", "edge", "server"])
 def client(request, tmp_path):
-    """One code path for every location: an embedded folder, in-memory, and a server when RAG_TEST_QDRANT_URL is set."""
+    """One code path for every location and engine: an embedded folder, in-memory, a Qdrant Edge folder, and a server
+    when RAG_TEST_QDRANT_URL is set."""
     if request.param == "server" and not SERVER:
         pytest.skip("set RAG_TEST_QDRANT_URL=http://host:6333 to run these tests against a Qdrant server")
-    settings = {"local-path": QdrantSettings(path=str(tmp_path / "qdrant")), "memory": QdrantSettings(path=":memory:"),
+    settings = {"local-path": QdrantSettings(path=str(tmp_path / "qdrant"), engine="local"),
+                "memory": QdrantSettings(path=":memory:", engine="local"),
+                "edge": QdrantSettings(path=str(tmp_path / "qdrant-edge"), engine="edge"),
                 "server": QdrantSettings(url=SERVER)}[request.param]
     client = get_client(settings)
     yield client

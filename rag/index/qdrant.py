@@ -8,8 +8,9 @@ import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from rag.store import data_dir
 
@@ -24,15 +25,23 @@ class QdrantLockedError(RuntimeError):
     """The embedded Qdrant folder is held by another process."""
 
 
+def _engine_from_env() -> str:
+    return os.environ.get("RAG_QDRANT_ENGINE") or "local"
+
+
 class QdrantSettings(BaseModel):
     url: str | None = None  # a Qdrant server or cluster; None = embedded local mode
     api_key: str | None = None
     path: str | None = None  # local mode folder; default <data dir>/qdrant; ":memory:" keeps it in this process only
+    # The embedded engine when url is None: "local" = qdrant-client's local mode (exact scan in Python), "edge" =
+    # Qdrant Edge (rag.index.edge: Rust segments, HNSW). Read from the environment by default so that settings
+    # made anywhere (Dagster resource, serving replicas) agree on it.
+    engine: Literal["local", "edge"] = Field(default_factory=_engine_from_env)
 
     @classmethod
     def from_env(cls) -> QdrantSettings:
         return cls(url=os.environ.get("QDRANT_URL") or None, api_key=os.environ.get("QDRANT_API_KEY") or None,
-                   path=os.environ.get("RAG_QDRANT_PATH") or None)
+                   path=os.environ.get("RAG_QDRANT_PATH") or None, engine=_engine_from_env())
 
     @property
     def location(self) -> str:
@@ -62,12 +71,24 @@ def get_client(settings: QdrantSettings | None = None):
     key = settings.location
     with _clients_lock:
         client = _clients.get(key)
+        if client is not None and not settings.url and engine_of(client) != settings.engine:
+            raise ValueError(f"{key} is open in this process with engine {engine_of(client)!r}, asked for "
+                             f"{settings.engine!r}: close_client first, or use one RAG_QDRANT_ENGINE throughout")
         if client is None:
             if settings.url:
                 client = QdrantClient(url=settings.url, api_key=settings.api_key, timeout=120)
+            elif settings.engine == "edge":
+                from rag.index.edge import EdgeClient
+
+                client = EdgeClient(None if key == ":memory:" else key)
             elif key == ":memory:":
                 client = QdrantClient(location=":memory:")
             else:
+                from rag.index.edge import is_edge_folder
+
+                if is_edge_folder(key):  # local mode would fail on its meta.json with a KeyError
+                    raise ValueError(f"{key} holds a Qdrant Edge index: open it with RAG_QDRANT_ENGINE=edge, or give "
+                                     "local mode its own folder (RAG_QDRANT_PATH) and re-index there.")
                 Path(key).mkdir(parents=True, exist_ok=True)
                 try:
                     client = QdrantClient(path=key)
@@ -96,6 +117,22 @@ def is_local(client) -> bool:
     from qdrant_client.local.qdrant_local import QdrantLocal
 
     return isinstance(getattr(client, "_client", None), QdrantLocal)
+
+
+def engine_of(client) -> str:
+    """"edge", "local" (qdrant-client's local mode) or "server"."""
+    from rag.index.edge import EdgeClient
+
+    return "edge" if isinstance(client, EdgeClient) else "local" if is_local(client) else "server"
+
+
+def optimize(client, collection: str) -> None:
+    """Build what fast searches need once a batch of writes is in. A server optimizes in the background and local
+    mode always scans, so only the edge engine does work here (HNSW past its indexing threshold, vacuum). Looked up
+    by name, not type, so wrappers that delegate to an edge client (tests watch writes that way) keep it."""
+    run = getattr(client, "optimize", None)  # qdrant-client has no method of that name
+    if callable(run):
+        run(collection)
 
 
 def point_id(chunk_id: str) -> str:

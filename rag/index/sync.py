@@ -25,6 +25,7 @@ from rag.index.qdrant import (
     aliased_collections,
     create_collection,
     drop_unaliased,
+    optimize,
     point_alias_to,
     point_id,
     stored_hashes,
@@ -162,6 +163,8 @@ def sync_collection(
         # version `<strategy>__production` serves, kept by drop_unaliased) is reused, never rebuilt over.
         run.added, run.updated, run.deleted, run.embed_seconds = _sync_points(
             client, target, chunks, embedder, batch_size, progress, task)
+        if run.added or run.updated or run.deleted:
+            optimize(client, target)
         if live != target:
             point_alias_to(client, name.alias, target)
     else:
@@ -171,6 +174,7 @@ def sync_collection(
         create_collection(client, target, embedder.dim, distance)
         rows = chunks.to_dict("records")
         run.embed_seconds = _upsert_embedded(client, target, rows, embedder, batch_size, progress, task)
+        optimize(client, target)  # before the swap: a collection goes live searchable at full speed
         point_alias_to(client, name.alias, target)
         run.rebuilt, run.added = True, len(rows)
     run.dropped_collections = drop_unaliased(client, name)
