@@ -45,6 +45,8 @@ class EdgeOptions(BaseModel):
     # None keeps Edge's default (10,000 KB): segments below it are searched exactly, above it get HNSW on optimize.
     indexing_threshold_kb: int | None = None
     max_indexing_threads: int | None = None  # None: Edge's default (all cores); a busy machine may want fewer
+    # Indexed segments smaller than this (KB of vectors) are still searched exactly; None keeps Edge's 10,000 KB.
+    full_scan_threshold_kb: int | None = None
 
 
 class EdgeUnsupportedError(ValueError):
@@ -76,11 +78,14 @@ def is_edge_folder(path: str | Path) -> bool:
 def _write_atomic(path: Path, data: dict) -> None:
     """Readers and a crash see the old file or the new one, never a torn one."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # only there when the replace did not happen
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(fd)  # the rename itself is durable only once the folder is synced
@@ -269,9 +274,11 @@ class EdgeClient:
         if self.options.indexing_threshold_kb is not None:
             optimizers = qe.EdgeOptimizersConfig(indexing_threshold=self.options.indexing_threshold_kb)
         hnsw = None
-        if self.options.max_indexing_threads is not None:
-            hnsw = qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=10_000,
-                                      max_indexing_threads=self.options.max_indexing_threads)  # Qdrant's defaults
+        opts = self.options
+        if opts.max_indexing_threads is not None or opts.full_scan_threshold_kb is not None:
+            # Edge takes the HNSW config whole: Qdrant's defaults for what is not set.
+            hnsw = qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=opts.full_scan_threshold_kb or 10_000,
+                                      max_indexing_threads=opts.max_indexing_threads or 0)
         return qe.EdgeConfig(vectors=params, optimizers=optimizers, hnsw_config=hnsw)
 
     def _shard(self, name: str) -> tuple[str, qe.EdgeShard]:
