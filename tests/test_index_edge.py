@@ -298,3 +298,22 @@ def test_serving_fingerprint_sees_an_in_place_update(tmp_path, embedder):  # noq
         assert alias_target(client, CollectionName("t", "wordllama").alias) == changed.collection
     finally:
         close_client(settings)
+
+
+def test_scroll_pages_through_every_point_by_string_offsets(tmp_path):
+    # Edge hands UUID ids and offsets back as uuid.UUID; callers get (and pass back) strings, as from qdrant-client.
+    client = EdgeClient(tmp_path / "q")
+    vector_collection(client, "c", 2)
+    chunk_ids = [f"chunk-{i}" for i in range(50)]
+    client.upsert("c", models.Batch(ids=[point_id(c) for c in chunk_ids], vectors={"dense": [[1.0, i] for i in range(50)]},
+                                    payloads=[{"chunk_id": c} for c in chunk_ids]))
+    seen, offset, pages = [], None, 0
+    while True:
+        points, offset = client.scroll("c", limit=7, offset=offset, with_payload=["chunk_id"])
+        pages += 1
+        seen += [(p.id, p.payload["chunk_id"]) for p in points]
+        if offset is None:
+            break
+        assert isinstance(offset, str)
+    assert pages == 8 and sorted(seen) == sorted((point_id(c), c) for c in chunk_ids)
+    client.close()
