@@ -33,10 +33,10 @@ import qdrant_edge as qe
 from pydantic import BaseModel
 from qdrant_client.http import models  # not qdrant_client.models: its QueryResponse is fastembed's
 
+from rag.index.qdrant import EDGE_ENGINE_MARK as ENGINE_MARK
+from rag.index.qdrant import EDGE_META as META
 from rag.index.qdrant import QdrantLockedError
-
-ENGINE_MARK = "qdrant-edge"
-META = "meta.json"
+from rag.index.qdrant import is_edge_folder  # noqa: F401 - re-exported: callers and tests import it from here
 COLLECTIONS = "collection"
 LOCK = ".lock"
 
@@ -66,13 +66,6 @@ class EdgeCollectionInfo:
     points_count: int
     indexed_vectors_count: int
     segments_count: int
-
-
-def is_edge_folder(path: str | Path) -> bool:
-    try:
-        return json.loads((Path(path) / META).read_text()).get("engine") == ENGINE_MARK
-    except (FileNotFoundError, ValueError, AttributeError):
-        return False
 
 
 def _write_atomic(path: Path, data: dict) -> None:

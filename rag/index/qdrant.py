@@ -3,7 +3,9 @@ an alias per (strategy, model) that only ever points at a complete collection.""
 from __future__ import annotations
 
 import atexit
+import json
 import os
+import sys
 import threading
 import uuid
 from dataclasses import dataclass
@@ -19,6 +21,19 @@ POINT_NAMESPACE = uuid.UUID("6f1c2a3e-5b7d-4e8f-9a0b-1c2d3e4f5a6b")
 DENSE = "dense"
 DISTANCES = ("cosine", "dot", "l2")
 _METRICS = {"cosine": "Cosine", "dot": "Dot", "l2": "Euclid"}  # our names -> qdrant_client.models.Distance values
+
+
+EDGE_ENGINE_MARK = "qdrant-edge"  # meta.json's "engine" in a folder rag.index.edge owns
+EDGE_META = "meta.json"
+
+
+def is_edge_folder(path: str | Path) -> bool:
+    """Whether a folder holds an edge engine index. Here, not in rag.index.edge, so local mode can refuse such a
+    folder without importing qdrant_edge."""
+    try:
+        return json.loads((Path(path) / EDGE_META).read_text()).get("engine") == EDGE_ENGINE_MARK
+    except (FileNotFoundError, NotADirectoryError, ValueError, AttributeError):
+        return False
 
 
 class QdrantLockedError(RuntimeError):
@@ -84,8 +99,6 @@ def get_client(settings: QdrantSettings | None = None):
             elif key == ":memory:":
                 client = QdrantClient(location=":memory:")
             else:
-                from rag.index.edge import is_edge_folder
-
                 if is_edge_folder(key):  # local mode would fail on its meta.json with a KeyError
                     raise ValueError(f"{key} holds a Qdrant Edge index: open it with RAG_QDRANT_ENGINE=edge, or give "
                                      "local mode its own folder (RAG_QDRANT_PATH) and re-index there.")
@@ -121,9 +134,8 @@ def is_local(client) -> bool:
 
 def engine_of(client) -> str:
     """"edge", "local" (qdrant-client's local mode) or "server"."""
-    from rag.index.edge import EdgeClient
-
-    return "edge" if isinstance(client, EdgeClient) else "local" if is_local(client) else "server"
+    edge = sys.modules.get("rag.index.edge")  # never loaded: no client of it exists, and qdrant_edge stays unimported
+    return "edge" if edge is not None and isinstance(client, edge.EdgeClient) else "local" if is_local(client) else "server"
 
 
 def optimize(client, collection: str) -> None:
