@@ -297,6 +297,24 @@ def test_the_latency_guardrail_compares_each_arms_own_ranking_in_the_same_reques
     assert decision.decision == "rollback" and "ranking latency p95 130 ms is" in decision.reason
 
 
+def test_a_promotion_waits_until_the_latency_guardrail_can_judge():
+    from rag.rollout import CanarySettings
+    from rag.rollout.evidence import CanaryEvidence
+
+    settings = CanarySettings(min_latency_samples=50)
+    early = CanaryEvidence(["b"] * 9 + ["tie"] * 18, ranking_ms={"production": [40.0] * 27, "canary": [45.0] * 27})
+    waiting = evaluate(early, "v2", settings)
+    assert waiting.decision == "continue" and waiting.reason.endswith(
+        "promotion waits for the latency guardrail: 27 of 50 timed canary requests")
+    assert "wins 9 / losses 0" in waiting.reason
+    timed = CanaryEvidence(["b"] * 9 + ["tie"] * 41, ranking_ms={"production": [40.0] * 50, "canary": [45.0] * 50})
+    assert evaluate(timed, "v2", settings).decision == "promote"
+    slow = CanaryEvidence(["b"] * 9 + ["tie"] * 41, ranking_ms={"production": [40.0] * 50, "canary": [90.0] * 50})
+    assert evaluate(slow, "v2", settings).decision == "rollback"  # the guardrail now judges, and wins over the test
+    losing = CanaryEvidence(["a"] * 9 + ["tie"] * 18, ranking_ms={"production": [40.0] * 27, "canary": [45.0] * 27})
+    assert evaluate(losing, "v2", settings).decision == "rollback"  # a rollback never waits
+
+
 def test_both_arms_encode_the_question_afresh_in_a_canary_request():
     """Production's long-lived index has the replayed question's vector cached, the candidate's new index has not:
     timed as they are, a lookup would be compared with an encoding. A shared index (a reranker canary) would hand
@@ -403,7 +421,8 @@ def simulate(store, n: int, start_at: int, team_liked: str) -> None:
     for i in range(start_at, start_at + n):
         chunks = [{"chunk_id": "cats", "doc_id": "cats.md", "text": TEXTS["cats"], "rank": 1, "team": "canary"},
                   {"chunk_id": "dogs", "doc_id": "dogs.md", "text": TEXTS["dogs"], "rank": 2, "team": "production"}]
-        q = store.record_query(f"sim {i}", answer="a", chunks=chunks, session_id=f"sim{i}", arm="canary", latency_ms=20.0)
+        q = store.record_query(f"sim {i}", answer="a", chunks=chunks, session_id=f"sim{i}", arm="canary", latency_ms=20.0,
+                               timings_ms={"rank_production": 8.0, "rank_canary": 9.0})  # as the API times both arms
         liked = "cats" if team_liked == "canary" else "dogs"
         store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key=f"sim{i}",
                                                  passages=[{"chunk_id": liked, "score": 1}]))
@@ -458,7 +477,7 @@ def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_
 
     # canary_sensor: the evidence in the skip reason, an observation only when it changed, then promotion.
     loop = FeedbackLoop(db_url=store.url, data_dir=str(root))
-    resources = {"data_store": DataStore(data_dir=str(root)), "feedback_loop": loop, "rollout": Rollout(alpha=0.2),
+    resources = {"data_store": DataStore(data_dir=str(root)), "feedback_loop": loop, "rollout": Rollout(alpha=0.2, min_latency_samples=5),
                  "qdrant": QdrantResource(url=None, path=str(root / "qdrant"))}
     sensor_resources = {k: resources[k] for k in ("data_store", "feedback_loop", "rollout")}
     simulate(store, 3, 0, team_liked="canary")

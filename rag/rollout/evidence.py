@@ -18,7 +18,7 @@ each shown passage of an interleaved answer (retrievals.team); this module turns
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from sqlalchemy import select
@@ -98,14 +98,23 @@ def collect(store, since: datetime) -> CanaryEvidence:
 
 
 def evaluate(evidence: CanaryEvidence, candidate: str, settings: CanarySettings | None = None) -> Decision:
-    """The sequential test on the outcomes, overridden by a rollback when a guardrail is breached."""
+    """The sequential test on the outcomes, overridden by a rollback when a guardrail is breached; a promotion
+    waits until the latency guardrail has its min_latency_samples paired timings."""
     settings = settings or CanarySettings()
     wins, losses, ties = evidence.counts
     decision = sequential_decision(wins, losses, ties, candidate, settings)
     breaches = guardrail_breaches(evidence.ranking_ms.get("canary", []), evidence.ranking_ms.get("production", []),
                                   evidence.votes.get("canary", Votes(0, 0)), evidence.votes.get("production", Votes(0, 0)),
                                   settings)
-    return with_guardrails(decision, breaches)
+    decision = with_guardrails(decision, breaches)
+    timed = min(len(evidence.ranking_ms.get("canary", [])), len(evidence.ranking_ms.get("production", [])))
+    if decision.decision == "promote" and timed < settings.min_latency_samples:
+        # A strong early edge can cross the test's threshold in a few dozen queries, before the latency guardrail
+        # may judge: promotion waits until it can (every canary request is timed, so the wait is short).
+        decision = replace(decision, decision="continue", reason=(
+            f"{decision.reason.removesuffix(', promote')}; promotion waits for the latency guardrail: {timed} of "
+            f"{settings.min_latency_samples} timed canary requests"))
+    return decision
 
 
 def _plain_counts(evidence: CanaryEvidence) -> dict:
