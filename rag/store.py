@@ -62,8 +62,8 @@ def bm25_root(root: Path, strategy: str) -> Path:
 
 
 def atomic_write(path: Path, write, mode: str = "wb") -> None:
-    """Write a file so readers see the old or the new content, never a torn one (even after kill -9):
-    a temp file beside it, fsync, rename."""
+    """Write a file so readers see the old or the new content, never a torn one (even after kill -9 or a power
+    cut): a temp file beside it, fsync, rename, then fsync of the folder (the rename is durable only then)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
@@ -74,3 +74,8 @@ def atomic_write(path: Path, write, mode: str = "wb") -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)

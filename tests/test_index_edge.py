@@ -96,7 +96,7 @@ def test_alias_pointer_swap_is_atomic(tmp_path, monkeypatch):
     point_alias_to(client, "live", "new")  # delete + create in one pointer write
     kinds = [(k, os.path.basename(p)) for k, p in calls]
     # The new content is durable before the rename publishes it, and the rename before the call returns.
-    assert kinds[-3][0] == "fsync" and kinds[-3][1].startswith(".meta.json.") and kinds[-2] == ("replace", "meta.json")
+    assert kinds[-3][0] == "fsync" and kinds[-3][1].startswith(".tmp-") and kinds[-2] == ("replace", "meta.json")
     assert kinds[-1] == ("fsync", "q")
     assert json.loads(meta.read_text())["aliases"] == {"live": "new"}
 
@@ -108,7 +108,7 @@ def test_alias_pointer_swap_is_atomic(tmp_path, monkeypatch):
         point_alias_to(client, "live", "old")
     # Neither the file nor this process's view moved, and no temp file is left beside it.
     assert alias_target(client, "live") == "new" and json.loads(meta.read_text())["aliases"] == {"live": "new"}
-    assert sorted(p.name for p in meta.parent.iterdir() if p.name.startswith(".meta")) == []
+    assert sorted(p.name for p in meta.parent.iterdir() if p.name.startswith((".meta", ".tmp-"))) == []
     client.close()
     assert before != meta.read_text()
     reopened = EdgeClient(tmp_path / "q")

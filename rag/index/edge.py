@@ -37,6 +37,7 @@ from rag.index.qdrant import EDGE_ENGINE_MARK as ENGINE_MARK
 from rag.index.qdrant import EDGE_META as META
 from rag.index.qdrant import QdrantLockedError
 from rag.index.qdrant import is_edge_folder  # noqa: F401 - re-exported: callers and tests import it from here
+from rag.store import atomic_write
 COLLECTIONS = "collection"
 LOCK = ".lock"
 
@@ -69,21 +70,7 @@ class EdgeCollectionInfo:
 
 
 def _write_atomic(path: Path, data: dict) -> None:
-    """Readers and a crash see the old file or the new one, never a torn one."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)  # only there when the replace did not happen
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # the rename itself is durable only once the folder is synced
-    finally:
-        os.close(fd)
+    atomic_write(path, lambda fh: json.dump(data, fh, indent=1, sort_keys=True), mode="w")
 
 
 def _distance(metric: models.Distance | str) -> qe.Distance:
@@ -292,7 +279,7 @@ class EdgeClient:
             return collection, shard
 
     def _written(self, collection: str, shard: qe.EdgeShard) -> None:
-        # Flushed per call, as local mode persists each write; measured ~10-20 ms per 512-point batch.
+        # Flushed per call, as local mode persists each write: an acknowledged upsert survives kill -9.
         shard.flush()
         self._dirty.add(collection)
         (self._dir(collection) / "written").write_text(str(time.time_ns()))
@@ -479,8 +466,8 @@ class EdgeClient:
     # --- engine ---------------------------------------------------------------------------------------------
 
     def optimize(self, collection_name: str) -> bool:
-        """Build HNSW for segments past the indexing threshold (blocking; ~25 s for 20k 384-d points on a busy
-        2-core machine) and vacuum deletes. A no-op when only a small appendable segment changed."""
+        """Build HNSW for segments past the indexing threshold (blocking: minutes at large sizes, see
+        bench/edge_latency.py) and vacuum deletes. A no-op when only a small appendable segment changed."""
         collection, shard = self._shard(collection_name)
         changed = shard.optimize()
         shard.flush()
