@@ -2,7 +2,7 @@
 
 Phase 1, retrain → canary → decision:
 1. a SciFact slice is indexed and the base MiniLM deployed as production v1 (bench/feedback_loop.py: build_slice,
-   deploy_base); SciFact TEST nDCG@10 (dense, production) is measured;
+   deploy_base); SciFact TEST nDCG@10 is measured (dense, and served: see 6);
 2. simulated users ask SciFact **train** queries through the API (`/ask` with a `session_id`, one fresh session per
    asked query, so the canary share applies per session) and react to what they are shown with the click model
    below (`/events` clicks, `/feedback` passage ratings);
@@ -12,7 +12,12 @@ Phase 1, retrain → canary → decision:
 4. the users keep asking train queries (the list reshuffled and re-used from the start when exhausted, always in
    fresh sessions); canary sessions see production's and the candidate's rankings team-draft interleaved;
    canary_sensor ticks after every batch and its promote_canary_job or rollback_canary_job runs in-process; the
-   API refreshes; TEST nDCG@10 of production is measured again.
+   API refreshes;
+5. retrain_job also trained and gated a reranker, which waited behind the embedder's canary (one canary at a time):
+   canary_sensor now requests start_canary_job for it, the job runs in-process and the same users decide its canary;
+6. TEST nDCG@10 is measured again, two ways: dense retrieval with the production embedder (the embedder's own
+   gain), and what the API serves (`served`): the production embedder's dense top --first-stage-depth reordered by
+   the production reranker (none before one is promoted), top 10 — the figure the loop's goal is judged on.
 
 Phase 2, a deliberately worse candidate: a copy of today's production embedder with Gaussian noise on every weight
 tensor (--worse-noise x the tensor's own standard deviation; its own test nDCG@10 is measured and recorded) is
@@ -32,7 +37,8 @@ questions favour production; the canary's online test must then show it is bette
 --override-rejected: when even that gate rejects phase 1's candidate, an operator's override starts its canary
 anyway (force_reason, recorded as canary_started_by); that is no longer the loop without a manual step.
 
-Latency guardrail (--max-latency-ratio, product default 1.5): each arm's own ranking time (retrieve → rerank),
+Latency guardrail (--max-latency-ratio, product default 1.5, and the product's 25 ms allowance): each arm's own
+ranking time (retrieve → rerank),
 both timed back to back inside the same canary requests; the whole request (two rankings, and the candidate's
 answerer starting with a cold passage-vector cache) is recorded as latency_p95_ms but not judged.
 
@@ -131,6 +137,16 @@ class Users:
         return {**self.stats, "passes": self.passes}
 
 
+def served_ndcg_at_10(app, queries: dict[str, str], qrels: dict[str, dict[str, int]]) -> float:
+    """Test nDCG@10 of what the API serves its production arm: the answerer's own retrieve → rerank (the production
+    reranker, none before one is promoted) → top 10, on test queries nobody asked."""
+    from rag.evaluation.metrics import evaluate_run, run_from_hits
+
+    answerer = app.state.serving.current()
+    hits = {q: [h.chunk["chunk_id"] for h in answerer.rank(text)] for q, text in queries.items()}
+    return evaluate_run(qrels, run_from_hits(hits), ["ndcg@10"])[0]["ndcg@10"]
+
+
 def delta(after: dict, before: dict) -> dict:
     return {k: after[k] - before.get(k, 0) for k in after}
 
@@ -200,9 +216,42 @@ def canary_phase(root: Path, http, app, users: Users, instance, resources: dict,
     return out
 
 
+def queued_canaries(root: Path, http, app, users: Users, instance, resources: dict, *, batch: int, max_asked: int,
+                    log=print) -> list[dict]:
+    """After a decision, canary_sensor starts the candidate that waited behind it (retrain_job gates an embedder and a
+    reranker; one canary runs at a time): its start_canary_job runs in-process, then the users decide that canary too.
+    Returns one canary_phase record per started canary."""
+    from dagster import RunRequest, SensorResult, build_sensor_context
+
+    from orchestration.rollout import start_canary_job
+    from sensors.canary import canary_sensor
+
+    phases = []
+    sensor_resources = {k: resources[k] for k in ("data_store", "feedback_loop", "rollout")}
+    while True:
+        with build_sensor_context(instance=instance, resources=sensor_resources) as context:
+            result = canary_sensor(context)
+        requests = [result] if isinstance(result, RunRequest) else \
+            (result.run_requests or []) if isinstance(result, SensorResult) else []
+        if not requests or requests[0].job_name != start_canary_job.name:
+            return phases
+        request = requests[0]
+        run = start_canary_job.execute_in_process(run_config=request.run_config, resources=resources, instance=instance,
+                                                  tags=request.tags, raise_on_error=False)
+        log(f"  canary_sensor started the queued {request.tags.get('rollout/kind')} canary: "
+            f"start_canary_job {'ok' if run.success else 'FAILED'}")
+        if not run.success:
+            phases.append({"kind": request.tags.get("rollout/kind"), "start_job_success": False})
+            return phases
+        app.state.serving.refresh(force=True)
+        phases.append({"started_by": f"canary_sensor -> start_canary_job (run_key {request.run_key})",
+                       **canary_phase(root, http, app, users, instance, resources, batch=batch, max_asked=max_asked,
+                                      log=log)})
+
+
 def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: int, threshold: int, batch: int,
         canary_batch: int, training: dict, share: float, alpha: float, max_queries: int, max_latency_ratio: float,
-        click: dict, worse_noise: float,
+        click: dict, worse_noise: float, first_stage_depth: int,
         max_canary_asked: int, seed: int, override_rejected: bool = False, log=print) -> dict:
     from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
     from fastapi.testclient import TestClient
@@ -248,11 +297,16 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
     with DagsterInstance.ephemeral() as instance:
         out["deployed"] = deploy_base(root, instance)
         out["ndcg@10_start"] = ndcg_at_10(root, *test)
-        log(f"deployed {out['deployed']}; test nDCG@10 at the start: {out['ndcg@10_start']:.4f}")
         store = FeedbackStore(root=root)
+        # Served as a user would configure the product: the production embedder's dense top --first-stage-depth,
+        # reordered by the production reranker (none until one is promoted), the top 10 shown.
         app = build_app(ServeSettings(api_token=TOKEN, refresh_seconds=0), root=root, store=store, strategy=STRATEGY,
-                        model="production", mode="dense", k=10, top_k=10, attribution=False)
+                        model="production", mode="dense", k=first_stage_depth, top_k=10, reranker="production",
+                        attribution=False)
         with TestClient(app) as http:
+            out["served_ndcg@10_start"] = served_ndcg_at_10(app, *test)
+            log(f"deployed {out['deployed']}; test nDCG@10 at the start: dense {out['ndcg@10_start']:.4f}, served "
+                f"{out['served_ndcg@10_start']:.4f}")
             users = Users(http, data["train_queries"], data["train_qrels"], seed=seed, **click)
 
             # Phase 1: feedback until the volume sensor fires, the retrain run, its canary, the canary's decision.
@@ -301,11 +355,15 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
             if phase["canary_started_by"] is not None:
                 phase.update(canary_phase(root, http, app, users, instance, resources, batch=canary_batch,
                                           max_asked=max_canary_asked, log=log))
+                phase["queued_canaries"] = queued_canaries(root, http, app, users, instance, resources,
+                                                           batch=canary_batch, max_asked=max_canary_asked, log=log)
             else:
                 phase["decision"] = None
                 log("no canary started (the gate did not pass, or the release step failed)")
             phase["production_after"] = registry.resolve("embedder", "production").name
             phase["ndcg@10_after"] = ndcg_at_10(root, *test)
+            phase["reranker_production_after"] = (mv.name if (mv := registry.resolve("reranker", "production")) else None)
+            phase["served_ndcg@10_after"] = served_ndcg_at_10(app, *test)
             if phase["production_after"] != candidate.name:
                 phase["candidate_ndcg@10"] = candidate_ndcg_at_10(root, candidate.version, *test)
             else:
@@ -313,7 +371,9 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
             phase["seconds"] = round(time.perf_counter() - phase_started, 1)
             out["phases"]["retrain_canary"] = phase
             log(f"phase 1: production {phase['production_after']}, test nDCG@10 {phase['ndcg@10_before']:.4f} -> "
-                f"{phase['ndcg@10_after']:.4f} (candidate {candidate.name}: {phase['candidate_ndcg@10']:.4f})")
+                f"{phase['ndcg@10_after']:.4f} (candidate {candidate.name}: {phase['candidate_ndcg@10']:.4f}); served "
+                f"(reranker {phase['reranker_production_after']}) {out['served_ndcg@10_start']:.4f} -> "
+                f"{phase['served_ndcg@10_after']:.4f}")
 
             # Phase 2: a deliberately worse candidate, started over the gate, decided by the same users.
             worse_started = time.perf_counter()
@@ -341,6 +401,7 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
             log(f"phase 2: {phase2.get('decision')} after {phase2.get('canary_queries')} canary queries "
                 f"({phase2.get('decisive_canary_queries')} decisive); production {phase2['production_after']}")
             out["users"] = users.snapshot()
+            out["served_ndcg@10_end"] = served_ndcg_at_10(app, *test)
         store.close()
         out["rollout_log"] = [{k: e[k] for k in ("at", "kind", "step", "candidate", "from", "to", "reason")}
                               for e in history(registry)]
@@ -377,6 +438,8 @@ def main() -> int:
     parser.add_argument("--p-relevant", type=float, default=1.0, help="examined relevant passage: clicked and rated +1")
     parser.add_argument("--p-negative", type=float, default=0.1, help="examined non-relevant passage: rated -1")
     parser.add_argument("--p-click-noise", type=float, default=0.0, help="examined non-relevant passage, not rated: clicked")
+    parser.add_argument("--first-stage-depth", type=int, default=50, help="dense hits the production reranker reorders "
+                        "before the top 10 are shown (without a reranker the top 10 are the dense top 10)")
     parser.add_argument("--worse-noise", type=float, default=0.3, help="phase 2: weight noise x each tensor's std")
     parser.add_argument("--override-rejected", action="store_true", help="phase 1: when the gate rejects the candidate, "
                         "start its canary anyway with force_reason (an operator's step, recorded) to measure the online test")
@@ -411,7 +474,8 @@ def main() -> int:
                      n_pseudo=args.pseudo, threshold=args.threshold, batch=args.batch, canary_batch=args.canary_batch,
                      training=training, share=args.canary_share, alpha=args.alpha, max_queries=args.max_queries,
                      max_latency_ratio=args.max_latency_ratio,
-                     click=click, worse_noise=args.worse_noise, max_canary_asked=args.max_canary_asked, seed=args.seed,
+                     click=click, worse_noise=args.worse_noise, first_stage_depth=args.first_stage_depth,
+                     max_canary_asked=args.max_canary_asked, seed=args.seed,
                      override_rejected=args.override_rejected,
                      log=lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", flush=True))
     result = {"bench": "bench/canary_loop.py", "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},

@@ -27,6 +27,7 @@ class Rollout(ConfigurableResource):
     max_queries: int = Field(_DEFAULTS.max_queries, description="canary queries after which an undecided canary is "
                              "rolled back")
     max_latency_p95_ratio: float = _DEFAULTS.max_latency_p95_ratio
+    latency_p95_allowance_ms: float = _DEFAULTS.latency_p95_allowance_ms
     min_latency_samples: int = _DEFAULTS.min_latency_samples
     max_upvote_share_drop: float = _DEFAULTS.max_upvote_share_drop
     min_votes: int = _DEFAULTS.min_votes

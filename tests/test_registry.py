@@ -5,6 +5,7 @@ import threading
 import numpy as np
 import pytest
 
+from rag.qa.pipeline import load_reranker_spec
 from rag.registry import ModelRegistry, RegistryError, is_registry_name, registered_embedder
 from rag.rerank import load_reranker, rerank
 from rag.retrieval import Hit
@@ -119,6 +120,10 @@ def test_load_reranker_specs(tmp_path):
     registry = ModelRegistry(tmp_path / "models")
     assert load_reranker(None) is None and load_reranker("none") is None
     assert load_reranker("production", registry=registry) is None  # nothing trained yet: retrieval order stands
+    # An answerer configured with `reranker: production` serves before the first promotion (retrieval order) ...
+    assert load_reranker_spec("production", tmp_path) is None
+    with pytest.raises(ValueError, match="no reranker 'candidate' is registered yet"):
+        load_reranker_spec("candidate", tmp_path)  # ... but asking for a candidate that does not exist is an error
     with pytest.raises(ValueError, match="unknown reranker"):
         load_reranker("ce-minilm-v4", registry=registry)
     with pytest.raises(ValueError, match="unknown reranker"):

@@ -265,6 +265,10 @@ def test_guardrails():
     assert breach.guardrail == "latency_p95" and breach.observed == pytest.approx(1.6)
     assert guardrail_breaches([140.0] * 100, production_ms, Votes(8, 2), Votes(80, 20), settings) == []
     assert guardrail_breaches([900.0] * 49, production_ms, Votes(8, 2), Votes(80, 20), settings) == []  # too few
+    # Twice production's 20 ms but only 20 ms slower (a reranker over no reranker): within the 25 ms allowance.
+    assert guardrail_breaches([40.0] * 100, [20.0] * 100, Votes(8, 2), Votes(80, 20), settings) == []
+    (breach,) = guardrail_breaches([50.0] * 100, [20.0] * 100, Votes(8, 2), Votes(80, 20), settings)
+    assert breach.observed == pytest.approx(2.5) and "or 25 ms slower" in breach.message
     # Up-votes: production 80 %, canary 20 of 30 = 66.7 %: 13.3 points lower > 10.
     (breach,) = guardrail_breaches([], [], Votes(20, 10), Votes(80, 20), settings)
     assert breach.guardrail == "upvote_share" and breach.observed == pytest.approx(0.8 - 2 / 3)

@@ -36,6 +36,10 @@ def load_reranker_spec(spec: str | None, root: Path | None = None):
     from rag.rerank import load_reranker
 
     reranker = load_reranker(spec, registry=_registry(root))
+    if reranker is None and spec.strip() == "production":
+        # Serving "production" before any reranker was promoted: retrieval order stands; the serving index rebuilds its
+        # answerer when the registry's aliases change, so the first promoted reranker is served without a restart.
+        return None
     if reranker is None:
         raise ValueError(f"no reranker {spec!r} is registered yet: train one (retrain_job) or leave `reranker` unset")
     return reranker

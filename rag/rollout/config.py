@@ -19,6 +19,9 @@ class CanarySettings(BaseModel):
                              "is rolled back (never promoted without evidence)")
     max_latency_p95_ratio: float = Field(1.5, gt=1, description="the candidate's ranking latency p95 may be at most this "
                                          "multiple of production's (both timed in the same canary requests)")
+    # A ratio over a p95 of a few milliseconds (production ranking without a reranker) would flag any reranker at all.
+    latency_p95_allowance_ms: float = Field(25.0, ge=0, description="a canary over the ratio but slower than "
+                                            "production's p95 by at most this many milliseconds is no breach")
     min_latency_samples: int = Field(50, ge=1, description="timed canary requests before the latency guardrail can fire")
     max_upvote_share_drop: float = Field(0.10, gt=0, lt=1, description="the canary's share of up-votes among answer "
                                          "votes may fall at most this far (absolute) below production's")

@@ -40,8 +40,8 @@ class Breach:
 
 
 def latency_breach(canary_ms: Sequence[float], production_ms: Sequence[float], settings: CanarySettings) -> Breach | None:
-    """Canary latency p95 above max_latency_p95_ratio x production's, once both arms have min_latency_samples
-    (the ranking times of each arm in the same canary requests)."""
+    """Canary latency p95 above max_latency_p95_ratio x production's and more than latency_p95_allowance_ms above it,
+    once both arms have min_latency_samples (the ranking times of each arm in the same canary requests)."""
     if min(len(canary_ms), len(production_ms)) < settings.min_latency_samples:
         return None
     canary_p95 = float(np.percentile(np.asarray(canary_ms, dtype=np.float64), 95))
@@ -49,11 +49,11 @@ def latency_breach(canary_ms: Sequence[float], production_ms: Sequence[float], s
     if production_p95 <= 0:
         return None  # no meaningful ratio to a zero latency
     ratio = canary_p95 / production_p95
-    if ratio <= settings.max_latency_p95_ratio:
+    if ratio <= settings.max_latency_p95_ratio or canary_p95 - production_p95 <= settings.latency_p95_allowance_ms:
         return None
     return Breach("latency_p95", ratio, settings.max_latency_p95_ratio,
                   f"ranking latency p95 {canary_p95:.0f} ms is {ratio:.2f}x production's {production_p95:.0f} ms "
-                  f"(at most {settings.max_latency_p95_ratio:g}x)")
+                  f"(at most {settings.max_latency_p95_ratio:g}x, or {settings.latency_p95_allowance_ms:g} ms slower)")
 
 
 def upvote_breach(canary: Votes, production: Votes, settings: CanarySettings) -> Breach | None:
