@@ -248,6 +248,23 @@ def test_a_server_that_does_not_serve_production_ignores_the_canary(registry, st
         assert "serve with --model production" in client.get("/health").json()["canary"]["ignored"]
 
 
+def test_a_reranker_canary_needs_a_server_that_serves_the_production_reranker(tmp_path, store):
+    from rag.qa import AnswerSettings
+    from rag.serving.server import canary_router
+
+    registry = ModelRegistry(tmp_path / "models")
+    v1 = registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})
+    verdict(registry, "reranker", v1, production=None)
+    start("reranker", registry, "v1", traffic_share=0.9, log=quiet)
+    # No reranker configured, and none promoted yet: once promoted, this server would still serve retrieval order.
+    router = canary_router(AnswerSettings(model="minilm", mode="dense"), None, root=tmp_path)
+    app = create_app(lambda: PRODUCTION, store, ServeSettings(api_token=TOKEN), canary=router)
+    with TestClient(app) as client:
+        data = ask(client, session="any")
+        assert arm_of(store, data["query_id"]) is None and data["model_version"] == "production@1"
+        assert "set `reranker: production`" in client.get("/health").json()["canary"]["ignored"]
+
+
 def test_a_failing_candidate_leaves_the_answer_to_production(registry, store):
     class Broken(FakeAnswerer):
         def rank(self, question):

@@ -12,6 +12,8 @@ def add_serve_command(sub) -> None:
     p.add_argument("--strategy", default=None, help="chunk set to answer from (default: the answer config's)")
     p.add_argument("--model", default=None, help="embedding model of the dense index")
     p.add_argument("--mode", default=None, help="retrieval mode")
+    p.add_argument("--reranker", default=None, help="production (what a promotion swaps; retrieval order until the "
+                   "first reranker is promoted), none, or a registered version (default: the answer config's)")
     p.add_argument("--answer-config", type=Path, default=None, help="YAML of AnswerSettings (or RAG_ANSWER_CONFIG)")
     p.set_defaults(func=cmd_serve)
 
@@ -21,5 +23,5 @@ def cmd_serve(args) -> int:
     from rag.serving.settings import ServeSettings
 
     settings = ServeSettings.from_env(host=args.host, port=args.port, answer_config=args.answer_config)
-    serve(settings, strategy=args.strategy, model=args.model, mode=args.mode)
+    serve(settings, strategy=args.strategy, model=args.model, mode=args.mode, reranker=args.reranker)
     return 0

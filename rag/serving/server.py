@@ -77,9 +77,11 @@ def canary_router(answer, serving: ServingIndex, *, root: Path) -> CanaryRouter:
             if answer.model != "production":
                 return (f"the API serves embedding model {answer.model!r}, not 'production': serve with --model production "
                         "(what promotion swaps) to compare the candidate with production")
-        elif answer.reranker != "production" and not (answer.reranker in (None, "none") and state.production_version is None):
-            return (f"the API serves reranker {answer.reranker!r}, not 'production' (set `reranker: production` in the "
-                    "answer config)")
+        elif answer.reranker != "production":
+            # Even before the first reranker promotion: a server without `reranker: production` would not serve the
+            # candidate once it is promoted, so its users' clicks would judge a ranking they will never get.
+            return (f"the API serves reranker {answer.reranker!r}, not 'production': set `reranker: production` in the "
+                    "answer config (retrieval order until a reranker is promoted)")
         return None
 
     def open_arm(kind: str, candidate):
