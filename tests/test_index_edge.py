@@ -404,6 +404,22 @@ def test_sparse_queries_rank_as_local_mode_with_idf(engines):
         assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-5)  # Edge scores in float32
 
 
+def test_idf_over_a_corpus_filter_ranks_as_local_mode(engines):
+    local, edge = engines
+    group = models.Filter(must=[models.FieldCondition(key="group", match=models.MatchValue(value=2))])
+    scoped = models.SearchParams(idf=models.IdfCorpusParams(corpus=group))
+    rng = np.random.default_rng(17)
+    changed = 0
+    for _ in range(10):
+        query = sparse_query(rng, terms=4)
+        want = scored(local.query_points("h", query=query, using="bm25", search_params=scoped, limit=10))
+        got = scored(edge.query_points("h", query=query, using="bm25", search_params=scoped, limit=10))
+        assert [i for i, _ in got] == [i for i, _ in want]
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-5)
+        changed += got != scored(edge.query_points("h", query=query, using="bm25", limit=10))
+    assert changed  # the corpus filter reached Edge: statistics over a third of the points score differently
+
+
 def test_idf_modifier_weighs_rare_terms_up(tmp_path):
     # The modifier reaches Edge, not just config.json: with it the rare term's document comes first, without it a
     # document repeating the common term does.
