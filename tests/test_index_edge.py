@@ -1,11 +1,14 @@
 """The Qdrant Edge engine (rag.index.edge): what it adds to the index behaviours that tests/test_retrieval.py and
 tests/test_index_fixes.py already run on it (their `client` fixture has an "edge" param): state that survives a
 reopen, an atomic alias pointer, deterministic ids, one process per folder, kill -9, HNSW that agrees with the
-exact scan, and the serving replica and fingerprint working on an edge folder."""
+exact scan, the serving replica and fingerprint working on an edge folder, and sparse vectors and fused
+(RRF, DBSF) queries that score as qdrant-client's local mode does."""
 import json
+import math
 import os
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -133,6 +136,7 @@ def test_ids_are_deterministic_and_resync_is_idempotent(tmp_path, embedder):  # 
 
 OPEN_IN_CHILD = """
 import sys
+import zlib
 from rag.index.qdrant import QdrantLockedError, QdrantSettings, get_client
 try:
     client = get_client(QdrantSettings(path=sys.argv[1], engine="edge"))
@@ -237,9 +241,10 @@ def test_hnsw_agrees_with_the_exact_scan(tmp_path):
 
 def test_unsupported_features_say_what_to_do(tmp_path):
     client = EdgeClient(tmp_path / "q")
-    with pytest.raises(EdgeUnsupportedError, match="sparse"):
+    with pytest.raises(EdgeUnsupportedError, match="datatype"):
         client.create_collection("s", vectors_config={"dense": models.VectorParams(size=2, distance=models.Distance.COSINE)},
-                                 sparse_vectors_config={"bm25": models.SparseVectorParams()})
+                                 sparse_vectors_config={"bm25": models.SparseVectorParams(
+                                     index=models.SparseIndexParams(datatype=models.Datatype.FLOAT16))})
     with pytest.raises(EdgeUnsupportedError, match="hnsw_config"):
         client.create_collection("h", vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE),
                                  hnsw_config=models.HnswConfigDiff(m=8))
@@ -247,6 +252,18 @@ def test_unsupported_features_say_what_to_do(tmp_path):
     with pytest.raises(EdgeUnsupportedError, match="geo"):
         client.count("c", count_filter=models.Filter(must=[models.FieldCondition(
             key="where", geo_radius=models.GeoRadius(center=models.GeoPoint(lon=0, lat=0), radius=1.0))]))
+    dense = models.Prefetch(query=[1.0, 0.0], using="dense", limit=5)
+    for kwargs, says in [
+        ({"query": models.RecommendQuery(recommend=models.RecommendInput(positive=[1]))}, "RecommendQuery.*engine local"),
+        ({"query": models.NearestQuery(nearest=[1.0, 0.0], mmr=models.Mmr())}, "mmr"),
+        ({"query": models.FusionQuery(fusion=models.Fusion.RRF)}, "without prefetches"),
+        ({"query": [1.0, 0.0], "prefetch": [dense]}, "over prefetches"),  # re-scoring prefetches is not mapped
+        ({"query": models.FusionQuery(fusion=models.Fusion.RRF),
+          "prefetch": [models.Prefetch(prefetch=[dense], query=models.FusionQuery(fusion=models.Fusion.RRF))]}, "nested"),
+        ({"query": models.SparseVector(indices=[1], values=[1.0])}, "needs `using`"),
+    ]:
+        with pytest.raises(EdgeUnsupportedError, match=says):
+            client.query_points("c", using=kwargs.pop("using", None), **kwargs)
     client.close()
 
 
@@ -317,3 +334,260 @@ def test_scroll_pages_through_every_point_by_string_offsets(tmp_path):
         assert isinstance(offset, str)
     assert pages == 8 and sorted(seen) == sorted((point_id(c), c) for c in chunk_ids)
     client.close()
+
+
+# --- sparse vectors and fusion, against qdrant-client's local mode ----------------------------------------------
+
+DENSE_DIM = 16
+IDF = models.SparseVectorParams(modifier=models.Modifier.IDF)
+WORDS = [f"w{i}" for i in range(120)]
+
+
+def hashed_bag(words: list[str], weight: float) -> models.SparseVector:
+    """A hashed bag of words; `weight` is a per-document factor (a stand-in for BM25's length normalisation) that
+    keeps scores of different documents apart, so a ranking has no ties to order."""
+    counts: dict[int, int] = {}
+    for word in words:
+        index = zlib.crc32(word.encode()) % (1 << 20)
+        counts[index] = counts.get(index, 0) + 1
+    indices = sorted(counts)
+    return models.SparseVector(indices=indices, values=[counts[i] * weight for i in indices])
+
+
+def hybrid_corpus(n: int = 300, seed: int = 5) -> list[models.PointStruct]:
+    rng = np.random.default_rng(seed)
+    zipf = 1 / np.arange(1, len(WORDS) + 1)
+    points = []
+    for i in range(n):
+        words = list(rng.choice(WORDS, size=int(rng.integers(4, 25)), p=zipf / zipf.sum()))
+        points.append(models.PointStruct(id=i + 1, payload={"group": i % 3}, vector={
+            "dense": rng.normal(size=DENSE_DIM).tolist(), "bm25": hashed_bag(words, float(rng.uniform(0.5, 1.5)))}))
+    return points
+
+
+def hybrid_collection(client, name: str = "h", points: list[models.PointStruct] | None = None) -> None:
+    client.create_collection(name, vectors_config={"dense": models.VectorParams(size=DENSE_DIM,
+                                                                                distance=models.Distance.COSINE)},
+                             sparse_vectors_config={"bm25": IDF})
+    client.upsert(name, hybrid_corpus() if points is None else points)
+
+
+@pytest.fixture
+def engines(tmp_path):
+    """The same hybrid collection on qdrant-client's local mode and on the edge engine."""
+    from qdrant_client import QdrantClient
+
+    local, edge = QdrantClient(location=":memory:"), EdgeClient(tmp_path / "q")
+    for client in (local, edge):
+        hybrid_collection(client)
+    yield local, edge
+    edge.close()
+    local.close()
+
+
+def sparse_query(rng, terms: int = 3) -> models.SparseVector:
+    return hashed_bag(list(rng.choice(WORDS[:60], size=terms, replace=False)), 1.0)
+
+
+def scored(response) -> list[tuple[int, float]]:
+    return [(p.id, p.score) for p in response.points]
+
+
+def test_sparse_queries_rank_as_local_mode_with_idf(engines):
+    local, edge = engines
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        query = sparse_query(rng)
+        want = scored(local.query_points("h", query=query, using="bm25", limit=10))
+        got = scored(edge.query_points("h", query=query, using="bm25", limit=10))
+        assert len(want) == 10 and [i for i, _ in got] == [i for i, _ in want]
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-5)  # Edge scores in float32
+
+
+def test_idf_over_a_corpus_filter_ranks_as_local_mode(engines):
+    local, edge = engines
+    group = models.Filter(must=[models.FieldCondition(key="group", match=models.MatchValue(value=2))])
+    scoped = models.SearchParams(idf=models.IdfCorpusParams(corpus=group))
+    rng = np.random.default_rng(17)
+    changed = 0
+    for _ in range(10):
+        query = sparse_query(rng, terms=4)
+        want = scored(local.query_points("h", query=query, using="bm25", search_params=scoped, limit=10))
+        got = scored(edge.query_points("h", query=query, using="bm25", search_params=scoped, limit=10))
+        assert [i for i, _ in got] == [i for i, _ in want]
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-5)
+        changed += got != scored(edge.query_points("h", query=query, using="bm25", limit=10))
+    assert changed  # the corpus filter reached Edge: statistics over a third of the points score differently
+
+
+def test_idf_modifier_weighs_rare_terms_up(tmp_path):
+    # The modifier reaches Edge, not just config.json: with it the rare term's document comes first, without it a
+    # document repeating the common term does.
+    client = EdgeClient(tmp_path / "q")
+    for name, modifier in (("idf", models.Modifier.IDF), ("plain", None)):
+        client.create_collection(name, vectors_config={},
+                                 sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=modifier)})
+        common = [models.PointStruct(id=i, vector={"bm25": models.SparseVector(indices=[1], values=[3.0])})
+                  for i in range(1, 20)]
+        client.upsert(name, common + [models.PointStruct(id=20, vector={"bm25": models.SparseVector(indices=[2], values=[1.0])})])
+    query = models.SparseVector(indices=[1, 2], values=[1.0, 1.0])
+    assert client.query_points("idf", query=query, using="bm25", limit=1).points[0].id == 20
+    assert client.query_points("plain", query=query, using="bm25", limit=1).points[0].id != 20
+    client.close()
+
+
+def fused(client, dense: list[float], sparse: models.SparseVector, fusion, limit: int, prefetch_limit: int = 20,
+          query_filter: models.Filter | None = None, exact: bool = False) -> list[tuple[int, float]]:
+    params = models.SearchParams(exact=True) if exact else None
+    return scored(client.query_points("h", prefetch=[
+        models.Prefetch(query=dense, using="dense", limit=prefetch_limit, params=params),
+        models.Prefetch(query=sparse, using="bm25", limit=prefetch_limit)],
+        query=fusion, query_filter=query_filter, limit=limit, with_payload=True))
+
+
+def assert_same_fusion(edge_hits: list[tuple[int, float]], local_hits: list[tuple[int, float]],
+                       local_all: list[tuple[int, float]]) -> None:
+    """The same fused scores rank by rank, and each id edge returns has that score in local mode's whole fused
+    list: the same top-k up to the order of tied points (see rag.index.edge's docstring)."""
+    assert [s for _, s in edge_hits] == pytest.approx([s for _, s in local_hits], rel=1e-5)
+    everything = dict(local_all)
+    assert all(everything[i] == pytest.approx(s, rel=1e-5) for i, s in edge_hits)
+    assert len({i for i, _ in edge_hits}) == len(edge_hits)
+
+
+@pytest.mark.parametrize("fusion", [models.FusionQuery(fusion=models.Fusion.RRF),
+                                    models.FusionQuery(fusion=models.Fusion.DBSF),
+                                    models.RrfQuery(rrf=models.Rrf(k=60, weights=[1.0, 3.0]))],
+                         ids=["rrf", "dbsf", "rrf-k60-weighted"])
+def test_fused_queries_rank_as_local_mode(engines, fusion):
+    local, edge = engines
+    rng = np.random.default_rng(12)
+    ties = 0
+    for _ in range(15):
+        dense, sparse = rng.normal(size=DENSE_DIM).tolist(), sparse_query(rng)
+        local_all = fused(local, dense, sparse, fusion, limit=40)
+        assert dict(fused(edge, dense, sparse, fusion, limit=40)) == pytest.approx(dict(local_all), rel=1e-5)
+        got, want = fused(edge, dense, sparse, fusion, limit=10), fused(local, dense, sparse, fusion, limit=10)
+        assert_same_fusion(got, want, local_all)
+        ties += [i for i, _ in got] != [i for i, _ in want]
+    if isinstance(fusion, models.FusionQuery) and fusion.fusion == models.Fusion.DBSF:
+        assert ties == 0  # DBSF scores are continuous: no ties, so the very same order
+
+
+def test_fusion_over_an_hnsw_index_with_exact_prefetch(tmp_path):
+    # Past the indexing threshold the dense prefetch walks HNSW; exact=True in the prefetch makes it the scan
+    # local mode does, so fused results agree after optimize too (the sparse index is exact either way).
+    from qdrant_client import QdrantClient
+
+    local = QdrantClient(location=":memory:")
+    edge = EdgeClient(tmp_path / "q", EdgeOptions(indexing_threshold_kb=1, full_scan_threshold_kb=1, max_indexing_threads=1))
+    for client in (local, edge):
+        hybrid_collection(client)
+    edge.optimize("h")
+    assert edge.get_collection("h").indexed_vectors_count > 0
+    rng = np.random.default_rng(13)
+    rrf = models.FusionQuery(fusion=models.Fusion.RRF)
+    for _ in range(10):
+        dense, sparse = rng.normal(size=DENSE_DIM).tolist(), sparse_query(rng)
+        local_all = fused(local, dense, sparse, rrf, limit=40, exact=True)
+        assert dict(fused(edge, dense, sparse, rrf, limit=40, exact=True)) == pytest.approx(dict(local_all), rel=1e-5)
+        assert_same_fusion(fused(edge, dense, sparse, rrf, limit=10, exact=True),
+                           fused(local, dense, sparse, rrf, limit=10, exact=True), local_all)
+    edge.close()
+    local.close()
+
+
+def test_a_filter_applies_to_fused_results_and_inside_each_prefetch(engines):
+    local, edge = engines
+    rng = np.random.default_rng(14)
+    group = models.Filter(must=[models.FieldCondition(key="group", match=models.MatchValue(value=1))])
+    rrf = models.FusionQuery(fusion=models.Fusion.RRF)
+    for _ in range(10):
+        dense, sparse = rng.normal(size=DENSE_DIM).tolist(), sparse_query(rng, terms=6)
+        hits = edge.query_points("h", prefetch=[models.Prefetch(query=dense, using="dense", limit=20),
+                                                models.Prefetch(query=sparse, using="bm25", limit=20)],
+                                 query=rrf, query_filter=group, limit=40, with_payload=True).points
+        assert hits and all(p.payload["group"] == 1 for p in hits)
+        # Filtered after fusion, 40 candidates would leave about a third; filtered inside, the dense prefetch
+        # alone brings 20 points of group 1.
+        assert len(hits) >= 20
+        local_all = fused(local, dense, sparse, rrf, limit=40, query_filter=group)
+        assert {p.id: p.score for p in hits} == pytest.approx(dict(local_all), rel=1e-5)
+        assert_same_fusion(fused(edge, dense, sparse, rrf, limit=5, query_filter=group),
+                           fused(local, dense, sparse, rrf, limit=5, query_filter=group), local_all)
+
+
+def test_sparse_vectors_and_config_survive_a_reopen(tmp_path):
+    points = hybrid_corpus(n=50)
+    client = EdgeClient(tmp_path / "q")
+    hybrid_collection(client, points=points)
+    query = sparse_query(np.random.default_rng(15), terms=5)
+    before = scored(client.query_points("h", query=query, using="bm25", limit=10))
+    client.close()
+    client = EdgeClient(tmp_path / "q")
+    params = client.get_collection("h").config.params
+    assert params.sparse_vectors == {"bm25": IDF}
+    assert params.vectors["dense"].size == DENSE_DIM
+    assert scored(client.query_points("h", query=query, using="bm25", limit=10)) == before
+    (record,) = client.retrieve("h", [7], with_vectors=True)
+    assert isinstance(record.vector["bm25"], models.SparseVector)
+    assert record.vector["bm25"].indices == points[6].vector["bm25"].indices
+    assert record.vector["bm25"].values == pytest.approx(points[6].vector["bm25"].values, rel=1e-6)
+    scrolled, _ = client.scroll("h", limit=100, with_vectors=["bm25"])
+    assert len(scrolled) == 50 and all(set(r.vector) == {"bm25"} for r in scrolled)
+    assert {r.id: r.vector["bm25"].indices for r in scrolled} == {p.id: p.vector["bm25"].indices for p in points}
+    client.close()
+
+
+def test_idf_keeps_counting_deleted_points_until_a_vacuum(tmp_path):
+    # The documented difference (rag.index.edge docstring): local mode's IDF forgets a deleted point at once,
+    # Edge's (as a server's) only once optimize vacuums the segment.
+    from qdrant_client import QdrantClient
+
+    def term(i: int, t: int) -> models.PointStruct:
+        return models.PointStruct(id=i, vector={"bm25": models.SparseVector(indices=[t], values=[1.0])})
+
+    def top_score(client) -> float:
+        return client.query_points("s", query=models.SparseVector(indices=[1], values=[1.0]), using="bm25",
+                                   limit=1).points[0].score
+
+    n = 2000  # past the vacuum's minimum segment size
+    local, edge = QdrantClient(location=":memory:"), EdgeClient(tmp_path / "q")
+    for client in (local, edge):
+        client.create_collection("s", vectors_config={}, sparse_vectors_config={"bm25": IDF})
+        client.upsert("s", [term(i, 1 if i % 2 else 2) for i in range(1, n + 1)])
+    assert top_score(edge) == pytest.approx(top_score(local), rel=1e-5)
+    doomed = [i for i in range(3, n + 1, 2)]  # every term-1 point but id 1
+    for client in (local, edge):
+        client.delete("s", models.PointIdsList(points=doomed))
+    def idf(points: int, df: int) -> float:  # Qdrant's IDF, which both engines use
+        return math.log((points - df + 0.5) / (df + 0.5) + 1)
+
+    live = n - len(doomed)
+    assert top_score(local) == pytest.approx(idf(live, 1), rel=1e-5)  # term 1 is in one of the live points
+    assert top_score(edge) == pytest.approx(idf(n, n // 2), rel=1e-5)  # the statistics from before the delete
+    assert edge.optimize("s")
+    assert top_score(edge) == pytest.approx(idf(live, 1), rel=1e-5)
+    edge.close()
+    local.close()
+
+
+@pytest.mark.parametrize("source_engine,target_engine", [("edge", "local"), ("local", "edge")])
+def test_serving_replica_copies_sparse_vectors(tmp_path, source_engine, target_engine):
+    from rag.serving.index import replicate_collection
+
+    source = QdrantSettings(path=str(tmp_path / "primary"), engine=source_engine)
+    target = QdrantSettings(path=str(tmp_path / "replica"), engine=target_engine)
+    hybrid_collection(get_client(source), "h_v1", points=hybrid_corpus(n=60))
+    point_alias_to(get_client(source), "h", "h_v1")
+    query = sparse_query(np.random.default_rng(16), terms=5)
+    want = scored(get_client(source).query_points("h", query=query, using="bm25", limit=10))
+    try:
+        assert replicate_collection(source, target, "h") == "h_v1"
+        replica = get_client(target)
+        assert replica.get_collection("h").config.params.sparse_vectors["bm25"].modifier == models.Modifier.IDF
+        got = scored(replica.query_points("h", query=query, using="bm25", limit=10))
+        assert [i for i, _ in got] == [i for i, _ in want]
+    finally:
+        close_client(target)
+        close_client(source)

@@ -13,11 +13,22 @@ lock checks read it alike):
 Edge builds HNSW only when `optimize()` is called (no background optimizer): `optimize(collection)` does it, and
 an alias is never pointed at a collection with writes not yet optimized. Below Edge's indexing threshold
 (about 10 MB of vectors, ~6,500 points of 384 floats) optimize keeps the exact scan, which is fast at that size.
+
+Sparse vectors (`sparse_vectors_config`, IDF modifier included) and hybrid queries (dense and sparse prefetches
+fused by RRF or DBSF) are mapped and score as qdrant-client's local mode does, but for two differences that a
+Qdrant server shares (Edge runs the server's shard code), so they are kept rather than patched over:
+- IDF statistics come from the sparse index, which keeps counting a deleted point until its segment is vacuumed.
+  Edge vacuums only in `optimize`, and only a segment past Qdrant's default thresholds (1,000 vectors, 20% of them
+  deleted). Local mode counts live points only, so after deletes the engines' sparse scores differ until then.
+  Re-upserting a point updates the statistics at once on both.
+- Points with equal scores may come back in another order than local mode's. RRF ties are common: a point ranked
+  (1, 3) by the two prefetches scores as one ranked (3, 1).
 """
 from __future__ import annotations
 
 import fcntl
 import json
+import numbers
 import os
 import shutil
 import tempfile
@@ -82,16 +93,111 @@ def _point_id(value: Any) -> int | str:
     return str(value) if isinstance(value, uuid.UUID) else value
 
 
+# Qdrant's default RRF constant: server and local mode use it when a FusionQuery or RrfQuery gives no k; Edge
+# has no default and takes k explicitly.
+RRF_K = 2
+
+
 def _vector_out(vector: Any) -> Any:
-    if isinstance(vector, dict) and set(vector) == {""}:
-        return vector[""]  # the unnamed default vector reads as a plain list, as in qdrant-client
+    if isinstance(vector, dict):
+        vector = {name: models.SparseVector(indices=list(v.indices), values=list(v.values))
+                  if isinstance(v, qe.SparseVector) else v for name, v in vector.items()}
+        if set(vector) == {""}:
+            return vector[""]  # the unnamed default vector reads as a plain list, as in qdrant-client
     return vector
+
+
+def _sparse_in(vector: Any) -> qe.SparseVector | None:
+    """An Edge sparse vector from a models.SparseVector or its dict form; None for anything else."""
+    if isinstance(vector, Mapping) and set(vector) == {"indices", "values"}:
+        vector = models.SparseVector(**vector)
+    if isinstance(vector, models.SparseVector):
+        return qe.SparseVector(indices=[int(i) for i in vector.indices], values=[float(v) for v in vector.values])
+    return None
+
+
+def _named_in(vector: Any) -> Any:
+    sparse = _sparse_in(vector)
+    return sparse if sparse is not None else list(map(float, vector))
 
 
 def _vector_in(vector: Any) -> Any:
     if isinstance(vector, Mapping):
-        return {name: list(map(float, v)) for name, v in vector.items()}
+        return {name: _named_in(v) for name, v in vector.items()}
     return {"": list(map(float, vector))}
+
+
+def _sparse_config(name: str, params: Any) -> dict:
+    """The sparse vector's config.json form: what get_collection gives back after a reopen."""
+    params = models.SparseVectorParams.model_validate(params)
+    index = params.index or models.SparseIndexParams()
+    unmapped = [f for f in ("memory", "datatype") if getattr(index, f) is not None]
+    if unmapped:
+        raise EdgeUnsupportedError(f"sparse vector {name!r}: index options {unmapped} are not mapped to the edge "
+                                   "engine: leave them out or use engine local")
+    return params.model_dump(mode="json", exclude_none=True)
+
+
+def _edge_sparse(params: models.SparseVectorParams) -> qe.EdgeSparseVectorParams:
+    index = params.index or models.SparseIndexParams()
+    return qe.EdgeSparseVectorParams(full_scan_threshold=index.full_scan_threshold, on_disk=index.on_disk,
+                                     modifier=qe.Modifier.Idf if params.modifier == models.Modifier.IDF else None)
+
+
+def _search_params(params: models.SearchParams | None) -> qe.SearchParams | None:
+    if params is None:
+        return None
+    idf = None
+    if isinstance(params.idf, models.IdfCorpusParams):
+        idf = qe.IdfParams(corpus=_filter(params.idf.corpus))
+    return qe.SearchParams(hnsw_ef=params.hnsw_ef, exact=bool(params.exact), idf=idf)
+
+
+def _unsupported_query(what: str) -> EdgeUnsupportedError:
+    return EdgeUnsupportedError(
+        f"{what} is not mapped to the edge engine. It takes a dense vector, a models.SparseVector with `using`, or "
+        "prefetches of those fused by models.FusionQuery (RRF, DBSF) or models.RrfQuery; add the rest to "
+        "rag.index.edge.EdgeClient.query_points or use engine local (RAG_QDRANT_ENGINE=local)")
+
+
+def _nearest(query: Any, using: str | None) -> qe.Query:
+    """A dense or sparse nearest-neighbour query."""
+    if isinstance(query, models.NearestQuery):
+        if query.mmr is not None:
+            raise _unsupported_query("NearestQuery with mmr")
+        query = query.nearest
+    sparse = _sparse_in(query)
+    if sparse is not None:
+        if not using:
+            raise EdgeUnsupportedError("a sparse query needs `using`, the sparse vector's name (sparse vectors are "
+                                       "always named)")
+        return qe.Query.Nearest(sparse, using=using)
+    if hasattr(query, "tolist"):
+        query = query.tolist()
+    if not isinstance(query, list) or not all(isinstance(x, numbers.Real) for x in query):
+        raise _unsupported_query(f"query {type(query).__name__}")
+    return qe.Query.Nearest([float(x) for x in query], using=using or "")
+
+
+def _fusion(query: Any) -> Any:
+    if isinstance(query, models.FusionQuery):
+        if query.fusion == models.Fusion.RRF:
+            return qe.Fusion.Rrf(k=RRF_K)
+        if query.fusion == models.Fusion.DBSF:
+            return qe.Fusion.Dbsf()
+    if isinstance(query, models.RrfQuery):
+        return qe.Fusion.Rrf(k=RRF_K if query.rrf.k is None else query.rrf.k, weights=query.rrf.weights)
+    raise _unsupported_query(f"query {type(query).__name__} over prefetches")
+
+
+def _prefetch(prefetch: models.Prefetch) -> qe.Prefetch:
+    if prefetch.prefetch or prefetch.lookup_from is not None:
+        raise _unsupported_query("a nested prefetch or lookup_from")
+    if prefetch.query is None:
+        raise _unsupported_query("a prefetch without a query")
+    return qe.Prefetch(limit=10 if prefetch.limit is None else prefetch.limit,  # qdrant-client's default
+                       query=_nearest(prefetch.query, prefetch.using), params=_search_params(prefetch.params),
+                       filter=_filter(prefetch.filter), score_threshold=prefetch.score_threshold)
 
 
 def _with_payload(value: Any) -> Any:
@@ -248,8 +354,10 @@ class EdgeClient:
     def _config(self, collection: str) -> dict:
         return json.loads((self._dir(collection) / "config.json").read_text())
 
-    def _edge_config(self, vectors: dict) -> qe.EdgeConfig:
+    def _edge_config(self, vectors: dict, sparse: Mapping[str, dict] | None = None) -> qe.EdgeConfig:
         params = {name: qe.EdgeVectorParams(size=v["size"], distance=_distance(v["distance"])) for name, v in vectors.items()}
+        sparse_params = {name: _edge_sparse(models.SparseVectorParams.model_validate(p))
+                         for name, p in (sparse or {}).items()} or None
         optimizers = None
         if self.options.indexing_threshold_kb is not None:
             optimizers = qe.EdgeOptimizersConfig(indexing_threshold=self.options.indexing_threshold_kb)
@@ -259,7 +367,7 @@ class EdgeClient:
             # Edge takes the HNSW config whole: Qdrant's defaults for what is not set.
             hnsw = qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=opts.full_scan_threshold_kb or 10_000,
                                       max_indexing_threads=opts.max_indexing_threads or 0)
-        return qe.EdgeConfig(vectors=params, optimizers=optimizers, hnsw_config=hnsw)
+        return qe.EdgeConfig(vectors=params, sparse_vectors=sparse_params, optimizers=optimizers, hnsw_config=hnsw)
 
     def _shard(self, name: str) -> tuple[str, qe.EdgeShard]:
         self._check_open()
@@ -269,7 +377,8 @@ class EdgeClient:
             if shard is None:
                 config = self._config(collection)
                 try:
-                    shard = qe.EdgeShard.load(str(self._dir(collection) / "shard"), self._edge_config(config["vectors"]))
+                    edge_config = self._edge_config(config["vectors"], config.get("sparse_vectors"))
+                    shard = qe.EdgeShard.load(str(self._dir(collection) / "shard"), edge_config)
                 except Exception as exc:  # Edge raises bare Exception; its WAL lock says WouldBlock
                     if "WouldBlock" in str(exc):
                         raise QdrantLockedError(f"the shard of {collection} in {self.root} is open elsewhere: "
@@ -341,11 +450,14 @@ class EdgeClient:
         if given:
             raise EdgeUnsupportedError(f"create_collection options {given} are not mapped to the edge engine: leave "
                                        "them out or use engine local")
-        if sparse_vectors_config:
-            raise EdgeUnsupportedError("sparse vectors are not mapped to the edge engine yet (BM25 lives in rag.index.bm25): "
-                                       "use engine local or a Qdrant server for sparse collections")
         named = vectors_config if isinstance(vectors_config, Mapping) else {"": vectors_config}
         vectors = {name: {"size": int(p.size), "distance": getattr(p.distance, "value", p.distance)} for name, p in named.items()}
+        sparse = {name: _sparse_config(name, p) for name, p in (sparse_vectors_config or {}).items()}
+        if set(sparse) & set(vectors):
+            raise ValueError(f"vector names {sorted(set(sparse) & set(vectors))} are both dense and sparse")
+        config: dict[str, Any] = {"vectors": vectors}
+        if sparse:  # dense-only collections keep the config.json they had before sparse vectors were mapped
+            config["sparse_vectors"] = sparse
         with self._mutex:
             if self._exists(collection_name):
                 raise ValueError(f"Collection {collection_name} already exists")
@@ -354,17 +466,20 @@ class EdgeClient:
             folder = self._dir(collection_name)
             shutil.rmtree(folder, ignore_errors=True)  # a create that crashed before config.json: never complete
             folder.mkdir(parents=True)
-            shard = qe.EdgeShard.create(str(folder / "shard"), self._edge_config(vectors))
-            _write_atomic(folder / "config.json", {"vectors": vectors})
+            shard = qe.EdgeShard.create(str(folder / "shard"), self._edge_config(vectors, sparse))
+            _write_atomic(folder / "config.json", config)
             self._shards[collection_name] = shard
         return True
 
     def get_collection(self, collection_name: str, **_: Any) -> EdgeCollectionInfo:
         collection, shard = self._shard(collection_name)
+        config = self._config(collection)
         vectors = {name: models.VectorParams(size=v["size"], distance=models.Distance(v["distance"]))
-                   for name, v in self._config(collection)["vectors"].items()}
+                   for name, v in config["vectors"].items()}
+        sparse = {name: models.SparseVectorParams.model_validate(p) for name, p in config.get("sparse_vectors", {}).items()}
         info = shard.info()
-        params = models.CollectionParams(vectors=vectors.get("") if set(vectors) == {""} else vectors)
+        params = models.CollectionParams(vectors=vectors.get("") if set(vectors) == {""} else vectors,
+                                         sparse_vectors=sparse or None)
         return EdgeCollectionInfo(EdgeCollectionConfig(params), info.points_count, info.indexed_vectors_count,
                                   info.segments_count)
 
@@ -434,25 +549,27 @@ class EdgeClient:
         records = shard.retrieve(list(ids), with_payload=_with_payload(with_payload), with_vector=_with_vectors(with_vectors))
         return [models.Record(id=_point_id(r.id), payload=r.payload, vector=_vector_out(r.vector)) for r in records]
 
-    def query_points(self, collection_name: str, query: Any, using: str | None = None,
+    def query_points(self, collection_name: str, query: Any = None, using: str | None = None,
+                     prefetch: models.Prefetch | Sequence[models.Prefetch] | None = None,
                      query_filter: models.Filter | None = None, search_params: models.SearchParams | None = None,
                      limit: int = 10, offset: int | None = None, with_payload: Any = True, with_vectors: Any = False,
-                     score_threshold: float | None = None, **_: Any) -> models.QueryResponse:
-        """Nearest-neighbour queries by a dense vector (what retrieval sends); other query kinds are not mapped."""
+                     score_threshold: float | None = None, lookup_from: Any = None, **_: Any) -> models.QueryResponse:
+        """Nearest-neighbour queries by a dense vector or a sparse one (`using` its name), and prefetches of those
+        fused by RRF or DBSF. `query_filter` reaches into every prefetch, as on a server: each prefetch's limit
+        counts only matching points. Other query kinds raise EdgeUnsupportedError."""
         _, shard = self._shard(collection_name)
-        if isinstance(query, models.NearestQuery):
-            query = query.nearest
-        if hasattr(query, "tolist"):
-            query = query.tolist()
-        if not isinstance(query, list):
-            raise EdgeUnsupportedError(f"query {type(query).__name__} is not mapped to the edge engine: pass a dense "
-                                       "vector, or use engine local")
-        params = None
-        if search_params is not None:
-            params = qe.SearchParams(hnsw_ef=search_params.hnsw_ef, exact=bool(search_params.exact))
+        if lookup_from is not None:
+            raise _unsupported_query("lookup_from")
+        prefetches = [prefetch] if isinstance(prefetch, models.Prefetch) else list(prefetch or [])
+        if prefetches:
+            scoring, prefetched = _fusion(query), [_prefetch(p) for p in prefetches]
+        elif query is None or isinstance(query, (models.FusionQuery, models.RrfQuery)):
+            raise _unsupported_query("a query without prefetches that is no vector")
+        else:
+            scoring, prefetched = _nearest(query, using), None
         hits = shard.query(qe.QueryRequest(
-            limit=limit, offset=offset, query=qe.Query.Nearest([float(x) for x in query], using=using or ""),
-            filter=_filter(query_filter), params=params, with_payload=_with_payload(with_payload),
+            limit=limit, offset=offset, query=scoring, prefetches=prefetched, filter=_filter(query_filter),
+            params=_search_params(search_params), with_payload=_with_payload(with_payload),
             with_vector=_with_vectors(with_vectors), score_threshold=score_threshold))
         return models.QueryResponse(points=[
             models.ScoredPoint(id=_point_id(p.id), version=p.version, score=p.score, payload=p.payload,
