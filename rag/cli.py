@@ -58,6 +58,11 @@ def add_library_commands(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_eval_beir)
 
+    m = sub.add_parser("migrate-engine", help="move an embedded Qdrant folder from qdrant-client's local mode to "
+                       "Qdrant Edge (the default engine), keeping the old folder beside it")
+    m.add_argument("--path", type=Path, default=None, help="the folder (default: RAG_QDRANT_PATH or <data dir>/qdrant)")
+    m.set_defaults(func=cmd_migrate_engine)
+
     s = sub.add_parser("strategies", help="list the chunking strategies of the YAML file")
     s.add_argument("--config", type=Path)
     s.set_defaults(func=cmd_strategies)
@@ -114,6 +119,19 @@ def cmd_chunk(args: argparse.Namespace) -> int:
         print(f"{doc.doc_id}: {len(chunks)} chunks with {args.strategy}")
         for c in chunks:
             print(f"  p{c.page_start}-{c.page_end} [{c.char_start}:{c.char_end}] {c.n_tokens} tok {' > '.join(c.section_path)[:40]!r}: {c.text[:70]!r}")
+    return 0
+
+
+def cmd_migrate_engine(args: argparse.Namespace) -> int:
+    from rag.index.migrate import migrate_to_edge
+    from rag.index.qdrant import QdrantSettings
+
+    folder = args.path or Path(QdrantSettings.from_env().model_copy(update={"url": None}).location)
+    try:
+        migrate_to_edge(folder)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

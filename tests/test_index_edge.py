@@ -49,7 +49,12 @@ def vector_collection(client, name: str, dim: int, distance=models.Distance.COSI
 
 def test_engine_is_chosen_by_setting_and_environment(tmp_path, monkeypatch):
     monkeypatch.delenv("RAG_QDRANT_ENGINE", raising=False)
-    assert QdrantSettings().engine == "local" == QdrantSettings.from_env().engine  # not the default yet
+    assert QdrantSettings().engine == "auto" == QdrantSettings.from_env().engine
+    fresh = QdrantSettings(path=str(tmp_path / "fresh"))
+    try:
+        assert isinstance(get_client(fresh), EdgeClient)  # the default for a new folder
+    finally:
+        close_client(fresh)
     monkeypatch.setenv("RAG_QDRANT_ENGINE", "edge")
     assert QdrantSettings(path="x").engine == "edge" == QdrantSettings.from_env().engine
     settings = QdrantSettings(path=str(tmp_path / "q"))
@@ -61,6 +66,82 @@ def test_engine_is_chosen_by_setting_and_environment(tmp_path, monkeypatch):
         close_client(settings)
     with pytest.raises(ValueError):
         QdrantSettings(engine="faiss")
+
+
+def top3(client, alias: str, embedder) -> list[str]:  # noqa: F811
+    index = Index(chunk_table(TEXTS).set_index("chunk_id"), None, client, alias, embedder)
+    return [h.chunk["chunk_id"] for h in retrieve(index, "cats purring", "dense", RetrievalParams(k=3))]
+
+
+def local_mode_folder(path, embedder):  # noqa: F811
+    """A folder as the product wrote it before edge was the default: qdrant-client's local mode."""
+    local = QdrantSettings(path=str(path), engine="local")
+    try:
+        run = sync_collection(get_client(local), chunk_table(TEXTS), embedder, strategy="t", model="wordllama")
+        point_alias_to(get_client(local), "t__production", run.collection)
+        hits = top3(get_client(local), run.alias, embedder)
+    finally:
+        close_client(local)
+    return run, hits
+
+
+def test_a_local_mode_folder_stays_on_local_mode_under_auto_and_edge_refuses_it(tmp_path, embedder, monkeypatch, caplog):  # noqa: F811
+    from qdrant_client import QdrantClient
+
+    monkeypatch.delenv("RAG_QDRANT_ENGINE", raising=False)
+    run, _ = local_mode_folder(tmp_path / "qdrant", embedder)
+    auto = QdrantSettings(path=str(tmp_path / "qdrant"))
+    try:
+        client = get_client(auto)
+        assert isinstance(client, QdrantClient) and alias_target(client, run.alias) == run.collection
+        assert "stays on local mode" in caplog.text and "rag migrate-engine" in caplog.text
+    finally:
+        close_client(auto)
+    with pytest.raises(ValueError, match="rag migrate-engine --path"):
+        get_client(QdrantSettings(path=str(tmp_path / "qdrant"), engine="edge"))
+
+
+def test_migrate_engine_rebuilds_a_local_mode_folder_as_edge_and_keeps_the_old_one(tmp_path, embedder, monkeypatch):  # noqa: F811
+    from rag.index.migrate import migrate_to_edge
+    from rag.index.qdrant import is_edge_folder, is_local_mode_folder
+
+    monkeypatch.delenv("RAG_QDRANT_ENGINE", raising=False)
+    folder = tmp_path / "qdrant"
+    run, before = local_mode_folder(folder, embedder)
+    done = migrate_to_edge(folder, log=lambda _: None)
+    assert is_edge_folder(folder) and is_local_mode_folder(done.backup)  # the original kept, untouched
+    assert done.points == {run.collection: len(TEXTS)} and done.aliases == {run.alias: run.collection,
+                                                                           "t__production": run.collection}
+    auto = QdrantSettings(path=str(folder))
+    try:
+        client = get_client(auto)
+        assert isinstance(client, EdgeClient) and alias_target(client, "t__production") == run.collection
+        assert top3(client, run.alias, embedder) == before
+    finally:
+        close_client(auto)
+    with pytest.raises(ValueError, match="already a Qdrant Edge folder"):
+        migrate_to_edge(folder, log=lambda _: None)
+
+
+def test_a_failed_migration_leaves_the_local_mode_folder_as_it_was(tmp_path, embedder, monkeypatch):  # noqa: F811
+    from rag.index import migrate
+    from rag.index.qdrant import is_local_mode_folder
+
+    folder = tmp_path / "qdrant"
+    run, before = local_mode_folder(folder, embedder)
+    listing = sorted(p.name for p in tmp_path.iterdir())
+
+    def broken(source, target, collection, batch=512):
+        raise OSError("disk full")
+    monkeypatch.setattr(migrate, "copy_collection", broken)
+    with pytest.raises(OSError, match="disk full"):
+        migrate.migrate_to_edge(folder, log=lambda _: None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == listing and is_local_mode_folder(folder)  # no staging left
+    local = QdrantSettings(path=str(folder), engine="local")
+    try:
+        assert top3(get_client(local), run.alias, embedder) == before
+    finally:
+        close_client(local)
 
 
 def test_aliases_and_points_survive_a_reopen(settings, embedder):  # noqa: F811

@@ -323,9 +323,9 @@ class EdgeClient:
             return {}
         meta = json.loads(path.read_text())
         if meta.get("engine") != ENGINE_MARK:
-            raise ValueError(f"{self.root} holds a qdrant-client local-mode index, not an edge one: open it with "
-                             "RAG_QDRANT_ENGINE=local, or give the edge engine its own folder (RAG_QDRANT_PATH) "
-                             "and re-index there.")
+            raise ValueError(f"{self.root} holds a qdrant-client local-mode index, not an edge one: move it to "
+                             f"edge with `rag migrate-engine --path {self.root}` (nothing is re-embedded), or open it "
+                             "with RAG_QDRANT_ENGINE=local (or auto, the default).")
         return dict(meta.get("aliases", {}))
 
     def _save_aliases(self, aliases: dict[str, str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import os
 import sys
 import threading
@@ -15,6 +16,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from rag.store import data_dir
+
+log = logging.getLogger(__name__)
 
 # Fixed namespace: point ids are UUID5(chunk_id), identical on every machine and every re-run.
 POINT_NAMESPACE = uuid.UUID("6f1c2a3e-5b7d-4e8f-9a0b-1c2d3e4f5a6b")
@@ -36,22 +39,40 @@ def is_edge_folder(path: str | Path) -> bool:
         return False
 
 
+def is_local_mode_folder(path: str | Path) -> bool:
+    """Whether a folder was written by qdrant-client's local mode (its meta.json lists collections, no edge mark)."""
+    try:
+        meta = json.loads((Path(path) / EDGE_META).read_text())
+    except (FileNotFoundError, NotADirectoryError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("engine") != EDGE_ENGINE_MARK and "collections" in meta
+
+
+def embedded_engine(location: str, engine: str) -> str:
+    """The engine that opens an embedded folder: "auto" is Qdrant Edge, except for a folder local mode already
+    wrote, which stays on local mode (its data is kept; `rag migrate-engine` moves it to edge)."""
+    if engine != "auto":
+        return engine
+    return "local" if location != ":memory:" and is_local_mode_folder(location) else "edge"
+
+
 class QdrantLockedError(RuntimeError):
     """The embedded Qdrant folder is held by another process."""
 
 
 def _engine_from_env() -> str:
-    return os.environ.get("RAG_QDRANT_ENGINE") or "local"
+    return os.environ.get("RAG_QDRANT_ENGINE") or "auto"
 
 
 class QdrantSettings(BaseModel):
     url: str | None = None  # a Qdrant server or cluster; None = embedded local mode
     api_key: str | None = None
     path: str | None = None  # local mode folder; default <data dir>/qdrant; ":memory:" keeps it in this process only
-    # The embedded engine when url is None: "local" = qdrant-client's local mode (exact scan in Python), "edge" =
-    # Qdrant Edge (rag.index.edge: Rust segments, HNSW). Read from the environment by default so that settings
-    # made anywhere (Dagster resource, serving replicas) agree on it.
-    engine: Literal["local", "edge"] = Field(default_factory=_engine_from_env)
+    # The embedded engine when url is None: "edge" = Qdrant Edge (rag.index.edge: Rust segments, HNSW), "local" =
+    # qdrant-client's local mode (exact scan in Python), "auto" = edge, but a folder local mode already wrote stays
+    # on local mode (embedded_engine). Read from the environment by default so that settings made anywhere (Dagster
+    # resource, serving replicas) agree on it.
+    engine: Literal["auto", "local", "edge"] = Field(default_factory=_engine_from_env)
 
     @classmethod
     def from_env(cls) -> QdrantSettings:
@@ -86,13 +107,17 @@ def get_client(settings: QdrantSettings | None = None):
     key = settings.location
     with _clients_lock:
         client = _clients.get(key)
-        if client is not None and not settings.url and engine_of(client) != settings.engine:
+        if client is not None and not settings.url and settings.engine != "auto" and engine_of(client) != settings.engine:
             raise ValueError(f"{key} is open in this process with engine {engine_of(client)!r}, asked for "
                              f"{settings.engine!r}: close_client first, or use one RAG_QDRANT_ENGINE throughout")
         if client is None:
+            engine = embedded_engine(key, settings.engine)
+            if settings.engine == "auto" and engine == "local":
+                log.warning("%s was built by qdrant-client's local mode: it stays on local mode (exact scan); "
+                            "`rag migrate-engine` moves it to Qdrant Edge", key)
             if settings.url:
                 client = QdrantClient(url=settings.url, api_key=settings.api_key, timeout=120)
-            elif settings.engine == "edge":
+            elif engine == "edge":
                 from rag.index.edge import EdgeClient
 
                 client = EdgeClient(None if key == ":memory:" else key)
@@ -206,10 +231,38 @@ def create_collection(client, collection: str, dim: int, distance: str) -> None:
 
     metric = models.Distance(_METRICS[distance])
     client.create_collection(collection, vectors_config={DENSE: models.VectorParams(size=dim, distance=metric)})
-    if not is_local(client):  # payload indexes serve filters on a server; local mode scans anyway
-        for field, schema in (("doc_id", models.PayloadSchemaType.KEYWORD), ("page_start", models.PayloadSchemaType.INTEGER),
-                              ("page_end", models.PayloadSchemaType.INTEGER)):
-            client.create_payload_index(collection, field_name=field, field_schema=schema)
+    add_payload_indexes(client, collection)
+
+
+def add_payload_indexes(client, collection: str) -> None:
+    """Indexes on the fields searches filter by (document, pages); local mode scans anyway, so it gets none."""
+    from qdrant_client import models
+
+    if is_local(client):
+        return
+    for field, schema in (("doc_id", models.PayloadSchemaType.KEYWORD), ("page_start", models.PayloadSchemaType.INTEGER),
+                          ("page_end", models.PayloadSchemaType.INTEGER)):
+        client.create_payload_index(collection, field_name=field, field_schema=schema)
+
+
+def copy_collection(source, target, collection: str, batch: int = 512) -> int:
+    """Copy one collection (vector config, points with vectors and payloads) from one client to another, with the
+    payload indexes the target engine uses and its index built (optimize). Returns the points copied."""
+    from qdrant_client import models
+
+    params = source.get_collection(collection).config.params
+    target.create_collection(collection, vectors_config=params.vectors, sparse_vectors_config=params.sparse_vectors)
+    add_payload_indexes(target, collection)
+    copied, offset = 0, None
+    while True:
+        points, offset = source.scroll(collection, limit=batch, offset=offset, with_payload=True, with_vectors=True)
+        if points:
+            target.upsert(collection, [models.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points])
+            copied += len(points)
+        if offset is None:
+            break
+    optimize(target, collection)
+    return copied
 
 
 def collection_distance(client, collection: str) -> str:

@@ -17,7 +17,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rag.index.qdrant import CollectionName, QdrantLockedError, QdrantSettings, alias_target, close_client, get_client
+from rag.index.qdrant import (
+    CollectionName,
+    QdrantLockedError,
+    QdrantSettings,
+    alias_target,
+    close_client,
+    copy_collection,
+    get_client,
+    point_alias_to,
+)
 from rag.store import CHUNKS_TABLE, TableStore, bm25_root
 
 log = logging.getLogger(__name__)
@@ -27,26 +36,15 @@ COPY_BATCH = 512
 def replicate_collection(source: QdrantSettings, target: QdrantSettings, alias: str) -> str:
     """Copy the collection behind `alias` (points, vectors, payloads) from source to target and point the same
     alias at it there. Holds the source's lock only for the copy and releases it afterwards."""
-    from qdrant_client import models
-
     src = get_client(source)
     try:
         live = alias_target(src, alias)
         if live is None:
             raise FileNotFoundError(f"no collection behind alias {alias!r} in {source.location}: index first "
                                     "(`rag index` or materialize embedding_collections)")
-        params = src.get_collection(live).config.params
         dst = get_client(target)
-        dst.create_collection(live, vectors_config=params.vectors, sparse_vectors_config=params.sparse_vectors)
-        offset = None
-        while True:
-            points, offset = src.scroll(live, limit=COPY_BATCH, offset=offset, with_payload=True, with_vectors=True)
-            if points:
-                dst.upsert(live, [models.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points])
-            if offset is None:
-                break
-        dst.update_collection_aliases(change_aliases_operations=[
-            models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=live, alias_name=alias))])
+        copy_collection(src, dst, live, batch=COPY_BATCH)
+        point_alias_to(dst, alias, live)
         return live
     finally:
         close_client(source)
