@@ -1,31 +1,65 @@
-"""Embedded engines side by side: qdrant-client's local mode vs Qdrant Edge (rag.index.edge), on N 384-d points.
-Writes its own JSON (arguments, commit, date, machine); asserts nothing.
+"""Embedded engines side by side on SciFact at 20k / 100k / 1M points: Qdrant Edge (rag.index.edge) and, up to
+--local-max-points, qdrant-client's local mode. End-to-end retrieval latency per mode and query encoder, HNSW recall,
+build / reopen time, RSS and disk, and SciFact nDCG@10 per mode. Writes its own JSON (arguments, commit, date,
+machine; rewritten after every engine x size, so a long run's finished parts survive); asserts nothing.
 
-    .venv/bin/python bench/edge_latency.py --points 20000 100000       # minutes; local mode's build dominates
+    .venv/bin/python bench/edge_latency.py      # all defaults: ~1.5 h on 2 idle cores (1M dominates), ~9 GB peak RSS
+                                                # (BM25 over 1M texts); a first run adds ~10 min of corpus encoding
+    .venv/bin/python bench/edge_latency.py --points 6000 --queries 20 --encoders minilm --corpus-limit 300  # smoke
 
-Per engine and N, in a fresh folder under --root, through rag.index.qdrant as the pipeline uses it:
-  build          seconds to create the collection (with its payload indexes) and upsert N points in batches of
-                 --batch (payload: chunk_id, doc_id, page_start, page_end), then `optimize` (the sync path's call:
-                 Edge builds HNSW for segments past its indexing threshold; a no-op for local mode), timed apart.
-  reopen         seconds to close the client, open the folder again and count the points (local mode loads every
-                 point into memory here).
-  query          wall ms per dense query (query_points, limit --k, payload chunk_id), --queries timed after --warmup
-                 untimed ones; p50 / p95 / mean, for the engine's default search (HNSW where Edge has built it) and
-                 with SearchParams(exact=True), the two taking turns on every query.
-  recall         recall@k of both against the exact top-k computed in numpy (cosine on normalised vectors).
-Data: --data clustered (default: points around 1,000 random centres, as embeddings of a corpus bunch by topic),
-noise (isotropic Gaussian: the hardest case for HNSW), or --vectors FILE.npy (real embeddings, e.g. MiniLM
-vectors of a corpus; N is capped at its row count). Queries are drawn the same way as the points, not from them.
-Edge's own knobs (--indexing-threshold-kb, --full-scan-threshold-kb, --max-indexing-threads) default to Edge's
-defaults: segments under ~10 MB of vectors (~6,500 points of 384 floats) are scanned exactly even when indexed.
+Data (SciFact, BEIR layout under ../shared/datasets/scifact; the run prints a message and stops when it is absent):
+  corpus         title + text of every abstract, one chunk per document (as rag eval-beir indexes it); 5,183 rows.
+  vectors        the corpus encoded once per encoder (passage side) and cached as .npy under --cache (default
+                 <data dir>/bench/edge-latency), keyed by encoder, its weights version and a hash of the corpus: a
+                 second run encodes nothing. The JSON says whether each came from the cache; encoding time is no
+                 part of any figure below.
+  N points       row r is copy r // D of document r % D (D = corpus size). Copy 0 is the document itself; copy c >= 1
+                 has the document's vector plus Gaussian noise N(0, sigma^2 / dim) per component (a noise vector
+                 of norm ~ --sigma), renormalised, and its own chunk_id and doc_id ("<doc>~c<c>"). Every copy keeps
+                 its document's text: the chunk table (payload of the hits) and BM25 hold N rows, so BM25 ranks N
+                 documents in which each text occurs ~N/D times. The big collections hold the vectors of the first
+                 --encoders entry (--collection-encoder): the other encoder's queries search them (its own
+                 passage vectors are used only in the quality section). Quality is measured without copies.
+  queries        the SciFact test queries (300), the first --queries of them timed.
+
+Per engine and N (in folders under --root, removed afterwards unless --keep):
+  build          through the product's calls (rag.index.qdrant): create_collection (with its payload indexes), upsert
+                 of models.Batch in batches of --batch (point ids UUID5(chunk_id), payload as rag.index.sync
+                 writes it: text included), optimize (Edge builds HNSW here; a no-op for local mode), alias swap;
+                 upsert and optimize seconds apart.
+  bm25           rag.index.sync.sync_bm25 over the N-row chunk table (tokenize, index, save), and BM25Index.load;
+                 once per N (both engines read the same BM25 index).
+  reopen         close the client, open the folder again (rag.index.qdrant.get_client) and count the points.
+  disk           du of the engine folder and of the BM25 folder (MB allocated).
+  rss            process RSS (psutil) before the reopen and after the queries, and the growth between them (the
+                 engine's share: the benchmark's own arrays are freed before the reopen); ru_maxrss is the process
+                 peak so far (it includes the build and everything before it).
+  latency        wall ms of rag.retrieval.retrieve(index, question, mode, RetrievalParams(k=10)) plus each hit's
+                 to_json() (payload from the chunk table): question text -> top-10 hits with payload. Every timed
+                 call starts with an empty query-vector cache, so each mode pays its own query encoding (the
+                 hybrids encode once, as in the product). Modes (and "encode", encode_queries([q]) alone, to show
+                 the encoder's share) and encoders take turns on every query, the mode order rotating per query, so
+                 a shared machine's load falls on all alike. --warmup queries first, untimed. p50 / p95 / mean.
+  recall         dense top-k of the engine's default search (HNSW where Edge has built it) against the exact top-k
+                 computed in numpy over the same N vectors and the same query vectors: recall@10 of a limit-10
+                 search, recall@10 and recall@100 of a limit-100 search (what retrieve asks for: candidates=100),
+                 and recall@10 of the engine's own SearchParams(exact=True) search, whose wall ms is timed too.
+Quality (per engine and encoder, N = D, no copies, each encoder's own passage vectors): SciFact test nDCG@10 and
+recall@100 per mode, all test queries, retrieve with k = candidates = 100 as rag eval-beir does, hybrid-cc at
+alpha 0.5 (RetrievalParams' default), scored by ranx (rag.evaluation.metrics.evaluate_run).
+Edge's knobs (--indexing-threshold-kb, --full-scan-threshold-kb, --max-indexing-threads) default to Edge's defaults
+(the product's): segments under ~10 MB of vectors are searched exactly even when indexed.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
+import hashlib
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -35,95 +69,37 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-# Local mode always scans exactly and says so on every query given search_params: the exact arm is the same search.
+# Local mode always scans exactly and says so on every query given search_params; it also warns past 20k points.
 warnings.filterwarnings("ignore", message="Local mode performs exact")
+warnings.filterwarnings("ignore", message=".*Local mode is not recommended.*")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.provenance import commit  # noqa: E402 - after the path setup
 
-COLLECTION, ALIAS = "bench__random__v1__cosine", "bench__random"
+SCIFACT = REPO.parent / "shared" / "datasets" / "scifact"
+MODES = ["bm25", "dense", "hybrid-rrf", "hybrid-cc"]
+STRATEGY = "bench-edge-latency"
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def make_data(args: argparse.Namespace, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """(points, queries), float32."""
-    if args.vectors:
-        rows = np.load(args.vectors).astype(np.float32)
-        rng.shuffle(rows)
-        if len(rows) <= args.queries:
-            raise SystemExit(f"{args.vectors} has {len(rows)} rows: need more than --queries {args.queries}")
-        return rows[args.queries:args.queries + n], rows[:args.queries]
-    if args.data == "noise":
-        return (rng.normal(size=(n, args.dim)).astype(np.float32), rng.normal(size=(args.queries, args.dim)).astype(np.float32))
-    centres = rng.normal(size=(1000, args.dim))
-
-    def draw(m: int) -> np.ndarray:
-        return (centres[rng.integers(0, len(centres), m)] + 0.5 * rng.normal(size=(m, args.dim))).astype(np.float32)
-
-    return draw(n), draw(args.queries)
+def stats(ms: list[float]) -> dict:
+    return {"p50_ms": round(float(np.percentile(ms, 50)), 3), "p95_ms": round(float(np.percentile(ms, 95)), 3),
+            "mean_ms": round(float(np.mean(ms)), 3), "n": len(ms)}
 
 
-def exact_top(points: np.ndarray, queries: np.ndarray, k: int) -> list[set[int]]:
-    p = points / np.linalg.norm(points, axis=1, keepdims=True)
-    q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
-    out = []
-    for i in range(0, len(q), 64):
-        scores = q[i:i + 64] @ p.T
-        top = np.argpartition(-scores, k, axis=1)[:, :k]
-        out += [{int(j) + 1 for j in row} for row in top]  # point ids are row + 1
-    return out
+def rss_mb() -> float:
+    import psutil
+
+    return round(psutil.Process().memory_info().rss / 2**20, 1)
 
 
-def open_client(engine: str, folder: Path, args: argparse.Namespace):
-    """Local mode as get_client opens it; Edge directly, so that its knobs can be set (None: Edge's defaults)."""
-    if engine == "local":
-        from rag.index.qdrant import QdrantSettings, get_client
-
-        return get_client(QdrantSettings(path=str(folder), engine="local"))
-    from rag.index.edge import EdgeClient, EdgeOptions
-
-    return EdgeClient(folder, EdgeOptions(indexing_threshold_kb=args.indexing_threshold_kb,
-                                          full_scan_threshold_kb=args.full_scan_threshold_kb,
-                                          max_indexing_threads=args.max_indexing_threads))
-
-
-def close(engine: str, folder: Path, client) -> None:
-    from rag.index.qdrant import QdrantSettings, close_client
-
-    if engine == "local":
-        close_client(QdrantSettings(path=str(folder), engine="local"))
-    else:
-        client.close()
-
-
-def timed_queries(client, queries: np.ndarray, k: int, warmup: int) -> dict[str, tuple[dict, list[set[int]]]]:
-    """{"default" | "exact": (latency stats, found ids per query)}; the two take turns on every query, so a shared
-    machine's load falls on both alike."""
-    from qdrant_client.http import models
-
-    from rag.index.qdrant import DENSE
-
-    modes = {"default": None, "exact": models.SearchParams(exact=True)}
-    times: dict[str, list[float]] = {m: [] for m in modes}
-    found: dict[str, list[set[int]]] = {m: [] for m in modes}
-    for i, q in enumerate(np.concatenate([queries[:warmup], queries])):
-        for mode, params in modes.items():
-            started = time.perf_counter()
-            points = client.query_points(ALIAS, query=q.tolist(), using=DENSE, limit=k, search_params=params,
-                                         with_payload=["chunk_id"]).points
-            if i >= warmup:
-                times[mode].append(1000 * (time.perf_counter() - started))
-                found[mode].append({int(p.payload["chunk_id"]) for p in points})
-    return {m: ({"p50_ms": round(float(np.percentile(t, 50)), 3), "p95_ms": round(float(np.percentile(t, 95)), 3),
-                 "mean_ms": round(float(np.mean(t)), 3), "n": len(t)}, found[m]) for m, t in times.items()}
-
-
-def recall(found: list[set[int]], truth: list[set[int]], k: int) -> float:
-    return round(float(np.mean([len(f & t) / k for f, t in zip(found, truth)])), 4)
+def peak_rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KB on Linux
 
 
 def folder_mb(folder: Path) -> float:
@@ -131,88 +107,398 @@ def folder_mb(folder: Path) -> float:
     return round(int(out.stdout.split()[0]) / 1024, 1) if out.returncode == 0 else float("nan")
 
 
-def run_engine(engine: str, points: np.ndarray, queries: np.ndarray, truth: list[set[int]], folder: Path,
-               args: argparse.Namespace) -> dict:
-    from qdrant_client.http import models
+# --- data --------------------------------------------------------------------------------------------------------
 
-    from rag.index.qdrant import DENSE, create_collection, optimize, point_alias_to
+def corpus_hash(corpus: pd.DataFrame) -> str:
+    digest = hashlib.sha256()
+    for cid, text in zip(corpus["chunk_id"], corpus["text"]):
+        digest.update(f"{cid}\t{text}\n".encode())
+    return digest.hexdigest()[:16]
 
+
+def corpus_vectors(name: str, embedder, corpus: pd.DataFrame, cache: Path) -> tuple[np.ndarray, dict]:
+    """The corpus' passage vectors of one encoder, from the cache or encoded once and cached."""
+    from rag.embedding import model_key
+
+    path = cache / f"scifact-{model_key(name)}-{embedder.version}-{corpus_hash(corpus)}.npy"
+    info = {"path": str(path), "encoder_version": embedder.version}
+    if path.exists():
+        vectors = np.load(path)
+        if vectors.shape[0] == len(corpus):
+            return vectors, {**info, "cached": True}
+    log(f"encoding {len(corpus)} SciFact passages with {name} (once; cached at {path})")
+    started = time.perf_counter()
+    texts = corpus["text"].tolist()
+    vectors = np.vstack([embedder.encode_passages(texts[i:i + 256]) for i in range(0, len(texts), 256)]).astype(np.float32)
+    seconds = time.perf_counter() - started
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, vectors)
+    os.replace(tmp, path)
+    return vectors, {**info, "cached": False, "encode_seconds": round(seconds, 1)}
+
+
+def copy_ids(corpus: pd.DataFrame, n: int) -> list[str]:
+    ids = corpus["chunk_id"].tolist()
+    d = len(ids)
+    return [ids[r] if r < d else f"{ids[r % d]}~c{r // d}" for r in range(n)]
+
+
+def points_matrix(base: np.ndarray, n: int, sigma: float, seed: int) -> np.ndarray:
+    """N unit vectors: the D real ones, then noise copies of them (row r copies row r % D)."""
+    d, dim = base.shape
+    out = base[np.arange(n) % d].astype(np.float32)
+    rng = np.random.default_rng(seed)
+    for i in range(d, n, 65536):  # in blocks: no N x dim float64 temporary
+        j = min(n, i + 65536)
+        out[i:j] += rng.standard_normal((j - i, dim), dtype=np.float32) * np.float32(sigma / np.sqrt(dim))
+        out[i:j] /= np.linalg.norm(out[i:j], axis=1, keepdims=True)
+    return out
+
+
+def chunk_table(corpus: pd.DataFrame, n: int) -> pd.DataFrame:
+    """N rows in the chunk-table shape: copy c of document d has d's text and its own chunk_id / doc_id."""
+    table = corpus.iloc[np.arange(n) % len(corpus)].reset_index(drop=True)
+    ids = copy_ids(corpus, n)
+    table["chunk_id"] = ids
+    table["doc_id"] = ids
+    return table
+
+
+def exact_top(points: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """Row indices of the exact top-k (cosine: all rows are unit vectors), best first, per query."""
+    out = np.empty((len(queries), k), dtype=np.int64)
+    for i in range(0, len(queries), 16):
+        scores = queries[i:i + 16] @ points.T
+        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1)
+        out[i:i + 16] = np.take_along_axis(top, order, axis=1)
+    return out
+
+
+# --- engines -----------------------------------------------------------------------------------------------------
+
+def open_client(engine: str, folder: Path, args: argparse.Namespace):
+    """As the product opens a folder (get_client); Edge directly only when one of its knobs is set."""
+    knobs = (args.indexing_threshold_kb, args.full_scan_threshold_kb, args.max_indexing_threads)
+    if engine == "edge" and any(v is not None for v in knobs):
+        from rag.index.edge import EdgeClient, EdgeOptions
+
+        return EdgeClient(folder, EdgeOptions(indexing_threshold_kb=args.indexing_threshold_kb,
+                                              full_scan_threshold_kb=args.full_scan_threshold_kb,
+                                              max_indexing_threads=args.max_indexing_threads))
+    from rag.index.qdrant import QdrantSettings, get_client
+
+    return get_client(QdrantSettings(path=str(folder), engine=engine))
+
+
+def close(engine: str, folder: Path, client) -> None:
+    from rag.index.qdrant import QdrantSettings, close_client
+
+    close_client(QdrantSettings(path=str(folder), engine=engine))
+    client.close()  # a no-op when close_client closed it; an EdgeClient opened directly is closed here
+    gc.collect()
+
+
+def names(encoder: str, version: str) -> tuple[str, str]:
+    from rag.index.qdrant import CollectionName
+
+    name = CollectionName(STRATEGY, encoder)
+    return name.versioned(version, "cosine"), name.alias
+
+
+def build(engine: str, folder: Path, table: pd.DataFrame, vectors: np.ndarray, encoder: str, version: str,
+          args: argparse.Namespace) -> dict:
+    """create_collection + batched upserts + optimize + alias, as rag.index.sync does for a fresh collection."""
+    from qdrant_client import models
+
+    from rag.index.qdrant import DENSE, create_collection, optimize, point_alias_to, point_id
+    from rag.index.sync import _payload
+
+    collection, alias = names(encoder, version)
+    shutil.rmtree(folder, ignore_errors=True)
     client = open_client(engine, folder, args)
     started = time.perf_counter()
-    create_collection(client, COLLECTION, points.shape[1], "cosine")
-    for i in range(0, len(points), args.batch):
-        rows = range(i, min(i + args.batch, len(points)))
-        client.upsert(COLLECTION, points=models.Batch(
-            ids=[r + 1 for r in rows], vectors={DENSE: points[i:i + len(rows)].tolist()},
-            payloads=[{"chunk_id": str(r + 1), "doc_id": f"doc-{r // 10}", "page_start": r % 50, "page_end": r % 50}
-                      for r in rows]), wait=True)
+    create_collection(client, collection, vectors.shape[1], "cosine")
+    for i in range(0, len(table), args.batch):
+        rows = table.iloc[i:i + args.batch].to_dict("records")
+        client.upsert(collection, points=models.Batch(
+            ids=[point_id(r["chunk_id"]) for r in rows], vectors={DENSE: vectors[i:i + len(rows)].tolist()},
+            payloads=[_payload(r) for r in rows]), wait=True)
     upsert_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    optimize(client, COLLECTION)
+    optimize(client, collection)
     optimize_seconds = time.perf_counter() - started
-    point_alias_to(client, ALIAS, COLLECTION)
+    point_alias_to(client, alias, collection)
+    info = client.get_collection(collection)
     close(engine, folder, client)
+    return {"upsert_seconds": round(upsert_seconds, 2), "optimize_seconds": round(optimize_seconds, 2),
+            "build_seconds": round(upsert_seconds + optimize_seconds, 2),
+            "indexed_vectors": getattr(info, "indexed_vectors_count", None), "segments": getattr(info, "segments_count", None)}
 
+
+def reopen(engine: str, folder: Path, encoder: str, version: str, args: argparse.Namespace):
     started = time.perf_counter()
     client = open_client(engine, folder, args)
-    count = client.count(ALIAS, exact=True).count
-    reopen_seconds = time.perf_counter() - started
-    (default, found), (exact, found_exact) = timed_queries(client, queries, args.k, args.warmup).values()
-    info = client.get_collection(COLLECTION)
-    indexed = getattr(info, "indexed_vectors_count", None)
+    count = client.count(names(encoder, version)[1], exact=True).count
+    return client, {"reopen_seconds": round(time.perf_counter() - started, 3), "count_after_reopen": count}
+
+
+def build_bm25(table: pd.DataFrame, folder: Path) -> tuple[object, dict]:
+    from rag.index.bm25 import BM25Index
+    from rag.index.sync import sync_bm25
+
+    shutil.rmtree(folder, ignore_errors=True)
+    started = time.perf_counter()
+    sync_bm25(table, folder)
+    build_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    bm25 = BM25Index.load(folder)
+    return bm25, {"build_seconds": round(build_seconds, 2), "load_seconds": round(time.perf_counter() - started, 3),
+                  "disk_mb": folder_mb(folder), "documents": len(table), "process_peak_rss_mb_after": peak_rss_mb()}
+
+
+# --- measurements ------------------------------------------------------------------------------------------------
+
+def timed_retrieval(indexes: dict, queries: list[str], warmup: int) -> dict:
+    """{encoder: {mode: stats}}: question text -> top-10 hits with payload, every call encoding its query afresh."""
+    from rag.retrieval import RetrievalParams, retrieve
+
+    params = RetrievalParams(k=10)
+    arms = MODES + ["encode"]
+    times = {enc: {m: [] for m in arms} for enc in indexes}
+    for i, q in enumerate(queries[:warmup] + queries):
+        shift = i % len(arms)
+        for enc, index in indexes.items():
+            for mode in arms[shift:] + arms[:shift]:
+                index._query_vectors.clear()  # untimed: the call below encodes its question itself
+                started = time.perf_counter()
+                if mode == "encode":
+                    index.embedder.encode_queries([q])
+                else:
+                    hits = [h.to_json() for h in retrieve(index, q, mode, params)]
+                elapsed = 1000 * (time.perf_counter() - started)
+                if i >= warmup:
+                    times[enc][mode].append(elapsed)
+                    if mode != "encode" and not hits:
+                        log(f"  note: {enc} {mode} found nothing for {q!r}")
+    return {enc: {m: stats(t) for m, t in by.items()} for enc, by in times.items()}
+
+
+def recall_figures(client, alias: str, query_vectors: np.ndarray, truth: np.ndarray, row_of: dict[str, int]) -> dict:
+    """Default (HNSW) search vs numpy's exact top-k; the engine's own exact search as a check, timed."""
+    from qdrant_client.http import models
+
+    from rag.index.qdrant import DENSE
+
+    def search(q, limit, params=None):
+        points = client.query_points(alias, query=q.tolist(), using=DENSE, limit=limit, search_params=params,
+                                     with_payload=["chunk_id"]).points
+        return [row_of[p.payload["chunk_id"]] for p in points]
+
+    r10, r10_of100, r100, r10_exact, exact_ms, default_ms = [], [], [], [], [], []
+    for q, top in zip(query_vectors, truth):
+        t10, t100 = set(top[:10].tolist()), set(top[:100].tolist())
+        started = time.perf_counter()
+        found10 = search(q, 10)
+        default_ms.append(1000 * (time.perf_counter() - started))
+        found100 = search(q, 100)
+        started = time.perf_counter()
+        exact10 = search(q, 10, models.SearchParams(exact=True))
+        exact_ms.append(1000 * (time.perf_counter() - started))
+        r10.append(len(t10 & set(found10)) / 10)
+        r10_of100.append(len(t10 & set(found100[:10])) / 10)
+        r100.append(len(t100 & set(found100)) / 100)
+        r10_exact.append(len(t10 & set(exact10)) / 10)
+    mean = lambda xs: round(float(np.mean(xs)), 4)  # noqa: E731
+    return {"recall@10": mean(r10), "recall@10_of_limit100": mean(r10_of100), "recall@100": mean(r100),
+            "recall@10_engine_exact": mean(r10_exact), "dense_only_default_limit10": stats(default_ms),
+            "dense_only_exact_limit10": stats(exact_ms), "n": len(r10)}
+
+
+def quality(engine: str, folder: Path, corpus: pd.DataFrame, bm25, embedder, encoder: str, vectors: np.ndarray,
+            test, args: argparse.Namespace) -> dict:
+    from rag.evaluation.metrics import evaluate_run
+    from rag.retrieval import Index, RetrievalParams, retrieve
+
+    built = build(engine, folder, corpus, vectors, encoder, embedder.version, args)
+    client, _ = reopen(engine, folder, encoder, embedder.version, args)
+    index = Index(corpus.set_index("chunk_id"), bm25, client, names(encoder, embedder.version)[1], embedder)
+    index.embed_queries(list(test.queries.values()))  # untimed here: one batch, shared by the four modes
+    params = RetrievalParams(k=100, candidates=100)
+    out = {"engine": engine, "encoder": encoder, "documents": len(corpus), "queries": len(test.queries),
+           "build_seconds": built["build_seconds"]}
+    for mode in MODES:
+        run = {qid: {h.chunk["chunk_id"]: float(100 - h.rank + 1) for h in retrieve(index, text, mode, params)}
+               for qid, text in test.queries.items()}
+        mean, _ = evaluate_run(test.qrels, run, ["ndcg@10", "recall@100"])
+        out[mode] = {m: round(float(v), 4) for m, v in mean.items()}
     close(engine, folder, client)
-    result = {"engine": engine, "points": len(points), "count_after_reopen": count,
-              "upsert_seconds": round(upsert_seconds, 2), "optimize_seconds": round(optimize_seconds, 2),
-              "build_seconds": round(upsert_seconds + optimize_seconds, 2), "reopen_seconds": round(reopen_seconds, 3),
-              "indexed_vectors": indexed, "query_default": default, "query_exact": exact,
-              f"recall@{args.k}_default": recall(found, truth, args.k), f"recall@{args.k}_exact": recall(found_exact, truth, args.k),
-              "folder_mb": folder_mb(folder)}
-    log(json.dumps(result))
-    return result
+    shutil.rmtree(folder, ignore_errors=True)
+    log(f"quality {engine} {encoder}: " + ", ".join(f"{m} {out[m]['ndcg@10']:.3f}" for m in MODES))
+    return out
 
 
-def main() -> None:
+# --- run ---------------------------------------------------------------------------------------------------------
+
+def write(out: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(out, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def print_table(out: dict) -> None:
+    print("\nquality (SciFact test, no copies): nDCG@10")
+    print(f"  {'engine':6s} {'encoder':12s} " + " ".join(f"{m:>10s}" for m in MODES))
+    for q in out["quality"]:
+        print(f"  {q['engine']:6s} {q['encoder']:12s} " + " ".join(f"{q[m]['ndcg@10']:10.4f}" for m in MODES))
+    print("\nlatency, question -> top-10 hits with payload: p50 / p95 ms (encode: the query encoding alone)")
+    print(f"  {'engine':6s} {'points':>8s} {'encoder':12s} " + " ".join(f"{m:>15s}" for m in MODES + ['encode']))
+    for r in out["runs"]:
+        for enc, by in r["latency"].items():
+            cells = " ".join(f"{by[m]['p50_ms']:7.1f}/{by[m]['p95_ms']:7.1f}" for m in MODES + ["encode"])
+            print(f"  {r['engine']:6s} {r['points']:8d} {enc:12s} {cells}")
+    print("\nengine per N: build (upsert + optimize) s, reopen s, recall@10 vs exact, disk MB, RSS growth MB; BM25 build s")
+    for r in out["runs"]:
+        rec = " ".join(f"{enc}:{v['recall@10']:.3f}" for enc, v in r["recall"].items())
+        print(f"  {r['engine']:6s} {r['points']:8d} build {r['build']['build_seconds']:8.1f} reopen {r['reopen_seconds']:7.2f} "
+              f"recall {rec} disk {r['disk_mb']:8.1f} rss+ {r['rss_mb']['engine_growth']:7.1f} bm25 {r['bm25']['build_seconds']:7.1f}")
+    for s in out["skipped"]:
+        print(f"  {s['engine']:6s} {s['points']:8d} skipped: {s['reason']}")
+
+
+def main() -> int:
+    from rag.store import data_dir
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--points", type=int, nargs="+", default=[20_000, 100_000])
-    ap.add_argument("--engines", nargs="+", default=["local", "edge"], choices=["local", "edge"])
-    ap.add_argument("--dim", type=int, default=384)
-    ap.add_argument("--data", choices=["clustered", "noise"], default="clustered")
-    ap.add_argument("--vectors", type=Path, help=".npy of real embeddings to use instead of random points")
-    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--points", type=int, nargs="+", default=[20_000, 100_000, 1_000_000])
+    ap.add_argument("--engines", nargs="+", default=["edge", "local"], choices=["edge", "local"])
+    ap.add_argument("--encoders", nargs="+", default=["minilm", "minilm-int8"])
+    ap.add_argument("--collection-encoder", help="whose passage vectors fill the big collections (default: the first of --encoders)")
+    ap.add_argument("--local-max-points", type=int, default=100_000, help="local mode only up to this N (it holds every point in memory)")
+    ap.add_argument("--queries", type=int, default=300, help="SciFact test queries timed (there are 300)")
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--sigma", type=float, default=0.5, help="norm of the noise added to a copy's vector (before renormalising)")
     ap.add_argument("--batch", type=int, default=512, help="points per upsert (the sync path's default)")
+    ap.add_argument("--no-quality", action="store_true", help="skip the nDCG@10 section")
+    ap.add_argument("--corpus-limit", type=int, help="only the first M abstracts (smoke tests: nDCG then means nothing)")
     ap.add_argument("--indexing-threshold-kb", type=int)
     ap.add_argument("--full-scan-threshold-kb", type=int)
     ap.add_argument("--max-indexing-threads", type=int)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scifact", type=Path, default=SCIFACT)
+    ap.add_argument("--cache", type=Path, help="corpus vectors cache (default <data dir>/bench/edge-latency)")
     ap.add_argument("--root", type=Path, help="folder for the engines' data (default: a temporary one, removed)")
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "edge-latency.json")
+    ap.add_argument("--keep", action="store_true", help="keep the engine and BM25 folders under --root")
+    ap.add_argument("--json", "--out", dest="json", type=Path, default=REPO / "bench" / "results" / "edge-latency.json")
     args = ap.parse_args()
 
+    if not (args.scifact / "corpus.jsonl").exists():
+        print(f"SciFact not found at {args.scifact} (BEIR layout: corpus.jsonl, queries.jsonl, qrels/test.tsv); nothing to measure")
+        return 0
+    import torch
+
+    from rag.embedding import load_embedder
+    from rag.evaluation.beir import load_beir
+    from rag.retrieval import Index
+
+    cache = args.cache or data_dir() / "bench" / "edge-latency"
+    test = load_beir(args.scifact, "test")
+    corpus = test.corpus if args.corpus_limit is None else test.corpus.head(args.corpus_limit).reset_index(drop=True)
+    questions = list(test.queries.values())
+    timed = questions[:args.queries]
+    embedders = {enc: load_embedder(enc) for enc in args.encoders}
+    base_encoder = args.collection_encoder or args.encoders[0]
+    if base_encoder not in embedders:
+        embedders[base_encoder] = load_embedder(base_encoder)
+    vectors, cache_info = {}, {}
+    for enc, embedder in embedders.items():
+        vectors[enc], cache_info[enc] = corpus_vectors(enc, embedder, corpus, cache)
+    query_vectors = {enc: e.encode_queries(timed) for enc, e in embedders.items() if enc in args.encoders}
     root = args.root or Path(tempfile.mkdtemp(prefix="edge-latency-"))
-    results = []
-    try:
-        for n in args.points:
-            points, queries = make_data(args, n, np.random.default_rng(args.seed))
-            truth = exact_top(points, queries, args.k)
-            for engine in args.engines:
-                folder = root / f"{engine}-{len(points)}"
-                shutil.rmtree(folder, ignore_errors=True)
-                log(f"{engine}: {len(points)} points of {points.shape[1]} floats")
-                results.append(run_engine(engine, points, queries, truth, folder, args))
-                shutil.rmtree(folder, ignore_errors=True)
-    finally:
-        if args.root is None:
-            shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
     out = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "commit": commit(),
            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
-           "results": results}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
-    log(f"wrote {args.out}")
+           "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+                       "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+                       "torch_threads": torch.get_num_threads(), "onnx_threads": os.environ.get("RAG_ONNX_THREADS") or "1",
+                       "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]},
+           "data": {"scifact": str(args.scifact), "documents": len(corpus), "corpus_hash": corpus_hash(corpus),
+                    "corpus_limited": args.corpus_limit is not None, "timed_queries": len(timed),
+                    "collection_vectors": base_encoder, "sigma": args.sigma,
+                    "copies": "row r = copy r // D of document r % D; copy 0 = the real vector, copy c >= 1 = the real "
+                              "vector + N(0, sigma^2/dim) noise, renormalised; chunk_id = doc_id = '<doc>~c<c>'",
+                    "bm25": "N documents: every copy has its document's real text",
+                    "vectors_cache": cache_info,
+                    "encoder_versions": {enc: e.version for enc, e in embedders.items()}},
+           "quality": [], "runs": [], "skipped": []}
+    try:
+        if not args.no_quality:
+            bm25, _ = build_bm25(corpus, root / "bm25-quality")
+            for engine in args.engines:
+                for enc in args.encoders:
+                    out["quality"].append(quality(engine, root / f"{engine}-quality", corpus, bm25, embedders[enc],
+                                                  enc, vectors[enc], test, args))
+                    write(out, args.json)
+            del bm25
+        for n in args.points:
+            engines = [e for e in args.engines if e != "local" or n <= args.local_max_points]
+            out["skipped"] += [{"engine": e, "points": n, "reason": f"over --local-max-points {args.local_max_points}"}
+                               for e in args.engines if e not in engines]
+            log(f"N = {n}: chunk table, vectors ({base_encoder}, sigma {args.sigma}), exact top-100")
+            table = chunk_table(corpus, n)
+            points = points_matrix(vectors[base_encoder], n, args.sigma, args.seed)
+            truth = {enc: exact_top(points, qv, min(100, n)) for enc, qv in query_vectors.items()}
+            row_of = {cid: r for r, cid in enumerate(table["chunk_id"])}
+            builds = {}
+            for engine in engines:
+                log(f"{engine}: building {n} points")
+                builds[engine] = build(engine, root / f"{engine}-{n}", table, points,
+                                       base_encoder, embedders[base_encoder].version, args)
+                log(f"{engine}: {builds[engine]}")
+            del points
+            log(f"BM25 over {n} documents")
+            bm25, bm25_info = build_bm25(table, root / f"bm25-{n}")
+            log(f"BM25: {bm25_info}")
+            chunks = table.set_index("chunk_id")
+            del table
+            for engine in engines:
+                folder = root / f"{engine}-{n}"
+                gc.collect()
+                rss_before = rss_mb()
+                client, reopened = reopen(engine, folder, base_encoder, embedders[base_encoder].version, args)
+                rss_reopened = rss_mb()
+                alias = names(base_encoder, embedders[base_encoder].version)[1]
+                indexes = {enc: Index(chunks, bm25, client, alias, embedders[enc]) for enc in args.encoders}
+                log(f"{engine} {n}: reopened in {reopened['reopen_seconds']}s; timing {len(timed)} queries")
+                latency = timed_retrieval(indexes, timed, args.warmup)
+                recall = {enc: recall_figures(client, alias, qv, truth[enc], row_of) for enc, qv in query_vectors.items()}
+                rss_after = rss_mb()
+                close(engine, folder, client)
+                result = {"engine": engine, "points": n, "build": builds[engine], **reopened, "bm25": bm25_info,
+                          "disk_mb": folder_mb(folder),
+                          "rss_mb": {"before_reopen": rss_before, "after_reopen": rss_reopened, "after_queries": rss_after,
+                                     "engine_growth": round(rss_after - rss_before, 1), "process_peak": peak_rss_mb()},
+                          "latency": latency, "recall": recall}
+                out["runs"].append(result)
+                write(out, args.json)
+                log(f"{engine} {n}: " + json.dumps({k: result[k] for k in ("reopen_seconds", "disk_mb", "rss_mb", "recall")}))
+                if not args.keep:
+                    shutil.rmtree(folder, ignore_errors=True)
+            del bm25, chunks, row_of
+            if not args.keep:
+                shutil.rmtree(root / f"bm25-{n}", ignore_errors=True)
+    finally:
+        if args.root is None and not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    out["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    out["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    write(out, args.json)
+    print_table(out)
+    log(f"wrote {args.json}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
