@@ -99,7 +99,14 @@ def canary_rollouts() -> dict:
         started = first.get("canary_started_by") or "no canary"
         label = (f"{path.name}: {r['date'][:10]}, commit {str(r['commit'])[:12]}, canary share {r['canary']['traffic_share']:.0%}, "
                  f"p_negative {r['click_model']['p_negative']}")
-        out[label] = (f"test nDCG@10 {r['ndcg@10_start']:.4f} -> {first.get('ndcg@10_after', float('nan')):.4f}; retrained "
+        served = ""
+        if "served_ndcg@10_start" in r:  # runs since the bench serves the production reranker too
+            queued = "; ".join(f"{p.get('kind')} {p.get('candidate_version')}: {needed(p)}"
+                               for p in first.get("queued_canaries", []))
+            served = (f"served (embedder + production reranker {first.get('reranker_production_after')}) test nDCG@10 "
+                      f"{r['served_ndcg@10_start']:.4f} -> {first.get('served_ndcg@10_after', float('nan')):.4f}"
+                      f"{f' (queued canaries: {queued})' if queued else ''}; ")
+        out[label] = (f"{served}dense test nDCG@10 {r['ndcg@10_start']:.4f} -> {first.get('ndcg@10_after', float('nan')):.4f}; retrained "
                       f"{first.get('candidate')} (test nDCG@10 {first.get('candidate_ndcg@10', float('nan')):.4f}, gate "
                       f"{'passed' if gate else 'rejected'}; {started}): {needed(first)}; deliberately worse "
                       f"{worse.get('candidate')} (test nDCG@10 {worse.get('candidate_ndcg@10', float('nan')):.4f}): {needed(worse)}")
