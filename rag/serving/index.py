@@ -58,7 +58,10 @@ def source_fingerprint(root: Path, strategy: str, qdrant: QdrantSettings | None)
              root / "models" / "aliases.json"]
     if qdrant is not None and not qdrant.url:
         folder = Path(qdrant.location)
-        paths += [folder / "meta.json", *sorted((folder / "collection").glob(f"{strategy}__*/*"))]
+        # Files only: the engine rewrites files inside its subfolders just by opening a collection (edge's
+        # shard/edge_config.json on every load), which would make taking a replica look like a change.
+        collections = (folder / "collection").glob(f"{strategy}__*/*")
+        paths += [folder / "meta.json", *sorted(p for p in collections if p.is_file())]
     marks = []
     for path in paths:
         try:
