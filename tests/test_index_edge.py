@@ -670,7 +670,7 @@ def test_idf_keeps_counting_deleted_points_until_a_vacuum(tmp_path):
     local.close()
 
 
-@pytest.mark.parametrize("source_engine,target_engine", [("edge", "local"), ("local", "edge")])
+@pytest.mark.parametrize("source_engine,target_engine", [("edge", "edge"), ("edge", "local"), ("local", "edge")])
 def test_serving_replica_copies_sparse_vectors(tmp_path, source_engine, target_engine):
     from rag.serving.index import replicate_collection
 
