@@ -398,6 +398,23 @@ def test_serving_fingerprint_sees_an_in_place_update(tmp_path, embedder):  # noq
         close_client(settings)
 
 
+@pytest.mark.parametrize("target_engine", ["edge", "local"])
+def test_serving_fingerprint_does_not_change_when_a_replica_is_taken(tmp_path, embedder, target_engine):  # noqa: F811
+    from rag.serving.index import replicate_collection, source_fingerprint
+
+    settings = edge_settings(tmp_path / "qdrant")
+    sync_collection(get_client(settings), chunk_table(TEXTS), embedder, strategy="t", model="wordllama")
+    close_client(settings)
+    before = source_fingerprint(tmp_path, "t", settings)
+    target = QdrantSettings(path=str(tmp_path / "replica"), engine=target_engine)
+    try:
+        # Point by point (local target) loads the primary's shard, and Edge rewrites its config on every load.
+        replicate_collection(settings, target, CollectionName("t", "wordllama").alias)
+    finally:
+        close_client(target)
+    assert source_fingerprint(tmp_path, "t", settings) == before  # else a server would re-replicate every tick
+
+
 def test_scroll_pages_through_every_point_by_string_offsets(tmp_path):
     # Edge hands UUID ids and offsets back as uuid.UUID; callers get (and pass back) strings, as from qdrant-client.
     client = EdgeClient(tmp_path / "q")
@@ -653,7 +670,7 @@ def test_idf_keeps_counting_deleted_points_until_a_vacuum(tmp_path):
     local.close()
 
 
-@pytest.mark.parametrize("source_engine,target_engine", [("edge", "local"), ("local", "edge")])
+@pytest.mark.parametrize("source_engine,target_engine", [("edge", "edge"), ("edge", "local"), ("local", "edge")])
 def test_serving_replica_copies_sparse_vectors(tmp_path, source_engine, target_engine):
     from rag.serving.index import replicate_collection
 

@@ -10,6 +10,9 @@ lock checks read it alike):
     collection/<name>/shard/        the EdgeShard (segments, WAL)
     collection/<name>/written       rewritten after every write: its mtime tells a reader the collection changed
 
+A collection moves to another folder as files (`EdgeClient.export_collection`: the serving replica): Edge has no
+snapshot of its own, so the shard is flushed and closed and its folder copied, HNSW graph included.
+
 Edge builds HNSW only when `optimize()` is called (no background optimizer): `optimize(collection)` does it, and
 an alias is never pointed at a collection with writes not yet optimized. Below Edge's indexing threshold
 (about 10 MB of vectors, ~6,500 points of 384 floats) optimize keeps the exact scan, which is fast at that size.
@@ -26,6 +29,7 @@ Qdrant server shares (Edge runs the server's shard code), so they are kept rathe
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import numbers
@@ -82,6 +86,84 @@ class EdgeCollectionInfo:
 
 def _write_atomic(path: Path, data: dict) -> None:
     atomic_write(path, lambda fh: json.dump(data, fh, indent=1, sort_keys=True), mode="w")
+
+
+def _lock_folder(root: Path):
+    """The folder's flock, held through the returned file until it is closed; QdrantLockedError if taken."""
+    root.mkdir(parents=True, exist_ok=True)
+    lock_file = open(root / LOCK, "a")
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock_file.close()
+        raise QdrantLockedError(
+            f"the embedded Qdrant folder {root} is in use by another process (dagster dev, `rag serve` or "
+            "another `rag` command). Stop it, run this from that process, or point every process at one "
+            "Qdrant server with QDRANT_URL.") from None
+    return lock_file
+
+
+def _unlock_folder(lock_file) -> None:
+    fcntl.flock(lock_file, fcntl.LOCK_UN)
+    lock_file.close()
+
+
+def _read_aliases(root: Path) -> dict[str, str]:
+    """The aliases of an edge folder (whose lock the caller holds); a folder without meta.json becomes one."""
+    path = root / META
+    if not path.exists():
+        if (root / COLLECTIONS).exists():
+            raise ValueError(f"{root} has collections but no {META}: not an edge engine folder. Point "
+                             "RAG_QDRANT_PATH at an empty folder and re-index.")
+        _write_atomic(path, {"engine": ENGINE_MARK, "aliases": {}})
+        return {}
+    meta = json.loads(path.read_text())
+    if meta.get("engine") != ENGINE_MARK:
+        raise ValueError(f"{root} holds a qdrant-client local-mode index, not an edge one: move it to "
+                         f"edge with `rag migrate-engine --path {root}` (nothing is re-embedded), or open it "
+                         "with RAG_QDRANT_ENGINE=local (or auto, the default).")
+    return dict(meta.get("aliases", {}))
+
+
+_COPY_CHUNK = 64 << 20
+
+
+def _copy_range(src: int, dst: int, start: int, end: int) -> None:
+    while start < end:
+        try:
+            n = os.copy_file_range(src, dst, min(end - start, _COPY_CHUNK), start, start)
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            n = 0  # a kernel or filesystem without it: copy through user space
+        if n == 0:
+            data = os.pread(src, min(end - start, _COPY_CHUNK), start)
+            if not data:
+                raise OSError(errno.EIO, f"file shrank while being copied (at byte {start})")
+            n = os.pwrite(dst, data, start)
+        start += n
+
+
+def copy_sparse(src: str, dst: str, *, follow_symlinks: bool = True) -> str:
+    """shutil.copy2 that keeps holes. Edge preallocates its WAL (32 MiB files) and payload pages (32 MiB per
+    segment) as sparse files, mostly empty: copy2 would write all those zeros out, ~100 MB for a tiny shard.
+    Only the data regions (SEEK_DATA/SEEK_HOLE) are copied; the size is set by truncate."""
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        size = os.fstat(fin.fileno()).st_size
+        offset = 0
+        while offset < size:
+            try:
+                start = os.lseek(fin.fileno(), offset, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # only a hole after offset
+                    break
+                raise
+            end = os.lseek(fin.fileno(), start, os.SEEK_HOLE)
+            _copy_range(fin.fileno(), fout.fileno(), start, end)
+            offset = end
+        fout.truncate(size)
+    shutil.copystat(src, dst, follow_symlinks=follow_symlinks)
+    return dst
 
 
 def _distance(metric: models.Distance | str) -> qe.Distance:
@@ -291,18 +373,9 @@ class EdgeClient:
         self._temporary = root is None
         self.root = Path(tempfile.mkdtemp(prefix="qdrant-edge-")) if root is None else Path(root)
         self.options = options or EdgeOptions()
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._lock_file = open(self.root / LOCK, "a")
+        self._lock_file = _lock_folder(self.root)
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock_file.close()
-            raise QdrantLockedError(
-                f"the embedded Qdrant folder {self.root} is in use by another process (dagster dev, `rag serve` or "
-                "another `rag` command). Stop it, run this from that process, or point every process at one "
-                "Qdrant server with QDRANT_URL.") from None
-        try:
-            self._aliases: dict[str, str] = self._read_meta()
+            self._aliases: dict[str, str] = _read_aliases(self.root)
         except BaseException:
             self._release()
             raise
@@ -312,21 +385,6 @@ class EdgeClient:
         self.closed = False
 
     # --- folder ---------------------------------------------------------------------------------------------
-
-    def _read_meta(self) -> dict[str, str]:
-        path = self.root / META
-        if not path.exists():
-            if (self.root / COLLECTIONS).exists():
-                raise ValueError(f"{self.root} has collections but no {META}: not an edge engine folder. Point "
-                                 "RAG_QDRANT_PATH at an empty folder and re-index.")
-            _write_atomic(path, {"engine": ENGINE_MARK, "aliases": {}})
-            return {}
-        meta = json.loads(path.read_text())
-        if meta.get("engine") != ENGINE_MARK:
-            raise ValueError(f"{self.root} holds a qdrant-client local-mode index, not an edge one: move it to "
-                             f"edge with `rag migrate-engine --path {self.root}` (nothing is re-embedded), or open it "
-                             "with RAG_QDRANT_ENGINE=local (or auto, the default).")
-        return dict(meta.get("aliases", {}))
 
     def _save_aliases(self, aliases: dict[str, str]) -> None:
         _write_atomic(self.root / META, {"engine": ENGINE_MARK, "aliases": aliases})
@@ -591,6 +649,57 @@ class EdgeClient:
         self._dirty.discard(collection)
         return changed
 
+    def export_collection(self, collection_name: str, target_root: str | Path, alias: str | None = None) -> str:
+        """Copy one collection (a name or an alias) into the edge folder `target_root` as files: segments with
+        their HNSW graphs and payload indexes, so the copy answers at once with nothing re-indexed. `alias`, if
+        given, points at it there. Returns the collection's name.
+
+        Nothing may write the collection during the copy: the folder's lock keeps other processes out, and the
+        caller must not write it from another thread of this one (the serving replica opens the primary only to
+        copy it). The shard is optimized if written since its last optimize, then flushed and closed, because Edge
+        has no snapshot of a live shard and a closed shard's folder is complete; the next call that needs it
+        reopens it. The target's lock is held throughout, so no one opens a half-copied collection, and the copy
+        lands under a hidden name, renamed into place when complete. On any failure the partial copy is removed,
+        and `target_root` too when this call created it."""
+        self._check_open()
+        target = Path(target_root)
+        with self._mutex:
+            collection = self._resolve(collection_name)
+            if collection in self._dirty:
+                self.optimize(collection)  # a collection leaves with its index, as it goes live with it
+            shard = self._shards.pop(collection, None)
+            if shard is not None:
+                shard.flush()
+                shard.close()
+            created = not target.exists()
+            try:
+                lock = _lock_folder(target)
+                try:
+                    aliases = _read_aliases(target)
+                    dest = target / COLLECTIONS / collection
+                    if dest.exists():
+                        raise ValueError(f"{target} already holds collection {collection}")
+                    if alias is not None and (target / COLLECTIONS / alias).exists():
+                        raise ValueError(f"{target} already holds a collection named {alias}")
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    partial = dest.with_name(f".partial-{collection}-{uuid.uuid4().hex}")  # hidden: no collection yet
+                    try:
+                        # Looked up at call time, so the copy function can be swapped (tests break it midway).
+                        shutil.copytree(self._dir(collection), partial, copy_function=copy_sparse)
+                        os.replace(partial, dest)
+                    except BaseException:
+                        shutil.rmtree(partial, ignore_errors=True)
+                        raise
+                    if alias is not None:
+                        _write_atomic(target / META, {"engine": ENGINE_MARK, "aliases": {**aliases, alias: collection}})
+                finally:
+                    _unlock_folder(lock)
+            except BaseException:
+                if created:
+                    shutil.rmtree(target, ignore_errors=True)
+                raise
+        return collection
+
     def close(self, **_: Any) -> None:
         with self._mutex:
             if self.closed:
@@ -603,7 +712,6 @@ class EdgeClient:
             self._release()
 
     def _release(self) -> None:
-        fcntl.flock(self._lock_file, fcntl.LOCK_UN)
-        self._lock_file.close()
+        _unlock_folder(self._lock_file)
         if self._temporary:
             shutil.rmtree(self.root, ignore_errors=True)

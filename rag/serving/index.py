@@ -4,8 +4,10 @@ Embedded Qdrant lets one process hold its folder. A long-lived API holding `data
 Dagster re-index fail, so in embedded mode the server answers from a **serving replica**: a copy of the live
 collection in its own folder (`data/serving/replica-N`). It takes the primary folder's lock only for the copy
 (seconds), and only once the primary has stopped changing; while a re-index holds the lock it keeps answering
-from the replica it has. The chunk table and BM25 files are replaced atomically on disk, so they are read
-directly. With a Qdrant server (QDRANT_URL) there is no replica: the server serves readers and writers at once.
+from the replica it has. Between edge folders the copy is of the shard's files, HNSW graph included; other
+engines copy point by point and the replica indexes on its own. The chunk table and BM25 files are replaced
+atomically on disk, so they are read directly. With a Qdrant server (QDRANT_URL) there is no replica: the server
+serves readers and writers at once.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from rag.index.qdrant import (
     QdrantSettings,
     alias_target,
     close_client,
+    copies_files,
     copy_collection,
     get_client,
     point_alias_to,
@@ -34,17 +37,23 @@ COPY_BATCH = 512
 
 
 def replicate_collection(source: QdrantSettings, target: QdrantSettings, alias: str) -> str:
-    """Copy the collection behind `alias` (points, vectors, payloads) from source to target and point the same
-    alias at it there. Holds the source's lock only for the copy and releases it afterwards."""
+    """Copy the collection behind `alias` (points, vectors, payloads, and between edge folders the HNSW graph)
+    from source to target and point the same alias at it there. Returns the collection's name. Holds the
+    source's lock only for the copy and releases it afterwards. A file copy that fails leaves no target folder
+    behind (if it made it); a point-by-point one may leave a partial one, which the caller removes."""
     src = get_client(source)
     try:
         live = alias_target(src, alias)
         if live is None:
             raise FileNotFoundError(f"no collection behind alias {alias!r} in {source.location}: index first "
                                     "(`rag index` or materialize embedding_collections)")
-        dst = get_client(target)
-        copy_collection(src, dst, live, batch=COPY_BATCH)
-        point_alias_to(dst, alias, live)
+        if copies_files(src, target):
+            src.export_collection(live, target.location, alias=alias)
+            get_client(target)  # opened here, as the point-by-point path leaves it
+        else:
+            dst = get_client(target)
+            copy_collection(src, dst, live, batch=COPY_BATCH)
+            point_alias_to(dst, alias, live)
         return live
     finally:
         close_client(source)
@@ -58,7 +67,10 @@ def source_fingerprint(root: Path, strategy: str, qdrant: QdrantSettings | None)
              root / "models" / "aliases.json"]
     if qdrant is not None and not qdrant.url:
         folder = Path(qdrant.location)
-        paths += [folder / "meta.json", *sorted((folder / "collection").glob(f"{strategy}__*/*"))]
+        # Files only: the engine rewrites files inside its subfolders just by opening a collection (edge's
+        # shard/edge_config.json on every load), which would make taking a replica look like a change.
+        collections = (folder / "collection").glob(f"{strategy}__*/*")
+        paths += [folder / "meta.json", *sorted(p for p in collections if p.is_file())]
     marks = []
     for path in paths:
         try:
