@@ -10,7 +10,8 @@ import pytest
 
 from rag.evaluation.qaset import Evidence, QAItem, to_frame
 from rag.registry import ModelRegistry
-from rag.rerank.features import FEATURES, CorpusStats, FeedbackPriors, feature_matrix, text_key
+from rag.rerank import features as features_module
+from rag.rerank.features import FEATURES, CorpusStats, FeedbackPriors, PassageTerms, feature_matrix, text_key
 from rag.retrieval import Hit
 from rag.store import CHUNKS_TABLE, TableStore
 
@@ -37,6 +38,19 @@ def test_features_by_hand():
     assert np.isnan(rows[1, col["dense_score"]]) and np.isnan(rows[1, col["dense_rank"]])  # not in the dense list
     assert rows[0, col["bm25_share_of_best"]] == pytest.approx(0.5) and rows[0, col["dense_gap_to_best"]] == 0.0
     assert rows[1, col["first_stage_rank"]] == 2 and rows[0, col["feedback_prior"]] == 0.5  # no ratings: (0+1)/(0+2)
+
+
+def test_passage_terms_are_tokenized_once_and_the_cache_is_bounded(monkeypatch):
+    calls = []
+    real = features_module.terms
+    monkeypatch.setattr(features_module, "terms", lambda texts: calls.append(list(texts)) or real(texts))
+    cache = PassageTerms(max_entries=3)
+    texts = ["Cats purr when content.", "Dogs bark at night.", "Cats purr when content."]
+    assert cache(texts) == real(texts)
+    assert calls == [["Cats purr when content.", "Dogs bark at night."]]  # a repeated text tokenized once
+    assert cache(texts[:2]) == real(texts[:2]) and len(calls) == 1  # the next question's passages: no tokenizing
+    assert cache(["Birds sing.", "Fish swim."]) == real(["Birds sing.", "Fish swim."])  # 4 > 3: emptied, then filled
+    assert len(cache._terms) == 2 and calls[-1] == ["Birds sing.", "Fish swim."]
 
 
 def test_feedback_priors_leave_each_question_out():

@@ -74,6 +74,24 @@ class CorpusStats:
         return cls(int(data["documents"]), float(data["average_length"]), {k: int(v) for k, v in data["document_frequency"].items()})
 
 
+class PassageTerms:
+    """`terms` for passages, remembered by text: a server reranks the same passages for many questions, and
+    tokenizing 50 of them is most of a learned ranker's time per question. Bounded: emptied when full."""
+
+    def __init__(self, max_entries: int = 50_000):
+        self.max_entries = max_entries
+        self._terms: dict[str, list[str]] = {}
+
+    def __call__(self, texts: list[str]) -> list[list[str]]:
+        missing = list(dict.fromkeys(t for t in texts if t not in self._terms))
+        if missing:
+            if len(self._terms) + len(missing) > self.max_entries:
+                self._terms = {}
+            self._terms.update(zip(missing, terms(missing)))
+        known = self._terms  # one dict for this call, even if another thread empties the cache meanwhile
+        return [known[t] if t in known else terms([t])[0] for t in texts]
+
+
 def _bm25(query: list[str], passage: Counter, length: int, stats: CorpusStats) -> float:
     norm = K1 * (1 - B + B * length / max(stats.average_length, 1e-9))
     return sum(stats.idf(t) * passage[t] * (K1 + 1) / (passage[t] + norm) for t in set(query) if passage[t])
@@ -183,4 +201,4 @@ class FeedbackPriors:
         return cls(Counter(data.get("up", {})), Counter(data.get("down", {})))
 
 
-__all__ = ["FEATURES", "CorpusStats", "FeedbackPriors", "feature_matrix", "text_key"]
+__all__ = ["FEATURES", "CorpusStats", "FeedbackPriors", "PassageTerms", "feature_matrix", "text_key"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rag.rerank.features import FEATURES, CorpusStats, FeedbackPriors, feature_matrix
+from rag.rerank.features import FEATURES, CorpusStats, FeedbackPriors, PassageTerms, feature_matrix
 
 LTR_FILE = "ltr.json"
 BOOSTER_FILE = "model.txt"
@@ -59,11 +59,13 @@ class LearnedRanker:
         self.priors = FeedbackPriors.from_json(meta.get("feedback_priors"))
         self.calibration = meta.get("calibration") or {"slope": 1.0, "intercept": 0.0}
         self.meta = meta
+        self._passage_terms = PassageTerms()
 
     def raw_scores(self, query: str, hits) -> np.ndarray:
         if not len(hits):
             return np.zeros(0, dtype=np.float64)
-        return np.asarray(self._booster.predict(feature_matrix(query, hits, self.stats, self.priors.serving)), dtype=np.float64)
+        rows = feature_matrix(query, hits, self.stats, self.priors.serving, passage_terms=self._passage_terms)
+        return np.asarray(self._booster.predict(rows), dtype=np.float64)
 
     def score_hits(self, query: str, hits) -> np.ndarray:
         raw = self.raw_scores(query, hits)
