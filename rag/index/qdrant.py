@@ -65,9 +65,9 @@ def _engine_from_env() -> str:
 
 
 class QdrantSettings(BaseModel):
-    url: str | None = None  # a Qdrant server or cluster; None = embedded local mode
+    url: str | None = None  # a Qdrant server or cluster; None = embedded (in this process, one folder)
     api_key: str | None = None
-    path: str | None = None  # local mode folder; default <data dir>/qdrant; ":memory:" keeps it in this process only
+    path: str | None = None  # the embedded folder; default <data dir>/qdrant; ":memory:" keeps it in this process only
     # The embedded engine when url is None: "edge" = Qdrant Edge (rag.index.edge: Rust segments, HNSW), "local" =
     # qdrant-client's local mode (exact scan in Python), "auto" = edge, but a folder local mode already wrote stays
     # on local mode (embedded_engine). Read from the environment by default so that settings made anywhere (Dagster
