@@ -33,20 +33,27 @@ TOKEN = "feedback-loop-token-0123456789"
 from bench.provenance import commit  # noqa: E402 - after the path setup
 
 
-def build_slice(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: int, seed: int = 0) -> dict:
-    """Chunk table (one chunk per abstract), BM25, QA set; returns the train/test queries and qrels."""
+def slice_queries(n_train: int, n_test: int, seed: int = 0):
+    """(train, test, the sampled train query ids, the sampled test query ids, the rng after sampling): the queries
+    a slice of this seed asks and is scored on."""
     from rag.evaluation.beir import load_beir
-    from rag.evaluation.qaset import Evidence, QAItem, split_for, to_frame
-    from rag.index.sync import sync_bm25
-    from rag.store import CHUNKS_TABLE, TableStore, bm25_root
-    from rag.training.pseudo import inverse_cloze
 
     train, test = load_beir(SCIFACT, "train"), load_beir(SCIFACT, "test")
     rng = random.Random(seed)
     train_q = sorted(train.qrels)
     test_q = sorted(test.qrels)
     rng.shuffle(train_q), rng.shuffle(test_q)
-    train_q, test_q = train_q[:n_train], test_q[:n_test]
+    return train, test, train_q[:n_train], test_q[:n_test], rng
+
+
+def build_slice(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: int, seed: int = 0) -> dict:
+    """Chunk table (one chunk per abstract), BM25, QA set; returns the train/test queries and qrels."""
+    from rag.evaluation.qaset import Evidence, QAItem, split_for, to_frame
+    from rag.index.sync import sync_bm25
+    from rag.store import CHUNKS_TABLE, TableStore, bm25_root
+    from rag.training.pseudo import inverse_cloze
+
+    train, test, train_q, test_q, rng = slice_queries(n_train, n_test, seed)
     docs = {d for q in train_q for d in train.qrels[q]} | {d for q in test_q for d in test.qrels[q]}
     corpus = train.corpus.set_index("chunk_id")
     others = sorted(set(corpus.index) - docs)
