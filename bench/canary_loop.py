@@ -137,14 +137,19 @@ class Users:
         return {**self.stats, "passes": self.passes}
 
 
-def served_ndcg_at_10(app, queries: dict[str, str], qrels: dict[str, dict[str, int]]) -> float:
-    """Test nDCG@10 of what the API serves its production arm: the answerer's own retrieve → rerank (the production
-    reranker, none before one is promoted) → top 10, on test queries nobody asked."""
+def answerer_ndcg_at_10(answerer, queries: dict[str, str], qrels: dict[str, dict[str, int]]):
+    """(mean nDCG@10, per-query nDCG@10 Series by query id) of an answerer's own ranking: retrieve → rerank → top_k."""
     from rag.evaluation.metrics import evaluate_run, run_from_hits
 
-    answerer = app.state.serving.current()
     hits = {q: [h.chunk["chunk_id"] for h in answerer.rank(text)] for q, text in queries.items()}
-    return evaluate_run(qrels, run_from_hits(hits), ["ndcg@10"])[0]["ndcg@10"]
+    mean, table = evaluate_run(qrels, run_from_hits(hits), ["ndcg@10"])
+    return mean["ndcg@10"], table.set_index("qid")["ndcg@10"]
+
+
+def served_ndcg_at_10(app, queries: dict[str, str], qrels: dict[str, dict[str, int]]) -> float:
+    """Test nDCG@10 of what the API serves its production arm (the production reranker, none before one is
+    promoted), on test queries nobody asked."""
+    return answerer_ndcg_at_10(app.state.serving.current(), queries, qrels)[0]
 
 
 def delta(after: dict, before: dict) -> dict:

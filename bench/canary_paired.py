@@ -20,16 +20,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.feedback_loop import STRATEGY, slice_queries  # noqa: E402 - after the path setup
+from bench.canary_loop import answerer_ndcg_at_10  # noqa: E402 - after the path setup
+from bench.feedback_loop import STRATEGY, slice_queries  # noqa: E402
 from bench.provenance import commit  # noqa: E402
-
-
-def per_query_ndcg(answerer, queries: dict[str, str], qrels: dict[str, dict[str, int]]):
-    from rag.evaluation.metrics import evaluate_run, run_from_hits
-
-    hits = {q: [h.chunk["chunk_id"] for h in answerer.rank(text)] for q, text in queries.items()}
-    mean, table = evaluate_run(qrels, run_from_hits(hits), ["ndcg@10"])
-    return mean["ndcg@10"], table.set_index("qid")["ndcg@10"]
 
 
 def main() -> int:
@@ -58,10 +51,13 @@ def main() -> int:
     arms = {"start": AnswerSettings(model=args.start_model, reranker=None, **common),
             "end_embedder_only": AnswerSettings(model="production", reranker=None, **common),
             "end_served": AnswerSettings(model="production", reranker="production", **common)}
-    means, scores = {}, {}
+    means, scores, opened = {}, {}, {}
     try:
         for name, settings in arms.items():
-            means[name], scores[name] = per_query_ndcg(Answerer(settings, root=args.data_dir, qdrant=qdrant), queries, qrels)
+            # The two end arms search the same production index: opened (and its embedder loaded) once.
+            answerer = Answerer(settings, root=args.data_dir, qdrant=qdrant, index=opened.get(settings.model))
+            opened[settings.model] = answerer.index
+            means[name], scores[name] = answerer_ndcg_at_10(answerer, queries, qrels)
             print(f"{name}: test nDCG@10 {means[name]:.4f}", flush=True)
     finally:
         close_client(qdrant)

@@ -111,7 +111,7 @@ def get_client(settings: QdrantSettings | None = None):
             raise ValueError(f"{key} is open in this process with engine {engine_of(client)!r}, asked for "
                              f"{settings.engine!r}: close_client first, or use one RAG_QDRANT_ENGINE throughout")
         if client is None:
-            engine = embedded_engine(key, settings.engine)
+            engine = None if settings.url else embedded_engine(key, settings.engine)
             if settings.engine == "auto" and engine == "local":
                 log.warning("%s was built by qdrant-client's local mode: it stays on local mode (exact scan); "
                             "`rag migrate-engine` moves it to Qdrant Edge", key)
