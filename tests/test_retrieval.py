@@ -8,11 +8,13 @@ import pytest
 
 from rag.embedding import load_embedder
 from rag.index.bm25 import BM25Index
+from rag.index.bm25_sparse import EngineBM25
 from rag.index.qdrant import CollectionName, QdrantSettings, alias_target, close_client, create_collection, get_client
 from rag.index.sync import sync_bm25, sync_collection
 from rag.retrieval import Index, RetrievalError, RetrievalParams, SearchFilter, retrieve
 from rag.retrieval.fusion import convex_combination, min_max, reciprocal_rank_fusion
 from rag.retrieval.mmr import mmr
+from rag.retrieval.service import open_bm25
 
 TEXTS = {
     "cats": "Cats are small domesticated felines that purr and chase mice.",
@@ -65,12 +67,15 @@ def client(request, tmp_path):
     close_client(settings)
 
 
-@pytest.fixture
-def index(tmp_path, client, embedder):
+@pytest.fixture(params=["engine", "bm25s"])
+def index(request, tmp_path, client, embedder):
+    """BM25 from the collection's sparse vectors (what searches use by default) and from the bm25s index."""
     chunks = chunk_table(TEXTS, pages={"rockets": 3, "planets": 4})
     run = sync_collection(client, chunks, embedder, strategy="t", model="wordllama")
     sync_bm25(chunks, tmp_path / "bm25")
-    return Index(chunks.set_index("chunk_id"), BM25Index.load(tmp_path / "bm25"), client, run.alias, embedder)
+    bm25 = open_bm25(tmp_path / "bm25", client, run.alias, request.param)
+    assert isinstance(bm25, EngineBM25 if request.param == "engine" else BM25Index)
+    return Index(chunks.set_index("chunk_id"), bm25, client, run.alias, embedder)
 
 
 def ids(hits):

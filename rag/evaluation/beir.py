@@ -12,11 +12,11 @@ from pathlib import Path
 import pandas as pd
 
 from rag.embedding import load_embedder
-from rag.index.bm25 import BM25Index
 from rag.index.qdrant import QdrantSettings, get_client
 from rag.index.sync import sync_bm25, sync_collection
 from rag.progress import Progress, counter
 from rag.retrieval import DENSE_MODES, RETRIEVERS, Index, RetrievalError, RetrievalParams, retrieve
+from rag.retrieval.service import BM25Source, open_bm25
 from rag.store import bm25_root
 
 
@@ -57,7 +57,7 @@ def load_beir(folder: Path, split: str = "test") -> BeirDataset:
 
 
 def open_beir_index(ds: BeirDataset, mode: str, model: str | None, root: Path, qdrant: QdrantSettings | None = None,
-                    progress: Progress | None = None) -> tuple[Index, dict]:
+                    progress: Progress | None = None, bm25: BM25Source | None = None) -> tuple[Index, dict]:
     """Index once, reuse afterwards: both parts sync incrementally, so a second run embeds nothing."""
     strategy = f"beir-{ds.name}"
     started = time.perf_counter()
@@ -74,7 +74,7 @@ def open_beir_index(ds: BeirDataset, mode: str, model: str | None, root: Path, q
         alias = run.alias
         info["collection"] = run.summary
     info["index_seconds"] = round(time.perf_counter() - started, 2)
-    return Index(ds.corpus.set_index("chunk_id"), BM25Index.load(bm25_dir), client, alias, embedder), info
+    return Index(ds.corpus.set_index("chunk_id"), open_bm25(bm25_dir, client, alias, bm25), client, alias, embedder), info
 
 
 def evaluate_beir(folder: Path, *, mode: str, model: str | None, split: str = "test", k: int = 10, root: Path,

@@ -226,11 +226,15 @@ def drop_unaliased(client, name: CollectionName) -> list[str]:
     return dropped
 
 
-def create_collection(client, collection: str, dim: int, distance: str) -> None:
+def create_collection(client, collection: str, dim: int, distance: str, *, bm25: bool = True) -> None:
+    """The dense vector and, with `bm25`, the BM25 sparse vector (rag.index.bm25_sparse) beside it."""
     from qdrant_client import models
 
+    from rag.index.bm25_sparse import sparse_params
+
     metric = models.Distance(_METRICS[distance])
-    client.create_collection(collection, vectors_config={DENSE: models.VectorParams(size=dim, distance=metric)})
+    client.create_collection(collection, vectors_config={DENSE: models.VectorParams(size=dim, distance=metric)},
+                             sparse_vectors_config=sparse_params() if bm25 else None)
     add_payload_indexes(client, collection)
 
 
@@ -294,13 +298,15 @@ def similarity(score: float, distance: str) -> float:
     return 1.0 / (1.0 + score) if distance == "l2" else score
 
 
-def stored_hashes(client, collection: str) -> dict[str, str]:
-    """chunk_id -> content_hash of every point: the collection itself is the record of what is indexed."""
-    out: dict[str, str] = {}
+def stored_payloads(client, collection: str, fields: list[str]) -> dict[str, dict]:
+    """chunk_id -> those payload fields of every point: the collection itself is the record of what is indexed."""
+    out: dict[str, dict] = {}
     offset = None
     while True:
-        points, offset = client.scroll(collection, limit=2048, offset=offset, with_payload=["chunk_id", "content_hash"], with_vectors=False)
+        points, offset = client.scroll(collection, limit=2048, offset=offset, with_payload=["chunk_id", *fields],
+                                       with_vectors=False)
         for p in points:
-            out[p.payload["chunk_id"]] = p.payload["content_hash"]
+            out[p.payload["chunk_id"]] = p.payload
         if offset is None:
             return out
+

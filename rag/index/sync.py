@@ -2,8 +2,10 @@
 
 Dense: the live collection of (strategy, model) gets upserts for new/changed chunks, then deletes for
 chunks that disappeared (in that order, so a changed document stays findable throughout); a new model
-version (or distance) builds a fresh collection and swaps the alias when it is complete. BM25: rebuilt
-when the chunk set's fingerprint changed (seconds, no model).
+version (or distance) builds a fresh collection and swaps the alias when it is complete. Each point carries the
+chunk's BM25 sparse vector beside the dense one (rag.index.bm25_sparse), so the engine ranks BM25 too. The
+strategy's bm25s index: rebuilt when the chunk set's fingerprint changed (seconds, no model); it serves BM25 where
+no collection is opened (bm25-only searches) and for collections built before the sparse vector existed.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import pandas as pd
 
 from rag.embedding import TextEmbedder, model_key
 from rag.index.bm25 import BM25Index, corpus_fingerprint
+from rag.index.bm25_sparse import LENGTH_FIELD, SPARSE, PassageTerms, has_bm25
 from rag.index.qdrant import (
     DENSE,
     CollectionName,
@@ -28,7 +31,7 @@ from rag.index.qdrant import (
     optimize,
     point_alias_to,
     point_id,
-    stored_hashes,
+    stored_payloads,
 )
 from rag.progress import Progress, counter
 
@@ -73,14 +76,23 @@ def _payload(row: dict) -> dict:
 
 
 def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEmbedder, batch_size: int,
-                     progress: Progress | None = None, task: str = "embedding") -> float:
+                     progress: Progress | None = None, task: str = "embedding",
+                     kept_lengths: dict[str, int] | None = None) -> float:
     """Encode in batches while a second thread upserts the previous batch (Qdrant I/O overlaps the model).
     Each batch is encoded in slices of the embedder's own batch size (the same model calls it makes inside one
-    `encode_passages`), so `progress` advances every few seconds, not once per upsert batch."""
+    `encode_passages`), so `progress` advances every few seconds, not once per upsert batch.
+
+    `kept_lengths` (token counts of the points this sync leaves as they are) given: the collection carries the
+    BM25 sparse vector, and every row is written with its own, normalised by the mean length of the chunk set."""
     from qdrant_client import models
 
     # Batches of similar length pad less: the same trick model.encode plays inside one call.
     rows = sorted(rows, key=lambda r: len(r["text"]), reverse=True)
+    terms = avgdl = None
+    if kept_lengths is not None:
+        terms = PassageTerms.of([r["text"] for r in rows])
+        total = len(kept_lengths) + len(rows)
+        avgdl = (sum(kept_lengths.values()) + int(terms.lengths.sum())) / total if total else 0.0
     pending: queue.Queue = queue.Queue(maxsize=2)
     errors: list[BaseException] = []
 
@@ -90,7 +102,7 @@ def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEm
                 continue
             ids, vectors, payloads = item
             try:
-                client.upsert(collection, points=models.Batch(ids=ids, vectors={DENSE: vectors}, payloads=payloads), wait=True)
+                client.upsert(collection, points=models.Batch(ids=ids, vectors=vectors, payloads=payloads), wait=True)
             except BaseException as exc:  # surfaced in the caller's thread below
                 errors.append(exc)
 
@@ -111,7 +123,14 @@ def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEm
             embed_seconds += time.perf_counter() - started
             if errors:
                 break
-            pending.put(([point_id(r["chunk_id"]) for r in batch], vectors.tolist(), [_payload(r) for r in batch]))
+            payloads = [_payload(r) for r in batch]
+            named = {DENSE: vectors.tolist()}
+            if terms is not None:
+                span = range(i, i + len(batch))
+                named[SPARSE] = terms.vectors(avgdl, span)
+                for payload, row in zip(payloads, span):
+                    payload[LENGTH_FIELD] = int(terms.lengths[row])
+            pending.put(([point_id(r["chunk_id"]) for r in batch], named, payloads))
     finally:
         pending.put(None)
         thread.join()
@@ -126,13 +145,18 @@ def _sync_points(client, collection: str, chunks: pd.DataFrame, embedder: TextEm
     deleted, embed seconds). In this order a live collection never lacks a document while it changes: its
     new chunks are searchable before its old ones go (between the two, retrieval skips points whose chunk
     the chunk set no longer has). Point ids are UUID5(chunk_id), so a changed chunk is overwritten in place."""
-    stored = stored_hashes(client, collection)
+    bm25 = has_bm25(client, collection)
+    points = stored_payloads(client, collection, ["content_hash", *([LENGTH_FIELD] if bm25 else [])])
+    stored = {cid: p["content_hash"] for cid, p in points.items()}
     wanted = dict(zip(chunks["chunk_id"], chunks["content_hash"]))
     stale = [cid for cid in stored if cid not in wanted]
     changed = {cid for cid, h in wanted.items() if cid in stored and stored[cid] != h}
     new = {cid for cid in wanted if cid not in stored}
     todo = chunks[chunks["chunk_id"].isin(new | changed)].to_dict("records")
-    embed_seconds = _upsert_embedded(client, collection, todo, embedder, batch_size, progress, task) if todo else 0.0
+    kept = None
+    if bm25:
+        kept = {cid: int(points[cid].get(LENGTH_FIELD) or 0) for cid in wanted if cid in stored and cid not in changed}
+    embed_seconds = _upsert_embedded(client, collection, todo, embedder, batch_size, progress, task, kept) if todo else 0.0
     if stale:
         from qdrant_client import models
 
@@ -173,7 +197,7 @@ def sync_collection(
             client.delete_collection(target)  # a half-built leftover: no alias points at it
         create_collection(client, target, embedder.dim, distance)
         rows = chunks.to_dict("records")
-        run.embed_seconds = _upsert_embedded(client, target, rows, embedder, batch_size, progress, task)
+        run.embed_seconds = _upsert_embedded(client, target, rows, embedder, batch_size, progress, task, kept_lengths={})
         optimize(client, target)  # before the swap: a collection goes live searchable at full speed
         point_alias_to(client, name.alias, target)
         run.rebuilt, run.added = True, len(rows)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rag.embedding import TextEmbedder
 from rag.index.bm25 import BM25Index
+from rag.index.bm25_sparse import EngineBM25
 from rag.index.qdrant import DENSE, collection_distance, point_id, similarity
 from rag.retrieval.fusion import convex_combination, reciprocal_rank_fusion
 from rag.retrieval.mmr import mmr
@@ -71,7 +72,9 @@ class Index:
     """Everything a retriever reads: the chunk table, the BM25 index, the dense collection alias."""
 
     chunks: pd.DataFrame  # indexed by chunk_id
-    bm25: BM25Index | None
+    # BM25 from the collection's sparse vectors (the engine ranks it, filters by the payload indexes) or from the
+    # strategy's bm25s index (searches that open no collection, collections built before the sparse vector).
+    bm25: EngineBM25 | BM25Index | None
     client: object | None
     alias: str | None
     embedder: TextEmbedder | None
@@ -147,6 +150,8 @@ def _qdrant_filter(flt: SearchFilter):
 def bm25_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> list[tuple[str, float]]:
     if index.bm25 is None:
         raise RetrievalError("this index has no BM25 part: build it (materialize bm25_indexes or run `rag index`)")
+    if isinstance(index.bm25, EngineBM25):
+        return index.bm25.search(query, depth, _qdrant_filter(flt))
     mask = index.bm25.mask_for(index.allowed_ids(flt)) if flt.active else None
     return index.bm25.search(query, depth, mask)
 

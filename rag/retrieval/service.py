@@ -1,28 +1,51 @@
 """Open the index of a (strategy, model) from the data dir and search it: what `rag search` and the API use."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Literal
 
 from rag.embedding import load_embedder, model_key
 from rag.index.bm25 import BM25Index
+from rag.index.bm25_sparse import EngineBM25, has_bm25
 from rag.index.qdrant import CollectionName, QdrantSettings, alias_target, get_client
 from rag.retrieval import DENSE_MODES, RETRIEVERS, Hit, Index, RetrievalError, RetrievalParams, retrieve, validate_query
 from rag.store import CHUNKS_TABLE, TableStore, bm25_root, data_dir
 
 
+BM25Source = Literal["auto", "engine", "bm25s"]
+
+
+def bm25_source_from_env() -> BM25Source:
+    value = os.environ.get("RAG_BM25") or "auto"
+    if value not in ("auto", "engine", "bm25s"):
+        raise RetrievalError(f"RAG_BM25={value!r}: use auto, engine or bm25s")
+    return value  # type: ignore[return-value]
+
+
+def open_bm25(bm25_dir: Path, client, alias: str | None, source: BM25Source | None = None) -> EngineBM25 | BM25Index:
+    """The BM25 a search uses. "auto": the engine's, from the opened collection's sparse vectors when it has them
+    (one index, filtered in the engine, copied with the collection to a serving replica), else the bm25s index in
+    `bm25_dir`. "engine" and "bm25s" force one (RAG_BM25 sets the default; benchmarks compare the two)."""
+    source = source or bm25_source_from_env()
+    if source != "bm25s" and client is not None and alias is not None and has_bm25(client, alias):
+        return EngineBM25(client, alias)
+    if source == "engine":
+        raise RetrievalError(f"{alias or 'this search'} has no BM25 sparse vector in the engine: it needs a collection "
+                             "built since they exist (re-index it), or RAG_BM25=auto to use the bm25s index")
+    try:
+        return BM25Index.load(bm25_dir)
+    except FileNotFoundError as exc:
+        raise RetrievalError(str(exc)) from exc
+
+
 def open_index(strategy: str, model: str | None, *, root: Path | None = None, qdrant: QdrantSettings | None = None,
-               need_dense: bool = True, need_bm25: bool = True) -> Index:
+               need_dense: bool = True, need_bm25: bool = True, bm25: BM25Source | None = None) -> Index:
     root = Path(root or data_dir())
     chunks = TableStore(root / "tables").read(CHUNKS_TABLE, strategy)
     if chunks is None:
         raise RetrievalError(f"no chunk set for strategy {strategy!r} under {root}: run `rag index DOCS --strategy {strategy}` "
                              "or materialize chunk_sets for that partition")
-    bm25 = None
-    if need_bm25:
-        try:
-            bm25 = BM25Index.load(bm25_root(root, strategy))
-        except FileNotFoundError as exc:
-            raise RetrievalError(str(exc)) from exc
     client = alias = embedder = None
     if need_dense:
         if not model:
@@ -41,7 +64,8 @@ def open_index(strategy: str, model: str | None, *, root: Path | None = None, qd
             # Query vectors from other weights than the indexed ones would rank nonsense silently.
             raise RetrievalError(f"the collection {live} was built with other weights than model {model!r} has now "
                                  f"({embedder.version}): re-index it (materialize embedding_collections or `rag index`)")
-    return Index(chunks=chunks.set_index("chunk_id"), bm25=bm25, client=client, alias=alias, embedder=embedder)
+    sparse = open_bm25(bm25_root(root, strategy), client, alias, bm25) if need_bm25 else None
+    return Index(chunks=chunks.set_index("chunk_id"), bm25=sparse, client=client, alias=alias, embedder=embedder)
 
 
 def search(query: str, *, strategy: str, model: str | None = "minilm", mode: str = "hybrid-rrf", k: int = 10,

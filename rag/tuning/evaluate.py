@@ -24,6 +24,7 @@ from rag.embedding import load_embedder
 from rag.evaluation.metrics import evaluate_run, retrieval_score, run_from_hits
 from rag.evaluation.qaset import QAItem, Relevance, context_chars, context_run, qrels_for_chunks
 from rag.index.bm25 import BM25Index
+from rag.retrieval.service import open_bm25
 from rag.index.qdrant import QdrantSettings, get_client
 from rag.llm import LLM
 from rag.pipeline import bm25_step, chunk_step, embed_step
@@ -129,7 +130,9 @@ class IndexCache:
                 run = embed_step(self.workspace.tables, client, strategy, model, embedder)
                 self.work[f"dense:{strategy}|{model}"] = run.summary
                 self._collections[key] = alias = run.alias
-            self._indexes[key] = Index(chunks.set_index("chunk_id"), self._bm25[strategy], client, alias, embedder)
+            # With a collection, BM25 is the one its searches in serving use (the engine's, when it carries it).
+            bm25 = self._bm25[strategy] if model is None else open_bm25(bm25_root(self.workspace.root, strategy), client, alias)
+            self._indexes[key] = Index(chunks.set_index("chunk_id"), bm25, client, alias, embedder)
         return self._indexes[key]
 
     @property
