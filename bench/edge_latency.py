@@ -23,12 +23,17 @@ Data (SciFact, BEIR layout under ../shared/datasets/scifact; the run prints a me
   queries        the SciFact test queries (300), the first --queries of them timed.
 
 Per engine and N (in folders under --root, removed afterwards unless --keep):
-  build          through the product's calls (rag.index.qdrant): create_collection (with its payload indexes), upsert
-                 of models.Batch in batches of --batch (point ids UUID5(chunk_id), payload as rag.index.sync
-                 writes it: text included), optimize (Edge builds HNSW here; a no-op for local mode), alias swap;
-                 upsert and optimize seconds apart.
-  bm25           rag.index.sync.sync_bm25 over the N-row chunk table (tokenize, index, save), and BM25Index.load;
-                 once per N (both engines read the same BM25 index).
+  build          through the product's calls (rag.index.qdrant, rag.index.sync.point_batch): tokenizing every text
+                 for the BM25 sparse vectors (rag.index.bm25_sparse.PassageTerms, when --bm25 has "engine"),
+                 create_collection (payload indexes, the bm25 sparse vector), upsert of models.Batch in batches of
+                 --batch (point ids UUID5(chunk_id), payload as rag.index.sync writes it: text included), optimize
+                 (Edge builds HNSW here; a no-op for local mode), alias swap; tokenizing, upsert (which includes
+                 the tokenizing) and optimize seconds apart.
+  bm25s          (when --bm25 has "bm25s") rag.index.sync.sync_bm25 over the N-row chunk table (tokenize, index,
+                 save), and BM25Index.load; once per N (both engines read the same bm25s index).
+  BM25 sources   "engine" (the product's default: the collection's sparse vectors ranked by the engine,
+                 rag.index.bm25_sparse.EngineBM25) and "bm25s" (the strategy's bm25s index): latency rows and quality
+                 rows per encoder and source; dense and the encoding alone are timed once per encoder.
   reopen         close the client, open the folder again (rag.index.qdrant.get_client) and count the points.
   disk           du of the engine folder and of the BM25 folder (MB allocated).
   rss            process RSS (psutil) before the reopen and after the queries, and the growth between them (the
@@ -43,7 +48,8 @@ Per engine and N (in folders under --root, removed afterwards unless --keep):
   recall         dense top-k of the engine's default search (HNSW where Edge has built it) against the exact top-k
                  computed in numpy over the same N vectors and the same query vectors: recall@10 of a limit-10
                  search, recall@10 and recall@100 of a limit-100 search (what retrieve asks for: candidates=100),
-                 and recall@10 of the engine's own SearchParams(exact=True) search, whose wall ms is timed too.
+                 and recall@10 of the engine's own SearchParams(exact=True) search, whose wall ms is timed too;
+                 then recall@10 of a limit-100 search and its dense-only time at each hnsw_ef of --recall-ef.
 Quality (per engine and encoder, N = D, no copies, each encoder's own passage vectors): SciFact test nDCG@10 and
 recall@100 per mode, all test queries, retrieve with k = candidates = 100 as rag eval-beir does, hybrid-cc at
 alpha 0.5 (RetrievalParams' default), scored by ranx (rag.evaluation.metrics.evaluate_run).
@@ -209,22 +215,25 @@ def names(encoder: str, version: str) -> tuple[str, str]:
 
 def build(engine: str, folder: Path, table: pd.DataFrame, vectors: np.ndarray, encoder: str, version: str,
           args: argparse.Namespace) -> dict:
-    """create_collection + batched upserts + optimize + alias, as rag.index.sync does for a fresh collection."""
-    from qdrant_client import models
-
-    from rag.index.qdrant import DENSE, create_collection, optimize, point_alias_to, point_id
-    from rag.index.sync import _payload
+    """create_collection + batched upserts + optimize + alias, as rag.index.sync does for a fresh collection: with
+    "engine" in --bm25, each point's BM25 sparse vector too (tokenizing every text is part of the build time)."""
+    from rag.index.bm25_sparse import PassageTerms
+    from rag.index.qdrant import create_collection, optimize, point_alias_to
+    from rag.index.sync import point_batch
 
     collection, alias = names(encoder, version)
     shutil.rmtree(folder, ignore_errors=True)
     client = open_client(engine, folder, args)
+    sparse = "engine" in args.bm25
     started = time.perf_counter()
-    create_collection(client, collection, vectors.shape[1], "cosine")
+    terms = PassageTerms.of(table["text"].tolist()) if sparse else None
+    terms_seconds = time.perf_counter() - started
+    avgdl = float(terms.lengths.mean()) if sparse and len(terms) else 0.0
+    create_collection(client, collection, vectors.shape[1], "cosine", bm25=sparse)
     for i in range(0, len(table), args.batch):
         rows = table.iloc[i:i + args.batch].to_dict("records")
-        client.upsert(collection, points=models.Batch(
-            ids=[point_id(r["chunk_id"]) for r in rows], vectors={DENSE: vectors[i:i + len(rows)].tolist()},
-            payloads=[_payload(r) for r in rows]), wait=True)
+        client.upsert(collection, points=point_batch(rows, vectors[i:i + len(rows)], terms, avgdl, start=i), wait=True)
+    del terms
     upsert_seconds = time.perf_counter() - started
     started = time.perf_counter()
     optimize(client, collection)
@@ -232,7 +241,8 @@ def build(engine: str, folder: Path, table: pd.DataFrame, vectors: np.ndarray, e
     point_alias_to(client, alias, collection)
     info = client.get_collection(collection)
     close(engine, folder, client)
-    return {"upsert_seconds": round(upsert_seconds, 2), "optimize_seconds": round(optimize_seconds, 2),
+    return {"bm25_terms_seconds": round(terms_seconds, 2), "upsert_seconds": round(upsert_seconds, 2),
+            "optimize_seconds": round(optimize_seconds, 2),
             "build_seconds": round(upsert_seconds + optimize_seconds, 2),
             "indexed_vectors": getattr(info, "indexed_vectors_count", None), "segments": getattr(info, "segments_count", None)}
 
@@ -260,16 +270,29 @@ def build_bm25(table: pd.DataFrame, folder: Path) -> tuple[object, dict]:
 
 # --- measurements ------------------------------------------------------------------------------------------------
 
+BM25_MODES = ["bm25", "hybrid-rrf", "hybrid-cc"]  # the modes a BM25 source changes
+
+
+def label(encoder: str, source: str) -> str:
+    """A latency / quality row: the encoder alone is BM25 from the engine (the product's default), '/bm25s' the other."""
+    return encoder if source == "engine" else f"{encoder}/bm25s"
+
+
+def arms_of(source: str, first: bool) -> list[str]:
+    """Dense and the encoding alone do not depend on the BM25 source: timed once per encoder."""
+    return MODES + ["encode"] if first else BM25_MODES
+
+
 def timed_retrieval(indexes: dict, queries: list[str], warmup: int) -> dict:
-    """{encoder: {mode: stats}}: question text -> top-10 hits with payload, every call encoding its query afresh."""
+    """{label: {mode: stats}}: question text -> top-10 hits with payload, every call encoding its query afresh.
+    `indexes` maps a label to (index, modes to time)."""
     from rag.retrieval import RetrievalParams, retrieve
 
     params = RetrievalParams(k=10)
-    arms = MODES + ["encode"]
-    times = {enc: {m: [] for m in arms} for enc in indexes}
+    times = {name: {m: [] for m in arms} for name, (_, arms) in indexes.items()}
     for i, q in enumerate(queries[:warmup] + queries):
-        shift = i % len(arms)
-        for enc, index in indexes.items():
+        for enc, (index, arms) in indexes.items():
+            shift = i % len(arms)
             for mode in arms[shift:] + arms[:shift]:
                 index._query_vectors.clear()  # untimed: the call below encodes its question itself
                 started = time.perf_counter()
@@ -285,8 +308,10 @@ def timed_retrieval(indexes: dict, queries: list[str], warmup: int) -> dict:
     return {enc: {m: stats(t) for m, t in by.items()} for enc, by in times.items()}
 
 
-def recall_figures(client, alias: str, query_vectors: np.ndarray, truth: np.ndarray, row_of: dict[str, int]) -> dict:
-    """Default (HNSW) search vs numpy's exact top-k; the engine's own exact search as a check, timed."""
+def recall_figures(client, alias: str, query_vectors: np.ndarray, truth: np.ndarray, row_of: dict[str, int],
+                   efs: list[int]) -> dict:
+    """Default (HNSW) search vs numpy's exact top-k; the engine's own exact search as a check, timed; and recall@10
+    of a limit-100 search at each hnsw_ef of `efs`, timed (dense only, vector given)."""
     from qdrant_client.http import models
 
     from rag.index.qdrant import DENSE
@@ -311,32 +336,48 @@ def recall_figures(client, alias: str, query_vectors: np.ndarray, truth: np.ndar
         r100.append(len(t100 & set(found100)) / 100)
         r10_exact.append(len(t10 & set(exact10)) / 10)
     mean = lambda xs: round(float(np.mean(xs)), 4)  # noqa: E731
+    by_ef = {}
+    for ef in efs:
+        found, ms = [], []
+        for q, top in zip(query_vectors, truth):
+            started = time.perf_counter()
+            got = search(q, 100, models.SearchParams(hnsw_ef=ef))
+            ms.append(1000 * (time.perf_counter() - started))
+            found.append(len(set(top[:10].tolist()) & set(got[:10])) / 10)
+        by_ef[str(ef)] = {"recall@10_of_limit100": mean(found), "dense_only_limit100": stats(ms)}
     return {"recall@10": mean(r10), "recall@10_of_limit100": mean(r10_of100), "recall@100": mean(r100),
             "recall@10_engine_exact": mean(r10_exact), "dense_only_default_limit10": stats(default_ms),
-            "dense_only_exact_limit10": stats(exact_ms), "n": len(r10)}
+            "dense_only_exact_limit10": stats(exact_ms), "by_hnsw_ef": by_ef, "n": len(r10)}
 
 
-def quality(engine: str, folder: Path, corpus: pd.DataFrame, bm25, embedder, encoder: str, vectors: np.ndarray,
-            test, args: argparse.Namespace) -> dict:
+def quality(engine: str, folder: Path, corpus: pd.DataFrame, bm25s, embedder, encoder: str, vectors: np.ndarray,
+            test, args: argparse.Namespace) -> list[dict]:
+    """One row per BM25 source of --bm25: nDCG@10 and recall@100 per mode (dense is the same in every row)."""
     from rag.evaluation.metrics import evaluate_run
+    from rag.index.bm25_sparse import EngineBM25
     from rag.retrieval import Index, RetrievalParams, retrieve
 
     built = build(engine, folder, corpus, vectors, encoder, embedder.version, args)
     client, _ = reopen(engine, folder, encoder, embedder.version, args)
-    index = Index(corpus.set_index("chunk_id"), bm25, client, names(encoder, embedder.version)[1], embedder)
-    index.embed_queries(list(test.queries.values()))  # untimed here: one batch, shared by the four modes
+    alias = names(encoder, embedder.version)[1]
     params = RetrievalParams(k=100, candidates=100)
-    out = {"engine": engine, "encoder": encoder, "documents": len(corpus), "queries": len(test.queries),
-           "build_seconds": built["build_seconds"]}
-    for mode in MODES:
-        run = {qid: {h.chunk["chunk_id"]: float(100 - h.rank + 1) for h in retrieve(index, text, mode, params)}
-               for qid, text in test.queries.items()}
-        mean, _ = evaluate_run(test.qrels, run, ["ndcg@10", "recall@100"])
-        out[mode] = {m: round(float(v), 4) for m, v in mean.items()}
+    rows = []
+    for source in args.bm25:
+        index = Index(corpus.set_index("chunk_id"), EngineBM25(client, alias) if source == "engine" else bm25s,
+                      client, alias, embedder)
+        index.embed_queries(list(test.queries.values()))  # untimed here: one batch, shared by the four modes
+        out = {"engine": engine, "encoder": encoder, "bm25_source": source, "documents": len(corpus),
+               "queries": len(test.queries), "build_seconds": built["build_seconds"]}
+        for mode in MODES:
+            run = {qid: {h.chunk["chunk_id"]: float(100 - h.rank + 1) for h in retrieve(index, text, mode, params)}
+                   for qid, text in test.queries.items()}
+            mean, _ = evaluate_run(test.qrels, run, ["ndcg@10", "recall@100"])
+            out[mode] = {m: round(float(v), 4) for m, v in mean.items()}
+        rows.append(out)
+        log(f"quality {engine} {label(encoder, source)}: " + ", ".join(f"{m} {out[m]['ndcg@10']:.3f}" for m in MODES))
     close(engine, folder, client)
     shutil.rmtree(folder, ignore_errors=True)
-    log(f"quality {engine} {encoder}: " + ", ".join(f"{m} {out[m]['ndcg@10']:.3f}" for m in MODES))
-    return out
+    return rows
 
 
 # --- run ---------------------------------------------------------------------------------------------------------
@@ -350,20 +391,27 @@ def write(out: dict, path: Path) -> None:
 
 def print_table(out: dict) -> None:
     print("\nquality (SciFact test, no copies): nDCG@10")
-    print(f"  {'engine':6s} {'encoder':12s} " + " ".join(f"{m:>10s}" for m in MODES))
+    print(f"  {'engine':6s} {'encoder':18s} " + " ".join(f"{m:>10s}" for m in MODES))
     for q in out["quality"]:
-        print(f"  {q['engine']:6s} {q['encoder']:12s} " + " ".join(f"{q[m]['ndcg@10']:10.4f}" for m in MODES))
+        print(f"  {q['engine']:6s} {label(q['encoder'], q['bm25_source']):18s} " + " ".join(f"{q[m]['ndcg@10']:10.4f}" for m in MODES))
     print("\nlatency, question -> top-10 hits with payload: p50 / p95 ms (encode: the query encoding alone)")
-    print(f"  {'engine':6s} {'points':>8s} {'encoder':12s} " + " ".join(f"{m:>15s}" for m in MODES + ['encode']))
+    print(f"  {'engine':6s} {'points':>8s} {'encoder':18s} " + " ".join(f"{m:>15s}" for m in MODES + ['encode']))
     for r in out["runs"]:
         for enc, by in r["latency"].items():
-            cells = " ".join(f"{by[m]['p50_ms']:7.1f}/{by[m]['p95_ms']:7.1f}" for m in MODES + ["encode"])
-            print(f"  {r['engine']:6s} {r['points']:8d} {enc:12s} {cells}")
+            cells = " ".join(f"{by[m]['p50_ms']:7.1f}/{by[m]['p95_ms']:7.1f}" if m in by else f"{'-':>15s}"
+                             for m in MODES + ["encode"])
+            print(f"  {r['engine']:6s} {r['points']:8d} {enc:18s} {cells}")
     print("\nengine per N: build (upsert + optimize) s, reopen s, recall@10 vs exact, disk MB, RSS growth MB; BM25 build s")
     for r in out["runs"]:
         rec = " ".join(f"{enc}:{v['recall@10']:.3f}" for enc, v in r["recall"].items())
         print(f"  {r['engine']:6s} {r['points']:8d} build {r['build']['build_seconds']:8.1f} reopen {r['reopen_seconds']:7.2f} "
-              f"recall {rec} disk {r['disk_mb']:8.1f} rss+ {r['rss_mb']['engine_growth']:7.1f} bm25 {r['bm25']['build_seconds']:7.1f}")
+              f"recall {rec} disk {r['disk_mb']:8.1f} rss+ {r['rss_mb']['engine_growth']:7.1f} "
+              f"bm25s {r['bm25']['build_seconds'] if r['bm25'] else '-'}")
+        for enc, v in r["recall"].items():
+            sweep = ", ".join(f"ef {ef}: {x['recall@10_of_limit100']:.3f} ({x['dense_only_limit100']['p95_ms']:.1f} ms p95)"
+                              for ef, x in v.get("by_hnsw_ef", {}).items())
+            if sweep:
+                print(f"    {enc} recall@10 of a limit-100 search by hnsw_ef: {sweep}")
     for s in out["skipped"]:
         print(f"  {s['engine']:6s} {s['points']:8d} skipped: {s['reason']}")
 
@@ -382,6 +430,11 @@ def main() -> int:
     ap.add_argument("--sigma", type=float, default=0.5, help="norm of the noise added to a copy's vector (before renormalising)")
     ap.add_argument("--batch", type=int, default=512, help="points per upsert (the sync path's default)")
     ap.add_argument("--no-quality", action="store_true", help="skip the nDCG@10 section")
+    ap.add_argument("--bm25", nargs="+", default=["engine", "bm25s"], choices=["engine", "bm25s"],
+                    help="BM25 sources: the collection's sparse vectors (the product's default) and the bm25s index")
+    ap.add_argument("--hnsw-ef", type=int, help="hnsw_ef of the timed searches (default: the engine's, as the product)")
+    ap.add_argument("--recall-ef", type=int, nargs="*", default=[128, 256, 512],
+                    help="hnsw_ef values whose recall@10 (limit 100) and dense search time are measured")
     ap.add_argument("--corpus-limit", type=int, help="only the first M abstracts (smoke tests: nDCG then means nothing)")
     ap.add_argument("--indexing-threshold-kb", type=int)
     ap.add_argument("--full-scan-threshold-kb", type=int)
@@ -401,6 +454,7 @@ def main() -> int:
 
     from rag.embedding import load_embedder
     from rag.evaluation.beir import load_beir
+    from rag.index.bm25_sparse import EngineBM25
     from rag.retrieval import Index
 
     cache = args.cache or data_dir() / "bench" / "edge-latency"
@@ -429,17 +483,17 @@ def main() -> int:
                     "collection_vectors": base_encoder, "sigma": args.sigma,
                     "copies": "row r = copy r // D of document r % D; copy 0 = the real vector, copy c >= 1 = the real "
                               "vector + N(0, sigma^2/dim) noise, renormalised; chunk_id = doc_id = '<doc>~c<c>'",
-                    "bm25": "N documents: every copy has its document's real text",
+                    "bm25": "N documents: every copy has its document's real text (sparse vectors and bm25s alike)",
                     "vectors_cache": cache_info,
                     "encoder_versions": {enc: e.version for enc, e in embedders.items()}},
            "quality": [], "runs": [], "skipped": []}
     try:
         if not args.no_quality:
-            bm25, _ = build_bm25(corpus, root / "bm25-quality")
+            bm25 = build_bm25(corpus, root / "bm25-quality")[0] if "bm25s" in args.bm25 else None
             for engine in args.engines:
                 for enc in args.encoders:
-                    out["quality"].append(quality(engine, root / f"{engine}-quality", corpus, bm25, embedders[enc],
-                                                  enc, vectors[enc], test, args))
+                    out["quality"] += quality(engine, root / f"{engine}-quality", corpus, bm25, embedders[enc],
+                                              enc, vectors[enc], test, args)
                     write(out, args.json)
             del bm25
         for n in args.points:
@@ -458,9 +512,11 @@ def main() -> int:
                                        base_encoder, embedders[base_encoder].version, args)
                 log(f"{engine}: {builds[engine]}")
             del points
-            log(f"BM25 over {n} documents")
-            bm25, bm25_info = build_bm25(table, root / f"bm25-{n}")
-            log(f"BM25: {bm25_info}")
+            bm25 = bm25_info = None
+            if "bm25s" in args.bm25:
+                log(f"bm25s over {n} documents")
+                bm25, bm25_info = build_bm25(table, root / f"bm25-{n}")
+                log(f"bm25s: {bm25_info}")
             chunks = table.set_index("chunk_id")
             del table
             for engine in engines:
@@ -470,10 +526,16 @@ def main() -> int:
                 client, reopened = reopen(engine, folder, base_encoder, embedders[base_encoder].version, args)
                 rss_reopened = rss_mb()
                 alias = names(base_encoder, embedders[base_encoder].version)[1]
-                indexes = {enc: Index(chunks, bm25, client, alias, embedders[enc]) for enc in args.encoders}
+                indexes = {}
+                for enc in args.encoders:
+                    for j, source in enumerate(args.bm25):
+                        sparse = EngineBM25(client, alias) if source == "engine" else bm25
+                        index = Index(chunks, sparse, client, alias, embedders[enc], hnsw_ef=args.hnsw_ef)
+                        indexes[label(enc, source)] = (index, arms_of(source, first=j == 0))
                 log(f"{engine} {n}: reopened in {reopened['reopen_seconds']}s; timing {len(timed)} queries")
                 latency = timed_retrieval(indexes, timed, args.warmup)
-                recall = {enc: recall_figures(client, alias, qv, truth[enc], row_of) for enc, qv in query_vectors.items()}
+                recall = {enc: recall_figures(client, alias, qv, truth[enc], row_of, args.recall_ef)
+                          for enc, qv in query_vectors.items()}
                 rss_after = rss_mb()
                 close(engine, folder, client)
                 result = {"engine": engine, "points": n, "build": builds[engine], **reopened, "bm25": bm25_info,

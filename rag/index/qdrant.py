@@ -73,11 +73,14 @@ class QdrantSettings(BaseModel):
     # on local mode (embedded_engine). Read from the environment by default so that settings made anywhere (Dagster
     # resource, serving replicas) agree on it.
     engine: Literal["auto", "local", "edge"] = Field(default_factory=_engine_from_env)
+    # Searches' HNSW breadth (Qdrant's hnsw_ef), any engine; None keeps the engine's default.
+    hnsw_ef: int | None = Field(default_factory=lambda: int(os.environ["RAG_HNSW_EF"]) if os.environ.get("RAG_HNSW_EF") else None,
+                                ge=1)
 
     @classmethod
     def from_env(cls) -> QdrantSettings:
         return cls(url=os.environ.get("QDRANT_URL") or None, api_key=os.environ.get("QDRANT_API_KEY") or None,
-                   path=os.environ.get("RAG_QDRANT_PATH") or None, engine=_engine_from_env())
+                   path=os.environ.get("RAG_QDRANT_PATH") or None)
 
     @property
     def location(self) -> str:

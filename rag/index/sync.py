@@ -75,6 +75,22 @@ def _payload(row: dict) -> dict:
     return out
 
 
+def point_batch(rows: list[dict], dense: np.ndarray, terms: PassageTerms | None = None, avgdl: float = 0.0,
+                start: int = 0):
+    """The points of `rows` (ids, payloads, dense vectors; with `terms`, whose passages start..start+len(rows) are
+    these rows, the BM25 sparse vectors and lengths too) as one models.Batch."""
+    from qdrant_client import models
+
+    payloads = [_payload(r) for r in rows]
+    vectors = {DENSE: dense.tolist()}
+    if terms is not None:
+        span = range(start, start + len(rows))
+        vectors[SPARSE] = terms.vectors(avgdl, span)
+        for payload, row in zip(payloads, span):
+            payload[LENGTH_FIELD] = int(terms.lengths[row])
+    return models.Batch(ids=[point_id(r["chunk_id"]) for r in rows], vectors=vectors, payloads=payloads)
+
+
 def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEmbedder, batch_size: int,
                      progress: Progress | None = None, task: str = "embedding",
                      kept_lengths: dict[str, int] | None = None) -> float:
@@ -84,8 +100,6 @@ def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEm
 
     `kept_lengths` (token counts of the points this sync leaves as they are) given: the collection carries the
     BM25 sparse vector, and every row is written with its own, normalised by the mean length of the chunk set."""
-    from qdrant_client import models
-
     # Batches of similar length pad less: the same trick model.encode plays inside one call.
     rows = sorted(rows, key=lambda r: len(r["text"]), reverse=True)
     terms = avgdl = None
@@ -100,9 +114,8 @@ def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEm
         while (item := pending.get()) is not None:
             if errors:
                 continue
-            ids, vectors, payloads = item
             try:
-                client.upsert(collection, points=models.Batch(ids=ids, vectors=vectors, payloads=payloads), wait=True)
+                client.upsert(collection, points=item, wait=True)
             except BaseException as exc:  # surfaced in the caller's thread below
                 errors.append(exc)
 
@@ -123,14 +136,7 @@ def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEm
             embed_seconds += time.perf_counter() - started
             if errors:
                 break
-            payloads = [_payload(r) for r in batch]
-            named = {DENSE: vectors.tolist()}
-            if terms is not None:
-                span = range(i, i + len(batch))
-                named[SPARSE] = terms.vectors(avgdl, span)
-                for payload, row in zip(payloads, span):
-                    payload[LENGTH_FIELD] = int(terms.lengths[row])
-            pending.put(([point_id(r["chunk_id"]) for r in batch], named, payloads))
+            pending.put(point_batch(batch, vectors, terms, avgdl, start=i))
     finally:
         pending.put(None)
         thread.join()

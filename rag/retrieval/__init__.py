@@ -83,6 +83,9 @@ class Index:
     # The dense collection's distance, read once per Index (one request), like the weights checked at open time:
     # a collection's distance never changes; only a new collection swapped in behind the alias brings another.
     _distance: str | None = field(default=None, repr=False)
+    # HNSW's search breadth (Qdrant's hnsw_ef; None: the engine's default, max(ef_construct, limit)). Wider finds
+    # more of the exact top k in big collections of near-duplicates, for more time per search.
+    hnsw_ef: int | None = None
 
     def query_vector(self, query: str) -> np.ndarray:
         if query not in self._query_vectors:
@@ -160,8 +163,14 @@ def dense_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> li
     if index.client is None or index.embedder is None:
         raise RetrievalError("this index has no dense part: pass an embedding model")
     vector = index.query_vector(query)
+    search_params = None
+    if index.hnsw_ef is not None:
+        from qdrant_client import models
+
+        search_params = models.SearchParams(hnsw_ef=index.hnsw_ef)
     points = index.client.query_points(index.alias, query=vector.tolist(), using=DENSE, limit=depth,
-                                       query_filter=_qdrant_filter(flt), with_payload=["chunk_id"]).points
+                                       query_filter=_qdrant_filter(flt), search_params=search_params,
+                                       with_payload=["chunk_id"]).points
     # Similarities for every distance (l2 scores are distances): hybrid-cc and min_score expect higher = better.
     distance = index.dense_distance()
     return [(p.payload["chunk_id"], similarity(float(p.score), distance)) for p in points]

@@ -47,6 +47,7 @@ def open_index(strategy: str, model: str | None, *, root: Path | None = None, qd
         raise RetrievalError(f"no chunk set for strategy {strategy!r} under {root}: run `rag index DOCS --strategy {strategy}` "
                              "or materialize chunk_sets for that partition")
     client = alias = embedder = None
+    qdrant = qdrant or QdrantSettings.from_env()
     if need_dense:
         if not model:
             raise RetrievalError("this mode needs an embedding model: pass --model")
@@ -65,7 +66,8 @@ def open_index(strategy: str, model: str | None, *, root: Path | None = None, qd
             raise RetrievalError(f"the collection {live} was built with other weights than model {model!r} has now "
                                  f"({embedder.version}): re-index it (materialize embedding_collections or `rag index`)")
     sparse = open_bm25(bm25_root(root, strategy), client, alias, bm25) if need_bm25 else None
-    return Index(chunks=chunks.set_index("chunk_id"), bm25=sparse, client=client, alias=alias, embedder=embedder)
+    return Index(chunks=chunks.set_index("chunk_id"), bm25=sparse, client=client, alias=alias, embedder=embedder,
+                 hnsw_ef=qdrant.hnsw_ef)
 
 
 def search(query: str, *, strategy: str, model: str | None = "minilm", mode: str = "hybrid-rrf", k: int = 10,
