@@ -69,6 +69,25 @@ class EdgeUnsupportedError(ValueError):
     """A qdrant-client feature the edge engine does not offer (yet)."""
 
 
+@dataclass(slots=True)
+class EdgeScoredPoint:
+    """A hit with qdrant-client's ScoredPoint fields, as a plain dataclass: building 100 pydantic models per query
+    took several times as long as the engine's search (1 ms vs 0.25 ms at 5k points)."""
+
+    id: int | str
+    version: int
+    score: float
+    payload: dict | None = None
+    vector: Any = None
+    shard_key: Any = None
+    order_value: Any = None
+
+
+@dataclass(slots=True)
+class EdgeQueryResponse:
+    points: list[EdgeScoredPoint]
+
+
 @dataclass(frozen=True)
 class EdgeCollectionConfig:
     params: models.CollectionParams
@@ -611,7 +630,7 @@ class EdgeClient:
                      prefetch: models.Prefetch | Sequence[models.Prefetch] | None = None,
                      query_filter: models.Filter | None = None, search_params: models.SearchParams | None = None,
                      limit: int = 10, offset: int | None = None, with_payload: Any = True, with_vectors: Any = False,
-                     score_threshold: float | None = None, lookup_from: Any = None, **_: Any) -> models.QueryResponse:
+                     score_threshold: float | None = None, lookup_from: Any = None, **_: Any) -> EdgeQueryResponse:
         """Nearest-neighbour queries by a dense vector or a sparse one (`using` its name), and prefetches of those
         fused by RRF or DBSF. `query_filter` reaches into every prefetch, as on a server: each prefetch's limit
         counts only matching points. Other query kinds raise EdgeUnsupportedError."""
@@ -629,9 +648,8 @@ class EdgeClient:
             limit=limit, offset=offset, query=scoring, prefetches=prefetched, filter=_filter(query_filter),
             params=_search_params(search_params), with_payload=_with_payload(with_payload),
             with_vector=_with_vectors(with_vectors), score_threshold=score_threshold))
-        return models.QueryResponse(points=[
-            models.ScoredPoint(id=_point_id(p.id), version=p.version, score=p.score, payload=p.payload,
-                               vector=_vector_out(p.vector)) for p in hits])
+        return EdgeQueryResponse([EdgeScoredPoint(_point_id(p.id), p.version, p.score, p.payload, _vector_out(p.vector))
+                                  for p in hits])
 
     def count(self, collection_name: str, count_filter: models.Filter | None = None, exact: bool = True,
               **_: Any) -> models.CountResult:

@@ -48,6 +48,7 @@ class IndexRun:
     updated: int = 0
     deleted: int = 0
     rebuilt: bool = False
+    bm25_in_engine: bool = False  # the collection carries BM25 sparse vectors (older ones do not: bm25s serves them)
     dropped_collections: list[str] = field(default_factory=list)
     seconds: float = 0.0
     embed_seconds: float = 0.0
@@ -57,7 +58,7 @@ class IndexRun:
         written = self.added + self.updated
         return {
             "collection": self.collection, "alias": self.alias, "points": self.points, "added": self.added,
-            "updated": self.updated, "deleted": self.deleted, "rebuilt": self.rebuilt,
+            "updated": self.updated, "deleted": self.deleted, "rebuilt": self.rebuilt, "bm25_in_engine": self.bm25_in_engine,
             "seconds": round(self.seconds, 3), "embed_seconds": round(self.embed_seconds, 3),
             "chunks_per_second": round(written / self.seconds, 1) if written and self.seconds else 0.0,
         }
@@ -207,6 +208,7 @@ def sync_collection(
         optimize(client, target)  # before the swap: a collection goes live searchable at full speed
         point_alias_to(client, name.alias, target)
         run.rebuilt, run.added = True, len(rows)
+    run.bm25_in_engine = has_bm25(client, target)
     run.dropped_collections = drop_unaliased(client, name)
     run.points = client.count(name.alias, exact=True).count
     run.seconds = time.perf_counter() - started
