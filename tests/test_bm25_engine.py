@@ -110,5 +110,14 @@ def test_the_default_engine_writes_and_ranks_bm25_through_a_data_dir(tmp_path, e
         assert hits[0].chunk["chunk_id"] in {"mice", "cats"} and "bm25_rank" in hits[0].signals
         monkeypatch.setenv("RAG_BM25", "bm25s")
         assert isinstance(open_index("t", "wordllama", root=tmp_path, qdrant=settings).bm25, BM25Index)
+        monkeypatch.setenv("RAG_HNSW_EF", "256")  # the searches' HNSW breadth reaches the engine
+        wide = open_index("t", "wordllama", root=tmp_path, qdrant=settings.model_copy(update={"hnsw_ef": 256}))
+        assert QdrantSettings(path=str(tmp_path / "x")).hnsw_ef == 256 and wide.hnsw_ef == 256
+        asked = []
+        search = wide.client.query_points
+        monkeypatch.setattr(wide.client, "query_points", lambda *a, **kw: asked.append(kw.get("search_params")) or search(*a, **kw))
+        assert [h.chunk["chunk_id"] for h in retrieve(wide, "cats chase mice", "dense")] == \
+            [h.chunk["chunk_id"] for h in retrieve(index, "cats chase mice", "dense")]
+        assert asked[0].hnsw_ef == 256
     finally:
         close_client(settings)
