@@ -16,3 +16,13 @@ def commit() -> str:
         return head + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def machine() -> dict:
+    """Where a result was measured, with the load average at the time of the call (a shared machine's load skews timings)."""
+    import os
+    import platform
+
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+            "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "nice": os.nice(0), "loadavg": [round(x, 2) for x in os.getloadavg()]}

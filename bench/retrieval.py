@@ -15,9 +15,11 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import statistics
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -26,10 +28,19 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.provenance import commit, machine  # noqa: E402
 from rag.embedding import load_embedder  # noqa: E402
 from rag.evaluation.beir import load_beir, open_beir_index  # noqa: E402
 from rag.index.bm25 import BM25Index  # noqa: E402
-from rag.index.qdrant import DENSE, CollectionName, create_collection, get_client, point_alias_to, point_id  # noqa: E402
+from rag.index.qdrant import (  # noqa: E402
+    DENSE,
+    CollectionName,
+    create_collection,
+    engine_of,
+    get_client,
+    point_alias_to,
+    point_id,
+)
 from rag.index.sync import sync_bm25, sync_collection  # noqa: E402
 from rag.progress import cli_progress  # noqa: E402
 from rag.retrieval import Index, RetrievalParams, SearchFilter, bm25_ranking, dense_ranking, retrieve  # noqa: E402
@@ -199,7 +210,7 @@ def incremental(model: str, n: int, client) -> dict:
         print(f"  {int(share * 100):>3d}% of {n} changed: {seconds:.2f}s vs full build {full_s:.1f}s → ratio {seconds / full_s:.3f}"
               + (" (goal ≤ 0.05)" if share == 0.01 else ""))
         corpus = changed
-    assert full.points == n
+    out["full_build_points"] = full.points
     return out
 
 
@@ -211,10 +222,15 @@ def main() -> int:
     parser.add_argument("--only", default="quality,throughput,latency,incremental",
                         help="comma-separated sections to run (latency needs the SciFact index that quality builds)")
     args = parser.parse_args()
+    started = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "commit": commit(),
+               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
+               "data_dir": str(data_dir())}
     results = run(args.model, args.quick, set(args.only.split(",")))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2, default=float))
+        record = {**started, **results, "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]}
+        args.json.write_text(json.dumps(record, indent=2, default=float) + "\n")
     return 0
 
 
@@ -226,7 +242,7 @@ def run(model: str = "minilm", quick: bool = False, only: set[str] | None = None
         return {}
     root = data_dir() / "beir"
     client = get_client()
-    results: dict = {"model": model, "quick": quick}
+    results: dict = {"model": model, "quick": quick, "engine": engine_of(client)}
     scifact_index = None
     if "quality" in only or "latency" in only:
         print("1. SciFact test nDCG@10")
