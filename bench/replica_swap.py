@@ -319,6 +319,8 @@ def main() -> int:
     ap.add_argument("--after-seconds", type=float, default=2.0)
     ap.add_argument("--sigma", type=float, default=0.5, help="norm of the noise of a copy's vector (before renormalising)")
     ap.add_argument("--batch", type=int, default=512, help="points per upsert (the sync path's default)")
+    ap.add_argument("--bm25", nargs="+", default=["engine"], choices=["engine", "bm25s"],
+                    help="edge_latency.build's: with engine, points carry BM25 sparse vectors as the product writes them")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--scifact", type=Path, default=SCIFACT)
     ap.add_argument("--cache", type=Path, help="corpus vectors cache (default <data dir>/bench/edge-latency, shared "
