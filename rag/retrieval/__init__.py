@@ -115,6 +115,11 @@ class Index:
     def record(self, chunk_id: str) -> dict:
         return {"chunk_id": chunk_id, **self.chunks.loc[chunk_id].to_dict()}
 
+    def records(self, chunk_ids: list[str]) -> list[dict]:
+        """record() of many in one lookup (one per hit cost ~0.2 ms each: most of a fast query's own time)."""
+        rows = self.chunks.loc[chunk_ids].to_dict("records") if chunk_ids else []
+        return [{"chunk_id": cid, **row} for cid, row in zip(chunk_ids, rows)]
+
     def allowed_ids(self, flt: SearchFilter) -> set[str]:
         df = self.chunks
         keep = pd.Series(True, index=df.index)
@@ -245,8 +250,9 @@ def retrieve(index: Index, query: str, mode: str, params: RetrievalParams | None
     ranking = [(cid, score) for cid, score in ranked if cid in index.chunks.index]
     if params.mmr_lambda is not None and ranking:
         ranking = _diversify(index, query, ranking, params)
-    return [Hit(rank, score, index.record(cid), {**signals.get(cid, {}), "first_stage_rank": float(rank)})
-            for rank, (cid, score) in enumerate(ranking[:params.k], start=1)]
+    top = ranking[:params.k]
+    return [Hit(rank, score, record, {**signals.get(cid, {}), "first_stage_rank": float(rank)})
+            for rank, ((cid, score), record) in enumerate(zip(top, index.records([cid for cid, _ in top])), start=1)]
 
 
 def _diversify(index: Index, query: str, ranking: list[tuple[str, float]], p: RetrievalParams) -> list[tuple[str, float]]:
