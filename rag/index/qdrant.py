@@ -60,6 +60,16 @@ class QdrantLockedError(RuntimeError):
     """The embedded Qdrant folder is held by another process."""
 
 
+def _hnsw_ef_from_env() -> int | None:
+    value = os.environ.get("RAG_HNSW_EF")
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"RAG_HNSW_EF={value!r}: give a whole number (e.g. 256), or unset it for the engine's default") from None
+
+
 def _engine_from_env() -> str:
     return os.environ.get("RAG_QDRANT_ENGINE") or "auto"
 
@@ -74,8 +84,7 @@ class QdrantSettings(BaseModel):
     # resource, serving replicas) agree on it.
     engine: Literal["auto", "local", "edge"] = Field(default_factory=_engine_from_env)
     # Searches' HNSW breadth (Qdrant's hnsw_ef), any engine; None keeps the engine's default.
-    hnsw_ef: int | None = Field(default_factory=lambda: int(os.environ["RAG_HNSW_EF"]) if os.environ.get("RAG_HNSW_EF") else None,
-                                ge=1)
+    hnsw_ef: int | None = Field(default_factory=lambda: _hnsw_ef_from_env(), ge=1)
 
     @classmethod
     def from_env(cls) -> QdrantSettings:
@@ -312,4 +321,3 @@ def stored_payloads(client, collection: str, fields: list[str]) -> dict[str, dic
             out[p.payload["chunk_id"]] = p.payload
         if offset is None:
             return out
-
