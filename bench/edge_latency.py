@@ -64,7 +64,6 @@ import gc
 import hashlib
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -82,7 +81,7 @@ warnings.filterwarnings("ignore", message="Local mode performs exact")
 warnings.filterwarnings("ignore", message=".*Local mode is not recommended.*")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.provenance import commit  # noqa: E402 - after the path setup
+from bench.provenance import commit, machine  # noqa: E402 - after the path setup
 
 SCIFACT = REPO.parent / "shared" / "datasets" / "scifact"
 MODES = ["bm25", "dense", "hybrid-rrf", "hybrid-cc"]
@@ -389,6 +388,15 @@ def write(out: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def finish(out: dict, path: Path, show) -> None:
+    """Stamp the end of a run (time, load), write it, and print its table with `show`."""
+    out["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    out["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    write(out, path)
+    show(out)
+    log(f"wrote {path}")
+
+
 def print_table(out: dict) -> None:
     print("\nquality (SciFact test, no copies): nDCG@10")
     print(f"  {'engine':6s} {'encoder':18s} " + " ".join(f"{m:>10s}" for m in MODES))
@@ -472,12 +480,11 @@ def main() -> int:
     query_vectors = {enc: e.encode_queries(timed) for enc, e in embedders.items() if enc in args.encoders}
     root = args.root or Path(tempfile.mkdtemp(prefix="edge-latency-"))
     root.mkdir(parents=True, exist_ok=True)
+    host = machine()
     out = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "commit": commit(),
            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
-                       "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-                       "torch_threads": torch.get_num_threads(), "onnx_threads": os.environ.get("RAG_ONNX_THREADS") or "1",
-                       "loadavg_at_start": [round(x, 2) for x in os.getloadavg()]},
+           "machine": {**host, "loadavg_at_start": host["loadavg"],
+                       "torch_threads": torch.get_num_threads(), "onnx_threads": os.environ.get("RAG_ONNX_THREADS") or "1"},
            "data": {"scifact": str(args.scifact), "documents": len(corpus), "corpus_hash": corpus_hash(corpus),
                     "corpus_limited": args.corpus_limit is not None, "timed_queries": len(timed),
                     "collection_vectors": base_encoder, "sigma": args.sigma,
@@ -554,11 +561,7 @@ def main() -> int:
     finally:
         if args.root is None and not args.keep:
             shutil.rmtree(root, ignore_errors=True)
-    out["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    out["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    write(out, args.json)
-    print_table(out)
-    log(f"wrote {args.json}")
+    finish(out, args.json, print_table)
     return 0
 
 

@@ -72,6 +72,7 @@ from bench.edge_latency import (  # noqa: E402 - after the path setup
     chunk_table,
     corpus_hash,
     corpus_vectors,
+    finish,
     folder_mb,
     log,
     names,
@@ -393,11 +394,7 @@ def main() -> int:
         watch.restore()
         if args.root is None:
             shutil.rmtree(root, ignore_errors=True)
-    out["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    out["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    write(out, args.json)
-    print_table(out)
-    log(f"wrote {args.json}")
+    finish(out, args.json, print_table)
     return 0
 
 

@@ -7,7 +7,8 @@ Scores equal bm25s' "lucene" BM25 (rag.index.bm25) on the same tokens:
 The passage vector holds the tf part (it needs |d| and avgdl, known at index time); the query vector holds term
 counts; the engine's IDF modifier supplies idf(t) = ln(1 + (N - n_t + 0.5) / (n_t + 0.5)) from the live points,
 as bm25s computes it at build time. Terms are the BM25 tokenizer's (rag.index.bm25.tokenize: lower case, English
-stop words, Snowball stems), hashed to 32-bit indices (blake2b; 26,559 SciFact terms, no collision).
+stop words, Snowball stems), hashed to 32-bit indices (blake2b): two terms share an index with probability ~n^2/2^33
+for n distinct terms (about one pair at 100k), which merges their counts.
 
 avgdl is the mean token count over the chunk set at the time a passage is written. An incremental sync writes
 changed passages with the chunk set's current mean and leaves the others as they were (their lengths are in the
