@@ -217,7 +217,7 @@ def build(engine: str, folder: Path, table: pd.DataFrame, vectors: np.ndarray, e
     """create_collection + batched upserts + optimize + alias, as rag.index.sync does for a fresh collection: with
     "engine" in --bm25, each point's BM25 sparse vector too (tokenizing every text is part of the build time)."""
     from rag.index.bm25_sparse import PassageTerms
-    from rag.index.qdrant import create_collection, optimize, point_alias_to
+    from rag.index.qdrant import HnswBuild, create_collection, optimize, point_alias_to
     from rag.index.sync import point_batch
 
     collection, alias = names(encoder, version)
@@ -228,7 +228,8 @@ def build(engine: str, folder: Path, table: pd.DataFrame, vectors: np.ndarray, e
     terms = PassageTerms.of(table["text"].tolist()) if sparse else None
     terms_seconds = time.perf_counter() - started
     avgdl = float(terms.lengths.mean()) if sparse and len(terms) else 0.0
-    create_collection(client, collection, vectors.shape[1], "cosine", bm25=sparse)
+    create_collection(client, collection, vectors.shape[1], "cosine", bm25=sparse,
+                      graph=HnswBuild(m=args.hnsw_m, ef_construct=args.hnsw_ef_construct))
     for i in range(0, len(table), args.batch):
         rows = table.iloc[i:i + args.batch].to_dict("records")
         client.upsert(collection, points=point_batch(rows, vectors[i:i + len(rows)], terms, avgdl, start=i), wait=True)
@@ -270,6 +271,7 @@ def build_bm25(table: pd.DataFrame, folder: Path) -> tuple[object, dict]:
 # --- measurements ------------------------------------------------------------------------------------------------
 
 BM25_MODES = ["bm25", "hybrid-rrf", "hybrid-cc"]  # the modes a BM25 source changes
+EXACT_MODES = ["dense", "hybrid-rrf", "hybrid-cc"]  # the modes exact dense search changes
 
 
 def label(encoder: str, source: str) -> str:
@@ -443,6 +445,11 @@ def main() -> int:
     ap.add_argument("--hnsw-ef", type=int, help="hnsw_ef of the timed searches (default: the engine's, as the product)")
     ap.add_argument("--recall-ef", type=int, nargs="*", default=[128, 256, 512],
                     help="hnsw_ef values whose recall@10 (limit 100) and dense search time are measured")
+    ap.add_argument("--hnsw-m", type=int, help="the graph's m at build (default: the engine's, 16; RAG_HNSW_M in the product)")
+    ap.add_argument("--hnsw-ef-construct", type=int,
+                    help="the graph's ef_construct at build (default: the engine's, 100; RAG_HNSW_EF_CONSTRUCT in the product)")
+    ap.add_argument("--exact", action="store_true",
+                    help="also time dense and hybrid searches with exact dense search (rows '<encoder>/exact')")
     ap.add_argument("--corpus-limit", type=int, help="only the first M abstracts (smoke tests: nDCG then means nothing)")
     ap.add_argument("--indexing-threshold-kb", type=int)
     ap.add_argument("--full-scan-threshold-kb", type=int)
@@ -539,6 +546,10 @@ def main() -> int:
                         sparse = EngineBM25(client, alias) if source == "engine" else bm25
                         index = Index(chunks, sparse, client, alias, embedders[enc], hnsw_ef=args.hnsw_ef)
                         indexes[label(enc, source)] = (index, arms_of(source, first=j == 0))
+                    if args.exact:  # the same searches scoring every dense vector (RAG_EXACT_SEARCH=1)
+                        sparse = EngineBM25(client, alias) if args.bm25[0] == "engine" else bm25
+                        indexes[f"{label(enc, args.bm25[0])}/exact"] = (
+                            Index(chunks, sparse, client, alias, embedders[enc], exact=True), EXACT_MODES)
                 log(f"{engine} {n}: reopened in {reopened['reopen_seconds']}s; timing {len(timed)} queries")
                 latency = timed_retrieval(indexes, timed, args.warmup)
                 recall = {enc: recall_figures(client, alias, qv, truth[enc], row_of, args.recall_ef)

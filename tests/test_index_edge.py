@@ -326,9 +326,10 @@ def test_unsupported_features_say_what_to_do(tmp_path):
         client.create_collection("s", vectors_config={"dense": models.VectorParams(size=2, distance=models.Distance.COSINE)},
                                  sparse_vectors_config={"bm25": models.SparseVectorParams(
                                      index=models.SparseIndexParams(datatype=models.Datatype.FLOAT16))})
-    with pytest.raises(EdgeUnsupportedError, match="hnsw_config"):
+    with pytest.raises(EdgeUnsupportedError, match="quantization_config"):
         client.create_collection("h", vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE),
-                                 hnsw_config=models.HnswConfigDiff(m=8))
+                                 quantization_config=models.ScalarQuantization(
+                                     scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8)))
     vector_collection(client, "c", 2)
     with pytest.raises(EdgeUnsupportedError, match="geo"):
         client.count("c", count_filter=models.Filter(must=[models.FieldCondition(
@@ -689,3 +690,48 @@ def test_serving_replica_copies_sparse_vectors(tmp_path, source_engine, target_e
     finally:
         close_client(target)
         close_client(source)
+
+
+def test_graph_build_parameters_reach_the_engine_and_outlive_a_reopen(tmp_path, monkeypatch):
+    from rag.index.qdrant import HnswBuild, copy_collection, create_collection
+
+    rng = np.random.default_rng(5)
+    dim = 32
+    vectors, queries = rng.normal(size=(2000, dim)).astype(np.float32), rng.normal(size=(40, dim)).astype(np.float32)
+    options = EdgeOptions(indexing_threshold_kb=10, full_scan_threshold_kb=1, max_indexing_threads=1)
+    client = EdgeClient(tmp_path / "q", options)
+    monkeypatch.setenv("RAG_HNSW_M", "4")
+    monkeypatch.setenv("RAG_HNSW_EF_CONSTRUCT", "8")
+    create_collection(client, "thin", dim, "cosine", bm25=False)  # from the environment, as the sync path builds
+    create_collection(client, "dense", dim, "cosine", bm25=False, graph=HnswBuild(m=32, ef_construct=200))
+    for name in ("thin", "dense"):
+        client.upsert(name, models.Batch(ids=list(range(1, len(vectors) + 1)), vectors={"dense": vectors.tolist()}))
+        client.optimize(name)
+
+    def recall(c, name: str) -> float:
+        def top(params):
+            return [{p.id for p in c.query_points(name, q.tolist(), using="dense", limit=10, search_params=params).points}
+                    for q in queries]
+        return float(np.mean([len(a & b) / 10 for a, b in zip(top(models.SearchParams(hnsw_ef=10)),
+                                                                top(models.SearchParams(exact=True)))]))
+
+    thin, dense = recall(client, "thin"), recall(client, "dense")
+    assert dense >= thin + 0.1, (thin, dense)  # the graph really was built with the parameters given
+    client.close()
+
+    client = EdgeClient(tmp_path / "q", options)  # every load passes the kept parameters to Edge again
+    assert client.get_collection("thin").config.hnsw_config == models.HnswConfigDiff(m=4, ef_construct=8)
+    assert recall(client, "thin") == thin and recall(client, "dense") == dense
+    client.create_collection("more", vectors_config={"dense": models.VectorParams(size=dim, distance=models.Distance.COSINE)})
+    assert client.get_collection("more").config.hnsw_config is None  # none given: Edge's defaults, nothing kept
+    replica = EdgeClient(tmp_path / "r", options)
+    copy_collection(client, replica, "dense")  # the point-by-point copy builds the same graph
+    assert replica.get_collection("dense").config.hnsw_config == models.HnswConfigDiff(m=32, ef_construct=200)
+    monkeypatch.setenv("RAG_HNSW_M", "many")
+    with pytest.raises(ValueError, match="RAG_HNSW_M='many': give a whole number"):
+        HnswBuild.from_env()
+    with pytest.raises(EdgeUnsupportedError, match="full_scan_threshold"):
+        client.create_collection("h", vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE),
+                                 hnsw_config=models.HnswConfigDiff(m=8, full_scan_threshold=5))
+    replica.close()
+    client.close()

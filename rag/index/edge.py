@@ -91,6 +91,7 @@ class EdgeQueryResponse:
 @dataclass(frozen=True)
 class EdgeCollectionConfig:
     params: models.CollectionParams
+    hnsw_config: models.HnswConfigDiff | None = None  # the graph parameters given at create (None: Edge's defaults)
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,18 @@ def _sparse_config(name: str, params: Any) -> dict:
         raise EdgeUnsupportedError(f"sparse vector {name!r}: index options {unmapped} are not mapped to the edge "
                                    "engine: leave them out or use engine local")
     return params.model_dump(mode="json", exclude_none=True)
+
+
+def _hnsw_config(diff: models.HnswConfigDiff | None) -> dict[str, int]:
+    """The graph's build parameters Edge takes (m, ef_construct); the rest of a server's HNSW config says so."""
+    if diff is None:
+        return {}
+    given = {k for k, v in diff.model_dump(exclude_none=True).items()}
+    if given - {"m", "ef_construct"}:
+        raise EdgeUnsupportedError(f"hnsw_config fields {sorted(given - {'m', 'ef_construct'})} are not mapped to the "
+                                   "edge engine: give m and ef_construct only (EdgeOptions holds the indexing threads "
+                                   "and the full-scan threshold)")
+    return {k: int(getattr(diff, k)) for k in ("m", "ef_construct") if getattr(diff, k) is not None}
 
 
 def _edge_sparse(params: models.SparseVectorParams) -> qe.EdgeSparseVectorParams:
@@ -432,7 +445,8 @@ class EdgeClient:
     def _config(self, collection: str) -> dict:
         return json.loads((self._dir(collection) / "config.json").read_text())
 
-    def _edge_config(self, vectors: dict, sparse: Mapping[str, dict] | None = None) -> qe.EdgeConfig:
+    def _edge_config(self, vectors: dict, sparse: Mapping[str, dict] | None = None,
+                     graph: Mapping[str, int] | None = None) -> qe.EdgeConfig:
         params = {name: qe.EdgeVectorParams(size=v["size"], distance=_distance(v["distance"])) for name, v in vectors.items()}
         sparse_params = {name: _edge_sparse(models.SparseVectorParams.model_validate(p))
                          for name, p in (sparse or {}).items()} or None
@@ -441,9 +455,11 @@ class EdgeClient:
             optimizers = qe.EdgeOptimizersConfig(indexing_threshold=self.options.indexing_threshold_kb)
         hnsw = None
         opts = self.options
-        if opts.max_indexing_threads is not None or opts.full_scan_threshold_kb is not None:
+        graph = graph or {}
+        if graph or opts.max_indexing_threads is not None or opts.full_scan_threshold_kb is not None:
             # Edge takes the HNSW config whole: Qdrant's defaults for what is not set.
-            hnsw = qe.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=opts.full_scan_threshold_kb or 10_000,
+            hnsw = qe.HnswIndexConfig(m=graph.get("m", 16), ef_construct=graph.get("ef_construct", 100),
+                                      full_scan_threshold=opts.full_scan_threshold_kb or 10_000,
                                       max_indexing_threads=opts.max_indexing_threads or 0)
         return qe.EdgeConfig(vectors=params, sparse_vectors=sparse_params, optimizers=optimizers, hnsw_config=hnsw)
 
@@ -455,7 +471,7 @@ class EdgeClient:
             if shard is None:
                 config = self._config(collection)
                 try:
-                    edge_config = self._edge_config(config["vectors"], config.get("sparse_vectors"))
+                    edge_config = self._edge_config(config["vectors"], config.get("sparse_vectors"), config.get("hnsw"))
                     shard = qe.EdgeShard.load(str(self._dir(collection) / "shard"), edge_config)
                 except Exception as exc:  # Edge raises bare Exception; its WAL lock says WouldBlock
                     if "WouldBlock" in str(exc):
@@ -522,12 +538,14 @@ class EdgeClient:
         return models.CollectionsResponse(collections=[models.CollectionDescription(name=n) for n in self._names()])
 
     def create_collection(self, collection_name: str, vectors_config: models.VectorParams | Mapping[str, models.VectorParams],
-                          sparse_vectors_config: Mapping[str, Any] | None = None, **unsupported: Any) -> bool:
+                          sparse_vectors_config: Mapping[str, Any] | None = None,
+                          hnsw_config: models.HnswConfigDiff | None = None, **unsupported: Any) -> bool:
         self._check_open()
         given = sorted(k for k, v in unsupported.items() if v is not None and k != "timeout")
         if given:
             raise EdgeUnsupportedError(f"create_collection options {given} are not mapped to the edge engine: leave "
                                        "them out or use engine local")
+        hnsw = _hnsw_config(hnsw_config)
         named = vectors_config if isinstance(vectors_config, Mapping) else {"": vectors_config}
         vectors = {name: {"size": int(p.size), "distance": getattr(p.distance, "value", p.distance)} for name, p in named.items()}
         sparse = {name: _sparse_config(name, p) for name, p in (sparse_vectors_config or {}).items()}
@@ -536,6 +554,8 @@ class EdgeClient:
         config: dict[str, Any] = {"vectors": vectors}
         if sparse:  # dense-only collections keep the config.json they had before sparse vectors were mapped
             config["sparse_vectors"] = sparse
+        if hnsw:  # kept in config.json: Edge takes the graph's parameters again on every load
+            config["hnsw"] = hnsw
         with self._mutex:
             if self._exists(collection_name):
                 raise ValueError(f"Collection {collection_name} already exists")
@@ -544,7 +564,7 @@ class EdgeClient:
             folder = self._dir(collection_name)
             shutil.rmtree(folder, ignore_errors=True)  # a create that crashed before config.json: never complete
             folder.mkdir(parents=True)
-            shard = qe.EdgeShard.create(str(folder / "shard"), self._edge_config(vectors, sparse))
+            shard = qe.EdgeShard.create(str(folder / "shard"), self._edge_config(vectors, sparse, hnsw))
             _write_atomic(folder / "config.json", config)
             self._shards[collection_name] = shard
         return True
@@ -558,7 +578,8 @@ class EdgeClient:
         info = shard.info()
         params = models.CollectionParams(vectors=vectors.get("") if set(vectors) == {""} else vectors,
                                          sparse_vectors=sparse or None)
-        return EdgeCollectionInfo(EdgeCollectionConfig(params), info.points_count, info.indexed_vectors_count,
+        graph = models.HnswConfigDiff(**config["hnsw"]) if config.get("hnsw") else None
+        return EdgeCollectionInfo(EdgeCollectionConfig(params, graph), info.points_count, info.indexed_vectors_count,
                                   info.segments_count)
 
     def delete_collection(self, collection_name: str, **_: Any) -> bool:

@@ -60,14 +60,47 @@ class QdrantLockedError(RuntimeError):
     """The embedded Qdrant folder is held by another process."""
 
 
-def _hnsw_ef_from_env() -> int | None:
-    value = os.environ.get("RAG_HNSW_EF")
+def _int_from_env(name: str, example: str) -> int | None:
+    value = os.environ.get(name)
     if not value:
         return None
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"RAG_HNSW_EF={value!r}: give a whole number (e.g. 256), or unset it for the engine's default") from None
+        raise ValueError(f"{name}={value!r}: give a whole number (e.g. {example}), or unset it for the engine's "
+                         "default") from None
+
+
+def _flag_from_env(name: str) -> bool:
+    value = (os.environ.get(name) or "0").strip().lower()
+    if value not in {"0", "1", "true", "false", "yes", "no"}:
+        raise ValueError(f"{name}={value!r}: give 1 or 0")
+    return value in {"1", "true", "yes"}
+
+
+def _hnsw_ef_from_env() -> int | None:
+    return _int_from_env("RAG_HNSW_EF", "256")
+
+
+class HnswBuild(BaseModel):
+    """How new collections build their HNSW graph (Qdrant's m and ef_construct), any engine. None keeps the
+    engine's default (16 and 100). Denser graphs raise recall on large or near-duplicate-heavy collections at the
+    cost of build time, memory and some search time: bench/edge_latency.py --hnsw-m / --hnsw-ef-construct
+    measures the trade. Read from RAG_HNSW_M / RAG_HNSW_EF_CONSTRUCT; takes effect when a collection is built."""
+
+    m: int | None = Field(default=None, ge=4)
+    ef_construct: int | None = Field(default=None, ge=4)
+
+    @classmethod
+    def from_env(cls) -> HnswBuild:
+        return cls(m=_int_from_env("RAG_HNSW_M", "32"), ef_construct=_int_from_env("RAG_HNSW_EF_CONSTRUCT", "256"))
+
+    def config(self):
+        from qdrant_client import models
+
+        if self.m is None and self.ef_construct is None:
+            return None
+        return models.HnswConfigDiff(m=self.m, ef_construct=self.ef_construct)
 
 
 def _engine_from_env() -> str:
@@ -85,6 +118,9 @@ class QdrantSettings(BaseModel):
     engine: Literal["auto", "local", "edge"] = Field(default_factory=_engine_from_env)
     # Searches' HNSW breadth (Qdrant's hnsw_ef), any engine; None keeps the engine's default.
     hnsw_ef: int | None = Field(default_factory=lambda: _hnsw_ef_from_env(), ge=1)
+    # Searches score every dense vector (Qdrant's exact=True) instead of walking the graph: recall 1.0 where the
+    # graph misses neighbours (large collections of near-duplicates), for time linear in the points. RAG_EXACT_SEARCH=1.
+    exact_search: bool = Field(default_factory=lambda: _flag_from_env("RAG_EXACT_SEARCH"))
 
     @classmethod
     def from_env(cls) -> QdrantSettings:
@@ -238,15 +274,18 @@ def drop_unaliased(client, name: CollectionName) -> list[str]:
     return dropped
 
 
-def create_collection(client, collection: str, dim: int, distance: str, *, bm25: bool = True) -> None:
-    """The dense vector and, with `bm25`, the BM25 sparse vector (rag.index.bm25_sparse) beside it."""
+def create_collection(client, collection: str, dim: int, distance: str, *, bm25: bool = True,
+                      graph: HnswBuild | None = None) -> None:
+    """The dense vector and, with `bm25`, the BM25 sparse vector (rag.index.bm25_sparse) beside it; the HNSW graph
+    built with `graph` (default: HnswBuild.from_env(), the engine's own parameters where nothing is set)."""
     from qdrant_client import models
 
     from rag.index.bm25_sparse import sparse_params
 
     metric = models.Distance(_METRICS[distance])
     client.create_collection(collection, vectors_config={DENSE: models.VectorParams(size=dim, distance=metric)},
-                             sparse_vectors_config=sparse_params() if bm25 else None)
+                             sparse_vectors_config=sparse_params() if bm25 else None,
+                             hnsw_config=(graph or HnswBuild.from_env()).config())
     add_payload_indexes(client, collection)
 
 
@@ -266,8 +305,10 @@ def copy_collection(source, target, collection: str, batch: int = 512) -> int:
     payload indexes the target engine uses and its index built (optimize). Returns the points copied."""
     from qdrant_client import models
 
-    params = source.get_collection(collection).config.params
-    target.create_collection(collection, vectors_config=params.vectors, sparse_vectors_config=params.sparse_vectors)
+    config = source.get_collection(collection).config
+    params, graph = config.params, getattr(config, "hnsw_config", None)
+    target.create_collection(collection, vectors_config=params.vectors, sparse_vectors_config=params.sparse_vectors,
+                             hnsw_config=models.HnswConfigDiff(m=graph.m, ef_construct=graph.ef_construct) if graph else None)
     add_payload_indexes(target, collection)
     copied, offset = 0, None
     while True:

@@ -86,6 +86,9 @@ class Index:
     # HNSW's search breadth (Qdrant's hnsw_ef; None: the engine's default, max(ef_construct, limit)). Wider finds
     # more of the exact top k in big collections of near-duplicates, for more time per search.
     hnsw_ef: int | None = None
+    # Exact dense search (every vector scored) instead of the graph: the exact top k whatever the data, for time
+    # linear in the collection (bench/edge_latency.py --exact times it at scale).
+    exact: bool = False
 
     def query_vector(self, query: str) -> np.ndarray:
         if query not in self._query_vectors:
@@ -169,10 +172,10 @@ def dense_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> li
         raise RetrievalError("this index has no dense part: pass an embedding model")
     vector = index.query_vector(query)
     search_params = None
-    if index.hnsw_ef is not None:
+    if index.hnsw_ef is not None or index.exact:
         from qdrant_client import models
 
-        search_params = models.SearchParams(hnsw_ef=index.hnsw_ef)
+        search_params = models.SearchParams(hnsw_ef=index.hnsw_ef, exact=index.exact)
     points = index.client.query_points(index.alias, query=vector.tolist(), using=DENSE, limit=depth,
                                        query_filter=_qdrant_filter(flt), search_params=search_params,
                                        with_payload=["chunk_id"]).points

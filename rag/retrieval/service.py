@@ -67,7 +67,7 @@ def open_index(strategy: str, model: str | None, *, root: Path | None = None, qd
                                  f"({embedder.version}): re-index it (materialize embedding_collections or `rag index`)")
     sparse = open_bm25(bm25_root(root, strategy), client, alias, bm25) if need_bm25 else None
     return Index(chunks=chunks.set_index("chunk_id"), bm25=sparse, client=client, alias=alias, embedder=embedder,
-                 hnsw_ef=qdrant.hnsw_ef)
+                 hnsw_ef=qdrant.hnsw_ef, exact=qdrant.exact_search)
 
 
 def search(query: str, *, strategy: str, model: str | None = "minilm", mode: str = "hybrid-rrf", k: int = 10,
