@@ -131,3 +131,37 @@ def test_the_default_engine_writes_and_ranks_bm25_through_a_data_dir(tmp_path, e
             QdrantSettings()
     finally:
         close_client(settings)
+
+
+def test_migrate_engine_gives_a_collection_written_before_the_sparse_vector_bm25_in_the_engine(tmp_path, embedder, monkeypatch):  # noqa: F811
+    from rag.index.migrate import migrate_to_edge
+    from rag.index.qdrant import QdrantSettings, close_client
+    from rag.index.sync import point_batch
+
+    monkeypatch.delenv("RAG_QDRANT_ENGINE", raising=False)
+    folder, chunks = tmp_path / "qdrant", chunk_table(CORPUS)
+    local = QdrantSettings(path=str(folder), engine="local")
+    try:
+        old = get_client(local)
+        create_collection(old, "old", embedder.dim, "cosine", bm25=False)  # as collections were written before it
+        rows = chunks.to_dict("records")
+        old.upsert("old", point_batch(rows, embedder.encode_passages([r["text"] for r in rows])))
+        point_alias_to(old, "old-alias", "old")
+        assert not has_bm25(old, "old-alias")
+    finally:
+        close_client(local)
+    done = migrate_to_edge(folder, log=lambda _: None)
+    assert done.bm25_added == ["old"] and done.points == {"old": len(CORPUS)}
+    sync_bm25(chunks, tmp_path / "bm25s")
+    bm25s = BM25Index.load(tmp_path / "bm25s")
+    edge = QdrantSettings(path=str(folder), engine="edge")
+    try:
+        migrated = get_client(edge)
+        assert has_bm25(migrated, "old-alias")
+        engine = EngineBM25(migrated, "old-alias")
+        for query in QUERIES:
+            assert dict(engine.search(query, 20)) == pytest.approx(dict(bm25s.search(query, 20)), rel=1e-4), query
+        cats = migrated.retrieve("old", [point_id("cats")], with_payload=True, with_vectors=True)[0]
+        assert cats.payload[LENGTH_FIELD] == len(tokenize([CORPUS["cats"]])[0]) and "dense" in cats.vector
+    finally:
+        close_client(edge)

@@ -131,7 +131,7 @@ def test_a_failed_migration_leaves_the_local_mode_folder_as_it_was(tmp_path, emb
     run, before = local_mode_folder(folder, embedder)
     listing = sorted(p.name for p in tmp_path.iterdir())
 
-    def broken(source, target, collection, batch=512):
+    def broken(source, target, collection, batch=512, **_):
         raise OSError("disk full")
     monkeypatch.setattr(migrate, "copy_collection", broken)
     with pytest.raises(OSError, match="disk full"):

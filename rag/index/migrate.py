@@ -3,7 +3,9 @@
 The folder is rebuilt beside itself (`<folder>.edge-staging-<time>`: every collection copied with its vectors and
 payloads, the payload indexes added, HNSW built, every alias set, point counts checked), then the two are swapped
 by renames: the old folder is kept as `<folder>.local-mode-<time>` until you delete it. A failure before the swap
-removes the staging folder and leaves the original as it was. Nothing is re-embedded."""
+removes the staging folder and leaves the original as it was. Nothing is re-embedded. Collections written before
+BM25 moved into the engine get its sparse vector from their payloads' texts on the way, so their searches rank
+BM25 in the engine afterwards (rag.index.bm25_sparse)."""
 from __future__ import annotations
 
 import os
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rag.index.bm25_sparse import has_bm25
 from rag.index.qdrant import (
     QdrantSettings,
     close_client,
@@ -29,6 +32,7 @@ class Migration:
     folder: Path
     backup: Path  # the local-mode folder as it was, kept
     points: dict[str, int] = field(default_factory=dict)  # collection -> points copied
+    bm25_added: list[str] = field(default_factory=list)  # collections that got the BM25 sparse vector on the way
     aliases: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -51,11 +55,14 @@ def migrate_to_edge(folder: str | Path, *, log: Callable[[str], None] = print) -
     try:
         dst = get_client(target)
         for collection in sorted(c.name for c in src.get_collections().collections):
-            result.points[collection] = copy_collection(src, dst, collection)
+            result.points[collection] = copy_collection(src, dst, collection, add_bm25=True)
+            if has_bm25(dst, collection) and not has_bm25(src, collection):
+                result.bm25_added.append(collection)
             expected = src.count(collection, exact=True).count
             if dst.count(collection, exact=True).count != expected:
                 raise RuntimeError(f"{collection}: {dst.count(collection, exact=True).count} points copied of {expected}")
-            log(f"{collection}: {result.points[collection]} points")
+            log(f"{collection}: {result.points[collection]} points"
+                + (" (BM25 sparse vectors added)" if collection in result.bm25_added else ""))
         result.aliases = {a.alias_name: a.collection_name for a in src.get_aliases().aliases}
         for alias, collection in sorted(result.aliases.items()):
             point_alias_to(dst, alias, collection)

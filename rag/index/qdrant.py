@@ -300,26 +300,57 @@ def add_payload_indexes(client, collection: str) -> None:
         client.create_payload_index(collection, field_name=field, field_schema=schema)
 
 
-def copy_collection(source, target, collection: str, batch: int = 512) -> int:
+def copy_collection(source, target, collection: str, batch: int = 512, *, add_bm25: bool = False) -> int:
     """Copy one collection (vector config, points with vectors and payloads) from one client to another, with the
-    payload indexes the target engine uses and its index built (optimize). Returns the points copied."""
+    payload indexes the target engine uses and its index built (optimize). Returns the points copied. With
+    `add_bm25`, a collection written before BM25 moved into the engine gets the `bm25` sparse vector on the way,
+    from its payloads' texts (rag.index.bm25_sparse; nothing is re-embedded)."""
     from qdrant_client import models
+
+    from rag.index.bm25_sparse import LENGTH_FIELD, SPARSE, PassageTerms, sparse_params
 
     config = source.get_collection(collection).config
     params, graph = config.params, getattr(config, "hnsw_config", None)
-    target.create_collection(collection, vectors_config=params.vectors, sparse_vectors_config=params.sparse_vectors,
+    sparse_config = params.sparse_vectors
+    terms = row_of = None
+    if add_bm25 and SPARSE not in (sparse_config or {}) and isinstance(params.vectors, dict) and DENSE in params.vectors:
+        texts, row_of = [], {}
+        for points in _pages(source, collection, batch, with_payload=["text"], with_vectors=False):
+            for point in points:
+                row_of[point.id] = len(texts)
+                texts.append((point.payload or {}).get("text") or "")
+        terms = PassageTerms.of(texts)
+        avgdl = float(terms.lengths.mean()) if len(terms) else 0.0
+        sparse_config = {**(sparse_config or {}), **sparse_params()}
+    target.create_collection(collection, vectors_config=params.vectors, sparse_vectors_config=sparse_config,
                              hnsw_config=models.HnswConfigDiff(m=graph.m, ef_construct=graph.ef_construct) if graph else None)
     add_payload_indexes(target, collection)
-    copied, offset = 0, None
-    while True:
-        points, offset = source.scroll(collection, limit=batch, offset=offset, with_payload=True, with_vectors=True)
-        if points:
-            target.upsert(collection, [models.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points])
-            copied += len(points)
-        if offset is None:
-            break
+    copied = 0
+    for points in _pages(source, collection, batch):
+        structs = []
+        for p in points:
+            vector, payload = p.vector, p.payload
+            if terms is not None:
+                row = row_of[p.id]
+                vector = {**vector, SPARSE: terms.vectors(avgdl, [row])[0]}
+                payload = {**(payload or {}), LENGTH_FIELD: int(terms.lengths[row])}
+            structs.append(models.PointStruct(id=p.id, vector=vector, payload=payload))
+        target.upsert(collection, structs)
+        copied += len(structs)
     optimize(target, collection)
     return copied
+
+
+def _pages(client, collection: str, batch: int, with_payload=True, with_vectors=True):
+    """A collection's points, a page (scroll) at a time."""
+    offset = None
+    while True:
+        points, offset = client.scroll(collection, limit=batch, offset=offset, with_payload=with_payload,
+                                       with_vectors=with_vectors)
+        if points:
+            yield points
+        if offset is None:
+            return
 
 
 def copies_files(source, target: QdrantSettings) -> bool:
