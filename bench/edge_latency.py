@@ -229,7 +229,8 @@ def build(engine: str, folder: Path, table: pd.DataFrame, vectors: np.ndarray, e
     terms_seconds = time.perf_counter() - started
     avgdl = float(terms.lengths.mean()) if sparse and len(terms) else 0.0
     create_collection(client, collection, vectors.shape[1], "cosine", bm25=sparse,
-                      graph=HnswBuild(m=args.hnsw_m, ef_construct=args.hnsw_ef_construct))
+                      graph=HnswBuild(m=getattr(args, "hnsw_m", None),  # bench/replica_swap builds with the defaults
+                                      ef_construct=getattr(args, "hnsw_ef_construct", None)))
     for i in range(0, len(table), args.batch):
         rows = table.iloc[i:i + args.batch].to_dict("records")
         client.upsert(collection, points=point_batch(rows, vectors[i:i + len(rows)], terms, avgdl, start=i), wait=True)
