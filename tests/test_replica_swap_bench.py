@@ -30,3 +30,20 @@ def test_the_stopwatch_sums_time_per_name_and_puts_the_functions_back():
     assert set(spent) == {"w"} and spent["w"] >= 0 and watch.take() == {}
     watch.restore()
     assert module.work is real
+
+
+def test_the_gap_probe_sees_a_step_that_holds_the_gil_and_not_one_that_waits():
+    import time
+
+    from bench.replica_open_pause import GapProbe, timed
+
+    probe = GapProbe()
+    probe.start()
+    try:
+        time.sleep(0.05)
+        _, waiting = timed(probe, lambda: time.sleep(0.3))  # releases the GIL: the probe keeps waking
+        _, holding = timed(probe, lambda: sum(range(30_000_000)))  # one C call: no other thread runs meanwhile
+    finally:
+        probe.stop.set()
+    assert holding["max_gap_ms"] >= 0.8 * 1000 * holding["seconds"]
+    assert waiting["max_gap_ms"] < 0.5 * holding["max_gap_ms"] and waiting["seconds"] >= 0.3
