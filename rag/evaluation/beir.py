@@ -74,7 +74,9 @@ def open_beir_index(ds: BeirDataset, mode: str, model: str | None, root: Path, q
         alias = run.alias
         info["collection"] = run.summary
     info["index_seconds"] = round(time.perf_counter() - started, 2)
-    return Index(ds.corpus.set_index("chunk_id"), open_bm25(bm25_dir, client, alias, bm25), client, alias, embedder), info
+    searches = qdrant or QdrantSettings.from_env()  # the breadth / exact search serving uses (RAG_HNSW_EF, RAG_EXACT_SEARCH)
+    return Index(ds.corpus.set_index("chunk_id"), open_bm25(bm25_dir, client, alias, bm25), client, alias, embedder,
+                 hnsw_ef=searches.hnsw_ef, exact=searches.exact_search), info
 
 
 def evaluate_beir(folder: Path, *, mode: str, model: str | None, split: str = "test", k: int = 10, root: Path,

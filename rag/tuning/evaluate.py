@@ -132,7 +132,9 @@ class IndexCache:
                 self._collections[key] = alias = run.alias
             # With a collection, BM25 is the one its searches in serving use (the engine's, when it carries it).
             bm25 = self._bm25[strategy] if model is None else open_bm25(bm25_root(self.workspace.root, strategy), client, alias)
-            self._indexes[key] = Index(chunks.set_index("chunk_id"), bm25, client, alias, embedder)
+            searches = self.workspace.qdrant_settings()  # scored with the search parameters serving uses
+            self._indexes[key] = Index(chunks.set_index("chunk_id"), bm25, client, alias, embedder,
+                                       hnsw_ef=searches.hnsw_ef, exact=searches.exact_search)
         return self._indexes[key]
 
     @property
