@@ -123,9 +123,10 @@ def test_the_default_engine_writes_and_ranks_bm25_through_a_data_dir(tmp_path, e
         exact = open_index("t", "wordllama", root=tmp_path, qdrant=QdrantSettings(path=settings.path, engine="auto"))
         assert exact.exact and exact.hnsw_ef == 256
         monkeypatch.setattr(exact.client, "query_points", lambda *a, **kw: asked.append(kw.get("search_params")) or search(*a, **kw))
-        assert [h.chunk["chunk_id"] for h in retrieve(exact, "cats chase mice", "dense")] == \
-            [h.chunk["chunk_id"] for h in retrieve(index, "cats chase mice", "dense")]
-        assert asked[-1].exact
+        asked.clear()
+        exact_hits = [h.chunk["chunk_id"] for h in retrieve(exact, "cats chase mice", "dense")]
+        assert asked[0].exact and asked[0].hnsw_ef == 256
+        assert exact_hits == [h.chunk["chunk_id"] for h in retrieve(index, "cats chase mice", "dense")]
         monkeypatch.setenv("RAG_EXACT_SEARCH", "maybe")
         with pytest.raises(ValueError, match="RAG_EXACT_SEARCH='maybe': give 1 or 0"):
             QdrantSettings()
