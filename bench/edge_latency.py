@@ -45,6 +45,8 @@ Per engine and N (in folders under --root, removed afterwards unless --keep):
                  hybrids encode once, as in the product). Modes (and "encode", encode_queries([q]) alone, to show
                  the encoder's share) and encoders take turns on every query, the mode order rotating per query, so
                  a shared machine's load falls on all alike. --warmup queries first, untimed. p50 / p95 / mean.
+                 With --exact, rows '<encoder>/exact' time dense and both hybrids with exact dense search
+                 (Index.exact, RAG_EXACT_SEARCH in the product); the timed HNSW rows use --hnsw-ef.
   recall         dense top-k of the engine's default search (HNSW where Edge has built it) against the exact top-k
                  computed in numpy over the same N vectors and the same query vectors: recall@10 of a limit-10
                  search, recall@10 and recall@100 of a limit-100 search (what retrieve asks for: candidates=100),
@@ -53,6 +55,7 @@ Per engine and N (in folders under --root, removed afterwards unless --keep):
 Quality (per engine and encoder, N = D, no copies, each encoder's own passage vectors): SciFact test nDCG@10 and
 recall@100 per mode, all test queries, retrieve with k = candidates = 100 as rag eval-beir does, hybrid-cc at
 alpha 0.5 (RetrievalParams' default), scored by ranx (rag.evaluation.metrics.evaluate_run).
+The graph is built with --hnsw-m / --hnsw-ef-construct (rag.index.qdrant.HnswBuild; the engine's 16 / 100 if not given).
 Edge's knobs (--indexing-threshold-kb, --full-scan-threshold-kb, --max-indexing-threads) default to Edge's defaults
 (the product's): segments under ~10 MB of vectors are searched exactly even when indexed.
 """
