@@ -62,7 +62,6 @@ Edge's knobs (--indexing-threshold-kb, --full-scan-threshold-kb, --max-indexing-
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import gc
 import hashlib
 import json
@@ -84,7 +83,7 @@ warnings.filterwarnings("ignore", message="Local mode performs exact")
 warnings.filterwarnings("ignore", message=".*Local mode is not recommended.*")
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.provenance import commit, machine  # noqa: E402 - after the path setup
+from bench.provenance import run_record, stamp_end  # noqa: E402 - after the path setup
 
 SCIFACT = REPO.parent / "shared" / "datasets" / "scifact"
 MODES = ["bm25", "dense", "hybrid-rrf", "hybrid-cc"]
@@ -295,7 +294,8 @@ def timed_retrieval(indexes: dict, queries: list[str], warmup: int) -> dict:
 
     params = RetrievalParams(k=10)
     times = {name: {m: [] for m in arms} for name, (_, arms) in indexes.items()}
-    for i, q in enumerate(queries[:warmup] + queries):
+    warm = queries[:warmup]  # fewer than --warmup when fewer queries are timed: every timed query still counts
+    for i, q in enumerate(warm + queries):
         for enc, (index, arms) in indexes.items():
             shift = i % len(arms)
             for mode in arms[shift:] + arms[:shift]:
@@ -306,7 +306,7 @@ def timed_retrieval(indexes: dict, queries: list[str], warmup: int) -> dict:
                 else:
                     hits = [h.to_json() for h in retrieve(index, q, mode, params)]
                 elapsed = 1000 * (time.perf_counter() - started)
-                if i >= warmup:
+                if i >= len(warm):
                     times[enc][mode].append(elapsed)
                     if mode != "encode" and not hits:
                         log(f"  note: {enc} {mode} found nothing for {q!r}")
@@ -396,9 +396,7 @@ def write(out: dict, path: Path) -> None:
 
 def finish(out: dict, path: Path, show) -> None:
     """Stamp the end of a run (time, load), write it, and print its table with `show`."""
-    out["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    out["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    write(out, path)
+    write(stamp_end(out), path)
     show(out)
     log(f"wrote {path}")
 
@@ -491,11 +489,7 @@ def main() -> int:
     query_vectors = {enc: e.encode_queries(timed) for enc, e in embedders.items() if enc in args.encoders}
     root = args.root or Path(tempfile.mkdtemp(prefix="edge-latency-"))
     root.mkdir(parents=True, exist_ok=True)
-    host = machine()
-    out = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "commit": commit(),
-           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "machine": {**host, "loadavg_at_start": host["loadavg"],
-                       "torch_threads": torch.get_num_threads(), "onnx_threads": os.environ.get("RAG_ONNX_THREADS") or "1"},
+    out = {**run_record(args, torch_threads=torch.get_num_threads(), onnx_threads=os.environ.get("RAG_ONNX_THREADS") or "1"),
            "data": {"scifact": str(args.scifact), "documents": len(corpus), "corpus_hash": corpus_hash(corpus),
                     "corpus_limited": args.corpus_limit is not None, "timed_queries": len(timed),
                     "collection_vectors": base_encoder, "sigma": args.sigma,

@@ -26,3 +26,22 @@ def machine() -> dict:
     return {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
             "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
             "nice": os.nice(0), "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def run_record(args, **machine_extra) -> dict:
+    """The head of a result file: the run's arguments, commit, start time and machine (plus `machine_extra`)."""
+    import datetime as dt
+
+    return {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "commit": commit(),
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": {**machine(), **machine_extra}}
+
+
+def stamp_end(record: dict) -> dict:
+    """The end of a run: its time and the load average then (what ran beside it shows up here)."""
+    import datetime as dt
+    import os
+
+    record["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    record.setdefault("machine", {})["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    return record

@@ -19,7 +19,6 @@ Per step: seconds and the longest gap (ms); the baseline gap is the probe alone 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import shutil
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.edge_latency import SCIFACT, STRATEGY, build, chunk_table, corpus_vectors, finish, log, names, points_matrix  # noqa: E402
-from bench.provenance import commit, machine  # noqa: E402
+from bench.provenance import run_record  # noqa: E402
 
 ENCODER = "minilm"
 
@@ -103,8 +102,7 @@ def main() -> int:
     del table
     alias = names(ENCODER, embedder.version)[1]
     primary = QdrantSettings(path=str(data / "qdrant"))
-    out = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "commit": commit(),
-           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
+    out = {**run_record(args),
            "data": {"encoder": ENCODER, "encoder_version": embedder.version, "vectors_cache": cache_info,
                     "strategy": STRATEGY},
            "build": built, "repeats": []}

@@ -49,7 +49,6 @@ uses for other engines, measured edge to edge by making rag.serving.index.copies
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import multiprocessing
 import os
 import shutil
@@ -79,7 +78,7 @@ from bench.edge_latency import (  # noqa: E402 - after the path setup
     points_matrix,
     write,
 )
-from bench.provenance import commit, machine  # noqa: E402
+from bench.provenance import run_record  # noqa: E402
 
 ENCODER = "minilm"
 
@@ -355,9 +354,7 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
     build_args = argparse.Namespace(bm25=["engine"], batch=args.batch, indexing_threshold_kb=None,
                                     full_scan_threshold_kb=None, max_indexing_threads=None)
-    out = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "commit": commit(),
-           "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-           "machine": {**machine(), "torch_threads": torch.get_num_threads(), "loadavg_before_run": loadavg_before},
+    out = {**run_record(args, torch_threads=torch.get_num_threads(), loadavg_before_run=loadavg_before),
            "data": {"scifact": str(args.scifact), "documents": len(corpus), "corpus_hash": corpus_hash(corpus),
                     "encoder": ENCODER, "encoder_version": embedder.version, "sigma": args.sigma,
                     "vectors_cache": cache_info, "strategy": STRATEGY},

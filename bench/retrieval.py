@@ -15,11 +15,9 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +26,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.provenance import commit, machine  # noqa: E402
+from bench.provenance import run_record, stamp_end  # noqa: E402
 from rag.embedding import load_embedder  # noqa: E402
 from rag.evaluation.beir import load_beir, open_beir_index  # noqa: E402
 from rag.index.bm25 import BM25Index  # noqa: E402
@@ -222,14 +220,11 @@ def main() -> int:
     parser.add_argument("--only", default="quality,throughput,latency,incremental",
                         help="comma-separated sections to run (latency needs the SciFact index that quality builds)")
     args = parser.parse_args()
-    started = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "commit": commit(),
-               "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": machine(),
-               "data_dir": str(data_dir())}
+    started = {**run_record(args), "data_dir": str(data_dir())}
     results = run(args.model, args.quick, set(args.only.split(",")))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        record = {**started, **results, "finished": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                  "loadavg_at_end": [round(x, 2) for x in os.getloadavg()]}
+        record = stamp_end({**started, **results})
         args.json.write_text(json.dumps(record, indent=2, default=float) + "\n")
     return 0
 

@@ -244,7 +244,7 @@ def _hnsw_config(diff: models.HnswConfigDiff | None) -> dict[str, int]:
     """The graph's build parameters Edge takes (m, ef_construct); the rest of a server's HNSW config says so."""
     if diff is None:
         return {}
-    given = {k for k, v in diff.model_dump(exclude_none=True).items()}
+    given = set(diff.model_dump(exclude_none=True))
     if given - {"m", "ef_construct"}:
         raise EdgeUnsupportedError(f"hnsw_config fields {sorted(given - {'m', 'ef_construct'})} are not mapped to the "
                                    "edge engine: give m and ef_construct only (EdgeOptions holds the indexing threads "

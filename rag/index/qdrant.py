@@ -384,12 +384,6 @@ def similarity(score: float, distance: str) -> float:
 
 def stored_payloads(client, collection: str, fields: list[str]) -> dict[str, dict]:
     """chunk_id -> those payload fields of every point: the collection itself is the record of what is indexed."""
-    out: dict[str, dict] = {}
-    offset = None
-    while True:
-        points, offset = client.scroll(collection, limit=2048, offset=offset, with_payload=["chunk_id", *fields],
-                                       with_vectors=False)
-        for p in points:
-            out[p.payload["chunk_id"]] = p.payload
-        if offset is None:
-            return out
+    return {p.payload["chunk_id"]: p.payload
+            for points in _pages(client, collection, 2048, with_payload=["chunk_id", *fields], with_vectors=False)
+            for p in points}
