@@ -15,7 +15,10 @@ Data (SciFact, BEIR layout under ../shared/datasets/scifact; the run prints a me
                  part of any figure below.
   N points       row r is copy r // D of document r % D (D = corpus size). Copy 0 is the document itself; copy c >= 1
                  has the document's vector plus Gaussian noise N(0, sigma^2 / dim) per component (a noise vector
-                 of norm ~ --sigma), renormalised, and its own chunk_id and doc_id ("<doc>~c<c>"). Every copy keeps
+                 of norm ~ --sigma), renormalised, and its own chunk_id and doc_id ("<doc>~c<c>"). With --copies
+                 mixture the copy starts from (1 - t) * its document's vector + t * a random document's, t ~
+                 U(0, --mix-max), instead: isotropic copies make each real vector the hub of a star of N/D copies,
+                 which caps HNSW recall once N/D passes 2m (points_matrix says why). Every copy keeps
                  its document's text: the chunk table (payload of the hits) and BM25 hold N rows, so BM25 ranks N
                  documents in which each text occurs ~N/D times. The big collections hold the vectors of the first
                  --encoders entry (--collection-encoder): the other encoder's queries search them (its own
@@ -151,13 +154,30 @@ def copy_ids(corpus: pd.DataFrame, n: int) -> list[str]:
     return [ids[r] if r < d else f"{ids[r % d]}~c{r // d}" for r in range(n)]
 
 
-def points_matrix(base: np.ndarray, n: int, sigma: float, seed: int) -> np.ndarray:
-    """N unit vectors: the D real ones, then noise copies of them (row r copies row r % D)."""
+COPY_KINDS = ("isotropic", "mixture")
+
+
+def points_matrix(base: np.ndarray, n: int, sigma: float, seed: int, kind: str = "isotropic",
+                  mix_max: float = 0.5) -> np.ndarray:
+    """N unit vectors: the D real ones, then copies of them (row r copies row r % D), renormalised.
+
+    isotropic: the document's vector + N(0, sigma^2 / dim) noise. Every copy is nearer its document than any other
+        copy (cosine 1/sqrt(1+sigma^2) against 1/(1+sigma^2)), so each real vector is the hub of a star of N/D copies.
+        HNSW's neighbour heuristic then links a copy to the hub and to no sibling, and the hub keeps at most 2m
+        level-0 links: past 2m copies per document some copies are reachable only by chance, and recall stops
+        rising with hnsw_ef (bench/hnsw_recall.py shows it).
+    mixture: (1 - t) * the document's vector + t * a random other document's, t ~ U(0, mix_max), + the same noise:
+        synthetic passages between real ones, copies of one document spread towards different documents."""
     d, dim = base.shape
+    if kind not in COPY_KINDS:
+        raise ValueError(f"unknown copy kind {kind!r}: one of {', '.join(COPY_KINDS)}")
     out = base[np.arange(n) % d].astype(np.float32)
     rng = np.random.default_rng(seed)
     for i in range(d, n, 65536):  # in blocks: no N x dim float64 temporary
         j = min(n, i + 65536)
+        if kind == "mixture":
+            t = rng.uniform(0, mix_max, (j - i, 1)).astype(np.float32)
+            out[i:j] = (1 - t) * out[i:j] + t * base[rng.integers(0, d, j - i)]
         out[i:j] += rng.standard_normal((j - i, dim), dtype=np.float32) * np.float32(sigma / np.sqrt(dim))
         out[i:j] /= np.linalg.norm(out[i:j], axis=1, keepdims=True)
     return out
@@ -440,6 +460,10 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=300, help="SciFact test queries timed (there are 300)")
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--sigma", type=float, default=0.5, help="norm of the noise added to a copy's vector (before renormalising)")
+    ap.add_argument("--copies", choices=COPY_KINDS, default="isotropic",
+                    help="how copies are made (points_matrix): isotropic noise around the document, or a mixture "
+                         "towards a random other document plus the noise")
+    ap.add_argument("--mix-max", type=float, default=0.5, help="largest share of the other document in a mixture copy")
     ap.add_argument("--batch", type=int, default=512, help="points per upsert (the sync path's default)")
     ap.add_argument("--no-quality", action="store_true", help="skip the nDCG@10 section")
     ap.add_argument("--bm25", nargs="+", default=["engine", "bm25s"], choices=["engine", "bm25s"],
@@ -493,8 +517,11 @@ def main() -> int:
            "data": {"scifact": str(args.scifact), "documents": len(corpus), "corpus_hash": corpus_hash(corpus),
                     "corpus_limited": args.corpus_limit is not None, "timed_queries": len(timed),
                     "collection_vectors": base_encoder, "sigma": args.sigma,
-                    "copies": "row r = copy r // D of document r % D; copy 0 = the real vector, copy c >= 1 = the real "
-                              "vector + N(0, sigma^2/dim) noise, renormalised; chunk_id = doc_id = '<doc>~c<c>'",
+                    "copy_kind": args.copies, "mix_max": args.mix_max if args.copies == "mixture" else None,
+                    "copies": "row r = copy r // D of document r % D; copy 0 = the real vector, copy c >= 1 = "
+                              + ("the real vector" if args.copies == "isotropic" else
+                                 "(1 - t) * the real vector + t * a random document's, t ~ U(0, mix_max),")
+                              + " + N(0, sigma^2/dim) noise, renormalised; chunk_id = doc_id = '<doc>~c<c>'",
                     "bm25": "N documents: every copy has its document's real text (sparse vectors and bm25s alike)",
                     "vectors_cache": cache_info,
                     "encoder_versions": {enc: e.version for enc, e in embedders.items()}},
@@ -512,9 +539,9 @@ def main() -> int:
             engines = [e for e in args.engines if e != "local" or n <= args.local_max_points]
             out["skipped"] += [{"engine": e, "points": n, "reason": f"over --local-max-points {args.local_max_points}"}
                                for e in args.engines if e not in engines]
-            log(f"N = {n}: chunk table, vectors ({base_encoder}, sigma {args.sigma}), exact top-100")
+            log(f"N = {n}: chunk table, vectors ({base_encoder}, {args.copies} copies, sigma {args.sigma}), exact top-100")
             table = chunk_table(corpus, n)
-            points = points_matrix(vectors[base_encoder], n, args.sigma, args.seed)
+            points = points_matrix(vectors[base_encoder], n, args.sigma, args.seed, args.copies, args.mix_max)
             truth = {enc: exact_top(points, qv, min(100, n)) for enc, qv in query_vectors.items()}
             row_of = {cid: r for r, cid in enumerate(table["chunk_id"])}
             builds = {}

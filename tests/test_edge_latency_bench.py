@@ -25,3 +25,58 @@ def test_exact_top_is_best_first():
     points, queries = rng.normal(size=(50, 8)).astype(np.float32), rng.normal(size=(5, 8)).astype(np.float32)
     top = exact_top(points, queries, 10)
     assert np.array_equal(top, np.argsort(-(queries @ points.T), axis=1)[:, :10])
+
+
+def test_mixture_copies_lie_between_their_document_and_another():
+    base = np.random.default_rng(3).normal(size=(20, 32)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    points = points_matrix(base, 400, sigma=0.0, seed=0, kind="mixture", mix_max=0.5)
+    assert np.array_equal(points[:20], base) and np.allclose(np.linalg.norm(points, axis=1), 1, atol=1e-5)
+    cos = points[20:] @ base.T
+    own = cos[np.arange(380), np.arange(20, 400) % 20]
+    assert np.all(own >= cos.max(axis=1) - 1e-5)  # t <= 0.5: its own document stays the nearest
+    assert float(np.mean(own < 0.999)) > 0.7  # and most copies moved off it (a partner can be the document itself)
+    # without a share of another document, a mixture copy is its document
+    assert np.allclose(points_matrix(base, 60, sigma=0.0, seed=0, kind="mixture", mix_max=0.0), base[np.arange(60) % 20])
+
+
+def test_isotropic_copies_are_nearer_their_document_than_each_other():
+    """The star that caps HNSW recall (points_matrix's docstring): every copy's nearest point is its document."""
+    base = np.random.default_rng(4).normal(size=(5, 384)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    points = points_matrix(base, 5 * 40, sigma=0.5, seed=0)
+    copies = points[5::5]  # copies of document 0
+    to_document = copies @ base[0]
+    between = copies @ copies.T
+    np.fill_diagonal(between, -1)
+    assert np.all(to_document > between.max(axis=1))
+
+
+def test_unknown_copy_kind_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="isotropic, mixture"):
+        points_matrix(np.eye(3, dtype=np.float32), 6, sigma=0.1, seed=0, kind="gaussian")
+
+
+def test_hnsw_recall_counts_every_miss_and_matches_ids_to_rows(tmp_path):
+    """bench/hnsw_recall.py's build and recall over a small collection, which Edge searches exactly: recall 1 means
+    point ids and exact-top rows agree; a shuffled truth must show up as misses, each counted once."""
+    from bench.hnsw_recall import build, recall_by_ef
+
+    rng = np.random.default_rng(5)
+    points = rng.normal(size=(600, 16)).astype(np.float32)
+    points /= np.linalg.norm(points, axis=1, keepdims=True)
+    queries = rng.normal(size=(12, 16)).astype(np.float32)
+    truth = exact_top(points, queries, 10)
+    client, built = build(tmp_path / "edge", points, m=8, ef_construct=32, batch=128)
+    try:
+        assert built["upsert_s"] >= 0 and built["disk_mb"] > 0
+        exact = recall_by_ef(client, queries, truth, documents=60, efs=[100])["100"]
+        assert exact["recall@10"] == 1.0 and exact["misses_document_found_through_another_copy"] == 0
+        wrong = recall_by_ef(client, queries, truth[::-1], documents=60, efs=[100])["100"]
+        misses = exact["dense_limit100"]["n"] * 10 * (1 - wrong["recall@10"])
+        assert wrong["recall@10"] < 0.5
+        assert round(misses) == wrong["misses_document_found_through_another_copy"] + wrong["misses_document_not_found"]
+    finally:
+        client.close()
