@@ -1,5 +1,7 @@
 """BM25 as the collection's sparse vectors (rag.index.bm25_sparse): the engine ranks with bm25s' scores, an
 incremental sync normalises by the chunk set's mean length, and searches pick the engine's BM25 only where it is."""
+import logging
+
 import numpy as np
 import pytest
 
@@ -90,7 +92,7 @@ def test_a_filtered_engine_bm25_search_counts_only_matching_points(client, embed
     assert [c for c, _ in hits] in (["tea"], ["oven"])
 
 
-def test_the_default_engine_writes_and_ranks_bm25_through_a_data_dir(tmp_path, embedder, monkeypatch):
+def test_the_default_engine_writes_and_ranks_bm25_through_a_data_dir(tmp_path, embedder, monkeypatch, caplog):
     """`rag search`'s path: open_index on the embedded default (Qdrant Edge) serves BM25 from the collection."""
     from rag.index.qdrant import QdrantSettings, close_client
     from rag.retrieval import retrieve
@@ -108,6 +110,12 @@ def test_the_default_engine_writes_and_ranks_bm25_through_a_data_dir(tmp_path, e
         assert isinstance(index.bm25, EngineBM25)
         hits = retrieve(index, "cats chase mice", "hybrid-rrf")
         assert hits[0].chunk["chunk_id"] in {"mice", "cats"} and "bm25_rank" in hits[0].signals
+        # a collection counted as large gets told which breadth to set, once per open, unless one is set
+        monkeypatch.setattr("rag.index.qdrant.LARGE_COLLECTION_POINTS", len(chunks))
+        with caplog.at_level(logging.WARNING, logger="rag.retrieval.service"):
+            open_index("t", "wordllama", root=tmp_path, qdrant=settings.model_copy(update={"hnsw_ef": None, "exact_search": False}))
+            open_index("t", "wordllama", root=tmp_path, qdrant=settings.model_copy(update={"hnsw_ef": 2048}))
+        assert len([r for r in caplog.records if "RAG_HNSW_EF=2048" in r.getMessage()]) == 1
         monkeypatch.setenv("RAG_BM25", "bm25s")
         assert isinstance(open_index("t", "wordllama", root=tmp_path, qdrant=settings).bm25, BM25Index)
         monkeypatch.setenv("RAG_HNSW_EF", "256")  # the searches' HNSW breadth reaches the engine
@@ -132,6 +140,16 @@ def test_the_default_engine_writes_and_ranks_bm25_through_a_data_dir(tmp_path, e
             QdrantSettings()
     finally:
         close_client(settings)
+
+
+def test_only_a_large_collection_at_the_default_breadth_gets_a_hint():
+    from rag.index.qdrant import LARGE_COLLECTION_POINTS, QdrantSettings
+
+    default = QdrantSettings(path="unused", hnsw_ef=None, exact_search=False)
+    assert default.breadth_hint(LARGE_COLLECTION_POINTS - 1) is None
+    assert "RAG_HNSW_EF=2048" in default.breadth_hint(LARGE_COLLECTION_POINTS)
+    assert default.model_copy(update={"hnsw_ef": 512}).breadth_hint(10**6) is None
+    assert default.model_copy(update={"exact_search": True}).breadth_hint(10**6) is None
 
 
 def test_migrate_engine_gives_a_collection_written_before_the_sparse_vector_bm25_in_the_engine(tmp_path, embedder, monkeypatch):  # noqa: F811

@@ -1,6 +1,7 @@
 """Open the index of a (strategy, model) from the data dir and search it: what `rag search` and the API use."""
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Literal
@@ -8,12 +9,13 @@ from typing import Literal
 from rag.embedding import load_embedder, model_key
 from rag.index.bm25 import BM25Index
 from rag.index.bm25_sparse import EngineBM25, has_bm25
-from rag.index.qdrant import CollectionName, QdrantSettings, alias_target, get_client
+from rag.index.qdrant import CollectionName, QdrantSettings, alias_target, get_client, is_local
 from rag.retrieval import DENSE_MODES, RETRIEVERS, Hit, Index, RetrievalError, RetrievalParams, retrieve, validate_query
 from rag.store import CHUNKS_TABLE, TableStore, bm25_root, data_dir
 
 
 BM25Source = Literal["auto", "engine", "bm25s"]
+log = logging.getLogger(__name__)
 
 
 def bm25_source_from_env() -> BM25Source:
@@ -65,6 +67,9 @@ def open_index(strategy: str, model: str | None, *, root: Path | None = None, qd
             # Query vectors from other weights than the indexed ones would rank nonsense silently.
             raise RetrievalError(f"the collection {live} was built with other weights than model {model!r} has now "
                                  f"({embedder.version}): re-index it (materialize embedding_collections or `rag index`)")
+        hint = None if is_local(client) else qdrant.breadth_hint(len(chunks))  # local mode always scans exactly
+        if hint:
+            log.warning("%s: %s", live, hint)
     sparse = open_bm25(bm25_root(root, strategy), client, alias, bm25) if need_bm25 else None
     return Index(chunks=chunks.set_index("chunk_id"), bm25=sparse, client=client, alias=alias, embedder=embedder,
                  hnsw_ef=qdrant.hnsw_ef, exact=qdrant.exact_search)
