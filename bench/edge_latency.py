@@ -48,6 +48,9 @@ Per engine and N (in folders under --root, removed afterwards unless --keep):
                  hybrids encode once, as in the product). Modes (and "encode", encode_queries([q]) alone, to show
                  the encoder's share) and encoders take turns on every query, the mode order rotating per query, so
                  a shared machine's load falls on all alike. --warmup queries first, untimed. p50 / p95 / mean.
+                 Every row also gives the ms spent in garbage collection during its calls and how many calls
+                 held a full collection; with --gc-freeze every row is timed again after gc.freeze(), rows
+                 '<label>/gc-frozen'.
                  With --exact, rows '<encoder>/exact' time dense and both hybrids with exact dense search
                  (Index.exact, RAG_EXACT_SEARCH in the product); the timed HNSW rows use --hnsw-ef.
   recall         dense top-k of the engine's default search (HNSW where Edge has built it) against the exact top-k
@@ -307,30 +310,62 @@ def arms_of(source: str, first: bool) -> list[str]:
     return MODES + ["encode"] if first else BM25_MODES
 
 
+class GcClock:
+    """Milliseconds the interpreter spent in cyclic garbage collection, and how many full (generation 2) ones ran, while
+    installed (gc.callbacks): a latency tail that is a collection, not the search, shows up here."""
+
+    def __init__(self):
+        self.ms, self.full, self._started = 0.0, 0, None
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self.ms += 1000 * (time.perf_counter() - self._started)
+            self.full += info.get("generation") == 2
+            self._started = None
+
+    def __enter__(self) -> GcClock:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self)
+
+
 def timed_retrieval(indexes: dict, queries: list[str], warmup: int) -> dict:
     """{label: {mode: stats}}: question text -> top-10 hits with payload, every call encoding its query afresh.
-    `indexes` maps a label to (index, modes to time)."""
+    `indexes` maps a label to (index, modes to time). Each row also says how much of its time was garbage collection
+    (gc_ms_mean, gc_ms_max, calls_with_a_full_gc)."""
     from rag.retrieval import RetrievalParams, retrieve
 
     params = RetrievalParams(k=10)
     times = {name: {m: [] for m in arms} for name, (_, arms) in indexes.items()}
+    in_gc = {name: {m: [] for m in arms} for name, (_, arms) in indexes.items()}
+    full_gcs = {name: {m: 0 for m in arms} for name, (_, arms) in indexes.items()}
     warm = queries[:warmup]  # fewer than --warmup when fewer queries are timed: every timed query still counts
-    for i, q in enumerate(warm + queries):
-        for enc, (index, arms) in indexes.items():
-            shift = i % len(arms)
-            for mode in arms[shift:] + arms[:shift]:
-                index._query_vectors.clear()  # untimed: the call below encodes its question itself
-                started = time.perf_counter()
-                if mode == "encode":
-                    index.embedder.encode_queries([q])
-                else:
-                    hits = [h.to_json() for h in retrieve(index, q, mode, params)]
-                elapsed = 1000 * (time.perf_counter() - started)
-                if i >= len(warm):
-                    times[enc][mode].append(elapsed)
-                    if mode != "encode" and not hits:
-                        log(f"  note: {enc} {mode} found nothing for {q!r}")
-    return {enc: {m: stats(t) for m, t in by.items()} for enc, by in times.items()}
+    with GcClock() as clock:
+        for i, q in enumerate(warm + queries):
+            for enc, (index, arms) in indexes.items():
+                shift = i % len(arms)
+                for mode in arms[shift:] + arms[:shift]:
+                    index._query_vectors.clear()  # untimed: the call below encodes its question itself
+                    gc_ms, gc_full = clock.ms, clock.full
+                    started = time.perf_counter()
+                    if mode == "encode":
+                        index.embedder.encode_queries([q])
+                    else:
+                        hits = [h.to_json() for h in retrieve(index, q, mode, params)]
+                    elapsed = 1000 * (time.perf_counter() - started)
+                    if i >= len(warm):
+                        times[enc][mode].append(elapsed)
+                        in_gc[enc][mode].append(clock.ms - gc_ms)
+                        full_gcs[enc][mode] += clock.full > gc_full
+                        if mode != "encode" and not hits:
+                            log(f"  note: {enc} {mode} found nothing for {q!r}")
+    return {enc: {m: {**stats(t), "gc_ms_mean": round(float(np.mean(in_gc[enc][m])), 3),
+                      "gc_ms_max": round(float(np.max(in_gc[enc][m])), 3), "calls_with_a_full_gc": full_gcs[enc][m]}
+                  for m, t in by.items()} for enc, by in times.items()}
 
 
 def recall_figures(client, alias: str, query_vectors: np.ndarray, truth: np.ndarray, row_of: dict[str, int],
@@ -433,6 +468,9 @@ def print_table(out: dict) -> None:
             cells = " ".join(f"{by[m]['p50_ms']:7.1f}/{by[m]['p95_ms']:7.1f}" if m in by else f"{'-':>15s}"
                              for m in MODES + ["encode"])
             print(f"  {r['engine']:6s} {r['points']:8d} {enc:18s} {cells}")
+            full = {m: by[m]["calls_with_a_full_gc"] for m in MODES + ["encode"] if by.get(m, {}).get("calls_with_a_full_gc")}
+            if full:
+                print(f"  {'':6s} {'':8s} {'':18s} calls holding a full garbage collection: {full}")
     print("\nengine per N: build (upsert + optimize) s, reopen s, recall@10 vs exact, disk MB, RSS growth MB; BM25 build s")
     for r in out["runs"]:
         rec = " ".join(f"{enc}:{v['recall@10']:.3f}" for enc, v in r["recall"].items())
@@ -476,6 +514,9 @@ def main() -> int:
                     help="the graph's ef_construct at build (default: the engine's, 100; RAG_HNSW_EF_CONSTRUCT in the product)")
     ap.add_argument("--exact", action="store_true",
                     help="also time dense and hybrid searches with exact dense search (rows '<encoder>/exact')")
+    ap.add_argument("--gc-freeze", action="store_true",
+                    help="time every row again after gc.freeze() (rows '<label>/gc-frozen'): how much of the tail is "
+                         "garbage collection walking the objects loaded before (models, tables)")
     ap.add_argument("--corpus-limit", type=int, help="only the first M abstracts (smoke tests: nDCG then means nothing)")
     ap.add_argument("--indexing-threshold-kb", type=int)
     ap.add_argument("--full-scan-threshold-kb", type=int)
@@ -577,6 +618,10 @@ def main() -> int:
                             Index(chunks, sparse, client, alias, embedders[enc], exact=True), EXACT_MODES)
                 log(f"{engine} {n}: reopened in {reopened['reopen_seconds']}s; timing {len(timed)} queries")
                 latency = timed_retrieval(indexes, timed, args.warmup)
+                if args.gc_freeze:  # the same calls with every object alive now out of the collector's sight
+                    gc.freeze()
+                    latency |= {f"{name}/gc-frozen": row for name, row in timed_retrieval(indexes, timed, args.warmup).items()}
+                    gc.unfreeze()
                 recall = {enc: recall_figures(client, alias, qv, truth[enc], row_of, args.recall_ef)
                           for enc, qv in query_vectors.items()}
                 rss_after = rss_mb()

@@ -80,3 +80,17 @@ def test_hnsw_recall_counts_every_miss_and_matches_ids_to_rows(tmp_path):
         assert round(misses) == wrong["misses_document_found_through_another_copy"] + wrong["misses_document_not_found"]
     finally:
         client.close()
+
+
+def test_the_gc_clock_counts_full_collections_only_while_installed():
+    import gc
+
+    from bench.edge_latency import GcClock
+
+    with GcClock() as clock:
+        gc.collect(0)
+        assert clock.full == 0 and clock.ms > 0
+        gc.collect()
+        assert clock.full == 1
+    gc.collect()
+    assert clock.full == 1 and clock not in gc.callbacks
