@@ -169,7 +169,8 @@ def points_matrix(base: np.ndarray, n: int, sigma: float, seed: int, kind: str =
         HNSW's neighbour heuristic then links a copy to the hub and to no sibling, and the hub keeps at most 2m
         level-0 links: past 2m copies per document some copies are reachable only by chance, and recall stops
         rising with hnsw_ef (bench/hnsw_recall.py shows it).
-    mixture: (1 - t) * the document's vector + t * a random other document's, t ~ U(0, mix_max), + the same noise:
+    mixture: (1 - t) * the document's vector + t * a random document's (rarely its own), t ~ U(0, mix_max), + the
+        same noise:
         synthetic passages between real ones, copies of one document spread towards different documents."""
     d, dim = base.shape
     if kind not in COPY_KINDS:
@@ -515,8 +516,8 @@ def main() -> int:
     ap.add_argument("--exact", action="store_true",
                     help="also time dense and hybrid searches with exact dense search (rows '<encoder>/exact')")
     ap.add_argument("--gc-freeze", action="store_true",
-                    help="time every row again after gc.freeze() (rows '<label>/gc-frozen'): how much of the tail is "
-                         "garbage collection walking the objects loaded before (models, tables)")
+                    help="time every row again after gc.freeze() (rows '<label>/gc-frozen'). A second, warmer pass: "
+                         "read its gc figures beside the first pass's, not only its times")
     ap.add_argument("--corpus-limit", type=int, help="only the first M abstracts (smoke tests: nDCG then means nothing)")
     ap.add_argument("--indexing-threshold-kb", type=int)
     ap.add_argument("--full-scan-threshold-kb", type=int)

@@ -107,7 +107,8 @@ def _engine_from_env() -> str:
     return os.environ.get("RAG_QDRANT_ENGINE") or "auto"
 
 
-# From about here the engine's default breadth loses recall that users would notice (bench/hnsw_recall.py).
+# A judgment between two measurements (README 'At 1M points'): at 100k the default breadth found 0.96 of the exact
+# top 10, at 1M 0.76-0.81 (bench/hnsw_recall.py, bench/edge_latency.py).
 LARGE_COLLECTION_POINTS = 500_000
 
 
@@ -137,7 +138,7 @@ class QdrantSettings(BaseModel):
 
     def breadth_hint(self, points: int) -> str | None:
         """What to set when a collection is big enough that the engine's default search breadth misses much of the
-        exact top 10 (bench/hnsw_recall.py: 0.76-0.80 at 1M points, 0.95-0.96 at hnsw_ef 2048); None when nothing is needed."""
+        exact top 10 (bench/hnsw_recall.py: 0.76-0.81 at 1M points, 0.95-0.97 at hnsw_ef 2048); None when nothing is needed."""
         if points < LARGE_COLLECTION_POINTS or self.hnsw_ef is not None or self.exact_search:
             return None
         return (f"{points:,} points searched at the engine's default HNSW breadth, which missed a fifth or more "
