@@ -141,8 +141,8 @@ class QdrantSettings(BaseModel):
         exact top 10 (bench/hnsw_recall.py: 0.76-0.81 at 1M points, 0.95-0.97 at hnsw_ef 2048); None when nothing is needed."""
         if points < LARGE_COLLECTION_POINTS or self.hnsw_ef is not None or self.exact_search:
             return None
-        return (f"{points:,} points searched at the engine's default HNSW breadth, which missed a fifth or more "
-                "of the exact top 10 at 1M points in the benchmarks; set RAG_HNSW_EF=2048 (a few ms more per search) "
+        return (f"{points:,} points searched at the engine's default HNSW breadth, which missed about a fifth "
+                "or more of the exact top 10 at 1M points in the benchmarks; set RAG_HNSW_EF=2048 (a few ms more per search) "
                 "or RAG_EXACT_SEARCH=1 (recall 1, time linear in the points). README 'At 1M points' has the trade.")
 
 
@@ -341,14 +341,12 @@ def copy_collection(source, target, collection: str, batch: int = 512, *, add_bm
     add_payload_indexes(target, collection)
     copied = 0
     for points in _pages(source, collection, batch):
-        structs = []
-        for p in points:
-            vector, payload = p.vector, p.payload
-            if terms is not None:
-                row = row_of[p.id]
-                vector = {**vector, SPARSE: terms.vectors(avgdl, [row])[0]}
-                payload = {**(payload or {}), LENGTH_FIELD: int(terms.lengths[row])}
-            structs.append(models.PointStruct(id=p.id, vector=vector, payload=payload))
+        structs = [models.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points]
+        if terms is not None:
+            rows = [row_of[p.id] for p in points]
+            for struct, row, sparse in zip(structs, rows, terms.vectors(avgdl, rows)):
+                struct.vector = {**struct.vector, SPARSE: sparse}
+                struct.payload = {**(struct.payload or {}), LENGTH_FIELD: int(terms.lengths[row])}
         target.upsert(collection, structs)
         copied += len(structs)
     optimize(target, collection)
