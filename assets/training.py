@@ -26,7 +26,14 @@ from rag.registry import ModelRegistry
 from rag.store import CHUNKS_TABLE
 from rag.training import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig
 from rag.rollout.store import release
-from rag.training.pipeline import QA_TABLE, check_promotable, gate_candidate, production_label, train_candidate
+from rag.training.pipeline import (
+    QA_TABLE,
+    check_promotable,
+    gate_candidate,
+    production_label,
+    rejected_by_gate,
+    train_candidate,
+)
 from rag.training.report import gate_table, loss_curve
 from resources.qdrant import QdrantResource
 from resources.rollout import Rollout
@@ -141,10 +148,13 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout
         verdict = ("no worse: start its canary (the online test decides)" if result.passed else "worse: keep production") + (
             "; significantly better too" if result.better else "")
     else:
-        verdict = "promote" if result.passed else "keep production"
+        verdict = "promote" if result.passed else f"keep production ({result.outcome})"
+    # A rejected candidate is a normal outcome of retraining, not a broken run: WARN lets the run succeed, and the
+    # production asset downstream reads the recorded verdict and keeps production (it never promotes without one).
     return AssetCheckResult(
-        passed=result.passed, severity=AssetCheckSeverity.ERROR,
-        description=f"{candidate.name} vs {against} on {result.questions} held-out dev questions: {verdict}",
+        passed=result.passed, severity=AssetCheckSeverity.WARN,
+        description=f"{candidate.name} vs {against} on {result.questions} held-out dev questions "
+                    f"({result.copied_questions} copied ones set aside): {verdict}",
         metadata={**result.metadata, "candidate": candidate.name, "production": against,
                   "comparison": MetadataValue.md(gate_table(result))},
     )
@@ -168,6 +178,16 @@ def trained_reranker_gate(config: GateConfig, data_store: DataStore, rollout: Ro
     return _gate("reranker", config, data_store, rollout)
 
 
+def _kept(context: AssetExecutionContext, kind: str, registry: ModelRegistry, candidate, rollout: Rollout) -> bool:
+    """True when the candidate's own current gate verdict (for this version, against today's production) rejected
+    it: production stays, and this asset is not materialized, a normal end of the run. A candidate with no verdict
+    or a stale one is not "kept" here: releasing it raises and says what to run."""
+    refusal = rejected_by_gate(kind, registry, candidate, rollout.gate_criterion)
+    if refusal is not None:
+        context.log.info(f"kept production {production_label(registry, kind)}: {refusal}")
+    return refusal is not None
+
+
 def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
     """The release step's metadata: what it did (promoted, or a canary started) in `action` and `summary`."""
     metadata = {"action": outcome["action"], "summary": outcome["summary"], "production": outcome["production"], **extra}
@@ -187,6 +207,7 @@ def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
     group_name="training",
     kinds={"python", "qdrant"},
     pool="qdrant",
+    output_required=False,  # not materialized when the gate kept production
     description="Runs only when the gate passed (the candidate's manifest must hold a passing verdict against the current "
     "production, even when materialized alone). The rollout resource's `promotion` policy decides what happens: "
     "'direct' (default) builds (incrementally) the candidate's collection for every chunk set, moves the registry's "
@@ -195,11 +216,13 @@ def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
     "leaving production untouched: canary_sensor then promotes or rolls it back.",
 )
 def production_embedder(context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource,
-                        rollout: Rollout) -> MaterializeResult:
+                        rollout: Rollout):
     registry = _registry(data_store)
     candidate = registry.resolve("embedder", "candidate")
     if candidate is None:
         raise ValueError("no embedder candidate to promote: materialize finetuned_embedder first")
+    if _kept(context, "embedder", registry, candidate, rollout):
+        return
     # The gate verdict is checked here, not only by the blocking check upstream: materializing this asset alone
     # must not promote an ungated or rejected model. Before the Qdrant client opens: a refusal changes nothing.
     check_promotable("embedder", registry, candidate, rollout.gate_criterion)
@@ -209,28 +232,31 @@ def production_embedder(context: AssetExecutionContext, data_store: DataStore, q
                       promote_args=lambda: {"tables": data_store.tables, "client": qdrant.client(), "strategies": strategies,
                                             "distance": qdrant.distance}, log=context.log.info)
     context.log.info(outcome["summary"])
-    return _released("embedder", outcome, {"strategies": len(strategies), "path": MetadataValue.path(str(Path(candidate.path)))})
+    yield _released("embedder", outcome, {"strategies": len(strategies), "path": MetadataValue.path(str(Path(candidate.path)))})
 
 
 @asset(
     deps=[trained_reranker],
     group_name="training",
     kinds={"python"},
+    output_required=False,  # not materialized when the gate kept production
     description="Runs only when the reranker gate passed (checked again from the candidate's manifest). By the rollout "
     "resource's `promotion` policy: 'direct' (default) moves the registry's `production` reranker alias (what "
     "load_reranker('production') serves; refused while a canary runs), 'canary' starts the candidate's canary "
     "(one canary at a time: while the embedder's runs, the candidate waits and canary_sensor starts it afterwards).",
 )
-def production_reranker(context: AssetExecutionContext, data_store: DataStore, rollout: Rollout) -> MaterializeResult:
+def production_reranker(context: AssetExecutionContext, data_store: DataStore, rollout: Rollout):
     registry = _registry(data_store)
     candidate = registry.resolve("reranker", "candidate")
     if candidate is None:
         raise ValueError("no reranker candidate to promote: materialize trained_reranker first")
+    if _kept(context, "reranker", registry, candidate, rollout):
+        return
     # refuses without a passing gate verdict
     outcome = release("reranker", registry, candidate, policy=rollout.promotion, traffic_share=rollout.traffic_share,
                       log=context.log.info)
     context.log.info(outcome["summary"])
-    return _released("reranker", outcome, {})
+    yield _released("reranker", outcome, {})
 
 
 defs = Definitions(assets=[finetuned_embedder, trained_reranker, production_embedder, production_reranker],

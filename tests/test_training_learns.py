@@ -60,9 +60,13 @@ def test_finetuned_embedder_beats_its_untrained_self_on_held_out_questions(tmp_p
     assert result.passed, result.reasons
 
 
-def test_embedder_gate_does_not_trust_questions_copied_from_the_documents(tmp_path, monkeypatch):
-    """Inverse-cloze questions are sentences of the documents: on SciFact a model that improved on them lost on real
-    questions, so they alone never promote an embedder (rerankers may still use them)."""
+def test_gate_decides_on_questions_that_are_not_copies_of_the_documents(tmp_path, monkeypatch):
+    """Inverse-cloze questions are sentences of the documents: people do not ask like that (on SciFact's claims a
+    model that improved on them lost on real questions; on human questions over papers a reranker gated on them
+    read -8 nDCG@10 while it helped people). They are set aside, for embedders and rerankers alike, and the verdict
+    comes from the other questions; with only copies there is no verdict but an error that says what to generate."""
+    import pytest
+
     from rag.embedding import _minilm_dir
     from rag.training import GateSettings
     from rag.training.pipeline import gate_candidate
@@ -72,16 +76,27 @@ def test_embedder_gate_does_not_trust_questions_copied_from_the_documents(tmp_pa
     chunks, _ = code_task()
     chunks = pd.concat([chunks.iloc[:0], pd.DataFrame([{**chunks.iloc[0].to_dict(), "chunk_id": c, "doc_id": c, "text": t,
                                                         "char_end": len(t)} for c, t in texts.items()])])
-    items = [QAItem(qid=f"q{i}", question=f"The {t} was studied by team {i} over many years.", qtype="inverse-cloze",
-                    doc_id=f"p{i}", evidence=[Evidence(doc_id=f"p{i}", start=0, end=len(texts[f"p{i}"]))],
-                    split="train" if i % 3 == 0 else "dev") for i, t in enumerate(topics)]
+
+    def item(i: int, t: str, question: str, qtype: str) -> QAItem:
+        return QAItem(qid=f"{qtype}{i}", question=question, qtype=qtype, doc_id=f"p{i}", split="train" if i % 3 == 0 else "dev",
+                      evidence=[Evidence(doc_id=f"p{i}", start=0, end=len(texts[f"p{i}"]))])
+
+    copies = [item(i, t, f"The {t} was studied by team {i} over many years.", "inverse-cloze") for i, t in enumerate(topics)]
     tables = TableStore(tmp_path / "tables")
     tables.write(chunks, CHUNKS_TABLE, STRATEGY)
-    tables.write(to_frame(items), "synthetic_qa")
+    tables.write(to_frame(copies), "synthetic_qa")
     monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path))
     registry = ModelRegistry(tmp_path / "models")
     candidate = registry.register("embedder", _minilm_dir(), {"base_model": "minilm", "strategy": STRATEGY})
+    with pytest.raises(ValueError, match="copied word for word from the documents and cannot decide"):
+        gate_candidate("embedder", tables, registry, candidate, GateSettings(resamples=500))
+
+    asked = [item(i, t, f"who studied the {t}?", "answer-aware") for i, t in enumerate(topics)]
+    tables.write(to_frame(copies + asked), "synthetic_qa")
+    candidate = registry.register("embedder", _minilm_dir(), {"base_model": "minilm", "strategy": STRATEGY})
     result = gate_candidate("embedder", tables, registry, candidate, GateSettings(resamples=500))
-    assert not result.passed and any("copied word for word" in r for r in result.reasons)
+    assert result.copied_questions > 0 and result.questions >= 5  # the copies were set aside, the rest decided
+    assert set(result.by_type) == {"answer-aware"} and result.outcome == "inconclusive"  # the same weights: no gain
     gate = registry.resolve("embedder", candidate.version).metrics["gate"]
-    assert gate["copied_questions"] == result.questions and gate["passed"] is False
+    assert gate["copied_questions_set_aside"] == result.copied_questions and gate["passed"] is False
+    assert gate["ci_low_ndcg@10"] == gate["ci_high_ndcg@10"] == 0.0

@@ -135,6 +135,47 @@ def gate_summary(registry: ModelRegistry, mv: ModelVersion) -> str:
     return out
 
 
+def gate_report(registry: ModelRegistry, mv: ModelVersion) -> list[str]:
+    """Before/after on the gate questions with each metric's interval, the per-type breakdown, and the decision:
+    what `rag retrain` prints per trained model."""
+    gate = mv.metrics.get("gate") if isinstance(mv.metrics.get("gate"), dict) else None
+    if gate is None:
+        return [f"{mv.kind} {mv.name}: not gated (the run stopped before its gate; see its logs)"]
+    settings = gate.get("settings") or {}
+    metrics = [*(settings.get("metrics") or ["ndcg@10", "mrr@10"]), settings.get("recall_metric", "recall@20")]
+    aside = gate.get("copied_questions_set_aside", gate.get("copied_questions", 0))
+    lines = [f"{mv.kind} {mv.name} vs {gate.get('against', '?')} on {gate.get('questions', '?')} held-out gate questions"
+             + (f" ({aside} copied from the documents set aside)" if aside else "") + ":"]
+    for metric in dict.fromkeys(metrics):
+        if f"candidate_{metric}" not in gate:
+            continue
+        interval = (f", {settings.get('confidence', 0.95):.0%} CI {gate[f'ci_low_{metric}']:+.4f} to {gate[f'ci_high_{metric}']:+.4f}"
+                    if f"ci_low_{metric}" in gate else "")
+        p = f", p {gate[f'p_value_{metric}']:.4g}" if f"p_value_{metric}" in gate else ""
+        lines.append(f"  {metric:10s} {gate[f'production_{metric}']:.4f} -> {gate[f'candidate_{metric}']:.4f} "
+                     f"({gate[f'delta_{metric}']:+.4f}{interval}{p})")
+    types = sorted({k.split("_")[1] for k in gate if k.startswith("type_") and k.endswith("_questions")})
+    if types:
+        lines.append("  by type (" + metrics[0] + "): " + "; ".join(
+            f"{t} {gate[f'type_{t}_questions']} questions {gate[f'type_{t}_delta']:+.4f}" for t in types))
+    if gate.get("min_detectable_effect") is not None:
+        lines.append(f"  smallest gain these questions detect (80% power): {gate['min_detectable_effect']:+.4f}"
+                     + (f"; {gate['questions_needed']} questions would detect {settings.get('target_effect', 0.02):+.2f}"
+                        if gate.get("questions_needed") else ""))
+    promotion = mv.metrics.get("promotion")
+    if registry.aliases()[mv.kind].get("production") == mv.version:
+        lines.append(f"  -> promoted: {mv.name} is production")
+    elif promotion or gate.get("passed") is True:
+        lines.append(f"  -> gate passed ({gate.get('outcome', 'better')}); production is {_name(registry, mv.kind, registry.aliases()[mv.kind].get('production'))}")
+    else:
+        outcome = gate.get("outcome", "rejected")
+        why = gate.get("reasons", "")
+        hint = ("; only online evidence can decide: a canary (rollout resource's promotion policy 'canary')"
+                if outcome == "inconclusive" else "")
+        lines.append(f"  -> kept production ({outcome}): {why}{hint}")
+    return lines
+
+
 def key_metrics(mv: ModelVersion) -> str:
     """The gate's first metric: candidate score, delta against production and p-value (else the selection metrics)."""
     gate = mv.metrics.get("gate") if isinstance(mv.metrics.get("gate"), dict) else {}
@@ -390,6 +431,10 @@ def cmd_retrain(args: argparse.Namespace) -> int:
     result = defs.resolve_job_def(retrain_job.name).execute_in_process(instance=instance, run_config=run_config, tags=tags,
                                                                         raise_on_error=False)
     print(f"{retrain_job.name} run {result.run_id}: {'succeeded' if result.success else 'FAILED (see its logs in dagster dev)'}")
+    for kind in KINDS:
+        for mv in registry.versions(kind):
+            if mv.version not in before[kind]["versions"]:
+                print("\n".join(gate_report(registry, mv)))
     _print_changes(registry, before)
     return 0 if result.success else 1
 

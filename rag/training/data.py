@@ -28,6 +28,9 @@ class IRSet:
     # Scored on condensed lists (unjudged passages removed), a model is not penalised for relevant passages that
     # production never showed, so nobody could rate them.
     judged: dict[str, set[str]] = field(default_factory=dict)
+    # qid -> how the question was made (QAItem.qtype: "answer-aware", "keyword", "inverse-cloze", an LLM type) or
+    # "feedback" for users' questions: the gate decides on questions that are not copies and reports each type.
+    types: dict[str, str] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.queries)
@@ -35,7 +38,15 @@ class IRSet:
     def subset(self, qids: list[str]) -> IRSet:
         keep = [q for q in qids if q in self.queries]
         return IRSet({q: self.queries[q] for q in keep}, self.corpus, {q: self.qrels[q] for q in keep},
-                     {q: self.judged[q] for q in keep if q in self.judged})
+                     {q: self.judged[q] for q in keep if q in self.judged},
+                     {q: self.types[q] for q in keep if q in self.types})
+
+
+# Question types that are document sentences by construction: people do not ask like that, so they neither pick a
+# checkpoint nor decide a gate while other questions exist (rag.training.pipeline.decision_questions).
+COPIED_TYPES = frozenset({"inverse-cloze"})
+# Fewest questions of other types for selection to leave the copied ones out.
+MIN_UNCOPIED_SELECTION = 10
 
 
 @dataclass
@@ -44,6 +55,7 @@ class TrainingData:
     negatives: list[Pair] = field(default_factory=list)  # hard negatives from feedback: (query, wrong passage)
     selection: IRSet | None = None  # dev questions that pick the checkpoint
     gate: IRSet | None = None  # held-out dev questions the promotion gate scores
+    copied: set[str] = field(default_factory=set)  # training questions (text) of a copied type (COPIED_TYPES)
 
     @property
     def data_hash(self) -> str:
@@ -70,7 +82,8 @@ TRAINING_RELEVANCE = Relevance(mode="any")
 
 def ir_set(items: list[QAItem], chunks: pd.DataFrame, relevance: Relevance | None = None) -> IRSet:
     qrels = qrels_for_chunks(items, chunks, relevance or TRAINING_RELEVANCE)
-    return IRSet({i.qid: i.question for i in items if i.qid in qrels}, dict(zip(chunks["chunk_id"], chunks["text"])), qrels)
+    return IRSet({i.qid: i.question for i in items if i.qid in qrels}, dict(zip(chunks["chunk_id"], chunks["text"])), qrels,
+                 types={i.qid: i.qtype for i in items if i.qid in qrels})
 
 
 # Fewer selection questions than this picks a checkpoint on noise: training then keeps the last step instead.
@@ -183,13 +196,17 @@ def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives:
     selection, gate = split_dev(dev_set.queries, selection_fraction)
     if users:
         dev_set = IRSet({**dev_set.queries, **{q: feedback.dev_queries[q] for q in users}}, dev_set.corpus, {**dev_set.qrels, **users},
-                        users_judged)
+                        users_judged, {**dev_set.types, **dict.fromkeys(users, "feedback")})
         users_selection, users_gate = split_dev({q: feedback.dev_queries[q] for q in users}, selection_fraction)
         selection += users_selection
         gate = users_gate if len(users_gate) >= min_feedback_gate else gate + users_gate
+    uncopied = [q for q in selection if dev_set.types.get(q) not in COPIED_TYPES]
+    if len(uncopied) >= MIN_UNCOPIED_SELECTION:
+        selection = uncopied  # the checkpoint is picked on questions like people's, as the gate decides on them
     if len(selection) < MIN_SELECTION_QUESTIONS:
         selection = []
-    return TrainingData(positives, negatives, dev_set.subset(selection), dev_set.subset(gate))
+    return TrainingData(positives, negatives, dev_set.subset(selection), dev_set.subset(gate),
+                        {i.question for i in train if i.qtype in COPIED_TYPES})
 
 
 def with_negatives(positives: list[Pair], mined: dict[Pair, str], feedback: list[Pair], seed: int,

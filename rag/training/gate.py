@@ -8,7 +8,9 @@ a reranker: the implicit v0 every first candidate must beat.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -22,13 +24,42 @@ class PromotionRefused(ValueError):
     """A promotion that the gate has not (or not currently) approved; the message says what to run."""
 
 
-def check_gate_questions(ir: IRSet | None, settings: GateSettings) -> None:
+def check_gate_questions(ir: IRSet | None, settings: GateSettings, copied: int = 0) -> None:
     """A verdict from a handful of questions is noise: refuse to decide rather than promote (or reject) on it."""
     n = len(ir) if ir is not None else 0
     if n < settings.min_questions:
-        raise ValueError(f"only {n} held-out gate question(s) with a relevant chunk, the gate needs at least "
+        aside = (f" ({copied} more were copied word for word from the documents and cannot decide: give synthetic_qa a "
+                 "mix with answer-aware and keyword questions, or an LLM)") if copied else ""
+        raise ValueError(f"only {n} held-out gate question(s) with a relevant chunk{aside}, the gate needs at least "
                          f"{settings.min_questions} (disjoint from training and checkpoint selection): generate a larger QA "
                          "set (more synthetic_qa questions, or more rated feedback) and retrain, or lower GateSettings.min_questions")
+
+
+def paired_interval(diff: np.ndarray, *, confidence: float = 0.95, resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean per-question difference (questions resampled with replacement)."""
+    diff = np.asarray(diff, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    means = np.empty(resamples)
+    for start in range(0, resamples, 1000):  # chunks keep a resamples x questions index matrix small
+        idx = rng.integers(0, len(diff), size=(min(1000, resamples - start), len(diff)))
+        means[start:start + len(idx)] = diff[idx].mean(axis=1)
+    tail = (1 - confidence) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
+def _z(p_value: float, power: float) -> float:
+    return NormalDist().inv_cdf(1 - p_value) + NormalDist().inv_cdf(power)
+
+
+def power_figures(diff: np.ndarray, *, p_value: float, target_effect: float, power: float = 0.8) -> dict:
+    """How far this gate set can see: the smallest mean gain a one-sided test at `p_value` detects with `power`
+    given the spread of per-question differences, and how many questions `target_effect` would need
+    (normal approximation)."""
+    diff = np.asarray(diff, dtype=np.float64)
+    sd = float(diff.std(ddof=1)) if len(diff) > 1 else 0.0
+    z = _z(p_value, power)
+    return {"min_detectable_effect": round(z * sd / math.sqrt(len(diff)), 4) if len(diff) else None,
+            "questions_needed": math.ceil((z * sd / target_effect) ** 2) if sd else None}
 
 
 def paired_p_value(candidate: np.ndarray, production: np.ndarray, *, test: str = "permutation", resamples: int = 10_000,
@@ -69,11 +100,22 @@ class GateResult:
     better: bool = False  # every metric significantly better, recall kept
     not_worse: bool = False  # no metric significantly (or by more than max_drop) worse, recall kept
     why_not: dict[str, list[str]] | None = None  # per criterion: why that verdict failed (empty when it holds)
+    by_type: dict[str, dict] = field(default_factory=dict)  # question type -> questions, production, candidate, delta
+    power: dict = field(default_factory=dict)  # min_detectable_effect, questions_needed (of the first metric)
+    copied_questions: int = 0  # gate questions copied from the documents, set aside (GateSettings.copied_questions)
+
+    @property
+    def outcome(self) -> str:
+        """better (significant gain), worse (significant loss or beyond max_drop), or inconclusive (neither: only
+        online evidence, a canary, can decide)."""
+        return "better" if self.better else ("inconclusive" if self.not_worse else "worse")
 
     @property
     def metadata(self) -> dict:
         out: dict = {"passed": self.passed, "criterion": self.criterion, "better": self.better, "not_worse": self.not_worse,
-                     "questions": self.questions, "reasons": "; ".join(self.reasons) or "all criteria met",
+                     "outcome": self.outcome, "questions": self.questions, "copied_questions_set_aside": self.copied_questions,
+                     **{k: v for k, v in self.power.items() if v is not None},
+                     **{f"type_{t}_{k}": v for t, row in self.by_type.items() for k, v in row.items()}, "reasons": "; ".join(self.reasons) or "all criteria met",
                      "lists": self.lists, "user_judged_questions": self.judged_questions, **_figures(self.table)}
         for criterion, reasons in (self.why_not or {}).items():
             out[f"{criterion}_reasons"] = "; ".join(reasons) or "all criteria met"
@@ -94,6 +136,8 @@ def _figures(table: pd.DataFrame) -> dict:
             out[f"p_value_{metric}"] = round(float(r["p_value"]), 5)
         if r.get("p_value_worse") is not None and not pd.isna(r["p_value_worse"]):
             out[f"p_value_worse_{metric}"] = round(float(r["p_value_worse"]), 5)
+        if r.get("ci_low") is not None and not pd.isna(r["ci_low"]):
+            out[f"ci_low_{metric}"], out[f"ci_high_{metric}"] = round(float(r["ci_low"]), 4), round(float(r["ci_high"]), 4)
     return out
 
 
@@ -108,10 +152,12 @@ def gate_decision(production: pd.DataFrame, candidate: pd.DataFrame, settings: G
     cand = candidate.set_index("qid").reindex(prod.index)
     if cand.isna().any().any():
         raise ValueError("the candidate was not scored on the same questions as production")
-    rows, better_reasons, worse_reasons = [], [], []
+    rows, better_reasons, worse_reasons, power = [], [], [], {}
     for metric in settings.metrics:
         c, p_ = cand[metric].to_numpy(), prod[metric].to_numpy()
         kw = {"test": settings.test, "resamples": settings.resamples, "seed": settings.seed}
+        low, high = paired_interval(c - p_, confidence=settings.confidence, resamples=settings.resamples, seed=settings.seed)
+        power = power or power_figures(c - p_, p_value=settings.p_value, target_effect=settings.target_effect)
         p = paired_p_value(c, p_, **kw)
         p_worse = paired_p_value(p_, c, **kw)  # one-sided: production higher
         delta = float(cand[metric].mean() - prod[metric].mean())
@@ -123,8 +169,8 @@ def gate_decision(production: pd.DataFrame, candidate: pd.DataFrame, settings: G
             worse_reasons.append(f"{metric}: {delta:+.4f} is worse (p={p_worse:.4f} that production is better; at most "
                                  f"{settings.max_drop} lower and not significantly at p<{settings.p_value})")
         rows.append({"metric": metric, "production": float(prod[metric].mean()), "candidate": float(cand[metric].mean()),
-                     "delta": delta, "p_value": p, "p_value_worse": p_worse, "required": f"> 0, p < {settings.p_value}",
-                     "ok": ok, "not_worse": not_worse})
+                     "delta": delta, "ci_low": low, "ci_high": high, "p_value": p, "p_value_worse": p_worse,
+                     "required": f"> 0, p < {settings.p_value}", "ok": ok, "not_worse": not_worse})
     recall = settings.recall_metric
     delta = float(cand[recall].mean() - prod[recall].mean())
     ok = delta >= -settings.recall_tolerance
@@ -133,14 +179,27 @@ def gate_decision(production: pd.DataFrame, candidate: pd.DataFrame, settings: G
         better_reasons.append(reason)
         worse_reasons.append(reason)
     rows.append({"metric": recall, "production": float(prod[recall].mean()), "candidate": float(cand[recall].mean()),
-                 "delta": delta, "p_value": None, "p_value_worse": None, "required": f">= -{settings.recall_tolerance}",
+                 "delta": delta, "ci_low": None, "ci_high": None, "p_value": None, "p_value_worse": None,
+                 "required": f">= -{settings.recall_tolerance}",
                  "ok": ok, "not_worse": ok})
     table = pd.DataFrame(rows)
     better, not_worse = bool(table["ok"].all()), bool(table["not_worse"].all())
     why_not = {"better": better_reasons, "not_worse": worse_reasons}
     decided = not_worse if settings.criterion == "not_worse" else better
     return GateResult(decided, table, list(why_not[settings.criterion]), len(prod), criterion=settings.criterion,
-                      better=better, not_worse=not_worse, why_not=why_not)
+                      better=better, not_worse=not_worse, why_not=why_not, power=power)
+
+
+def type_breakdown(types: dict[str, str], production: pd.DataFrame, candidate: pd.DataFrame, metric: str) -> dict[str, dict]:
+    """Per question type: how many questions, both models' mean `metric` and the difference. A gain carried by one
+    kind of question (keyword queries, say) shows here before it misleads."""
+    prod, cand = production.set_index("qid")[metric], candidate.set_index("qid")[metric]
+    groups: dict[str, list[str]] = {}
+    for q in prod.index:
+        groups.setdefault(types.get(q, "unknown"), []).append(q)
+    return {t: {"questions": len(qs), "production": round(float(prod[qs].mean()), 4),
+                "candidate": round(float(cand[qs].mean()), 4), "delta": round(float(cand[qs].mean() - prod[qs].mean()), 4)}
+            for t, qs in sorted(groups.items())}
 
 
 def gate_metrics(settings: GateSettings) -> list[str]:
@@ -178,19 +237,24 @@ def compare_runs(ir: IRSet, production_run: dict, candidate_run: dict, settings:
     views = {}
     for lists in ("plain", "condensed") if ir.judged else ("plain",):
         condensed = lists == "condensed"
-        views[lists] = gate_decision(per_query(ir, production_run, settings, condensed=condensed),
-                                     per_query(ir, candidate_run, settings, condensed=condensed), settings)
+        prod, cand = (per_query(ir, production_run, settings, condensed=condensed),
+                      per_query(ir, candidate_run, settings, condensed=condensed))
+        views[lists] = gate_decision(prod, cand, settings)
         views[lists].lists, views[lists].judged_questions = lists, len(ir.judged)
+        views[lists].by_type = type_breakdown(ir.types, prod, cand, settings.metrics[0])
     decided = views["condensed" if ir.judged and settings.feedback_lists == "condensed" else "plain"]
     decided.other = next((v for k, v in views.items() if v is not decided), None)
     return decided
 
 
-def embedder_gate(production, candidate, ir: IRSet, settings: GateSettings | None = None) -> GateResult:
-    """Dense retrieval of the gate questions with each embedder, compared per question."""
+def embedder_gate(production, candidate, ir: IRSet, settings: GateSettings | None = None, *, copied: int = 0) -> GateResult:
+    """Dense retrieval of the gate questions with each embedder, compared per question. `copied`: how many copied
+    questions were set aside before (reported, and named in a too-few-questions error)."""
     settings = settings or GateSettings()
-    check_gate_questions(ir, settings)
-    return compare_runs(ir, dense_run(production, ir), dense_run(candidate, ir), settings)
+    check_gate_questions(ir, settings, copied)
+    result = compare_runs(ir, dense_run(production, ir), dense_run(candidate, ir), settings)
+    result.copied_questions = copied
+    return result
 
 
 def _as_hits(candidates: list, ir: IRSet) -> list:
@@ -219,8 +283,10 @@ def reranked_run(first_stage: dict[str, list], ir: IRSet, reranker) -> dict[str,
 
 
 def reranker_gate(first_stage: dict[str, list], production, candidate, ir: IRSet,
-                  settings: GateSettings | None = None) -> GateResult:
+                  settings: GateSettings | None = None, *, copied: int = 0) -> GateResult:
     """Both rerankers re-score the same first-stage candidates (hybrid top-`rerank_depth`) of every gate question."""
     settings = settings or GateSettings()
-    check_gate_questions(ir, settings)
-    return compare_runs(ir, reranked_run(first_stage, ir, production), reranked_run(first_stage, ir, candidate), settings)
+    check_gate_questions(ir, settings, copied)
+    result = compare_runs(ir, reranked_run(first_stage, ir, production), reranked_run(first_stage, ir, candidate), settings)
+    result.copied_questions = copied
+    return result

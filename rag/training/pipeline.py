@@ -19,10 +19,10 @@ from rag.progress import Progress
 from rag.registry import IMPLICIT_PRODUCTION, ModelRegistry, ModelVersion, library_versions
 from rag.store import CHUNKS_TABLE, TableStore
 from rag.training.config import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig, TrainingConfig
-from rag.training.data import IRSet, TrainingData, split_feedback, training_data
+from rag.training.data import COPIED_TYPES, IRSet, TrainingData, split_feedback, training_data
 from rag.training.embedder import TrainingRun, base_source, train_embedder
 from rag.training.gate import GateResult, PromotionRefused, embedder_gate, reranker_gate
-from rag.training.first_stage import first_stage_hits, first_stage_index, without_questions
+from rag.training.first_stage import cut_question, first_stage_hits, first_stage_index, without_questions
 from rag.training.ltr import train_learned_ranker
 from rag.training.reranker import train_reranker
 
@@ -156,33 +156,41 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
         raise ValueError(f"the QA set changed since {kind} {candidate.name} was trained (qa_set_version {recorded} in its "
                          f"manifest, {inputs.qa_version} now): its gate questions are no longer held out. Retrain "
                          "(materialize the training asset / run retrain_job) and gate the new candidate")
-    gate = inputs.data.gate
-    # Gate questions copied word for word out of a chunk (inverse cloze without an LLM) are cut out of it, as in
-    # training: scored against the copy, every model "finds" them and the gate measures string matching.
-    chunks, copied = without_questions(inputs.chunks, [(gate.queries[q], c) for q, rel in (gate.qrels if gate else {}).items()
-                                                       for c in rel])
-    if gate is not None:
-        gate = IRSet(gate.queries, dict(zip(chunks["chunk_id"], chunks["text"])), gate.qrels, gate.judged)
+    gate, chunks, copied = decision_questions(inputs.data.gate, inputs.chunks, settings)
     production = registry.resolve(kind, "production")  # resolved once: the verdict names what it was compared with
     if kind == "embedder":
-        result = embedder_gate(_production_embedder(production), load_embedder(str(candidate.path)), gate, settings)
+        result = embedder_gate(_production_embedder(production), load_embedder(str(candidate.path)), gate, settings,
+                               copied=copied)
     else:
         first = hybrid_candidates(chunks, gate, _production_embedder(registry.resolve("embedder", "production")),
-                                  settings.rerank_depth)
+                                  settings.rerank_depth) if gate is not None else {}
         current = load_reranker(production.name, registry=registry) if production is not None else None
-        result = reranker_gate(first, current, load_reranker(candidate.name, registry=registry), gate, settings)
-    if kind == "embedder" and gate is not None and copied * 2 > len(gate) and not settings.trust_copied_questions_for_embedders:
-        result.passed = result.better = result.not_worse = False
-        result.reasons.append(f"{copied} of {len(gate)} gate questions were copied word for word from the documents: they "
-                              "cannot vouch for an embedder (on SciFact such a model gained on them and lost on real questions); "
-                              "promotion needs held-out user questions (feedback), LLM-written questions, or "
-                              "trust_copied_questions_for_embedders")
+        result = reranker_gate(first, current, load_reranker(candidate.name, registry=registry), gate, settings,
+                               copied=copied)
     registry.update_metrics(kind, candidate.version, {"gate": {
         **result.metadata, "copied_questions": copied, "passed": bool(result.passed), "against": _label(kind, production),
         "candidate_version": candidate.version, "production_version": production.version if production else None,
         "qa_set_version": inputs.qa_version, "strategy": inputs.strategy, "gated_at": _now(),
         "settings": settings.model_dump()}})
     return result
+
+
+def decision_questions(gate: IRSet | None, chunks: pd.DataFrame, settings: GateSettings) -> tuple[IRSet | None, pd.DataFrame, int]:
+    """The gate questions that decide, the chunk set they are scored on, and how many copied questions were set
+    aside (0 when they are included). A question is copied when its type is a document sentence (inverse cloze) or its text stands word for
+    word in a relevant chunk (an LLM that copied). Excluded by default (GateSettings.copied_questions): people do
+    not ask in the documents' sentences. Included, they are cut out of their chunks, as in training: scored against
+    the copy, every model "finds" them and the gate measures string matching."""
+    if gate is None:
+        return None, chunks, 0
+    texts = dict(zip(chunks["chunk_id"], chunks["text"]))
+    copied = {q for q, rel in gate.qrels.items()
+              if gate.types.get(q) in COPIED_TYPES or any(c in texts and cut_question(texts[c], gate.queries[q]) != texts[c]
+                                                          for c in rel)}
+    if settings.copied_questions == "include":
+        cut, _ = without_questions(chunks, [(gate.queries[q], c) for q, rel in gate.qrels.items() for c in rel])
+        return IRSet(gate.queries, dict(zip(cut["chunk_id"], cut["text"])), gate.qrels, gate.judged, gate.types), cut, 0
+    return gate.subset([q for q in gate.queries if q not in copied]), chunks, len(copied)
 
 
 def _now() -> str:
@@ -236,6 +244,20 @@ def promotion_refusal(kind: Kind, registry: ModelRegistry, candidate: ModelVersi
                     "test can promote it (promotion policy 'canary')")
         return f"the gate rejected it against {_label(kind, production)}: {gate.get('reasons', 'no reason recorded')}"
     return None
+
+
+def rejected_by_gate(kind: Kind, registry: ModelRegistry, candidate: ModelVersion, need: Need = "better") -> str | None:
+    """Why the candidate's own current gate verdict (for this version, against the production of now) keeps
+    production, or None when there is no such verdict or it allows `need`. A rejection is a normal outcome of a
+    retrain; a missing or stale verdict is not a rejection (promotion_refusal then says what to run)."""
+    current = registry.resolve(kind, candidate.version)
+    gate = current.metrics.get("gate") if current is not None else None
+    if not isinstance(gate, dict) or gate.get("candidate_version") != candidate.version:
+        return None
+    production = registry.resolve(kind, "production")
+    if gate.get("production_version") != (production.version if production else None):
+        return None
+    return promotion_refusal(kind, registry, candidate, need)
 
 
 def check_promotable(kind: Kind, registry: ModelRegistry, candidate: ModelVersion, need: Need = "better") -> None:
