@@ -78,13 +78,25 @@ def run_demo(instance) -> int:
     return 1 if failures else 0
 
 
-def _ask(model: str) -> None:
-    """One answer with its sources, and one question the documents cannot answer."""
-    from rag.qa import AnswerSettings, answer_question
+def _ask(indexed: str) -> None:
+    """One answer with its sources, and one question the documents cannot answer, with what `rag ask` and
+    `rag serve` answer with by default: the production embedder and reranker (the base model and retrieval order
+    until a promotion), in the default mode."""
+    from rag.qa import Answerer, AnswerSettings
+    from rag.retrieval import RetrievalError
 
-    settings = AnswerSettings(strategy="paragraph", model=model)
+    settings = AnswerSettings(strategy="paragraph")
+    try:
+        answerer = Answerer(settings)
+    except RetrievalError as exc:
+        # Production is reached through the base model's collection; a demo configured to index other models only
+        # answers with the first of them instead.
+        print(f"\nproduction cannot answer ({exc}); answering with {indexed}")
+        answerer = Answerer(settings.model_copy(update={"model": indexed}))
+    served = answerer.served()
+    print(f"\nanswering with embedder {served['embedder']}, reranker {served['reranker']}, mode {served['mode']}")
     for question in (DEMO_QUESTION, OUTSIDE_QUESTION):
-        result = answer_question(question, settings)
+        result = answerer.ask(question)
         print(f'\nrag ask "{question}"\n  {result.answer}')
         for src in result.sources():
             print(f"  - {src['doc_id']} p{src['page_start']} ({' + '.join(k for k in ('cited', 'attributed') if src[k])})")

@@ -10,12 +10,14 @@ from pathlib import Path
 
 from rag.chunk_sets import ChunkRun, update_chunk_set
 from rag.chunking import Chunker, get_chunker, load_strategies
-from rag.embedding import TextEmbedder, load_embedder
-from rag.index.qdrant import QdrantSettings, get_client
+from rag.embedding import TextEmbedder, load_embedder, model_key
+from rag.index.qdrant import CollectionName, QdrantSettings, alias_target, drop_unaliased, get_client, point_alias_to
 from rag.index.sync import BM25Run, IndexRun, sync_bm25, sync_collection
 from rag.ingest import ParseRun, update_documents
 from rag.parsing import ParseSettings
 from rag.progress import Progress
+from rag.registry import IMPLICIT_PRODUCTION, ModelRegistry
+from rag.retrieval.service import PRODUCTION
 from rag.source import SourceScan, scan_folder
 from rag.store import CHUNK_FAILURES_TABLE, CHUNKS_TABLE, DOCUMENTS_TABLE, QUARANTINE_TABLE, TableStore, bm25_root
 
@@ -52,9 +54,34 @@ def bm25_step(tables: TableStore, root: Path, strategy: str) -> BM25Run:
 
 
 def embed_step(tables: TableStore, client, strategy: str, model: str, embedder: TextEmbedder, distance: str = "cosine",
-               progress: Progress | None = None) -> IndexRun:
-    return sync_collection(client, _chunks(tables, strategy), embedder, strategy=strategy, model=model, distance=distance,
-                           progress=progress)
+               progress: Progress | None = None, registry: ModelRegistry | None = None) -> IndexRun:
+    """Bring the (strategy, model) collection up to date. For the base model, while no embedder is promoted in
+    `registry` (default: the data dir's, beside `tables`), also keep `<strategy>__production` on it: serving asks
+    for `production` by default and must answer on a fresh index (see base_serving_alias)."""
+    run = sync_collection(client, _chunks(tables, strategy), embedder, strategy=strategy, model=model,
+                          distance=distance, progress=progress)
+    registry = registry or ModelRegistry(Path(tables.root).parent / "models")
+    if base_serving_alias(client, strategy, model, run.collection, registry):
+        # The collection the serving alias left may be an old version of the base model nothing else holds.
+        run.dropped_collections += drop_unaliased(client, CollectionName(strategy, model_key(model)))
+    return run
+
+
+def base_serving_alias(client, strategy: str, model: str, collection: str, registry: ModelRegistry) -> bool:
+    """Point `<strategy>__production` at `collection` (the base model's, just synced) when production is the
+    implicit v0 (nothing promoted) and the alias is missing or on another collection of the base model (an older
+    version, or where a revert to the implicit v0 put it). An alias on any other collection was set by a promotion
+    or an operator and is never moved. True when it moved. Idempotent: a second call finds it in place."""
+    base = IMPLICIT_PRODUCTION["embedder"]
+    if model != base or registry.resolve("embedder", PRODUCTION) is not None:
+        return False
+    alias = CollectionName(strategy, PRODUCTION).alias
+    current = alias_target(client, alias)
+    base_collections = CollectionName(strategy, model_key(base)).alias + "__"
+    if current == collection or (current is not None and not current.startswith(base_collections)):
+        return False
+    point_alias_to(client, alias, collection)
+    return True
 
 
 @dataclass

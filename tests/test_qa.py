@@ -377,10 +377,15 @@ def test_rag_ask_cli(sample_root, monkeypatch, capsys, tmp_path):
     config = tmp_path / "answer.yaml"
     config.write_text("strategy: paragraph\nmodel: wordllama\ntop_k: 4\n")
     args = argparse.Namespace(question="Which flight control computer software must be installed on the airplanes?",
-                              config=config, strategy=None, model=None, mode=None, generator=None, top_k=None, json=True)
+                              config=config, strategy=None, model=None, mode=None, reranker=None, generator=None,
+                              top_k=None, json=True)
     assert cmd_ask(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["cited_chunk_ids"] and out["settings"]["top_k"] == 4 and not out["not_in_context"]
+    # --json names what answered; the config sets no mode, so the default (hybrid-cc) and the production reranker
+    # (none promoted: retrieval order) serve.
+    assert out["served"] == {"embedder": "wordllama", "reranker": "none", "mode": "hybrid-cc", "strategy": "paragraph",
+                             "model": "wordllama", "reranker_spec": "production"}
     config.write_text("strategy: paragraph\nmodel: wordllama\ntypo_field: 1\n")
     with pytest.raises(ValueError, match="invalid answer settings"):
         cmd_ask(args)
@@ -392,7 +397,7 @@ def test_rag_ask_cli(sample_root, monkeypatch, capsys, tmp_path):
     apply_configuration(best, root, reason="test")
     assert cmd_ask(argparse.Namespace(**{**vars(args), "config": None})) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["settings"]["mode"] == "bm25" and out["settings"]["top_k"] == 2
+    assert out["settings"]["mode"] == "bm25" and out["settings"]["top_k"] == 2 and out["served"]["mode"] == "bm25"
 
 
 def test_attribution_uses_the_registered_production_cross_encoder(tiny_index, tmp_path, monkeypatch):

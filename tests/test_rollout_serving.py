@@ -256,8 +256,9 @@ def test_a_reranker_canary_needs_a_server_that_serves_the_production_reranker(tm
     v1 = registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})
     verdict(registry, "reranker", v1, production=None)
     start("reranker", registry, "v1", traffic_share=0.9, log=quiet)
-    # No reranker configured, and none promoted yet: once promoted, this server would still serve retrieval order.
-    router = canary_router(AnswerSettings(model="minilm", mode="dense"), None, root=tmp_path)
+    # A server configured without a reranker (the default is production): once promoted, it would still serve
+    # retrieval order.
+    router = canary_router(AnswerSettings(model="minilm", mode="dense", reranker="none"), None, root=tmp_path)
     app = create_app(lambda: PRODUCTION, store, ServeSettings(api_token=TOKEN), canary=router)
     with TestClient(app) as client:
         data = ask(client, session="any")

@@ -16,7 +16,8 @@ from rag.qa.models import AnswerSettings
 from rag.qa.pipeline import NO_RETRIEVAL, Answerer
 from rag.retrieval import Index
 
-BAKEOFF_MODES = (NO_RETRIEVAL, "bm25", "dense", "hybrid-rrf")
+# hybrid-cc is the serving default (rag.qa.models.DEFAULT_MODE): the bake-off scores what users are answered with.
+BAKEOFF_MODES = (NO_RETRIEVAL, "bm25", "dense", "hybrid-rrf", "hybrid-cc")
 COLUMNS = ["strategy", "mode", "generator", "answer_accuracy", "source_accuracy", "coverage", "latency_p50_ms", "latency_p95_ms",
            "exact_match", "f1", "rouge_l", "semantic_similarity", "attributed_source_accuracy", "retrieved_evidence",
            "faithfulness", "answer_relevancy", "n_questions"]

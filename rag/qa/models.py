@@ -27,18 +27,36 @@ class OverviewSettings(BaseModel):
     map_chunks: int = Field(2, ge=1, description="LLM map step: first chunks of each document given to the model")
 
 
+# What serving asks for when nothing names a model or reranker: the registry's `production` alias, so a promotion
+# (retrain_job, a canary) reaches `rag serve`, `rag ask`, the web page and the demo without a flag. Before any
+# promotion `production` is the implicit v0: the base embedder (rag.registry.IMPLICIT_PRODUCTION, minilm; indexing
+# puts its collection behind `<strategy>__production`) and no reranker (retrieval order).
+SERVED_MODEL = "production"
+SERVED_RERANKER = "production"
+# The retrieval mode where no active configuration (rag.tuning.active) sets one: hybrid-cc measured best on both
+# corpora we have. SciFact test nDCG@10, all 5,183 abstracts: hybrid-cc 0.7313, hybrid-rrf 0.7147
+# (bench/results/retrieval-full.json); SQuAD corpus: 0.894 vs 0.861 (`make bench-quick`'s bench/qa_eval.py run
+# quoted in the README; no committed result file holds it). An applied configuration search winner sets its own.
+DEFAULT_MODE = "hybrid-cc"
+
+
 class AnswerSettings(BaseModel):
     """One answering configuration: retrieval → rerank → filter → neighbours → prompt → generate → attribute."""
 
     model_config = ConfigDict(extra="forbid")  # a typo in a config file fails loudly
 
     strategy: str = "paragraph"  # chunk set to search
-    model: str | None = "minilm"  # embedding model of the dense index (and of the extractive generator)
-    mode: str = "hybrid-rrf"  # a retrieval mode of rag.retrieval.RETRIEVERS, or "none" (no context: closed book)
+    # Embedding model of the dense index (and of the extractive generator): a registry alias or version, a built-in
+    # or a directory. "production" follows promotions.
+    model: str | None = SERVED_MODEL
+    mode: str = DEFAULT_MODE  # a retrieval mode of rag.retrieval.RETRIEVERS, or "none" (no context: closed book)
     k: int = Field(10, ge=1, le=1000, description="hits retrieved (and reranked) before filtering")
     candidates: int = Field(100, ge=1, description="per-retriever depth before fusion")
+    # 0.5: the best of the SciFact train sweep (alpha_train_sweep in bench/results/retrieval-full.json)
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="hybrid-cc weight of the dense score")
-    reranker: str | None = None  # rag.rerank spec: None, "production", "candidate" or a model directory
+    # rag.rerank spec: None / "none", "production" (retrieval order until one is promoted), "candidate", a registered
+    # version or a model directory
+    reranker: str | None = SERVED_RERANKER
     top_k: int | None = Field(5, ge=1, description="passages kept for the prompt")
     # ...and only those scoring at least this: with a reranker a relevance probability in [0, 1] (rag.rerank), else the
     # retriever's own score (cosine for dense, BM25 for bm25, the fused score for hybrid modes)
@@ -85,6 +103,9 @@ class AnswerResult(BaseModel):
     draft: str | None = None  # the answer before reflection, when it was revised
     attribution_scorer: str | None = None  # what scored attribution: cross-encoder:<name> or embedding:<model>
     warnings: list[str] = Field(default_factory=list)  # degraded paths taken for this answer (e.g. a fallback)
+    # What answered, resolved: embedder ("ft-minilm-v2", "minilm (base)"), reranker (a version or "none"), mode and
+    # strategy. `settings` holds what was asked for ("production"), which does not say which version that was.
+    served: dict[str, str | None] = Field(default_factory=dict)
 
     def sources(self) -> list[dict]:
         """(document, pages) of every cited or attributed chunk, cited first."""

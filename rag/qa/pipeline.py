@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from rag.embedding import TextEmbedder, load_embedder
+from rag.embedding import INT8_SUFFIX, TextEmbedder, load_embedder
 from rag.llm import LLM, LLMSettings, load_llm
 from rag.qa.attribution import CrossEncoderScorer, EmbeddingScorer, PairScorer, attribute
 from rag.qa.encoding import CachedEmbedder
@@ -41,29 +41,53 @@ def load_reranker_spec(spec: str | None, root: Path | None = None):
         # answerer when the registry's aliases change, so the first promoted reranker is served without a restart.
         return None
     if reranker is None:
-        raise ValueError(f"no reranker {spec!r} is registered yet: train one (retrain_job) or leave `reranker` unset")
+        raise ValueError(f"no reranker {spec!r} is registered yet: train one (retrain_job), or set `reranker: "
+                         "production` (retrieval order until one is promoted) or `reranker: none`")
     return reranker
 
 
-def production_cross_encoder(root: Path | None = None) -> tuple[object | None, str | None]:
-    """(the registered production reranker when it reads text pairs (a cross-encoder), or None; why attribution cannot
-    use it, or None). A learned ranker scores question -> passage with first-stage signals; an (answer, passage) pair
-    has none, so attribution uses embedding cosine with it. A production reranker that fails to load does not stop
-    answering either, but the fallback is stated: in the logs and in every result."""
+def load_production_reranker(root: Path | None = None) -> tuple[object | None, str | None]:
+    """(the registered production reranker, or None; why it could not be loaded, or None). `production` is the
+    default of every answer, so a promoted reranker that fails to load must not stop answering: the answer falls
+    back to retrieval order (and attribution to embedding similarity), and says so in the logs and every result."""
     from rag.rerank import load_reranker
 
     try:
-        reranker = load_reranker("production", registry=_registry(root))
+        return load_reranker("production", registry=_registry(root)), None
     except Exception as exc:  # noqa: BLE001 - any load failure; reported, never silent
-        note = (f"attribution uses embedding similarity: the production reranker failed to load "
-                f"({type(exc).__name__}: {str(exc)[:200]})")
+        note = (f"the production reranker failed to load ({type(exc).__name__}: {str(exc)[:200]}): retrieval order "
+                "where it would rerank, and attribution uses embedding similarity")
         log.warning("%s", note)
         return None, note
-    if reranker is None:
-        return None, None
-    if getattr(reranker, "needs_hits", False):
-        return None, None
+
+
+def production_cross_encoder(root: Path | None = None, loaded: tuple[object | None, str | None] | None = None
+                             ) -> tuple[object | None, str | None]:
+    """(the registered production reranker when it reads text pairs (a cross-encoder), or None; why attribution cannot
+    use it, or None). A learned ranker scores question -> passage with first-stage signals; an (answer, passage) pair
+    has none, so attribution uses embedding cosine with it. `loaded`: load_production_reranker's result when the
+    answerer already loaded it to rerank (one load for both)."""
+    reranker, note = loaded if loaded is not None else load_production_reranker(root)
+    if reranker is None or getattr(reranker, "needs_hits", False):
+        return None, note
     return reranker, None
+
+
+def served_embedder(index: Index | None, embedder: TextEmbedder | None, model: str | None,
+                    root: Path | None) -> str | None:
+    """The embedder's served name: a registered version ("ft-minilm-v2"), "minilm (base)" for `production` before
+    any promotion (the implicit v0), or the name asked for; None when nothing embeds."""
+    loaded = getattr(index, "embedder", None) or embedder
+    if loaded is None:
+        return None
+    name = getattr(loaded, "name", None) or model
+    if model is not None and model.removesuffix(INT8_SUFFIX) == "production":
+        from rag.registry import ModelRegistry
+
+        registry = ModelRegistry(Path(root) / "models") if root is not None else ModelRegistry()
+        if registry.resolve("embedder", "production") is None:
+            return f"{name} (base)"
+    return name
 
 
 def llm_from_env() -> LLMSettings:
@@ -79,6 +103,7 @@ class Answerer:
                  index: Index | None = None, reranker=None, attribution_scorer: PairScorer | None = None,
                  embedder: TextEmbedder | None = None):
         self.settings = s = settings or AnswerSettings()
+        self.root = root
         if s.mode != NO_RETRIEVAL and s.mode not in RETRIEVERS:
             raise RetrievalError(f"unknown retrieval mode {s.mode!r} (known: {NO_RETRIEVAL}, {', '.join(RETRIEVERS)})")
         if s.generator not in GENERATORS:
@@ -98,17 +123,36 @@ class Answerer:
         if llm is None and s.generator == "llm":
             llm = load_llm(s.llm or llm_from_env())
         self.llm = llm
-        self.reranker = reranker if reranker is not None else load_reranker_spec(s.reranker, root)
+        production = None  # (reranker, load failure) of the registry's production reranker, loaded once
+        if reranker is None and (s.reranker or "").strip() == "production":
+            production = load_production_reranker(root)
+            reranker = production[0]
+        if reranker is None and production is None:
+            reranker = load_reranker_spec(s.reranker, root)
+        self.reranker = reranker
         self.attribution_scorer = attribution_scorer
-        self.attribution_note: str | None = None
+        self.attribution_note: str | None = production[1] if production is not None else None
         if self.attribution_scorer is None and s.attribution:
-            cross_encoder, self.attribution_note = production_cross_encoder(root)
+            cross_encoder, self.attribution_note = production_cross_encoder(root, production)
             if cross_encoder is not None:
                 self.attribution_scorer = CrossEncoderScorer(cross_encoder)
             elif self.embedder is not None:
                 self.attribution_scorer = EmbeddingScorer(self.embedder)
         self.generator: Generator = GENERATORS[s.generator](s, self.embedder, llm)
         self._catalog: Catalog | None = None  # the documents, for overview questions; built on the first one
+        self._served: dict[str, str | None] | None = None
+
+    def served(self) -> dict[str, str | None]:
+        """The versions this answerer serves, resolved: what /health and `rag ask --json` name. A settings value like
+        "production" says what was asked for, not which version it was when the answerer was built."""
+        if self._served is None:  # the models are loaded once, so what they are cannot change after the first call
+            s, reranker = self.settings, self.reranker
+            reranker_name = "none" if reranker is None else getattr(reranker, "name", type(reranker).__name__)
+            self._served = {"embedder": served_embedder(self.index, self.embedder, s.model, self.root),
+                            "reranker": reranker_name,
+                            "mode": s.mode, "strategy": None if s.mode == NO_RETRIEVAL else s.strategy,
+                            "model": s.model, "reranker_spec": s.reranker}
+        return dict(self._served)
 
     def catalog(self) -> Catalog | None:
         """The index's documents with their titles and first chunks (None without an index)."""
@@ -206,7 +250,7 @@ class Answerer:
             generator=generator, settings=s.model_dump(mode="json", exclude={"llm"}) | {"llm": _llm_name(self.llm)},
             timings_ms=timings, draft=generation.draft,
             attribution_scorer=getattr(self.attribution_scorer, "name", None) if s.attribution else None,
-            warnings=[self.attribution_note] if self.attribution_note else [],
+            warnings=[self.attribution_note] if self.attribution_note else [], served=self.served(),
         )
 
 

@@ -15,6 +15,7 @@ from rag.store import CHUNKS_TABLE, TableStore, bm25_root, data_dir
 
 
 BM25Source = Literal["auto", "engine", "bm25s"]
+PRODUCTION = "production"  # the registry alias serving follows (rag.training.pipeline.SERVING names the same)
 log = logging.getLogger(__name__)
 
 
@@ -41,6 +42,26 @@ def open_bm25(bm25_dir: Path, client, alias: str | None, source: BM25Source | No
         raise RetrievalError(str(exc)) from exc
 
 
+def index_model(model: str) -> str:
+    """The model to index so that `model` can be searched: production is reached through the model it resolves to
+    (indexing the base model puts `<strategy>__production` on its collection until a promotion moves it)."""
+    if model == PRODUCTION:
+        from rag.registry import registered_embedder
+
+        return registered_embedder(PRODUCTION)[0]
+    return model
+
+
+def production_fallback(strategy: str, model: str) -> str | None:
+    """For `production` only: the alias of the model it resolves to, searched when `<strategy>__production` is
+    missing. An index built before indexing set that alias has only the base model's `<strategy>__minilm`, and
+    production before any promotion is that model; open_index's weights check still refuses a collection of
+    other weights than production's."""
+    if model != PRODUCTION:
+        return None
+    return CollectionName(strategy, model_key(index_model(model))).alias
+
+
 def open_index(strategy: str, model: str | None, *, root: Path | None = None, qdrant: QdrantSettings | None = None,
                need_dense: bool = True, need_bm25: bool = True, bm25: BM25Source | None = None) -> Index:
     root = Path(root or data_dir())
@@ -56,9 +77,13 @@ def open_index(strategy: str, model: str | None, *, root: Path | None = None, qd
         client = get_client(qdrant)
         alias = CollectionName(strategy, model_key(model)).alias
         live = alias_target(client, alias)
+        fallback = production_fallback(strategy, model)
+        if live is None and fallback is not None and (live := alias_target(client, fallback)) is not None:
+            alias = fallback
         if live is None:
             raise RetrievalError(f"no collection for strategy {strategy!r} and model {model!r}: run "
-                                 f"`rag index DOCS --strategy {strategy} --model {model}` or materialize embedding_collections")
+                                 f"`rag index DOCS --strategy {strategy} --model {index_model(model)}` or materialize "
+                                 "embedding_collections")
         try:
             embedder = load_embedder(model)
         except ValueError as exc:

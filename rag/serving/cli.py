@@ -10,10 +10,12 @@ def add_serve_command(sub) -> None:
     p.add_argument("--host", default=None, help="default 127.0.0.1")
     p.add_argument("--port", type=int, default=None, help="default 8000")
     p.add_argument("--strategy", default=None, help="chunk set to answer from (default: the answer config's)")
-    p.add_argument("--model", default=None, help="embedding model of the dense index")
-    p.add_argument("--mode", default=None, help="retrieval mode")
+    p.add_argument("--model", default=None, help="embedding model of the dense index (default: the answer config's, "
+                   "else production: what a promotion swaps, the base minilm until then)")
+    p.add_argument("--mode", default=None, help="retrieval mode (default: the answer config's, else hybrid-cc)")
     p.add_argument("--reranker", default=None, help="production (what a promotion swaps; retrieval order until the "
-                   "first reranker is promoted), none, or a registered version (default: the answer config's)")
+                   "first reranker is promoted), none, or a registered version (default: the answer config's, else "
+                   "production)")
     p.add_argument("--answer-config", type=Path, default=None, help="YAML of AnswerSettings (or RAG_ANSWER_CONFIG)")
     p.set_defaults(func=cmd_serve)
 

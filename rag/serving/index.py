@@ -36,14 +36,19 @@ log = logging.getLogger(__name__)
 COPY_BATCH = 512
 
 
-def replicate_collection(source: QdrantSettings, target: QdrantSettings, alias: str) -> str:
+def replicate_collection(source: QdrantSettings, target: QdrantSettings, alias: str,
+                         fallback: str | None = None) -> str:
     """Copy the collection behind `alias` (points, vectors, payloads, and between edge folders the HNSW graph)
     from source to target and point the same alias at it there. Returns the collection's name. Holds the
     source's lock only for the copy and releases it afterwards. A file copy that fails leaves no target folder
-    behind (if it made it); a point-by-point one may leave a partial one, which the caller removes."""
+    behind (if it made it); a point-by-point one may leave a partial one, which the caller removes.
+    `fallback`: the alias copied (under its own name) when `alias` is missing (rag.retrieval.service's
+    production_fallback: an index older than the `<strategy>__production` alias indexing sets)."""
     src = get_client(source)
     try:
         live = alias_target(src, alias)
+        if live is None and fallback is not None and (live := alias_target(src, fallback)) is not None:
+            alias = fallback
         if live is None:
             raise FileNotFoundError(f"no collection behind alias {alias!r} in {source.location}: index first "
                                     "(`rag index` or materialize embedding_collections)")
@@ -156,7 +161,7 @@ class ServingIndex:
         target = QdrantSettings(path=str(self.replicas / f"replica-{time.time_ns()}"))
         alias = CollectionName(self.strategy, _model_key(self.model)).alias
         try:
-            replicate_collection(self.primary, target, alias)
+            replicate_collection(self.primary, target, alias, _production_fallback(self.strategy, self.model))
             return self.build(self.open_index(target)), target
         except BaseException:
             _drop_replica(target)
@@ -191,6 +196,12 @@ def _model_key(model: str) -> str:
     from rag.embedding import model_key
 
     return model_key(model)
+
+
+def _production_fallback(strategy: str, model: str) -> str | None:
+    from rag.retrieval.service import production_fallback
+
+    return production_fallback(strategy, model)
 
 
 def _drop_replica(settings: QdrantSettings) -> None:

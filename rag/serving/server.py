@@ -114,7 +114,14 @@ def build_app(settings: ServeSettings, *, root: Path | None = None, store: Feedb
         serving.close()
         store.close()
 
-    app = create_app(serving.current, store, settings, canary=router, health_extra=lambda: {"index": serving.info()})
+    def health() -> dict:
+        # Resolved from the answerer serving now (rebuilt when a promotion moves an alias), not from the settings:
+        # "production" names an alias, and the versions behind it are what an operator checks after a promotion.
+        current = serving.current()
+        served = current.served() if hasattr(current, "served") else {}
+        return {"index": serving.info(), "served": {**served, "config": str(settings.answer_config or "defaults")}}
+
+    app = create_app(serving.current, store, settings, canary=router, health_extra=health)
     app.router.lifespan_context = lifespan
     app.state.serving = serving
     return app

@@ -120,3 +120,15 @@ $("send-correction").addEventListener("click", () => {
   if (!text) { status("Write the corrected answer first.", true); return; }
   sendFeedback({ correction: text, correction_source: $("expert").checked ? "expert" : "user" });
 });
+
+// Which versions answer (the server resolves `production` to what was promoted): a line under the page.
+(async function showServed() {
+  try {
+    const response = await fetch("/health");
+    const served = (await response.json()).served;
+    if (!served) return;
+    const parts = [`embedder ${served.embedder || "none"}`, `reranker ${served.reranker}`, `mode ${served.mode}`];
+    if (served.strategy) parts.push(`chunks ${served.strategy}`);
+    $("served").textContent = "Served: " + parts.join(" · ");
+  } catch (err) { /* the footer is informative only; asking works without it */ }
+})();
