@@ -48,6 +48,7 @@ class SyntheticQAConfig(Config):
     questions_per_passage: int = library_field(SynthSettings, "questions_per_passage")
     max_questions: int | None = library_field(SynthSettings, "max_questions")
     question_types: list[str] = library_field(SynthSettings, "question_types")
+    question_mix: dict[str, float] | None = library_field(SynthSettings, "question_mix")
     multi_document_questions: int = library_field(SynthSettings, "multi_document_questions")
     dev_fraction: float = library_field(SynthSettings, "dev_fraction")
     seed: int = library_field(SynthSettings, "seed")
@@ -86,7 +87,8 @@ class RetrievalEvaluationConfig(Config):
     group_name="evaluation",
     kinds={"python", "parquet"},
     description="Questions with evidence spans in the canonical document text, generated per sampled passage by the "
-    "configured LLM (few-shot, filtered) or, with no LLM, inverse-cloze pseudo-queries; split 80/20 by document.",
+    "configured LLM (few-shot, filtered) or, with no LLM, a mix of rule-based kinds (answer-aware wh-questions, "
+    "keyword queries, inverse-cloze pseudo-queries; run config question_mix); split 80/20 by document.",
 )
 def synthetic_qa(context: AssetExecutionContext, config: SyntheticQAConfig, data_store: DataStore, llm: LLMResource) -> MaterializeResult:
     documents = data_store.tables.read(DOCUMENTS_TABLE)
@@ -99,6 +101,8 @@ def synthetic_qa(context: AssetExecutionContext, config: SyntheticQAConfig, data
     return MaterializeResult(metadata={
         **result.summary, "dagster/row_count": len(result.items), "path": MetadataValue.path(str(path)),
         "llm_backend": llm_settings.backend, "settings": MetadataValue.json(settings.model_dump(mode="json")),
+        "question_mix": MetadataValue.json(result.mix), "questions_by_type": MetadataValue.json(result.by_type),
+        "fallbacks_by_kind": MetadataValue.json(dict(result.fallbacks)),
         "samples": MetadataValue.md(markdown_table(samples, list(samples.columns))),
     })
 

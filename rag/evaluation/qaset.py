@@ -14,7 +14,9 @@ from typing import Literal
 import pandas as pd
 from pydantic import BaseModel, Field, model_validator
 
-QuestionType = Literal["factual", "interpretation", "long-answer", "multi-document", "inverse-cloze", "dataset"]
+# answer-aware and keyword: rule-based synthetic kinds (rag.synthetic.answer_aware, rag.synthetic.keywords).
+QuestionType = Literal["factual", "interpretation", "long-answer", "multi-document", "inverse-cloze", "answer-aware",
+                       "keyword", "dataset"]
 Split = Literal["train", "dev", "test"]
 
 

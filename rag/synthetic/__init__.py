@@ -1,5 +1,8 @@
-"""Synthetic QA sets: few-shot LLM questions over sampled passages, filtered, split 80/20 by document.
-Without an LLM, inverse-cloze pseudo-queries (a sentence as the query, its passage as evidence).
+"""Synthetic QA sets over sampled passages, filtered, split 80/20 by document. Question kinds, mixed by
+`SynthSettings.question_mix` (rag.synthetic.mix): few-shot LLM questions; answer-aware wh-questions made by rule
+from a sentence's answer phrase (rag.synthetic.answer_aware); keyword queries of a passage's salient terms
+(rag.synthetic.keywords); inverse-cloze pseudo-queries (a sentence as the query, its passage as evidence).
+rag.synthetic.style measures how far each kind is from how people ask.
 
 Passages come from the canonical text (not from a chunk set), so the QA set scores every strategy.
 """
@@ -8,17 +11,20 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
 from typing import Protocol
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from rag.chunking.sentences import split_sentences
 from rag.evaluation.qaset import Evidence, QAItem, assign_splits, question_id
 from rag.parsing.models import ParsedDocument
+from rag.synthetic import mix as question_mix
+from rag.synthetic.text import is_verbatim, tokens
 
 QUESTION_TYPES = ("factual", "interpretation", "long-answer")
 
@@ -42,6 +48,11 @@ class SynthSettings(BaseModel):
     passage_chars: tuple[int, int] = (300, 1200)  # min, max characters of a passage
     question_types: list[str] = Field(default_factory=lambda: list(QUESTION_TYPES),
                                       description=f"LLM question types, cycled per passage: {', '.join(QUESTION_TYPES)}")
+    question_mix: dict[str, float] | None = Field(
+        None, description="share of each kind of question: llm (the LLM's question_types), answer-aware (wh-questions "
+        "made by rule about a sentence's answer phrase), keyword (search-box terms of a passage), inverse-cloze (a "
+        "sentence copied as the query); None = llm alone with an LLM, else answer-aware 0.5, keyword 0.25, "
+        "inverse-cloze 0.25. A passage that yields nothing of its slot's kind gives the slot to the next kind")
     multi_document_questions: int = Field(0, ge=0, description="extra questions that need two documents (LLM only)")
     min_words: int = 5
     max_words: int = 50
@@ -49,6 +60,11 @@ class SynthSettings(BaseModel):
     seed: int = Field(42, description="passage sampling and sentence choice")
     seed_examples_path: str | None = Field(None, description="YAML list of {passage, question, answer, type}; "
                                            "None = built-in generic examples")
+
+    @field_validator("question_mix")
+    @classmethod
+    def _known_kinds(cls, mix: dict[str, float] | None) -> dict[str, float] | None:
+        return None if mix is None else question_mix.validate(mix)
 
 
 @dataclass
@@ -66,12 +82,19 @@ class SynthResult:
     attempted: int = 0
     generator: str = ""
     samples: list[dict] = field(default_factory=list)
+    mix: dict[str, float] = field(default_factory=dict)  # the shares this run resolved to
+    fallbacks: Counter = field(default_factory=Counter)  # "wanted->given": slots a passage filled with another kind
+
+    @property
+    def by_type(self) -> dict[str, int]:
+        return dict(sorted(Counter(i.qtype for i in self.items).items()))
 
     @property
     def summary(self) -> dict:
-        by_type = Counter(i.qtype for i in self.items)
+        by_type = self.by_type
         by_split = Counter(i.split for i in self.items)
         return {"questions": len(self.items), "attempted": self.attempted, "generator": self.generator,
+                "fallbacks": sum(self.fallbacks.values()),
                 **{f"type_{k}": v for k, v in sorted(by_type.items())}, **{f"split_{k}": v for k, v in sorted(by_split.items())},
                 **{f"rejected_{k}": v for k, v in sorted(self.rejected.items())}}
 
@@ -141,28 +164,6 @@ def ask(llm: Completer, prompt: str) -> tuple[str, str] | None:
 
 
 # --- filters ---------------------------------------------------------------------------------------
-def _tokens(text: str) -> list[str]:
-    return re.findall(r"\w+", text.lower())
-
-
-def _longest_common_run(a: list[str], b: list[str]) -> int:
-    best, prev = 0, [0] * (len(b) + 1)
-    for x in a:
-        cur = [0] * (len(b) + 1)
-        for j, y in enumerate(b, start=1):
-            if x == y:
-                cur[j] = prev[j - 1] + 1
-                best = max(best, cur[j])
-        prev = cur
-    return best
-
-
-def is_verbatim(question: str, passage: str) -> bool:
-    """The question copies a run of the passage covering most of it."""
-    q = _tokens(question)
-    return len(q) >= 4 and _longest_common_run(q, _tokens(passage)) >= 0.8 * len(q)
-
-
 def locate_answer(answer: str, passage: Passage) -> Evidence | None:
     """The answer's span in the canonical text: exact (case-insensitive), else the best token-overlap window."""
     text = passage.text
@@ -170,12 +171,12 @@ def locate_answer(answer: str, passage: Passage) -> Evidence | None:
     if pos >= 0 and answer.strip():
         length = len(answer.strip().rstrip("."))
         return Evidence(doc_id=passage.doc_id, start=passage.start + pos, end=passage.start + pos + length)
-    want = set(_tokens(answer))
+    want = set(tokens(answer))
     if not want:
         return None
     best, best_span = 0.0, None
     for m in re.finditer(r"[^.!?\n]+[.!?]?", text):  # sentences of the passage
-        have = set(_tokens(m.group()))
+        have = set(tokens(m.group()))
         score = len(want & have) / len(want)
         if score > best:
             best, best_span = score, (m.start(), m.end())
@@ -203,14 +204,16 @@ class _Filters:
     def __init__(self, settings: SynthSettings):
         self.settings, self.seen, self.rejected = settings, set(), Counter()
 
-    def accept(self, question: str, passage_text: str, check_language: bool = True) -> bool:
+    def accept(self, question: str, passage_text: str, check_language: bool = True,
+               check_verbatim: bool | None = None) -> bool:
+        """Length, duplicates, then (by default with the language) not a copy of the passage and its language."""
         words = len(question.split())
-        key = " ".join(_tokens(question))
+        key = " ".join(tokens(question))
         if not self.settings.min_words <= words <= self.settings.max_words:
             self.rejected["length"] += 1
         elif key in self.seen:
             self.rejected["duplicate"] += 1
-        elif check_language and is_verbatim(question, passage_text):
+        elif (check_language if check_verbatim is None else check_verbatim) and is_verbatim(question, passage_text):
             self.rejected["verbatim"] += 1
         elif check_language and language_of(question) not in (None, language_of(passage_text)):
             self.rejected["language"] += 1
@@ -225,20 +228,31 @@ def generate_qa(documents: list[ParsedDocument], llm: Completer | None, settings
     rng = random.Random(settings.seed)
     examples = load_examples(settings.seed_examples_path)
     filters = _Filters(settings)
-    result = SynthResult(items=[], generator=f"llm:{llm.name}" if llm else "inverse-cloze")
+    mix = question_mix.resolve(settings.question_mix, has_llm=llm is not None)
+    generator = "+".join(f"llm:{llm.name}" if kind == question_mix.LLM and llm else kind for kind in mix)
+    result = SynthResult(items=[], generator=generator, mix=mix)
     passages_by_doc = {d.doc_id: sample_passages(d, settings.passages_per_document, settings.passage_chars, rng) for d in documents}
-    cap = settings.max_questions
-    for i, passage in _passage_order(passages_by_doc, interleave=cap is not None):
+    cap, n = settings.max_questions, settings.questions_per_passage
+    order = _passage_order(passages_by_doc, interleave=cap is not None)
+    kinds = question_mix.slot_kinds(mix, len(order) * n, settings.seed)
+    makers = _RuleBased(settings, filters, result, rng, [p for _, p in order], set(mix))
+    for slot, (i, passage) in enumerate(order):
         if cap is not None and len(result.items) >= cap:
             break
-        n = settings.questions_per_passage
         result.attempted += n
-        if llm:
-            types = [settings.question_types[(i * n + j) % len(settings.question_types)] for j in range(n)]
-            items = [_llm_question(llm, passage, qtype, examples, filters, result) for qtype in types]
-        else:
-            items = _cloze_questions(passage, n, filters, rng)
-        result.items += [item for item in items if item is not None]
+        for j in range(n):
+            wanted = kinds[slot * n + j]
+            for kind in question_mix.fallbacks(wanted, mix):
+                if kind == question_mix.LLM:
+                    qtype = settings.question_types[(i * n + j) % len(settings.question_types)]
+                    item = _llm_question(llm, passage, qtype, examples, filters, result)
+                else:
+                    item = makers.next(kind, passage)
+                if item is not None:
+                    result.items.append(item)
+                    if kind != wanted:
+                        result.fallbacks[f"{wanted}->{kind}"] += 1
+                    break
     if cap is not None:
         result.items = result.items[:cap]
     extra = settings.multi_document_questions if cap is None else min(settings.multi_document_questions, cap - len(result.items))
@@ -249,7 +263,12 @@ def generate_qa(documents: list[ParsedDocument], llm: Completer | None, settings
     for item in result.items:
         item.split = splits[item.doc_id]
     result.rejected.update(filters.rejected)
-    result.samples = [{"type": i.qtype, "question": i.question, "answer": i.answer, "doc_id": i.doc_id} for i in result.items[:8]]
+    per_type: Counter = Counter()
+    for item in result.items:  # a few of every kind, so a mixed set shows each
+        if per_type[item.qtype] < 3:
+            per_type[item.qtype] += 1
+            result.samples.append({"type": item.qtype, "question": item.question, "answer": item.answer,
+                                   "doc_id": item.doc_id})
     return result
 
 
@@ -274,24 +293,85 @@ def _llm_question(llm: Completer, passage: Passage, qtype: str, examples, filter
         result.rejected["unanswerable"] += 1
         return None
     return QAItem(qid=question_id(passage.doc_id, str(passage.start), question), question=question, qtype=qtype,
-                  doc_id=passage.doc_id, evidence=[evidence], answer=answer, source=result.generator)
+                  doc_id=passage.doc_id, evidence=[evidence], answer=answer, source=f"llm:{llm.name}")
 
 
-def _cloze_questions(passage: Passage, n: int, filters: _Filters, rng: random.Random) -> list[QAItem]:
-    """Up to n different sentences of the passage as queries, its whole span as their evidence."""
-    candidates = [(s, e) for s, e in sentences(passage.text) if filters.settings.min_words <= len(passage.text[s:e].split()) <= filters.settings.max_words]
-    if not candidates:
-        filters.rejected["no_sentence"] += 1
-        return []
-    items = []
-    for s, e in rng.sample(candidates, min(n, len(candidates))):
-        question = " ".join(passage.text[s:e].split())
-        # The sentence is copied by construction; only length and duplicates apply to pseudo-queries.
-        if filters.accept(question, passage.text, check_language=False):
-            items.append(QAItem(qid=question_id(passage.doc_id, str(passage.start), question), question=question, qtype="inverse-cloze",
-                                doc_id=passage.doc_id, evidence=[Evidence(doc_id=passage.doc_id, start=passage.start, end=passage.end)],
-                                source="inverse-cloze"))
-    return items
+class _RuleBased:
+    """The rule-based kinds' questions, drawn one at a time per passage: each (kind, passage) keeps a lazy stream, so
+    a passage's second question of a kind is a different one, and no passage is parsed unless a slot asks for it."""
+
+    def __init__(self, settings: SynthSettings, filters: _Filters, result: SynthResult, rng: random.Random,
+                 passages: list[Passage], kinds: set[str]):
+        self.settings, self.filters, self.result, self.rng = settings, filters, result, rng
+        self.streams: dict[tuple[str, str, int], Iterator[QAItem]] = {}
+        self.keywords = None
+        if "keyword" in kinds:
+            from rag.synthetic.keywords import KeywordQueries
+
+            self.keywords = KeywordQueries(p.text for p in passages)  # document frequency over the run's passages
+
+    def next(self, kind: str, passage: Passage) -> QAItem | None:
+        key = (kind, passage.doc_id, passage.start)
+        if key not in self.streams:
+            make = {"inverse-cloze": self._cloze, "answer-aware": self._answer_aware, "keyword": self._keyword}[kind]
+            self.streams[key] = make(passage)
+        return next(self.streams[key], None)
+
+    def _item(self, passage: Passage, question: str, kind: str, evidence: Evidence,
+              answer: str | None = None) -> QAItem:
+        return QAItem(qid=question_id(passage.doc_id, str(passage.start), question), question=question, qtype=kind,
+                      doc_id=passage.doc_id, evidence=[evidence], answer=answer, source=kind)
+
+    def _whole(self, passage: Passage) -> Evidence:
+        return Evidence(doc_id=passage.doc_id, start=passage.start, end=passage.end)
+
+    def _cloze(self, passage: Passage) -> Iterator[QAItem]:
+        """Different sentences of the passage as queries, its whole span as their evidence."""
+        lo, hi = self.settings.min_words, self.settings.max_words
+        candidates = [(s, e) for s, e in sentences(passage.text) if lo <= len(passage.text[s:e].split()) <= hi]
+        if not candidates:
+            self.filters.rejected["no_sentence"] += 1
+        for s, e in self.rng.sample(candidates, len(candidates)):
+            question = " ".join(passage.text[s:e].split())
+            # The sentence is copied by construction; only length and duplicates apply to pseudo-queries.
+            if self.filters.accept(question, passage.text, check_language=False):
+                yield self._item(passage, question, "inverse-cloze", self._whole(passage))
+
+    def _answer_aware(self, passage: Passage) -> Iterator[QAItem]:
+        """Wh-questions about answer phrases of the passage's sentences; the sentence is the evidence."""
+        from rag.synthetic import answer_aware
+        from rag.synthetic.nlp import english
+
+        if language_of(passage.text) not in (None, "en"):
+            self.result.rejected["not_english"] += 1  # the rules and the parser are English's
+            return
+
+        def shuffled(sents: list) -> list:
+            return self.rng.sample(sents, len(sents))
+
+        def accept(q: answer_aware.Question) -> bool:
+            return self.filters.accept(q.question, passage.text, check_language=False, check_verbatim=True)
+
+        for q in answer_aware.questions(passage.text, shuffled, accept, self.result.rejected, english()):
+            start, end = q.sentence
+            evidence = Evidence(doc_id=passage.doc_id, start=passage.start + start, end=passage.start + end)
+            yield self._item(passage, q.question, "answer-aware", evidence, answer=q.answer)
+
+    def _keyword(self, passage: Passage) -> Iterator[QAItem]:
+        """Search-box queries of the passage's salient terms; the passage is the evidence."""
+        assert self.keywords is not None
+        found, term_sets = False, set()
+        for query in self.keywords.queries(passage.text, self.rng, self.settings.min_words, self.settings.max_words):
+            if frozenset(query.split()) in term_sets:  # the same terms in another order is the same query
+                self.filters.rejected["duplicate"] += 1
+                continue
+            term_sets.add(frozenset(query.split()))
+            # A run of neighbouring terms can spell out a stretch of the passage: that is a copy, not a query.
+            if self.filters.accept(query, passage.text, check_language=False, check_verbatim=True):
+                found = True
+                yield self._item(passage, query, "keyword", self._whole(passage))
+        if not found:
+            self.result.rejected["no_keyword_query"] += 1
 
 
 def _multi_document(llm, passages_by_doc, count: int, examples, filters, result, rng) -> list[QAItem]:
@@ -308,12 +388,17 @@ def _multi_document(llm, passages_by_doc, count: int, examples, filters, result,
         question, answer = parsed
         if not filters.accept(question, a.text + " " + b.text):
             continue
-        answer_tokens = set(_tokens(answer))
-        hits = [p for p in (a, b) if answer_tokens & set(_tokens(p.text))]
+        answer_tokens = set(tokens(answer))
+        hits = [p for p in (a, b) if answer_tokens & set(tokens(p.text))]
         if len(hits) < 2:
             result.rejected["unanswerable"] += 1
             continue
         item = QAItem(qid=question_id(a.doc_id, b.doc_id, question), question=question, qtype="multi-document", doc_id=a.doc_id,
-                      evidence=[Evidence(doc_id=p.doc_id, start=p.start, end=p.end) for p in (a, b)], answer=answer, source=result.generator)
+                      evidence=[Evidence(doc_id=p.doc_id, start=p.start, end=p.end) for p in (a, b)], answer=answer,
+                      source=f"llm:{llm.name}")
         out.append(item)
     return out
+
+
+__all__ = ["QUESTION_TYPES", "Completer", "Passage", "SynthResult", "SynthSettings", "ask", "build_prompt",
+           "generate_qa", "is_verbatim", "language_of", "load_examples", "locate_answer", "sample_passages", "sentences"]
