@@ -132,6 +132,10 @@ def serve(settings: ServeSettings, **answer_overrides) -> None:
 
     logging.basicConfig(level=logging.INFO)
     app = build_app(settings, **answer_overrides)
+    served = app.state.serving.current().served()
+    print(f"answering with embedder {served['embedder'] or 'none'}, reranker {served['reranker']}, "
+          f"mode {served['mode']}, chunk set {served['strategy']} (GET /health names them after a promotion swaps "
+          "them in)", flush=True)
     print(f"web page: http://{settings.host}:{settings.port}/#token={settings.api_token}", flush=True)
     print(f"API: POST /ask, /feedback, /events with `Authorization: Bearer {settings.api_token}`; "
           f"schema at http://{settings.host}:{settings.port}/openapi.json", flush=True)
