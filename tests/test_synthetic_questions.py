@@ -144,8 +144,14 @@ def test_the_mix_is_honoured_and_deterministic():
     settings = SynthSettings(passages_per_document=3, passage_chars=(100, 400),
                              question_mix={"keyword": 0.5, "inverse-cloze": 0.5})
     result = generate_qa(docs, None, settings)
-    by_type = result.by_type
-    assert set(by_type) == {"keyword", "inverse-cloze"} and abs(by_type["keyword"] - by_type["inverse-cloze"]) <= 1
+    by_type, slots = result.by_type, result.attempted
+    planned = question_mix.slot_kinds(result.mix, slots, settings.seed)
+    assert set(by_type) == {"keyword", "inverse-cloze"} and len(result.items) == slots == 18
+    for kind in by_type:  # each slot got its planned kind, or gave it to the next kind (counted), nothing else
+        moved_out = sum(n for k, n in result.fallbacks.items() if k.startswith(f"{kind}->"))
+        moved_in = sum(n for k, n in result.fallbacks.items() if k.endswith(f"->{kind}"))
+        assert by_type[kind] == planned.count(kind) - moved_out + moved_in
+    assert planned.count("keyword") == 9 and sum(result.fallbacks.values()) <= 3
     assert all(i.qtype == i.source for i in result.items)  # the kind is recorded on every item
     again = generate_qa(docs, None, settings)
     assert [(i.qtype, i.question) for i in again.items] == [(i.qtype, i.question) for i in result.items]

@@ -36,12 +36,18 @@ class KeywordQueries:
         """Distinct terms of the passage, best first (ties: first seen first)."""
         stops = stop_words()
         runs: list[list[str]] = [[]]
-        for token in re.findall(r"\w+|[^\w\s]", text.lower()):  # punctuation ends a term, as a stop word does
+        capital = None
+        for raw in re.findall(r"\w+|[^\w\s]", text):  # punctuation ends a term, as a stop word does
+            token = raw.lower()
             word = token.isalnum() and (len(token) > 1 or token.isdigit()) and not (token.isdigit() and len(token) > 8)
             if token in stops or not word:
                 runs.append([])
-            else:
-                runs[-1].append(token)
+                capital = None
+                continue
+            if capital is not None and raw[:1].isupper() != capital:  # "champion | New England Patriots"
+                runs.append([])
+            capital = raw[:1].isupper()
+            runs[-1].append(token)
         pieces = [run[i:i + MAX_TERM_WORDS] for run in runs for i in range(0, len(run), MAX_TERM_WORDS)]
         tf = Counter(t for piece in pieces for t in piece)
         score = {t: tf[t] * self.idf(t) for t in tf}
