@@ -54,6 +54,8 @@ class AnswerSettings(BaseModel):
     candidates: int = Field(100, ge=1, description="per-retriever depth before fusion")
     # 0.5: the best of the SciFact train sweep (alpha_train_sweep in bench/results/retrieval-full.json)
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="hybrid-cc weight of the dense score")
+    rerank_depth: int = Field(50, ge=1, le=1000, description="with a reranker: first-stage hits it re-orders (its gate "
+                              "re-orders hybrid top 50), of which the best k go on")
     # rag.rerank spec: None / "none", "production" (retrieval order until one is promoted), "candidate", a registered
     # version or a model directory
     reranker: str | None = SERVED_RERANKER

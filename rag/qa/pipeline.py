@@ -177,7 +177,10 @@ class Answerer:
         s = self.settings
         if s.mode == NO_RETRIEVAL:
             return []
-        return retrieve(self.index, question, s.mode, RetrievalParams(k=s.k, candidates=s.candidates, alpha=s.alpha))
+        # A reranker re-orders the first stage's top rerank_depth, as its gate measured it (GateSettings.rerank_depth):
+        # re-ordering only the top k would serve a narrower model than the one that was promoted.
+        k = max(s.k, s.rerank_depth) if self.reranker is not None else s.k
+        return retrieve(self.index, question, s.mode, RetrievalParams(k=k, candidates=max(s.candidates, k), alpha=s.alpha))
 
     def _rerank(self, question: str, hits: list[Hit]) -> list[Hit]:
         if self.reranker is None or not hits:
