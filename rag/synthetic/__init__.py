@@ -325,10 +325,14 @@ class _RuleBased:
     def _whole(self, passage: Passage) -> Evidence:
         return Evidence(doc_id=passage.doc_id, start=passage.start, end=passage.end)
 
+    def _prose(self, passage: Passage) -> list[tuple[int, int]]:
+        """The passage's whole sentences of min_words to max_words words."""
+        lo, hi = self.settings.min_words, self.settings.max_words
+        return [(s, e) for s, e in sentences(passage.text) if lo <= len(passage.text[s:e].split()) <= hi]
+
     def _cloze(self, passage: Passage) -> Iterator[QAItem]:
         """Different sentences of the passage as queries, its whole span as their evidence."""
-        lo, hi = self.settings.min_words, self.settings.max_words
-        candidates = [(s, e) for s, e in sentences(passage.text) if lo <= len(passage.text[s:e].split()) <= hi]
+        candidates = self._prose(passage)
         if not candidates:
             self.filters.rejected["no_sentence"] += 1
         for s, e in self.rng.sample(candidates, len(candidates)):
@@ -360,6 +364,11 @@ class _RuleBased:
     def _keyword(self, passage: Passage) -> Iterator[QAItem]:
         """Search-box queries of the passage's salient terms; the passage is the evidence."""
         assert self.keywords is not None
+        if not self._prose(passage):
+            # No whole sentence: a table or a list, whose terms are cell labels ("cell 1 column 2 row heading"),
+            # not what people type; and it keeps the documents that yield questions the same for every kind.
+            self.result.rejected["no_sentence_for_keywords"] += 1
+            return
         found, term_sets = False, set()
         for query in self.keywords.queries(passage.text, self.rng, self.settings.min_words, self.settings.max_words):
             if frozenset(query.split()) in term_sets:  # the same terms in another order is the same query

@@ -310,7 +310,9 @@ def questions(text: str, order: Callable[[list[Any]], list[Any]], accept: Callab
               rejected: Counter, nlp: Any) -> Iterator[Question]:
     """Accepted questions of `text`, at most one per sentence, sentences in the order `order` gives. Every candidate
     that fails is counted in `rejected` under its reason (one count per answer candidate tried)."""
-    sents = prose_sentences(nlp(text))
+    # PDF text breaks lines inside sentences; a lone newline becomes a space (same length, so offsets hold), a
+    # blank line still ends a paragraph.
+    sents = prose_sentences(nlp(re.sub(r"(?<!\n)\n(?!\n)", " ", text)))
     if not sents:
         rejected["no_prose_sentence"] += 1
     for sent in order(sents):
