@@ -98,9 +98,17 @@ def first_stage_index(chunks: pd.DataFrame, embedder, known_vectors: dict[str, n
     from qdrant_client import QdrantClient
 
     from rag.index.bm25 import BM25Index
+    from rag.index.qdrant import QdrantSettings
     from rag.index.sync import sync_collection
 
-    client = QdrantClient(location=":memory:")
+    # The engine serving uses (Qdrant Edge by default): local mode scans in Python and copies every payload per
+    # search, minutes for a few hundred questions over a few hundred chunks.
+    if QdrantSettings(path=":memory:").engine == "local":
+        client = QdrantClient(location=":memory:")
+    else:
+        from rag.index.edge import EdgeClient
+
+        client = EdgeClient(None)
     try:
         passages = KnownVectors(embedder, dict(known_vectors)) if known_vectors else embedder
         run = sync_collection(client, chunks, passages, strategy="first-stage", model="first-stage")
@@ -112,10 +120,21 @@ def first_stage_index(chunks: pd.DataFrame, embedder, known_vectors: dict[str, n
 
 def first_stage_hits(index: Index, queries: dict[str, str], depth: int, mode: str = FIRST_STAGE_MODE) -> dict[str, list[Hit]]:
     """Top-`depth` hits of every question (by id), with their first-stage signals."""
-    from rag.retrieval import RetrievalParams, retrieve
+    from rag.retrieval import QUERY_VECTORS_KEPT, RetrievalParams, retrieve, validate_query
 
     params = RetrievalParams(k=depth, candidates=max(depth, 100))
-    return {q: retrieve(index, text, mode, params) for q, text in queries.items() if text.strip()}
+    asked = {q: text for q, text in queries.items() if text.strip()}
+    out = {}
+    ids = list(asked)
+    for start in range(0, len(ids), QUERY_VECTORS_KEPT):
+        batch = ids[start:start + QUERY_VECTORS_KEPT]
+        if index.embedder is not None and mode != "bm25":
+            # One batched encoding instead of one forward pass per question (10x+ faster on a CPU); retrieve()
+            # then finds each vector in the index's query cache.
+            texts = list(dict.fromkeys(validate_query(asked[q]) for q in batch))
+            index._query_vectors.update(zip(texts, index.embedder.encode_queries(texts)))
+        out.update({q: retrieve(index, asked[q], mode, params) for q in batch})
+    return out
 
 
 __all__ = ["FIRST_STAGE_MODE", "KnownVectors", "first_stage_index", "first_stage_hits", "vectors_by_text", "without_questions", "cut_question"]
