@@ -379,7 +379,9 @@ def test_active_configuration_apply_is_validated_and_logged(tmp_path):
     apply_configuration(best, tmp_path, reason="first")
     best.write_text("strategy: page\nmodel: minilm\nmode: dense\n")
     entry = apply_configuration(best, tmp_path, reason="second")
-    assert load_active_configuration(tmp_path) == {"strategy": "page", "model": "minilm", "mode": "dense"}
+    # The base embedder the search measured is served as `production`, so later promotions reach users.
+    assert load_active_configuration(tmp_path) == {"strategy": "page", "model": "production", "mode": "dense"}
+    assert entry["settings"]["model"] == "production" and entry["previous"]["model"] == "wordllama"
     assert entry["previous"]["strategy"] == "paragraph" and [h["reason"] for h in history(tmp_path)] == ["first", "second"]
     best.write_text("strategy: paragraph\nnot_a_setting: 1\n")
     with pytest.raises(ValueError):

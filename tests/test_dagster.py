@@ -271,7 +271,9 @@ def test_evaluation_stage_reports_and_summary(env, shared_mixed):
         sizes[passages] = meta["questions"].value
     assert sizes[2] < sizes[6] == len(env["tables"].read("synthetic_qa"))
     assert qa.success and all(e.passed for e in qa.get_asset_check_evaluations())
-    assert meta["generator"].value == "inverse-cloze" and meta["questions"].value > 5
+    # Without an LLM the default mix: answer-aware, keyword and inverse-cloze questions, each recorded by type.
+    assert meta["generator"].value == "answer-aware+keyword+inverse-cloze" and meta["questions"].value > 5
+    assert set(env["tables"].read("synthetic_qa")["qtype"]) > {"inverse-cloze"}
     for strategy in ["paragraph", "recursive-1000-200"]:
         assert run(env, "chunk_sets_job", strategy).success
         key = MultiPartitionKey({"strategy": strategy, "model": "wordllama"})

@@ -128,7 +128,8 @@ def test_generation_with_an_llm_keeps_answerable_questions_and_counts_rejections
 
 def test_inverse_cloze_fallback_without_llm():
     docs = [make_doc(f"d{i}.txt") for i in range(5)]
-    result = generate_qa(docs, None, SynthSettings(passages_per_document=1, passage_chars=(50, 400)))
+    result = generate_qa(docs, None, SynthSettings(passages_per_document=1, passage_chars=(50, 400),
+                                                   question_mix={"inverse-cloze": 1.0}))
     assert result.generator == "inverse-cloze" and result.items
     for item in result.items:
         ev = item.evidence[0]
@@ -147,7 +148,8 @@ def record_doc(doc_id: str, n: int = 8):
 
 def test_run_settings_size_the_qa_set():
     docs = [record_doc("a.txt"), record_doc("b.txt")]
-    size = lambda **kw: generate_qa(docs, None, SynthSettings(passage_chars=(100, 400), **kw))  # noqa: E731
+    size = lambda **kw: generate_qa(docs, None, SynthSettings(passage_chars=(100, 400),  # noqa: E731
+                                                              question_mix={"inverse-cloze": 1.0}, **kw))
     assert len(size(passages_per_document=2).items) == 4 and len(size(passages_per_document=6).items) == 12
     pairs = size(passages_per_document=6, questions_per_passage=2)
     assert len(pairs.items) == 24 and pairs.attempted == 24 and len({i.question for i in pairs.items}) == 24

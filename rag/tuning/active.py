@@ -53,6 +53,7 @@ def apply_configuration(source: Path, root: Path | None = None, *, reason: str =
         AnswerSettings = None
     if AnswerSettings is not None:
         AnswerSettings(**settings)  # a config the answer pipeline would refuse must not become active
+    settings, text = _follow_production(settings, text)
     path = active_path(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     previous = load_active_configuration(root)
@@ -65,6 +66,20 @@ def apply_configuration(source: Path, root: Path | None = None, *, reason: str =
     with open(path.parent / HISTORY_FILE, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry, default=str) + "\n")
     return entry
+
+
+def _follow_production(settings: dict, text: str) -> tuple[dict, str]:
+    """A winner that names the base embedder serves `production` instead: the search measured the base model, and
+    production is the base or a model the gate found better than it. Pinning the base would hide every later
+    promotion from users while the configuration is active."""
+    from rag.registry import IMPLICIT_PRODUCTION
+
+    if settings.get("model") != IMPLICIT_PRODUCTION["embedder"]:
+        return settings, text
+    settings = {**settings, "model": "production"}
+    note = (f"# model: production (the search measured {IMPLICIT_PRODUCTION['embedder']}, the base model production "
+            "starts from; promotions are served)\n")
+    return settings, note + yaml.safe_dump(settings, sort_keys=False)
 
 
 def history(root: Path | None = None) -> list[dict]:
