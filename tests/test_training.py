@@ -56,6 +56,40 @@ def test_gate_decision_needs_significant_gains_and_no_recall_loss():
         gate_decision(production, better.iloc[:5], GateSettings(resamples=2000))
 
 
+def test_a_verdict_reports_its_interval_power_and_types_and_rag_retrain_prints_them(tmp_path):
+    """The interval must hold the observed gain and shrink with more questions; an unproven candidate is
+    'inconclusive' (a canary could decide), and `rag retrain`'s report shows before/after, interval, types and why."""
+    from rag.registry.cli import gate_report
+    from rag.training.gate import paired_interval, type_breakdown
+
+    rng = np.random.default_rng(0)
+    diff = rng.normal(0.03, 0.2, 400)
+    low, high = paired_interval(diff, resamples=2000)
+    assert low < diff.mean() < high and 0 < high - low < 0.06
+    narrow = paired_interval(np.tile(diff, 4), resamples=2000)
+    assert narrow[1] - narrow[0] < (high - low) * 0.7  # 4x the questions: about half the width
+
+    n = 40
+    production = _table([0.5] * n, [0.5] * n, [0.8] * n)
+    noisy = _table([0.5 + (0.2 if i % 2 else -0.18) for i in range(n)], [0.5] * n, [0.8] * n)
+    result = gate_decision(production, noisy, GateSettings(resamples=2000))
+    result.by_type = type_breakdown({q: ("keyword" if int(q[1:]) % 2 else "answer-aware") for q in production["qid"]},
+                                    production, noisy, "ndcg@10")
+    assert result.outcome == "inconclusive" and not result.passed
+    assert result.by_type["keyword"]["delta"] == pytest.approx(0.2) and result.by_type["answer-aware"]["delta"] == pytest.approx(-0.18)
+    assert result.power["min_detectable_effect"] > abs(result.metadata["delta_ndcg@10"])  # too few questions to see it
+    assert result.power["questions_needed"] > n
+
+    registry = ModelRegistry(tmp_path / "models")
+    mv = registry.register("embedder", _fake_model(tmp_path / "m"), {"base_model": "minilm"})
+    registry.update_metrics("embedder", mv.version, {"gate": {**result.metadata, "against": "minilm (base, implicit v0)",
+                                                              "settings": GateSettings().model_dump()}})
+    report = "\n".join(gate_report(registry, registry.resolve("embedder", mv.version)))
+    assert "ndcg@10    0.5000 -> 0.5100 (+0.0100, 95% CI" in report, report
+    assert "answer-aware 20 questions -0.1800; keyword 20 questions +0.2000" in report
+    assert "kept production (inconclusive)" in report and "canary" in report
+
+
 def test_the_not_worse_gate_admits_an_unproven_candidate_and_refuses_a_worse_one():
     """Promotion policy 'canary': the gate only asks "no worse"; the two verdicts come from the same scores."""
     n = 12

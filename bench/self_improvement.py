@@ -1,0 +1,202 @@
+"""What users get from the loop, on human questions it never trained or gated on.
+
+For each corpus, from the documents alone and through the product's own steps:
+1. index: chunk_step, bm25_step and embed_step (the base MiniLM collection; `<strategy>__production` on it);
+2. synthetic QA: `generate_qa` with the default question mix (no LLM), written as the synthetic_qa table;
+3. before: today's former default serving (base minilm, hybrid-rrf, no reranker) and the new defaults before any
+   training (production = base, hybrid-cc) answer every human question through `Answerer.rank`;
+4. retrain_job in Dagster (ephemeral instance, promotion policy direct): trains, gates and promotes what passed;
+5. after: the default serving settings (production embedder and reranker, hybrid-cc) answer them again.
+
+Human questions: SQuAD dev questions over its articles (span relevance), SciFact test claims over its abstracts (their
+qrels judge only here). Paired tests (rag.evaluation.metrics.paired_comparison) of after vs the former default.
+
+    .venv/bin/python bench/self_improvement.py --corpus squad               # all 48 SQuAD dev articles
+    .venv/bin/python bench/self_improvement.py --corpus scifact             # all 5,183 abstracts, 300 claims
+    .venv/bin/python bench/self_improvement.py --quick                      # 6 articles, a minute or few
+
+Writes bench/results/self-improvement-<corpus>[-quick].json (arguments, commit, date, machine).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.gate_calibration import SCIFACT, SHARED, SQUAD  # noqa: E402 - after the path setup
+from bench.provenance import run_record, stamp_end  # noqa: E402
+
+STRATEGY = "paragraph"
+METRICS = ["recall@5", "ndcg@10", "mrr@10"]
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def load_corpus(name: str, args):
+    from rag.evaluation.loaders import beir_documents, squad_articles
+
+    if name == "squad":
+        docs, items = squad_articles(SQUAD, max_articles=args.articles)
+    else:
+        docs, items = beir_documents(SCIFACT, "test")
+        if args.scifact_docs:
+            wanted = {e.doc_id for i in items for e in i.evidence}
+            others = [d for d in docs if d.doc_id not in wanted]
+            keep = wanted | {d.doc_id for d in random.Random(args.seed).sample(others, min(args.scifact_docs, len(others)))}
+            docs = [d for d in docs if d.doc_id in keep]
+    if args.questions and len(items) > args.questions:
+        items = random.Random(args.seed).sample(items, args.questions)
+    return docs, items
+
+
+def rankings(root: Path, qdrant, items, settings) -> dict[str, dict[str, float]]:
+    """Every human question through the answer pipeline's ranking (retrieve, rerank, filter), as a ranx run."""
+    from rag.qa import Answerer
+
+    answerer = Answerer(settings, root=root, qdrant=qdrant)
+    run = {}
+    for item in items:
+        hits = answerer.rank(item.question)
+        run[item.qid] = {h.chunk["chunk_id"]: float(len(hits) - r) for r, h in enumerate(hits)}
+    return run, answerer.served()
+
+
+def scores(qrels, run):
+    from rag.evaluation.metrics import evaluate_run
+
+    mean, table = evaluate_run(qrels, run, METRICS)
+    return {m: round(v, 4) for m, v in mean.items()}, table.set_index("qid")
+
+
+def one_corpus(name: str, args, record: dict, save) -> None:
+    import pandas as pd
+    from dagster import DagsterInstance
+
+    from orchestration.definitions import defs
+    from rag.chunking import get_chunker
+    from rag.embedding import load_embedder
+    from rag.evaluation.metrics import paired_comparison
+    from rag.evaluation.qaset import Relevance, qrels_for_chunks, to_frame
+    from rag.index.qdrant import QdrantSettings, close_client, get_client
+    from rag.ingest import document_to_row
+    from rag.pipeline import bm25_step, chunk_step, embed_step
+    from rag.qa import AnswerSettings
+    from rag.registry import ModelRegistry
+    from rag.store import DOCUMENTS_TABLE, TableStore
+    from rag.synthetic import SynthSettings, generate_qa
+    from resources.qdrant import QdrantResource
+    from resources.rollout import Rollout
+    from resources.storage import DataStore
+
+    out: dict = {"steps": {}}
+    record["corpora"][name] = out
+    started = time.perf_counter()
+    docs, items = load_corpus(name, args)
+    root = Path(tempfile.mkdtemp(prefix=f"self-improvement-{name}-"))
+    os.environ["RAG_DATA_DIR"] = str(root)  # the retrain job's registry and the serving defaults read the data dir
+    tables = TableStore(root / "tables")
+    tables.write(pd.DataFrame([document_to_row(d, "bench") for d in docs]), DOCUMENTS_TABLE)
+    chunks = chunk_step(tables, get_chunker(STRATEGY)).chunks
+    qdrant = QdrantSettings(path=str(root / "qdrant"))
+    bm25_step(tables, root, STRATEGY)
+    t = time.perf_counter()
+    embed_step(tables, get_client(qdrant), STRATEGY, "minilm", load_embedder("minilm"))
+    out["steps"]["index_seconds"] = round(time.perf_counter() - t, 1)
+    qrels = qrels_for_chunks(items, chunks, Relevance())
+    qrels = {i.qid: qrels.get(i.qid, {}) for i in items}  # questions no chunk holds stay in as misses
+    out |= {"documents": len(docs), "chunks": len(chunks), "human_questions": len(items),
+            "human_questions_without_a_chunk": sum(not r for r in qrels.values())}
+    t = time.perf_counter()
+    qa = generate_qa(docs, None, SynthSettings(passages_per_document=args.passages_per_document,
+                                               questions_per_passage=args.questions_per_passage, seed=args.seed))
+    tables.write(to_frame(qa.items), "synthetic_qa")
+    out["synthetic"] = {**qa.summary, "seconds": round(time.perf_counter() - t, 1)}
+    log(f"{name}: {len(docs)} documents, {len(chunks)} chunks, {len(items)} human questions, synthetic {qa.summary}")
+
+    configurations = {
+        "former default (minilm, hybrid-rrf, no reranker)": AnswerSettings(model="minilm", mode="hybrid-rrf",
+                                                                           reranker=None, top_k=10),
+        "default before training (production = base, hybrid-cc)": AnswerSettings(top_k=10),
+    }
+    tables_by_config, served = {}, {}
+    for label, settings in configurations.items():
+        run, served[label] = rankings(root, qdrant, items, settings)
+        out.setdefault("served", {})[label], tables_by_config[label] = scores(qrels, run)
+        log(f"{name} {label}: {out['served'][label]}")
+    close_client(qdrant)  # the retrain job opens the folder through its resource
+
+    t = time.perf_counter()
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("chunking_strategy", [STRATEGY])
+    resources = {"data_store": DataStore(data_dir=str(root)), "qdrant": QdrantResource(path=qdrant.path),
+                 "rollout": Rollout(promotion="direct")}
+    result = defs.resolve_job_def("retrain_job").execute_in_process(
+        instance=instance, resources=resources, raise_on_error=False,
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
+    close_client(qdrant)
+    registry = ModelRegistry(root / "models")
+    out["retrain"] = {"success": result.success, "seconds": round(time.perf_counter() - t, 1),
+                      "gates": {e.check_name: {"passed": e.passed, **{k: getattr(v, "value", v) for k, v in e.metadata.items()
+                                                                        if not k.startswith("comparison")}}
+                                for e in result.get_asset_check_evaluations()},
+                      "production": {kind: (mv.name if (mv := registry.resolve(kind, "production")) else None)
+                                     for kind in ("embedder", "reranker")}}
+    log(f"{name} retrain_job: success {result.success}, production {out['retrain']['production']}")
+    save()
+
+    label = "default after retrain_job (production embedder and reranker, hybrid-cc)"
+    run, served[label] = rankings(root, qdrant, items, AnswerSettings(top_k=10))
+    out["served"][label], tables_by_config[label] = scores(qrels, run)
+    out["served_versions"] = served
+    log(f"{name} {label}: {out['served'][label]}")
+    former = "former default (minilm, hybrid-rrf, no reranker)"
+    out["paired_vs_former_default"] = {
+        other: {m: paired_comparison(tables_by_config[other][m], tables_by_config[former][m]) for m in METRICS}
+        for other in tables_by_config if other != former}
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    close_client(qdrant)
+    save()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", choices=["squad", "scifact"], default="squad")
+    p.add_argument("--articles", type=int, default=None, help="SQuAD dev articles (default: all 48)")
+    p.add_argument("--scifact-docs", type=int, default=None, help="abstracts beside the claims' relevant ones "
+                   "(default: all 5,183)")
+    p.add_argument("--questions", type=int, default=2000, help="human questions sampled (SciFact has 300)")
+    p.add_argument("--passages-per-document", type=int, default=20)
+    p.add_argument("--questions-per-passage", type=int, default=2)
+    p.add_argument("--seed", type=int, default=11)
+    p.add_argument("--quick", action="store_true", help="6 SQuAD articles / 300 abstracts, 300 questions")
+    p.add_argument("--out", type=Path)
+    args = p.parse_args()
+    if not SHARED.exists():
+        print(f"skipped: {SHARED} is absent (SQuAD dev and SciFact are needed)")
+        return 0
+    if args.quick:
+        args.articles, args.scifact_docs, args.questions = 6, 300, 300
+    out = args.out or Path(__file__).parent / "results" / f"self-improvement-{args.corpus}{'-quick' if args.quick else ''}.json"
+    record = {**run_record(args), "corpora": {}}
+
+    def save() -> None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(stamp_end(record), indent=2, default=str))
+
+    one_corpus(args.corpus, args, record, save)
+    print(json.dumps(record["corpora"][args.corpus]["served"], indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
