@@ -199,3 +199,25 @@ def test_style_report_on_a_hand_made_example():
     assert cloze["question_form_share"] == pytest.approx(1 / 3, abs=1e-3)
     assert figures["human"] == {"n": 1, "copy_share": 0.0, "mean_overlap": 0.5, "mean_words": 4.0,
                                 "question_form_share": 1.0}
+
+
+def test_the_qa_set_check_lets_keyword_queries_be_short_and_no_other_kind():
+    """A search-box query of two or three words is what people type; a three-word 'question' of another kind is not
+    a question. The QA set's blocking check holds each kind to its own floor."""
+    import json
+
+    import pandas as pd
+
+    from rag.quality.suites import check_qa_set
+
+    evidence = json.dumps([{"doc_id": "d.txt", "start": 0, "end": 10}])
+
+    def qa_set(qtype: str, question: str) -> pd.DataFrame:
+        return pd.DataFrame([{"qid": f"q{i}", "question": question if i == 0 else f"which keeper tested the foghorn {i}?",
+                              "qtype": qtype if i == 0 else "answer-aware", "doc_id": "d.txt", "evidence_json": evidence,
+                              "split": "train"} for i in range(3)])
+
+    documents = pd.DataFrame([{"doc_id": "d.txt", "n_chars": 100}])
+    assert check_qa_set(qa_set("keyword", "cape wrath foghorn"), documents).success
+    assert not check_qa_set(qa_set("answer-aware", "who tested it?"), documents).success
+    assert not check_qa_set(qa_set("keyword", "foghorn"), documents).success

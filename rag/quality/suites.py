@@ -59,9 +59,15 @@ def check_chunks(chunks: pd.DataFrame, documents: pd.DataFrame, *, min_chars: in
     return run_expectations(df, expectations, "chunk_sets")
 
 
+# Question kinds with their own floor on words: keyword queries are what people type into a search box, two or three
+# words (rag.synthetic.keywords.KEYWORD_MIN_WORDS).
+MIN_WORDS_BY_TYPE = {"keyword": 2}
+
+
 def check_qa_set(qa: pd.DataFrame, documents: pd.DataFrame, *, min_words: int = 5, max_words: int = 50,
                  dev_share: tuple[float, float] = (0.05, 0.5)) -> SuiteOutcome:
-    """QA set invariants: question length, evidence spans non-empty and inside their document, a sane dev share."""
+    """QA set invariants: question length (keyword queries from 2 words, MIN_WORDS_BY_TYPE), evidence spans
+    non-empty and inside their document, a sane dev share."""
     import json
 
     import great_expectations.expectations as gxe
@@ -72,14 +78,19 @@ def check_qa_set(qa: pd.DataFrame, documents: pd.DataFrame, *, min_words: int = 
         spans = json.loads(evidence_json)
         return bool(spans) and all(s["doc_id"] in lengths and 0 <= s["start"] < s["end"] <= lengths[s["doc_id"]] for s in spans)
 
+    words = qa["question"].fillna("").str.split().str.len()
+    floor = qa["qtype"].map(MIN_WORDS_BY_TYPE).fillna(min_words) if "qtype" in qa else min_words
     df = qa.assign(
-        question_words=qa["question"].fillna("").str.split().str.len(),
+        # words below the floor of the question's kind, or 0: one expectation covers every kind
+        question_words_under_floor=(floor - words).clip(lower=0),
+        question_words=words,
         evidence_valid=qa["evidence_json"].map(spans_ok) if len(qa) else pd.Series(dtype=bool),
         is_dev=(qa["split"] == "dev").astype(float),
     )
     expectations = [
         gxe.ExpectColumnValuesToBeUnique(column="qid"),
-        gxe.ExpectColumnValuesToBeBetween(column="question_words", min_value=min_words, max_value=max_words),
+        gxe.ExpectColumnValuesToBeBetween(column="question_words", max_value=max_words),
+        gxe.ExpectColumnValuesToBeInSet(column="question_words_under_floor", value_set=[0]),
         gxe.ExpectColumnValuesToBeInSet(column="evidence_valid", value_set=[True]),
         gxe.ExpectColumnValuesToBeInSet(column="split", value_set=["train", "dev", "test"]),
     ]

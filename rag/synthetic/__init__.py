@@ -24,6 +24,7 @@ from rag.chunking.sentences import split_sentences
 from rag.evaluation.qaset import Evidence, QAItem, assign_splits, question_id
 from rag.parsing.models import ParsedDocument
 from rag.synthetic import mix as question_mix
+from rag.synthetic.keywords import KEYWORD_MIN_WORDS
 from rag.synthetic.text import is_verbatim, tokens
 
 QUESTION_TYPES = ("factual", "interpretation", "long-answer")
@@ -205,11 +206,11 @@ class _Filters:
         self.settings, self.seen, self.rejected = settings, set(), Counter()
 
     def accept(self, question: str, passage_text: str, check_language: bool = True,
-               check_verbatim: bool | None = None) -> bool:
+               check_verbatim: bool | None = None, min_words: int | None = None) -> bool:
         """Length, duplicates, then (by default with the language) not a copy of the passage and its language."""
         words = len(question.split())
         key = " ".join(tokens(question))
-        if not self.settings.min_words <= words <= self.settings.max_words:
+        if not (self.settings.min_words if min_words is None else min_words) <= words <= self.settings.max_words:
             self.rejected["length"] += 1
         elif key in self.seen:
             self.rejected["duplicate"] += 1
@@ -370,13 +371,15 @@ class _RuleBased:
             self.result.rejected["no_sentence_for_keywords"] += 1
             return
         found, term_sets = False, set()
-        for query in self.keywords.queries(passage.text, self.rng, self.settings.min_words, self.settings.max_words):
+        # People type two or three words into a search box: keyword queries have their own floor (KEYWORD_MIN_WORDS).
+        floor = min(KEYWORD_MIN_WORDS, self.settings.min_words)
+        for query in self.keywords.queries(passage.text, self.rng, floor, self.settings.max_words):
             if frozenset(query.split()) in term_sets:  # the same terms in another order is the same query
                 self.filters.rejected["duplicate"] += 1
                 continue
             term_sets.add(frozenset(query.split()))
             # A run of neighbouring terms can spell out a stretch of the passage: that is a copy, not a query.
-            if self.filters.accept(query, passage.text, check_language=False, check_verbatim=True):
+            if self.filters.accept(query, passage.text, check_language=False, check_verbatim=True, min_words=floor):
                 found = True
                 yield self._item(passage, query, "keyword", self._whole(passage))
         if not found:

@@ -16,6 +16,7 @@ from rag.synthetic.text import content_tokens, stop_words
 
 MAX_TERM_WORDS = 3
 TERMS = (2, 6)  # terms per query, inclusive
+KEYWORD_MIN_WORDS = 2  # a search-box query's floor, below the 5 words other questions need (rag.quality.suites)
 SHORT_QUERY_WORDS = 6
 
 
