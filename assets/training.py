@@ -26,6 +26,7 @@ from rag.registry import ModelRegistry
 from rag.store import CHUNKS_TABLE
 from rag.training import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig
 from rag.rollout.store import release
+from rag.training.gate import TooFewGateQuestions
 from rag.training.pipeline import (
     QA_TABLE,
     check_promotable,
@@ -143,7 +144,12 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout
     against = production_label(registry, kind)
     settings = GateSettings(p_value=config.p_value, test=config.test, recall_tolerance=config.recall_tolerance,
                             min_questions=config.min_questions, criterion=rollout.gate_criterion, max_drop=config.max_drop)
-    result = gate_candidate(kind, data_store.tables, registry, candidate, settings)
+    try:
+        result = gate_candidate(kind, data_store.tables, registry, candidate, settings)
+    except TooFewGateQuestions as exc:  # no verdict, recorded as such: production stays, the run goes on
+        return AssetCheckResult(passed=False, severity=AssetCheckSeverity.WARN,
+                                description=f"{candidate.name} vs {against}: no verdict, keep production. {exc}",
+                                metadata={"outcome": "no verdict", "candidate": candidate.name, "production": against})
     if settings.criterion == "not_worse":
         verdict = ("no worse: start its canary (the online test decides)" if result.passed else "worse: keep production") + (
             "; significantly better too" if result.better else "")

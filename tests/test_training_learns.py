@@ -90,6 +90,9 @@ def test_gate_decides_on_questions_that_are_not_copies_of_the_documents(tmp_path
     candidate = registry.register("embedder", _minilm_dir(), {"base_model": "minilm", "strategy": STRATEGY})
     with pytest.raises(ValueError, match="copied word for word from the documents and cannot decide"):
         gate_candidate("embedder", tables, registry, candidate, GateSettings(resamples=500))
+    # No verdict either way, recorded as such: production stays, and a retrain says why rather than failing.
+    recorded = registry.resolve("embedder", candidate.version).metrics["gate"]
+    assert recorded["outcome"] == "no verdict" and recorded["passed"] is False and recorded["production_version"] is None
 
     asked = [item(i, t, f"who studied the {t}?", "answer-aware") for i, t in enumerate(topics)]
     tables.write(to_frame(copies + asked), "synthetic_qa")

@@ -127,7 +127,8 @@ def gate_summary(registry: ModelRegistry, mv: ModelVersion) -> str:
     if not isinstance(gate, dict) or "passed" not in gate:
         return "not gated"
     against = gate.get("against") or _name(registry, mv.kind, gate.get("production_version"))
-    out = f"{'passed' if gate['passed'] is True else 'rejected'} vs {against}"
+    verdict = "passed" if gate["passed"] is True else ("no verdict" if gate.get("outcome") == "no verdict" else "rejected")
+    out = f"{verdict} vs {against}"
     production = registry.resolve(mv.kind, "production")
     now = production.version if production else None
     if "production_version" in gate and gate["production_version"] != now and now != mv.version:

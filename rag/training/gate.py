@@ -24,13 +24,17 @@ class PromotionRefused(ValueError):
     """A promotion that the gate has not (or not currently) approved; the message says what to run."""
 
 
+class TooFewGateQuestions(ValueError):
+    """Too few held-out questions to decide on: no verdict either way; the message says what to generate."""
+
+
 def check_gate_questions(ir: IRSet | None, settings: GateSettings, copied: int = 0) -> None:
     """A verdict from a handful of questions is noise: refuse to decide rather than promote (or reject) on it."""
     n = len(ir) if ir is not None else 0
     if n < settings.min_questions:
         aside = (f" ({copied} more were copied word for word from the documents and cannot decide: give synthetic_qa a "
                  "mix with answer-aware and keyword questions, or an LLM)") if copied else ""
-        raise ValueError(f"only {n} held-out gate question(s) with a relevant chunk{aside}, the gate needs at least "
+        raise TooFewGateQuestions(f"only {n} held-out gate question(s) with a relevant chunk{aside}, the gate needs at least "
                          f"{settings.min_questions} (disjoint from training and checkpoint selection): generate a larger QA "
                          "set (more synthetic_qa questions, or more rated feedback) and retrain, or lower GateSettings.min_questions")
 

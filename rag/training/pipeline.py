@@ -21,7 +21,7 @@ from rag.store import CHUNKS_TABLE, TableStore
 from rag.training.config import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig, TrainingConfig
 from rag.training.data import COPIED_TYPES, IRSet, TrainingData, split_feedback, training_data
 from rag.training.embedder import TrainingRun, base_source, train_embedder
-from rag.training.gate import GateResult, PromotionRefused, embedder_gate, reranker_gate
+from rag.training.gate import GateResult, PromotionRefused, TooFewGateQuestions, embedder_gate, reranker_gate
 from rag.training.first_stage import cut_question, first_stage_hits, first_stage_index, without_questions
 from rag.training.ltr import train_learned_ranker
 from rag.training.reranker import train_reranker
@@ -158,20 +158,28 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
                          "(materialize the training asset / run retrain_job) and gate the new candidate")
     gate, chunks, copied = decision_questions(inputs.data.gate, inputs.chunks, settings)
     production = registry.resolve(kind, "production")  # resolved once: the verdict names what it was compared with
-    if kind == "embedder":
-        result = embedder_gate(_production_embedder(production), load_embedder(str(candidate.path)), gate, settings,
-                               copied=copied)
-    else:
-        first = hybrid_candidates(chunks, gate, _production_embedder(registry.resolve("embedder", "production")),
-                                  settings.rerank_depth) if gate is not None else {}
-        current = load_reranker(production.name, registry=registry) if production is not None else None
-        result = reranker_gate(first, current, load_reranker(candidate.name, registry=registry), gate, settings,
-                               copied=copied)
+    recorded = {"against": _label(kind, production), "candidate_version": candidate.version,
+                "production_version": production.version if production else None, "qa_set_version": inputs.qa_version,
+                "strategy": inputs.strategy, "settings": settings.model_dump()}
+    try:
+        if kind == "embedder":
+            result = embedder_gate(_production_embedder(production), load_embedder(str(candidate.path)), gate, settings,
+                                   copied=copied)
+        else:
+            first = hybrid_candidates(chunks, gate, _production_embedder(registry.resolve("embedder", "production")),
+                                      settings.rerank_depth) if gate is not None else {}
+            current = load_reranker(production.name, registry=registry) if production is not None else None
+            result = reranker_gate(first, current, load_reranker(candidate.name, registry=registry), gate, settings,
+                                   copied=copied)
+    except TooFewGateQuestions as exc:
+        # No verdict either way, recorded as such: production stays, and the message says what to generate.
+        registry.update_metrics(kind, candidate.version, {"gate": {
+            **recorded, "passed": False, "better": False, "not_worse": False, "outcome": "no verdict",
+            "reasons": str(exc), "questions": len(gate) if gate is not None else 0, "copied_questions": copied,
+            "copied_questions_set_aside": copied, "gated_at": _now()}})
+        raise
     registry.update_metrics(kind, candidate.version, {"gate": {
-        **result.metadata, "copied_questions": copied, "passed": bool(result.passed), "against": _label(kind, production),
-        "candidate_version": candidate.version, "production_version": production.version if production else None,
-        "qa_set_version": inputs.qa_version, "strategy": inputs.strategy, "gated_at": _now(),
-        "settings": settings.model_dump()}})
+        **result.metadata, **recorded, "copied_questions": copied, "passed": bool(result.passed), "gated_at": _now()}})
     return result
 
 
@@ -242,6 +250,8 @@ def promotion_refusal(kind: Kind, registry: ModelRegistry, candidate: ModelVersi
             return (f"the gate found it no worse than {_label(kind, production)} but not significantly better "
                     f"({gate.get('better_reasons') or gate.get('reasons', 'no reason recorded')}): only a canary's online "
                     "test can promote it (promotion policy 'canary')")
+        if gate.get("outcome") == "no verdict":
+            return f"the gate reached no verdict against {_label(kind, production)}: {gate.get('reasons', '')}"
         return f"the gate rejected it against {_label(kind, production)}: {gate.get('reasons', 'no reason recorded')}"
     return None
 
