@@ -167,6 +167,23 @@ def one_corpus(name: str, args, record: dict, save) -> None:
     save()
 
 
+def markdown(record: dict) -> str:
+    """The README table, rendered from a result file."""
+    lines = ["| corpus | served | recall@5 | nDCG@10 | MRR@10 | Δ recall@5 vs former default [95% CI], p |",
+             "|---|---|---|---|---|---|"]
+    for name, corpus in record["corpora"].items():
+        former = "former default (minilm, hybrid-rrf, no reranker)"
+        for label, figures in corpus.get("served", {}).items():
+            paired = corpus.get("paired_vs_former_default", {}).get(label, {}).get("recall@5")
+            delta = (f"{paired['delta']:+.4f} [{paired['ci_low']:+.4f}, {paired['ci_high']:+.4f}], p {paired['p_value']:.2g}"
+                     if paired else ("—" if label == former else "(run not finished)"))
+            served = corpus.get("served_versions", {}).get(label) or {}
+            who = f" — {served.get('embedder')}, {served.get('reranker')}" if served else ""
+            lines.append(f"| {name} | {label}{who} | {figures['recall@5']:.4f} | {figures['ndcg@10']:.4f} | "
+                         f"{figures['mrr@10']:.4f} | {delta} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", choices=["squad", "scifact"], default="squad")
@@ -179,7 +196,11 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=11)
     p.add_argument("--quick", action="store_true", help="6 SQuAD articles / 300 abstracts, 300 questions")
     p.add_argument("--out", type=Path)
+    p.add_argument("--markdown", type=Path, help="print the table of an existing result file and exit")
     args = p.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
     if not SHARED.exists():
         print(f"skipped: {SHARED} is absent (SQuAD dev and SciFact are needed)")
         return 0
