@@ -185,10 +185,11 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
 
 def decision_questions(gate: IRSet | None, chunks: pd.DataFrame, settings: GateSettings) -> tuple[IRSet | None, pd.DataFrame, int]:
     """The gate questions that decide, the chunk set they are scored on, and how many copied questions were set
-    aside (0 when they are included). A question is copied when its type is a document sentence (inverse cloze) or its text stands word for
-    word in a relevant chunk (an LLM that copied). Excluded by default (GateSettings.copied_questions): people do
-    not ask in the documents' sentences. Included, they are cut out of their chunks, as in training: scored against
-    the copy, every model "finds" them and the gate measures string matching."""
+    aside (0 when they are included). A question is copied when its type is a document sentence (inverse cloze) or
+    its text stands word for word in a relevant chunk (an LLM that copied). Excluded by default
+    (GateSettings.copied_questions): people do not ask in the documents' sentences. Included, they are cut out of
+    their chunks, as in training: scored against the copy, every model "finds" them and the gate measures string
+    matching."""
     if gate is None:
         return None, chunks, 0
     texts = dict(zip(chunks["chunk_id"], chunks["text"]))
