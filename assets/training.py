@@ -110,7 +110,7 @@ def _train(kind: str, settings, context: AssetExecutionContext, data_store: Data
     group_name="training",
     kinds={"python", "pytorch"},
     description="Fine-tuned embedder (sentence-transformers, MNRL / cached MNRL with hard negatives, no-duplicate batches, "
-    "AdamW with linear warmup/decay, checkpoint by MRR@5 on synth-dev) on the QA set's train split plus feedback pairs; "
+    "AdamW with linear warmup/decay, checkpoint by nDCG@10 on synth-dev) on the QA set's train split plus feedback pairs; "
     "registered as `candidate` and added as an embedding_model partition.",
 )
 def finetuned_embedder(context: AssetExecutionContext, config: EmbedderTrainingRunConfig, data_store: DataStore) -> MaterializeResult:

@@ -456,12 +456,12 @@ def test_tiny_finetune_registers_a_loadable_candidate(scifact_tables, monkeypatc
     mv, run, inputs = train_candidate("embedder", TableStore(scifact_tables / "tables"), registry, config, log=lines.append)
     assert (mv.version, mv.name) == ("v1", "ft-minilm-v1") and registry.resolve("embedder", "candidate").version == "v1"
     assert registry.resolve("embedder", "production") is None  # training alone never promotes
-    assert run.steps == 2 and "cosine_mrr@5" in run.selection_metrics
-    start = run.start_selection_metrics["cosine_mrr@5"]  # the untrained model competes as a checkpoint
+    assert run.steps == 2 and "cosine_ndcg@10" in run.selection_metrics
+    start = run.start_selection_metrics["cosine_ndcg@10"]  # the untrained model competes as a checkpoint
     if run.best_checkpoint == "checkpoint-2":
-        assert run.selection_metrics["cosine_mrr@5"] > start
+        assert run.selection_metrics["cosine_ndcg@10"] > start
     else:
-        assert run.best_checkpoint == "untrained start" and run.selection_metrics["cosine_mrr@5"] == start
+        assert run.best_checkpoint == "untrained start" and run.selection_metrics["cosine_ndcg@10"] == start
     assert any(line.startswith("step 2/2") for line in lines)
     manifest = registry.resolve("embedder", "ft-minilm-v1").manifest()
     assert manifest["base_model"] == "minilm" and manifest["seed"] == 42 and manifest["strategy"] == STRATEGY

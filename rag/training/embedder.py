@@ -3,7 +3,7 @@
 In-batch negatives (MultipleNegativesRankingLoss, or its cached variant for a large effective batch on a CPU),
 no duplicate texts in a batch, one hard negative per pair (feedback -1 first, else mined with the base model
 under a margin so unlabeled true positives are not mined, never a known positive of the query), AdamW with linear
-warmup and decay, training at the serving sequence length, and the checkpoint with the best MRR@5 on the selection
+warmup and decay, training at the serving sequence length, and the checkpoint with the best nDCG@10 (the gate's metric) on the selection
 dev questions (evaluated several times per epoch) kept.
 """
 from __future__ import annotations
@@ -21,7 +21,9 @@ from rag.training.config import EmbedderTrainingConfig, TrainingConfig
 from rag.training.data import IRSet, Pair, TrainingData, positives_by_query, with_negatives
 
 Log = Callable[[str], None]
-SELECTION_METRIC = "dev_cosine_mrr@5"
+# The gate's first metric (GateSettings.metrics): a checkpoint chosen on another metric than the one that judges it
+# can win selection and lose the gate.
+SELECTION_METRIC = "dev_cosine_ndcg@10"
 
 
 @dataclass
@@ -42,7 +44,7 @@ class TrainingRun:
         return {"train_seconds": round(self.seconds, 1), "steps": self.steps, "examples": self.examples,
                 "best_checkpoint": self.best_checkpoint or "final", **length,
                 **{k: round(v, 4) for k, v in self.selection_metrics.items()},
-                **{f"untrained_{k}": round(v, 4) for k, v in self.start_selection_metrics.items() if k.endswith("mrr@5")}}
+                **{f"untrained_{k}": round(v, 4) for k, v in self.start_selection_metrics.items() if k == SELECTION_METRIC.removeprefix("dev_")}}
 
 
 def base_source(name: str) -> str:

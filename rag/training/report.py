@@ -14,8 +14,9 @@ def loss_curve(log_history: list[dict], title: str) -> bytes:
     if steps:
         ax.plot(*zip(*steps), marker=".", label="train loss")
     ax.set_xlabel("step"), ax.set_ylabel("loss"), ax.set_title(title), ax.grid(alpha=0.3)
-    # Embedders select on MRR@5, cross-encoders on MRR@10, the learned ranker (one entry per boosting round) on nDCG@10.
-    selection = {"eval_dev_cosine_mrr@5": "dev MRR@5", "eval_dev_mrr@10": "dev MRR@10", "eval_dev_ndcg@10": "dev nDCG@10"}
+    # Embedders select on nDCG@10 (the gate's metric), cross-encoders on MRR@10, the learned ranker (one entry per
+    # boosting round) on nDCG@10.
+    selection = {"eval_dev_cosine_ndcg@10": "dev nDCG@10", "eval_dev_mrr@10": "dev MRR@10", "eval_dev_ndcg@10": "dev nDCG@10"}
     evals = [(e["step"], v, selection[k]) for e in log_history for k, v in e.items() if k in selection]
     if evals:
         twin = ax.twinx()
