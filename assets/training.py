@@ -125,7 +125,7 @@ def finetuned_embedder(context: AssetExecutionContext, config: EmbedderTrainingR
     group_name="training",
     kinds={"python", "pytorch"},
     description="Reranker trained on the QA set's train split (+ feedback): by default a LightGBM LambdaRank model over the "
-    "first stage's candidates (hybrid-rrf top 50: dense and BM25 scores and ranks, query-term coverage, phrase matches, "
+    "first stage's candidates (top 50 of the serving mode, hybrid-cc by default: dense and BM25 scores and ranks, query-term coverage, phrase matches, "
     "length, position, feedback priors), early-stopped on selection nDCG@10 and calibrated to a relevance probability; "
     "kind=cross-encoder trains a CrossEncoder instead. Registered as `candidate`.",
 )
@@ -178,7 +178,7 @@ def finetuned_embedder_gate(config: GateConfig, data_store: DataStore, rollout: 
     return _gate("embedder", config, data_store, rollout)
 
 
-@asset_check(asset=trained_reranker, blocking=True, description="Promotion gate: re-ranking hybrid top-50 with the candidate "
+@asset_check(asset=trained_reranker, blocking=True, description="Promotion gate: re-ranking the serving mode's top 50 with the candidate "
              "beats production (or no reranker) on nDCG@10 and MRR@10 (paired test) without losing recall@20. " + _POLICY)
 def trained_reranker_gate(config: GateConfig, data_store: DataStore, rollout: Rollout) -> AssetCheckResult:
     return _gate("reranker", config, data_store, rollout)

@@ -1,6 +1,6 @@
 """Train the learning-to-rank reranker (rag.rerank.ltr): LightGBM LambdaRank on the first stage's candidates.
 
-Each training question is retrieved with the first stage (hybrid-rrf over the chunk set, production embedder;
+Each training question is retrieved with the first stage (the serving mode over the chunk set, production embedder;
 a question copied word for word out of a chunk is first cut out of it, see rag.training.first_stage);
 its candidates that are known positives get label 1, the rest 0 (so every retrieved non-answer is a negative,
 the way the reranker will meet them). Questions whose positives the first stage missed teach nothing and are
@@ -81,7 +81,7 @@ def _calibration(raw: np.ndarray, labels: np.ndarray, seed: int) -> dict:
 
 def train_learned_ranker(data: TrainingData, config, output_dir: Path, *, chunks: pd.DataFrame, embedder,
                          feedback: tuple[list[Pair], list[Pair]] = ((), ()), log: Log = print,
-                         known_vectors: dict[str, np.ndarray] | None = None) -> TrainingRun:
+                         known_vectors: dict[str, np.ndarray] | None = None, mode: str = FIRST_STAGE_MODE) -> TrainingRun:
     """`config`: rag.training.config.RerankerTrainingConfig; `embedder`: the first stage's (production) embedder;
     `feedback`: the training side's rated (question, passage) pairs, +1 and -1, for the priors; `known_vectors`:
     passage text -> vector of `embedder` already computed (e.g. rag.training.first_stage.vectors_by_text of a
@@ -110,11 +110,11 @@ def train_learned_ranker(data: TrainingData, config, output_dir: Path, *, chunks
     stats = CorpusStats.build(chunks["text"].tolist())
     priors = FeedbackPriors.from_pairs(*feedback)
     depth = config.rerank_depth
-    log(f"first stage ({FIRST_STAGE_MODE}, top {depth}) for {len(train_queries)} training and "
+    log(f"first stage ({mode}, top {depth}) for {len(train_queries)} training and "
         f"{len(selection or ())} selection questions over {len(chunks)} chunks")
     with first_stage_index(cloze, embedder, known_vectors) as first:
-        train_hits = first_stage_hits(first, train_queries, depth)
-        selection_hits = first_stage_hits(first, selection.queries, depth) if selection else {}
+        train_hits = first_stage_hits(first, train_queries, depth, mode)
+        selection_hits = first_stage_hits(first, selection.queries, depth, mode) if selection else {}
     if getattr(config, "copied_questions", "cut") == "exclude" and data.copied:
         uncopied = {q for q in train_hits if train_queries[q] not in data.copied
                     and any(h.chunk.get("chunk_id") in train_positives[q] for h in train_hits[q])}
@@ -160,7 +160,7 @@ def train_learned_ranker(data: TrainingData, config, output_dir: Path, *, chunks
     final = lgb.Booster(model_str=booster.model_to_string(num_iteration=best))
     output_dir = Path(output_dir)
     save_ltr(output_dir, final, stats, priors, calibration,
-             {"first_stage_mode": FIRST_STAGE_MODE, "rerank_depth": depth, "rounds": best, "trees": config.trees,
+             {"first_stage_mode": mode, "rerank_depth": depth, "rounds": best, "trees": config.trees,
               "embedder": getattr(embedder, "name", str(embedder)), "training_questions": len(kept),
               "candidates": int(len(y)), "seed": config.seed})
     return TrainingRun(output_dir, time.perf_counter() - started, best, int(len(y)), metrics, f"round-{best}", log_history)

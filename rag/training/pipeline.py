@@ -22,7 +22,14 @@ from rag.training.config import EmbedderTrainingConfig, GateSettings, RerankerTr
 from rag.training.data import COPIED_TYPES, IRSet, TrainingData, split_feedback, training_data
 from rag.training.embedder import TrainingRun, base_source, train_embedder
 from rag.training.gate import GateResult, PromotionRefused, TooFewGateQuestions, embedder_gate, reranker_gate
-from rag.training.first_stage import cut_question, first_stage_hits, first_stage_index, without_questions
+from rag.training.first_stage import (
+    FIRST_STAGE_MODE,
+    cut_question,
+    first_stage_hits,
+    first_stage_index,
+    serving_mode,
+    without_questions,
+)
 from rag.training.ltr import train_learned_ranker
 from rag.training.reranker import train_reranker
 
@@ -101,7 +108,7 @@ def train_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, con
         if kind == "reranker" and getattr(config, "kind", "cross-encoder") == "lambdamart":
             run = train_learned_ranker(inputs.data, config, Path(scratch) / "model", chunks=inputs.chunks,
                                        embedder=aliased_embedder(registry, "production"), feedback=_rated_pairs(config),
-                                       log=log)
+                                       log=log, mode=serving_mode(Path(tables.root).parent))
         else:
             run = trainer(inputs.data, config, Path(scratch) / "model", corpus=inputs.chunks["text"].tolist(), log=log,
                           mining_cache=mining_cache, progress=progress)
@@ -167,7 +174,7 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
                                    copied=copied)
         else:
             first = hybrid_candidates(chunks, gate, _production_embedder(registry.resolve("embedder", "production")),
-                                      settings.rerank_depth) if gate is not None else {}
+                                      settings.rerank_depth, serving_mode(Path(tables.root).parent)) if gate is not None else {}
             current = load_reranker(production.name, registry=registry) if production is not None else None
             result = reranker_gate(first, current, load_reranker(candidate.name, registry=registry), gate, settings,
                                    copied=copied)
@@ -287,11 +294,11 @@ def _refused(kind: Kind, candidate: ModelVersion, why: str) -> PromotionRefused:
         "production stays as it is. An operator who means to bypass the gate passes force_reason='...' to promote().")
 
 
-def hybrid_candidates(chunks: pd.DataFrame, ir, embedder, depth: int) -> dict[str, list]:
-    """Hybrid (RRF of BM25 and dense) top-`depth` hits per question, with their first-stage signals, from an
-    in-memory index of the chunk set."""
+def hybrid_candidates(chunks: pd.DataFrame, ir, embedder, depth: int, mode: str = FIRST_STAGE_MODE) -> dict[str, list]:
+    """The first stage's top-`depth` hits per question (`mode`: the serving mode, hybrid by default), with their
+    first-stage signals, from an in-memory index of the chunk set."""
     with first_stage_index(chunks, embedder) as index:
-        return first_stage_hits(index, ir.queries, depth)
+        return first_stage_hits(index, ir.queries, depth, mode)
 
 
 def serving_alias(strategy: str) -> str:
