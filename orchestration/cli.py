@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     s.set_defaults(func=cmd_sync)
     d = sub.add_parser("demo", help="materialize the whole asset graph on the document source and summarize")
     d.set_defaults(func=cmd_demo)
+    from orchestration.retrain_cli import add_retrain_command
+
+    add_retrain_command(sub)
     # `rag serve` (feedback loop): the API and web page.
     from rag.serving.cli import add_serve_command
 

@@ -1,20 +1,20 @@
 """How trained models are released and how canaries run (rag.rollout.CanarySettings as a Dagster resource): the
 promotion policy of retrain_job, traffic share, the sequential test's error rate and horizon, and the guardrails.
 The state itself lives beside the model registry (rag.rollout.store)."""
-import os
 from typing import Literal
 
 from dagster import ConfigurableResource
 from pydantic import Field
 
 from rag.rollout import CanarySettings
+from rag.rollout.config import promotion_policy
 
 _DEFAULTS = CanarySettings()
 
 
 class Rollout(ConfigurableResource):
     promotion: Literal["direct", "canary"] = Field(
-        default_factory=lambda: os.environ.get("RAG_PROMOTION_POLICY") or "direct",
+        default_factory=promotion_policy,
         description="what production_embedder / production_reranker do with a gated candidate: 'direct' promotes it "
         "when the gate found it significantly better (refused while a canary runs); 'canary' starts its canary on "
         "traffic_share of sessions when the gate found it no worse, and canary_sensor promotes it only on a "

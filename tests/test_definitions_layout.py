@@ -106,3 +106,15 @@ def test_stages_add_up_to_the_code_location_with_nothing_declared_twice():
             assert not total & part, f"{stage.__name__} declares {total & part} again"
             total |= part
     assert totals == [ASSETS, CHECKS, JOBS, SENSORS, SCHEDULES]
+
+
+def test_the_library_imports_no_dagster_layer():
+    """rag/ is the pure library: Dagster and the thin layers over it (orchestration, sensors, resources, assets)
+    import rag, never the other way round."""
+    import re
+    from pathlib import Path
+
+    layer = re.compile(r"^\s*(import|from)\s+(dagster|orchestration|sensors|resources|assets)\b", re.M)
+    root = Path(__file__).resolve().parents[1] / "rag"
+    offenders = sorted(str(p.relative_to(root.parent)) for p in root.rglob("*.py") if layer.search(p.read_text()))
+    assert offenders == []

@@ -26,3 +26,11 @@ class CanarySettings(BaseModel):
     max_upvote_share_drop: float = Field(0.10, gt=0, lt=1, description="the canary's share of up-votes among answer "
                                          "votes may fall at most this far (absolute) below production's")
     min_votes: int = Field(30, ge=1, description="answer votes per arm before the up-vote guardrail can fire")
+
+
+def promotion_policy() -> str:
+    """What a gated candidate's release does ('direct' or 'canary'): RAG_PROMOTION_POLICY, default direct. The
+    rollout resource and `rag models promote` read it here, so they agree."""
+    import os
+
+    return os.environ.get("RAG_PROMOTION_POLICY") or "direct"
