@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.provenance import run_record, stamp_end  # noqa: E402 - after the path setup
+from bench.provenance import rendered_or_skipped, run_record, stamp_end  # noqa: E402 - after the path setup
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 SQUAD = SHARED / "squad-dev" / "dev-v1.1.json.gz"
@@ -247,11 +247,7 @@ def main() -> int:
     p.add_argument("--markdown", type=Path, help="print the table of an existing result file and exit")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
-    if args.markdown:
-        print(markdown(json.loads(args.markdown.read_text())))
-        return 0
-    if not SHARED.exists():
-        print(f"skipped: {SHARED} is absent (SQuAD dev and SciFact are needed)")
+    if rendered_or_skipped(args, markdown, SHARED, "SQuAD dev and SciFact"):
         return 0
     if args.quick:
         args.articles, args.squad_questions, args.scifact_distractors, args.scifact_questions = 4, 400, 200, 100

@@ -45,3 +45,17 @@ def stamp_end(record: dict) -> dict:
     record["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     record.setdefault("machine", {})["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     return record
+
+
+def rendered_or_skipped(args, markdown, needed: Path, what: str) -> bool:
+    """True when there is nothing to measure: `--markdown FILE` printed the table of an existing result file, or the
+    data the bench needs (`needed`) is absent, which is said and skipped."""
+    import json
+
+    if getattr(args, "markdown", None):
+        print(markdown(json.loads(Path(args.markdown).read_text())))
+        return True
+    if not needed.exists():
+        print(f"skipped: {needed} is absent ({what} are needed)")
+        return True
+    return False

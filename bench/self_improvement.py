@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.gate_calibration import SCIFACT, SHARED, SQUAD  # noqa: E402 - after the path setup
-from bench.provenance import run_record, stamp_end  # noqa: E402
+from bench.provenance import rendered_or_skipped, run_record, stamp_end  # noqa: E402
 
 STRATEGY = "paragraph"
 METRICS = ["recall@5", "ndcg@10", "mrr@10"]
@@ -198,11 +198,7 @@ def main() -> int:
     p.add_argument("--out", type=Path)
     p.add_argument("--markdown", type=Path, help="print the table of an existing result file and exit")
     args = p.parse_args()
-    if args.markdown:
-        print(markdown(json.loads(args.markdown.read_text())))
-        return 0
-    if not SHARED.exists():
-        print(f"skipped: {SHARED} is absent (SQuAD dev and SciFact are needed)")
+    if rendered_or_skipped(args, markdown, SHARED, "SQuAD dev and SciFact"):
         return 0
     if args.quick:
         args.articles, args.scifact_docs, args.questions = 6, 300, 300
