@@ -166,7 +166,7 @@ def run(*, clients: int = 50, seconds: float = 60, n_docs: int = 300, quick: boo
             reindexer.join()
             time.sleep(8)  # a refresh period or two: the last re-index settles and is picked up
             health = httpx.get(f"{base}/health", timeout=10).json()
-            metrics = httpx.get(f"{base}/metrics", timeout=10).json()
+            metrics = httpx.get(f"{base}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10).json()
             peak_rss_mb = _proc_kib(server.pid, "VmHWM") / 1024
         finally:
             server.send_signal(signal.SIGINT)

@@ -37,11 +37,14 @@ class FeedbackLoop(ConfigurableResource):
     drift_positive_ratio_drop: float = 0.2
     drift_permutations: int = 200
     drift_min_queries: int = 30
+    drift_min_votes: int = Field(DriftThresholds.model_fields["min_votes"].default, ge=1,
+                                 description="answer votes each window needs before a drop in the up-vote share "
+                                 "counts as drift (fewer: 'not enough votes', no feedback verdict)")
 
     def thresholds(self) -> DriftThresholds:
         return DriftThresholds(mmd_p_value=self.drift_mmd_p_value, classifier_auc=self.drift_classifier_auc,
                                positive_ratio_drop=self.drift_positive_ratio_drop, permutations=self.drift_permutations,
-                               min_queries=self.drift_min_queries)
+                               min_queries=self.drift_min_queries, min_votes=self.drift_min_votes)
 
     @property
     def root(self) -> Path:

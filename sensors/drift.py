@@ -126,8 +126,9 @@ def evaluate_drift(loop: FeedbackLoop, store, base: Baseline) -> tuple[DriftRepo
         recent_scores=store.feedback_scores(query_ids=recent_ids), reference_scores=store.feedback_scores(query_ids=reference_ids),
         recent_retrieved=[counts.get(q, 0) for q in recent_ids], reference_retrieved=[counts.get(q, 0) for q in reference_ids],
         thresholds=loop.thresholds())
+    votes = f", {report.feedback_note}" if report.feedback_note else ""  # the share was not judged: say why
     account = (f"MMD p={report.mmd_p_value:.3f}, classifier AUC={report.classifier_auc:.2f}, answers rated up "
-               f"{_pct(report.positive_ratio_recent)} (reference {_pct(report.positive_ratio_reference)}); "
+               f"{_pct(report.positive_ratio_recent)} (reference {_pct(report.positive_ratio_reference)}{votes}); "
                f"{len(recent_ids)} recent queries vs reference: {windows.source}")
     return report, account, windows.source
 

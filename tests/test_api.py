@@ -79,7 +79,7 @@ def test_ask_then_feedback_lands_in_the_store(client, store):
     assert store.table("queries").loc[0, "text"] == "which animal does purr"
     click = client.post("/events", json={"query_id": data["query_id"], "kind": "click", "chunk_id": "cats"}, headers=AUTH)
     assert click.status_code == 200 and click.json()["event_id"] >= 1
-    metrics = client.get("/metrics").json()
+    metrics = client.get("/metrics", headers=AUTH).json()
     assert metrics["store"]["feedback_events"] == 4 and metrics["store"]["queries"] == 1
     assert metrics["requests"]["POST /ask"]["count"] == 1 and metrics["requests"]["POST /feedback"]["count"] == 1
     assert client.get("/health").json()["status"] == "ok"
@@ -116,6 +116,42 @@ def test_bad_input_is_a_clear_4xx_and_changes_nothing(client, store):
     conflict = client.post("/feedback", json={**good, "answer_score": 1}, headers=AUTH)
     assert conflict.status_code == 409 and "already used" in conflict.json()["error"]
     assert len(store.table("feedback")) == 1
+
+
+def test_metrics_need_the_token_and_count_the_store_once_per_ttl(store, monkeypatch):
+    import sqlalchemy as sa
+
+    from rag.serving import app as app_module
+
+    counted: list[str] = []
+
+    def on_execute(_conn, _cursor, statement, *_):
+        if "count(" in statement.lower():
+            counted.append(statement)
+
+    now = [1000.0]
+    monkeypatch.setattr(app_module, "_monotonic", lambda: now[0], raising=False)
+    sa.event.listen(store.engine, "before_cursor_execute", on_execute)
+    app = create_app(lambda: FakeAnswerer(), store, ServeSettings(api_token=TOKEN, metrics_cache_seconds=30))
+    try:
+        with TestClient(app) as c:
+            assert c.get("/metrics").status_code == 401
+            assert c.get("/metrics", headers={"Authorization": "Bearer wrong-token-xxxxxxxx"}).status_code == 401
+            assert not counted  # refused before anything was counted
+            first = c.get("/metrics", headers=AUTH)
+            assert first.status_code == 200 and first.json()["store"]["queries"] == 0
+            scans = len(counted)
+            assert scans > 0
+            ask(c)
+            now[0] += 29
+            again = c.get("/metrics", headers=AUTH).json()
+            assert len(counted) == scans  # within the TTL: no table counted again
+            assert again["store"]["queries"] == 0 and again["requests"]["POST /ask"]["count"] == 1  # requests are live
+            now[0] += 2
+            later = c.get("/metrics", headers=AUTH).json()
+            assert len(counted) == 2 * scans and later["store"]["queries"] == 1
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", on_execute)
 
 
 def test_openapi_schema_is_published(client):
@@ -203,5 +239,5 @@ def test_an_unhandled_server_error_is_counted_as_5xx(store):
     app = create_app(lambda: Broken(), store, ServeSettings(api_token=TOKEN))
     with TestClient(app, raise_server_exceptions=False) as c:
         assert c.post("/ask", json={"question": "cats?"}, headers=AUTH).status_code == 500
-        counts = c.get("/metrics").json()["requests"]["POST /ask"]
+        counts = c.get("/metrics", headers=AUTH).json()["requests"]["POST /ask"]
     assert counts["count"] == 1 and counts["5xx"] == 1

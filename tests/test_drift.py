@@ -35,10 +35,35 @@ def test_mmd_and_classifier_tell_shifted_samples_apart():
 def test_feedback_shift_alone_counts_as_drift():
     rng = np.random.default_rng(1)
     x, y = rng.normal(size=(40, 4)), rng.normal(size=(40, 4))
-    report = drift_report(x, y, recent_scores=[1, -1, -1, -1], reference_scores=[1, 1, 1, -1], recent_retrieved=[5] * 40,
-                          reference_retrieved=[5] * 40, thresholds=DriftThresholds(permutations=50))
+    votes = DriftThresholds().min_votes
+    report = drift_report(x, y, recent_scores=[1, -1, -1, -1] * votes, reference_scores=[1, 1, 1, -1] * votes,
+                          recent_retrieved=[5] * 40, reference_retrieved=[5] * 40, thresholds=DriftThresholds(permutations=50))
     assert report.positive_ratio_recent == 0.25 and report.positive_ratio_reference == 0.75
     assert report.feedback_shift and not report.embedding_shift and report.drifted
+    assert report.feedback_note is None
+
+
+def test_a_feedback_share_from_too_few_votes_is_no_drift():
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(40, 4)), rng.normal(size=(40, 4))
+    thresholds = DriftThresholds(permutations=50, min_votes=20)
+
+    def report(recent: int, reference: int):
+        # Every recent vote down, every reference vote up: as large a drop as there can be.
+        return drift_report(x, y, recent_scores=[-1] * recent, reference_scores=[1] * reference, recent_retrieved=[5] * 40,
+                            reference_retrieved=[5] * 40, thresholds=thresholds)
+
+    few = report(4, 40)
+    assert not few.feedback_shift and not few.drifted
+    assert few.feedback_note == "not enough votes (4 of 20 in the recent window)"
+    assert few.positive_ratio_recent == 0.0  # still reported, only not judged
+    thin_reference = report(40, 19)
+    assert not thin_reference.feedback_shift
+    assert thin_reference.feedback_note == "not enough votes (19 of 20 in the reference)"
+    enough = report(20, 20)
+    assert enough.feedback_shift and enough.drifted and enough.feedback_note is None
+    with pytest.raises(ValueError):
+        DriftThresholds(min_votes=0)
 
 
 def chunks(*ids):
@@ -148,6 +173,28 @@ def test_drift_sensor_stays_quiet_on_familiar_questions(tmp_path):
         result = tick(drift_sensor, instance, loop)
     assert not result.run_requests and result.asset_events[0].metadata["drifted"].value is False
     store.close()
+
+
+def test_drift_sensor_judges_the_up_vote_share_only_from_enough_votes(tmp_path):
+    reference = tmp_path / "reference.txt"
+    reference.write_text("\n".join(COOKING * 2))
+    store = FeedbackStore(make_loop(tmp_path).db_url)
+    # Familiar questions throughout (no embedding shift): the 10 oldest were rated up, 3 of the 40 recent ones down.
+    for i, q in enumerate((COOKING * 4)[:50]):
+        asked = store.record_query(q, answer="a", chunks=chunks("p1"))
+        if i < 10 or i >= 47:
+            store.submit_feedback(FeedbackSubmission(query_id=asked.query_id, idempotency_key=f"k{i}",
+                                                     answer_score=1 if i < 10 else -1))
+    with DagsterInstance.ephemeral() as instance:
+        few = tick(drift_sensor, instance, make_loop(tmp_path, drift_reference=str(reference)))
+        enough = tick(drift_sensor, instance, make_loop(tmp_path, drift_reference=str(reference), drift_min_votes=3))
+    store.close()
+    observation = few.asset_events[0].metadata
+    assert observation["embedding_shift"].value is False and observation["drifted"].value is False
+    assert "0/2 drifted ticks" in few.skip_reason.skip_message
+    assert "not enough votes (3 of 50 in the recent window, 10 of 50 in the reference)" in few.skip_reason.skip_message
+    assert enough.asset_events[0].metadata["feedback_shift"].value is True  # the same drop, from enough votes
+    assert "1/2 drifted ticks" in enough.skip_reason.skip_message
 
 
 def test_weekly_retrain_exports_the_feedback_and_requests_a_run(loop, tmp_path):

@@ -287,6 +287,44 @@ def test_a_create_that_crashed_midway_is_no_collection(tmp_path):
     client.close()
 
 
+KILLED_DELETE = """
+import os, signal, sys
+from qdrant_client.http import models
+from rag.index import edge
+client = edge.EdgeClient(sys.argv[1])
+for name in ("keep", "gone"):
+    client.create_collection(name, vectors_config={"dense": models.VectorParams(size=2, distance=models.Distance.DOT)})
+    client.upsert(name, models.Batch(ids=list(range(1, 51)), vectors={"dense": [[float(i), 1.0] for i in range(1, 51)]}))
+client.update_collection_aliases(change_aliases_operations=[
+    models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name="keep", alias_name="live"))])
+edge.shutil.rmtree = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)  # dies between the rename and the removal
+client.delete_collection("gone")
+"""
+
+
+def test_deleted_folders_left_by_a_crash_are_reclaimed_on_the_next_open(tmp_path):
+    root = tmp_path / "q"
+    proc = subprocess.run([sys.executable, "-c", KILLED_DELETE, str(root)], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == -9, proc.stderr
+    left = list((root / "collection").glob(".deleted-gone-*"))
+    assert len(left) == 1 and (left[0] / "shard").is_dir()  # the crash left the renamed collection behind
+    partial = root / "collection" / ".partial-keep-0123"  # a replica copy killed midway leaves one of these
+    (partial / "shard").mkdir(parents=True)
+
+    client = EdgeClient(root)
+    assert not left[0].exists() and not partial.exists()
+    assert sorted(p.name for p in (root / "collection").iterdir()) == ["keep"]  # live data untouched
+    assert alias_target(client, "live") == "keep" and client.count("live").count == 50
+    # While a process holds the folder, its own removal in progress is not another opener's to take.
+    doomed = root / "collection" / ".deleted-keep-in-progress"
+    doomed.mkdir()
+    with pytest.raises(QdrantLockedError):
+        EdgeClient(root)
+    assert doomed.exists()
+    client.close()
+
+
 def clustered(rng, n: int, dim: int, centers: np.ndarray) -> np.ndarray:
     return (centers[rng.integers(0, len(centers), n)] + 0.3 * rng.normal(size=(n, dim))).astype(np.float32)
 

@@ -4,7 +4,10 @@ plus answers, ±1 qrels for chunks, documents and answers, the raw feedback rows
     corpus.jsonl            {_id: passage id, title: doc_id, text, metadata: {chunk_id, text_hash, doc_id, page_start, page_end}}
                             (the text each query was shown: a passage id is the chunk id, or chunk_id@<hash> for a
                             text served under that id before the chunk was edited)
-    queries.jsonl           {_id: query_id, text, metadata: {created_at, session_id, model_version, retrieved}}
+    queries.jsonl           {_id: query_id, text, metadata: {created_at, session_id, model_version, retrieved,
+                            reformulation_of}} (reformulation_of: the first query of the chain of rephrasings this
+                            one ends, by the store's reformulation events, whether or not that one was rated; null
+                            when it rephrased nothing)
     answers.jsonl           {_id: answer_id, query_id, text, source: system|user|expert, not_in_context}
     qrels/chunk_qrels.tsv   query-id, corpus-id, score (+1 / -1; the latest rating of a passage wins)
     qrels/document_qrels.tsv  query-id, doc-id, score (+1 if any passage of the document was rated up, else -1)
@@ -18,7 +21,8 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -91,10 +95,12 @@ def export_rag_dataset(store: FeedbackStore, out_dir: Path) -> Path:
         for pid, p in sorted(passages.items())])
     retrieved = {qid: [{"chunk_id": shown[(qid, r.chunk_id)], "rank": int(r.rank), "score": r.score} for r in group.itertuples()]
                  for qid, group in retrievals.groupby("query_id")}
+    origin = _reformulation_origins(store.table("implicit_events"))
     _write_jsonl(out_dir / "queries.jsonl", [
         {"_id": q.query_id, "text": q.text, "metadata": {"created_at": q.created_at, "session_id": q.session_id,
                                                          "model_version": q.model_version,
-                                                         "retrieved": retrieved.get(q.query_id, [])}}
+                                                         "retrieved": retrieved.get(q.query_id, []),
+                                                         "reformulation_of": origin.get(q.query_id)}}
         for q in queries.itertuples()])
     _write_jsonl(out_dir / "answers.jsonl", [
         {"_id": a.answer_id, "query_id": a.query_id, "text": a.text, "source": a.source,
@@ -128,6 +134,22 @@ def export_rag_dataset(store: FeedbackStore, out_dir: Path) -> Path:
     return out_dir
 
 
+def _reformulation_origins(events: pd.DataFrame) -> dict[str, str]:
+    """query id -> the first query of the chain of rephrasings it ends. Followed through every query in the store,
+    not only the rated ones: a question rated, rephrased without a rating, rephrased again and rated is one
+    question, and only the chain says so (the first and last may be too far apart for the session window)."""
+    links = events[events["kind"] == "reformulation"]
+    previous = dict(zip(links["related_query_id"], links["query_id"]))  # the rephrasing -> what it rephrased
+    origins: dict[str, str] = {}
+    for query in previous:
+        seen, first = {query}, previous[query]
+        while first in previous and previous[first] not in seen:  # a cycle cannot come from the store; never loop on one
+            seen.add(first)
+            first = previous[first]
+        origins[query] = first
+    return origins
+
+
 def _int(value) -> int | None:
     return None if value is None or pd.isna(value) else int(value)
 
@@ -138,21 +160,44 @@ def _read_qrels(path: Path) -> list[tuple[str, str, int]]:
 
 
 @dataclass(frozen=True)
+class QueryContext:
+    """When and where a query was asked: what ties a rephrasing to the question it rephrases."""
+
+    session_id: str | None
+    created_at: datetime | None
+    reformulation_of: str | None  # the first query of the chain of rephrasings this one ends (possibly unrated)
+
+
+@dataclass(frozen=True)
 class Judgments:
-    """The passage-level ratings of a RAG-Dataset: query texts, passage texts, and (query, chunk, ±1) rows."""
+    """The passage-level ratings of a RAG-Dataset: query texts, passage texts, and (query, chunk, ±1) rows;
+    `asked`: each query's session, time and reformulation link (empty for a dataset exported without them), so
+    that rag.training.data.split_feedback keeps a question's paraphrases on one side."""
 
     queries: dict[str, str]
     corpus: dict[str, str]
     chunk_qrels: list[tuple[str, str, int]]
+    asked: dict[str, QueryContext] = field(default_factory=dict)
+
+
+def _timestamp(value) -> datetime | None:
+    if not value:
+        return None
+    stamp = datetime.fromisoformat(str(value))
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)  # the store writes UTC (SQLite drops the zone)
 
 
 def judgments(dataset_dir: Path) -> Judgments:
     dataset_dir = Path(dataset_dir)
     with open(dataset_dir / "queries.jsonl", encoding="utf-8") as fh:
-        queries = {q["_id"]: q["text"] for q in map(json.loads, fh)}
+        rows = list(map(json.loads, fh))
+    queries = {q["_id"]: q["text"] for q in rows}
+    meta = {q["_id"]: q.get("metadata") or {} for q in rows}
+    asked = {qid: QueryContext(m.get("session_id") if isinstance(m.get("session_id"), str) else None,
+                               _timestamp(m.get("created_at")), m.get("reformulation_of")) for qid, m in meta.items()}
     with open(dataset_dir / "corpus.jsonl", encoding="utf-8") as fh:
         corpus = {d["_id"]: d["text"] for d in map(json.loads, fh)}
-    return Judgments(queries, corpus, _read_qrels(dataset_dir / "qrels" / "chunk_qrels.tsv"))
+    return Judgments(queries, corpus, _read_qrels(dataset_dir / "qrels" / "chunk_qrels.tsv"), asked)
 
 
 def training_pairs(dataset_dir: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:

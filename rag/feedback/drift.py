@@ -15,6 +15,10 @@ class DriftThresholds(BaseModel):
     mmd_p_value: float = Field(0.01, description="MMD permutation p-value below this counts as a shift")
     classifier_auc: float = Field(0.7, description="...and the windows must be this separable")
     positive_ratio_drop: float = Field(0.2, description="answers rated up: recent share this far below the reference")
+    # At 50 votes a side, a drop of 0.2 (the default above) is two standard errors of the difference of two shares
+    # near one half: a handful of votes swings the share by that much on noise alone.
+    min_votes: int = Field(50, ge=1, description="answer votes each window needs before its up-vote share is judged; "
+                           "fewer: no feedback verdict ('not enough votes'), the embedding tests still decide")
     permutations: int = Field(200, ge=20)
     min_queries: int = Field(30, ge=5, description="fewer recent queries than this: no verdict")
 
@@ -32,6 +36,7 @@ class DriftReport(BaseModel):
     retrieved_ks_p_value: float | None
     embedding_shift: bool
     feedback_shift: bool
+    feedback_note: str | None = None  # why the up-vote share was not judged, e.g. "not enough votes (4 of 50 ...)"
 
     @property
     def drifted(self) -> bool:
@@ -89,7 +94,10 @@ def drift_report(recent: np.ndarray, reference: np.ndarray, *, recent_scores: li
     auc = classifier_auc(recent, reference, seed)
     ratio_recent, ratio_reference = _ratio(recent_scores), _ratio(reference_scores)
     ks_p = float(ks_2samp(recent_retrieved, reference_retrieved).pvalue) if recent_retrieved and reference_retrieved else None
-    feedback_shift = (ratio_recent is not None and ratio_reference is not None
+    short = [f"{n} of {thresholds.min_votes} in {window}" for n, window in
+             ((len(recent_scores), "the recent window"), (len(reference_scores), "the reference")) if n < thresholds.min_votes]
+    note = f"not enough votes ({', '.join(short)})" if short else None
+    feedback_shift = (note is None and ratio_recent is not None and ratio_reference is not None
                       and ratio_reference - ratio_recent >= thresholds.positive_ratio_drop)
     return DriftReport(
         n_recent=len(recent), n_reference=len(reference), mmd2=round(mmd2, 6), mmd_p_value=round(p_value, 4),
@@ -98,5 +106,5 @@ def drift_report(recent: np.ndarray, reference: np.ndarray, *, recent_scores: li
         retrieved_per_query_reference=float(np.mean(reference_retrieved)) if reference_retrieved else None,
         retrieved_ks_p_value=ks_p,
         embedding_shift=p_value < thresholds.mmd_p_value and auc >= thresholds.classifier_auc,
-        feedback_shift=feedback_shift,
+        feedback_shift=feedback_shift, feedback_note=note,
     )

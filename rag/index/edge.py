@@ -145,6 +145,27 @@ def _read_aliases(root: Path) -> dict[str, str]:
     return dict(meta.get("aliases", {}))
 
 
+# Hidden folders under collection/ that exist only between two steps of one call: delete_collection renames a
+# collection to .deleted-* and then removes it; export_collection copies into .partial-* and then renames it.
+LEFTOVER_PREFIXES = (".deleted-", ".partial-")
+
+
+def _reclaim_leftovers(root: Path) -> list[Path]:
+    """Remove the .deleted-* and .partial-* folders a process killed mid-call left behind. Called right after the
+    folder's lock is taken, and that is what makes it safe: both kinds are made and removed within one call that
+    holds the lock, and every process that writes or reads the folder holds it (a second opener, in this process or
+    another, gets QdrantLockedError before reaching here). So whichever such folder an opener finds belonged to a
+    previous holder that is gone; none can be in use. Age would be no rule: a removal of a large collection can take
+    long, and clocks say nothing about whether its owner still runs."""
+    folder = root / COLLECTIONS
+    if not folder.is_dir():
+        return []
+    leftovers = sorted(p for p in folder.iterdir() if p.name.startswith(LEFTOVER_PREFIXES))
+    for path in leftovers:
+        shutil.rmtree(path, ignore_errors=True)
+    return leftovers
+
+
 _COPY_CHUNK = 64 << 20
 
 
@@ -409,6 +430,7 @@ class EdgeClient:
         self._lock_file = _lock_folder(self.root)
         try:
             self._aliases: dict[str, str] = _read_aliases(self.root)
+            _reclaim_leftovers(self.root)
         except BaseException:
             self._release()
             raise

@@ -9,6 +9,8 @@ import os
 import sys
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -211,6 +213,31 @@ def close_client(settings: QdrantSettings | None = None) -> None:
         client = _clients.pop(settings.location, None)
     if client is not None:
         client.close()
+
+
+_borrowers: dict[str, int] = {}
+_borrow_lock = threading.Lock()  # taken before _clients_lock (get_client, close_client), never inside it
+
+
+@contextmanager
+def borrowed_client(settings: QdrantSettings) -> Iterator:
+    """The location's client for the length of a with-block, closed when the last borrower in this process gives
+    it back. For callers that open a folder only for a moment and must then release its lock (a serving replica's
+    copy of the primary, which a Dagster re-index waits on): two of them at once (production's refresh and a
+    canary's, or a request opening the canary's index) share the one client of the location, so the first to
+    finish must not close it under the other. Only borrowers are counted: close_client still closes at once."""
+    key = settings.location
+    with _borrow_lock:
+        client = get_client(settings)
+        _borrowers[key] = _borrowers.get(key, 0) + 1
+    try:
+        yield client
+    finally:
+        with _borrow_lock:
+            _borrowers[key] -= 1
+            if not _borrowers[key]:
+                del _borrowers[key]
+                close_client(settings)
 
 
 def is_local(client) -> bool:

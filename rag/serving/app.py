@@ -3,7 +3,7 @@
     app = create_app(lambda: answerer, FeedbackStore(), ServeSettings(api_token="..."))
 
 The answerer comes from a provider called per request, so the server can swap in a fresh index (see
-rag.serving.index) without restarting; tests pass a fake one. Write endpoints need the bearer token.
+rag.serving.index) without restarting; tests pass a fake one. Write endpoints and /metrics need the bearer token.
 """
 from __future__ import annotations
 
@@ -113,6 +113,28 @@ class _BodyLimit:
         await response({"type": "http"}, None, send)
 
 
+_monotonic = time.monotonic  # module-level, so a test can move the clock of the store counts' cache
+
+
+class CachedCounts:
+    """The store's row counts, counted at most once per `seconds`: each count is a scan of a whole table (SQLite
+    keeps no row count), and a scraper polling /metrics every few seconds would otherwise scan them all each time.
+    One caller counts while concurrent ones wait and reuse its result; 0 seconds counts on every call."""
+
+    def __init__(self, count: Callable[[], dict], seconds: float):
+        self.count, self.seconds = count, seconds
+        self._lock = threading.Lock()
+        self._value: dict | None = None
+        self._at = 0.0
+
+    def get(self) -> tuple[dict, float]:
+        """(the counts, how many seconds ago they were counted)."""
+        with self._lock:
+            if self._value is None or _monotonic() - self._at >= self.seconds:
+                self._value, self._at = self.count(), _monotonic()
+            return self._value, _monotonic() - self._at
+
+
 class Metrics:
     """Request counts, errors and latency per route (the last 10k requests of each)."""
 
@@ -149,6 +171,7 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
     app = FastAPI(title="Document QA", version="1", description="Ask questions about the indexed documents and rate "
                   "the answers and passages; ratings train the next models.", docs_url=None, redoc_url=None)
     metrics = Metrics()
+    store_counts = CachedCounts(store.counts, settings.metrics_cache_seconds)
     ask_slots = asyncio.Semaphore(settings.ask_concurrency)
     bearer = HTTPBearer(auto_error=False)
 
@@ -236,9 +259,15 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
         return {"status": "ok", "store": store.engine.dialect.name, **(health_extra() if health_extra else {}),
                 **({"canary": canary.info()} if canary is not None else {})}
 
-    @app.get("/metrics", summary="Store counts and request latency per route")
+    @app.get("/metrics", dependencies=[Depends(require_token)],
+             summary="Store counts (refreshed every metrics_cache_seconds) and request latency per route")
     def get_metrics() -> dict:
-        return {"uptime_s": round(time.time() - metrics.started, 1), "store": store.counts(), "requests": metrics.snapshot()}
+        """Behind the API token, as the write routes: the store counts and per-route traffic say how the service is
+        used, and an open route that scans tables is a cheap way to load the database. /health stays open for
+        liveness probes. `store_counted_s_ago` says how old the cached counts are."""
+        counts, age = store_counts.get()
+        return {"uptime_s": round(time.time() - metrics.started, 1), "store": counts, "store_counted_s_ago": round(age, 1),
+                "requests": metrics.snapshot()}
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:

@@ -24,6 +24,7 @@ from rag.index.qdrant import (
     QdrantLockedError,
     QdrantSettings,
     alias_target,
+    borrowed_client,
     close_client,
     copies_files,
     copy_collection,
@@ -44,8 +45,9 @@ def replicate_collection(source: QdrantSettings, target: QdrantSettings, alias: 
     behind (if it made it); a point-by-point one may leave a partial one, which the caller removes.
     `fallback`: the alias copied (under its own name) when `alias` is missing (rag.retrieval.service's
     production_fallback: an index older than the `<strategy>__production` alias indexing sets)."""
-    src = get_client(source)
-    try:
+    # Borrowed, not opened and closed: another refresh in this process (the canary's index copies the same primary)
+    # may be copying from the same client right now.
+    with borrowed_client(source) as src:
         live = alias_target(src, alias)
         if live is None and fallback is not None and (live := alias_target(src, fallback)) is not None:
             alias = fallback
@@ -60,8 +62,6 @@ def replicate_collection(source: QdrantSettings, target: QdrantSettings, alias: 
             copy_collection(src, dst, live, batch=COPY_BATCH)
             point_alias_to(dst, alias, live)
         return live
-    finally:
-        close_client(source)
 
 
 def source_fingerprint(root: Path, strategy: str, qdrant: QdrantSettings | None) -> tuple:

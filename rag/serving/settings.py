@@ -9,13 +9,15 @@ from pydantic import BaseModel, Field
 
 
 class ServeSettings(BaseModel):
-    api_token: str = Field(min_length=16, description="bearer token for POST /ask, /feedback, /events")
+    api_token: str = Field(min_length=16, description="bearer token for POST /ask, /feedback, /events and GET /metrics")
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     max_body_bytes: int = Field(64 * 1024, ge=1024, description="bigger requests get 413 before they are parsed")
     ask_concurrency: int = Field(1, ge=1, description="answers computed at once (the CPU is the limit; others queue)")
     answer_config: Path | None = Field(None, description="YAML of rag.qa.AnswerSettings; None = the defaults")
     refresh_seconds: float = Field(30.0, ge=0, description="how often to look for a re-built index (0 = never)")
+    metrics_cache_seconds: float = Field(30.0, ge=0, description="GET /metrics counts the store's tables at most this "
+                                         "often (each count scans a table); 0 = on every call")
 
     @classmethod
     def from_env(cls, **overrides) -> ServeSettings:

@@ -129,31 +129,82 @@ class FeedbackSplit:
     dev_judged: dict[str, dict[str, int]] = field(default_factory=dict)  # held-out question -> every rated passage, ±1
 
 
-def split_feedback(judged, dev_fraction: float) -> FeedbackSplit:
-    """`judged`: queries {id: text}, corpus {chunk id: text}, chunk_qrels [(query id, chunk id, ±1)] (a feedback
-    RAG-Dataset). A question goes to dev by a hash of its normalized text, so the same question asked twice never
-    sits on both sides, and it becomes one dev question with the passages liked in any of its askings (repeats
-    would count as independent samples in the gate's paired test). Only questions with a +1 passage can be dev
-    questions: they need an answer key."""
+def paraphrase_groups(judged, window_seconds: float) -> dict[str, str]:
+    """query id -> its group's key: the smallest normalized text among the group's queries. Queries are one group
+    when tied by the same normalized text, a reformulation (`judged.asked[q].reformulation_of`, the store's
+    implicit event), or one session asking again within `window_seconds`: the store records a reformulation only
+    when the first answer was not rated up, yet a user who liked an answer and asks again at once is as likely to
+    be rephrasing. Datasets exported without `asked` group by text alone."""
+    parent: dict[str, str] = {}
+
+    def find(node: str) -> str:
+        parent.setdefault(node, node)
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    def union(a: str, b: str) -> None:
+        parent[find(a)] = find(b)
+
+    asked = getattr(judged, "asked", None) or {}
+    sessions: dict[str, list] = {}
+    for qid, text in judged.queries.items():
+        union(f"q:{qid}", f"text:{normalized_question(text)}")
+        context = asked.get(qid)
+        if context is None:
+            continue
+        if context.reformulation_of:  # the chain's first query: ties rephrasings of one question across unrated ones
+            union(f"q:{qid}", f"q:{context.reformulation_of}")
+        if context.session_id and context.created_at is not None:
+            sessions.setdefault(context.session_id, []).append((context.created_at, qid))
+    for asked_in in sessions.values():
+        asked_in.sort()
+        for (before, a), (after, b) in zip(asked_in, asked_in[1:]):
+            if (after - before).total_seconds() <= window_seconds:
+                union(f"q:{a}", f"q:{b}")
+    keys: dict[str, str] = {}
+    for qid, text in judged.queries.items():
+        root = find(f"q:{qid}")
+        keys[root] = min(keys.get(root, normalized_question(text)), normalized_question(text))
+    return {qid: keys[find(f"q:{qid}")] for qid in judged.queries}
+
+
+def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None = None) -> FeedbackSplit:
+    """`judged`: queries {id: text}, corpus {chunk id: text}, chunk_qrels [(query id, chunk id, ±1)] and, optionally,
+    asked {id: rag.feedback.dataset.QueryContext} (a feedback RAG-Dataset, rag.feedback.judgments).
+
+    Questions go to dev by paraphrase group (paraphrase_groups: same normalized text, a reformulation, one session
+    within `window_seconds`, by default the store's REFORMULATION_SECONDS), by a hash of the group's key, so a
+    rephrasing never sits in training while the gate scores the question it rephrases. A held-out group gives
+    one dev question per normalized text, with the passages liked in any of its askings (repeats would count as
+    independent samples in the gate's paired test). Only questions with a +1 passage can be dev questions (they
+    need an answer key), so only a group with one is held out; its other questions are then left out of
+    training rather than trained on beside their paraphrase."""
+    if window_seconds is None:
+        from rag.feedback.store import REFORMULATION_SECONDS
+
+        window_seconds = REFORMULATION_SECONDS
+
     def digest(text: str) -> str:
         return hashlib.sha256(normalized_question(text).encode()).hexdigest()
 
-    def held_out(text: str) -> bool:
-        return int(digest(text)[:16], 16) / 2**64 < dev_fraction
-
-    liked = {judged.queries[q] for q, _, score in judged.chunk_qrels if score > 0}
+    group = paraphrase_groups(judged, window_seconds)
+    liked = {normalized_question(judged.queries[q]) for q, _, score in judged.chunk_qrels if score > 0}
+    groups_liked = {group[q] for q, _, score in judged.chunk_qrels if score > 0}
+    held_out = {key for key in groups_liked if int(digest(key)[:16], 16) / 2**64 < dev_fraction}
     split = FeedbackSplit([], [], {}, {}, {}, {})
     for qid, cid, score in judged.chunk_qrels:
         text = judged.queries[qid]
-        if text in liked and held_out(text):
+        if group[qid] not in held_out:
+            (split.positives if score > 0 else split.negatives).append((text, judged.corpus[cid]))
+        elif normalized_question(text) in liked:
             key = f"feedback:{digest(text)[:16]}"
             split.dev_judged.setdefault(key, {})[cid] = score
             split.dev_passages[cid] = judged.corpus[cid]
             if score > 0:
                 split.dev_queries[key] = text
                 split.dev_qrels.setdefault(key, {})[cid] = 1
-        else:
-            (split.positives if score > 0 else split.negatives).append((text, judged.corpus[cid]))
     return split
 
 
