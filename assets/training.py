@@ -6,6 +6,9 @@ that canary_sensor promotes or rolls back (rag.rollout.store.release)."""
 from pathlib import Path
 
 from dagster import (
+    AssetCheckEvaluation,
+    AssetCheckExecutionContext,
+    AssetCheckKey,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetExecutionContext,
@@ -19,6 +22,7 @@ from dagster import (
 )
 from pydantic import Field
 
+from assets.rollout import rollout_observation
 from orchestration.partitions import chunking_strategy_partitions, embedding_model_partitions
 from rag.evaluation.plots import markdown_image
 from rag.progress import LogProgress
@@ -26,6 +30,7 @@ from rag.registry import ModelRegistry
 from rag.store import CHUNKS_TABLE
 from rag.training import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig
 from rag.rollout.store import release
+from rag.rollout.ui_state import current_verdict, gate_outcome
 from rag.training.gate import TooFewGateQuestions
 from rag.training.pipeline import (
     QA_TABLE,
@@ -138,9 +143,10 @@ def trained_reranker(context: AssetExecutionContext, config: RerankerTrainingRun
 def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout) -> AssetCheckResult:
     registry = _registry(data_store)
     candidate = registry.resolve(kind, "candidate")
-    if candidate is None:
+    if candidate is None:  # ERROR: the blocking check stops the release step, which would have nothing to release
         return AssetCheckResult(passed=False, severity=AssetCheckSeverity.ERROR,
-                                description=f"no {kind} candidate in the registry: materialize the training asset first")
+                                description=f"no {kind} candidate in the registry: materialize the training asset first",
+                                metadata={"verdict": f"no verdict: no {kind} candidate in the registry to gate"})
     against = production_label(registry, kind)
     settings = GateSettings(p_value=config.p_value, test=config.test, recall_tolerance=config.recall_tolerance,
                             min_questions=config.min_questions, criterion=rollout.gate_criterion, max_drop=config.max_drop)
@@ -149,7 +155,8 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout
     except TooFewGateQuestions as exc:  # no verdict, recorded as such: production stays, the run goes on
         return AssetCheckResult(passed=False, severity=AssetCheckSeverity.WARN,
                                 description=f"{candidate.name} vs {against}: no verdict, keep production. {exc}",
-                                metadata={"outcome": "no verdict", "candidate": candidate.name, "production": against})
+                                metadata={"verdict": f"no verdict: {exc}", "outcome": "no verdict",
+                                          "candidate": candidate.name, "production": against})
     if settings.criterion == "not_worse":
         verdict = ("no worse: start its canary (the online test decides)" if result.passed else "worse: keep production") + (
             "; significantly better too" if result.better else "")
@@ -161,9 +168,17 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout
         passed=result.passed, severity=AssetCheckSeverity.WARN,
         description=f"{candidate.name} vs {against} on {result.questions} held-out dev questions "
                     f"({result.copied_questions} copied ones set aside): {verdict}",
-        metadata={**result.metadata, "candidate": candidate.name, "production": against,
+        metadata={"verdict": verdict, **result.metadata, "candidate": candidate.name, "production": against,
                   "comparison": MetadataValue.md(gate_table(result))},
     )
+
+
+def _gate_observed(context: AssetCheckExecutionContext, result: AssetCheckResult, data_store: DataStore) -> AssetCheckResult:
+    """The check's result, after observing model_rollout: the loop's last gate verdict changed."""
+    verdict = result.metadata.get("verdict") if result.metadata else None
+    context.op_execution_context.log_event(rollout_observation(
+        _registry(data_store), f"gate: {getattr(verdict, 'value', verdict) or result.description}"))
+    return result
 
 
 _POLICY = ("By the rollout resource's promotion policy: 'direct' needs a significant gain; 'canary' needs only 'no worse' "
@@ -174,14 +189,52 @@ _POLICY = ("By the rollout resource's promotion policy: 'direct' needs a signifi
 @asset_check(asset=finetuned_embedder, blocking=True, description="Promotion gate: nDCG@10 and MRR@10 significantly better "
              "than production (paired test, p < 0.05) and recall@20 not lower by more than the tolerance, on held-out dev "
              "questions. " + _POLICY)
-def finetuned_embedder_gate(config: GateConfig, data_store: DataStore, rollout: Rollout) -> AssetCheckResult:
-    return _gate("embedder", config, data_store, rollout)
+def finetuned_embedder_gate(context: AssetCheckExecutionContext, config: GateConfig, data_store: DataStore,
+                            rollout: Rollout) -> AssetCheckResult:
+    return _gate_observed(context, _gate("embedder", config, data_store, rollout), data_store)
 
 
 @asset_check(asset=trained_reranker, blocking=True, description="Promotion gate: re-ranking the serving mode's top 50 with the candidate "
              "beats production (or no reranker) on nDCG@10 and MRR@10 (paired test) without losing recall@20. " + _POLICY)
-def trained_reranker_gate(config: GateConfig, data_store: DataStore, rollout: Rollout) -> AssetCheckResult:
-    return _gate("reranker", config, data_store, rollout)
+def trained_reranker_gate(context: AssetCheckExecutionContext, config: GateConfig, data_store: DataStore,
+                          rollout: Rollout) -> AssetCheckResult:
+    return _gate_observed(context, _gate("reranker", config, data_store, rollout), data_store)
+
+
+GATE_CHECKS = {"embedder": AssetCheckKey(AssetKey("finetuned_embedder"), "finetuned_embedder_gate"),
+               "reranker": AssetCheckKey(AssetKey("trained_reranker"), "trained_reranker_gate")}
+
+
+def _recorded_gate(context: AssetExecutionContext, kind: str, registry: ModelRegistry, candidate, rollout: Rollout) -> None:
+    """When the gate check did not run in this run (this asset materialized alone), report the candidate's recorded
+    verdict as the check's result, so the training asset's card shows the verdict this step acts on, or says that
+    there is none, instead of a check that never ran."""
+    key = GATE_CHECKS[kind]
+    latest = context.instance.event_log_storage.get_latest_asset_check_execution_by_key([key]).get(key)
+    if latest is not None and latest.run_id == context.run_id:
+        return  # the check ran in this run: its own result stands
+    against = production_label(registry, kind)
+    gate = current_verdict(registry, kind, candidate.version)
+    metadata = {"candidate": candidate.name, "production": against,
+                "reported_by": f"production_{kind}: the check did not run in this run; this is the verdict recorded in "
+                               "the candidate's manifest"}
+    if gate is None:
+        recorded = candidate.metrics.get("gate")
+        why = (f"gated against {recorded.get('against') or recorded.get('production_version')} "
+               f"({recorded.get('gated_at', '?')}), not today's production {against}"
+               if isinstance(recorded, dict) and recorded.get("candidate_version") == candidate.version
+               else "the gate never ran on it")
+        passed, verdict = False, (f"no verdict: {candidate.name} vs {against}: {why}; run {key.name} (Execute check "
+                                  f"on {key.asset_key.to_user_string()}) or retrain_job")
+    else:
+        refusal = rejected_by_gate(kind, registry, candidate, rollout.gate_criterion)
+        passed = refusal is None
+        verdict = f"{gate_outcome(gate)}: " + (f"passes ({rollout.gate_criterion})" if passed else refusal)
+        metadata |= {"outcome": gate_outcome(gate), "gated_at": gate.get("gated_at", "?"),
+                     **{k: gate[k] for k in ("delta_ndcg@10", "p_value_ndcg@10", "questions") if isinstance(gate.get(k), (int, float))}}
+    context.log_event(AssetCheckEvaluation(asset_key=key.asset_key, check_name=key.name, passed=passed,
+                                           severity=AssetCheckSeverity.WARN, description=verdict,
+                                           metadata={"verdict": verdict, **metadata}))
 
 
 def _kept(context: AssetExecutionContext, kind: str, registry: ModelRegistry, candidate, rollout: Rollout) -> bool:
@@ -227,6 +280,7 @@ def production_embedder(context: AssetExecutionContext, data_store: DataStore, q
     candidate = registry.resolve("embedder", "candidate")
     if candidate is None:
         raise ValueError("no embedder candidate to promote: materialize finetuned_embedder first")
+    _recorded_gate(context, "embedder", registry, candidate, rollout)
     if _kept(context, "embedder", registry, candidate, rollout):
         return
     # The gate verdict is checked here, not only by the blocking check upstream: materializing this asset alone
@@ -238,6 +292,7 @@ def production_embedder(context: AssetExecutionContext, data_store: DataStore, q
                       promote_args=lambda: {"tables": data_store.tables, "client": qdrant.client(), "strategies": strategies,
                                             "distance": qdrant.distance}, log=context.log.info)
     context.log.info(outcome["summary"])
+    context.log_event(rollout_observation(registry, f"production_embedder: {outcome['summary']}", context.log.warning))
     yield _released("embedder", outcome, {"strategies": len(strategies), "path": MetadataValue.path(str(Path(candidate.path)))})
 
 
@@ -256,12 +311,14 @@ def production_reranker(context: AssetExecutionContext, data_store: DataStore, r
     candidate = registry.resolve("reranker", "candidate")
     if candidate is None:
         raise ValueError("no reranker candidate to promote: materialize trained_reranker first")
+    _recorded_gate(context, "reranker", registry, candidate, rollout)
     if _kept(context, "reranker", registry, candidate, rollout):
         return
     # refuses without a passing gate verdict
     outcome = release("reranker", registry, candidate, policy=rollout.promotion, traffic_share=rollout.traffic_share,
                       log=context.log.info)
     context.log.info(outcome["summary"])
+    context.log_event(rollout_observation(registry, f"production_reranker: {outcome['summary']}", context.log.warning))
     yield _released("reranker", outcome, {})
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from dagster import DagsterInstance, SkipReason, build_sensor_context
+from dagster import DagsterInstance, build_sensor_context
 from fastapi.testclient import TestClient
 
 from rag.feedback import FeedbackStore, FeedbackSubmission
@@ -521,17 +521,18 @@ def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_
         run = promote_canary_job.execute_in_process(run_config=request.run_config, resources=resources, instance=instance,
                                                     tags=request.tags)
         assert run.success
-        (event,) = run.get_asset_materialization_events()
-        assert event.asset_key.path == ["model_rollout"] and event.materialization.metadata["stage"].value == "production"
+        events = {e.asset_key.to_user_string(): e.materialization for e in run.get_asset_materialization_events()}
+        assert set(events) == {"model_rollout", "production_embedder"}  # the promotion shows on production's card
+        assert events["model_rollout"].metadata["stage"].value == "production"
         client = get_client(qdrant)
         assert registry.aliases()["embedder"] == {"production": "v2"}
         assert alias_target(client, "t__production") == candidate_collection  # swapped onto the collection it served
         record = registry.resolve("embedder", "v2").metrics
         assert record["canary"]["decision"] == "promote" and record["canary"]["evidence"]["wins"] == 5
         assert record["promotion"]["forced"] is False and read_state(registry, "embedder").stage == "production"
-        idle = tick()
-        assert isinstance(idle, SkipReason) and idle.skip_message.startswith("no canary running (embedder: production ft-minilm-v2, last "
-                                                          "rollout ft-minilm-v2 production")
+        idle = tick()  # the job has reported this state: nothing to observe again
+        assert idle.asset_events == [] and idle.skip_reason.skip_message.startswith(
+            "no canary running (embedder: production ft-minilm-v2, last rollout ft-minilm-v2 production")
 
         # Rollback from the UI (rollback_canary_job with its defaults) reverts the promotion in one step.
         close_client(qdrant)
