@@ -13,7 +13,7 @@ export DAGSTER_DISABLE_TELEMETRY ?= 1
 export RAG_DATA_DIR ?= $(CURDIR)/data
 export DAGSTER_HOME ?= $(RAG_DATA_DIR)/dagster
 
-.PHONY: install demo test test-all dev validate bench bench-quick bench-training bench-training-quick clean browser ocr
+.PHONY: install demo test test-all dev mlflow validate bench bench-quick bench-training bench-training-quick clean browser ocr
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,14 @@ validate: install
 dev: install
 	mkdir -p $(DAGSTER_HOME)
 	$(VENV)/bin/dagster dev -w workspace.yaml
+
+# The MLflow UI on the embedded store (rag.registry): training runs, registered versions, aliases, on
+# http://127.0.0.1:5000. The store is made first as the registry makes it (a migrated copy holding the registered
+# models), so the UI never creates a bare one. With MLFLOW_TRACKING_URI set, open that server's own UI instead.
+mlflow: install
+	$(PY) -c "from rag.registry import ModelRegistry; ModelRegistry().mlflow_client()"
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(RAG_DATA_DIR)/models/mlflow.db \
+	  --default-artifact-root $(RAG_DATA_DIR)/models/mlartifacts --host 127.0.0.1 --port 5000 --workers 1
 
 bench: install
 	$(PY) bench/run.py

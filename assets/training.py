@@ -27,6 +27,7 @@ from orchestration.partitions import chunking_strategy_partitions, embedding_mod
 from rag.evaluation.plots import markdown_image
 from rag.progress import LogProgress
 from rag.registry import ModelRegistry
+from rag.registry.tracking import run_url
 from rag.store import CHUNKS_TABLE
 from rag.training import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig
 from rag.rollout.store import release
@@ -98,11 +99,15 @@ def _registry(data_store: DataStore) -> ModelRegistry:
 
 
 def _train(kind: str, settings, context: AssetExecutionContext, data_store: DataStore):
-    """Train, register as candidate; the materialization shows the data, the run, the manifest and the loss curve."""
-    mv, run, inputs = train_candidate(kind, data_store.tables, _registry(data_store), settings, log=context.log.info,
+    """Train, register as candidate; the materialization shows the data, the run (with its MLflow link), the
+    manifest and the loss curve."""
+    registry = _registry(data_store)
+    mv, run, inputs = train_candidate(kind, data_store.tables, registry, settings, log=context.log.info,
                                       mining_cache=data_store.root / "training" / "mining-cache",
                                       progress=LogProgress(context.log.info))
+    url = run_url(registry, mv)
     return mv, {
+        **({"mlflow_run": MetadataValue.url(url)} if url else {}),
         "version": mv.version, "name": mv.name, "path": MetadataValue.path(str(mv.path)), "strategy": inputs.strategy,
         **inputs.data.summary, **run.summary,
         "manifest": MetadataValue.json(mv.manifest()),

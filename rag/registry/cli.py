@@ -4,6 +4,7 @@
     rag models show VERSION [--kind K] [--json]   its manifest, gate verdict, metrics and training arguments
     rag models promote VERSION [--kind K]         rag.rollout.store.release (policy "direct"): the enforced gate
     rag models rollback [--kind K] [--reason R]   back to the previous production, logged (rag.rollout.store)
+    rag models migrate-registry [--root DIR]      a folder registry (aliases.json + manifests) into MLflow, once
     rag retrain [--print-command] [--no-feedback] retrain_job, with the run request the feedback sensors build
     rag feedback export [OUT_DIR] [--json]        the feedback store's RAG-Dataset (BEIR folder) and its counts
 
@@ -55,6 +56,16 @@ def add_registry_commands(msub) -> None:
     rb.add_argument("--distance", default="cosine", help="dense distance, when a reverted production's collection "
                     "must be brought up to date")
     rb.set_defaults(func=cmd_rollback)
+
+    mg = msub.add_parser("migrate-registry", help="register the versions of an old folder registry (aliases.json and "
+                         "vN/manifest.json) in MLflow and move its aliases there; safe to re-run",
+                         description="Every folder version becomes the MLflow version of the same number (served names "
+                         "such as ft-minilm-v3 stay), its folder the version's source; the aliases of aliases.json are "
+                         "set in MLflow and aliases.json is deleted last. A killed run completes on re-run; a finished "
+                         "one changes nothing. The store is the registry's (embedded under the root, or "
+                         "MLFLOW_TRACKING_URI).")
+    mg.add_argument("--root", type=Path, help="the registry folder (default: <data dir>/models)")
+    mg.set_defaults(func=cmd_migrate_registry)
 
 
 def add_loop_commands(sub) -> None:
@@ -360,6 +371,17 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     before = snapshot(registry)
     roll_back_production(args.kind, registry, args.reason, promote_args=_promote_args(args.distance))
     _print_changes(registry, before)
+    return 0
+
+
+def cmd_migrate_registry(args: argparse.Namespace) -> int:
+    from rag.registry.migrate import migrate_folder_registry
+
+    root = args.root or _registry().root
+    done = migrate_folder_registry(root)
+    if not (done["versions"] or done["aliases"] or done["removed"]):
+        print(f"nothing to migrate under {root}: MLflow ({ModelRegistry(root).registry_uri}) already holds its versions "
+              "and aliases")
     return 0
 
 

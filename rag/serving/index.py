@@ -66,10 +66,11 @@ def replicate_collection(source: QdrantSettings, target: QdrantSettings, alias: 
 
 def source_fingerprint(root: Path, strategy: str, qdrant: QdrantSettings | None) -> tuple:
     """Changes whenever a re-index or a promotion changes what would be served: chunk table, BM25 files, Qdrant
-    folder, and the model registry's alias table (a promoted reranker, or an embedder whose collection sits on a
-    Qdrant server, changes nothing else here)."""
-    paths = [TableStore(root / "tables").path(CHUNKS_TABLE, strategy), *sorted(bm25_root(root, strategy).glob("*")),
-             root / "models" / "aliases.json"]
+    folder, and the model registry's change signature (its aliases in MLflow: a promoted reranker, or an embedder
+    whose collection sits on a Qdrant server, changes nothing else here)."""
+    from rag.registry import ModelRegistry
+
+    paths = [TableStore(root / "tables").path(CHUNKS_TABLE, strategy), *sorted(bm25_root(root, strategy).glob("*"))]
     if qdrant is not None and not qdrant.url:
         folder = Path(qdrant.location)
         # Files only: the engine rewrites files inside its subfolders just by opening a collection (edge's
@@ -83,7 +84,7 @@ def source_fingerprint(root: Path, strategy: str, qdrant: QdrantSettings | None)
             marks.append((str(path), stat.st_mtime_ns, stat.st_size))
         except FileNotFoundError:  # between a delete and a rename of a re-index: the next tick sees it settled
             marks.append((str(path), None, None))
-    return tuple(marks)
+    return (*marks, ("model registry", ModelRegistry(root / "models").change_signature()))
 
 
 class ServingIndex:

@@ -107,6 +107,9 @@ class GateResult:
     by_type: dict[str, dict] = field(default_factory=dict)  # question type -> questions, production, candidate, delta
     power: dict = field(default_factory=dict)  # min_detectable_effect, questions_needed (of the first metric)
     copied_questions: int = 0  # gate questions copied from the documents, set aside (GateSettings.copied_questions)
+    # One row per question: qid, production_<metric> and candidate_<metric> (what the test was computed from; the
+    # audit trail rag.registry.tracking.record_gate stores), plus its type and text when compare_runs made it.
+    per_question: pd.DataFrame | None = None
 
     @property
     def outcome(self) -> str:
@@ -190,8 +193,9 @@ def gate_decision(production: pd.DataFrame, candidate: pd.DataFrame, settings: G
     better, not_worse = bool(table["ok"].all()), bool(table["not_worse"].all())
     why_not = {"better": better_reasons, "not_worse": worse_reasons}
     decided = not_worse if settings.criterion == "not_worse" else better
+    per_question = prod.add_prefix("production_").join(cand.add_prefix("candidate_")).reset_index()
     return GateResult(decided, table, list(why_not[settings.criterion]), len(prod), criterion=settings.criterion,
-                      better=better, not_worse=not_worse, why_not=why_not, power=power)
+                      better=better, not_worse=not_worse, why_not=why_not, power=power, per_question=per_question)
 
 
 def type_breakdown(types: dict[str, str], production: pd.DataFrame, candidate: pd.DataFrame, metric: str) -> dict[str, dict]:
@@ -246,6 +250,8 @@ def compare_runs(ir: IRSet, production_run: dict, candidate_run: dict, settings:
         views[lists] = gate_decision(prod, cand, settings)
         views[lists].lists, views[lists].judged_questions = lists, len(ir.judged)
         views[lists].by_type = type_breakdown(ir.types, prod, cand, settings.metrics[0])
+        rows = views[lists].per_question
+        views[lists].per_question = rows.assign(type=rows["qid"].map(ir.types), question=rows["qid"].map(ir.queries))
     decided = views["condensed" if ir.judged and settings.feedback_lists == "condensed" else "plain"]
     decided.other = next((v for k, v in views.items() if v is not decided), None)
     return decided

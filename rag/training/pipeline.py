@@ -103,8 +103,13 @@ def train_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, con
     trainer = train_embedder if kind == "embedder" else train_reranker
     if mining_cache is not None:  # cached corpus embeddings are only valid for the same base weights
         mining_cache = Path(mining_cache) / hashlib.sha256(base_source(config.base_model).encode()).hexdigest()[:12]
+    from rag.registry.tracking import log_training, training_run
+
     registry.root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=registry.root, prefix=".train-") as scratch:
+    # The MLflow run opens before training: a training that fails is recorded too (FAILED), with what went in.
+    with tempfile.TemporaryDirectory(dir=registry.root, prefix=".train-") as scratch, training_run(
+            registry, kind, seed=config.seed, training_data_hash=inputs.data.data_hash, qa_set_version=inputs.qa_version,
+            strategy=inputs.strategy, base_model=config.base_model) as run_id:
         if kind == "reranker" and getattr(config, "kind", "cross-encoder") == "lambdamart":
             run = train_learned_ranker(inputs.data, config, Path(scratch) / "model", chunks=inputs.chunks,
                                        embedder=aliased_embedder(registry, "production"), feedback=_rated_pairs(config),
@@ -112,8 +117,9 @@ def train_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, con
         else:
             run = trainer(inputs.data, config, Path(scratch) / "model", corpus=inputs.chunks["text"].tolist(), log=log,
                           mining_cache=mining_cache, progress=progress)
-        mv = registry.register(kind, run.model_dir, _manifest(kind, config, inputs, run, registry.resolve(kind, "production")),
-                               move=True)
+        manifest = _manifest(kind, config, inputs, run, registry.resolve(kind, "production"))
+        log_training(registry, run_id, run, manifest["hyperparameters"], inputs.data.summary)
+        mv = registry.register(kind, run.model_dir, manifest, move=True, run_id=run_id)
     registry.set_alias(kind, "candidate", mv.version)
     log(f"registered {kind} {mv.name} ({mv.path}) as candidate")
     return mv, run, inputs
@@ -149,6 +155,7 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
     """Candidate vs production on the held-out dev questions of the candidate's own QA set and chunk set. The
     verdict goes into the candidate's manifest with what it was computed against (candidate and production
     versions, QA-set version, time): promote() accepts only a passing verdict against today's production."""
+    from rag.registry.tracking import record_gate
     from rag.rerank import load_reranker
 
     settings = settings or GateSettings()
@@ -180,13 +187,15 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
                                    copied=copied)
     except TooFewGateQuestions as exc:
         # No verdict either way, recorded as such: production stays, and the message says what to generate.
-        registry.update_metrics(kind, candidate.version, {"gate": {
-            **recorded, "passed": False, "better": False, "not_worse": False, "outcome": "no verdict",
-            "reasons": str(exc), "questions": len(gate) if gate is not None else 0, "copied_questions": copied,
-            "copied_questions_set_aside": copied, "gated_at": _now()}})
+        verdict = {**recorded, "passed": False, "better": False, "not_worse": False, "outcome": "no verdict",
+                   "reasons": str(exc), "questions": len(gate) if gate is not None else 0, "copied_questions": copied,
+                   "copied_questions_set_aside": copied, "gated_at": _now()}
+        registry.update_metrics(kind, candidate.version, {"gate": verdict})
+        record_gate(registry, candidate, verdict)
         raise
-    registry.update_metrics(kind, candidate.version, {"gate": {
-        **result.metadata, **recorded, "copied_questions": copied, "passed": bool(result.passed), "gated_at": _now()}})
+    verdict = {**result.metadata, **recorded, "copied_questions": copied, "passed": bool(result.passed), "gated_at": _now()}
+    registry.update_metrics(kind, candidate.version, {"gate": verdict})
+    record_gate(registry, candidate, verdict, result)  # into its MLflow run, with the per-question scores
     return result
 
 
