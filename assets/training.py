@@ -2,7 +2,7 @@
 model registry, gated by a blocking significance check against `production`, and released only when it passes:
 promoted directly (for the embedder: collections of the new model built, then the serving alias
 `<strategy>__production` swapped), or, under the rollout resource's promotion policy "canary", started as a canary
-that canary_sensor promotes or rolls back (rag.rollout.store.release)."""
+that canary_sensor promotes or rolls back (rag.lifecycle.rollout.release)."""
 from pathlib import Path
 
 from dagster import (
@@ -30,17 +30,11 @@ from rag.registry import ModelRegistry
 from rag.registry.tracking import run_url
 from rag.store import CHUNKS_TABLE
 from rag.training import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig
-from rag.rollout.store import release
+from rag.lifecycle.rollout import release
 from rag.rollout.ui_state import current_verdict, gate_outcome
 from rag.training.gate import TooFewGateQuestions
-from rag.training.pipeline import (
-    QA_TABLE,
-    check_promotable,
-    gate_candidate,
-    production_label,
-    rejected_by_gate,
-    train_candidate,
-)
+from rag.lifecycle.verdicts import check_promotable, rejected_by_gate
+from rag.training.pipeline import QA_TABLE, gate_candidate, production_label, train_candidate
 from rag.training.report import gate_table, loss_curve
 from resources.qdrant import QdrantResource
 from resources.rollout import Rollout
@@ -294,8 +288,8 @@ def production_embedder(context: AssetExecutionContext, data_store: DataStore, q
     strategies = [s for s in context.instance.get_dynamic_partitions(chunking_strategy_partitions.name)
                   if data_store.tables.exists(CHUNKS_TABLE, s)]
     outcome = release("embedder", registry, candidate, policy=rollout.promotion, traffic_share=rollout.traffic_share,
-                      promote_args=lambda: {"tables": data_store.tables, "client": qdrant.client(), "strategies": strategies,
-                                            "distance": qdrant.distance}, log=context.log.info)
+                      target=qdrant.serving_target(data_store.tables, strategies), approved_by=f"dagster run {context.run_id}",
+                      log=context.log.info)
     context.log.info(outcome["summary"])
     context.log_event(rollout_observation(registry, f"production_embedder: {outcome['summary']}", context.log.warning))
     yield _released("embedder", outcome, {"strategies": len(strategies), "path": MetadataValue.path(str(Path(candidate.path)))})
@@ -321,7 +315,7 @@ def production_reranker(context: AssetExecutionContext, data_store: DataStore, r
         return
     # refuses without a passing gate verdict
     outcome = release("reranker", registry, candidate, policy=rollout.promotion, traffic_share=rollout.traffic_share,
-                      log=context.log.info)
+                      approved_by=f"dagster run {context.run_id}", log=context.log.info)
     context.log.info(outcome["summary"])
     context.log_event(rollout_observation(registry, f"production_reranker: {outcome['summary']}", context.log.warning))
     yield _released("reranker", outcome, {})

@@ -164,7 +164,7 @@ def canary_phase(root: Path, http, app, users: Users, instance, resources: dict,
 
     from orchestration.rollout import promote_canary_job, rollback_canary_job
     from rag.registry import ModelRegistry
-    from rag.rollout.store import read_state, running_canary
+    from rag.lifecycle.rollout import read_state, running_canary
     from sensors.canary import canary_sensor
     from sensors.feedback import feedback_volume_sensor
 
@@ -173,7 +173,7 @@ def canary_phase(root: Path, http, app, users: Users, instance, resources: dict,
     started, before = time.perf_counter(), users.snapshot()
     out: dict = {"kind": kind, "candidate_version": state.candidate_version, "traffic_share": state.traffic_share,
                  "start_reason": state.reason, "forced": state.force_reason is not None}
-    sensor_resources = {k: resources[k] for k in ("data_store", "feedback_loop", "rollout")}
+    sensor_resources = {k: resources[k] for k in ("data_store", "feedback_loop", "rollout", "qdrant")}
     cursor, ticks, asked, request = None, 0, 0, None
     while request is None and asked < max_asked:
         for _ in range(batch):
@@ -232,7 +232,7 @@ def queued_canaries(root: Path, http, app, users: Users, instance, resources: di
     from sensors.canary import canary_sensor
 
     phases = []
-    sensor_resources = {k: resources[k] for k in ("data_store", "feedback_loop", "rollout")}
+    sensor_resources = {k: resources[k] for k in ("data_store", "feedback_loop", "rollout", "qdrant")}
     while True:
         with build_sensor_context(instance=instance, resources=sensor_resources) as context:
             result = canary_sensor(context)
@@ -264,7 +264,8 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
     from rag.feedback import FeedbackStore
     from rag.index.qdrant import QdrantSettings, close_client, get_client
     from rag.registry import ModelRegistry
-    from rag.rollout.store import history, read_state, running_canary, start
+    from rag.lifecycle.rollout import history, read_state, running_canary, start
+    from rag.lifecycle.target import ServingTarget
     from rag.serving.server import build_app
     from rag.serving.settings import ServeSettings
     from rag.store import TableStore
@@ -295,8 +296,8 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
         qdrant = QdrantSettings(path=str(root / "qdrant"))
         try:
             start("embedder", registry, version, share, force_reason=reason,
-                  promote_args={"tables": TableStore(root / "tables"), "client": get_client(qdrant),
-                                "strategies": [STRATEGY]}, log=lambda m: log(f"  {m}"))
+                  target=ServingTarget.of_client(TableStore(root / "tables"), get_client(qdrant), [STRATEGY]),
+                  log=lambda m: log(f"  {m}"))
         finally:
             close_client(qdrant)
     with DagsterInstance.ephemeral() as instance:

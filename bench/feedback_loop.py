@@ -79,14 +79,15 @@ def deploy_base(root: Path, instance) -> str:
     from rag.index.qdrant import QdrantSettings, close_client, get_client
     from rag.registry import ModelRegistry
     from rag.store import TableStore
-    from rag.training.pipeline import promote
+    from rag.lifecycle.promotion import promote
+    from rag.lifecycle.target import ServingTarget
 
     instance.add_dynamic_partitions(chunking_strategy_partitions.name, [STRATEGY])
     registry = ModelRegistry(root / "models")
     v1 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm", "strategy": STRATEGY})
     settings = QdrantSettings(path=str(root / "qdrant"))
     try:
-        promote("embedder", registry, v1, tables=TableStore(root / "tables"), client=get_client(settings), strategies=[STRATEGY],
+        promote("embedder", registry, v1, target=ServingTarget.of_client(TableStore(root / "tables"), get_client(settings), [STRATEGY]),
                 log=lambda _: None, force_reason="the loop's starting point: the untrained base model deployed as v1")
     finally:
         close_client(settings)

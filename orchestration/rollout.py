@@ -1,7 +1,7 @@
 """Rollout jobs: start a canary of a gated candidate, promote it, roll it back. canary_sensor requests the last two
 when the sequential test (or a guardrail) decides; an operator launches start_canary_job and rollback_canary_job
 from the Launchpad (or uses `rag models rollout start|rollback`). Each step is one locked transition of the state
-beside the model registry (rag.rollout.store), logged, and materializes `model_rollout` with the loop's state after
+beside the model registry (rag.lifecycle.rollout), logged, and materializes `model_rollout` with the loop's state after
 it (so the UI follows the loop with canary_sensor stopped); a step that moved production (a promotion, the revert of
 one) also materializes `production_embedder` or `production_reranker` with the new production version.
 
@@ -17,7 +17,8 @@ from assets.rollout import ROLLOUT_ASSET, mlflow_link, rollout_metadata
 from rag.index.qdrant import QdrantLockedError
 from rag.registry import ModelRegistry
 from rag.rollout.state import IllegalTransition, RolloutState
-from rag.rollout.store import chunk_sets, conclude, name_of, roll_back_rollout, start
+from rag.lifecycle.rollout import conclude, name_of, roll_back_rollout, start
+from resources.feedback import FeedbackLoop
 from resources.qdrant import QdrantResource
 from resources.rollout import Rollout
 from resources.storage import DataStore
@@ -25,12 +26,6 @@ from resources.storage import DataStore
 
 def registry_of(data_store: DataStore) -> ModelRegistry:
     return ModelRegistry(data_store.root / "models")
-
-
-def promote_args(data_store: DataStore, qdrant: QdrantResource):
-    """Opened only when a step needs Qdrant (building collections, swapping serving aliases)."""
-    return lambda: {"tables": data_store.tables, "client": qdrant.client(), "strategies": chunk_sets(data_store.tables),
-                    "distance": qdrant.distance}
 
 
 LOCK_RETRIES = 3  # Dagster retries of a step that found the embedded Qdrant folder held by another process
@@ -97,8 +92,9 @@ def start_canary_op(context: OpExecutionContext, config: StartCanaryConfig, data
     registry = registry_of(data_store)
     share = config.traffic_share if config.traffic_share is not None else rollout.traffic_share
     with retried_when_locked(context, f"start of the {config.kind} canary"):
-        state = start(config.kind, registry, config.candidate, share, promote_args=promote_args(data_store, qdrant),
-                      force_reason=config.force_reason or None, log=context.log.info)
+        state = start(config.kind, registry, config.candidate, share, target=qdrant.serving_target(data_store.tables),
+                      force_reason=config.force_reason or None, approved_by=f"dagster run {context.run_id}",
+                      log=context.log.info)
     context.log_event(rollout_event(registry, config.kind, state, "start", context.log.warning))
 
 
@@ -108,17 +104,34 @@ class DecisionConfig(Config):
                                   "whatever runs now (an operator's rollback: a promoted candidate is reverted)")
     reason: str = Field("operator rollback from the Dagster UI", description="logged and recorded in the manifest")
     evidence_json: str = Field("", description="the sensor's evidence (JSON), recorded with the decision")
+    override_reason: str | None = Field(None, description="promote only: an operator promoting although the "
+                                        "sequential test does not say promote (say why: recorded as an override, "
+                                        "never as a won canary); empty: the test must say promote now")
 
 
 def _conclude(context: OpExecutionContext, decision: str, config: DecisionConfig, data_store: DataStore,
-              qdrant: QdrantResource) -> None:
+              qdrant: QdrantResource, feedback_loop: FeedbackLoop | None = None, rollout: Rollout | None = None) -> None:
+    from rag.rollout.evidence import collect
+
     registry = registry_of(data_store)
     evidence = json.loads(config.evidence_json) if config.evidence_json else None
+
+    def observed(since):  # promotion re-reads the evidence: the sensor's word (or an operator's) is not enough
+        store = feedback_loop.store()
+        try:
+            return collect(store, since)
+        finally:
+            store.close()
+
     previous = _production_version(registry, config.kind)
     try:
         with retried_when_locked(context, f"{decision} of the {config.kind} canary"):
             state = conclude(config.kind, registry, decision, config.reason, candidate=config.candidate,
-                             evidence=evidence, promote_args=promote_args(data_store, qdrant), log=context.log.info)
+                             evidence=evidence, evidence_source=observed if feedback_loop is not None else None,
+                             settings=rollout.settings() if rollout is not None else None,
+                             override_reason=config.override_reason or None,
+                             approved_by=f"dagster run {context.run_id}",
+                             target=qdrant.serving_target(data_store.tables), log=context.log.info)
     except IllegalTransition as exc:
         # The sensor decided on a canary that has ended since (an operator rolled it back): nothing left to do.
         context.log.warning(f"nothing to {decision}: {exc}")
@@ -132,8 +145,9 @@ def _conclude(context: OpExecutionContext, decision: str, config: DecisionConfig
 
 @op(description="Promote the canary's candidate: the registry's enforced promotion (gate verdict re-checked), serving "
     "aliases swapped onto the collections the canary served from.")
-def promote_canary_op(context: OpExecutionContext, config: DecisionConfig, data_store: DataStore, qdrant: QdrantResource) -> None:
-    _conclude(context, "promote", config, data_store, qdrant)
+def promote_canary_op(context: OpExecutionContext, config: DecisionConfig, data_store: DataStore, qdrant: QdrantResource,
+                      feedback_loop: FeedbackLoop, rollout: Rollout) -> None:
+    _conclude(context, "promote", config, data_store, qdrant, feedback_loop, rollout)
 
 
 @op(description="Roll back: a running canary stops (production never moved); with no candidate given, a candidate the "
@@ -145,8 +159,8 @@ def rollback_canary_op(context: OpExecutionContext, config: DecisionConfig, data
     registry = registry_of(data_store)
     previous = _production_version(registry, config.kind)
     with retried_when_locked(context, f"rollback of the {config.kind} rollout"):
-        state = roll_back_rollout(config.kind, registry, config.reason, promote_args=promote_args(data_store, qdrant),
-                                  log=context.log.info)
+        state = roll_back_rollout(config.kind, registry, config.reason, target=qdrant.serving_target(data_store.tables),
+                                  approved_by=f"dagster run {context.run_id}", log=context.log.info)
     context.log_event(rollout_event(registry, config.kind, state, "rollback", context.log.warning))
     moved = production_event(context, registry, config.kind, previous, "rollback", config.reason)
     if moved is not None:

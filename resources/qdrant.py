@@ -27,3 +27,10 @@ class QdrantResource(ConfigurableResource):
 
     def client(self):
         return get_client(self.settings())
+
+    def serving_target(self, tables, strategies: list[str] | None = None):
+        """What promotion, rollback and a canary's start swap serving aliases in: `tables`' chunk sets (or
+        `strategies`), Qdrant opened only when a step needs it (a reranker's never does)."""
+        from rag.lifecycle.target import ServingTarget
+
+        return ServingTarget(tables, self.client, strategies, self.distance)

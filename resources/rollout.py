@@ -1,6 +1,6 @@
 """How trained models are released and how canaries run (rag.rollout.CanarySettings as a Dagster resource): the
 promotion policy of retrain_job, traffic share, the sequential test's error rate and horizon, and the guardrails.
-The state itself lives beside the model registry (rag.rollout.store)."""
+The state itself lives beside the model registry (rag.lifecycle.rollout)."""
 from typing import Literal
 
 from dagster import ConfigurableResource

@@ -39,8 +39,11 @@ from assets.rollout import FINGERPRINT, ROLLOUT_ASSET, rollout_metadata
 from orchestration.rollout import promote_canary_job, rollback_canary_job, start_canary_job
 from rag.registry import KINDS, ModelRegistry
 from rag.rollout.evidence import collect, evaluate, summary
-from rag.rollout.store import name_of, queued_candidate, running_canary, status
+from rag.lifecycle.rollout import name_of, queued_candidate, running_canary, status
+from rag.index.qdrant import QdrantLockedError
+from rag.lifecycle.journal import PendingTransaction, recover
 from resources.feedback import FeedbackLoop
+from resources.qdrant import QdrantResource
 from resources.rollout import Rollout
 from resources.storage import DataStore
 
@@ -151,8 +154,16 @@ def _last_reported(instance) -> str | None:
         "when it decides (again, up to 3 attempts, when a run failed on a locked Qdrant folder). Observes "
         "model_rollout whenever the loop's state (production, canary, gate verdicts) or the evidence changed. The skip "
         "reason states the evidence.")
-def canary_sensor(context: SensorEvaluationContext, data_store: DataStore, feedback_loop: FeedbackLoop, rollout: Rollout):
+def canary_sensor(context: SensorEvaluationContext, data_store: DataStore, feedback_loop: FeedbackLoop, rollout: Rollout,
+                  qdrant: QdrantResource):
     registry = ModelRegistry(data_store.root / "models")
+    try:  # a promotion or rollback a killed run left unfinished is completed (or undone) before anything is judged
+        recovered = recover(registry, qdrant.client, log=context.log.warning)
+    except (PendingTransaction, QdrantLockedError) as exc:
+        return SkipReason(f"an unfinished promotion or rollback waits for Qdrant ({exc}); it completes on the next tick, "
+                          "`rag serve` start or `rag models recover`")
+    if recovered:
+        context.log.warning(recovered)
     before = _cursor(context.cursor)
     loop = rollout_metadata(registry, warn=context.log.warning)
     state = loop[FINGERPRINT]

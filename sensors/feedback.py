@@ -51,7 +51,7 @@ def canary_running(loop: FeedbackLoop) -> str | None:
     the feedback it would consume is still counted after the decision. None when no canary runs."""
     try:
         from rag.registry import ModelRegistry
-        from rag.rollout.store import name_of, running_canary
+        from rag.lifecycle.rollout import name_of, running_canary
 
         registry = ModelRegistry(loop.root / "models")
         running = running_canary(registry)

@@ -124,7 +124,7 @@ def test_the_reference_restarts_after_a_promotion_or_a_finished_retrain(tmp_path
         time.sleep(1.1)  # the promotion record and the run's creation time have whole seconds
         if refresh == "promotion":
             from rag.registry import ModelRegistry
-            from rag.training.pipeline import promote
+            from rag.lifecycle.promotion import promote
 
             model_dir = tmp_path / "m"
             model_dir.mkdir()

@@ -19,7 +19,7 @@ from dagster import DagsterInstance, build_sensor_context, materialize
 from rag.feedback import FeedbackStore
 from rag.index.qdrant import QdrantLockedError
 from rag.registry import ModelRegistry
-from rag.rollout.store import read_state, start
+from rag.lifecycle.rollout import read_state, start
 from tests.test_rollout_serving import fake_model, simulate, verdict
 
 quiet = lambda _: None  # noqa: E731
@@ -57,7 +57,7 @@ def loop(tmp_path):
 def tick(env, cursor=None):
     from sensors.canary import canary_sensor
 
-    resources = {k: env["resources"][k] for k in ("data_store", "feedback_loop", "rollout")}
+    resources = {k: env["resources"][k] for k in ("data_store", "feedback_loop", "rollout", "qdrant")}
     with build_sensor_context(instance=env["instance"], resources=resources, cursor=cursor) as context:
         return canary_sensor(context)
 

@@ -10,8 +10,9 @@ import pytest
 from orchestration.cli import main
 from rag.feedback import FeedbackStore, FeedbackSubmission, PassageRating
 from rag.registry import ModelRegistry
-from rag.rollout.store import history, read_state, start
+from rag.lifecycle.rollout import history, read_state, start
 from tests.test_rollout_serving import fake_model, verdict
+from tests.verdicts import sound
 
 quiet = lambda _: None  # noqa: E731
 
@@ -41,7 +42,7 @@ def registry(data, tmp_path):
                                                            "forced": False}})
     registry.set_alias("embedder", "candidate", "v2")
     verdict(registry, "embedder", registry.resolve("embedder", "v2"), production="v1")
-    registry.update_metrics("embedder", "v2", {"gate": {**registry.resolve("embedder", "v2").metrics["gate"],
+    registry.update_metrics("embedder", "v2", {"gate": {**sound(registry, "embedder"), **registry.resolve("embedder", "v2").metrics["gate"],
                                                         "candidate_ndcg@10": 0.8123, "delta_ndcg@10": 0.0312,
                                                         "p_value_ndcg@10": 0.0004}})
     return registry

@@ -13,9 +13,10 @@ from dagster import DagsterInstance, RunRequest, SensorResult, SkipReason, build
 from rag.feedback import FeedbackStore, FeedbackSubmission
 from rag.registry import ModelRegistry
 from rag.rollout import IllegalTransition
-from rag.rollout.store import conclude, history, read_state, roll_back_rollout, start
+from rag.lifecycle.rollout import conclude, history, read_state, roll_back_rollout, start
 from rag.training import PromotionRefused
 from tests.test_rollout_serving import TEXTS, chunk_table, fake_model, registry, verdict  # noqa: F401 - fixture
+from tests.verdicts import sound, won
 
 quiet = lambda _: None  # noqa: E731
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
@@ -28,7 +29,8 @@ def deployed(tmp_path, monkeypatch):
     from rag.embedding import _minilm_dir
     from rag.index.qdrant import QdrantSettings, alias_target, close_client, get_client
     from rag.store import CHUNKS_TABLE, TableStore
-    from rag.training.pipeline import promote
+    from rag.lifecycle.promotion import promote
+    from rag.lifecycle.target import ServingTarget
 
     root = tmp_path / "data"
     monkeypatch.setenv("RAG_DATA_DIR", str(root))
@@ -39,7 +41,7 @@ def deployed(tmp_path, monkeypatch):
     registry = ModelRegistry(root / "models")
     qdrant = QdrantSettings(path=str(root / "qdrant"))
     v1 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
-    promote("embedder", registry, v1, tables=tables, client=get_client(qdrant), strategies=["t"], log=quiet,
+    promote("embedder", registry, v1, target=ServingTarget.of_client(tables, get_client(qdrant), ["t"]), log=quiet,
             force_reason="the starting point")
     production_collection = alias_target(get_client(qdrant), "t__production")
     close_client(qdrant)
@@ -172,8 +174,9 @@ def test_a_direct_promotion_is_refused_while_a_canary_runs_and_a_retrain_waits(d
 
 def test_a_candidate_gated_while_a_canary_runs_waits_and_canary_sensor_starts_it_afterwards(tmp_path, registry):
     # One retrain_job gates an embedder and a reranker: the embedder's canary starts, the reranker's waits.
-    from rag.rollout.store import queued_candidate, release
+    from rag.lifecycle.rollout import queued_candidate, release
     from resources.feedback import FeedbackLoop
+    from resources.qdrant import QdrantResource
     from resources.rollout import Rollout
     from resources.storage import DataStore
     from sensors.canary import canary_sensor
@@ -194,7 +197,8 @@ def test_a_candidate_gated_while_a_canary_runs_waits_and_canary_sensor_starts_it
     assert "canary_queued" not in registry.resolve("reranker", "v2").metrics
 
     resources = {"data_store": DataStore(data_dir=str(tmp_path)), "rollout": Rollout(promotion="canary", traffic_share=0.3),
-                 "feedback_loop": FeedbackLoop(data_dir=str(tmp_path))}
+                 "feedback_loop": FeedbackLoop(data_dir=str(tmp_path)),
+                 "qdrant": QdrantResource(url=None, path=str(tmp_path / "qdrant"))}
 
     def tick():
         with build_sensor_context(instance=DagsterInstance.ephemeral(), resources=resources) as context:
@@ -252,11 +256,13 @@ def test_a_forced_canary_that_wins_is_promoted_as_a_recorded_forced_promotion(tm
     registry = ModelRegistry(tmp_path / "models")
     v1 = registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})  # never gated
     start("reranker", registry, "v1", force_reason="operator: try it on users", log=quiet)
-    state = conclude("reranker", registry, "promote", "wins 40 / losses 10", candidate="v1", log=quiet)
+    state = conclude("reranker", registry, "promote", "wins 40 / losses 10", candidate="v1", evidence_source=won(40, 10),
+                     log=quiet)
     assert state.stage == "production" and registry.aliases()["reranker"]["production"] == "v1"
     promotion = registry.resolve("reranker", "v1").metrics["promotion"]
-    assert promotion["forced"] is True and promotion["force_reason"] == (
-        "canary started with an operator override of the gate (operator: try it on users) and won: wins 40 / losses 10")
+    assert promotion["forced"] is True and promotion["force_reason"].startswith(
+        "canary started with an operator override of the gate (operator: try it on users) and won: ")
+    assert "wins 40 / losses 10" in promotion["force_reason"]  # the evidence conclude() read again, not the caller's word
 
     # A forced canary is never promoted over a production that moved during it.
     v2 = registry.register("reranker", fake_model(tmp_path / "r2"), {"base_model": "minilm"})
@@ -264,7 +270,7 @@ def test_a_forced_canary_that_wins_is_promoted_as_a_recorded_forced_promotion(tm
     v3 = registry.register("reranker", fake_model(tmp_path / "r3"), {"base_model": "minilm"})
     registry.set_alias("reranker", "production", v3.version)  # set by hand meanwhile
     with pytest.raises(IllegalTransition, match="production moved to ce-minilm-v3 during its canary"):
-        conclude("reranker", registry, "promote", "wins", candidate="v2", log=quiet)
+        conclude("reranker", registry, "promote", "wins", candidate="v2", evidence_source=won(), log=quiet)
     assert registry.aliases()["reranker"]["production"] == "v3" and read_state(registry, "reranker").stage == "canary"
 
 
@@ -295,15 +301,15 @@ def test_start_canary_job_takes_the_operators_force_reason(tmp_path):
 
 def not_worse_verdict(registry, kind, mv, production):
     """What gate_candidate records under the canary policy for a candidate it found no worse, but not better."""
-    registry.update_metrics(kind, mv.version, {"gate": {
+    registry.update_metrics(kind, mv.version, {"gate": {**sound(registry, kind), 
         "passed": True, "criterion": "not_worse", "better": False, "not_worse": True, "reasons": "all criteria met",
         "better_reasons": "ndcg@10: +0.0089 (p=0.3166) is not a significant improvement at p<0.05",
         "candidate_version": mv.version, "production_version": production, "gated_at": "2025-01-01T00:00:00+00:00"}})
 
 
 def test_a_candidate_the_gate_found_only_no_worse_needs_the_canarys_win(tmp_path, registry):
-    from rag.rollout.store import release
-    from rag.training.pipeline import check_promotable
+    from rag.lifecycle.rollout import release
+    from rag.lifecycle.verdicts import check_promotable
 
     v3 = registry.register("embedder", fake_model(tmp_path / "m3"), {"base_model": "minilm"})
     not_worse_verdict(registry, "embedder", v3, production="v1")
@@ -318,14 +324,14 @@ def test_a_candidate_the_gate_found_only_no_worse_needs_the_canarys_win(tmp_path
     outcome = release("embedder", registry, v3, policy="canary", traffic_share=0.2, log=quiet)
     assert outcome["action"] == "canary" and read_state(registry, "embedder").force_reason is None
     conclude("embedder", registry, "promote", "wins 60 / losses 30: the candidate wins significantly more often",
-             candidate="v3", log=quiet)
+             candidate="v3", evidence_source=won(60, 30), log=quiet)
     assert registry.aliases()["embedder"]["production"] == "v3"
     promotion = registry.resolve("embedder", "v3").metrics["promotion"]
-    assert promotion["forced"] is False and promotion["online_evidence"].startswith("wins 60 / losses 30")
+    assert promotion["forced"] is False and "wins 60 / losses 30" in promotion["online_evidence"]
 
     # A worse verdict starts no canary at all.
     v4 = registry.register("embedder", fake_model(tmp_path / "m4"), {"base_model": "minilm"})
-    registry.update_metrics("embedder", v4.version, {"gate": {
+    registry.update_metrics("embedder", v4.version, {"gate": {**sound(registry, "embedder"), 
         "passed": False, "criterion": "not_worse", "better": False, "not_worse": False,
         "reasons": "ndcg@10: -0.1000 is worse", "candidate_version": v4.version, "production_version": "v3"}})
     with pytest.raises(PromotionRefused, match="the gate rejected it against ft-minilm-v3: ndcg@10: -0.1000 is worse"):

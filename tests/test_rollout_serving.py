@@ -19,11 +19,12 @@ from rag.registry import ModelRegistry
 from rag.retrieval import Hit
 from rag.rollout import IllegalTransition, assign_arm
 from rag.rollout.evidence import collect, evaluate, summary
-from rag.rollout.store import history, read_state, roll_back_rollout, start
+from rag.lifecycle.rollout import history, read_state, roll_back_rollout, start
 from rag.serving.app import create_app
 from rag.serving.canary import CanaryRouter
 from rag.serving.settings import ServeSettings
 from rag.training import PromotionRefused
+from tests.verdicts import sound, won
 
 TOKEN = "test-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -80,7 +81,7 @@ def fake_model(folder: Path) -> Path:
 
 def verdict(registry, kind, mv, *, passed=True, production=None):
     """A gate verdict as rag.training.pipeline.gate_candidate records it."""
-    registry.update_metrics(kind, mv.version, {"gate": {
+    registry.update_metrics(kind, mv.version, {"gate": {**sound(registry, kind), 
         "passed": passed, "reasons": "all criteria met" if passed else "ndcg@10: -0.1000 is not a significant improvement",
         "candidate_version": mv.version, "production_version": production, "gated_at": "2025-01-01T00:00:00+00:00"}})
 
@@ -166,20 +167,23 @@ def test_api_assigns_sessions_to_arms_deterministically_and_records_arms_and_tea
             return next(c for c, t in teams_of(store, query["query_id"]).items() if t == team)
 
         won, lost, rated = (ask(client, f"question {i}", session=canary_sessions[i]) for i in (1, 2, 3))
+        # Each signal comes from the session that was shown the query (the page sends its session id).
         client.post("/feedback", headers=AUTH, json={"query_id": won["query_id"], "idempotency_key": "w",
+                                                     "session_id": canary_sessions[1],
                                                      "passages": [{"chunk_id": shown(won, "canary"), "score": 1}]})
         client.post("/events", headers=AUTH, json={"query_id": lost["query_id"], "kind": "click",
-                                                   "chunk_id": shown(lost, "production")})
+                                                   "session_id": canary_sessions[2], "chunk_id": shown(lost, "production")})
         client.post("/events", headers=AUTH, json={"query_id": rated["query_id"], "kind": "click",
-                                                   "chunk_id": shown(rated, "canary")})
+                                                   "session_id": canary_sessions[3], "chunk_id": shown(rated, "canary")})
         client.post("/feedback", headers=AUTH, json={"query_id": rated["query_id"], "idempotency_key": "r",
+                                                     "session_id": canary_sessions[3],
                                                      "passages": [{"chunk_id": shown(rated, "canary"), "score": -1}]})
         evidence = collect(store, state.started_at)
-        outcome = dict(zip(store.table("queries").query("arm == 'canary'").sort_values("created_at")["query_id"],
-                           evidence.outcomes))
-        assert (outcome[won["query_id"]], outcome[lost["query_id"]], outcome[rated["query_id"]]) == ("b", "a", "a")
-        canaries = int((store.table("queries")["arm"] == "canary").sum())
-        assert evidence.counts == (1, 2, canaries - 3) and evidence.queries["canary"] == canaries
+        asked_in_canary = store.table("queries").query("arm == 'canary'")
+        canaries = len(asked_in_canary)
+        # One outcome per (session, question): `mixed` and `again`, one session's one question, are one judgement.
+        judged = len(set(zip(asked_in_canary["session_id"], asked_in_canary["text"].str.lower())))
+        assert judged < canaries and evidence.counts == (1, 2, judged - 3) and evidence.queries["canary"] == canaries
 
         # An operator's rollback: the next request of a canary session is production's, production never moved.
         rolled = roll_back_rollout("embedder", registry, "looks wrong", log=quiet)
@@ -215,7 +219,7 @@ def test_a_canary_needs_a_passing_gate_and_runs_alone(tmp_path, registry):
 
 
 def test_reranker_canary_promotes_through_the_registry_and_a_rollback_restores_the_implicit_v0(tmp_path):
-    from rag.rollout.store import conclude
+    from rag.lifecycle.rollout import conclude
 
     registry = ModelRegistry(tmp_path / "models")
     v1 = registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})
@@ -224,7 +228,8 @@ def test_reranker_canary_promotes_through_the_registry_and_a_rollback_restores_t
     with pytest.raises(IllegalTransition, match="no canary of reranker v9 to promote"):
         conclude("reranker", registry, "promote", "stale request", candidate="v9", log=quiet)
     assert registry.aliases()["reranker"] == {}  # production (no reranker) untouched while the canary runs
-    state = conclude("reranker", registry, "promote", "wins", candidate="v1", evidence={"wins": 9}, log=quiet)
+    state = conclude("reranker", registry, "promote", "wins", candidate="v1", evidence={"wins": 9}, evidence_source=won(),
+                     log=quiet)
     assert state.stage == "production" and registry.aliases()["reranker"] == {"production": "v1"}
     with pytest.raises(IllegalTransition, match="no canary of reranker v1 to rollback: v1 is in stage 'production'"):
         conclude("reranker", registry, "rollback", "late", candidate="v1", log=quiet)  # the sensor's stale decision
@@ -385,9 +390,11 @@ def test_shared_picks_are_recorded_through_the_api_and_credit_nobody(registry, s
             chunk = mine.drop(index="cats").index[0]
             own[query["query_id"]] = (chunk, mine.loc[chunk, "team"])
         one, two, three = (q["query_id"] for q in asked)
+        session_of = {q["query_id"]: s for q, s in zip(asked, sessions)}
 
         def click(query_id: str, chunk_id: str) -> None:
-            client.post("/events", headers=AUTH, json={"query_id": query_id, "kind": "click", "chunk_id": chunk_id})
+            client.post("/events", headers=AUTH, json={"query_id": query_id, "kind": "click", "chunk_id": chunk_id,
+                                                       "session_id": session_of[query_id]})
 
         click(one, "cats")
         click(two, own[two][0])
@@ -442,7 +449,7 @@ def simulate(store, n: int, start_at: int, team_liked: str) -> None:
         q = store.record_query(f"sim {i}", answer="a", chunks=chunks, session_id=f"sim{i}", arm="canary", latency_ms=20.0,
                                timings_ms={"rank_production": 8.0, "rank_canary": 9.0})  # as the API times both arms
         liked = "cats" if team_liked == "canary" else "dogs"
-        store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key=f"sim{i}",
+        store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key=f"sim{i}", session_id=f"sim{i}",
                                                  passages=[{"chunk_id": liked, "score": 1}]))
 
 
@@ -451,7 +458,7 @@ def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_
     from rag.index.qdrant import QdrantSettings, alias_target, close_client, get_client
     from rag.serving.server import build_app
     from rag.store import CHUNKS_TABLE, TableStore
-    from rag.training.pipeline import promote, serving_alias
+    from rag.lifecycle.promotion import promote, serving_alias
 
     from orchestration.rollout import promote_canary_job, rollback_canary_job
     from resources.feedback import FeedbackLoop
@@ -468,16 +475,18 @@ def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_
     tables.write(chunk_table(TEXTS), CHUNKS_TABLE, "t")
     registry = ModelRegistry(root / "models")
     qdrant = QdrantSettings(path=str(root / "qdrant"))
-    collections = {"tables": tables, "client": get_client(qdrant), "strategies": ["t"]}
+    from rag.lifecycle.target import ServingTarget
+
+    target = ServingTarget.of_client(tables, get_client(qdrant), ["t"])
     v1 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
     verdict(registry, "embedder", v1, production=None)
-    promote("embedder", registry, v1, log=quiet, **collections)
-    production_collection = alias_target(collections["client"], serving_alias("t"))
+    promote("embedder", registry, v1, log=quiet, target=target)
+    production_collection = alias_target(target.client(), serving_alias("t"))
     v2 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
     verdict(registry, "embedder", v2, production="v1")
 
-    state = start("embedder", registry, "v2", 0.5, promote_args=collections, log=quiet)
-    client = collections["client"]
+    state = start("embedder", registry, "v2", 0.5, target=target, log=quiet)
+    client = target.client()
     candidate_collection = alias_target(client, "t__ft-minilm-v2")  # built by the start, not by training
     assert candidate_collection.startswith("t__ft-minilm-v2__") and alias_target(client, "t__production") == production_collection
     close_client(qdrant)  # the API replicates from the folder, as it would beside Dagster
@@ -500,7 +509,7 @@ def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_
     rollout = Rollout(alpha=0.2, min_latency_samples=5, latency_p95_allowance_ms=10_000)
     resources = {"data_store": DataStore(data_dir=str(root)), "feedback_loop": loop, "rollout": rollout,
                  "qdrant": QdrantResource(url=None, path=str(root / "qdrant"))}
-    sensor_resources = {k: resources[k] for k in ("data_store", "feedback_loop", "rollout")}
+    sensor_resources = {k: resources[k] for k in ("data_store", "feedback_loop", "rollout", "qdrant")}
     simulate(store, 3, 0, team_liked="canary")
     with DagsterInstance.ephemeral() as instance:
         def tick(cursor=None):

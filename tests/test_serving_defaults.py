@@ -80,15 +80,16 @@ def promote_both(root: Path, tmp_path: Path) -> None:
     """A fine-tuned embedder (MiniLM's weights under a registry version) and a learned reranker, promoted the way
     retrain_job does it (forced here: no gate verdict), the embedder with its serving alias swap."""
     from rag.embedding import _minilm_dir
-    from rag.training.pipeline import promote
+    from rag.lifecycle.promotion import promote
+    from rag.lifecycle.target import ServingTarget
 
     registry = ModelRegistry(root / "models")
     embedder = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
     reranker = registry.register("reranker", tiny_ranker(tmp_path / "ranker"), {"base_model": "minilm", "family": "ltr"})
     settings = qdrant(root)
     try:
-        promote("embedder", registry, embedder, tables=TableStore(root / "tables"), client=get_client(settings),
-                strategies=[STRATEGY], force_reason="test promotion", log=quiet)
+        promote("embedder", registry, embedder, target=ServingTarget.of_client(TableStore(root / "tables"), get_client(settings),
+                [STRATEGY]), force_reason="test promotion", log=quiet)
     finally:
         close_client(settings)
     promote("reranker", registry, reranker, force_reason="test promotion", log=quiet)

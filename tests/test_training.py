@@ -13,6 +13,7 @@ from rag.training.data import IRSet, with_negatives
 from rag.training.gate import reranker_gate
 from rag.training.pseudo import inverse_cloze
 from tests.conftest import SHARED
+from tests.verdicts import sound
 
 STRATEGY = "beir"
 
@@ -82,7 +83,7 @@ def test_a_verdict_reports_its_interval_power_and_types_and_rag_retrain_prints_t
 
     registry = ModelRegistry(tmp_path / "models")
     mv = registry.register("embedder", _fake_model(tmp_path / "m"), {"base_model": "minilm"})
-    registry.update_metrics("embedder", mv.version, {"gate": {**result.metadata, "against": "minilm (base, implicit v0)",
+    registry.update_metrics("embedder", mv.version, {"gate": {**sound(registry, "embedder"), **result.metadata, "against": "minilm (base, implicit v0)",
                                                               "settings": GateSettings().model_dump()}})
     report = "\n".join(gate_report(registry, registry.resolve("embedder", mv.version)))
     assert "ndcg@10    0.5000 -> 0.5100 (+0.0100, 95% CI" in report, report
@@ -291,7 +292,7 @@ def _fake_model(folder):
 
 def _verdict(registry, kind, mv, *, passed, production, for_version=None):
     """A gate verdict as gate_candidate records it (rag.training.pipeline)."""
-    registry.update_metrics(kind, mv.version, {"gate": {
+    registry.update_metrics(kind, mv.version, {"gate": {**sound(registry, kind), 
         "passed": passed, "reasons": "all criteria met" if passed else "ndcg@10: -0.1000 (p=0.9000) is not a significant improvement",
         "candidate_version": for_version or mv.version, "production_version": production, "qa_set_version": "0123456789ab",
         "gated_at": "2025-01-01T00:00:00+00:00"}})
@@ -299,7 +300,7 @@ def _verdict(registry, kind, mv, *, passed, production, for_version=None):
 
 def test_promote_needs_a_passing_gate_verdict_against_the_current_production(tmp_path):
     from rag.training import PromotionRefused
-    from rag.training.pipeline import promote
+    from rag.lifecycle.promotion import promote
 
     registry = ModelRegistry(tmp_path / "models")
     v1 = registry.register("reranker", _fake_model(tmp_path / "m1"), {"base_model": "minilm"})
@@ -479,7 +480,9 @@ def test_gate_rejects_a_worse_embedder_then_promotes_a_better_one_and_swaps_the_
     from rag.index.qdrant import QdrantSettings, alias_target, close_client, get_client
     from rag.retrieval.service import search
     from rag.training import TrainingConfig
-    from rag.training.pipeline import gate_candidate, load_inputs, promote, serving_alias
+    from rag.lifecycle.promotion import promote, serving_alias
+    from rag.lifecycle.target import ServingTarget
+    from rag.training.pipeline import gate_candidate, load_inputs
 
     monkeypatch.setenv("RAG_DATA_DIR", str(scifact_tables))
     tables = TableStore(scifact_tables / "tables")
@@ -510,10 +513,11 @@ def test_gate_rejects_a_worse_embedder_then_promotes_a_better_one_and_swaps_the_
     client = get_client(settings)
     try:
         # The rejected model only serves through an operator's bypass (here: to have its collection to swap from).
-        first = promote("embedder", registry, worse, tables=tables, client=client, strategies=[STRATEGY],
+        target = ServingTarget.of_client(tables, client, [STRATEGY])
+        first = promote("embedder", registry, worse, target=target,
                         force_reason="test: serve the past bad promotion")
         assert alias_target(client, serving_alias(STRATEGY)) == first["serving_aliases"][serving_alias(STRATEGY)]
-        outcome = promote("embedder", registry, better, tables=tables, client=client, strategies=[STRATEGY])
+        outcome = promote("embedder", registry, better, target=target)
         live = alias_target(client, serving_alias(STRATEGY))
         assert outcome["previous"] == worse.name and live == outcome["serving_aliases"][serving_alias(STRATEGY)]
         assert live.startswith(f"{STRATEGY}__{better.name}__") and client.collection_exists(first["serving_aliases"][serving_alias(STRATEGY)])

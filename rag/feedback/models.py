@@ -73,6 +73,8 @@ class ImplicitEvent(BaseModel):
     kind: Literal["click"] = "click"  # reformulations are detected by the store itself when a session asks again
     chunk_id: str = Field(min_length=1, max_length=512)
     idempotency_key: str | None = Field(None, max_length=MAX_KEY_CHARS)
+    # A canary counts a click only from the session that was shown the query (rag.rollout.evidence).
+    session_id: str | None = Field(None, max_length=128)
 
 
 class FeedbackAck(BaseModel):

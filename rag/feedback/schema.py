@@ -125,5 +125,7 @@ implicit_events = Table(
     Column("chunk_id", String(512), ForeignKey("passages.chunk_id")),
     Column("related_query_id", String(36), ForeignKey("queries.query_id")),
     Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("session_id", String(128), comment="the session that sent the event: a canary counts a click only from the "
+           "session that was shown the query"),
     CheckConstraint(f"kind IN {EVENT_KINDS}", name="event_kind"),
 )

@@ -62,6 +62,15 @@ def _migrate(engine: Engine) -> None:
     _migrate_rollout(engine)
     _migrate_timings(engine)
     _migrate_shared_picks(engine)
+    _migrate_event_sessions(engine)
+
+
+def _migrate_event_sessions(engine: Engine) -> None:
+    """Stores created before events carried their session: add implicit_events.session_id (NULL for earlier
+    events, which a canary then does not count: no one can say which session clicked)."""
+    with engine.begin() as conn:
+        if "session_id" not in {c["name"] for c in inspect(conn).get_columns("implicit_events")}:
+            conn.exec_driver_sql("ALTER TABLE implicit_events ADD COLUMN session_id VARCHAR(128)")
 
 
 def _migrate_timings(engine: Engine) -> None:
@@ -292,7 +301,7 @@ class FeedbackStore:
                                                                 passages=[{"chunk_id": ev.chunk_id, "score": 1}]))
                 return conn.execute(insert(s.implicit_events).values(
                     query_id=ev.query_id, kind=ev.kind, chunk_id=ev.chunk_id, idempotency_key=ev.idempotency_key,
-                    created_at=_now())).inserted_primary_key[0]
+                    session_id=ev.session_id, created_at=_now())).inserted_primary_key[0]
         except IntegrityError:
             # The same key raced (Postgres: both transactions saw no row; the unique key refused the second).
             if not ev.idempotency_key:

@@ -2,8 +2,8 @@
 
     rag models list [--kind K] [--json]           every version: stage, created, gate verdict, key metrics
     rag models show VERSION [--kind K] [--json]   its manifest, gate verdict, metrics and training arguments
-    rag models promote VERSION [--kind K]         rag.rollout.store.release (policy "direct"): the enforced gate
-    rag models rollback [--kind K] [--reason R]   back to the previous production, logged (rag.rollout.store)
+    rag models promote VERSION [--kind K]         rag.lifecycle.rollout.release (policy "direct"): the enforced gate
+    rag models rollback [--kind K] [--reason R]   back to the previous production, logged (rag.lifecycle.rollout)
     rag models migrate-registry [--root DIR]      a folder registry (aliases.json + manifests) into MLflow, once
     rag retrain [--print-command] [--no-feedback] retrain_job, with the run request the feedback sensors build
     rag feedback export [OUT_DIR] [--json]        the feedback store's RAG-Dataset (BEIR folder) and its counts
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import datetime
 from pathlib import Path
 
 from rag.registry import ALIASES, KINDS, NAME_PREFIX, ModelRegistry, ModelVersion, RegistryError
@@ -49,7 +48,7 @@ def add_registry_commands(msub) -> None:
     rb = msub.add_parser("rollback", help="back to the previous production (or stop the running canary), logged",
                          description="A running canary of the kind stops (production never moved). Otherwise production "
                          "goes back to the version it replaced (its manifest's metrics.promotion.previous_version), "
-                         "through rag.rollout.store.roll_back_rollout: registry and serving aliases swapped back, "
+                         "through rag.lifecycle.rollout.roll_back_rollout: registry and serving aliases swapped back, "
                          "recorded in the manifest (metrics.reverted) and models/rollout/log.jsonl.")
     rb.add_argument("--kind", default="embedder", choices=KINDS)
     rb.add_argument("--reason", default=DEFAULT_REASON, help="why: logged and recorded in the manifest")
@@ -92,7 +91,7 @@ def _registry() -> ModelRegistry:
 
 
 def _name(registry: ModelRegistry, kind: str, version: str | None) -> str:
-    from rag.rollout.store import name_of
+    from rag.lifecycle.rollout import name_of
 
     return name_of(registry, kind, version)
 
@@ -100,7 +99,7 @@ def _name(registry: ModelRegistry, kind: str, version: str | None) -> str:
 def stages(registry: ModelRegistry, mv: ModelVersion) -> list[str]:
     """Where a version stands: production, candidate, canary (serving its share now), rolled back (by a canary's
     decision or an operator's revert), retired (was production once)."""
-    from rag.rollout.store import read_state
+    from rag.lifecycle.rollout import read_state
 
     aliases = registry.aliases()[mv.kind]
     state = read_state(registry, mv.kind)
@@ -210,7 +209,7 @@ def _target(registry: ModelRegistry, args: argparse.Namespace) -> ModelVersion:
 # --- what changed ------------------------------------------------------------------------------------------------
 def snapshot(registry: ModelRegistry) -> dict:
     """The registry state a mutation can change: aliases, registered versions and the latest rollout per kind."""
-    from rag.rollout.store import read_state
+    from rag.lifecycle.rollout import read_state
 
     aliases = registry.aliases()
     out = {}
@@ -270,7 +269,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from rag.training.pipeline import promotion_refusal
+    from rag.lifecycle.verdicts import promotion_refusal
 
     registry = _registry()
     mv = _target(registry, args)
@@ -304,9 +303,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    from rag.rollout.cli import _promote_args
-    from rag.rollout.store import release
-    from rag.training.pipeline import promotion_refusal
+    from rag.rollout.cli import serving_target
+    from rag.lifecycle.rollout import release
+    from rag.lifecycle.verdicts import promotion_refusal
     from rag.rollout.config import promotion_policy
 
     registry = _registry()
@@ -323,53 +322,19 @@ def cmd_promote(args: argparse.Namespace) -> int:
             f"`rag models rollout start --kind {mv.kind} --candidate {mv.version}`"
             + (f" (it will be refused too: {refusal})" if refusal else "") + ". Production is unchanged.")
     before = snapshot(registry)
-    outcome = release(mv.kind, registry, mv, policy="direct", promote_args=_promote_args(args.distance))
+    outcome = release(mv.kind, registry, mv, policy="direct", target=serving_target(args.distance))
     print(f"{mv.kind}: {outcome['summary']} (gate: {gate_summary(registry, registry.resolve(mv.kind, mv.version))})")
     _print_changes(registry, before)
     return 0
 
 
-def roll_back_production(kind: str, registry: ModelRegistry, reason: str, *, promote_args=None, log=print):
-    """Production back to the version it replaced, or a running canary stopped, through
-    rag.rollout.store.roll_back_rollout. A production that was promoted directly (retrain_job under the 'direct'
-    policy, `rag models promote`) has no rollout behind it: its promotion (from its manifest's metrics.promotion) is
-    first logged as a finished rollout, then reverted like a canary's promotion."""
-    from rag.rollout.state import IllegalTransition, RolloutState
-    from rag.rollout.store import _locked, _write, read_state, roll_back_rollout
-
-    with _locked(registry):
-        state = read_state(registry, kind)
-        production = registry.resolve(kind, "production")
-        covered = state is not None and (state.stage == "canary" or (
-            state.stage == "production" and production is not None and production.version == state.candidate_version))
-        if not covered:
-            if production is None:
-                raise IllegalTransition(f"nothing to roll back for {kind}: no version is production "
-                                        f"({_name(registry, kind, None)} serves)")
-            promotion = production.metrics.get("promotion")
-            if not isinstance(promotion, dict) or "previous_version" not in promotion:
-                raise IllegalTransition(f"{kind} {production.name} has no promotion record in its manifest (its alias was "
-                                        "set by hand?): the production before it is unknown; promote the one you want "
-                                        f"with `rag models promote VERSION --kind {kind}`")
-            if str(promotion.get("force_reason") or "").startswith("rollback of "):
-                raise IllegalTransition(f"{kind} {production.name} is production because of a rollback "
-                                        f"({promotion['force_reason']}): rolling back again would restore the version that "
-                                        "was rolled back. Promote the version you want instead")
-            previous = promotion["previous_version"]
-            at = datetime.fromisoformat(promotion["at"]) if promotion.get("at") else None
-            promoted = RolloutState(stage="production", candidate_version=production.version, production_version=previous,
-                                    decided_at=at, reason=f"promoted directly ({'forced: ' + promotion['force_reason'] if promotion.get('force_reason') else 'gate passed'}), "
-                                    "without a canary")
-            _write(registry, kind, None, promoted, "direct-promotion", log)
-    return roll_back_rollout(kind, registry, reason, promote_args=promote_args, log=log)
-
-
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from rag.rollout.cli import _promote_args
+    from rag.lifecycle.rollout import roll_back_production
+    from rag.rollout.cli import serving_target
 
     registry = _registry()
     before = snapshot(registry)
-    roll_back_production(args.kind, registry, args.reason, promote_args=_promote_args(args.distance))
+    roll_back_production(args.kind, registry, args.reason, target=serving_target(args.distance))
     _print_changes(registry, before)
     return 0
 

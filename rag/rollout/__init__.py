@@ -15,7 +15,7 @@ rag.rollout.condensed) goes through these stages of a RolloutState:
   continue, and guardrails (latency p95, answer up-vote share) force a rollback when breached.
 - production / rolled_back: final. The other arm serves everyone; a new candidate starts a new rollout.
 
-Wiring (imported on use, not here): rag.rollout.store keeps each kind's state beside the model registry and runs
+Wiring (imported on use, not here): rag.lifecycle.rollout keeps each kind's state beside the model registry and runs
 the steps (start, conclude, roll_back_rollout); rag.rollout.evidence reads a canary's outcomes and guardrail inputs
 from the feedback store; rag.serving.canary routes API sessions; rag.rollout.cli is `rag models rollout`.
 """

@@ -1,4 +1,4 @@
-"""`rag models rollout status|start|rollback`: the canary of a trained model, without Dagster.
+"""`rag models rollout status|start|rollback` and `rag models recover`: the canary of a trained model, without Dagster.
 
 status lists each kind's production, candidate and latest rollout (with the running canary's evidence when the
 feedback store is reachable); start begins a canary of a gated candidate (building an embedder's collections in
@@ -40,6 +40,25 @@ def add_models_command(sub) -> None:
                    "must be brought up to date")
     b.set_defaults(func=cmd_rollback)
 
+    rec = msub.add_parser("recover", help="finish (or undo) a promotion or rollback a killed process left unfinished; "
+                          "`rag serve`, canary_sensor and every lifecycle step do it too")
+    rec.add_argument("--distance", default="cosine", help="dense distance of the collections (as the index was built)")
+    rec.set_defaults(func=cmd_recover)
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    from rag.lifecycle.journal import pending, recover
+
+    registry = _registry()
+    intent = pending(registry)
+    if intent is None:
+        print("nothing to recover: no promotion or rollback was left unfinished")
+        return 0
+    print(f"found an unfinished {intent.kind} {intent.action} started {intent.at} ({intent.approved_by}): "
+          f"production {intent.production_before or 'implicit v0'} → {intent.production_after or 'implicit v0'}")
+    print(recover(registry, serving_target(args.distance).client))
+    return 0
+
 
 def _registry():
     from rag.registry import ModelRegistry
@@ -48,21 +67,18 @@ def _registry():
     return ModelRegistry(data_dir() / "models")
 
 
-def _promote_args(distance: str = "cosine"):
-    """Qdrant opened only when a step needs it: stopping a canary works while Dagster holds the embedded folder."""
-    def opened() -> dict:
-        from rag.index.qdrant import get_client
-        from rag.rollout.store import chunk_sets
-        from rag.store import TableStore, data_dir
+def serving_target(distance: str = "cosine"):
+    """The data dir's chunk sets and Qdrant, opened only when a step needs it: stopping a canary works while
+    Dagster holds the embedded folder."""
+    from rag.index.qdrant import get_client
+    from rag.lifecycle.target import ServingTarget
+    from rag.store import TableStore, data_dir
 
-        tables = TableStore(data_dir() / "tables")
-        return {"tables": tables, "client": get_client(), "strategies": chunk_sets(tables), "distance": distance}
-
-    return opened
+    return ServingTarget(TableStore(data_dir() / "tables"), get_client, distance=distance)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from rag.rollout.store import name_of, running_canary, status
+    from rag.lifecycle.rollout import name_of, running_canary, status
 
     registry = _registry()
     out = status(registry)
@@ -104,10 +120,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from rag.rollout.store import name_of, start
+    from rag.lifecycle.rollout import name_of, start
 
     registry = _registry()
-    state = start(args.kind, registry, args.candidate, args.share, promote_args=_promote_args(args.distance),
+    state = start(args.kind, registry, args.candidate, args.share, target=serving_target(args.distance),
                   force_reason=args.force_reason)
     print(f"canary of {args.kind} {name_of(registry, args.kind, state.candidate_version)} started on "
           f"{state.traffic_share:.0%} of sessions; `rag serve` picks it up on its next request. Watch it with "
@@ -116,9 +132,9 @@ def cmd_start(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
-    from rag.rollout.store import name_of, roll_back_rollout
+    from rag.lifecycle.rollout import name_of, roll_back_rollout
 
     registry = _registry()
-    state = roll_back_rollout(args.kind, registry, args.reason, promote_args=_promote_args(args.distance))
+    state = roll_back_rollout(args.kind, registry, args.reason, target=serving_target(args.distance))
     print(f"{args.kind} {name_of(registry, args.kind, state.candidate_version)}: {state.stage} ({state.reason})")
     return 0

@@ -2,6 +2,11 @@
 guardrails' inputs per arm. The store records which arm served each query (queries.arm) and which team contributed
 each shown passage of an interleaved answer (retrievals.team); this module turns them into a Decision.
 
+- One outcome per (session, normalised question): a session repeating a question is shown the same interleaved
+  list (the coin is seeded by candidate, session and question), so its repeats are one judgement, not several;
+  the first of them that received a credited signal decides (none: a tie).
+- Signals count only from the session that was shown the query: a rating whose submission, or a click whose
+  event, names another session (or none) says nothing about what that session saw.
 - Outcome of a canary query: credit() of its signals on the shown passages — a passage rated +1 or clicked
   credits its team, one rated -1 debits it; a passage both clicked and rated counts its rating only (the later
   rating wins when a user changed their mind); a shared pick (retrievals.shared: both rankings would have shown it
@@ -24,6 +29,7 @@ from datetime import datetime, timezone
 from sqlalchemy import select
 
 from rag.feedback import schema as s
+from rag.training.data import normalized_question
 from rag.rollout.config import CanarySettings
 from rag.rollout.guardrails import Votes, guardrail_breaches, with_guardrails
 from rag.rollout.interleaving import credit, tally
@@ -51,18 +57,22 @@ class CanaryEvidence:
 def collect(store, since: datetime) -> CanaryEvidence:
     """The evidence of queries asked at or after `since` (the canary's start) in a FeedbackStore (or an Engine)."""
     engine = getattr(store, "engine", store)
-    q, r, f, e = s.queries, s.retrievals, s.feedback, s.implicit_events
+    q, r, f, e, sub = s.queries, s.retrievals, s.feedback, s.implicit_events, s.submissions
     in_canary = (q.c.arm.in_(ARMS), q.c.created_at >= since.astimezone(timezone.utc))
     canary = (q.c.arm == "canary", q.c.created_at >= since.astimezone(timezone.utc))
     with engine.connect() as conn:
-        asked = conn.execute(select(q.c.query_id, q.c.arm, q.c.latency_ms, q.c.timings_ms).where(*in_canary)
+        asked = conn.execute(select(q.c.query_id, q.c.arm, q.c.latency_ms, q.c.timings_ms, q.c.session_id, q.c.text)
+                             .where(*in_canary)
                              .order_by(q.c.created_at, q.c.query_id)).all()
         shown = conn.execute(select(r.c.query_id, r.c.chunk_id, r.c.team, r.c.shared).join(q, q.c.query_id == r.c.query_id)
                              .where(*canary, r.c.team.in_(ARMS))).all()
         ratings = conn.execute(select(f.c.query_id, f.c.chunk_id, f.c.score).join(q, q.c.query_id == f.c.query_id)
-                               .where(*canary, f.c.target == "passage").order_by(f.c.event_id)).all()
+                               .join(sub, sub.c.submission_id == f.c.submission_id)
+                               .where(*canary, f.c.target == "passage", sub.c.session_id == q.c.session_id)
+                               .order_by(f.c.event_id)).all()
         clicks = conn.execute(select(e.c.query_id, e.c.chunk_id).join(q, q.c.query_id == e.c.query_id)
-                              .where(*canary, e.c.kind == "click", e.c.chunk_id.is_not(None))).all()
+                              .where(*canary, e.c.kind == "click", e.c.chunk_id.is_not(None),
+                                     e.c.session_id == q.c.session_id)).all()
         answer_votes = conn.execute(select(q.c.arm, f.c.query_id, f.c.score).join(q, q.c.query_id == f.c.query_id)
                                     .where(*in_canary, f.c.target == "answer").order_by(f.c.event_id)).all()
 
@@ -77,14 +87,23 @@ def collect(store, since: datetime) -> CanaryEvidence:
 
     outcomes, plain, latencies, queries = [], [], {arm: [] for arm in ARMS}, {arm: 0 for arm in ARMS}
     ranking: dict[str, list[float]] = {arm: [] for arm in ARMS}
-    for query_id, arm, latency, timings in asked:
+    judged: dict[tuple, int] = {}  # (session, normalised question) -> index of its outcome
+    for query_id, arm, latency, timings, session_id, text in asked:
         queries[arm] += 1
         if latency is not None:
             latencies[arm].append(float(latency))
         if arm == "canary":
             drafted, said = teams.get(query_id, []), signals.get(query_id, {})
-            outcomes.append(credit(drafted, said).outcome)
-            plain.append(credit([(doc, team) for doc, team, _ in drafted], said).outcome)
+            outcome = credit(drafted, said).outcome
+            plain_outcome = credit([(doc, team) for doc, team, _ in drafted], said).outcome
+            key = (session_id, normalized_question(text))
+            if key not in judged:
+                judged[key] = len(outcomes)
+                outcomes.append(outcome)
+                plain.append(plain_outcome)
+            elif outcomes[judged[key]] == "tie" and said:
+                # The first repeat that was credited decides; later repeats of the same list add nothing.
+                outcomes[judged[key]], plain[judged[key]] = outcome, plain_outcome
             timed = {a: (timings or {}).get(f"rank_{a}") for a in ARMS}
             if all(v is not None for v in timed.values()):  # paired: both rankings of the same request
                 for a, ms in timed.items():

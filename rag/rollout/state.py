@@ -29,7 +29,7 @@ class RolloutState(BaseModel):
     decided_at: datetime | None = None  # when it was promoted or rolled back
     reason: str = ""
     force_reason: str | None = Field(None, description="an operator's override of the offline gate at the start "
-                                     "(rag.rollout.store.start force_reason); None: started on a passing gate verdict")
+                                     "(rag.lifecycle.rollout.start force_reason); None: started on a passing gate verdict")
 
     @model_validator(mode="after")
     def _versions_differ(self) -> "RolloutState":

@@ -11,7 +11,7 @@ import importlib
 import json
 
 from rag.registry import KINDS, ModelRegistry
-from rag.rollout.store import history, name_of, read_state
+from rag.lifecycle.rollout import history, name_of, read_state
 
 
 def tracking_url(registry: ModelRegistry, kind: str, version: str | None) -> str | None:

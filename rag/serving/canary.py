@@ -1,6 +1,6 @@
 """Serving a canary: which arm answers a session, and the interleaved answer of the canary arm.
 
-While a model kind's rollout state (rag.rollout.store, beside the registry) says "canary", each request with a
+While a model kind's rollout state (rag.lifecycle.rollout, beside the registry) says "canary", each request with a
 session id gets an arm from assign_arm: sha256 of the candidate version and the session id, so a session stays on
 one arm on every request and every server, and a new candidate draws a fresh set of sessions. Production sessions
 are answered exactly as without a canary. A canary session is answered by team-draft interleaving: production's and
@@ -26,7 +26,8 @@ from dataclasses import dataclass, replace
 from rag.registry import KINDS, ModelRegistry, ModelVersion
 from rag.rollout.interleaving import seed_from, team_draft_interleave
 from rag.rollout.state import RolloutState, arm_for
-from rag.rollout.store import read_state, state_path
+from rag.lifecycle.rollout import read_state, state_path
+from rag.training.data import normalized_question
 
 log = logging.getLogger(__name__)
 TEAM_ARM = {"a": "production", "b": "canary"}  # production is team a, the candidate team b
@@ -199,7 +200,9 @@ class CanaryRouter:
         if opened is None:  # the candidate's index is not available: outside the split rather than misattributed
             return Served(production.ask(question), None, model_version(production))
         candidate = opened.current()
-        seed = seed_from(active.state.candidate_version, session_id, question)  # the same list for a repeated question
+        # The same list for a repeated question (case and spacing aside): rag.rollout.evidence counts one outcome
+        # per (session, normalised question), so repeats cannot add evidence.
+        seed = seed_from(active.state.candidate_version, session_id, normalized_question(question))
         try:
             result = interleaved_answer(production, candidate, question, seed)
         except CanaryFailed as exc:

@@ -94,10 +94,38 @@ def canary_router(answer, serving: ServingIndex, *, root: Path) -> CanaryRouter:
     return CanaryRouter(ModelRegistry(root / "models"), open_arm, refuses)
 
 
+def recover_lifecycle(root: Path, lock_wait_seconds: float = 120.0) -> str | None:
+    """Finish (or undo) a promotion or rollback a killed process left unfinished, before anything is served: the
+    registry, the serving aliases and the rollout state then agree. Qdrant is opened only when that transaction
+    swaps serving aliases (and released before the serving replica is taken)."""
+    import time
+
+    from rag.index.qdrant import QdrantLockedError, QdrantSettings, close_client, get_client
+    from rag.lifecycle.journal import pending, recover
+    from rag.registry import ModelRegistry
+
+    registry = ModelRegistry(root / "models")
+    if pending(registry) is None:
+        return None
+    qdrant = QdrantSettings.from_env()
+    deadline = time.monotonic() + lock_wait_seconds
+    while True:
+        try:
+            return recover(registry, lambda: get_client(qdrant), log=logging.getLogger(__name__).warning)
+        except QdrantLockedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+        finally:
+            if not qdrant.url:
+                close_client(qdrant)
+
+
 def build_app(settings: ServeSettings, *, root: Path | None = None, store: FeedbackStore | None = None, **answer_overrides):
     """The production app: Answerer over a serving replica, refreshed in the background, and the feedback store."""
     root = Path(root or data_dir())
     answer = answer_settings(settings, **answer_overrides)
+    recover_lifecycle(root)
     serving = serving_index(answer, root=root)
     router = canary_router(answer, serving, root=root)
     store = store or FeedbackStore(root=root)

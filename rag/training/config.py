@@ -91,11 +91,13 @@ class GateSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     metrics: list[str] = Field(default_factory=lambda: ["ndcg@10", "mrr@10"], description="each must improve significantly")
-    p_value: float = Field(0.05, gt=0, lt=1, description="one-sided significance level of the paired test")
+    # Floors (le/ge below): a gate run with p 0.99 or on 1 question "passes" anything. The promotion check re-validates
+    # the settings a verdict was computed with, so a verdict below these floors promotes nothing.
+    p_value: float = Field(0.05, gt=0, le=0.10, description="one-sided significance level of the paired test (at most 0.10)")
     test: Literal["permutation", "bootstrap"] = "permutation"
-    resamples: int = Field(10_000, ge=100)
+    resamples: int = Field(10_000, ge=500)
     recall_metric: str = "recall@20"
-    recall_tolerance: float = Field(0.01, ge=0, description="largest allowed drop of the recall metric")
+    recall_tolerance: float = Field(0.01, ge=0, le=0.2, description="largest allowed drop of the recall metric")
     seed: int = 0
     rerank_depth: int = Field(50, ge=1, description="reranker gate: candidates of hybrid retrieval that get re-scored")
     # Questions copied out of the documents (inverse cloze) decide nothing, for embedders and rerankers alike. On
@@ -121,6 +123,6 @@ class GateSettings(BaseModel):
         "better", description="better: every metric significantly better (direct promotion); not_worse: no metric "
         "significantly worse (one-sided paired test at p_value) nor lower by more than max_drop (entry to a canary, "
         "whose online test must then show it is better). Both verdicts are computed and recorded; this one decides")
-    max_drop: float = Field(0.02, ge=0, description="not_worse: largest allowed drop of a metric's mean, significant or not")
-    min_questions: int = Field(5, ge=1, description="fewest held-out gate questions the gate decides on; fewer is an error "
+    max_drop: float = Field(0.02, ge=0, le=0.05, description="not_worse: largest allowed drop of a metric's mean, significant or not")
+    min_questions: int = Field(5, ge=5, description="fewest held-out gate questions the gate decides on; fewer is an error "
                                "(generate a larger QA set) rather than a verdict from a handful of questions")

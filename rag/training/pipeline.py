@@ -13,15 +13,13 @@ import pandas as pd
 
 from rag.embedding import load_embedder
 from rag.evaluation.qaset import from_frame
-from rag.index.qdrant import CollectionName, point_alias_to
-from rag.index.sync import sync_collection
 from rag.progress import Progress
 from rag.registry import IMPLICIT_PRODUCTION, ModelRegistry, ModelVersion, library_versions
 from rag.store import CHUNKS_TABLE, TableStore
-from rag.training.config import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig, TrainingConfig
+from rag.training.config import GateSettings, TrainingConfig
 from rag.training.data import COPIED_TYPES, IRSet, TrainingData, split_feedback, training_data
 from rag.training.embedder import TrainingRun, base_source, train_embedder
-from rag.training.gate import GateResult, PromotionRefused, TooFewGateQuestions, embedder_gate, reranker_gate
+from rag.training.gate import GateResult, TooFewGateQuestions, embedder_gate, reranker_gate
 from rag.training.first_stage import (
     FIRST_STAGE_MODE,
     cut_question,
@@ -34,7 +32,6 @@ from rag.training.ltr import train_learned_ranker
 from rag.training.reranker import train_reranker
 
 QA_TABLE = "synthetic_qa"  # written by the synthetic_qa asset
-SERVING = "production"  # the model name (and Qdrant alias suffix) searches use to reach the production embedder
 Kind = Literal["embedder", "reranker"]
 Log = Callable[[str], None]
 
@@ -147,7 +144,7 @@ def aliased_embedder(registry: ModelRegistry, alias: str):
 
 
 def production_label(registry: ModelRegistry, kind: Kind) -> str:
-    return _label(kind, registry.resolve(kind, "production"))
+    return model_label(kind, registry.resolve(kind, "production"))
 
 
 def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, candidate: ModelVersion,
@@ -172,9 +169,12 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
                          "(materialize the training asset / run retrain_job) and gate the new candidate")
     gate, chunks, copied = decision_questions(inputs.data.gate, inputs.chunks, settings)
     production = registry.resolve(kind, "production")  # resolved once: the verdict names what it was compared with
-    recorded = {"against": _label(kind, production), "candidate_version": candidate.version,
+    recorded = {"against": model_label(kind, production), "candidate_version": candidate.version,
                 "production_version": production.version if production else None, "qa_set_version": inputs.qa_version,
                 "strategy": inputs.strategy, "settings": settings.model_dump()}
+    if kind == "reranker":  # what it re-ranked: a verdict over another embedder's candidates does not carry over
+        first_stage = registry.resolve("embedder", "production")
+        recorded["first_stage_embedder"] = first_stage.version if first_stage else None
     try:
         if kind == "embedder":
             result = embedder_gate(_production_embedder(production), load_embedder(str(candidate.path)), gate, settings,
@@ -230,77 +230,11 @@ def _production_embedder(production: ModelVersion | None):
     return load_embedder(str(production.path) if production is not None else IMPLICIT_PRODUCTION["embedder"])
 
 
-def _label(kind: Kind, production: ModelVersion | None) -> str:
+def model_label(kind: str, production: ModelVersion | None) -> str:
+    """A production version's served name, or what serves without one (the implicit v0)."""
     if production is not None:
         return production.name
     return "minilm (base, implicit v0)" if kind == "embedder" else "no reranker (hybrid order, implicit v0)"
-
-
-Need = Literal["better", "not_worse"]
-
-
-def promotion_refusal(kind: Kind, registry: ModelRegistry, candidate: ModelVersion, need: Need = "better") -> str | None:
-    """Why the candidate may not replace production now, or None when its manifest holds a passing gate verdict
-    computed for this very version against the version that is production now (a verdict against an older
-    production says nothing about beating the current one).
-
-    `need`: "better" (direct promotion: the gate found it significantly better), or "not_worse" (starting a canary,
-    and promoting one whose online test showed it better: the gate found it no worse)."""
-    current = registry.resolve(kind, candidate.version)  # the manifest on disk: the gate may have run after `candidate` was read
-    if current is None:
-        return f"{candidate.version} is not registered under {registry.root}"
-    gate = current.metrics.get("gate")
-    if not isinstance(gate, dict) or "candidate_version" not in gate or "production_version" not in gate:
-        return "it has no gate verdict"
-    if gate["candidate_version"] != candidate.version:
-        return f"its gate verdict is for {kind} {gate['candidate_version']}, not {candidate.version}"
-    production = registry.resolve(kind, "production")
-    now = production.version if production else None
-    if gate["production_version"] != now:
-        return (f"it was gated against {gate['production_version'] or 'the implicit v0'} ({gate.get('gated_at', '?')}), "
-                f"but production is now {_label(kind, production)}")
-    # Verdicts recorded before the two criteria existed hold only `passed`, decided by "better" (which implies
-    # not worse); newer ones record both.
-    passed = gate.get("passed") is True
-    if gate.get(need, passed and (need == "not_worse" or gate.get("criterion", "better") == "better")) is not True:
-        if need == "better" and gate.get("not_worse") is True:
-            return (f"the gate found it no worse than {_label(kind, production)} but not significantly better "
-                    f"({gate.get('better_reasons') or gate.get('reasons', 'no reason recorded')}): only a canary's online "
-                    "test can promote it (promotion policy 'canary')")
-        if gate.get("outcome") == "no verdict":
-            return f"the gate reached no verdict against {_label(kind, production)}: {gate.get('reasons', '')}"
-        return f"the gate rejected it against {_label(kind, production)}: {gate.get('reasons', 'no reason recorded')}"
-    return None
-
-
-def rejected_by_gate(kind: Kind, registry: ModelRegistry, candidate: ModelVersion, need: Need = "better") -> str | None:
-    """Why the candidate's own current gate verdict (for this version, against the production of now) keeps
-    production, or None when there is no such verdict or it allows `need`. A rejection is a normal outcome of a
-    retrain; a missing or stale verdict is not a rejection (promotion_refusal then says what to run)."""
-    current = registry.resolve(kind, candidate.version)
-    gate = current.metrics.get("gate") if current is not None else None
-    if not isinstance(gate, dict) or gate.get("candidate_version") != candidate.version:
-        return None
-    production = registry.resolve(kind, "production")
-    if gate.get("production_version") != (production.version if production else None):
-        return None
-    return promotion_refusal(kind, registry, candidate, need)
-
-
-def check_promotable(kind: Kind, registry: ModelRegistry, candidate: ModelVersion, need: Need = "better") -> None:
-    """Raise PromotionRefused (saying what to run) unless promotion_refusal finds nothing. Call it before any side
-    effect: a refused promotion must leave aliases and collections exactly as they were."""
-    why = promotion_refusal(kind, registry, candidate, need)
-    if why is not None:
-        raise _refused(kind, candidate, why)
-
-
-def _refused(kind: Kind, candidate: ModelVersion, why: str) -> PromotionRefused:
-    asset = "finetuned_embedder" if kind == "embedder" else "trained_reranker"
-    return PromotionRefused(
-        f"refusing to promote {kind} {candidate.name}: {why}. Run its gate first (the {asset}_gate check: run "
-        f"retrain_job, or materialize {asset} together with its check) and promote only when it passes; "
-        "production stays as it is. An operator who means to bypass the gate passes force_reason='...' to promote().")
 
 
 def hybrid_candidates(chunks: pd.DataFrame, ir, embedder, depth: int, mode: str = FIRST_STAGE_MODE) -> dict[str, list]:
@@ -308,63 +242,3 @@ def hybrid_candidates(chunks: pd.DataFrame, ir, embedder, depth: int, mode: str 
     first-stage signals, from an in-memory index of the chunk set."""
     with first_stage_index(chunks, embedder) as index:
         return first_stage_hits(index, ir.queries, depth, mode)
-
-
-def serving_alias(strategy: str) -> str:
-    return CollectionName(strategy, SERVING).alias
-
-
-def build_collections(embedder: ModelVersion, *, tables: TableStore, client, strategies: list[str], distance: str = "cosine",
-                      log: Log = print) -> dict[str, str]:
-    """A complete collection of a registered embedder for every chunk set (incremental: a collection that exists is
-    only brought up to date), under its own alias <strategy>__<name>. Serving aliases are not touched.
-    {strategy: collection}. Used by promotion and by a canary's start, which serves the candidate from them."""
-    collections = {}
-    model = load_embedder(str(embedder.path))
-    for strategy in strategies:
-        run = sync_collection(client, tables.read(CHUNKS_TABLE, strategy), model, strategy=strategy, model=embedder.name,
-                              distance=distance)
-        collections[strategy] = run.collection
-        log(f"{strategy}: collection {run.collection} ready ({run.points} points, {run.added} embedded)")
-    return collections
-
-
-def promote(kind: Kind, registry: ModelRegistry, candidate: ModelVersion, *, tables: TableStore | None = None,
-            client=None, strategies: list[str] = (), distance: str = "cosine", log: Log = print,
-            force_reason: str | None = None, online_evidence: str | None = None) -> dict:
-    """Move `production` to the candidate, only when its gate passed against the current production (else
-    PromotionRefused, before anything changes). For an embedder, first make sure every chunk set has a complete
-    collection of the new model (incremental: nothing is embedded twice), then move the registry alias, then
-    swap each strategy's serving alias `<strategy>__production` onto that collection in one Qdrant request.
-
-    `force_reason`: an operator's deliberate bypass of the gate (deploying a base model, a rollback); it is
-    logged and recorded in the candidate's manifest (`promotion`: forced, force_reason, gate_refusal).
-    `online_evidence`: a canary's verdict that the candidate is better on live traffic; the gate then needs only
-    to have found it no worse (its `not_worse` verdict against this production), and the evidence is recorded."""
-    previous = registry.resolve(kind, "production")
-    refusal = promotion_refusal(kind, registry, candidate, "not_worse" if online_evidence else "better")
-    if refusal is not None and not force_reason:
-        raise _refused(kind, candidate, refusal)  # before any side effect: production stays exactly as it was
-    if refusal is not None:
-        log(f"WARNING: promoting {kind} {candidate.name} without a valid gate verdict ({refusal}): {force_reason}")
-    collections = {}
-    if kind == "embedder" and strategies:
-        collections = build_collections(candidate, tables=tables, client=client, strategies=strategies, distance=distance,
-                                        log=log)
-    now = registry.resolve(kind, "production")
-    if (now.version if now else None) != (previous.version if previous else None):
-        # Someone promoted while the collections were built: the verdict no longer compares with production.
-        raise PromotionRefused(f"refusing to promote {kind} {candidate.name}: production moved from "
-                               f"{_label(kind, previous)} to {_label(kind, now)} meanwhile. Gate it again against the new production")
-    registry.set_alias(kind, "production", candidate.version)
-    for strategy, collection in collections.items():
-        point_alias_to(client, serving_alias(strategy), collection)
-    if registry.aliases()[kind].get("candidate") == candidate.version:  # a rollback leaves a newer candidate alone
-        registry.set_alias(kind, "candidate", None)
-    record = {"at": _now(), "previous_version": previous.version if previous else None, "forced": refusal is not None,
-              **({"online_evidence": online_evidence} if online_evidence else {})}
-    if refusal is not None:
-        record.update(force_reason=force_reason, gate_refusal=refusal)
-    registry.update_metrics(kind, candidate.version, {"promotion": record})
-    return {"promoted": candidate.name, "previous": previous.name if previous else None,
-            "serving_aliases": {serving_alias(s): c for s, c in collections.items()}}

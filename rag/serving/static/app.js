@@ -85,7 +85,7 @@ function render(data) {
     highlight(text, p.text, data.not_in_context ? "" : data.answer, data.question);
     text.addEventListener("click", () => {
       text.classList.toggle("open");
-      post("/events", { query_id: data.query_id, kind: "click", chunk_id: p.chunk_id, idempotency_key: `${data.query_id}:${p.chunk_id}` }).catch(() => {});
+      post("/events", { query_id: data.query_id, kind: "click", chunk_id: p.chunk_id, session_id: sessionId, idempotency_key: `${data.query_id}:${p.chunk_id}` }).catch(() => {});
     });
     const group = item.querySelector(".rate");
     group.querySelector(".up").addEventListener("click", (e) => sendFeedback({ passages: [{ chunk_id: p.chunk_id, score: 1 }] }, group, e.currentTarget));
