@@ -61,6 +61,15 @@ def bm25_root(root: Path, strategy: str) -> Path:
     return Path(root) / "indexes" / "bm25" / strategy
 
 
+def fsync_dir(folder: Path) -> None:
+    """Make a rename or removal inside `folder` durable: it is only once the folder itself is synced."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: Path, write, mode: str = "wb") -> None:
     """Write a file so readers see the old or the new content, never a torn one (even after kill -9 or a power
     cut): a temp file beside it, fsync, rename, then fsync of the folder (the rename is durable only then)."""
@@ -74,8 +83,4 @@ def atomic_write(path: Path, write, mode: str = "wb") -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    fsync_dir(path.parent)

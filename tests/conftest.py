@@ -12,6 +12,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+# Tests register models in their own temporary registries (embedded MLflow beside them): a developer's team server
+# named in the environment must never receive them. Tests of the shared-store mode set these themselves.
+for _name in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
+    os.environ.pop(_name, None)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "datasets"

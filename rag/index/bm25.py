@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rag.store import atomic_write
+from rag.store import atomic_write, fsync_dir
 
 K1, B = 1.2, 0.75
 
@@ -96,9 +96,9 @@ class BM25Index:
             (tmp / "chunk_ids.json").write_text(json.dumps(self.chunk_ids))
             _fsync_tree(tmp)  # the files' contents are on disk before any name points at them
             os.replace(tmp, final)
-            _fsync_dir(root)  # ... and so is the folder's new name, before CURRENT names it
+            fsync_dir(root)  # ... and so is the folder's new name, before CURRENT names it
         atomic_write(root / "CURRENT", lambda fh: fh.write(self.fingerprint), mode="w")
-        _fsync_dir(root)
+        fsync_dir(root)
         _drop_versions(root, keep={self.fingerprint, previous})
         return final
 
@@ -131,22 +131,14 @@ class BM25Index:
         return cls(retriever, chunk_ids, fingerprint)
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _fsync_tree(folder: Path) -> None:
     for path in sorted(folder.rglob("*"), reverse=True):  # files before the folders that name them
         if path.is_file():
             with open(path, "rb") as fh:
                 os.fsync(fh.fileno())
         else:
-            _fsync_dir(path)
-    _fsync_dir(folder)
+            fsync_dir(path)
+    fsync_dir(folder)
 
 
 def _drop_versions(root: Path, keep: set[str | None]) -> None:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 
 from rag.index.qdrant import alias_target, point_alias_to
 from rag.registry import KINDS, ModelRegistry
-from rag.store import atomic_write
+from rag.store import atomic_write, fsync_dir
 
 Log = Callable[[str], None]
 _held = threading.local()  # lock depth per (thread, registry): a step inside a step must not deadlock on flock
@@ -117,11 +117,7 @@ def _write_intent(registry: ModelRegistry, intent: Intent) -> None:
 
 def _clear_intent(registry: ModelRegistry) -> None:
     intent_path(registry).unlink(missing_ok=True)
-    folder = os.open(lifecycle_dir(registry), os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    fsync_dir(lifecycle_dir(registry))
 
 
 def _write_state(registry: ModelRegistry, kind: str, state: dict) -> None:

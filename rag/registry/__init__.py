@@ -41,7 +41,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from rag.registry.backend import DB_NAME, EXPERIMENT, MODEL_NAME, MlflowSettings
-from rag.store import data_dir
+from rag.store import data_dir, fsync_dir
 
 Kind = Literal["embedder", "reranker"]
 KINDS: tuple[str, ...] = ("embedder", "reranker")
@@ -115,14 +115,6 @@ def _manifest_file(mv: ModelVersion) -> dict:
 def _check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise RegistryError(f"unknown model kind {kind!r}: use one of {', '.join(KINDS)}")
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _complete(folder: Path, version: str) -> bool:
@@ -520,7 +512,7 @@ class ModelRegistry:
         if target.exists():  # left by a number MLflow gave once and a repair took back: no version owns it
             self._discard(target)
         os.replace(staging, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
 
     def _discard(self, folder: Path) -> None:
         """Renamed first, then deleted: a kill mid-delete leaves a .deleted-* folder the next repair removes."""

@@ -26,10 +26,10 @@ from rag.registry import (
     ModelVersion,
     RegistryError,
     _complete,
-    _fsync_dir,
     mirror_tags,
 )
 from rag.registry.backend import MODEL_NAME, MlflowSettings
+from rag.store import fsync_dir
 
 
 def folder_versions(root: Path, kind: str) -> list[int]:
@@ -89,7 +89,7 @@ def migrate_folder_registry(root: Path, *, settings: MlflowSettings | None = Non
         removed = table_path.exists()
         if removed:  # last: while it is there, every other command refuses and a re-run completes the migration
             table_path.unlink()
-            _fsync_dir(registry.root)
+            fsync_dir(registry.root)
             log(f"removed {table_path}: MLflow holds the aliases now")
         if created or aliased or removed:
             registry._touch()
