@@ -11,8 +11,11 @@ MAX_COMMENT_CHARS = 2_000
 MAX_CORRECTION_CHARS = 4_000
 MAX_PASSAGE_RATINGS = 100
 MAX_KEY_CHARS = 128
+MAX_EXPERT_CHARS = 128
+MAX_ITEM_ID_CHARS = 64
 
 Score = Literal[-1, 1]
+Grade = Literal[0, 1, 2]  # irrelevant, partially relevant, relevant
 
 
 class FeedbackError(ValueError):
@@ -30,6 +33,12 @@ class UnknownPassageError(FeedbackError):
 
 
 class IdempotencyConflictError(FeedbackError):
+    status = 409
+
+
+class NothingToUndoError(FeedbackError):
+    """An undo of an item without a label, or of another expert's label."""
+
     status = 409
 
 
@@ -88,3 +97,40 @@ class StoredQuery(BaseModel):
     query_id: str
     answer_id: str
     reformulation_of: str | None = None
+
+
+class _ExpertAction(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    item_id: str = Field(min_length=1, max_length=MAX_ITEM_ID_CHARS, description="the annotation queue item")
+    expert: str = Field(min_length=1, max_length=MAX_EXPERT_CHARS, description="who labels: the name the expert gives")
+    idempotency_key: str = Field(min_length=1, max_length=MAX_KEY_CHARS,
+                                 description="the same key submitted twice is stored once (retries are safe)")
+
+    def payload_hash(self) -> str:
+        body = {"action": type(self).__name__, **self.model_dump(exclude={"idempotency_key"})}
+        return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+class ExpertLabel(_ExpertAction):
+    """An expert's graded judgment of one (question, passage) pair of the annotation queue."""
+
+    grade: Grade = Field(description="2 relevant, 1 partially relevant, 0 irrelevant")
+    expert_answer: str | None = Field(None, max_length=MAX_CORRECTION_CHARS,
+                                      description="the answer the expert expects to the question (optional)")
+
+    @model_validator(mode="after")
+    def _blank_answer_is_none(self) -> ExpertLabel:
+        if not self.expert_answer:
+            self.expert_answer = None  # an emptied field in the page is no answer, not an empty one
+        return self
+
+
+class ExpertUndo(_ExpertAction):
+    """Retract the item's current label (given by the same expert): the item is unlabelled again."""
+
+
+class ExpertAck(BaseModel):
+    label_id: int
+    item_id: str
+    grade: Grade | None  # None: an undo
+    duplicate: bool = False

@@ -6,6 +6,8 @@ A query row holds what was asked and which passages were retrieved (`retrievals`
 exact text that query was shown: exports and training use what the user rated, not the chunk set of the day.
 Explicit feedback arrives in submissions (one per POST, deduplicated by idempotency key) that hold one
 `feedback` row per rating; `feedback.event_id` is the high-water mark the retrain sensor counts from.
+Experts label (question, passage) pairs of the annotation queue in `expert_labels`, append-only: the latest row of
+an item is its label, a row without a grade retracts it (undo); `label_id` is the experts' own high-water mark.
 """
 from __future__ import annotations
 
@@ -128,4 +130,23 @@ implicit_events = Table(
     Column("session_id", String(128), comment="the session that sent the event: a canary counts a click only from the "
            "session that was shown the query"),
     CheckConstraint(f"kind IN {EVENT_KINDS}", name="event_kind"),
+)
+
+expert_labels = Table(
+    "expert_labels", metadata,
+    Column("label_id", Integer, primary_key=True, autoincrement=True),
+    Column("idempotency_key", String(128), nullable=False, unique=True),
+    Column("payload_hash", String(64), nullable=False),
+    Column("item_id", String(64), nullable=False, index=True, comment="rag.annotation.queue.item_id(question, chunk)"),
+    Column("query_id", String(36), ForeignKey("queries.query_id"), comment="the production question labelled; NULL "
+           "for a synthetic one"),
+    Column("question", Text, nullable=False),
+    Column("chunk_id", String(512), ForeignKey("passages.chunk_id"), nullable=False),
+    Column("text_hash", String(64), nullable=False, comment="the passage version the expert read (passage_versions)"),
+    Column("grade", SmallInteger, comment="2 relevant, 1 partially relevant, 0 irrelevant; NULL: an undo, the item "
+           "has no label again"),
+    Column("expert_answer", Text, comment="the answer the expert expects to the question, when given"),
+    Column("expert", String(128), nullable=False, comment="who labelled: the name the expert gave"),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("grade IS NULL OR grade IN (0, 1, 2)", name="expert_grade"),
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -19,10 +19,14 @@ from sqlalchemy.exc import IntegrityError
 
 from rag.feedback import schema as s
 from rag.feedback.models import (
+    ExpertAck,
+    ExpertLabel,
+    ExpertUndo,
     FeedbackAck,
     FeedbackSubmission,
     IdempotencyConflictError,
     ImplicitEvent,
+    NothingToUndoError,
     StoredQuery,
     UnknownPassageError,
     UnknownQueryError,
@@ -38,6 +42,10 @@ def default_url(root: Path | None = None) -> str:
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def _utc(stamp: datetime) -> datetime:
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)  # SQLite returns the stored UTC without zone
 
 
 def text_hash(text: str) -> str:
@@ -196,8 +204,7 @@ class FeedbackStore:
 
     @staticmethod
     def _is_reformulation(conn, previous, now: datetime) -> bool:
-        asked = previous.created_at if previous.created_at.tzinfo else previous.created_at.replace(tzinfo=timezone.utc)
-        if now - asked > timedelta(seconds=REFORMULATION_SECONDS):
+        if now - _utc(previous.created_at) > timedelta(seconds=REFORMULATION_SECONDS):
             return False
         liked = conn.execute(select(func.count()).select_from(s.feedback).where(
             s.feedback.c.query_id == previous.query_id, s.feedback.c.target == "answer", s.feedback.c.score == 1)).scalar()
@@ -224,53 +231,65 @@ class FeedbackStore:
             {**row, "text_hash": hashes[cid], "first_served_at": now} for cid, row in rows.items() if (cid, hashes[cid]) not in known])
         return hashes
 
+    def _idempotent(self, replay: Callable, write: Callable):
+        """`write(conn)` in one writing transaction, unless `replay(conn)` finds the same key already stored (its
+        first acknowledgement is returned; other content under the key raises IdempotencyConflictError)."""
+        try:
+            with self._writing() as conn:
+                first = replay(conn)
+                return first if first is not None else write(conn)
+        except IntegrityError:
+            # The same key raced (Postgres: both transactions saw no row); the other one committed first.
+            with self.engine.connect() as conn:
+                first = replay(conn)
+            if first is None:
+                raise
+            return first
+
     def submit_feedback(self, sub: FeedbackSubmission) -> FeedbackAck:
         """Store one submission atomically. The same idempotency key with the same content returns the first
         acknowledgement; with other content it is refused (409)."""
         digest = sub.payload_hash()
-        try:
-            with self._writing() as conn:
-                replay = self._replay(conn, sub.idempotency_key, digest)
-                if replay is not None:
-                    return replay
-                self._validate_targets(conn, sub)
-                now = _now()
-                submission_id = conn.execute(insert(s.submissions).values(
-                    idempotency_key=sub.idempotency_key, payload_hash=digest, query_id=sub.query_id,
-                    session_id=sub.session_id, comment=sub.comment, created_at=now)).inserted_primary_key[0]
-                rows = []
-                if sub.answer_score is not None:
-                    system_answer = conn.execute(select(s.answers.c.answer_id).where(
-                        s.answers.c.query_id == sub.query_id, s.answers.c.source == "system")).scalar()
-                    rows.append({"target": "answer", "answer_id": system_answer, "score": sub.answer_score})
-                rows += [{"target": "passage", "chunk_id": p.chunk_id, "score": p.score} for p in sub.passages]
-                corrected = None
-                if sub.correction is not None:
-                    corrected = str(uuid.uuid4())
-                    conn.execute(insert(s.answers).values(answer_id=corrected, query_id=sub.query_id, text=sub.correction,
-                                                          source=sub.correction_source, created_at=now))
-                    rows.append({"target": "correction", "answer_id": corrected, "score": 1})
-                event_ids = [conn.execute(insert(s.feedback).values(
-                    submission_id=submission_id, query_id=sub.query_id, created_at=now,
-                    **{"answer_id": None, "chunk_id": None, **row})).inserted_primary_key[0] for row in rows]
-                return FeedbackAck(submission_id=submission_id, event_ids=event_ids, answer_id=corrected)
-        except IntegrityError:
-            # Two identical submissions raced: the other one committed first; answer as a replay.
-            with self.engine.connect() as conn:
-                replay = self._replay(conn, sub.idempotency_key, digest)
-            if replay is None:
-                raise
-            return replay
+
+        def write(conn) -> FeedbackAck:
+            self._validate_targets(conn, sub)
+            now = _now()
+            submission_id = conn.execute(insert(s.submissions).values(
+                idempotency_key=sub.idempotency_key, payload_hash=digest, query_id=sub.query_id,
+                session_id=sub.session_id, comment=sub.comment, created_at=now)).inserted_primary_key[0]
+            rows = []
+            if sub.answer_score is not None:
+                system_answer = conn.execute(select(s.answers.c.answer_id).where(
+                    s.answers.c.query_id == sub.query_id, s.answers.c.source == "system")).scalar()
+                rows.append({"target": "answer", "answer_id": system_answer, "score": sub.answer_score})
+            rows += [{"target": "passage", "chunk_id": p.chunk_id, "score": p.score} for p in sub.passages]
+            corrected = None
+            if sub.correction is not None:
+                corrected = str(uuid.uuid4())
+                conn.execute(insert(s.answers).values(answer_id=corrected, query_id=sub.query_id, text=sub.correction,
+                                                      source=sub.correction_source, created_at=now))
+                rows.append({"target": "correction", "answer_id": corrected, "score": 1})
+            event_ids = [conn.execute(insert(s.feedback).values(
+                submission_id=submission_id, query_id=sub.query_id, created_at=now,
+                **{"answer_id": None, "chunk_id": None, **row})).inserted_primary_key[0] for row in rows]
+            return FeedbackAck(submission_id=submission_id, event_ids=event_ids, answer_id=corrected)
+
+        return self._idempotent(lambda conn: self._replay(conn, sub.idempotency_key, digest), write)
 
     @staticmethod
-    def _replay(conn, key: str, digest: str) -> FeedbackAck | None:
-        first = conn.execute(select(s.submissions.c.submission_id, s.submissions.c.payload_hash)
-                             .where(s.submissions.c.idempotency_key == key)).first()
+    def _keyed(conn, table, key: str, digest: str, what: str, *columns):
+        """The row stored under an idempotency key (None: none); a key reused for other content is refused."""
+        first = conn.execute(select(*columns, table.c.payload_hash).where(table.c.idempotency_key == key)).first()
+        if first is not None and first.payload_hash != digest:
+            raise IdempotencyConflictError(f"idempotency key {key!r} was already used for {what}: use a new key for "
+                                           "each new one")
+        return first
+
+    @classmethod
+    def _replay(cls, conn, key: str, digest: str) -> FeedbackAck | None:
+        first = cls._keyed(conn, s.submissions, key, digest, "different feedback", s.submissions.c.submission_id)
         if first is None:
             return None
-        if first.payload_hash != digest:
-            raise IdempotencyConflictError(f"idempotency key {key!r} was already used for different feedback: "
-                                           "use a new key for a new submission")
         rows = conn.execute(select(s.feedback.c.event_id, s.feedback.c.target, s.feedback.c.answer_id)
                             .where(s.feedback.c.submission_id == first.submission_id).order_by(s.feedback.c.event_id)).all()
         corrected = next((r.answer_id for r in rows if r.target == "correction"), None)
@@ -316,12 +335,102 @@ class FeedbackStore:
     def _event_with_key(conn, key: str) -> int | None:
         return conn.execute(select(s.implicit_events.c.event_id).where(s.implicit_events.c.idempotency_key == key)).scalar()
 
+    def record_expert_label(self, label: ExpertLabel, *, question: str, passage: dict,
+                            query_id: str | None = None) -> ExpertAck:
+        """Store an expert's grade of (question, passage): `passage` is the chunk as the expert read it (chunk_id,
+        doc_id, page_start, page_end, text; recorded as a passage version like a retrieval), `query_id` the
+        production question it came from (None for a synthetic one). It becomes the item's label (the latest wins)."""
+
+        def row(conn, now: datetime) -> dict:
+            if query_id is not None and conn.execute(select(s.queries.c.query_id)
+                                                     .where(s.queries.c.query_id == query_id)).first() is None:
+                raise UnknownQueryError(f"the item's query {query_id!r} is not in this feedback store: rebuild the "
+                                        "annotation queue from the store the API writes to")
+            digest = self._upsert_passages(conn, [passage], now)[passage["chunk_id"]]
+            return {"query_id": query_id, "question": question, "chunk_id": passage["chunk_id"], "text_hash": digest,
+                    "grade": label.grade, "expert_answer": label.expert_answer}
+
+        return self._write_expert(label, row)
+
+    def undo_expert_label(self, undo: ExpertUndo) -> ExpertAck:
+        """Retract the item's current label, when the same expert gave it: the item is unlabelled again (an earlier
+        label of the item does not come back)."""
+
+        def row(conn, _now: datetime) -> dict:
+            latest = conn.execute(select(s.expert_labels).where(s.expert_labels.c.item_id == undo.item_id)
+                                  .order_by(s.expert_labels.c.label_id.desc()).limit(1)).mappings().first()
+            if latest is None or latest["grade"] is None:
+                raise NothingToUndoError(f"item {undo.item_id!r} has no label to undo")
+            if latest["expert"] != undo.expert:
+                raise NothingToUndoError(f"the label of item {undo.item_id!r} was given by {latest['expert']!r}: only "
+                                         "they can undo it (label the item again to replace it)")
+            return {**{k: latest[k] for k in ("query_id", "question", "chunk_id", "text_hash")},
+                    "grade": None, "expert_answer": None}
+
+        return self._write_expert(undo, row)
+
+    def _write_expert(self, action: ExpertLabel | ExpertUndo, row_of: Callable[[object, datetime], dict]) -> ExpertAck:
+        """One expert_labels row in one transaction; the same idempotency key again returns the first answer."""
+        digest = action.payload_hash()
+
+        def write(conn) -> ExpertAck:
+            now = _now()
+            row = row_of(conn, now)
+            label_id = conn.execute(insert(s.expert_labels).values(
+                idempotency_key=action.idempotency_key, payload_hash=digest, item_id=action.item_id,
+                expert=action.expert, created_at=now, **row)).inserted_primary_key[0]
+            return ExpertAck(label_id=label_id, item_id=action.item_id, grade=row["grade"])
+
+        return self._idempotent(lambda conn: self._expert_replay(conn, action.idempotency_key, digest), write)
+
+    def expert_replay(self, action: ExpertLabel | ExpertUndo) -> ExpertAck | None:
+        """The acknowledgement of an action already stored under its idempotency key (None: not stored yet)."""
+        with self.engine.connect() as conn:
+            return self._expert_replay(conn, action.idempotency_key, action.payload_hash())
+
+    @classmethod
+    def _expert_replay(cls, conn, key: str, digest: str) -> ExpertAck | None:
+        first = cls._keyed(conn, s.expert_labels, key, digest, "another expert label or undo", s.expert_labels.c.label_id,
+                           s.expert_labels.c.item_id, s.expert_labels.c.grade)
+        return None if first is None else ExpertAck(label_id=first.label_id, item_id=first.item_id, grade=first.grade, duplicate=True)
+
     # ---- reads ---------------------------------------------------------------------------------------------
 
     def high_water_mark(self) -> int:
         """The newest feedback event id (0 when there is none): what the retrain sensor counts from."""
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.coalesce(func.max(s.feedback.c.event_id), 0))).scalar())
+
+    def expert_high_water_mark(self) -> int:
+        """The newest expert label id (0 when there is none): a new expert label makes a new dataset version."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.coalesce(func.max(s.expert_labels.c.label_id), 0))).scalar())
+
+    def count_expert_labels(self, since_label_id: int = 0) -> int:
+        """Expert label rows (undos included) after `since_label_id`, the expert mark a dataset was exported at."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(s.expert_labels)
+                                    .where(s.expert_labels.c.label_id > since_label_id)).scalar())
+
+    def current_expert_labels(self) -> dict[str, dict]:
+        """item id -> its label (the item's latest row: label_id, grade, expert, created_at, ...); items whose
+        latest row is an undo are absent."""
+        latest = (select(s.expert_labels.c.item_id, func.max(s.expert_labels.c.label_id).label("label_id"))
+                  .group_by(s.expert_labels.c.item_id).subquery())
+        stmt = (select(s.expert_labels).join(latest, s.expert_labels.c.label_id == latest.c.label_id)
+                .where(s.expert_labels.c.grade.is_not(None)))
+        with self.engine.connect() as conn:
+            return {row["item_id"]: {**row, "created_at": _utc(row["created_at"])} for row in conn.execute(stmt).mappings()}
+
+    def expert_progress(self, item_ids: Iterable[str], *, since: datetime | None = None,
+                        expert: str | None = None) -> dict[str, int]:
+        """How many of `item_ids` (a queue) have a label: `labelled`, of `total`; `labelled_since`: labelled at or
+        after `since` (when the queue was built); `by_expert`: labelled by `expert`."""
+        ids = set(item_ids)
+        done = [label for item, label in self.current_expert_labels().items() if item in ids]
+        return {"total": len(ids), "labelled": len(done),
+                "labelled_since": sum(1 for d in done if since is None or d["created_at"] >= _utc(since)),
+                "by_expert": sum(1 for d in done if d["expert"] == expert)}
 
     def count_feedback(self, since_event_id: int = 0) -> int:
         with self.engine.connect() as conn:
@@ -333,7 +442,7 @@ class FeedbackStore:
             out = {name: int(conn.execute(select(func.count()).select_from(table)).scalar())
                    for name, table in (("queries", s.queries), ("submissions", s.submissions), ("feedback_events", s.feedback),
                                        ("implicit_events", s.implicit_events), ("passages", s.passages),
-                                       ("passage_versions", s.passage_versions))}
+                                       ("passage_versions", s.passage_versions), ("expert_labels", s.expert_labels))}
             for target, score, n in conn.execute(select(s.feedback.c.target, s.feedback.c.score, func.count())
                                                  .group_by(s.feedback.c.target, s.feedback.c.score)):
                 out[f"{target}_{'up' if score > 0 else 'down'}"] = int(n)

@@ -1,9 +1,12 @@
-"""The HTTP API and the web page: POST /ask, POST /feedback, POST /events, GET /health, GET /metrics, GET /.
+"""The HTTP API and the web pages: POST /ask, POST /feedback, POST /events, GET /health, GET /metrics, GET /; the
+expert view: GET /expert, GET /annotation/next, POST /annotation/labels, POST /annotation/undo.
 
-    app = create_app(lambda: answerer, FeedbackStore(), ServeSettings(api_token="..."))
+    app = create_app(lambda: answerer, FeedbackStore(), ServeSettings(api_token="..."), root=data_dir())
 
 The answerer comes from a provider called per request, so the server can swap in a fresh index (see
-rag.serving.index) without restarting; tests pass a fake one. Write endpoints and /metrics need the bearer token.
+rag.serving.index) without restarting; tests pass a fake one. Write endpoints and /metrics need the bearer token;
+/annotation/* needs the expert token (the user token gets 403: experts' labels are graded judgments that
+training trusts more than ratings). The annotation queue is read from `root` (rag.annotation.queue).
 """
 from __future__ import annotations
 
@@ -13,11 +16,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Annotated, Protocol
 
 import numpy as np
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -26,9 +30,21 @@ from starlette.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rag.feedback import FeedbackAck, FeedbackError, FeedbackStore, FeedbackSubmission, ImplicitEvent
+from rag.annotation.queue import AnnotationQueue, QueueItem, queue_path, read_queue
+from rag.feedback import (
+    ExpertAck,
+    ExpertLabel,
+    ExpertUndo,
+    FeedbackAck,
+    FeedbackError,
+    FeedbackStore,
+    FeedbackSubmission,
+    ImplicitEvent,
+)
+from rag.feedback.models import MAX_EXPERT_CHARS
 from rag.retrieval import MAX_QUERY_CHARS, RetrievalError
 from rag.serving.settings import ServeSettings
+from rag.store import data_dir
 
 STATIC = Path(__file__).parent / "static"
 
@@ -70,6 +86,55 @@ class AskResponse(BaseModel):
 
 class EventAck(BaseModel):
     event_id: int
+
+
+class AnnotationProgress(BaseModel):
+    total: int = Field(description="items in the current queue")
+    labelled: int = Field(description="queue items with a label (given at any time, by anyone)")
+    labelled_since_queue: int = Field(description="queue items labelled since the queue was built")
+    by_you: int = Field(description="queue items whose label is the asking expert's")
+
+
+class AnnotationBatch(BaseModel):
+    queue_created_at: datetime
+    strategy: str
+    selection: str
+    items: list[QueueItem] = Field(description="the next unlabelled items, most useful first")
+    progress: AnnotationProgress
+
+
+class NoQueueError(StarletteHTTPException):
+    def __init__(self, root: Path):
+        super().__init__(409, f"no annotation queue yet: materialize the `annotation_queue` asset (it writes "
+                              f"{queue_path(root)})")
+
+
+class QueueFile:
+    """The annotation queue of a data dir, read again only when its file changes (the asset replaces it atomically,
+    so a new mtime or size is a new queue): GET /annotation/next must not parse the JSON on every label."""
+
+    def __init__(self, root: Callable[[], Path]):
+        self.root = root
+        self._lock = threading.Lock()
+        self._seen: tuple | None = None
+        self._queue: AnnotationQueue | None = None
+        self._items: dict[str, QueueItem] = {}
+
+    def get(self) -> tuple[AnnotationQueue, dict[str, QueueItem]]:
+        """The queue and its items by id; NoQueueError (409) when none was built."""
+        root = Path(self.root())
+        try:
+            stat = queue_path(root).stat()
+        except FileNotFoundError:
+            raise NoQueueError(root) from None
+        with self._lock:
+            seen = (str(root), stat.st_mtime_ns, stat.st_size)
+            if seen != self._seen:
+                queue = read_queue(root)
+                if queue is None:  # removed between the stat and the read
+                    raise NoQueueError(root)
+                self._queue, self._items, self._seen = queue, {item.item_id: item for item in queue.items}, seen
+            return self._queue, self._items
 
 
 def model_version(answerer) -> str | None:
@@ -165,20 +230,35 @@ class Metrics:
 
 
 def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, settings: ServeSettings,
-               *, health_extra: Callable[[], dict] | None = None, canary=None) -> FastAPI:
+               *, health_extra: Callable[[], dict] | None = None, canary=None, root: Path | None = None) -> FastAPI:
     """`canary`: a rag.serving.canary.CanaryRouter; while a canary runs it picks each session's arm and answers
-    canary sessions from interleaved rankings. None: production answers everything (no arm is recorded)."""
+    canary sessions from interleaved rankings. None: production answers everything (no arm is recorded).
+    `root`: the data dir holding the annotation queue (None: rag.store.data_dir(), looked up per request)."""
     app = FastAPI(title="Document QA", version="1", description="Ask questions about the indexed documents and rate "
                   "the answers and passages; ratings train the next models.", docs_url=None, redoc_url=None)
     metrics = Metrics()
     store_counts = CachedCounts(store.counts, settings.metrics_cache_seconds)
     ask_slots = asyncio.Semaphore(settings.ask_concurrency)
     bearer = HTTPBearer(auto_error=False)
+    queue_file = QueueFile(lambda: root or data_dir())
+
+    def given(credentials: HTTPAuthorizationCredentials | None, token: str) -> bool:
+        return credentials is not None and hmac.compare_digest(credentials.credentials.encode(), token.encode())
 
     def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-        if credentials is None or not hmac.compare_digest(credentials.credentials.encode(), settings.api_token.encode()):
+        if not given(credentials, settings.api_token):
             raise StarletteHTTPException(401, "missing or wrong bearer token: send `Authorization: Bearer <token>` "
                                               "(the token `rag serve` printed, or RAG_API_TOKEN)")
+
+    def require_expert(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if given(credentials, settings.expert_token):
+            return
+        if given(credentials, settings.api_token):
+            raise StarletteHTTPException(403, "expert labels need the expert token, not the user token: send "
+                                              "`Authorization: Bearer <expert token>` (printed by `rag serve`, or "
+                                              "RAG_EXPERT_TOKEN)")
+        raise StarletteHTTPException(401, "missing or wrong bearer token: the expert view needs `Authorization: Bearer "
+                                          "<expert token>` (the expert token `rag serve` printed, or RAG_EXPERT_TOKEN)")
 
     @app.middleware("http")
     async def _measure(request: Request, call_next):
@@ -269,9 +349,51 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
         return {"uptime_s": round(time.time() - metrics.started, 1), "store": counts, "store_counted_s_ago": round(age, 1),
                 "requests": metrics.snapshot()}
 
+    @app.get("/annotation/next", response_model=AnnotationBatch, dependencies=[Depends(require_expert)],
+             summary="The next unlabelled items of the annotation queue, and how far the labelling is")
+    def annotation_next(expert: Annotated[str, Query(min_length=1, max_length=MAX_EXPERT_CHARS,
+                                                     description="who asks (counts `by_you`)")],
+                        limit: Annotated[int, Query(ge=1, le=100)] = 1) -> AnnotationBatch:
+        queue, _items = queue_file.get()
+        labelled = store.current_expert_labels()
+        ids = [item.item_id for item in queue.items]
+        done = store.expert_progress(ids, since=queue.created_at, expert=expert.strip())
+        return AnnotationBatch(
+            queue_created_at=queue.created_at, strategy=queue.strategy, selection=queue.selection,
+            items=[item for item in queue.items if item.item_id not in labelled][:limit],
+            progress=AnnotationProgress(total=done["total"], labelled=done["labelled"],
+                                        labelled_since_queue=done["labelled_since"], by_you=done["by_expert"]))
+
+    @app.post("/annotation/labels", response_model=ExpertAck, dependencies=[Depends(require_expert)],
+              summary="Grade an item of the annotation queue: 2 relevant, 1 partially, 0 irrelevant; idempotent",
+              responses={201: {"model": ExpertAck}, 404: {"description": "the item is not in the current queue"},
+                         409: {"description": "no queue yet, or the idempotency key was used for another label"}})
+    def annotation_label(body: ExpertLabel):
+        replay = store.expert_replay(body)  # a retry is answered even when a refresh has dropped its item since
+        if replay is None:
+            _queue, items = queue_file.get()
+            item = items.get(body.item_id)
+            if item is None:
+                raise StarletteHTTPException(404, f"item {body.item_id!r} is not in the current annotation queue (it "
+                                                  "may have been rebuilt): take the items GET /annotation/next returns")
+            replay = store.record_expert_label(body, question=item.question, passage=item.model_dump(),
+                                               query_id=item.query_id)
+        return JSONResponse(replay.model_dump(), status_code=200 if replay.duplicate else 201)
+
+    @app.post("/annotation/undo", response_model=ExpertAck, dependencies=[Depends(require_expert)],
+              summary="Retract your current label of an item (it is unlabelled again); idempotent",
+              responses={409: {"description": "nothing to undo (no label, or another expert's)"}})
+    def annotation_undo(body: ExpertUndo):
+        ack = store.undo_expert_label(body)
+        return JSONResponse(ack.model_dump(), status_code=200 if ack.duplicate else 201)
+
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
         return FileResponse(STATIC / "index.html")
+
+    @app.get("/expert", include_in_schema=False)
+    def expert_page() -> FileResponse:
+        return FileResponse(STATIC / "expert.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)

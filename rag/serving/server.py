@@ -149,7 +149,7 @@ def build_app(settings: ServeSettings, *, root: Path | None = None, store: Feedb
         served = current.served() if hasattr(current, "served") else {}
         return {"index": serving.info(), "served": {**served, "config": str(settings.answer_config or "defaults")}}
 
-    app = create_app(serving.current, store, settings, canary=router, health_extra=health)
+    app = create_app(serving.current, store, settings, canary=router, health_extra=health, root=root)
     app.router.lifespan_context = lifespan
     app.state.serving = serving
     return app
@@ -167,5 +167,8 @@ def serve(settings: ServeSettings, **answer_overrides) -> None:
     print(f"web page: http://{settings.host}:{settings.port}/#token={settings.api_token}", flush=True)
     print(f"API: POST /ask, /feedback, /events with `Authorization: Bearer {settings.api_token}`; "
           f"schema at http://{settings.host}:{settings.port}/openapi.json", flush=True)
+    # A separate token: whoever holds the user token must not be able to write the labels training trusts most.
+    print(f"expert view (label the annotation queue): http://{settings.host}:{settings.port}/expert#token="
+          f"{settings.expert_token} (RAG_EXPERT_TOKEN)", flush=True)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
 

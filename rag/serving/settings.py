@@ -5,11 +5,14 @@ import os
 import secrets
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 
 class ServeSettings(BaseModel):
     api_token: str = Field(min_length=16, description="bearer token for POST /ask, /feedback, /events and GET /metrics")
+    expert_token: str = Field(default_factory=lambda: secrets.token_urlsafe(24), min_length=16,
+                              description="bearer token of the expert view and /annotation/*: only it writes expert "
+                              "labels (the api token cannot); random unless given")
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     max_body_bytes: int = Field(64 * 1024, ge=1024, description="bigger requests get 413 before they are parsed")
@@ -19,17 +22,27 @@ class ServeSettings(BaseModel):
     metrics_cache_seconds: float = Field(30.0, ge=0, description="GET /metrics counts the store's tables at most this "
                                          "often (each count scans a table); 0 = on every call")
 
+    @model_validator(mode="after")
+    def _tokens_differ(self) -> ServeSettings:
+        if self.expert_token == self.api_token:
+            raise ValueError("the expert token must differ from the api token, or every user could write expert labels: "
+                             "set RAG_EXPERT_TOKEN to another value (or unset it for a random one)")
+        return self
+
     @classmethod
     def from_env(cls, **overrides) -> ServeSettings:
-        """RAG_API_TOKEN (a random one when unset: `rag serve` prints it), RAG_ANSWER_CONFIG (default: the active
-        configuration when one was applied), RAG_SERVE_REFRESH_SECONDS."""
-        token = os.environ.get("RAG_API_TOKEN")
-        if token is not None and len(token) < 16:
-            raise ValueError("RAG_API_TOKEN must be at least 16 characters (or unset it for a random one)")
+        """RAG_API_TOKEN and RAG_EXPERT_TOKEN (random ones when unset: `rag serve` prints them), RAG_ANSWER_CONFIG
+        (default: the active configuration when one was applied), RAG_SERVE_REFRESH_SECONDS."""
+        tokens = {}
+        for field, name in (("api_token", "RAG_API_TOKEN"), ("expert_token", "RAG_EXPERT_TOKEN")):
+            token = os.environ.get(name)
+            if token is not None and len(token) < 16:
+                raise ValueError(f"{name} must be at least 16 characters (or unset it for a random one)")
+            tokens[field] = token or secrets.token_urlsafe(24)
         from rag.tuning.active import active_file
 
         # Without an explicit config the API serves the active configuration (an applied search winner), if any.
-        env = {"api_token": token or secrets.token_urlsafe(24), "answer_config": os.environ.get("RAG_ANSWER_CONFIG") or active_file()}
+        env = {**tokens, "answer_config": os.environ.get("RAG_ANSWER_CONFIG") or active_file()}
         if os.environ.get("RAG_SERVE_REFRESH_SECONDS"):
             env["refresh_seconds"] = float(os.environ["RAG_SERVE_REFRESH_SECONDS"])
         return cls(**{**env, **{k: v for k, v in overrides.items() if v is not None}})
