@@ -8,7 +8,7 @@ import os
 
 from dagster import Definitions, in_process_executor, multiprocess_executor
 
-from assets import answers, checks, chunking, config_search, evaluation, feedback, indexing, ingestion, rollout, training
+from assets import annotation, answers, checks, chunking, config_search, evaluation, feedback, indexing, ingestion, rollout, training
 from orchestration import jobs, nightly
 from orchestration import rollout as rollout_jobs
 from orchestration import training as training_jobs
@@ -21,6 +21,7 @@ from resources.qdrant import QdrantResource
 from resources.rollout import Rollout
 from resources.storage import DataStore
 from sensors import canary, documents, drift, strategies
+from sensors import annotation as annotation_sensors
 from sensors import feedback as feedback_sensors
 
 STAGES = (
@@ -31,6 +32,7 @@ STAGES = (
     feedback, feedback_sensors, drift,  # feedback loop: dataset, drift observations, retrain sensors, weekly fallback
     answers,  # answer stage: bake-off of answers per mode × strategy (job in orchestration/jobs.py)
     rollout, rollout_jobs, canary,  # gradual rollout: canary of a gated candidate, promotion and rollback
+    annotation, annotation_sensors,  # annotation: the expert queue (active learning), rebuilt daily and after retrains
 )
 
 # Embedded Qdrant locks its folder to one process, so steps run in the run's own process unless a

@@ -61,7 +61,8 @@ def test_definitions_have_groups_and_checks():
                       "answer_evaluation": "evaluation", "finetuned_embedder": "training", "trained_reranker": "training",
                       "production_embedder": "training", "production_reranker": "training",
                       "feedback_dataset": "feedback", "query_drift": "feedback", "model_rollout": "training",
-                      "config_search": "optimization", "active_configuration": "optimization"}
+                      "config_search": "optimization", "active_configuration": "optimization",
+                      "annotation_queue": "annotation"}
     assert defs.resolve_schedule_def("nightly_reindex").cron_schedule == "0 2 * * *"
     assert {k.name for k in graph.asset_check_keys} == {"parsed_documents_quality", "chunk_sets_quality", "synthetic_qa_quality",
                                                         "retrieval_evaluation_quality", "finetuned_embedder_gate",
@@ -70,7 +71,7 @@ def test_definitions_have_groups_and_checks():
     gates = {k.name: graph.get_check_spec(k) for k in graph.asset_check_keys if k.name.endswith("_gate")}
     assert all(spec.blocking for spec in gates.values())
     assert {s.name for s in defs.sensors} >= {"feedback_volume_sensor", "drift_sensor", "new_documents_sensor", "canary_sensor"}
-    assert {s.name for s in defs.schedules} == {"nightly_reindex", "weekly_retrain"}
+    assert {s.name for s in defs.schedules} == {"nightly_reindex", "weekly_retrain", "annotation_queue_daily"}
 
 
 def test_ingest_then_chunk_partition_with_passing_checks(env):

@@ -10,7 +10,7 @@ from dagster import in_process_executor, multiprocess_executor
 from orchestration.definitions import STAGES, defs
 
 ASSETS = {
-    "active_configuration", "answer_evaluation", "bm25_indexes", "chunk_sets", "config_search", "document_quarantine",
+    "active_configuration", "annotation_queue", "answer_evaluation", "bm25_indexes", "chunk_sets", "config_search", "document_quarantine",
     "embedding_collections", "evaluation_summary", "feedback_dataset", "finetuned_embedder", "model_rollout",
     "parsed_documents", "production_embedder", "production_reranker", "query_drift", "retrieval_evaluation",
     "synthetic_qa", "trained_reranker",
@@ -21,14 +21,14 @@ CHECKS = {
     "synthetic_qa:synthetic_qa_quality", "trained_reranker:trained_reranker_gate",
 }
 JOBS = {
-    "answer_evaluation_job", "apply_configuration_job", "chunk_sets_job", "config_search_job",
+    "annotation_queue_job", "answer_evaluation_job", "apply_configuration_job", "chunk_sets_job", "config_search_job",
     "embedding_collections_job", "evaluation_summary_job", "ingest_documents_job", "nightly_reindex_job",
     "promote_canary_job", "retrain_job", "retrieval_evaluation_job", "rollback_canary_job", "start_canary_job",
     "synthetic_qa_job",
 }
-SENSORS = {"canary_sensor", "chunking_strategy_sensor", "drift_sensor", "embedding_model_sensor",
+SENSORS = {"annotation_after_retrain_sensor", "canary_sensor", "chunking_strategy_sensor", "drift_sensor", "embedding_model_sensor",
            "feedback_volume_sensor", "new_documents_sensor"}
-SCHEDULES = {"nightly_reindex", "weekly_retrain"}
+SCHEDULES = {"annotation_queue_daily", "nightly_reindex", "weekly_retrain"}
 RESOURCES = {"chunking", "data_store", "document_source", "embedding_models", "feedback_loop", "llm", "qdrant", "rollout"}
 
 # Which module exports which pieces (its `defs`): (assets, checks, jobs, sensors, schedules).
@@ -60,6 +60,9 @@ OWNERS = {
     "sensors.feedback": (set(), set(), set(), {"feedback_volume_sensor"}, {"weekly_retrain"}),
     "sensors.drift": (set(), set(), set(), {"drift_sensor"}, set()),
     "sensors.canary": (set(), set(), set(), {"canary_sensor"}, set()),
+    "assets.annotation": ({"annotation_queue"}, set(), set(), set(), set()),
+    "sensors.annotation": (set(), set(), {"annotation_queue_job"}, {"annotation_after_retrain_sensor"},
+                           {"annotation_queue_daily"}),
 }
 
 

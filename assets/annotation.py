@@ -1,0 +1,102 @@
+"""Annotation stage: the queue of (question, passage) pairs experts should label next, chosen by active learning
+over what serves (rag.annotation). The expert view serves its items from `<data dir>/annotation/queue.json`; the
+labels go to the feedback store's `expert_labels` table and from there into retraining."""
+from dagster import AssetExecutionContext, AssetKey, Config, Definitions, MaterializeResult, MetadataValue, asset
+from pydantic import Field
+
+from assets.evaluation import library_field
+from rag.annotation.build import build_queue
+from rag.annotation.candidates import pick_questions, production_questions, synthetic_questions
+from rag.annotation.config import AnnotationSettings
+from rag.annotation.queue import read_queue, write_queue
+from rag.annotation.report import coverage, current_labels, expert_labels, preview, since_refresh
+from rag.annotation.served import ServedRanking
+from rag.markdown import markdown_table
+from rag.store import CHUNKS_TABLE
+from resources.feedback import FeedbackLoop
+from resources.qdrant import QdrantResource
+from resources.storage import DataStore
+
+QA_TABLE = "synthetic_qa"
+# Upstream: the passages and indexes the candidates come from, the QA set that stands in for traffic, and the models
+# that serve (a promotion changes what users see, so what is uncertain).
+UPSTREAM = (CHUNKS_TABLE, "bm25_indexes", "embedding_collections", QA_TABLE, "production_embedder", "production_reranker")
+
+
+class AnnotationQueueConfig(Config):
+    """Launchpad settings of annotation_queue (rag.annotation.config.AnnotationSettings, defaults from there)."""
+
+    size: int = library_field(AnnotationSettings, "size")
+    questions: int = library_field(AnnotationSettings, "questions")
+    k: int = library_field(AnnotationSettings, "k")
+    source: str = library_field(AnnotationSettings, "source")
+    method: str = library_field(AnnotationSettings, "method")
+    diversity: str = library_field(AnnotationSettings, "diversity")
+    mmr_lambda: float = library_field(AnnotationSettings, "mmr_lambda")
+    per_document: int | None = library_field(AnnotationSettings, "per_document")
+    per_question: int | None = library_field(AnnotationSettings, "per_question")
+    weights: dict[str, float] = library_field(AnnotationSettings, "weights")
+    skip_labelled: bool = library_field(AnnotationSettings, "skip_labelled")
+    seed: int = library_field(AnnotationSettings, "seed")
+    strategy: str | None = Field(None, description="chunk set whose passages are labelled (None: the one that serves)")
+    model: str | None = Field(None, description="embedder of the served ranking (None: the one that serves, production)")
+    mode: str | None = Field(None, description="retrieval mode of the served ranking (None: the one that serves)")
+
+    def settings(self) -> AnnotationSettings:
+        return AnnotationSettings(**{name: getattr(self, name) for name in AnnotationSettings.model_fields})
+
+
+@asset(
+    deps=[AssetKey(key) for key in UPSTREAM],
+    group_name="annotation",
+    kinds={"python", "json"},
+    description="Pairs (question, passage) for experts to label, most useful first: the newest production queries (the "
+    "synthetic QA set's questions until there is traffic), each with the served ranking's top k (active configuration or "
+    "defaults: production embedder and reranker), scored by uncertainty (reranker probability near 0.5, small score "
+    "margin to the neighbouring passage, BM25 / dense / reranker ranks disagreeing; weights in run config) and picked "
+    "for diversity (MMR or k-center over question embeddings, quotas per document and question). Written to "
+    "<data dir>/annotation/queue.json for the expert view; refreshed daily and after each retrain.",
+)
+def annotation_queue(context: AssetExecutionContext, config: AnnotationQueueConfig, data_store: DataStore,
+                     qdrant: QdrantResource, feedback_loop: FeedbackLoop) -> MaterializeResult:
+    settings = config.settings()
+    ranking = ServedRanking(data_store.root, qdrant.settings(), k=settings.k, strategy=config.strategy,
+                            model=config.model, mode=config.mode)
+    store = feedback_loop.store()
+    try:
+        recent = store.recent_queries(4 * settings.questions) if settings.source != "synthetic" else None
+        labels = expert_labels(store)
+    finally:
+        store.close()
+    questions = pick_questions(production_questions(recent, settings.questions),
+                               synthetic_questions(data_store.tables.read(QA_TABLE), settings.questions, settings.seed),
+                               settings.questions, settings.source)
+    if not questions:
+        raise ValueError(f"no question to build the annotation queue from (source {settings.source!r}): there is no "
+                         "production traffic and no synthetic QA set yet; materialize synthetic_qa or serve some queries")
+    previous, labelled = read_queue(data_store.root), set(current_labels(labels)["item_id"])
+    served = ranking.served()
+    context.log.info(f"scoring the top {settings.k} of {len(questions)} questions as served by {served}")
+    built = build_queue(questions, ranking.rank, settings, strategy=ranking.settings.strategy, reranked=ranking.reranked,
+                        embed=ranking.encoder, labelled=labelled, depth=ranking.depth, served=served)
+    path = write_queue(data_store.root, built.queue)
+    covered = coverage(built.queue, int(ranking.chunks["doc_id"].nunique()))
+    progress = since_refresh(previous, labels)
+    table = preview(built.queue)
+    considered = {source: sum(q.source == source for q in built.questions) for source in ("production", "synthetic")}
+    context.log.info(f"annotation queue: {covered['queue_size']} items over {covered['distinct_documents']} documents "
+                     f"({settings.method}); {progress['labels_since_refresh']} labels since the previous refresh")
+    return MaterializeResult(metadata={
+        **covered, **{k: v for k, v in progress.items() if v is not None},
+        "dagster/row_count": covered["queue_size"], "path": MetadataValue.path(str(path)),
+        "method": settings.method, "questions_considered": len(built.questions),
+        "production_questions_considered": considered["production"],
+        "synthetic_questions_considered": considered["synthetic"],
+        "candidates_scored": built.candidates, "already_labelled_skipped": built.skipped_labelled,
+        "labelled_items": len(labelled),
+        "served": MetadataValue.json(served), "settings": MetadataValue.json(settings.model_dump(mode="json")),
+        "preview": MetadataValue.md(markdown_table(table, list(table.columns))),
+    })
+
+
+defs = Definitions(assets=[annotation_queue])

@@ -1,0 +1,112 @@
+"""Which scored candidates go into the queue: a registry of selection methods, all seeded.
+
+- active: uncertainty and diversity. Greedy, one pair at a time: MMR (lambda * uncertainty + (1 - lambda) *
+  novelty, novelty = 1 - the highest cosine between the pair's question and a question already picked) or k-center
+  (uncertainty * that distance), within quotas per document and per question. Labels spent on ten phrasings of one
+  question, or on one document, teach a model less than the same labels spread over what people ask.
+- uncertainty: the most uncertain pairs first, nothing else (the baseline active learning has to beat).
+- random: a seeded uniform sample (what labelling without a queue amounts to).
+Ties are broken by a seeded permutation, so the same seed gives the same queue.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Pool:
+    """The scored candidates, one row each."""
+
+    uncertainty: np.ndarray  # (n,) in [0, 1]
+    questions: list[str]  # each row's question (normalized text)
+    documents: list[str]  # each row's document id
+    vectors: np.ndarray | None = None  # (n, d) each row's question embedding; None: questions are similar only to themselves
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+
+Selector = Callable[..., list[int]]
+SELECTORS: dict[str, Selector] = {}
+
+
+def register_selector(name: str) -> Callable[[Selector], Selector]:
+    def decorator(fn: Selector) -> Selector:
+        SELECTORS[name] = fn
+        return fn
+    return decorator
+
+
+def selector(method: str) -> Selector:
+    if method not in SELECTORS:
+        raise ValueError(f"unknown selection method {method!r}: use {', '.join(SELECTORS)}")
+    return SELECTORS[method]
+
+
+def select(pool: Pool, size: int, method: str, settings) -> list[int]:
+    """Row indexes of the chosen pairs, in queue order. `settings`: rag.annotation.config.AnnotationSettings."""
+    chosen = selector(method)
+    return [int(i) for i in chosen(pool, size, settings)] if size > 0 and len(pool) else []
+
+
+def _tiebreak(n: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).permutation(n)
+
+
+@register_selector("random")
+def _random(pool: Pool, size: int, settings) -> list[int]:
+    return np.random.default_rng(settings.seed).choice(len(pool), size=min(size, len(pool)), replace=False).tolist()
+
+
+@register_selector("uncertainty")
+def _uncertainty(pool: Pool, size: int, settings) -> list[int]:
+    return np.lexsort((_tiebreak(len(pool), settings.seed), -pool.uncertainty))[:size].tolist()
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    v = np.asarray(vectors, dtype=np.float64)
+    return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+
+
+@register_selector("active")
+def _active(pool: Pool, size: int, settings) -> list[int]:
+    n = len(pool)
+    u = np.asarray(pool.uncertainty, dtype=np.float64)
+    tiebreak = _tiebreak(n, settings.seed)
+    if pool.vectors is not None:
+        vectors = _unit(pool.vectors)
+        similarity = lambda i: vectors @ vectors[i]  # noqa: E731
+    else:
+        question_ids = np.unique(pool.questions, return_inverse=True)[1]
+        similarity = lambda i: (question_ids == question_ids[i]).astype(np.float64)  # noqa: E731
+    closest = np.zeros(n)  # highest similarity to a picked question so far (0: nothing picked)
+    eligible = np.ones(n, dtype=bool)
+    documents, questions = np.asarray(pool.documents, dtype=object), np.asarray(pool.questions, dtype=object)
+    per_document, per_question = Counter(), Counter()
+    chosen: list[int] = []
+    while len(chosen) < size and eligible.any():
+        novelty = 1.0 - np.clip(closest, 0.0, 1.0)
+        if settings.diversity == "k-center":
+            score = u * novelty
+        else:
+            score = settings.mmr_lambda * u + (1.0 - settings.mmr_lambda) * novelty
+        score = np.where(eligible, score, -np.inf)
+        best = int(np.lexsort((tiebreak, -score))[0])
+        chosen.append(best)
+        eligible[best] = False
+        closest = np.maximum(closest, similarity(best))
+        doc, question = pool.documents[best], pool.questions[best]
+        per_document[doc] += 1
+        per_question[question] += 1
+        if settings.per_document is not None and per_document[doc] >= settings.per_document:
+            eligible &= documents != doc
+        if settings.per_question is not None and per_question[question] >= settings.per_question:
+            eligible &= questions != question
+    return chosen
+
+
+__all__ = ["SELECTORS", "Pool", "register_selector", "select", "selector"]

@@ -1,0 +1,245 @@
+"""The annotation queue: uncertainty signals, the selection methods (diversity, quotas, seeds, weights) on tiny
+in-memory candidates, labels since the last refresh, and the asset end to end on a tiny corpus with wordllama."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from rag.annotation.build import build_queue
+from rag.annotation.candidates import Candidate, Question, pick_questions, production_questions, synthetic_questions
+from rag.annotation.config import AnnotationSettings
+from rag.annotation.queue import AnnotationQueue, QueueItem, item_id
+from rag.annotation.report import current_labels, since_refresh
+from rag.annotation.select import Pool, select
+from rag.annotation.signals import combine, margin_signals, pair_signals
+from rag.retrieval import Hit
+
+
+def _pool(per_doc_uncertainty: dict[str, list[float]], vectors: bool = True) -> Pool:
+    """Candidates of three questions per document; document d0's are the most uncertain by far."""
+    u, questions, documents, vecs = [], [], [], []
+    rng = np.random.default_rng(7)
+    for d, values in per_doc_uncertainty.items():
+        centre = rng.normal(size=16)
+        for j, value in enumerate(values):
+            u.append(value)
+            questions.append(f"{d}-q{j % 3}")
+            documents.append(d)
+            vecs.append(centre + 0.05 * rng.normal(size=16))  # one topic per document
+    return Pool(np.array(u), questions, documents, np.array(vecs) if vectors else None)
+
+
+SKEWED = {"d0": [0.99, 0.98, 0.97, 0.96, 0.95, 0.94], "d1": [0.5, 0.49, 0.48], "d2": [0.45, 0.44, 0.43],
+          "d3": [0.40, 0.39, 0.38]}
+
+
+def test_uncertainty_takes_the_most_uncertain_and_active_spreads_over_documents_within_quotas():
+    pool = _pool(SKEWED)
+    uncertain = select(pool, 6, "uncertainty", AnnotationSettings())
+    assert {pool.documents[i] for i in uncertain} == {"d0"}  # all from one document
+    settings = AnnotationSettings(per_document=2, per_question=1)
+    active = select(pool, 6, "active", settings)
+    docs = [pool.documents[i] for i in active]
+    assert len(active) == 6 and len(set(docs)) >= 3
+    assert max(docs.count(d) for d in set(docs)) <= 2  # the per-document quota holds
+    questions = [pool.questions[i] for i in active]
+    assert len(questions) == len(set(questions))  # per_question=1
+    assert active[0] == int(np.argmax(pool.uncertainty))  # the first pick is the most uncertain pair
+
+
+def test_quotas_cap_the_queue_when_the_pool_runs_out():
+    pool = _pool({"d0": [0.9, 0.8, 0.7], "d1": [0.6, 0.5, 0.4]})
+    chosen = select(pool, 10, "active", AnnotationSettings(per_document=1, per_question=None))
+    assert sorted(pool.documents[i] for i in chosen) == ["d0", "d1"]
+
+
+@pytest.mark.parametrize("diversity", ["mmr", "k-center"])
+def test_diversity_without_vectors_and_with_either_rule(diversity):
+    pool = _pool(SKEWED, vectors=False)
+    settings = AnnotationSettings(diversity=diversity, mmr_lambda=0.5, per_document=None, per_question=None)
+    chosen = select(pool, 4, "active", settings)
+    # Without vectors a question is similar only to itself: four picks are four different questions.
+    assert len({pool.questions[i] for i in chosen}) == 4
+    # MMR weighing uncertainty more takes d0's question again rather than a far less uncertain new one.
+    greedy = select(pool, 4, "active", settings.model_copy(update={"diversity": "mmr", "mmr_lambda": 0.9}))
+    assert len({pool.questions[i] for i in greedy}) < 4
+
+
+def test_seeded_methods_are_deterministic_and_random_differs_by_seed():
+    pool = _pool({d: [0.5] * 6 for d in ("d0", "d1", "d2", "d3")})  # all tied: only the seed orders them
+    for method in ("active", "uncertainty", "random"):
+        a = select(pool, 5, method, AnnotationSettings(seed=1))
+        assert a == select(pool, 5, method, AnnotationSettings(seed=1))
+    runs = {tuple(select(pool, 5, "random", AnnotationSettings(seed=s))) for s in range(5)}
+    assert len(runs) > 1
+    seeded = AnnotationSettings(seed=1)
+    assert select(pool, 5, "random", seeded) != select(pool, 5, "uncertainty", seeded)
+
+
+def test_signals_and_weights_change_the_order():
+    assert margin_signals([0.9, 0.89, 0.5, 0.1]) == pytest.approx([1 - 0.01 / 0.8, 1 - 0.01 / 0.8, 1 - 0.39 / 0.8, 0.5])
+    q = Question("why", "synthetic")
+    chunk = lambda n: {"chunk_id": f"c{n}", "doc_id": "d", "text": "t"}  # noqa: E731
+    candidates = [
+        Candidate(q, chunk(1), 1, 0.95, {"bm25": 1, "dense": 1, "reranker": 1}, 0.95),  # sure, all lists agree
+        Candidate(q, chunk(2), 2, 0.52, {"bm25": 2, "dense": 2, "reranker": 2}, 0.52),  # probability near 0.5
+        Candidate(q, chunk(3), 3, 0.10, {"bm25": 1, "reranker": 3}, 0.10),  # BM25 first, dense missed it
+    ]
+    signals = pair_signals(candidates, depth=100)
+    assert signals[1]["probability"] > 0.9 > signals[0]["probability"]
+    assert signals[2]["disagreement"] > signals[1]["disagreement"] == 0.0
+    by_probability = combine(signals, {"probability": 1.0})
+    by_disagreement = combine(signals, {"disagreement": 1.0})
+    assert int(np.argmax(by_probability)) == 1 and int(np.argmax(by_disagreement)) == 2
+    # Without a reranker the probability signal is absent and drops out of the mean.
+    plain = pair_signals([Candidate(q, chunk(1), 1, 0.7, {"bm25": 3, "dense": 1}),
+                          Candidate(q, chunk(2), 2, 0.6, {"bm25": 1})])
+    assert all("probability" not in s for s in plain) and combine(plain, {"probability": 1.0, "margin": 1.0})
+
+
+def _hits(question: str, docs: list[str]) -> list[Hit]:
+    return [Hit(r, 1.0 - 0.1 * r, {"chunk_id": f"{question[:6]}-{d}-{r}", "doc_id": d, "text": f"passage {r}",
+                                   "page_start": 1, "page_end": 1}, {"bm25_rank": float(5 - r), "dense_rank": float(r)})
+            for r, d in enumerate(docs, start=1)]
+
+
+def test_build_queue_skips_labelled_pairs_and_keeps_stable_ids():
+    questions = [Question(f"question {i}", "synthetic") for i in range(4)]
+    rank = lambda q: _hits(q, ["a", "b", "c", "d"])  # noqa: E731
+    settings = AnnotationSettings(size=5, k=4, per_document=None, per_question=None, method="uncertainty")
+    first = build_queue(questions, rank, settings, strategy="paragraph", reranked=False)
+    assert len(first.queue.items) == 5 and first.candidates == 16 and first.skipped_labelled == 0
+    labelled = {first.queue.items[0].item_id}
+    again = build_queue(questions, rank, settings, strategy="paragraph", reranked=False, labelled=labelled)
+    assert again.skipped_labelled == 1 and labelled.isdisjoint(i.item_id for i in again.queue.items)
+    item = again.queue.items[0]
+    assert item.item_id == item_id(item.question, item.chunk_id) and item.source == "synthetic" and item.signals
+
+
+def test_questions_come_from_production_first_then_synthetic():
+    recent = pd.DataFrame({"query_id": ["q1", "q2", "q3"], "text": ["How old?", "how  OLD?", "Where is it?"],
+                           "created_at": pd.to_datetime(["2024-01-01", "2024-01-02", "2024-01-03"])})
+    production = production_questions(recent, 10)
+    assert [q.query_id for q in production] == ["q3", "q2"]  # newest first, a repeat counted once
+    qa = pd.DataFrame({"question": ["A copied sentence of the text.", "Who wrote it?", "where is it?"],
+                       "qtype": ["inverse-cloze", "answer-aware", "keyword"]})
+    synthetic = synthetic_questions(qa, 10, seed=3)
+    assert synthetic[-1].text == "A copied sentence of the text."  # copies last
+    mixed = pick_questions(production, synthetic, 4)
+    assert [q.source for q in mixed] == ["production", "production", "synthetic", "synthetic"]
+    assert "where is it?" not in [q.text for q in mixed]  # already asked by a user
+    assert [q.source for q in pick_questions([], synthetic, 2)] == ["synthetic", "synthetic"]
+
+
+def test_labels_since_the_last_refresh_follow_undos_and_the_previous_queue():
+    item = lambda n: QueueItem(item_id=f"i{n}", question="q", source="synthetic", chunk_id=f"c{n}", doc_id="d",  # noqa: E731
+                               text="t", uncertainty=0.5)
+    previous = AnnotationQueue(created_at=pd.Timestamp("2024-05-01T00:00:00Z").to_pydatetime(), strategy="p",
+                               selection="active", items=[item(1), item(2)])
+    labels = pd.DataFrame({"label_id": [1, 2, 3, 4, 5], "item_id": ["i0", "i1", "i2", "i2", "i9"],
+                           "grade": [2, 1, 0, None, 2], "expert": ["e"] * 5,
+                           "created_at": pd.to_datetime(["2024-04-01", "2024-05-02", "2024-05-02", "2024-05-03",
+                                                         "2024-05-04"])})
+    assert set(current_labels(labels)["item_id"]) == {"i0", "i1", "i9"}  # i2 was undone
+    progress = since_refresh(previous, labels)
+    assert progress["labels_since_refresh"] == 2 and progress["labelled_from_previous_queue"] == 1
+    assert since_refresh(None, labels)["labels_since_refresh"] == 0
+
+
+def test_settings_refuse_unknown_signals_and_methods():
+    with pytest.raises(ValueError, match="unknown uncertainty signals"):
+        AnnotationSettings(weights={"confidence": 1.0})
+    with pytest.raises(ValueError, match="unknown selection method"):
+        AnnotationSettings(method="greedy")
+
+
+def _metadata(result) -> dict:
+    return {k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node("annotation_queue")[0].metadata.items()}
+
+
+def test_asset_writes_the_queue_with_coverage_and_progress(tmp_path, monkeypatch):
+    """Materialize annotation_queue on four tiny documents (wordllama, no reranker): production queries first,
+    synthetic ones to top up, and the metadata counts the labels given since the previous queue."""
+    from dagster import materialize
+
+    from assets.annotation import annotation_queue
+    from rag.annotation.queue import read_queue
+    from rag.chunking import get_chunker
+    from rag.embedding import load_embedder
+    from rag.evaluation.qaset import Evidence, QAItem, to_frame
+    from rag.feedback import FeedbackStore
+    from rag.index.qdrant import close_client
+    from rag.ingest import document_to_row
+    from rag.parsing.models import ElementDraft, assemble
+    from rag.pipeline import bm25_step, chunk_step, embed_step
+    from rag.store import DOCUMENTS_TABLE, TableStore
+    from resources.feedback import FeedbackLoop
+    from resources.qdrant import QdrantResource
+    from resources.storage import DataStore
+
+    root = tmp_path / "data"
+    tables = TableStore(root / "tables")
+    topics = {"lighthouses": "Lighthouses guide ships at night. Their lamps turn slowly.",
+              "bakery": "The bakery opens at six. Sourdough needs a long rise.",
+              "glaciers": "Glaciers carve valleys. Ice moves a few metres a year.",
+              "trains": "Night trains cross the alps. Sleeper cars have bunks."}
+    docs = [assemble([ElementDraft(type="narrative", text=f"{text} More about {name} here.") for _ in range(3)],
+                     doc_id=f"{name}.txt", source_path=name, content_hash=name, parser="test", n_pages=1)
+            for name, text in topics.items()]
+    tables.write(pd.DataFrame([document_to_row(d, "test") for d in docs]), DOCUMENTS_TABLE)
+    chunk_step(tables, get_chunker("paragraph"))
+    qdrant = QdrantResource(path=str(tmp_path / "qdrant"))
+    bm25_step(tables, root, "paragraph")
+    embed_step(tables, qdrant.client(), "paragraph", "wordllama", load_embedder("wordllama"))
+    qa = [QAItem(qid=f"s{i}", question=f"What about {name} at night?", qtype="answer-aware", doc_id=f"{name}.txt",
+                 evidence=[Evidence(doc_id=f"{name}.txt", start=0, end=10)]) for i, name in enumerate(topics)]
+    tables.write(to_frame(qa), "synthetic_qa")
+    store = FeedbackStore(root=root)
+    store.record_query("When do lighthouses turn their lamps?", answer="-", chunks=[])
+    store.close()
+    resources = {"data_store": DataStore(data_dir=str(root)), "qdrant": qdrant,
+                 "feedback_loop": FeedbackLoop(data_dir=str(root))}
+    config = {"ops": {"annotation_queue": {"config": {"model": "wordllama", "strategy": "paragraph", "size": 6, "k": 3,
+                                                      "per_document": 2, "per_question": 2}}}}
+    try:
+        first = materialize([annotation_queue], resources=resources, run_config=config)
+        assert first.success
+        meta = _metadata(first)
+        queue = read_queue(root)
+        assert queue is not None and len(queue.items) == meta["queue_size"] == 6
+        assert meta["production_questions_considered"] == 1 and meta["synthetic_questions_considered"] == 4
+        assert meta["distinct_documents"] >= 3 and meta["corpus_documents"] == 4 and meta["labels_since_refresh"] == 0
+        assert all(c <= 2 for c in pd.Series([i.doc_id for i in queue.items]).value_counts())
+        assert "| uncertainty |" in meta["preview"] and meta["served"]["reranker"] == "none"
+        assert queue.config["method"] == "active" and queue.selection == "active"
+
+        # An expert labels one item (as the expert view records it in the store's expert_labels table): the next
+        # refresh counts it and leaves the pair out.
+        labelled = queue.items[0].item_id
+        label = pd.DataFrame({"label_id": [1], "item_id": [labelled], "grade": [2], "expert": ["tester"],
+                              "created_at": [pd.Timestamp.now(tz="UTC")]})
+        monkeypatch.setattr("assets.annotation.expert_labels", lambda store: label)
+        second = materialize([annotation_queue], resources=resources, run_config=config)
+        meta2 = _metadata(second)
+        assert meta2["previous_queue_size"] == 6 and meta2["labels_since_refresh"] == 1
+        assert meta2["labelled_from_previous_queue"] == 1 and meta2["already_labelled_skipped"] == 1
+        assert labelled not in {i.item_id for i in read_queue(root).items}
+    finally:
+        close_client(qdrant.settings())
+
+
+def test_sensor_rebuilds_once_per_retrain_and_the_schedule_runs_daily():
+    from dagster import AssetMaterialization, SensorResult, SkipReason, build_schedule_context, build_sensor_context
+    from dagster import instance_for_test
+
+    from sensors.annotation import annotation_after_retrain_sensor, annotation_queue_daily
+
+    with instance_for_test() as instance:
+        first = annotation_after_retrain_sensor(build_sensor_context(instance=instance))
+        assert isinstance(first, SkipReason) and "no retrain yet" in first.skip_message
+        instance.report_runless_asset_event(AssetMaterialization("trained_reranker"))
+        fired = annotation_after_retrain_sensor(build_sensor_context(instance=instance))
+        assert isinstance(fired, SensorResult) and fired.run_requests[0].run_key.startswith("annotation-after-retrain:")
+        again = annotation_after_retrain_sensor(build_sensor_context(instance=instance, cursor=fired.cursor))
+        assert isinstance(again, SkipReason) and f"#{fired.cursor}" in again.skip_message
+        with build_schedule_context(instance=instance) as context:
+            assert annotation_queue_daily(context).tags["trigger"] == "daily"
