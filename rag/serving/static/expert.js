@@ -57,7 +57,7 @@ async function next(again = null) {
   const batch = await call("GET", `/annotation/next?expert=${encodeURIComponent(expert())}&limit=1`);
   showProgress(batch.progress);
   show(again || batch.items[0] || null);
-  if (shown === null) status("Every item of the queue is labelled. Thank you!");
+  return shown === null ? " Every item of the queue is labelled. Thank you!" : "";
 }
 
 async function guarded(work) {
@@ -76,8 +76,7 @@ function label(grade) {
     });
     labelled.push(item);
     $("undo").disabled = false;
-    await next();
-    status(`Saved: ${GRADES[grade]} (label ${ack.label_id}).`);
+    status(`Saved: ${GRADES[grade]} (label ${ack.label_id}).` + await next());
   });
 }
 
@@ -93,11 +92,13 @@ function undo() {
   });
 }
 
+const start = () => guarded(async () => status(`Labelling as ${expert()}.` + await next()));
+
 $("login").addEventListener("submit", (event) => {
   event.preventDefault();
   sessionStorage.setItem("expertName", expert());
   sessionStorage.setItem("expertToken", $("expert-token").value.trim());
-  guarded(async () => { await next(); if (shown) status(`Labelling as ${expert()}.`); });
+  start();
 });
 document.querySelectorAll("#grades [data-grade]").forEach((b) => b.addEventListener("click", () => label(Number(b.dataset.grade))));
 $("undo").addEventListener("click", undo);
@@ -115,4 +116,4 @@ document.addEventListener("keydown", (event) => {
   else if (event.key === "u" || event.key === "U") { event.preventDefault(); undo(); }
 });
 
-if ($("expert-token").value && expert()) guarded(next);
+if ($("expert-token").value && expert()) start();
