@@ -47,6 +47,21 @@ class TrainingConfig(BaseModel):
                                          "out of training for selection and the gate")
     min_feedback_gate_questions: int = Field(20, ge=1, description="with at least this many held-out feedback questions "
                                              "the gate scores users' questions only; below it, synthetic dev questions join them")
+    # Expert labels (the feedback dataset's qrels/expert_qrels.tsv: 2 relevant, 1 partially relevant, 0 irrelevant) are
+    # few and costly. λ as a share, not a per-pair multiplier, keeps its meaning whatever the number of synthetic
+    # questions a QA set happens to have: λ = 0.2 is the mixture (1 - λ)·L_other + λ·L_expert of the design this
+    # follows, where 0.1-0.2 helped most on hard queries. How each trainer applies it: rag.training.data.expert_scale.
+    expert_weight: float = Field(0.2, ge=0, lt=1, description="λ: the expert-labelled pairs' share of the training "
+                                 "signal against synthetic and users' pairs (0 leaves them out). LambdaRank: expert "
+                                 "questions' group weights sum to λ of all weights; sentence-transformers losses (no "
+                                 "per-example weights): expert examples are sampled to λ of the examples")
+    expert_partial_weight: float = Field(0.5, ge=0, le=1, description="weight of a partially relevant (grade 1) expert "
+                                         "pair, relative to a relevant one, in losses without a graded target (MNRL: it "
+                                         "is a positive sampled this much less often; 0 leaves it out). LambdaRank and "
+                                         "the cross-encoder take the grade itself as the target")
+    min_expert_gate_questions: int = Field(20, ge=1, description="with at least this many held-out expert-labelled "
+                                           "questions the gate scores them only (graded relevance) and says so; below "
+                                           "it they join the users' or synthetic gate questions")
 
 
 class EmbedderTrainingConfig(TrainingConfig):
@@ -112,9 +127,9 @@ class GateSettings(BaseModel):
     target_effect: float = Field(0.02, gt=0, le=1, description="the smallest nDCG@10 gain worth detecting: the verdict "
                                  "reports how many questions a test with 80% power would need for it")
     feedback_lists: Literal["condensed", "plain"] = Field(
-        "condensed", description="how gate questions from user feedback are scored: condensed lists keep only the passages "
-        "users rated (a candidate is not penalised for relevant passages production never showed); plain counts every "
-        "unrated passage as irrelevant. Both are reported; this one decides")
+        "condensed", description="how gate questions from user feedback and expert labels are scored: condensed lists keep "
+        "only the passages someone rated (a candidate is not penalised for relevant passages nobody judged); plain counts "
+        "every unrated passage as irrelevant. Both are reported; this one decides")
     # Under the canary policy the gate only decides whether users may see the candidate: held-out feedback questions
     # favour production (users could rate only what it showed), and on SciFact a candidate +2.4 nDCG@10 better on
     # the test queries was +0.0 (p=1.0) on them (bench/results/canary-scifact-sparse-negatives.json). The canary's

@@ -1,13 +1,17 @@
 """Training data from a span-anchored QA set: (question, chunk text) positives for the train split, an IR
-dev set (queries, corpus, qrels) for the dev split, and extra pairs from user feedback.
+dev set (queries, corpus, qrels) for the dev split, and extra pairs from user feedback and expert labels.
 
 Positives are the chunks of one chunk set whose span meets the question's evidence, so the model learns
-on exactly the passages it will retrieve.
+on exactly the passages it will retrieve. Expert labels (ExpertPair: grade 2 relevant, 1 partially relevant,
+0 irrelevant) travel apart from the other pairs, with their grades, so each trainer can weigh them by
+TrainingConfig.expert_weight (λ, see expert_scale) and use the grade where its loss has a graded target.
 """
 from __future__ import annotations
 
 import hashlib
+import math
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -49,30 +53,93 @@ COPIED_TYPES = frozenset({"inverse-cloze"})
 MIN_UNCOPIED_SELECTION = 10
 
 
+# Expert grades (the feedback dataset's qrels/expert_qrels.tsv). LambdaRank and the cross-encoder take them as
+# targets; every other known answer (a synthetic question's chunk, a passage a user liked) counts as RELEVANT.
+RELEVANT, PARTIAL, IRRELEVANT = 2, 1, 0
+EXPERT_GRADES = (IRRELEVANT, PARTIAL, RELEVANT)
+
+
+@dataclass(frozen=True)
+class ExpertPair:
+    """An expert's judgment of a (question, passage) pair. `weight`: this pair against the other expert pairs
+    (1 by default; e.g. an agreement between annotators); λ (TrainingConfig.expert_weight) sets what all of them
+    together weigh against the other training pairs."""
+
+    query: str
+    passage: str
+    grade: int  # RELEVANT, PARTIAL or IRRELEVANT (a hard negative)
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.grade not in EXPERT_GRADES:
+            raise ValueError(f"expert grade {self.grade!r} for {self.query!r}: use 2 (relevant), 1 (partially relevant) "
+                             "or 0 (irrelevant)")
+        if not self.weight >= 0:
+            raise ValueError(f"expert pair weight {self.weight!r} for {self.query!r}: use a weight >= 0")
+
+
 @dataclass
 class TrainingData:
+    """What a trainer needs. Built by training_data from a QA set and feedback, or by hand: e.g. to retrain the
+    learned ranker with expert labels, `TrainingData(positives, expert=[ExpertPair(q, passage, 2), ...])` and
+    rag.training.ltr.train_learned_ranker with RerankerTrainingConfig(expert_weight=λ)."""
+
     positives: list[Pair]
     negatives: list[Pair] = field(default_factory=list)  # hard negatives from feedback: (query, wrong passage)
     selection: IRSet | None = None  # dev questions that pick the checkpoint
     gate: IRSet | None = None  # held-out dev questions the promotion gate scores
     copied: set[str] = field(default_factory=set)  # training questions (text) of a copied type (COPIED_TYPES)
+    expert: list[ExpertPair] = field(default_factory=list)  # training side of the expert labels, graded
+    gate_set: str = ""  # which questions the gate decides on, and why (gate_set_line): recorded with the verdict
 
     @property
     def data_hash(self) -> str:
-        """Identifies the training set (QA set version + feedback) in the model manifest."""
+        """Identifies the training set (QA set version + feedback + expert labels) in the model manifest."""
         digest = hashlib.sha256()
         for tag, pairs in (("+", self.positives), ("-", self.negatives)):
             for q, p in sorted(pairs):
                 digest.update(f"{tag}{q}\x1f{p}\x1e".encode())
+        for e in sorted(self.expert, key=lambda e: (e.query, e.passage, e.grade, e.weight)):
+            digest.update(f"e{e.grade}:{e.weight!r}{e.query}\x1f{e.passage}\x1e".encode())
         return digest.hexdigest()[:16]
 
     @property
     def summary(self) -> dict[str, int | str]:
-        users = sum(q.startswith("feedback:") for q in (self.gate.queries if self.gate else ()))
+        gate = self.gate.queries if self.gate else ()
+        users = sum(q.startswith("feedback:") for q in gate)
+        grades = Counter(e.grade for e in self.expert)
         return {"train_pairs": len(self.positives), "feedback_negatives": len(self.negatives),
+                "expert_pairs": len(self.expert), "expert_questions": len({e.query for e in self.expert}),
+                **{f"expert_pairs_grade_{g}": grades[g] for g in EXPERT_GRADES if self.expert},
                 "selection_questions": len(self.selection or ()), "gate_questions": len(self.gate or ()),
-                "gate_questions_from_feedback": users,
+                "gate_questions_from_feedback": users, "gate_questions_from_experts": sum(q.startswith("expert:") for q in gate),
+                **({"gate_set": self.gate_set} if self.gate_set else {}),
                 "training_data_hash": self.data_hash}
+
+
+def expert_scale(weights: list[float], others: float, share: float) -> list[float]:
+    """How much each expert example counts, relative to an example of the other pairs (1 each, `others` of them),
+    so that the experts' total is `share` (λ) of all: Σ = λ / (1 - λ) x others, split in proportion to `weights`.
+    Without other examples the experts are all there is: their weights, scaled to a mean of 1. λ = 0: all 0.
+    LambdaRank uses these as group weights; the sentence-transformers trainers as expected copies (expert_copies)."""
+    total = sum(weights)
+    if share <= 0 or total <= 0:
+        return [0.0] * len(weights)
+    target = share / (1 - share) * others if others > 0 else len(weights)
+    return [target * w / total for w in weights]
+
+
+def expert_copies(scales: list[float], seed: int) -> list[int]:
+    """Whole copies of each example with expected count `scales[i]` (expert_scale): the floor, plus one more with
+    probability of the fraction (systematic sampling from one seeded offset, so the total is the rounded sum).
+    Losses without per-example weights (MNRL, BCE over a sampler) then see each example as often as it weighs."""
+    offset = random.Random(seed).random()
+    copies, cumulative = [], 0.0
+    for scale in scales:
+        before = math.floor(cumulative + offset)
+        cumulative += scale
+        copies.append(math.floor(cumulative + offset) - before)
+    return copies
 
 
 # Training pairs and its gate live within one chunk set, so the evaluation's guard against favouring chunk sizes
@@ -125,8 +192,12 @@ class FeedbackSplit:
     negatives: list[Pair]
     dev_queries: dict[str, str]
     dev_qrels: dict[str, dict[str, int]]
-    dev_passages: dict[str, str] = field(default_factory=dict)  # passage id -> the text the user rated
+    dev_passages: dict[str, str] = field(default_factory=dict)  # passage id -> the text the user (or expert) rated
     dev_judged: dict[str, dict[str, int]] = field(default_factory=dict)  # held-out question -> every rated passage, ±1
+    expert: list[ExpertPair] = field(default_factory=list)  # training side of the expert labels
+    expert_dev_queries: dict[str, str] = field(default_factory=dict)  # held-out expert question ("expert:<hash>") -> text
+    expert_dev_qrels: dict[str, dict[str, int]] = field(default_factory=dict)  # -> its passages graded 1 or 2
+    expert_dev_judged: dict[str, dict[str, int]] = field(default_factory=dict)  # -> every passage it labelled, 0-2
 
 
 def paraphrase_groups(judged, window_seconds: float) -> dict[str, str]:
@@ -170,17 +241,41 @@ def paraphrase_groups(judged, window_seconds: float) -> dict[str, str]:
     return {qid: keys[find(f"q:{qid}")] for qid in judged.queries}
 
 
+def expert_labels(judged) -> list[tuple[str, str, int]]:
+    """The dataset's expert (query id, passage id, grade) rows (`judged.expert_qrels`, empty for a dataset exported
+    before expert labels existed), checked against its queries and passages."""
+    rows = list(getattr(judged, "expert_qrels", None) or ())
+    for qid, cid, grade in rows:
+        if qid not in judged.queries or cid not in judged.corpus:
+            raise ValueError(f"expert label ({qid}, {cid}) names a query or passage the dataset does not hold: "
+                             "re-export the feedback dataset (rag.feedback.export_rag_dataset)")
+        if grade not in EXPERT_GRADES:
+            raise ValueError(f"expert label ({qid}, {cid}) has grade {grade!r}: expert_qrels.tsv holds 0, 1 or 2")
+    return rows
+
+
+def _agreed(grades: list[int]) -> int:
+    """Experts who graded one pair differently: the mean grade, rounded half up (2 and 0 make a partial 1)."""
+    return math.floor(sum(grades) / len(grades) + 0.5)
+
+
 def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None = None) -> FeedbackSplit:
     """`judged`: queries {id: text}, corpus {chunk id: text}, chunk_qrels [(query id, chunk id, ±1)] and, optionally,
-    asked {id: rag.feedback.dataset.QueryContext} (a feedback RAG-Dataset, rag.feedback.judgments).
+    asked {id: rag.feedback.dataset.QueryContext} and expert_qrels [(query id, chunk id, 0/1/2)] (a feedback
+    RAG-Dataset, rag.feedback.judgments).
 
     Questions go to dev by paraphrase group (paraphrase_groups: same normalized text, a reformulation, one session
     within `window_seconds`, by default the store's REFORMULATION_SECONDS), by a hash of the group's key, so a
     rephrasing never sits in training while the gate scores the question it rephrases. A held-out group gives
     one dev question per normalized text, with the passages liked in any of its askings (repeats would count as
-    independent samples in the gate's paired test). Only questions with a +1 passage can be dev questions (they
-    need an answer key), so only a group with one is held out; its other questions are then left out of
-    training rather than trained on beside their paraphrase."""
+    independent samples in the gate's paired test). Only questions with a +1 passage (or an expert's grade 1 or 2)
+    can be dev questions (they need an answer key), so only a group with one is held out; its other questions are
+    then left out of training rather than trained on beside their paraphrase.
+
+    Expert labels follow the same groups and the same `dev_fraction` (one decision per group: a question cannot
+    train through its expert labels while the gate scores it through users' ratings). Where an expert graded a
+    pair, the grade replaces users' ratings of that pair; a held-out question experts graded is scored on their
+    grades alone (one dev question, graded)."""
     if window_seconds is None:
         from rag.feedback.store import REFORMULATION_SECONDS
 
@@ -190,15 +285,39 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
         return hashlib.sha256(normalized_question(text).encode()).hexdigest()
 
     group = paraphrase_groups(judged, window_seconds)
-    liked = {normalized_question(judged.queries[q]) for q, _, score in judged.chunk_qrels if score > 0}
-    groups_liked = {group[q] for q, _, score in judged.chunk_qrels if score > 0}
-    held_out = {key for key in groups_liked if int(digest(key)[:16], 16) / 2**64 < dev_fraction}
+    experts = expert_labels(judged)
+    keyed = {group[q] for q, _, score in judged.chunk_qrels if score > 0} | {group[q] for q, _, g in experts if g > 0}
+    held_out = {key for key in keyed if int(digest(key)[:16], 16) / 2**64 < dev_fraction}
     split = FeedbackSplit([], [], {}, {}, {}, {})
+    trained: dict[tuple[str, str], list[int]] = {}  # (question text, passage id) -> every expert's grade
+    dev: dict[str, dict[str, list[int]]] = {}
+    asked_as: dict[str, str] = {}  # normalized text -> its first asking's text: one question, however often asked
+    for qid, cid, grade in experts:
+        text = asked_as.setdefault(normalized_question(judged.queries[qid]), judged.queries[qid])
+        if group[qid] not in held_out:
+            trained.setdefault((text, cid), []).append(grade)
+        else:
+            dev.setdefault(f"expert:{digest(text)[:16]}", {}).setdefault(cid, []).append(grade)
+            split.expert_dev_queries[f"expert:{digest(text)[:16]}"] = text
+    split.expert = [ExpertPair(text, judged.corpus[cid], _agreed(g)) for (text, cid), g in trained.items()]
+    for key, labelled in dev.items():
+        grades = {cid: _agreed(g) for cid, g in labelled.items()}
+        if any(grades.values()):  # an answer key: at least one passage graded 1 or 2
+            split.expert_dev_judged[key] = grades
+            split.expert_dev_qrels[key] = {cid: g for cid, g in grades.items() if g > 0}
+            split.dev_passages.update({cid: judged.corpus[cid] for cid in grades})
+        else:
+            del split.expert_dev_queries[key]
+    said = {(normalized_question(judged.queries[q]), cid) for q, cid, _ in experts}
+    graded = {normalized_question(text) for text in split.expert_dev_queries.values()}
+    liked = {normalized_question(judged.queries[q]) for q, _, score in judged.chunk_qrels if score > 0}
     for qid, cid, score in judged.chunk_qrels:
         text = judged.queries[qid]
+        if (normalized_question(text), cid) in said:
+            continue  # an expert graded this pair: their grade is its label
         if group[qid] not in held_out:
             (split.positives if score > 0 else split.negatives).append((text, judged.corpus[cid]))
-        elif normalized_question(text) in liked:
+        elif normalized_question(text) in liked and normalized_question(text) not in graded:
             key = f"feedback:{digest(text)[:16]}"
             split.dev_judged.setdefault(key, {})[cid] = score
             split.dev_passages[cid] = judged.corpus[cid]
@@ -210,54 +329,95 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
 
 def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives: list[Pair] | None = None,
                   extra_negatives: list[Pair] | None = None, feedback: FeedbackSplit | None = None,
-                  selection_fraction: float = 0.5, min_feedback_gate: int = 20, relevance: Relevance | None = None) -> TrainingData:
-    """Train-split questions paired with each relevant chunk (+ feedback pairs); dev-split questions and held-out
-    feedback questions become the selection and gate sets. Once enough held-out feedback questions exist the gate
-    scores only them: what users ask is what a promotion must improve; synthetic questions stand in until then.
-    A dev question whose text is also a training question (another id, a feedback pair) is dropped: the gate would
-    otherwise score the model on a question it was trained on."""
+                  selection_fraction: float = 0.5, min_feedback_gate: int = 20, min_expert_gate: int = 20,
+                  relevance: Relevance | None = None) -> TrainingData:
+    """Train-split questions paired with each relevant chunk (+ feedback pairs, + expert pairs apart, graded);
+    dev-split questions and held-out feedback and expert questions become the selection and gate sets. Once enough
+    held-out expert-labelled questions exist (`min_expert_gate`) the gate scores only them, on their grades; else
+    once enough held-out feedback questions exist (`min_feedback_gate`) only users' questions (with any expert
+    ones): what users ask is what a promotion must improve; synthetic questions stand in until then.
+    A dev question whose text is also a training question (another id, a feedback or expert pair) is dropped: the
+    gate would otherwise score the model on a question it was trained on. A pair an expert graded keeps only the
+    expert's label: a synthetic or user label of the same (question, passage) leaves training."""
     train = [i for i in items if i.split == "train"]
     text = dict(zip(chunks["chunk_id"], chunks["text"]))
     question = {i.qid: i.question for i in train}
     positives = [(question[q], text[c]) for q, rel in qrels_for_chunks(train, chunks, relevance or TRAINING_RELEVANCE).items() for c in sorted(rel)]
     positives += [tuple(p) for p in extra_positives or []]
     negatives = [tuple(n) for n in extra_negatives or []]
+    expert = list(feedback.expert) if feedback is not None else []
     if feedback is not None:
         positives += feedback.positives
         negatives += feedback.negatives
-    if not positives:
+    if expert:
+        said = {(normalized_question(e.query), e.passage) for e in expert}
+        positives = [(q, p) for q, p in positives if (normalized_question(q), p) not in said]
+        negatives = [(q, p) for q, p in negatives if (normalized_question(q), p) not in said]
+    if not positives and not any(e.grade > IRRELEVANT for e in expert):
         raise ValueError("no training pairs: the QA set has no train-split question with a relevant chunk in this chunk set "
                          "(generate more questions with synthetic_qa, or pass feedback pairs)")
-    trained = {normalized_question(q) for q, _ in positives + negatives} | {normalized_question(i.question) for i in train}
+    trained = ({normalized_question(q) for q, _ in positives + negatives} | {normalized_question(i.question) for i in train}
+               | {normalized_question(e.query) for e in expert})
     users: dict[str, dict[str, int]] = {}  # held-out feedback question -> its liked chunks in this chunk set
+    experts: dict[str, dict[str, int]] = {}  # held-out expert question -> its chunks graded 1 or 2 in this chunk set
+    judged: dict[str, set[str]] = {}  # held-out feedback and expert question -> every chunk rated in this chunk set
     if feedback is not None:
-        # A rating applies to the text the user saw: a chunk of another chunk set, or one whose text was edited
-        # since (same id, other text), cannot be scored with it.
+        # A rating applies to the text the user (or expert) saw: a chunk of another chunk set, or one whose text was
+        # edited since (same id, other text), cannot be scored with it.
         def still_shown(c: str) -> bool:
             return c in text and text[c] == feedback.dev_passages.get(c, text[c])
 
-        users = {q: {c: 1 for c in rel if still_shown(c)}
-                 for q, rel in feedback.dev_qrels.items() if normalized_question(feedback.dev_queries[q]) not in trained}
-        users = {q: rel for q, rel in users.items() if rel}
-        users_judged = {q: {c for c in feedback.dev_judged.get(q, rel) if still_shown(c)} for q, rel in users.items()}
-    # A synthetic question a user also asked is kept once, as the user's: it would otherwise sit on both sides.
-    asked = trained | {normalized_question(feedback.dev_queries[q]) for q in users}
+        def held_out(queries: dict[str, str], qrels: dict[str, dict[str, int]], rated: dict[str, dict[str, int]]):
+            kept = {q: {c: g for c, g in rel.items() if still_shown(c)} for q, rel in qrels.items()
+                    if normalized_question(queries[q]) not in trained}
+            kept = {q: rel for q, rel in kept.items() if rel}
+            judged.update({q: {c for c in rated.get(q, rel) if still_shown(c)} for q, rel in kept.items()})
+            return kept
+
+        users = held_out(feedback.dev_queries, feedback.dev_qrels, feedback.dev_judged)
+        experts = held_out(feedback.expert_dev_queries, feedback.expert_dev_qrels, feedback.expert_dev_judged)
+    # A synthetic question a user or an expert also asked is kept once, as theirs: it would otherwise sit on both sides.
+    asked = (trained | {normalized_question(feedback.dev_queries[q]) for q in users}
+             | {normalized_question(feedback.expert_dev_queries[q]) for q in experts})
     dev = [i for i in items if i.split != "train" and normalized_question(i.question) not in asked]
     dev_set = ir_set(dev, chunks, relevance)
     selection, gate = split_dev(dev_set.queries, selection_fraction)
-    if users:
-        dev_set = IRSet({**dev_set.queries, **{q: feedback.dev_queries[q] for q in users}}, dev_set.corpus, {**dev_set.qrels, **users},
-                        users_judged, {**dev_set.types, **dict.fromkeys(users, "feedback")})
-        users_selection, users_gate = split_dev({q: feedback.dev_queries[q] for q in users}, selection_fraction)
-        selection += users_selection
-        gate = users_gate if len(users_gate) >= min_feedback_gate else gate + users_gate
+    for kind, held, enough in (("feedback", users, min_feedback_gate), ("expert", experts, min_expert_gate)):
+        if not held:
+            continue
+        queries = feedback.dev_queries if kind == "feedback" else feedback.expert_dev_queries
+        dev_set = IRSet({**dev_set.queries, **{q: queries[q] for q in held}}, dev_set.corpus, {**dev_set.qrels, **held},
+                        judged, {**dev_set.types, **dict.fromkeys(held, kind)})
+        held_selection, held_gate = split_dev({q: queries[q] for q in held}, selection_fraction)
+        selection += held_selection
+        gate = held_gate if len(held_gate) >= enough else gate + held_gate
     uncopied = [q for q in selection if dev_set.types.get(q) not in COPIED_TYPES]
     if len(uncopied) >= MIN_UNCOPIED_SELECTION:
         selection = uncopied  # the checkpoint is picked on questions like people's, as the gate decides on them
     if len(selection) < MIN_SELECTION_QUESTIONS:
         selection = []
-    return TrainingData(positives, negatives, dev_set.subset(selection), dev_set.subset(gate),
-                        {i.question for i in train if i.qtype in COPIED_TYPES})
+    gate_set = dev_set.subset(gate)
+    return TrainingData(positives, negatives, dev_set.subset(selection), gate_set,
+                        {i.question for i in train if i.qtype in COPIED_TYPES}, expert,
+                        gate_set_line(gate_set.types, min_expert_gate))
+
+
+def gate_set_line(types: dict[str, str], min_expert_gate: int) -> str:
+    """What the gate decides on, in a line for the verdict: its first word is the kind of question that decides
+    (expert, feedback, synthetic, or mixed)."""
+    kinds = Counter(t if t in ("expert", "feedback") else "synthetic" for t in types.values())
+    if not kinds:
+        return "none: no held-out gate questions"
+    if set(kinds) == {"expert"} and kinds["expert"] >= min_expert_gate:
+        return (f"expert: the {kinds['expert']} held-out expert-labelled questions decide alone (at least "
+                f"min_expert_gate_questions={min_expert_gate}), on graded relevance (2 relevant, 1 partial)")
+    label = next(iter(kinds)) if len(kinds) == 1 else "mixed"
+    names = {"expert": "expert-labelled", "feedback": "users'", "synthetic": "synthetic"}
+    line = f"{label}: " + ", ".join(f"{kinds[k]} {names[k]}" for k in ("expert", "feedback", "synthetic") if kinds[k])
+    if kinds["expert"]:
+        line += (f" questions (expert-labelled ones are fewer than min_expert_gate_questions={min_expert_gate}, so "
+                 "they join the others)")
+    return line + ("" if kinds["expert"] else " questions")
 
 
 def with_negatives(positives: list[Pair], mined: dict[Pair, str], feedback: list[Pair], seed: int,

@@ -5,6 +5,12 @@ no duplicate texts in a batch, one hard negative per pair (feedback -1 first, el
 under a margin so unlabeled true positives are not mined, never a known positive of the query), AdamW with linear
 warmup and decay, training at the serving sequence length, and the checkpoint with the best nDCG@10 (the gate's metric) on the selection
 dev questions (evaluated several times per epoch) kept.
+
+Expert pairs (TrainingData.expert): MNRL has no per-example weight and no graded target, so an expert pair is
+*sampled* as often as it weighs: copies of its triplet make the experts λ (TrainingConfig.expert_weight) of the
+examples (expert_scale, expert_copies), which in expectation is the loss (1 - λ)·L_other + λ·L_expert, and every
+step keeps an ordinary gradient size for AdamW. Grade 1 (partially relevant) is a positive sampled
+expert_partial_weight as often as grade 2; grade 0 is the question's preferred hard negative.
 """
 from __future__ import annotations
 
@@ -18,7 +24,18 @@ from pathlib import Path
 
 from rag.progress import Progress
 from rag.training.config import EmbedderTrainingConfig, TrainingConfig
-from rag.training.data import IRSet, Pair, TrainingData, positives_by_query, with_negatives
+from rag.training.data import (
+    IRRELEVANT,
+    RELEVANT,
+    ExpertPair,
+    IRSet,
+    Pair,
+    TrainingData,
+    expert_copies,
+    expert_scale,
+    positives_by_query,
+    with_negatives,
+)
 
 Log = Callable[[str], None]
 # The gate's first metric (GateSettings.metrics): a checkpoint chosen on another metric than the one that judges it
@@ -37,12 +54,13 @@ class TrainingRun:
     log_history: list[dict] = field(default_factory=list)
     max_seq_length: int | None = None  # the length it was actually trained at (None: the trainer did not say)
     start_selection_metrics: dict[str, float] = field(default_factory=dict)  # the untrained model's, for comparison
+    expert: dict[str, float] = field(default_factory=dict)  # how the expert pairs were weighed (expert_summary)
 
     @property
     def summary(self) -> dict:
         length = {"max_seq_length": self.max_seq_length} if self.max_seq_length else {}
         return {"train_seconds": round(self.seconds, 1), "steps": self.steps, "examples": self.examples,
-                "best_checkpoint": self.best_checkpoint or "final", **length,
+                "best_checkpoint": self.best_checkpoint or "final", **length, **self.expert,
                 **{k: round(v, 4) for k, v in self.selection_metrics.items()},
                 **{f"untrained_{k}": round(v, 4) for k, v in self.start_selection_metrics.items() if k == SELECTION_METRIC.removeprefix("dev_")}}
 
@@ -66,6 +84,38 @@ def base_source(name: str) -> str:
         raise ValueError(f"{name!r} cannot be fine-tuned with sentence-transformers (static embeddings): use minilm "
                          "or any sentence-transformers model")
     return spec.source
+
+
+def expert_pairs(data: TrainingData, config: TrainingConfig) -> tuple[list[ExpertPair], list[Pair]]:
+    """The expert pairs that train (none when λ = 0): those graded 1 or 2 (grade 1 only with a partial weight
+    above 0), and the (question, passage) pairs graded 0, hard negatives."""
+    if config.expert_weight <= 0:
+        return [], []
+    positives = [e for e in data.expert if e.grade == RELEVANT or (e.grade > IRRELEVANT and config.expert_partial_weight > 0)]
+    return positives, [(e.query, e.passage) for e in data.expert if e.grade == IRRELEVANT]
+
+
+def expert_summary(scales: list[float], counted: float, others: float, weight: float) -> dict[str, float]:
+    """What a trainer made of the expert pairs (`scales`: expert_scale of each expert pair, row or question):
+    how many there were, their share of the training signal (`counted`: their copies, or their summed group
+    weights, against `others` for the other pairs), λ, and what one weighs on average against one other example."""
+    if not scales:
+        return {}
+    return {"expert_examples": len(scales), "expert_share": round(counted / max(counted + others, 1e-12), 4),
+            "expert_weight": weight, "expert_example_weight": round(sum(scales) / len(scales), 4)}
+
+
+def expert_triplets(data: TrainingData, config: TrainingConfig, others: int, mined: dict[Pair, str],
+                    rejected: list[Pair], known: dict[str, set[str]]) -> tuple[list[tuple[str, str, str]], dict[str, float]]:
+    """The expert positives as (query, positive, negative) triplets, each copied as often as it weighs against
+    `others` triplets of the other pairs (expert_scale, expert_copies): grade 1 at expert_partial_weight of grade 2.
+    Negatives as for any pair (with_negatives): the question's grade-0 passage first (in `rejected`)."""
+    positives, _ = expert_pairs(data, config)
+    weights = [e.weight * (1.0 if e.grade == RELEVANT else config.expert_partial_weight) for e in positives]
+    scales = expert_scale(weights, others, config.expert_weight)
+    repeated = [(e.query, e.passage) for e, n in zip(positives, expert_copies(scales, config.seed)) for _ in range(n)]
+    triplets = with_negatives(repeated, mined, rejected, config.seed, known_positives=known)
+    return triplets, expert_summary(scales, len(triplets), others, config.expert_weight)
 
 
 def sample_pairs(pairs: list[Pair], limit: int | None, seed: int) -> list[Pair]:
@@ -179,12 +229,22 @@ def train_embedder(data: TrainingData, config: EmbedderTrainingConfig, output_di
     model.max_seq_length = config.max_seq_length or serving_length
     trained_length = model.max_seq_length
     pairs = sample_pairs(data.positives, config.max_pairs, config.seed)
-    known = positives_by_query(data.positives)  # before sampling: a dropped positive is still no negative
+    experts, expert_negatives = expert_pairs(data, config)
+    expert_positives = list(dict.fromkeys((e.query, e.passage) for e in experts))
+    # Before sampling: a dropped positive is still no negative. An expert's grade 1 is no negative either.
+    known = positives_by_query(data.positives + expert_positives)
     mined = {}
     if config.hard_negatives:
-        log(f"mining hard negatives for {len(pairs)} pairs over {len(corpus)} passages")
-        mined = {k: v[0] for k, v in mine_negatives(model, pairs, corpus, config, 1, mining_cache, known_positives=known).items() if v}
-    triplets = with_negatives(pairs, mined, data.negatives, config.seed, known_positives=known)
+        log(f"mining hard negatives for {len(pairs) + len(expert_positives)} pairs over {len(corpus)} passages")
+        mined = {k: v[0] for k, v in mine_negatives(model, pairs + expert_positives, corpus, config, 1, mining_cache,
+                                                    known_positives=known).items() if v}
+    rejected = data.negatives + expert_negatives
+    triplets = with_negatives(pairs, mined, rejected, config.seed, known_positives=known)
+    expert, weighed = expert_triplets(data, config, len(triplets), mined, rejected, known)
+    if expert:
+        log(f"{len(expert)} expert triplets from {len(experts)} pairs: {weighed['expert_share']:.0%} of the examples "
+            f"(expert_weight {config.expert_weight})")
+    triplets += expert
     # A question copied out of its passage (inverse cloze without an LLM) is cut from the positive, or the model
     # learns to match a sentence with the text that repeats it, which real questions never do.
     triplets = [(q, cut_question(p, q), n) for q, p, n in triplets]
@@ -220,6 +280,7 @@ def train_embedder(data: TrainingData, config: EmbedderTrainingConfig, output_di
         run.selection_metrics, run.best_checkpoint = start, "untrained start"
     run.start_selection_metrics = start
     run.max_seq_length = trained_length
+    run.expert = weighed
     return run
 
 

@@ -1,7 +1,8 @@
 """The promotion gate: a candidate replaces production only when it is measurably better on held-out dev
 questions. Per-question nDCG@10 and MRR@10 (ranx) of both models are compared with a one-sided paired test
 (sign-flip permutation or paired bootstrap); recall@20 may not drop by more than a tolerance. Questions from users'
-feedback are judged only where production showed passages: they are scored on condensed lists (see compare_runs).
+feedback are judged only where production showed passages: they are scored on condensed lists (see compare_runs),
+and so are expert-labelled questions (graded 2/1/0: nDCG counts a partially relevant passage at half the gain).
 
 Before anything is promoted, production is the base model (for embedders) or plain hybrid retrieval without
 a reranker: the implicit v0 every first candidate must beat.
@@ -248,7 +249,9 @@ def compare_runs(ir: IRSet, production_run: dict, candidate_run: dict, settings:
         prod, cand = (per_query(ir, production_run, settings, condensed=condensed),
                       per_query(ir, candidate_run, settings, condensed=condensed))
         views[lists] = gate_decision(prod, cand, settings)
-        views[lists].lists, views[lists].judged_questions = lists, len(ir.judged)
+        # Expert-labelled questions are judged in part too (condensed like users'), and reported by type ("expert").
+        views[lists].lists = lists
+        views[lists].judged_questions = sum(ir.types.get(q) != "expert" for q in ir.judged)
         views[lists].by_type = type_breakdown(ir.types, prod, cand, settings.metrics[0])
         rows = views[lists].per_question
         views[lists].per_question = rows.assign(type=rows["qid"].map(ir.types), question=rows["qid"].map(ir.queries))

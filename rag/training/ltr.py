@@ -11,6 +11,16 @@ a fixed number of rounds and a calibration on the training candidates.
 
 Features from feedback (up/down counts per passage text) use the training questions' ratings with each
 question's own ratings left out, and the model keeps the counts it was trained with (a version is immutable).
+
+Expert labels (TrainingData.expert) are graded: LambdaRank takes the grade as the label (2 relevant, 1 partially
+relevant, 0 irrelevant; every other known answer is 2, so an expert's "relevant" and a synthetic answer gain
+alike), and each expert question is a group whose weight makes the expert groups λ
+(RerankerTrainingConfig.expert_weight) of all group weights (rag.training.data.expert_scale; LightGBM multiplies
+each candidate's gradient by its weight, the same for a whole group here). Where an expert graded a candidate,
+the grade is its label. To retrain with expert pairs outside Dagster (e.g. a benchmark):
+
+    data = TrainingData(positives, expert=[ExpertPair(question, passage_text, grade), ...], selection=...)
+    train_learned_ranker(data, RerankerTrainingConfig(expert_weight=0.2), out_dir, chunks=chunks, embedder=embedder)
 """
 from __future__ import annotations
 
@@ -22,22 +32,22 @@ import numpy as np
 import pandas as pd
 
 from rag.rerank.features import FEATURES, CorpusStats, FeedbackPriors, feature_matrix, text_key
-from rag.training.data import Pair, TrainingData
-from rag.training.embedder import TrainingRun, sample_pairs
+from rag.training.data import RELEVANT, Pair, TrainingData, expert_scale
+from rag.training.embedder import TrainingRun, expert_summary, sample_pairs
 from rag.training.first_stage import FIRST_STAGE_MODE, first_stage_hits, first_stage_index, without_questions
 
 Log = Callable[[str], None]
 
 
-def _labeled(hits_by_query: dict[str, list], positives: dict[str, set[str]], query_text: dict[str, str],
+def _labeled(hits_by_query: dict[str, list], grades: dict[str, dict[str, int]], query_text: dict[str, str],
              stats: CorpusStats, prior: Callable) -> tuple[np.ndarray, np.ndarray, list[int], list[str]]:
-    """Feature rows, labels and group sizes of the questions with at least one positive (chunk id) among their
-    candidates."""
+    """Feature rows, labels (each candidate's grade, 0 when unknown) and group sizes of the questions with at least
+    one candidate graded above 0."""
     rows, labels, groups, kept = [], [], [], []
     for q, hits in hits_by_query.items():
         if not hits:
             continue
-        y = np.array([float(h.chunk.get("chunk_id") in positives.get(q, ())) for h in hits])
+        y = np.array([float(grades.get(q, {}).get(h.chunk.get("chunk_id"), 0)) for h in hits])
         if not y.any():
             continue
         rows.append(feature_matrix(query_text[q], hits, stats, prior))
@@ -73,9 +83,9 @@ def _calibration(raw: np.ndarray, labels: np.ndarray, seed: int) -> dict:
     """Platt scaling: P(relevant) = sigmoid(slope * margin + intercept), fitted on held-out candidates."""
     from sklearn.linear_model import LogisticRegression
 
-    if len(set(labels.tolist())) < 2:
+    if len(set((labels > 0).tolist())) < 2:
         return {"slope": 1.0, "intercept": 0.0, "fitted_on": 0}
-    fit = LogisticRegression(C=1e4, random_state=seed).fit(raw.reshape(-1, 1), labels.astype(int))
+    fit = LogisticRegression(C=1e4, random_state=seed).fit(raw.reshape(-1, 1), (labels > 0).astype(int))
     return {"slope": float(fit.coef_[0][0]), "intercept": float(fit.intercept_[0]), "fitted_on": int(len(labels))}
 
 
@@ -95,15 +105,13 @@ def train_learned_ranker(data: TrainingData, config, output_dir: Path, *, chunks
     for cid, text in zip(chunks["chunk_id"], chunks["text"]):
         ids_by_text.setdefault(text_key(text), []).append(cid)
     pairs = sample_pairs(data.positives, config.max_pairs, config.seed)
-    positives: dict[str, set[str]] = {}
-    for q, p in pairs:
-        positives.setdefault(q, set()).update(ids_by_text.get(text_key(p), ()))
-    train_queries = {f"t{i}": q for i, q in enumerate(sorted(q for q, ids in positives.items() if ids))}
-    train_positives = {qid: positives[q] for qid, q in train_queries.items()}
+    grades, experts = training_grades(pairs, data.expert if config.expert_weight > 0 else [], ids_by_text)
+    train_queries = {f"t{i}": q for i, q in enumerate(sorted(q for q, g in grades.items() if any(g.values())))}
+    train_grades = {qid: grades[q] for qid, q in train_queries.items()}
     selection = data.selection if data.selection is not None and len(data.selection) else None
-    sel_positives = {q: {c for c, r in rel.items() if r > 0} for q, rel in selection.qrels.items()} if selection else {}
-    copied = [(train_queries[q], c) for q, ids in train_positives.items() for c in ids]
-    copied += [(selection.queries[q], c) for q, ids in sel_positives.items() for c in ids] if selection else []
+    sel_grades = {q: {c: r for c, r in rel.items() if r > 0} for q, rel in selection.qrels.items()} if selection else {}
+    copied = [(train_queries[q], c) for q, g in train_grades.items() for c, grade in g.items() if grade > 0]
+    copied += [(selection.queries[q], c) for q, g in sel_grades.items() for c in g] if selection else []
     cloze, found = without_questions(chunks, copied)
     if found:
         log(f"{found} questions were copied word for word from their chunks: cut out for the first stage (inverse cloze)")
@@ -117,19 +125,23 @@ def train_learned_ranker(data: TrainingData, config, output_dir: Path, *, chunks
         selection_hits = first_stage_hits(first, selection.queries, depth, mode) if selection else {}
     if getattr(config, "copied_questions", "cut") == "exclude" and data.copied:
         uncopied = {q for q in train_hits if train_queries[q] not in data.copied
-                    and any(h.chunk.get("chunk_id") in train_positives[q] for h in train_hits[q])}
+                    and any(train_grades[q].get(h.chunk.get("chunk_id"), 0) > 0 for h in train_hits[q])}
         if len(uncopied) >= config.min_uncopied_questions:
             log(f"{len(train_hits) - len(uncopied)} training questions copied from the documents (or with no positive "
                 f"retrieved) left out: {len(uncopied)} others teach how people's questions meet their answers")
             train_hits = {q: h for q, h in train_hits.items() if q in uncopied}
-    X, y, groups, kept = _labeled(train_hits, train_positives, train_queries, stats, priors.leave_one_out)
+    X, y, groups, kept = _labeled(train_hits, train_grades, train_queries, stats, priors.leave_one_out)
     if not groups:
         raise ValueError("no training question has a positive among its first-stage candidates: the reranker has nothing "
                          "to learn from (generate more questions with synthetic_qa, or check the chunk set)")
     log(f"{len(kept)} of {len(train_queries)} training questions have a positive in the top {depth}; {len(y)} candidates")
+    weights, weighed = group_weights([experts.get(train_queries[q]) for q in kept], config.expert_weight)
+    if weighed:
+        log(f"{weighed['expert_examples']} expert-labelled questions weigh {weighed['expert_example_weight']:.3g} each "
+            f"against 1 for the others: {config.expert_weight:.0%} of the training weight (expert_weight)")
     eval_args, sel = {}, None
     if selection:
-        sel = _labeled(selection_hits, sel_positives, selection.queries, stats, priors.serving)
+        sel = _labeled(selection_hits, sel_grades, selection.queries, stats, priors.serving)
         if sel[2]:
             eval_args = dict(eval_X=(sel[0],), eval_y=(sel[1],), eval_group=[sel[2]], eval_at=[10])
     model = lgb.LGBMRanker(objective="lambdarank", n_estimators=config.trees, learning_rate=config.boosting_learning_rate,
@@ -140,7 +152,9 @@ def train_learned_ranker(data: TrainingData, config, output_dir: Path, *, chunks
     callbacks = [lgb.record_evaluation(history)]
     if eval_args:
         callbacks.append(lgb.early_stopping(config.early_stopping_rounds, first_metric_only=True, verbose=False))
-    model.fit(X, y, group=groups, callbacks=callbacks, feature_name=list(FEATURES), **eval_args)
+    # Per-candidate weights, constant within a group: a group weight (None without experts: the unweighted objective).
+    sample_weight = np.repeat(weights, groups) if weighed else None
+    model.fit(X, y, group=groups, sample_weight=sample_weight, callbacks=callbacks, feature_name=list(FEATURES), **eval_args)
     best = int(model.best_iteration_ or config.trees) if eval_args else config.trees
     booster = model.booster_
     log_history = [{"step": i + 1, "eval_dev_ndcg@10": float(v)} for i, v in enumerate(history.get("valid_0", {}).get("ndcg@10", []))]
@@ -162,8 +176,36 @@ def train_learned_ranker(data: TrainingData, config, output_dir: Path, *, chunks
     save_ltr(output_dir, final, stats, priors, calibration,
              {"first_stage_mode": mode, "rerank_depth": depth, "rounds": best, "trees": config.trees,
               "embedder": getattr(embedder, "name", str(embedder)), "training_questions": len(kept),
-              "candidates": int(len(y)), "seed": config.seed})
-    return TrainingRun(output_dir, time.perf_counter() - started, best, int(len(y)), metrics, f"round-{best}", log_history)
+              "candidates": int(len(y)), "seed": config.seed, **weighed})
+    return TrainingRun(output_dir, time.perf_counter() - started, best, int(len(y)), metrics, f"round-{best}", log_history,
+                       expert=weighed)
+
+
+def training_grades(pairs: list[Pair], expert: list, ids_by_text: dict[str, list[str]]) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
+    """question text -> {chunk id: grade}: RELEVANT for the chunks of known answers (`pairs`), the expert's grade
+    where an expert graded the chunk (it replaces any other label); and the expert-labelled questions -> the mean
+    weight of their pairs. A passage whose text is in no chunk of this chunk set (edited, another chunk set) drops out."""
+    grades: dict[str, dict[str, int]] = {}
+    for q, p in pairs:
+        grades.setdefault(q, {}).update(dict.fromkeys(ids_by_text.get(text_key(p), ()), RELEVANT))
+    weights: dict[str, list[float]] = {}
+    for e in expert:
+        ids = ids_by_text.get(text_key(e.passage), ())
+        grades.setdefault(e.query, {}).update(dict.fromkeys(ids, e.grade))
+        if ids:
+            weights.setdefault(e.query, []).append(e.weight)
+    return grades, {q: sum(w) / len(w) for q, w in weights.items()}
+
+
+def group_weights(expert: list[float | None], share: float) -> tuple[np.ndarray, dict[str, float]]:
+    """One weight per training group, in order: 1 for a group of synthetic or users' pairs, and for an expert
+    question (its pairs' mean weight in `expert`, None for the others) the weight that makes the expert groups
+    `share` (λ) of the total (expert_scale); what the experts weighed, for the run summary."""
+    relative = [w for w in expert if w is not None]
+    scales = iter(expert_scale(relative, len(expert) - len(relative), share))
+    weights = np.array([1.0 if w is None else next(scales) for w in expert])
+    scaled = weights[[w is not None for w in expert]].tolist()
+    return weights, expert_summary(scaled, sum(scaled), len(expert) - len(scaled), share)
 
 
 __all__ = ["train_learned_ranker"]

@@ -66,15 +66,29 @@ def load_inputs(tables: TableStore, config: TrainingConfig) -> Inputs:
     chunks = tables.read(CHUNKS_TABLE, strategy)
     feedback = None
     if config.feedback_dataset:
-        from rag.feedback import judgments
-
-        feedback = split_feedback(judgments(Path(config.feedback_dataset)), config.feedback_dev_fraction)
+        feedback = split_feedback(feedback_judgments(config.feedback_dataset), config.feedback_dev_fraction)
     data = training_data(from_frame(qa), chunks, extra_positives=config.extra_positives, extra_negatives=config.extra_negatives,
                          feedback=feedback, selection_fraction=config.selection_fraction,
-                         min_feedback_gate=config.min_feedback_gate_questions)
+                         min_feedback_gate=config.min_feedback_gate_questions,
+                         min_expert_gate=config.min_expert_gate_questions)
     qa_version = pd.util.hash_pandas_object(qa[["qid", "question", "evidence_json", "split"]], index=False).sum()
     return Inputs(strategy, chunks, data, f"{int(qa_version) & 0xFFFFFFFFFFFF:012x}",
                   len(config.extra_positives) + (len(feedback.positives) if feedback else 0))
+
+
+def feedback_judgments(dataset_dir: str | Path):
+    """rag.feedback.judgments of an exported feedback dataset, with its expert labels (`expert_qrels`). A reader
+    that does not return them yet gets them from qrels/expert_qrels.tsv (query-id, corpus-id, grade 0/1/2)."""
+    from types import SimpleNamespace
+
+    from rag.feedback import judgments
+    from rag.feedback.dataset import _read_qrels
+
+    judged = judgments(Path(dataset_dir))
+    path = Path(dataset_dir) / "qrels" / "expert_qrels.tsv"
+    if hasattr(judged, "expert_qrels") or not path.exists():
+        return judged
+    return SimpleNamespace(**vars(judged), expert_qrels=_read_qrels(path))
 
 
 def _manifest(kind: Kind, config: TrainingConfig, inputs: Inputs, run: TrainingRun, parent: ModelVersion | None) -> dict:
@@ -85,7 +99,11 @@ def _manifest(kind: Kind, config: TrainingConfig, inputs: Inputs, run: TrainingR
             # max_seq_length: the length actually trained at (a None config means the base model's own length).
             "hyperparameters": {**config.model_dump(exclude={"extra_positives", "extra_negatives"}),
                                 "max_seq_length": getattr(run, "max_seq_length", None) or config.max_seq_length,
-                                "feedback_positives": inputs.feedback_positives, "feedback_negatives": len(inputs.data.negatives)},
+                                "feedback_positives": inputs.feedback_positives, "feedback_negatives": len(inputs.data.negatives),
+                                "expert_pairs": len(inputs.data.expert),
+                                "expert_questions": len({e.query for e in inputs.data.expert}),
+                                "expert_gate_questions": sum(t == "expert" for t in (inputs.data.gate.types.values()
+                                                                                     if inputs.data.gate else ()))},
             "seed": config.seed, "library_versions": library_versions(),
             "metrics": {"dev_selection": run.selection_metrics, "training": run.summary}}
 
@@ -127,9 +145,7 @@ def _rated_pairs(config: TrainingConfig) -> tuple[list, list]:
     Held-out feedback questions stay out, like their pairs stay out of training."""
     positives, negatives = list(config.extra_positives), list(config.extra_negatives)
     if config.feedback_dataset:
-        from rag.feedback import judgments
-
-        split = split_feedback(judgments(Path(config.feedback_dataset)), config.feedback_dev_fraction)
+        split = split_feedback(feedback_judgments(config.feedback_dataset), config.feedback_dev_fraction)
         positives, negatives = positives + split.positives, negatives + split.negatives
     return positives, negatives
 
@@ -159,7 +175,8 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
     trained = candidate.hyperparameters  # the same dev questions the candidate was held out from
     config = TrainingConfig(strategy=candidate.model_extra.get("strategy"),
                             **{k: trained[k] for k in ("feedback_dataset", "feedback_dev_fraction", "min_feedback_gate_questions",
-                                                       "selection_fraction") if trained.get(k) is not None})
+                                                       "min_expert_gate_questions", "selection_fraction")
+                               if trained.get(k) is not None})
     inputs = load_inputs(tables, config)
     recorded = candidate.model_extra.get("qa_set_version")
     if recorded and recorded != inputs.qa_version:
@@ -171,7 +188,8 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
     production = registry.resolve(kind, "production")  # resolved once: the verdict names what it was compared with
     recorded = {"against": model_label(kind, production), "candidate_version": candidate.version,
                 "production_version": production.version if production else None, "qa_set_version": inputs.qa_version,
-                "strategy": inputs.strategy, "settings": settings.model_dump()}
+                "strategy": inputs.strategy, "settings": settings.model_dump(),
+                "gate_set": inputs.data.gate_set}  # which questions decide (expert-labelled first when enough), and why
     if kind == "reranker":  # what it re-ranked: a verdict over another embedder's candidates does not carry over
         first_stage = registry.resolve("embedder", "production")
         recorded["first_stage_embedder"] = first_stage.version if first_stage else None
