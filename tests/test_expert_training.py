@@ -126,7 +126,7 @@ def test_experts_who_disagree_meet_halfway():
 
 def test_a_dataset_folder_with_expert_qrels_reaches_training(tmp_path):
     """The export's format (rag.feedback.dataset): queries.jsonl, corpus.jsonl and qrels/*.tsv."""
-    from rag.training.pipeline import feedback_judgments
+    from rag.feedback import judgments
 
     judged = expert_judgments(30)
     (tmp_path / "qrels").mkdir()
@@ -139,7 +139,7 @@ def test_a_dataset_folder_with_expert_qrels_reaches_training(tmp_path):
             writer = csv.writer(fh, delimiter="\t", lineterminator="\n")
             writer.writerow(["query-id", "corpus-id", "score"])
             writer.writerows(rows)
-    split = split_feedback(feedback_judgments(tmp_path), 0.3)
+    split = split_feedback(judgments(tmp_path), 0.3)
     assert len(split.expert) + 3 * len(split.expert_dev_queries) == 90
     data = training_data(ITEMS, _chunks(TEXTS), feedback=split)
     assert data.expert == split.expert and data.summary["expert_pairs"] == len(split.expert)

@@ -66,7 +66,9 @@ def load_inputs(tables: TableStore, config: TrainingConfig) -> Inputs:
     chunks = tables.read(CHUNKS_TABLE, strategy)
     feedback = None
     if config.feedback_dataset:
-        feedback = split_feedback(feedback_judgments(config.feedback_dataset), config.feedback_dev_fraction)
+        from rag.feedback import judgments
+
+        feedback = split_feedback(judgments(Path(config.feedback_dataset)), config.feedback_dev_fraction)
     data = training_data(from_frame(qa), chunks, extra_positives=config.extra_positives, extra_negatives=config.extra_negatives,
                          feedback=feedback, selection_fraction=config.selection_fraction,
                          min_feedback_gate=config.min_feedback_gate_questions,
@@ -74,21 +76,6 @@ def load_inputs(tables: TableStore, config: TrainingConfig) -> Inputs:
     qa_version = pd.util.hash_pandas_object(qa[["qid", "question", "evidence_json", "split"]], index=False).sum()
     return Inputs(strategy, chunks, data, f"{int(qa_version) & 0xFFFFFFFFFFFF:012x}",
                   len(config.extra_positives) + (len(feedback.positives) if feedback else 0))
-
-
-def feedback_judgments(dataset_dir: str | Path):
-    """rag.feedback.judgments of an exported feedback dataset, with its expert labels (`expert_qrels`). A reader
-    that does not return them yet gets them from qrels/expert_qrels.tsv (query-id, corpus-id, grade 0/1/2)."""
-    from types import SimpleNamespace
-
-    from rag.feedback import judgments
-    from rag.feedback.dataset import _read_qrels
-
-    judged = judgments(Path(dataset_dir))
-    path = Path(dataset_dir) / "qrels" / "expert_qrels.tsv"
-    if hasattr(judged, "expert_qrels") or not path.exists():
-        return judged
-    return SimpleNamespace(**vars(judged), expert_qrels=_read_qrels(path))
 
 
 def _manifest(kind: Kind, config: TrainingConfig, inputs: Inputs, run: TrainingRun, parent: ModelVersion | None) -> dict:
@@ -145,7 +132,9 @@ def _rated_pairs(config: TrainingConfig) -> tuple[list, list]:
     Held-out feedback questions stay out, like their pairs stay out of training."""
     positives, negatives = list(config.extra_positives), list(config.extra_negatives)
     if config.feedback_dataset:
-        split = split_feedback(feedback_judgments(config.feedback_dataset), config.feedback_dev_fraction)
+        from rag.feedback import judgments
+
+        split = split_feedback(judgments(Path(config.feedback_dataset)), config.feedback_dev_fraction)
         positives, negatives = positives + split.positives, negatives + split.negatives
     return positives, negatives
 
