@@ -306,3 +306,53 @@ def test_training_config_describes_lambda():
     assert "share" in field.description and TrainingConfig().expert_weight == 0.2
     with pytest.raises(ValueError):
         TrainingConfig(expert_weight=1.0)  # all the weight on experts would drop every other pair: use < 1
+
+
+@pytest.mark.slow  # two first stages over minilm through the registry: about a minute on 2 busy cores
+def test_retrain_logs_lambda_and_the_gate_verdict_says_experts_decided(tmp_path, monkeypatch):
+    """Through the pipeline: a feedback dataset folder with expert labels reaches the learned ranker, λ and the
+    expert counts are the run's parameters, and the gate (enough held-out expert questions) records that they decided."""
+    from rag.evaluation.qaset import to_frame
+    from rag.registry import ModelRegistry
+    from rag.store import CHUNKS_TABLE, TableStore
+    from rag.training import GateSettings
+    from rag.training.pipeline import gate_candidate, train_candidate
+
+    rng = random.Random(5)
+    texts, questions = {}, []
+    for i in range(60):
+        w1, w2 = _word(rng), _word(rng)
+        texts[f"a{i}"] = f"Field notes say the {w1} {w2} was seen near the river and recorded over several seasons."
+        texts[f"x{i}"] = f"{w1} {w1} tags, {w2} {w2} tags: {w1} lists, {w2} lists."
+        questions.append(f"what about the {w1} {w2}?")
+    chunks = _chunks(texts).assign(strategy="ltr", section_path=[[]] * 120, prev_chunk_id=None, next_chunk_id=None,
+                                   n_tokens=10, table_html=None)
+    items = [QAItem(qid=f"q{i}", question=questions[i], qtype="dataset", doc_id=f"a{i}", split="train" if i < 20 else "dev",
+                    evidence=[Evidence(doc_id=f"a{i}", start=0, end=len(texts[f"a{i}"]))]) for i in range(30)]
+    tables = TableStore(tmp_path / "tables")
+    tables.write(chunks, CHUNKS_TABLE, "ltr")
+    tables.write(to_frame(items), "synthetic_qa")
+    dataset = tmp_path / "feedback"
+    (dataset / "qrels").mkdir(parents=True)
+    (dataset / "queries.jsonl").write_text("".join(json.dumps({"_id": f"e{i}", "text": questions[i], "metadata": {}}) + "\n"
+                                                   for i in range(30, 60)))
+    (dataset / "corpus.jsonl").write_text("".join(json.dumps({"_id": c, "title": c, "text": t}) + "\n" for c, t in texts.items()))
+    (dataset / "qrels" / "chunk_qrels.tsv").write_text("query-id\tcorpus-id\tscore\n")
+    (dataset / "qrels" / "expert_qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"e{i}\tx{i}\t2\ne{i}\ta{i}\t0\n" for i in range(30, 60)))
+    monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path))
+    registry = ModelRegistry(tmp_path / "models")
+    config = RerankerTrainingConfig(trees=40, min_child_samples=5, rerank_depth=10, early_stopping_rounds=20,
+                                    feedback_dataset=str(dataset), feedback_dev_fraction=0.5, min_expert_gate_questions=5,
+                                    expert_weight=0.5)
+    mv, run, inputs = train_candidate("reranker", tables, registry, config, log=lambda _: None)
+    assert inputs.data.expert and inputs.data.gate_set.startswith("expert: ")
+    hyper = mv.hyperparameters
+    assert hyper["expert_weight"] == 0.5 and hyper["expert_pairs"] == len(inputs.data.expert) and hyper["expert_questions"] > 0
+    params = registry.mlflow_client().get_run(registry.resolve("reranker", mv.version).run_id).data.params
+    assert params["expert_weight"] == "0.5" and params["expert_pairs"] == str(len(inputs.data.expert))
+    assert run.expert["expert_share"] == pytest.approx(0.5)
+
+    gate_candidate("reranker", tables, registry, mv, GateSettings(resamples=1000))
+    verdict = registry.resolve("reranker", mv.version).metrics["gate"]
+    assert verdict["gate_set"].startswith("expert: ") and verdict["type_expert_questions"] == verdict["questions"] >= 5
