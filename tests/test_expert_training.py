@@ -231,6 +231,12 @@ def test_the_cross_encoder_gets_graded_targets_at_lambda():
     assert len(rows) == 50 and weighed["expert_share"] == 0.5 and {r[2] for r in rows} == {1.0, 0.5, 0.0}
     ranked, _ = expert_examples(lists, 30, config, rows=False)
     assert len(ranked) == 30 and {tuple(r[2]) for r in ranked} == {(1.0, 0.0, 0.0), (0.5, 0.0)}
+    # Mined for the expert positives too: their negatives stay in the expert lists, out of the other groups.
+    from rag.training.reranker import _grouped
+
+    groups = _grouped([("synthetic 0", "p0")], {("synthetic 0", "p0"): ["n0"], ("expert a", TEXTS["d20"]): ["n1"]},
+                      [("expert a", TEXTS["d21"])])
+    assert groups == {"synthetic 0": ({"p0"}, ["n0"])}
 
 
 # --- LambdaRank: graded labels, group weights, and training that follows the experts as λ grows --------------

@@ -47,7 +47,8 @@ def _grouped(pairs: list[Pair], mined: dict[Pair, list[str]], feedback: list[Pai
         if q in groups:
             groups[q][1].append(n)
     for (q, _), negatives in mined.items():
-        groups[q][1].extend(negatives)
+        if q in groups:  # an expert question's mined negatives go to its own list (expert_lists)
+            groups[q][1].extend(negatives)
     known = known or {}
     return {q: (pos, [n for n in dict.fromkeys(neg) if n not in pos and n not in known.get(q, ())])
             for q, (pos, neg) in groups.items()}
