@@ -28,16 +28,23 @@ from rag.feedback import FeedbackStore, export_versioned
 from resources.feedback import FeedbackLoop
 
 MARK_TAG = "feedback/high_water_mark"
+EXPERT_MARK_TAG = "feedback/expert_high_water_mark"  # expert labels are numbered apart from users' feedback events
 TRAINING_ASSETS = ("finetuned_embedder", "trained_reranker")  # the retrain_job assets that read run config
 FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE]
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 
-def last_retrain_mark(instance) -> int:
-    """High-water mark of the newest finished retrain. A failed one counts too: its gate (or its error) has
-    seen that feedback, and counting from an older mark would retrain again on every new rating."""
+def last_retrain_mark(instance, tag: str = MARK_TAG) -> int:
+    """High-water mark (`tag`: users' feedback events, or expert labels) of the newest finished retrain. A failed one
+    counts too: its gate (or its error) has seen that feedback, and counting from an older mark would retrain again
+    on every new rating."""
     runs = instance.get_runs(filters=RunsFilter(job_name=retrain_job.name, statuses=FINISHED), limit=50)
-    return max((int(r.tags[MARK_TAG]) for r in runs if r.tags.get(MARK_TAG, "").isdigit()), default=0)
+    return max((int(r.tags[tag]) for r in runs if r.tags.get(tag, "").isdigit()), default=0)
+
+
+def dataset_mark(feedback: int, expert: int) -> str:
+    """The run key and cursor of a dataset version: the feedback mark, and the expert mark once experts labelled."""
+    return f"{feedback}-e{expert}" if expert else str(feedback)
 
 
 def active_retrain(instance) -> str | None:
@@ -83,7 +90,8 @@ def retrain_request(loop: FeedbackLoop, store: FeedbackStore, *, reason: str,
     request = RunRequest(
         run_key=run_key,
         run_config={"ops": {name: {"config": op_config} for name in TRAINING_ASSETS}},
-        tags={MARK_TAG: str(stats["high_water_mark"]), "feedback/dataset_version": stats["version"], "trigger": reason},
+        tags={MARK_TAG: str(stats["high_water_mark"]), EXPERT_MARK_TAG: str(stats.get("expert_high_water_mark", 0)),
+              "feedback/dataset_version": stats["version"], "trigger": reason},
     )
     materialization = AssetMaterialization(
         "feedback_dataset",
@@ -99,10 +107,14 @@ def retrain_request(loop: FeedbackLoop, store: FeedbackStore, *, reason: str,
 def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: FeedbackLoop):
     store = feedback_loop.store()
     try:
-        mark = store.high_water_mark()
-        baseline = last_retrain_mark(context.instance)
-        new = store.count_feedback(since_event_id=baseline)
-        progress = f"{new}/{feedback_loop.volume_threshold} new feedback events since {production_label(feedback_loop)}"
+        mark, expert_mark = store.high_water_mark(), store.expert_high_water_mark()
+        # An expert label counts as one feedback event: experts label what active learning picked, so a batch of
+        # them is at least as worth a retrain as the same number of users' ratings.
+        ratings = store.count_feedback(since_event_id=last_retrain_mark(context.instance))
+        labels = store.count_expert_labels(since_label_id=last_retrain_mark(context.instance, EXPERT_MARK_TAG))
+        new = ratings + labels
+        experts = f" ({labels} of them expert labels)" if labels else ""
+        progress = f"{new}/{feedback_loop.volume_threshold} new feedback events{experts} since {production_label(feedback_loop)}"
         running = active_retrain(context.instance)
         if running:
             return SkipReason(f"{progress}; retrain run {running} is in progress")
@@ -112,9 +124,10 @@ def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: Feed
         if waiting:
             return SkipReason(f"{progress}; {waiting}")
         request, materialization = retrain_request(feedback_loop, store, reason="feedback_volume",
-                                                   run_key=f"feedback-volume:{mark}")
+                                                   run_key=f"feedback-volume:{dataset_mark(mark, expert_mark)}")
         context.log.info(f"{progress}: requesting retrain_job")
-        return SensorResult(run_requests=[request], asset_events=[materialization], cursor=str(mark))
+        return SensorResult(run_requests=[request], asset_events=[materialization],
+                            cursor=dataset_mark(mark, expert_mark))
     finally:
         store.close()
 

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, SensorResult, SkipReason, build_sensor_context
 
-from rag.feedback import FeedbackStore, FeedbackSubmission
+from rag.feedback import ExpertLabel, FeedbackStore, FeedbackSubmission
 from rag.feedback.drift import DriftThresholds, classifier_auc, drift_report, mmd_test
 from rag.registry import ModelRegistry
 from resources.feedback import FeedbackLoop
 from sensors.drift import drift_sensor
-from sensors.feedback import MARK_TAG, feedback_volume_sensor
+from sensors.feedback import EXPERT_MARK_TAG, MARK_TAG, feedback_volume_sensor
 
 
 def test_mmd_of_two_points_matches_the_hand_computed_value():
@@ -122,6 +122,38 @@ def test_feedback_volume_sensor_counts_since_the_last_retrain(loop, tmp_path):
         rate(store, 1, start=5)
         skip = tick(feedback_volume_sensor, instance, loop)
         assert skip.skip_message == "1/5 new feedback events since model v1"
+    store.close()
+
+
+def label(store, n: int, start: int = 0) -> None:
+    for i in range(start, start + n):
+        store.record_expert_label(ExpertLabel(item_id=f"item{i}", grade=i % 3, expert="ann", idempotency_key=f"e{i}"),
+                                  question=f"expert question {i}", passage={"chunk_id": f"c{i}", "doc_id": "d.pdf",
+                                                                            "text": f"passage {i}"})
+
+
+def test_expert_labels_count_toward_a_retrain_and_a_retrain_resets_their_count(loop, tmp_path):
+    store = FeedbackStore(loop.db_url)
+    rate(store, 2)
+    label(store, 2)
+    with DagsterInstance.ephemeral() as instance:
+        skip = tick(feedback_volume_sensor, instance, loop)
+        assert skip.skip_message == "4/5 new feedback events (2 of them expert labels) since the start (no model in production yet)"
+        label(store, 1, start=2)
+        result = tick(feedback_volume_sensor, instance, loop)
+        request = result.run_requests[0]
+        mark, expert_mark = store.high_water_mark(), store.expert_high_water_mark()
+        assert request.run_key == f"feedback-volume:{mark}-e{expert_mark}" == f"feedback-volume:{result.cursor}"
+        assert request.tags[MARK_TAG] == str(mark) and request.tags[EXPERT_MARK_TAG] == str(expert_mark) == "3"
+        dataset = tmp_path / request.run_config["ops"]["finetuned_embedder"]["config"]["feedback_dataset"]
+        assert dataset.name == f"hw-{mark:010d}-e{expert_mark:010d}"
+        assert json.loads((dataset / "stats.json").read_text())["expert_labels"] == 3
+        # The retrain that used them resets both counts: one more expert label is 1 new event, not 6.
+        instance.add_run(DagsterRun(job_name="retrain_job", run_id="r1", status=DagsterRunStatus.SUCCESS,
+                                    tags=dict(request.tags)))
+        label(store, 1, start=3)
+        skip = tick(feedback_volume_sensor, instance, loop)
+        assert skip.skip_message.startswith("1/5 new feedback events (1 of them expert labels)")
     store.close()
 
 
