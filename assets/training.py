@@ -55,13 +55,19 @@ class TrainingRunConfig(Config):
     feedback_dataset: str | None = Field(None, description="exported feedback RAG-Dataset folder: its +1 pairs and "
                                          "-1 hard negatives join the training data, a held-out share of its questions the gate")
     feedback_dev_fraction: float = Field(0.3, description="share of rated questions held out of training for selection and the gate")
+    # None = rag.training.config's defaults (one place): λ 0.2, 20 expert questions.
+    expert_weight: float | None = Field(None, description="λ: the expert-labelled pairs' share of the training signal "
+                                        "(0 leaves them out; default 0.2)")
+    min_expert_gate_questions: int | None = Field(None, description="held-out expert-labelled questions needed for the "
+                                                  "gate to decide on them alone (default 20)")
 
     def overrides(self) -> dict:
         feedback = self.feedback_dataset if self.feedback_dataset and Path(self.feedback_dataset).exists() else None
         fields = {"base_model": self.base_model, "strategy": self.strategy, "epochs": self.epochs, "max_steps": self.max_steps,
                   "max_pairs": self.max_pairs, "seed": self.seed, "feedback_dataset": feedback,
                   "feedback_dev_fraction": self.feedback_dev_fraction, "max_seq_length": self.max_seq_length,
-                  "learning_rate": self.learning_rate}
+                  "learning_rate": self.learning_rate, "expert_weight": self.expert_weight,
+                  "min_expert_gate_questions": self.min_expert_gate_questions}
         return {k: v for k, v in fields.items() if v is not None}
 
 

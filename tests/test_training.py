@@ -84,8 +84,10 @@ def test_a_verdict_reports_its_interval_power_and_types_and_rag_retrain_prints_t
     registry = ModelRegistry(tmp_path / "models")
     mv = registry.register("embedder", _fake_model(tmp_path / "m"), {"base_model": "minilm"})
     registry.update_metrics("embedder", mv.version, {"gate": {**sound(registry, "embedder"), **result.metadata, "against": "minilm (base, implicit v0)",
-                                                              "settings": GateSettings().model_dump()}})
+                                                              "settings": GateSettings().model_dump(),
+                                                              "gate_set": "feedback: 40 users' questions"}})
     report = "\n".join(gate_report(registry, registry.resolve("embedder", mv.version)))
+    assert "  decided on feedback: 40 users' questions" in report
     assert "ndcg@10    0.5000 -> 0.5100 (+0.0100, 95% CI" in report, report
     assert "answer-aware 20 questions -0.1800; keyword 20 questions +0.2000" in report
     assert "kept production (inconclusive)" in report and "canary" in report

@@ -140,6 +140,8 @@ def gate_report(registry: ModelRegistry, mv: ModelVersion) -> list[str]:
     aside = gate.get("copied_questions_set_aside", gate.get("copied_questions", 0))
     lines = [f"{mv.kind} {mv.name} vs {gate.get('against', '?')} on {gate.get('questions', '?')} held-out gate questions"
              + (f" ({aside} copied from the documents set aside)" if aside else "") + ":"]
+    if gate.get("gate_set"):  # which questions decided: experts' first when there are enough of them
+        lines.append(f"  decided on {gate['gate_set']}")
     for metric in dict.fromkeys(metrics):
         if f"candidate_{metric}" not in gate:
             continue
