@@ -14,7 +14,7 @@ from rag.feedback import FeedbackStore, FeedbackSubmission, ImplicitEvent
 from rag.registry import ModelRegistry
 from rag.rollout.evidence import collect
 from rag.lifecycle.rollout import conclude, history, read_state, start
-from rag.training import PromotionRefused
+from rag.lifecycle.verdicts import PromotionRefused
 from tests.test_rollout_serving import TEXTS, fake_model
 from tests.verdicts import sound, won
 

@@ -14,7 +14,7 @@ from rag.feedback import FeedbackStore, FeedbackSubmission
 from rag.registry import ModelRegistry
 from rag.rollout import IllegalTransition
 from rag.lifecycle.rollout import conclude, history, read_state, roll_back_rollout, start
-from rag.training import PromotionRefused
+from rag.lifecycle.verdicts import PromotionRefused
 from tests.test_rollout_serving import TEXTS, chunk_table, fake_model, registry, verdict  # noqa: F401 - fixture
 from tests.verdicts import sound, won
 

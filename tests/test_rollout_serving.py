@@ -23,7 +23,7 @@ from rag.lifecycle.rollout import history, read_state, roll_back_rollout, start
 from rag.serving.app import create_app
 from rag.serving.canary import CanaryRouter
 from rag.serving.settings import ServeSettings
-from rag.training import PromotionRefused
+from rag.lifecycle.verdicts import PromotionRefused
 from tests.verdicts import sound, won
 
 TOKEN = "test-token-0123456789"

@@ -301,7 +301,7 @@ def _verdict(registry, kind, mv, *, passed, production, for_version=None):
 
 
 def test_promote_needs_a_passing_gate_verdict_against_the_current_production(tmp_path):
-    from rag.training import PromotionRefused
+    from rag.lifecycle.verdicts import PromotionRefused
     from rag.lifecycle.promotion import promote
 
     registry = ModelRegistry(tmp_path / "models")

@@ -17,10 +17,9 @@ from rag.index.qdrant import CollectionName, alias_target
 from rag.index.sync import sync_collection
 from rag.lifecycle.journal import Intent, lifecycle_lock, recover, run
 from rag.lifecycle.target import ServingTarget
-from rag.lifecycle.verdicts import promotion_refusal, refused
+from rag.lifecycle.verdicts import PromotionRefused, promotion_refusal, refused
 from rag.registry import IMPLICIT_PRODUCTION, ModelRegistry, ModelVersion
 from rag.store import CHUNKS_TABLE, TableStore
-from rag.training.gate import PromotionRefused
 from rag.training.pipeline import model_label
 
 SERVING = "production"  # the model name (and Qdrant alias suffix) searches use to reach the production embedder

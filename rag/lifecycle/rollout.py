@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from rag.lifecycle.journal import Intent, lifecycle_lock, log_path, recover, run, state_path
 from rag.lifecycle.promotion import build_collections, operator, promote as promote_model, restore_implicit_production
 from rag.lifecycle.target import ServingTarget, chunk_sets
-from rag.lifecycle.verdicts import check_promotable, promotion_refusal, refused
+from rag.lifecycle.verdicts import PromotionRefused, check_promotable, promotion_refusal, refused
 from rag.registry import KINDS, ModelRegistry, ModelVersion, RegistryError
 from rag.rollout.config import CanarySettings
 from rag.rollout.state import IllegalTransition, RolloutState, promote, roll_back, start_canary
@@ -145,7 +145,6 @@ def start(kind: str, registry: ModelRegistry, candidate: str | None = None, traf
     recorded in the state (`force_reason`, its reason), the log line (`override`) and the candidate's manifest
     (`metrics.canary_start`). It bypasses only the gate: one canary at a time, never of production itself. Such a
     canary is promoted only if it wins the online test, and the promotion is recorded as forced with this reason."""
-    from rag.training.gate import PromotionRefused
 
     _check_kind(kind)
     recover(registry, _opener(target), log)
@@ -275,7 +274,6 @@ def release(kind: str, registry: ModelRegistry, candidate: ModelVersion, *, poli
 def _queue(kind: str, registry: ModelRegistry, mv: ModelVersion, running: tuple[str, RolloutState], log: Log) -> dict:
     refusal = promotion_refusal(kind, registry, mv, "not_worse")
     if refusal is not None:  # the same refusal start() would give, before anything is recorded
-        from rag.training.gate import PromotionRefused
 
         raise PromotionRefused(f"cannot queue a canary: {refused(kind, mv, refusal)}")
     other, state = running
@@ -328,7 +326,6 @@ def conclude(kind: str, registry: ModelRegistry, decision: str, reason: str, *, 
     must not have moved) in the same journaled transaction as the rollout state. "rollback" needs no evidence:
     production never moved during the canary."""
     from rag.rollout.evidence import evaluate, summary
-    from rag.training.gate import PromotionRefused
 
     if decision not in ("promote", "rollback"):
         raise ValueError(f"unknown canary decision {decision!r}: use promote or rollback")

@@ -12,10 +12,13 @@ from pydantic import ValidationError
 
 from rag.registry import ModelRegistry, ModelVersion
 from rag.training.config import GateSettings
-from rag.training.gate import PromotionRefused
 from rag.training.pipeline import model_label
 
 Need = Literal["better", "not_worse"]
+
+
+class PromotionRefused(ValueError):
+    """A promotion that the gate has not (or not currently) approved; the message says what to run."""
 
 
 def promotion_refusal(kind: str, registry: ModelRegistry, candidate: ModelVersion, need: Need = "better") -> str | None:

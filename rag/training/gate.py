@@ -21,10 +21,6 @@ from rag.training.config import GateSettings
 from rag.training.data import IRSet
 
 
-class PromotionRefused(ValueError):
-    """A promotion that the gate has not (or not currently) approved; the message says what to run."""
-
-
 class TooFewGateQuestions(ValueError):
     """Too few held-out questions to decide on: no verdict either way; the message says what to generate."""
 
