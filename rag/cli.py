@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rag.parsing import ParseError, ParseSettings, parse_file
+from rag.qa.models import DEFAULT_MODE, SERVED_MODEL
 
 if TYPE_CHECKING:
     from rag.embedding import WindowFit
@@ -38,8 +39,10 @@ def add_library_commands(sub: argparse._SubParsersAction) -> None:
     q = sub.add_parser("search", help="ranked chunks for a question")
     q.add_argument("query")
     q.add_argument("--strategy", required=True)
-    q.add_argument("--model", default="minilm")
-    q.add_argument("--mode", default="hybrid-rrf", help="bm25 | dense | hybrid-rrf | hybrid-cc")
+    # The defaults search what `rag serve` answers from: production's collection and the default retrieval mode.
+    q.add_argument("--model", default=SERVED_MODEL, help=f"embedder (default {SERVED_MODEL}: what serves, the base "
+                   "model until a promotion)")
+    q.add_argument("--mode", default=DEFAULT_MODE, help=f"bm25 | dense | hybrid-rrf | hybrid-cc (default {DEFAULT_MODE})")
     q.add_argument("--k", type=int, default=10)
     q.add_argument("--alpha", type=float, default=0.5, help="hybrid-cc weight of the dense score")
     q.add_argument("--mmr", type=float, metavar="LAMBDA", help="diversify with MMR (λ in [0, 1])")

@@ -173,3 +173,25 @@ def test_default_mode_is_hybrid_cc_unless_an_applied_configuration_sets_one(root
     applied = answer_settings(ServeSettings.from_env())
     assert (applied.mode, applied.top_k, applied.model) == ("dense", 3, "production")  # unset fields keep the defaults
     assert answer_settings(ServeSettings.from_env(), mode="bm25").mode == "bm25"  # a flag still wins
+
+
+def test_rag_search_with_no_flags_searches_what_serves(root, capsys):
+    import argparse
+    import json
+
+    from rag.cli import add_library_commands, cmd_search
+
+    index_base_model(root)
+    parser = argparse.ArgumentParser()
+    add_library_commands(parser.add_subparsers(dest="command"))
+    query = ["search", "what do rockets burn", "--strategy", STRATEGY, "--k", "3", "--json"]
+    served = parser.parse_args(query)
+    assert (served.model, served.mode) == ("production", "hybrid-cc")
+    try:
+        cmd_search(served)
+        by_default = json.loads(capsys.readouterr().out)
+        cmd_search(parser.parse_args([*query, "--model", "minilm", "--mode", "hybrid-cc"]))
+        explicit = json.loads(capsys.readouterr().out)
+    finally:
+        close_client(qdrant(root))
+    assert by_default == explicit and len(by_default) == 3
