@@ -76,7 +76,8 @@ def test_seeded_methods_are_deterministic_and_random_differs_by_seed():
 
 
 def test_signals_and_weights_change_the_order():
-    assert margin_signals([0.9, 0.89, 0.5, 0.1]) == pytest.approx([1 - 0.01 / 0.8, 1 - 0.01 / 0.8, 1 - 0.39 / 0.8, 0.5])
+    # Closeness to the top score (the top pair: its lead over the runner-up), against the spread of the list.
+    assert margin_signals([0.9, 0.89, 0.5, 0.1]) == pytest.approx([1 - 0.01 / 0.8, 1 - 0.01 / 0.8, 1 - 0.4 / 0.8, 0.0])
     q = Question("why", "synthetic")
     chunk = lambda n: {"chunk_id": f"c{n}", "doc_id": "d", "text": "t"}  # noqa: E731
     candidates = [

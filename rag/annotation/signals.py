@@ -2,9 +2,12 @@
 their weighted combination.
 
 - probability: the reranker's relevance probability near 0.5 (1 at 0.5, 0 at 0 or 1); absent without a reranker.
-- margin: how close the pair's served score is to its neighbour's in the ranking, against the spread of the top k
-  (1: tied with a neighbour, a label decides their order; 0: far from both). For the top candidate this is the
-  classic margin between the two best.
+- margin: how close the pair's served score comes to the top score, against the spread of the top k (for the top
+  pair: how close the runner-up comes to it). 1: a contender for the first place, a label decides which passage
+  leads; 0: far below. Measured on SciFact and SQuAD (bench/active_learning.py's pools, base pipeline): the 100
+  pairs with the smallest margin to the top were relevant 36-41 % of the time, against 10-15 % for any top-10 pair;
+  a gap to the nearest neighbour instead picked the crowded tail (ranks 6-8, 1-3 % relevant), where a label moves
+  neither the ranking's head nor nDCG@10.
 - disagreement: how differently BM25, dense retrieval and the reranker place the pair, as the spread of their
   rank gains 1/log2(1 + rank) (the weight nDCG gives a rank); a list that did not retrieve it counts as rank
   depth + 1.
@@ -36,16 +39,16 @@ def probability_signal(candidate: Candidate) -> float | None:
 
 
 def margin_signals(scores: list[float]) -> list[float]:
-    """One question's served scores, in served order: 1 - (gap to the nearest neighbour / spread of the list)."""
+    """One question's served scores, in served order: 1 - (the top score - this one) / spread of the list; for the top
+    pair, 1 - (its lead over the runner-up) / spread."""
     if len(scores) < 2:
         return [0.0] * len(scores)
     s = np.asarray(scores, dtype=np.float64)
     spread = float(s.max() - s.min())
     if spread <= 0:
         return [1.0] * len(scores)  # all tied: every order is a guess
-    gaps = np.abs(np.diff(s))
-    nearest = np.minimum(np.r_[np.inf, gaps], np.r_[gaps, np.inf])
-    return [float(1.0 - min(g, spread) / spread) for g in nearest]
+    behind = np.r_[s[0] - s[1], s[0] - s[1:]]
+    return [float(1.0 - min(max(gap, 0.0), spread) / spread) for gap in behind]
 
 
 def disagreement_signal(candidate: Candidate, lists: list[str], depth: int) -> float | None:
