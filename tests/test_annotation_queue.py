@@ -53,15 +53,22 @@ def test_quotas_cap_the_queue_when_the_pool_runs_out():
 
 
 @pytest.mark.parametrize("diversity", ["mmr", "k-center"])
-def test_diversity_without_vectors_and_with_either_rule(diversity):
-    pool = _pool(SKEWED, vectors=False)
+def test_question_vectors_spread_the_picks_without_quotas(diversity):
+    pool = _pool(SKEWED)  # d0's questions are near-paraphrases (one topic per document) and the most uncertain
     settings = AnnotationSettings(diversity=diversity, mmr_lambda=0.5, per_document=None, per_question=None)
-    chosen = select(pool, 4, "active", settings)
-    # Without vectors a question is similar only to itself: four picks are four different questions.
+    assert len({pool.documents[i] for i in select(pool, 4, "active", settings)}) >= 3
+    # MMR weighing uncertainty more stays with d0's paraphrases longer.
+    greedy = select(pool, 4, "active", settings.model_copy(update={"diversity": "mmr", "mmr_lambda": 0.95}))
+    assert [pool.documents[i] for i in greedy].count("d0") >= 2
+
+
+def test_without_vectors_the_question_quota_spreads_the_picks():
+    pool = _pool(SKEWED, vectors=False)
+    chosen = select(pool, 4, "active", AnnotationSettings(per_document=None, per_question=1))
     assert len({pool.questions[i] for i in chosen}) == 4
-    # MMR weighing uncertainty more takes d0's question again rather than a far less uncertain new one.
-    greedy = select(pool, 4, "active", settings.model_copy(update={"diversity": "mmr", "mmr_lambda": 0.9}))
-    assert len({pool.questions[i] for i in greedy}) < 4
+    # A question's own second pair is not "similar to itself": without a quota the most uncertain pairs come first.
+    unlimited = AnnotationSettings(per_document=None, per_question=None)
+    assert select(pool, 4, "active", unlimited) == select(pool, 4, "uncertainty", unlimited)
 
 
 def test_seeded_methods_are_deterministic_and_random_differs_by_seed():

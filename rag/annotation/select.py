@@ -1,8 +1,9 @@
 """Which scored candidates go into the queue: a registry of selection methods, all seeded.
 
 - active: uncertainty and diversity. Greedy, one pair at a time: MMR (lambda * uncertainty + (1 - lambda) *
-  novelty, novelty = 1 - the highest cosine between the pair's question and a question already picked) or k-center
-  (uncertainty * that distance), within quotas per document and per question. Labels spent on ten phrasings of one
+  novelty, novelty = 1 - the highest cosine between the pair's question and another question already picked) or
+  k-center (uncertainty * that distance), within quotas per document and per question (which alone spread the
+  picks when no question vectors are given). Labels spent on ten phrasings of one
   question, or on one document, teach a model less than the same labels spread over what people ask.
 - uncertainty: the most uncertain pairs first, nothing else (the baseline active learning has to beat).
 - random: a seeded uniform sample (what labelling without a queue amounts to).
@@ -77,28 +78,33 @@ def _active(pool: Pool, size: int, settings) -> list[int]:
     n = len(pool)
     u = np.asarray(pool.uncertainty, dtype=np.float64)
     tiebreak = _tiebreak(n, settings.seed)
-    if pool.vectors is not None:
-        vectors = _unit(pool.vectors)
-        similarity = lambda i: vectors @ vectors[i]  # noqa: E731
-    else:
-        question_ids = np.unique(pool.questions, return_inverse=True)[1]
-        similarity = lambda i: (question_ids == question_ids[i]).astype(np.float64)  # noqa: E731
-    closest = np.zeros(n)  # highest similarity to a picked question so far (0: nothing picked)
-    eligible = np.ones(n, dtype=bool)
     documents, questions = np.asarray(pool.documents, dtype=object), np.asarray(pool.questions, dtype=object)
+    # Novelty is between questions: a question's own second pair is held back by per_question, not by being similar
+    # to itself (the two contenders for its first place are often the pair worth labelling together).
+    distinct, of_row = np.unique(questions, return_inverse=True)
+    vectors = None
+    if pool.vectors is not None:
+        row_of = np.empty(len(distinct), dtype=np.int64)
+        row_of[of_row[::-1]] = np.arange(n)[::-1]  # a row of each question (its vector is the question's)
+        vectors = _unit(np.asarray(pool.vectors)[row_of])
+    closest = np.zeros(len(distinct))  # per question: the highest cosine to another question picked so far
+    eligible = np.ones(n, dtype=bool)
     per_document, per_question = Counter(), Counter()
     chosen: list[int] = []
     while len(chosen) < size and eligible.any():
-        novelty = 1.0 - np.clip(closest, 0.0, 1.0)
+        novelty = 1.0 - np.clip(closest[of_row], 0.0, 1.0)
         if settings.diversity == "k-center":
             score = u * novelty
         else:
             score = settings.mmr_lambda * u + (1.0 - settings.mmr_lambda) * novelty
-        score = np.where(eligible, score, -np.inf)
-        best = int(np.lexsort((tiebreak, -score))[0])
+        best = int(np.lexsort((tiebreak, -np.where(eligible, score, -np.inf)))[0])
         chosen.append(best)
         eligible[best] = False
-        closest = np.maximum(closest, similarity(best))
+        q = of_row[best]
+        if vectors is not None:
+            similar = vectors @ vectors[q]
+            similar[q] = 0.0  # leaves its own closest as it was
+            closest = np.maximum(closest, similar)
         doc, question = pool.documents[best], pool.questions[best]
         per_document[doc] += 1
         per_question[question] += 1
