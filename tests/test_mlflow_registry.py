@@ -152,8 +152,9 @@ def test_train_and_gate_candidate_record_into_mlflow(tmp_path, monkeypatch):
     version link, the candidate alias, the verdict in the manifest and on the run."""
     from rag.training import pipeline
 
-    data = SimpleNamespace(summary={"train_pairs": 40, "training_data_hash": "abc123"}, data_hash="abc123", negatives=[],
-                           gate=None)
+    from rag.training.data import TrainingData
+
+    data = TrainingData(positives=[(f"question {i}", "t") for i in range(40)])
     inputs = pipeline.Inputs("paragraph", pd.DataFrame({"chunk_id": ["c"], "text": ["t"]}), data, "qa1")
     monkeypatch.setattr(pipeline, "load_inputs", lambda tables, config: inputs)
 
@@ -170,7 +171,7 @@ def test_train_and_gate_candidate_record_into_mlflow(tmp_path, monkeypatch):
     client = plain_client(tmp_path / "models")
     run = client.get_run(mv.run_id)
     assert registry.aliases()["embedder"] == {"candidate": "v1"} and client.get_model_version("rag-embedder", "1").run_id == mv.run_id
-    assert (run.data.tags["seed"], run.data.tags["training_data_hash"], run.data.params["seed"]) == ("3", "abc123", "3")
+    assert (run.data.tags["seed"], run.data.tags["training_data_hash"], run.data.params["seed"]) == ("3", data.data_hash, "3")
 
     settings = GateSettings(resamples=500)
     values = [0.1, 0.2, 0.3, 0.4, 0.5]
