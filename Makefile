@@ -55,8 +55,10 @@ ocr:
 	@{ command -v tesseract >/dev/null && tesseract --list-langs 2>/dev/null | grep -qx eng; } || { \
 	  $(call apt_install,tesseract-ocr tesseract-ocr-eng,scanned PDF pages will not be read (quarantined as no-text-layer)); }
 
+# One worker per core: most tests wait on one thread (model loads, subprocesses, SQLite), so two share 2 cores well.
+TEST_WORKERS ?= 2
 test: install browser
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 test-all: install browser
 	$(PY) -m pytest -q
