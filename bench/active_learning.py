@@ -416,9 +416,9 @@ def markdown(record: dict) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpora", nargs="+", default=["scifact", "squad"], choices=["scifact", "squad"])
-    p.add_argument("--budgets", nargs="+", type=int, default=[50, 100, 200, 400], help="cumulative label budgets")
+    p.add_argument("--budgets", nargs="+", type=int, help="cumulative label budgets (default 50 100 200 400; quick 50 100)")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--seeds", nargs="+", type=int, help="selection and training seeds (default 0 1 2; quick 0)")
     p.add_argument("--pool", type=int, default=None, help="pool questions (default: all 809 SciFact train claims; SQuAD 1000)")
     p.add_argument("--test-questions", type=int, default=None, help="test questions (default: all 300 SciFact test claims; "
                    "SQuAD 1000)")
@@ -448,11 +448,11 @@ def main() -> int:
     if rendered_or_skipped(args, markdown, SHARED, "SciFact and SQuAD dev"):
         return 0
     if args.quick:
-        args.budgets, args.seeds = [50, 100], [0]
+        args.budgets, args.seeds = args.budgets or [50, 100], args.seeds or [0]
         args.pool, args.test_questions = args.pool or 200, args.test_questions or 150
         args.articles = args.articles or 16
         args.scifact_docs = args.scifact_docs if args.scifact_docs is not None else 300
-    args.budgets = sorted(args.budgets)
+    args.budgets, args.seeds = sorted(args.budgets or [50, 100, 200, 400]), args.seeds or [0, 1, 2]
     os.environ["RAG_DATA_DIR"] = str(args.data_dir)
     args.data_dir.mkdir(parents=True, exist_ok=True)
     out = args.out or REPO / "bench" / "results" / f"active-learning{'-quick' if args.quick else ''}.json"
