@@ -18,8 +18,10 @@ nDCG@10 per question, paired tests against the base pipeline and between methods
   answer text 1, anything else 0; test relevance is the span rule of the evaluation (rag.evaluation.qaset).
 
 Labels train as expert pairs with their grades (TrainingData.expert, RerankerTrainingConfig.expert_weight) when the
-training library has them, else their grade-2 pairs as positives; nothing else trains (no synthetic pairs), so the
-gain is the labels' own. The reranker boosts a fixed 50 rounds (`--selection N`: early stopping on N inverse-cloze
+training library has them, else their grade-2 pairs as positives. By default nothing else trains, so the gain is
+the labels' own; `--synthetic N` adds N inverse-cloze pairs of the corpus to every retrain (the labels then weigh λ
+of the signal, as expert labels beside a QA set do in the product), and the base is the reranker retrained on those
+pairs alone. The reranker boosts a fixed 50 rounds (`--selection N`: early stopping on N inverse-cloze
 pseudo-queries instead; no label is spent on selection either way). No gate stands between a retrain and what
 serves here: every round's reranker serves. `--retrain embedder|both` also fine-tunes MiniLM on the labelled
 positives each round and re-embeds the corpus (slow on a CPU).
@@ -67,6 +69,7 @@ class Corpus:
     pool: dict[str, str]  # question id -> text: what experts are asked about
     grade: object  # (pool question id, chunk id) -> 0, 1 or 2: the simulated expert
     note: str
+    synthetic: list = dataclasses.field(default_factory=list)  # (question, passage) pairs every retrain also learns from
 
 
 def sample(items: dict[str, str], n: int | None, seed: int) -> dict[str, str]:
@@ -165,6 +168,16 @@ class Served:
         return {q: [h.chunk["chunk_id"] for h in self.rank(t)][:10] for q, t in queries.items()}
 
 
+def synthetic_pairs(corpus: Corpus, n: int) -> list[tuple[str, str]]:
+    """`n` inverse-cloze (sentence, passage) pairs of the corpus: what a retrain learns besides the labels, as the
+    product's retrain learns from its synthetic QA set (λ sets the labels' share). Their sentences are cut out of the
+    passages by the trainer, as in the product."""
+    from rag.training.pseudo import inverse_cloze
+
+    texts = dict(zip(corpus.ds.corpus["chunk_id"], corpus.ds.corpus["text"]))
+    return [(q, texts[pid]) for q, _, pid in inverse_cloze(texts, n, seed=7)] if n > 0 else []
+
+
 def selection_set(corpus: Corpus, n: int):
     """Inverse-cloze pseudo-queries of the corpus (their sentence cut out) that choose the reranker's boosting round,
     so no label is spent on selection (the product selects on its synthetic dev questions); None for n = 0: a fixed
@@ -203,12 +216,13 @@ def train_reranker(corpus: Corpus, served: Served, labelled: dict[tuple[str, str
     if expert_training():
         from rag.training.data import ExpertPair
 
-        data = TrainingData([], expert=[ExpertPair(corpus.pool[q], texts[c], g) for (q, c), g in labelled.items()],
-                            selection=selection)
+        data = TrainingData(list(corpus.synthetic), selection=selection,
+                            expert=[ExpertPair(corpus.pool[q], texts[c], g) for (q, c), g in labelled.items()])
         config["expert_weight"] = args.expert_weight
     else:
-        data = TrainingData([(corpus.pool[q], texts[c]) for (q, c), g in labelled.items() if g >= 2], selection=selection)
-    if not any(g > 0 for g in labelled.values()):
+        data = TrainingData(list(corpus.synthetic) + [(corpus.pool[q], texts[c]) for (q, c), g in labelled.items() if g >= 2],
+                            selection=selection)
+    if not corpus.synthetic and not any(g > 0 for g in labelled.values()):
         return None, {"trained": False, "why": "no label found a relevant passage"}
     out = Path(tempfile.mkdtemp(dir=scratch, prefix="ltr-"))
     try:
@@ -262,13 +276,13 @@ def paired(treatment: dict[str, float], control: dict[str, float]) -> dict:
 
 
 def one_method(corpus: Corpus, method: str, seed: int, first: FirstStage, questions: dict[str, str], selection, args,
-               scratch: Path, root: Path, base: dict) -> list[dict]:
+               scratch: Path, root: Path, base: dict, base_reranker=None) -> list[dict]:
     from rag.annotation.build import build_queue
     from rag.annotation.candidates import Question
     from rag.annotation.config import AnnotationSettings
     from rag.annotation.queue import item_id
 
-    served = Served(first)
+    served = Served(first, base_reranker)  # what serves before the first label
     labelled: dict[tuple[str, str], int] = {}  # (pool question id, chunk id) -> the expert's grade
     pool_questions = [Question(text, "production", qid) for qid, text in corpus.pool.items()]
     doc_of = dict(zip(corpus.ds.corpus["chunk_id"], corpus.ds.corpus["doc_id"]))
@@ -367,17 +381,27 @@ def one_corpus(name: str, args, record: dict, save) -> None:
                  "index_seconds": round(time.perf_counter() - started, 1), "runs": {}}
     record["corpora"][name] = out
     first = FirstStage(index, questions)
-    base_scores = per_query_ndcg(corpus.ds.qrels, Served(first).run(corpus.ds.queries))
-    base = {q: s["ndcg@10"] for q, s in base_scores.items()}
-    out["base"] = {"served": f"{MODEL} {MODE}, no reranker",
-                   **{m: round(sum(s[m] for s in base_scores.values()) / len(base_scores), 4) for m in METRICS}}
-    log(f"{name}: {corpus.note}; base test nDCG@10 {out['base']['ndcg@10']:.4f}")
+    mean = lambda scores: {m: round(sum(s[m] for s in scores.values()) / len(scores), 4) for m in METRICS}  # noqa: E731
+    first_scores = per_query_ndcg(corpus.ds.qrels, Served(first).run(corpus.ds.queries))
+    out["first_stage"] = {"served": f"{MODEL} {MODE}, no reranker", **mean(first_scores)}
     selection = selection_set(corpus, args.selection)
     scratch = Path(tempfile.mkdtemp(prefix=f"active-learning-{name}-"))
+    # What serves before any label: the first stage, or (--synthetic N) the reranker retrained on synthetic pairs alone.
+    corpus.synthetic = synthetic_pairs(corpus, args.synthetic)
+    args.seed_now = args.seeds[0]
+    base_reranker, trained = train_reranker(corpus, Served(first), {}, selection, args, scratch) if corpus.synthetic else (None, {})
+    base_scores = per_query_ndcg(corpus.ds.qrels, Served(first, base_reranker).run(corpus.ds.queries))
+    base = {q: s["ndcg@10"] for q, s in base_scores.items()}
+    out["base"] = {"served": out["first_stage"]["served"] if base_reranker is None else
+                   f"{MODEL} {MODE}, reranker retrained on {len(corpus.synthetic)} inverse-cloze pairs, no label",
+                   **mean(base_scores), **trained}
+    if base_reranker is not None:
+        out["base"]["vs_first_stage"] = paired(base, {q: s["ndcg@10"] for q, s in first_scores.items()})
+    log(f"{name}: {corpus.note}; base ({out['base']['served']}) test nDCG@10 {out['base']['ndcg@10']:.4f}")
     for seed in args.seeds:
         for method in args.methods:
             out["runs"].setdefault(str(seed), {})[method] = one_method(corpus, method, seed, first, questions, selection,
-                                                                       args, scratch, root, base)
+                                                                       args, scratch, root, base, base_reranker)
             save()
     out["comparison"] = compare_methods(out["runs"], args.budgets, base)
     out["seconds"] = round(time.perf_counter() - started, 1)
@@ -437,7 +461,10 @@ def main() -> int:
     p.add_argument("--selection", type=int, default=0, help="inverse-cloze pseudo-queries that choose the boosting round "
                    "(0: none, a fixed --trees rounds)")
     p.add_argument("--trees", type=int, default=50, help="boosting rounds (at most, with --selection)")
-    p.add_argument("--expert-weight", type=float, default=0.2, help="λ, when the training library takes expert pairs")
+    p.add_argument("--expert-weight", type=float, default=0.2, help="λ: the labels' share of the training signal when "
+                   "there are synthetic pairs (alone, the labels are all of it)")
+    p.add_argument("--synthetic", type=int, default=0, help="inverse-cloze pairs every retrain also learns from, as the "
+                   "product's retrain learns from its QA set (0: the labels alone); the base is then that retrain")
     p.add_argument("--retrain", choices=["reranker", "embedder", "both"], default="reranker")
     p.add_argument("--out", type=Path, help="default bench/results/active-learning[-quick].json")
     p.add_argument("--markdown", type=Path, help="print the table of an existing result file and exit")
