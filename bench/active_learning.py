@@ -55,6 +55,10 @@ from bench.training import per_query_ndcg  # noqa: E402
 
 MODE, DEPTH, MODEL = "hybrid-cc", 50, "minilm"
 METHODS = ("active", "uncertainty", "random")
+# Not a selection method: it spends the budget on relevant pairs only (one per question, as the expert would grade
+# them 2), which no queue can beat at finding positives. What the retrained pipeline gains with it is the most these
+# labels can buy from this trainer.
+ORACLE = "oracle"
 METRICS = ("ndcg@10", "mrr@10", "recall@10")
 
 
@@ -275,6 +279,25 @@ def paired(treatment: dict[str, float], control: dict[str, float]) -> dict:
     return {k: round(v, 5) if isinstance(v, float) else v for k, v in out.items()}
 
 
+def oracle_picks(corpus: Corpus, served: Served, labelled: dict, size: int, seed: int, k: int) -> list:
+    """`size` relevant pairs of the served top k, one per question not labelled yet, questions in seeded order."""
+    from rag.annotation.queue import QueueItem, item_id
+
+    asked = {q for q, _ in labelled}
+    order = sorted(set(corpus.pool) - asked)
+    random.Random(seed).shuffle(order)
+    picks = []
+    for qid in order:
+        hit = next((h for h in served.rank(corpus.pool[qid])[:k] if corpus.grade(qid, h.chunk["chunk_id"]) == 2), None)
+        if hit is not None:
+            cid = hit.chunk["chunk_id"]
+            picks.append(QueueItem(item_id=item_id(corpus.pool[qid], cid), question=corpus.pool[qid], query_id=qid,
+                                   source="production", chunk_id=cid, doc_id=str(hit.chunk["doc_id"]), text="", uncertainty=0.0))
+        if len(picks) >= size:
+            break
+    return picks
+
+
 def one_method(corpus: Corpus, method: str, seed: int, first: FirstStage, questions: dict[str, str], selection, args,
                scratch: Path, root: Path, base: dict, base_reranker=None) -> list[dict]:
     from rag.annotation.build import build_queue
@@ -293,11 +316,16 @@ def one_method(corpus: Corpus, method: str, seed: int, first: FirstStage, questi
         # The quota grows with the round: 2 of 50 labels per abstract is a spread, 2 of 200 per SQuAD article runs the
         # pool dry (a queue the quotas cut short is shorter than its budget).
         per_document = max(args.per_document, math.ceil(args.document_share * size))
-        settings = AnnotationSettings(size=size, questions=len(pool_questions), k=args.k, method=method, seed=seed,
+        settings = AnnotationSettings(size=size, questions=len(pool_questions), k=args.k, seed=seed,
+                                      method="random" if method == ORACLE else method,  # the oracle needs no queue
                                       per_document=per_document, per_question=args.per_question, mmr_lambda=args.mmr_lambda)
-        built = build_queue(pool_questions, served.rank, settings, strategy=corpus.name, reranked=served.reranker is not None,
-                            embed=served.encode, labelled={item_id(corpus.pool[q], c) for q, c in labelled}, depth=100)
-        picked = built.queue.items
+        if method == ORACLE:
+            picked = oracle_picks(corpus, served, labelled, size, seed, args.k)
+        else:
+            built = build_queue(pool_questions, served.rank, settings, strategy=corpus.name,
+                                reranked=served.reranker is not None, embed=served.encode,
+                                labelled={item_id(corpus.pool[q], c) for q, c in labelled}, depth=100)
+            picked = built.queue.items
         for item in picked:
             labelled[(item.query_id, item.chunk_id)] = corpus.grade(item.query_id, item.chunk_id)
         select_seconds = time.perf_counter() - started
@@ -345,7 +373,7 @@ def compare_methods(runs: dict, budgets: list[int], base: dict[str, float]) -> d
 
     out: dict = {"by_budget": {}}
     for budget in budgets:
-        scores = {m: averaged(m, budget) for m in METHODS if any(m in seed for seed in runs.values())}
+        scores = {m: averaged(m, budget) for m in (*METHODS, ORACLE) if any(m in seed for seed in runs.values())}
         out["by_budget"][str(budget)] = {
             "mean_ndcg@10": {m: round(float(np.mean(list(s.values()))), 4) for m, s in scores.items()},
             "relevant_labels": {m: found(m, budget) for m in scores},
@@ -416,11 +444,11 @@ def markdown(record: dict) -> str:
         budgets = list(comparison.get("by_budget", {}))
         lines += [f"**{name}** ({corpus['note']}; base {corpus['base']['ndcg@10']:.4f})", "",
                   "| method | " + " | ".join(f"{b} labels" for b in budgets) + " |", "|---|" + "---|" * len(budgets)]
-        for method in METHODS:
+        for method in (*METHODS, ORACLE):
             cells = [comparison["by_budget"][b]["mean_ndcg@10"].get(method) for b in budgets]
             if any(c is not None for c in cells):
                 lines.append(f"| {method} | " + " | ".join("—" if c is None else f"{c:.4f}" for c in cells) + " |")
-        for method in METHODS:
+        for method in (*METHODS, ORACLE):
             found = [comparison["by_budget"][b].get("relevant_labels", {}).get(method) for b in budgets]
             if any(f is not None for f in found):
                 lines.append(f"| {method}: relevant labels | " + " | ".join("—" if f is None else f"{f:g}" for f in found) + " |")
@@ -441,7 +469,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--corpora", nargs="+", default=["scifact", "squad"], choices=["scifact", "squad"])
     p.add_argument("--budgets", nargs="+", type=int, help="cumulative label budgets (default 50 100 200 400; quick 50 100)")
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=[*METHODS, ORACLE],
+                   help=f"{ORACLE}: the budget on relevant pairs only, one per question (the most labels can buy)")
     p.add_argument("--seeds", nargs="+", type=int, help="selection and training seeds (default 0 1 2; quick 0)")
     p.add_argument("--pool", type=int, default=None, help="pool questions (default: all 809 SciFact train claims; SQuAD 1000)")
     p.add_argument("--test-questions", type=int, default=None, help="test questions (default: all 300 SciFact test claims; "
