@@ -164,7 +164,7 @@ def _metadata(result) -> dict:
     return {k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node("annotation_queue")[0].metadata.items()}
 
 
-def test_asset_writes_the_queue_with_coverage_and_progress(tmp_path, monkeypatch):
+def test_asset_writes_the_queue_with_coverage_and_progress(tmp_path):
     """Materialize annotation_queue on four tiny documents (wordllama, no reranker): production queries first,
     synthetic ones to top up, and the metadata counts the labels given since the previous queue."""
     from dagster import materialize
@@ -220,12 +220,18 @@ def test_asset_writes_the_queue_with_coverage_and_progress(tmp_path, monkeypatch
         assert "| uncertainty |" in meta["preview"] and meta["served"]["reranker"] == "none"
         assert queue.config["method"] == "active" and queue.selection == "active"
 
-        # An expert labels one item (as the expert view records it in the store's expert_labels table): the next
-        # refresh counts it and leaves the pair out.
-        labelled = queue.items[0].item_id
-        label = pd.DataFrame({"label_id": [1], "item_id": [labelled], "grade": [2], "expert": ["tester"],
-                              "created_at": [pd.Timestamp.now(tz="UTC")]})
-        monkeypatch.setattr("assets.annotation.expert_labels", lambda store: label)
+        # An expert labels one item through the store (what the expert view does): the next refresh counts it and
+        # leaves the pair out.
+        from rag.feedback.models import ExpertLabel
+
+        item = queue.items[0]
+        labelled = item.item_id
+        store = FeedbackStore(root=root)
+        store.record_expert_label(ExpertLabel(item_id=labelled, expert="tester", idempotency_key="k1", grade=2),
+                                  question=item.question, query_id=item.query_id,
+                                  passage={"chunk_id": item.chunk_id, "doc_id": item.doc_id, "page_start": 1,
+                                           "page_end": 1, "text": item.text})
+        store.close()
         second = materialize([annotation_queue], resources=resources, run_config=config)
         meta2 = _metadata(second)
         assert meta2["previous_queue_size"] == 6 and meta2["labels_since_refresh"] == 1
