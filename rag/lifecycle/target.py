@@ -43,3 +43,12 @@ class ServingTarget:
         if self.strategies is None:
             self.strategies = chunk_sets(self.tables)
         return list(self.strategies)
+
+
+def data_dir_target(distance: str = "cosine") -> ServingTarget:
+    """The data dir's chunk sets and Qdrant, opened only when a step needs it: stopping a canary works while
+    Dagster holds the embedded folder. What the `rag models` commands act on."""
+    from rag.index.qdrant import get_client
+    from rag.store import data_dir
+
+    return ServingTarget(TableStore(data_dir() / "tables"), get_client, distance=distance)

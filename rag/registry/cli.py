@@ -85,9 +85,9 @@ def add_loop_commands(sub) -> None:
 
 # --- reading the registry ----------------------------------------------------------------------------------------
 def _registry() -> ModelRegistry:
-    from rag.rollout.cli import _registry as registry
+    from rag.store import data_dir
 
-    return registry()
+    return ModelRegistry(data_dir() / "models")
 
 
 def _name(registry: ModelRegistry, kind: str, version: str | None) -> str:
@@ -305,7 +305,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    from rag.rollout.cli import serving_target
+    from rag.lifecycle.target import data_dir_target as serving_target
     from rag.lifecycle.rollout import release
     from rag.lifecycle.verdicts import promotion_refusal
     from rag.rollout.config import promotion_policy
@@ -332,7 +332,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     from rag.lifecycle.rollout import roll_back_production
-    from rag.rollout.cli import serving_target
+    from rag.lifecycle.target import data_dir_target as serving_target
 
     registry = _registry()
     before = snapshot(registry)

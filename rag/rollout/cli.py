@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from rag.lifecycle.target import data_dir_target
+
 
 def add_models_command(sub) -> None:
     m = sub.add_parser("models", help="trained models: list, show, promote, rollback; gradual rollout (canary) of a "
@@ -56,25 +58,14 @@ def cmd_recover(args: argparse.Namespace) -> int:
         return 0
     print(f"found an unfinished {intent.kind} {intent.action} started {intent.at} ({intent.approved_by}): "
           f"production {intent.production_before or 'implicit v0'} → {intent.production_after or 'implicit v0'}")
-    print(recover(registry, serving_target(args.distance).client))
+    print(recover(registry, data_dir_target(args.distance).client))
     return 0
 
 
 def _registry():
-    from rag.registry import ModelRegistry
-    from rag.store import data_dir
+    from rag.registry.cli import _registry as registry
 
-    return ModelRegistry(data_dir() / "models")
-
-
-def serving_target(distance: str = "cosine"):
-    """The data dir's chunk sets and Qdrant, opened only when a step needs it: stopping a canary works while
-    Dagster holds the embedded folder."""
-    from rag.index.qdrant import get_client
-    from rag.lifecycle.target import ServingTarget
-    from rag.store import TableStore, data_dir
-
-    return ServingTarget(TableStore(data_dir() / "tables"), get_client, distance=distance)
+    return registry()
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -123,7 +114,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     from rag.lifecycle.rollout import name_of, start
 
     registry = _registry()
-    state = start(args.kind, registry, args.candidate, args.share, target=serving_target(args.distance),
+    state = start(args.kind, registry, args.candidate, args.share, target=data_dir_target(args.distance),
                   force_reason=args.force_reason)
     print(f"canary of {args.kind} {name_of(registry, args.kind, state.candidate_version)} started on "
           f"{state.traffic_share:.0%} of sessions; `rag serve` picks it up on its next request. Watch it with "
@@ -135,6 +126,6 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     from rag.lifecycle.rollout import name_of, roll_back_rollout
 
     registry = _registry()
-    state = roll_back_rollout(args.kind, registry, args.reason, target=serving_target(args.distance))
+    state = roll_back_rollout(args.kind, registry, args.reason, target=data_dir_target(args.distance))
     print(f"{args.kind} {name_of(registry, args.kind, state.candidate_version)}: {state.stage} ({state.reason})")
     return 0
