@@ -87,7 +87,7 @@ def test_a_verdict_reports_its_interval_power_and_types_and_rag_retrain_prints_t
                                                               "settings": GateSettings().model_dump(),
                                                               "gate_set": "feedback: 40 users' questions"}})
     report = "\n".join(gate_report(registry, registry.resolve("embedder", mv.version)))
-    assert "  decided on feedback: 40 users' questions" in report
+    assert "  gate set (before copies are set aside): feedback: 40 users' questions" in report
     assert "ndcg@10    0.5000 -> 0.5100 (+0.0100, 95% CI" in report, report
     assert "answer-aware 20 questions -0.1800; keyword 20 questions +0.2000" in report
     assert "kept production (inconclusive)" in report and "canary" in report

@@ -141,7 +141,7 @@ def gate_report(registry: ModelRegistry, mv: ModelVersion) -> list[str]:
     lines = [f"{mv.kind} {mv.name} vs {gate.get('against', '?')} on {gate.get('questions', '?')} held-out gate questions"
              + (f" ({aside} copied from the documents set aside)" if aside else "") + ":"]
     if gate.get("gate_set"):  # which questions decided: experts' first when there are enough of them
-        lines.append(f"  decided on {gate['gate_set']}")
+        lines.append(f"  gate set (before copies are set aside): {gate['gate_set']}")
     for metric in dict.fromkeys(metrics):
         if f"candidate_{metric}" not in gate:
             continue
