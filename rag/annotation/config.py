@@ -32,9 +32,9 @@ class AnnotationSettings(BaseModel):
     per_question: int | None = Field(2, ge=1, description="active: most items from one question (None: no quota)")
     weights: dict[str, float] = Field(default_factory=lambda: dict.fromkeys(SIGNALS, 1.0),
                                       description="weight of each uncertainty signal (probability: reranker probability "
-                                      "near 0.5; margin: score close to the top one (a contender for first place); disagreement: "
-                                      "BM25, dense and reranker ranks disagree); a signal that is absent (no reranker) "
-                                      "drops out and the others are re-weighted")
+                                      "near 0.5; margin: score close to the top one, a contender for first place; "
+                                      "disagreement: BM25, dense and reranker ranks disagree); a signal that is absent (no "
+                                      "reranker) drops out and the others are re-weighted")
     skip_labelled: bool = Field(True, description="leave out pairs an expert already labelled")
     seed: int = 0
 
