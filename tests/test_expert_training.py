@@ -257,6 +257,18 @@ def _word(rng: random.Random) -> str:
     return "".join(rng.choice("bcdfgklmnprstvz") + rng.choice("aeiou") for _ in range(3))
 
 
+def _two_passages_per_question(rng: random.Random) -> tuple[dict[str, str], list[str]]:
+    """60 questions, each with a prose passage a<i> and a keyword list x<i> of the same two words: which one is the
+    answer is for the labels to say (synthetic pairs name a<i>, experts may name x<i>)."""
+    texts, questions = {}, []
+    for i in range(60):
+        w1, w2 = _word(rng), _word(rng)
+        texts[f"a{i}"] = f"Field notes say the {w1} {w2} was seen near the river and recorded over several seasons."
+        texts[f"x{i}"] = f"{w1} {w1} tags, {w2} {w2} tags: {w1} lists, {w2} lists."
+        questions.append(f"what about the {w1} {w2}?")
+    return texts, questions
+
+
 def test_expert_labels_that_contradict_the_synthetic_ones_win_as_lambda_grows(tmp_path, monkeypatch):
     """Synthetic questions say the chunk holding the question's phrase answers it; experts (other questions of
     the same kind) say the chunk repeating its words does (and grade the phrase chunk 0). Untrained on experts, the
@@ -268,13 +280,7 @@ def test_expert_labels_that_contradict_the_synthetic_ones_win_as_lambda_grows(tm
     from rag.training.ltr import train_learned_ranker
     from rag.training.pipeline import hybrid_candidates
 
-    rng = random.Random(3)
-    texts, questions = {}, []
-    for i in range(60):
-        w1, w2 = _word(rng), _word(rng)
-        texts[f"a{i}"] = f"Field notes say the {w1} {w2} was seen near the river and recorded over several seasons."
-        texts[f"x{i}"] = f"{w1} {w1} tags, {w2} {w2} tags: {w1} lists, {w2} lists."
-        questions.append(f"what about the {w1} {w2}?")
+    texts, questions = _two_passages_per_question(random.Random(3))
     chunks, embedder = _chunks(texts), load_embedder("wordllama")
     positives = [(questions[i], texts[f"a{i}"]) for i in range(20)]
     expert = [e for i in range(20, 40) for e in (ExpertPair(questions[i], texts[f"x{i}"], 2 if i % 2 else 1),
@@ -324,13 +330,7 @@ def test_retrain_logs_lambda_and_the_gate_verdict_says_experts_decided(tmp_path,
     from rag.training import GateSettings
     from rag.training.pipeline import gate_candidate, train_candidate
 
-    rng = random.Random(5)
-    texts, questions = {}, []
-    for i in range(60):
-        w1, w2 = _word(rng), _word(rng)
-        texts[f"a{i}"] = f"Field notes say the {w1} {w2} was seen near the river and recorded over several seasons."
-        texts[f"x{i}"] = f"{w1} {w1} tags, {w2} {w2} tags: {w1} lists, {w2} lists."
-        questions.append(f"what about the {w1} {w2}?")
+    texts, questions = _two_passages_per_question(random.Random(5))
     chunks = _chunks(texts).assign(strategy="ltr", section_path=[[]] * 120, prev_chunk_id=None, next_chunk_id=None,
                                    n_tokens=10, table_html=None)
     items = [QAItem(qid=f"q{i}", question=questions[i], qtype="dataset", doc_id=f"a{i}", split="train" if i < 20 else "dev",
