@@ -34,12 +34,15 @@ FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE]
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 
-def last_retrain_mark(instance, tag: str = MARK_TAG) -> int:
-    """High-water mark (`tag`: users' feedback events, or expert labels) of the newest finished retrain. A failed one
-    counts too: its gate (or its error) has seen that feedback, and counting from an older mark would retrain again
-    on every new rating."""
+def last_retrain_marks(instance) -> tuple[int, int]:
+    """(feedback event mark, expert label mark) of the newest finished retrains. A failed one counts too: its gate (or
+    its error) has seen that feedback, and counting from an older mark would retrain again on every new rating."""
     runs = instance.get_runs(filters=RunsFilter(job_name=retrain_job.name, statuses=FINISHED), limit=50)
-    return max((int(r.tags[tag]) for r in runs if r.tags.get(tag, "").isdigit()), default=0)
+
+    def newest(tag: str) -> int:
+        return max((int(r.tags[tag]) for r in runs if r.tags.get(tag, "").isdigit()), default=0)
+
+    return newest(MARK_TAG), newest(EXPERT_MARK_TAG)
 
 
 def dataset_mark(feedback: int, expert: int) -> str:
@@ -110,8 +113,9 @@ def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: Feed
         mark, expert_mark = store.high_water_mark(), store.expert_high_water_mark()
         # An expert label counts as one feedback event: experts label what active learning picked, so a batch of
         # them is at least as worth a retrain as the same number of users' ratings.
-        ratings = store.count_feedback(since_event_id=last_retrain_mark(context.instance))
-        labels = store.count_expert_labels(since_label_id=last_retrain_mark(context.instance, EXPERT_MARK_TAG))
+        feedback_baseline, expert_baseline = last_retrain_marks(context.instance)
+        ratings = store.count_feedback(since_event_id=feedback_baseline)
+        labels = store.count_expert_labels(since_label_id=expert_baseline)
         new = ratings + labels
         experts = f" ({labels} of them expert labels)" if labels else ""
         progress = f"{new}/{feedback_loop.volume_threshold} new feedback events{experts} since {production_label(feedback_loop)}"
