@@ -27,7 +27,8 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import PydanticCustomError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rag.annotation.queue import AnnotationQueue, QueueItem, queue_path, read_queue
@@ -53,9 +54,20 @@ class Asker(Protocol):
     def ask(self, question: str): ...  # -> rag.qa.AnswerResult
 
 
+def askable(question: str) -> str:
+    """A question worth retrieving for: the 422 says what is wrong and what to do (the web page shows it as is), and
+    the length limit is the retriever's own, so the two cannot disagree."""
+    if not question.strip():
+        raise PydanticCustomError("blank_question", "the question is empty or only spaces: write a question")
+    if len(question) > MAX_QUERY_CHARS:
+        raise PydanticCustomError("question_too_long", "the question is {length} characters; the limit is {limit}: "
+                                  "shorten it", {"length": f"{len(question):,}", "limit": f"{MAX_QUERY_CHARS:,}"})
+    return question
+
+
 class AskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    question: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    question: Annotated[str, AfterValidator(askable)] = Field(json_schema_extra={"maxLength": MAX_QUERY_CHARS})
     session_id: str | None = Field(None, max_length=128)
 
 
