@@ -91,5 +91,11 @@ bench-training: install
 bench-training-quick: install
 	$(PY) bench/training.py --quick
 
+# Renders every figure of docs/ (and README.md's figure blocks) from bench/results/*.json; standard library only,
+# so it needs no .venv. tests/test_docs.py fails when a committed page differs from this render.
+.PHONY: docs
+docs:
+	$(PYTHON) docs/render.py
+
 clean:
 	rm -rf $(VENV) data
