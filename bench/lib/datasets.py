@@ -1,0 +1,27 @@
+"""Where the benchmarks' data sets live, and the one way a script says that one is absent.
+
+They sit outside the repository, in the shared folder beside it (../shared/datasets): SciFact in BEIR layout
+(corpus.jsonl, queries.jsonl, qrels/{train,test}.tsv) and SQuAD v1.1 dev (dev-v1.1.json.gz).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "bench" / "results"
+SHARED = REPO.parent / "shared" / "datasets"
+SCIFACT = SHARED / "scifact"
+SQUAD = SHARED / "squad-dev" / "dev-v1.1.json.gz"
+
+
+def scifact_absent(folder: Path = SCIFACT) -> bool:
+    """True (and says so) when `folder` holds no SciFact corpus: the caller has nothing to measure."""
+    return absent(folder / "corpus.jsonl", "SciFact in BEIR layout: corpus.jsonl, queries.jsonl, qrels/test.tsv")
+
+
+def absent(needed: Path, what: str) -> bool:
+    """True (and says what is missing and where it was looked for) when `needed` does not exist."""
+    if needed.exists():
+        return False
+    print(f"skipped: {needed} is absent ({what} is needed; put it there to measure)")
+    return True
