@@ -11,8 +11,8 @@ neighbour heuristic links a copy to the hub and to no sibling, and the hub keeps
 prediction this bench tests: with isotropic copies, the misses whose document was found through another copy stay
 at any hnsw_ef while N/D > 2m, and vanish once 2m > N/D.
 
-Data: the SciFact corpus' passage vectors of --encoder (cached as in bench/edge_latency.py), made into N points by
-bench.edge_latency.points_matrix (--copies, --sigma, --mix-max, --seed); the SciFact test queries' vectors.
+Data: the SciFact corpus' passage vectors of --encoder (cached by bench.lib.edge.corpus_vectors, as bench/edge_latency.py does), made into N points by
+bench.lib.edge.points_matrix (--copies, --sigma, --mix-max, --seed); the SciFact test queries' vectors.
 Per N x m x ef_construct: build through the product's calls (rag.index.qdrant.create_collection with
 HnswBuild, upsert in batches, optimize, where Edge builds the graph), timed; then for every --ef a limit-100 search
 (what retrieve asks for) per query: recall@10 against numpy's exact top-10, the misses split into "another copy of
@@ -20,20 +20,18 @@ the document is among the engine's 100" and "the document was not found", and th
 """
 from __future__ import annotations
 
-import argparse
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from bench.edge_latency import (COPY_KINDS, SCIFACT, corpus_vectors, exact_top, folder_mb, log,  # noqa: E402
-                                points_matrix, stats, write)
-from bench.provenance import run_record, stamp_end  # noqa: E402
+from bench.lib import cli
+from bench.lib.datasets import RESULTS, scifact_absent
+from bench.lib.edge import COPY_KINDS, corpus_vectors, default_cache, exact_top, folder_mb, points_matrix
+from bench.lib.provenance import run_record, stamp_end
+from bench.lib.results import log, stats, write
 
 
 def build(folder: Path, points: np.ndarray, m: int, ef_construct: int, batch: int) -> tuple[object, dict]:
@@ -86,9 +84,7 @@ def recall_by_ef(client, query_vectors: np.ndarray, truth: np.ndarray, documents
 
 
 def main() -> int:
-    from rag.store import data_dir
-
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = cli.parser(__doc__)
     ap.add_argument("--points", type=int, nargs="+", default=[200_000])
     ap.add_argument("--copies", choices=COPY_KINDS, default="isotropic")
     ap.add_argument("--sigma", type=float, default=0.5)
@@ -100,16 +96,15 @@ def main() -> int:
     ap.add_argument("--encoder", default="minilm")
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--batch", type=int, default=2048)
-    ap.add_argument("--seed", type=int, default=0)
+    cli.add_seed(ap)
     ap.add_argument("--corpus-limit", type=int, help="only the first M abstracts (smoke tests)")
-    ap.add_argument("--scifact", type=Path, default=SCIFACT)
-    ap.add_argument("--cache", type=Path, help="corpus vectors cache (default <data dir>/bench/edge-latency)")
+    cli.add_scifact(ap)
+    cli.add_vectors_cache(ap)
     ap.add_argument("--root", type=Path, help="folder for the engine (default: a temporary one, removed)")
-    ap.add_argument("--json", "--out", dest="json", type=Path, default=REPO / "bench" / "results" / "hnsw-recall.json")
+    cli.add_output(ap, RESULTS / "hnsw-recall.json")
     args = ap.parse_args()
 
-    if not (args.scifact / "corpus.jsonl").exists():
-        print(f"SciFact not found at {args.scifact} (BEIR layout); nothing to measure")
+    if scifact_absent(args.scifact):
         return 0
     from rag.embedding import load_embedder
     from rag.evaluation.beir import load_beir
@@ -117,7 +112,7 @@ def main() -> int:
     test = load_beir(args.scifact, "test")
     corpus = test.corpus if args.corpus_limit is None else test.corpus.head(args.corpus_limit).reset_index(drop=True)
     embedder = load_embedder(args.encoder)
-    base, cache_info = corpus_vectors(args.encoder, embedder, corpus, args.cache or data_dir() / "bench" / "edge-latency")
+    base, cache_info = corpus_vectors(args.encoder, embedder, corpus, args.cache or default_cache())
     query_vectors = embedder.encode_queries(list(test.queries.values())[:args.queries]).astype(np.float32)
     documents = len(corpus)
     out = {**run_record(args), "data": {"documents": documents, "queries": len(query_vectors), "vectors_cache": cache_info},

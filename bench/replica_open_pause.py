@@ -4,7 +4,7 @@ holds Python's GIL. Writes its own JSON (arguments, commit, date, machine); asse
     .venv/bin/python bench/replica_open_pause.py                     # 100k points
     .venv/bin/python bench/replica_open_pause.py --points 3000 --repeats 1   # smoke
 
-A primary edge collection of N points is built as bench/replica_swap.py builds it (bench/edge_latency.build: dense
+A primary edge collection of N points is built as bench/replica_swap.py builds it (bench.lib.edge.build: dense
 and BM25 sparse vectors, HNSW), with its chunk table in a data dir. A probe thread sleeps 1 ms in a loop and
 records the time between its wake-ups; the longest one overlapping a step is how long that step kept every other
 Python thread (an API request among them) from running. Steps, each --repeats times on a fresh file copy of the
@@ -18,7 +18,6 @@ Per step: seconds and the longest gap (ms); the baseline gap is the probe alone 
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -27,10 +26,12 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from bench.edge_latency import SCIFACT, STRATEGY, build, chunk_table, corpus_vectors, finish, log, names, points_matrix  # noqa: E402
-from bench.provenance import run_record  # noqa: E402
+from bench.lib import cli
+from bench.lib.datasets import RESULTS, scifact_absent
+from bench.lib.edge import (STRATEGY, build, build_options, chunk_table, corpus_vectors, default_cache, names,
+                            points_matrix)
+from bench.lib.provenance import run_record
+from bench.lib.results import finish, log
 
 ENCODER = "minilm"
 
@@ -65,19 +66,17 @@ def timed(probe: GapProbe, fn) -> tuple[object, dict]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = cli.parser(__doc__)
     ap.add_argument("--points", type=int, default=100_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sigma", type=float, default=0.5)
     ap.add_argument("--batch", type=int, default=512)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--scifact", type=Path, default=SCIFACT)
-    ap.add_argument("--cache", type=Path, help="corpus vectors cache (default <data dir>/bench/edge-latency)")
-    ap.add_argument("--json", "--out", dest="json", type=Path,
-                    default=REPO / "bench" / "results" / "replica-open-pause.json")
+    cli.add_seed(ap)
+    cli.add_scifact(ap)
+    cli.add_vectors_cache(ap)
+    cli.add_output(ap, RESULTS / "replica-open-pause.json")
     args = ap.parse_args()
-    if not (args.scifact / "corpus.jsonl").exists():
-        print(f"SciFact not found at {args.scifact}; nothing to measure")
+    if scifact_absent(args.scifact):
         return 0
     root = Path(tempfile.mkdtemp(prefix="replica-open-pause-"))
     os.environ["RAG_DATA_DIR"] = str(root / "data")  # settings resolve here, as the server's do
@@ -87,18 +86,17 @@ def main() -> int:
     from rag.index.qdrant import QdrantSettings, close_client, get_client
     from rag.retrieval.service import open_index
     from rag.serving.index import replicate_collection
-    from rag.store import CHUNKS_TABLE, TableStore, data_dir
+    from rag.store import CHUNKS_TABLE, TableStore
 
     data = root / "data"
     corpus = load_beir(args.scifact, "test").corpus
     embedder = load_embedder(ENCODER)
-    base, cache_info = corpus_vectors(ENCODER, embedder, corpus, args.cache or data_dir() / "bench" / "edge-latency")
+    base, cache_info = corpus_vectors(ENCODER, embedder, corpus, args.cache or default_cache())
     table = chunk_table(corpus, args.points)
     TableStore(data / "tables").write(table, CHUNKS_TABLE, STRATEGY)
     log(f"building {args.points} points")
     built = build("edge", data / "qdrant", table, points_matrix(base, args.points, args.sigma, args.seed), ENCODER,
-                  embedder.version, argparse.Namespace(bm25=["engine"], batch=args.batch, indexing_threshold_kb=None,
-                                                       full_scan_threshold_kb=None, max_indexing_threads=None))
+                  embedder.version, build_options(args.batch))
     del table
     alias = names(ENCODER, embedder.version)[1]
     primary = QdrantSettings(path=str(data / "qdrant"))

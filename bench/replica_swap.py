@@ -12,10 +12,10 @@ resolve as the server's do). Its background thread calls `ServingIndex.refresh()
 calls are made directly, back to back.
 
 Data: the SciFact corpus (title + text, one chunk per document) encoded once with the minilm embedder
-(encode_passages) and cached as .npy under --cache (bench/edge_latency.corpus_vectors: keyed by the weights' version
+(encode_passages) and cached as .npy under --cache (bench.lib.edge.corpus_vectors: keyed by the weights' version
 and a corpus hash; a second run encodes nothing); N points = the D documents, then noise copies of them
-(bench/edge_latency.points_matrix / chunk_table: copy c of document d is its vector + noise of norm --sigma,
-renormalised, with d's text and its own chunk_id). The primary is built by bench/edge_latency.build: the product's
+(bench.lib.edge.points_matrix / chunk_table: copy c of document d is its vector + noise of norm --sigma,
+renormalised, with d's text and its own chunk_id). The primary is built by bench.lib.edge.build: the product's
 create_collection, upserts of rag.index.sync.point_batch (dense + BM25 sparse vectors), optimize (HNSW), alias.
 
 Per N, two copy paths (`file`: edge to edge, the product's path, EdgeClient.export_collection copies the shard's
@@ -62,23 +62,12 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from bench.edge_latency import (  # noqa: E402 - after the path setup
-    SCIFACT,
-    STRATEGY,
-    build,
-    chunk_table,
-    corpus_hash,
-    corpus_vectors,
-    finish,
-    folder_mb,
-    log,
-    names,
-    points_matrix,
-    write,
-)
-from bench.provenance import run_record  # noqa: E402
+from bench.lib import cli
+from bench.lib.datasets import RESULTS, scifact_absent
+from bench.lib.edge import (STRATEGY, build, build_options, chunk_table, corpus_hash, corpus_vectors, default_cache,
+                            folder_mb, names, points_matrix)
+from bench.lib.provenance import run_record
+from bench.lib.results import finish, log, write
 
 ENCODER = "minilm"
 
@@ -304,9 +293,7 @@ def measure(path: str, root: Path, table, vectors, lengths, questions, watch: St
 
 
 def main() -> int:
-    from rag.store import data_dir
-
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = cli.parser(__doc__)
     ap.add_argument("--points", type=int, nargs="+", default=[20_000, 100_000])
     ap.add_argument("--point-by-point", type=int, nargs="*", default=[20_000],
                     help="sizes (of --points) also measured with the point-by-point copy")
@@ -321,16 +308,14 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=512, help="points per upsert (the sync path's default)")
     ap.add_argument("--bm25", nargs="+", default=["engine"], choices=["engine", "bm25s"],
                     help="edge_latency.build's: with engine, points carry BM25 sparse vectors as the product writes them")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--scifact", type=Path, default=SCIFACT)
-    ap.add_argument("--cache", type=Path, help="corpus vectors cache (default <data dir>/bench/edge-latency, shared "
-                                               "with bench/edge_latency.py)")
+    cli.add_seed(ap)
+    cli.add_scifact(ap)
+    cli.add_vectors_cache(ap)
     ap.add_argument("--root", type=Path, help="folder for the data dirs (default: a temporary one, removed)")
-    ap.add_argument("--json", "--out", dest="json", type=Path, default=REPO / "bench" / "results" / "replica-swap.json")
+    cli.add_output(ap, RESULTS / "replica-swap.json")
     args = ap.parse_args()
 
-    if not (args.scifact / "corpus.jsonl").exists():
-        print(f"SciFact not found at {args.scifact} (BEIR layout); nothing to measure")
+    if scifact_absent(args.scifact):
         return 0
     loadavg_before = [round(x, 2) for x in os.getloadavg()]
     import torch
@@ -342,7 +327,7 @@ def main() -> int:
     from rag.index.bm25_sparse import PassageTerms
     from rag.store import CHUNKS_TABLE, TableStore
 
-    cache = args.cache or data_dir() / "bench" / "edge-latency"
+    cache = args.cache or default_cache()
     test = load_beir(args.scifact, "test")
     corpus = test.corpus
     embedder = load_embedder(ENCODER)
@@ -352,8 +337,7 @@ def main() -> int:
     questions = list(test.queries.values())
     root = args.root or Path(tempfile.mkdtemp(prefix="replica-swap-"))
     root.mkdir(parents=True, exist_ok=True)
-    build_args = argparse.Namespace(bm25=["engine"], batch=args.batch, indexing_threshold_kb=None,
-                                    full_scan_threshold_kb=None, max_indexing_threads=None)
+    build_args = build_options(args.batch)
     out = {**run_record(args, torch_threads=torch.get_num_threads(), loadavg_before_run=loadavg_before),
            "data": {"scifact": str(args.scifact), "documents": len(corpus), "corpus_hash": corpus_hash(corpus),
                     "encoder": ENCODER, "encoder_version": embedder.version, "sigma": args.sigma,

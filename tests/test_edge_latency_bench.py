@@ -1,9 +1,9 @@
-"""bench/edge_latency.py's data helpers: N rows of noise copies with unique ids and the real texts, unit vectors,
+"""bench.lib.edge's data helpers: N rows of noise copies with unique ids and the real texts, unit vectors,
 and the numpy exact top-k that recall is measured against."""
 import numpy as np
 import pandas as pd
 
-from bench.edge_latency import chunk_table, exact_top, points_matrix
+from bench.lib.edge import chunk_table, exact_top, points_matrix
 
 
 def test_copies_have_unique_ids_real_texts_and_unit_vectors():
