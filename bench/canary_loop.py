@@ -1,7 +1,7 @@
 """The feedback loop with a gradual rollout, no manual step, on SciFact with simulated users.
 
 Phase 1, retrain → canary → decision:
-1. a SciFact slice is indexed and the base MiniLM deployed as production v1 (bench/feedback_loop.py: build_slice,
+1. a SciFact slice is indexed and the base MiniLM deployed as production v1 (bench.lib.feedback: build_slice,
    deploy_base); SciFact TEST nDCG@10 is measured (dense, and served: see 6);
 2. simulated users ask SciFact **train** queries through the API (`/ask` with a `session_id`, one fresh session per
    asked query, so the canary share applies per session) and react to what they are shown with the click model
@@ -51,7 +51,6 @@ nDCG@10 is on SciFact test queries nobody asked.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -60,21 +59,13 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from bench.feedback_loop import (  # noqa: E402 - after the path setup
-    SCIFACT,
-    STRATEGY,
-    TOKEN,
-    build_slice,
-    candidate_ndcg_at_10,
-    deploy_base,
-    gate_figures,
-    ndcg_at_10,
-    retrain_definitions,
-)
-from bench.provenance import commit  # noqa: E402
-from rag.rollout.drill import noisy_copy  # noqa: E402
+from bench.lib import cli
+from bench.lib.datasets import SCIFACT, absent
+from bench.lib.feedback import (STRATEGY, TOKEN, answerer_ndcg_at_10, build_slice, candidate_ndcg_at_10, deploy_base,
+                                gate_figures, ndcg_at_10, retrain_definitions)
+from bench.lib.provenance import commit
+from bench.lib.results import log
+from rag.rollout.drill import noisy_copy
 
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -135,15 +126,6 @@ class Users:
 
     def snapshot(self) -> dict:
         return {**self.stats, "passes": self.passes}
-
-
-def answerer_ndcg_at_10(answerer, queries: dict[str, str], qrels: dict[str, dict[str, int]]):
-    """(mean nDCG@10, per-query nDCG@10 Series by query id) of an answerer's own ranking: retrieve → rerank → top_k."""
-    from rag.evaluation.metrics import evaluate_run, run_from_hits
-
-    hits = {q: [h.chunk["chunk_id"] for h in answerer.rank(text)] for q, text in queries.items()}
-    mean, table = evaluate_run(qrels, run_from_hits(hits), ["ndcg@10"])
-    return mean["ndcg@10"], table.set_index("qid")["ndcg@10"]
 
 
 def served_ndcg_at_10(app, queries: dict[str, str], qrels: dict[str, dict[str, int]]) -> float:
@@ -418,8 +400,8 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="toy sizes (minutes): mechanics, not figures")
+    parser = cli.parser(__doc__)
+    cli.add_quick(parser, "toy sizes (minutes): mechanics, not figures")
     parser.add_argument("--train-queries", type=int, default=809, help="SciFact train queries the users ask (809 = all)")
     parser.add_argument("--test-queries", type=int, default=150)
     parser.add_argument("--distractors", type=int, default=1000)
@@ -449,12 +431,11 @@ def main() -> int:
     parser.add_argument("--worse-noise", type=float, default=0.3, help="phase 2: weight noise x each tensor's std")
     parser.add_argument("--override-rejected", action="store_true", help="phase 1: when the gate rejects the candidate, "
                         "start its canary anyway with force_reason (an operator's step, recorded) to measure the online test")
-    parser.add_argument("--seed", type=int, default=0)
+    cli.add_seed(parser)
     parser.add_argument("--data-dir", type=Path, help="default: a temporary folder (emptied first when given)")
-    parser.add_argument("--json", type=Path)
+    cli.add_output(parser, flags=("--json",))
     args = parser.parse_args()
-    if not SCIFACT.is_dir():
-        print(f"SciFact not available at {SCIFACT}")
+    if absent(SCIFACT, "SciFact in BEIR layout"):
         return 0
     if args.quick:
         args.train_queries, args.test_queries, args.distractors, args.pseudo = 60, 30, 60, 120
@@ -483,7 +464,7 @@ def main() -> int:
                      click=click, worse_noise=args.worse_noise, first_stage_depth=args.first_stage_depth,
                      max_canary_asked=args.max_canary_asked, seed=args.seed,
                      override_rejected=args.override_rejected,
-                     log=lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", flush=True))
+                     log=log)
     result = {"bench": "bench/canary_loop.py", "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
               "commit": commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "click_model": {"examination": "P(examine rank r) = r^-eta", **click,

@@ -11,26 +11,23 @@ means are checked against the loop's own result file. Writes its own JSON; asser
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from bench.canary_loop import answerer_ndcg_at_10  # noqa: E402 - after the path setup
-from bench.feedback_loop import STRATEGY, slice_queries  # noqa: E402
-from bench.provenance import commit  # noqa: E402
+from bench.lib import cli
+from bench.lib.feedback import STRATEGY, answerer_ndcg_at_10, slice_queries
+from bench.lib.provenance import commit
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.parser(__doc__)
     parser.add_argument("--data-dir", type=Path, required=True, help="the finished canary_loop run's --data-dir")
     parser.add_argument("--loop-result", type=Path, required=True, help="that run's result JSON")
     parser.add_argument("--start-model", default="ft-minilm-v1", help="the embedder served at the start")
-    parser.add_argument("--json", type=Path)
+    cli.add_output(parser, flags=("--json",))
     args = parser.parse_args()
     os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "RAG_DATA_DIR": str(args.data_dir)})
     os.environ.pop("QDRANT_URL", None)
