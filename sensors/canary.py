@@ -32,6 +32,7 @@ from dagster import (
     RunsFilter,
     SensorEvaluationContext,
     SensorResult,
+    SkipReason,
     sensor,
 )
 

@@ -14,7 +14,7 @@ import sys
 import types
 
 import pytest
-from dagster import DagsterInstance, build_sensor_context, materialize
+from dagster import DagsterInstance, SkipReason, build_sensor_context, materialize
 
 from rag.feedback import FeedbackStore
 from rag.index.qdrant import QdrantLockedError
@@ -319,3 +319,18 @@ def test_production_materialized_alone_reports_the_recorded_gate_verdict(loop):
     observations = [e.asset_observation_data.asset_observation for e in released.all_events
                     if e.event_type_value == "ASSET_OBSERVATION"]
     assert [values(o.metadata)["reranker_production"] for o in observations] == [env["r1"].name]
+
+
+def test_canary_sensor_skips_with_a_reason_while_an_unfinished_promotion_waits_for_a_locked_qdrant(loop, monkeypatch):
+    import sensors.canary as canary
+
+    def locked(*_args, **_kwargs):
+        raise QdrantLockedError("the embedded Qdrant folder is in use by another process (test)")
+
+    # Before: this branch named SkipReason without importing it, so the tick died with a NameError.
+    monkeypatch.setattr(canary, "recover", locked)
+    skipped = tick(loop)  # a bare SkipReason: no run requested, nothing observed
+    assert isinstance(skipped, SkipReason)
+    message = skipped.skip_message
+    assert message.startswith("an unfinished promotion or rollback waits for Qdrant (the embedded Qdrant folder is in use")
+    assert "completes on the next tick" in message
