@@ -34,24 +34,21 @@ Writes bench/results/active-learning[-quick].json (arguments, commit, date, mach
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
-import json
 import math
 import os
 import random
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from bench.gate_calibration import SCIFACT, SHARED, SQUAD  # noqa: E402 - after the path setup
-from bench.provenance import rendered_or_skipped, run_record, stamp_end  # noqa: E402
-from bench.training import per_query_ndcg  # noqa: E402
+from bench.lib import cli
+from bench.lib.datasets import RESULTS, SCIFACT, SHARED, SQUAD
+from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
+from bench.lib.results import log, write
+from bench.lib.scores import per_query_ndcg
 
 MODE, DEPTH, MODEL = "hybrid-cc", 50, "minilm"
 METHODS = ("active", "uncertainty", "random")
@@ -60,10 +57,6 @@ METHODS = ("active", "uncertainty", "random")
 # labels can buy from this trainer.
 ORACLE = "oracle"
 METRICS = ("ndcg@10", "mrr@10", "recall@10")
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 @dataclasses.dataclass
@@ -466,7 +459,7 @@ def markdown(record: dict) -> str:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli.parser(__doc__, summary_only=True)
     p.add_argument("--corpora", nargs="+", default=["scifact", "squad"], choices=["scifact", "squad"])
     p.add_argument("--budgets", nargs="+", type=int, help="cumulative label budgets (default 50 100 200 400; quick 50 100)")
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=[*METHODS, ORACLE],
@@ -495,11 +488,11 @@ def main() -> int:
     p.add_argument("--synthetic", type=int, default=0, help="inverse-cloze pairs every retrain also learns from, as the "
                    "product's retrain learns from its QA set (0: the labels alone); the base is then that retrain")
     p.add_argument("--retrain", choices=["reranker", "embedder", "both"], default="reranker")
-    p.add_argument("--out", type=Path, help="default bench/results/active-learning[-quick].json")
-    p.add_argument("--markdown", type=Path, help="print the table of an existing result file and exit")
+    cli.add_output(p, flags=("--out",), help="default bench/results/active-learning[-quick].json")
+    cli.add_markdown(p)
     p.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "rag-active-learning-bench",
                    help="indexes are kept here between runs (the corpus is embedded once)")
-    p.add_argument("--quick", action="store_true", help="small pools and slices, budgets 50 and 100, one seed: minutes")
+    cli.add_quick(p, "small pools and slices, budgets 50 and 100, one seed: minutes")
     args = p.parse_args()
     if rendered_or_skipped(args, markdown, SHARED, "SciFact and SQuAD dev"):
         return 0
@@ -511,13 +504,12 @@ def main() -> int:
     args.budgets, args.seeds = sorted(args.budgets or [50, 100, 200, 400]), args.seeds or [0, 1, 2]
     os.environ["RAG_DATA_DIR"] = str(args.data_dir)
     args.data_dir.mkdir(parents=True, exist_ok=True)
-    out = args.out or REPO / "bench" / "results" / f"active-learning{'-quick' if args.quick else ''}.json"
+    out = args.out or RESULTS / f"active-learning{'-quick' if args.quick else ''}.json"
     record = {**run_record(args), "bench": "bench/active_learning.py", "expert_pairs": expert_training(),
               "served": f"{MODEL} {MODE}, top {DEPTH} reranked by the retrained learned ranker", "corpora": {}}
 
     def save() -> None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(stamp_end(record), indent=1, default=str))
+        write(stamp_end(record), out, indent=1, default=str)
 
     started = time.perf_counter()
     for name in args.corpora:

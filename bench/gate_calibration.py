@@ -19,27 +19,19 @@ Writes bench/results/gate-calibration[-quick].json (arguments, commit, date, mac
 """
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench.lib import cli
+from bench.lib.datasets import RESULTS, SCIFACT, SHARED, SQUAD
+from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
+from bench.lib.results import log, write
 
-from bench.provenance import rendered_or_skipped, run_record, stamp_end  # noqa: E402 - after the path setup
-
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
-SQUAD = SHARED / "squad-dev" / "dev-v1.1.json.gz"
-SCIFACT = SHARED / "scifact"
 STRATEGY = "paragraph"
 TRUE_METRICS = ["recall@5", "ndcg@10"]
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 # --- corpora ---------------------------------------------------------------------------------------------------------
@@ -229,7 +221,7 @@ def markdown(record: dict) -> str:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli.parser(__doc__, summary_only=True)
     p.add_argument("--corpus", action="append", choices=["squad", "scifact"], help="repeatable; default both")
     p.add_argument("--articles", type=int, default=16, help="SQuAD dev articles used as documents")
     p.add_argument("--squad-questions", type=int, default=1500, help="human questions sampled over those articles")
@@ -242,23 +234,22 @@ def main() -> int:
     p.add_argument("--bad-noise", type=float, default=0.4, help="noise scale of the deliberately bad embedder")
     p.add_argument("--resamples", type=int, default=10_000)
     p.add_argument("--gain", type=float, default=0.03, help="a true recall@5 gain at least this large should pass")
-    p.add_argument("--seed", type=int, default=11)
-    p.add_argument("--quick", action="store_true", help="4 SQuAD articles, 300 abstracts, one seed")
-    p.add_argument("--markdown", type=Path, help="print the table of an existing result file and exit")
-    p.add_argument("--out", type=Path)
+    cli.add_seed(p, 11)
+    cli.add_quick(p, "4 SQuAD articles, 300 abstracts, one seed")
+    cli.add_markdown(p)
+    cli.add_output(p, flags=("--out",), help="result JSON (default bench/results/gate-calibration[-quick].json)")
     args = p.parse_args()
     if rendered_or_skipped(args, markdown, SHARED, "SQuAD dev and SciFact"):
         return 0
     if args.quick:
         args.articles, args.squad_questions, args.scifact_distractors, args.scifact_questions = 4, 400, 200, 100
         args.seeds, args.max_pairs, args.passages_per_document = args.seeds[:1], 600, 20
-    out = args.out or Path(__file__).parent / "results" / f"gate-calibration{'-quick' if args.quick else ''}.json"
+    out = args.out or RESULTS / f"gate-calibration{'-quick' if args.quick else ''}.json"
     record = {**run_record(args), "corpora": {}}
 
     def save() -> None:
         record["summary"] = summarize(record, args.gain)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(stamp_end(record), indent=2, default=str))
+        write(stamp_end(record), out, indent=2, default=str)
 
     for name in args.corpus or ["squad", "scifact"]:
         if name == "squad":

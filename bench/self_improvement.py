@@ -19,26 +19,20 @@ Writes bench/results/self-improvement-<corpus>[-quick].json (arguments, commit, 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.gate_calibration import SCIFACT, SHARED, SQUAD  # noqa: E402 - after the path setup
-from bench.provenance import rendered_or_skipped, run_record, stamp_end  # noqa: E402
+from bench.lib import cli
+from bench.lib.datasets import RESULTS, SCIFACT, SHARED, SQUAD
+from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
+from bench.lib.results import log, write
 
 STRATEGY = "paragraph"
 METRICS = ["recall@5", "ndcg@10", "mrr@10"]
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def load_corpus(name: str, args):
@@ -185,7 +179,7 @@ def markdown(record: dict) -> str:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = cli.parser(__doc__, summary_only=True)
     p.add_argument("--corpus", choices=["squad", "scifact"], default="squad")
     p.add_argument("--articles", type=int, default=None, help="SQuAD dev articles (default: all 48)")
     p.add_argument("--scifact-docs", type=int, default=None, help="abstracts beside the claims' relevant ones "
@@ -193,21 +187,20 @@ def main() -> int:
     p.add_argument("--questions", type=int, default=2000, help="human questions sampled (SciFact has 300)")
     p.add_argument("--passages-per-document", type=int, default=20)
     p.add_argument("--questions-per-passage", type=int, default=2)
-    p.add_argument("--seed", type=int, default=11)
-    p.add_argument("--quick", action="store_true", help="6 SQuAD articles / 300 abstracts, 300 questions")
-    p.add_argument("--out", type=Path)
-    p.add_argument("--markdown", type=Path, help="print the table of an existing result file and exit")
+    cli.add_seed(p, 11)
+    cli.add_quick(p, "6 SQuAD articles / 300 abstracts, 300 questions")
+    cli.add_output(p, flags=("--out",), help="result JSON (default bench/results/self-improvement-<corpus>[-quick].json)")
+    cli.add_markdown(p)
     args = p.parse_args()
     if rendered_or_skipped(args, markdown, SHARED, "SQuAD dev and SciFact"):
         return 0
     if args.quick:
         args.articles, args.scifact_docs, args.questions = 6, 300, 300
-    out = args.out or Path(__file__).parent / "results" / f"self-improvement-{args.corpus}{'-quick' if args.quick else ''}.json"
+    out = args.out or RESULTS / f"self-improvement-{args.corpus}{'-quick' if args.quick else ''}.json"
     record = {**run_record(args), "corpora": {}}
 
     def save() -> None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(stamp_end(record), indent=2, default=str))
+        write(stamp_end(record), out, indent=2, default=str)
 
     one_corpus(args.corpus, args, record, save)
     print(json.dumps(record["corpora"][args.corpus]["served"], indent=2))

@@ -31,17 +31,14 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from bench.provenance import commit  # noqa: E402 - after the path setup
+from bench.lib import cli
+from bench.lib.datasets import RESULTS, scifact_absent
+from bench.lib.provenance import commit
+from bench.lib.results import log
+from bench.lib.scores import per_query_ndcg
 
-SHARED = REPO.parent / "shared" / "datasets"
 ANCHOR_BASE_NDCG10 = 0.645  # all-MiniLM-L6-v2 on SciFact test, published
 DEPTH = 50
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def corpus_slice(test, train, distractors: int, seed: int = 0):
@@ -49,14 +46,6 @@ def corpus_slice(test, train, distractors: int, seed: int = 0):
     others = sorted(set(test.corpus["chunk_id"]) - relevant)
     keep = relevant | set(random.Random(seed).sample(others, min(distractors, len(others))))
     return dataclasses.replace(test, name=f"{test.name}-slice{len(keep)}", corpus=test.corpus[test.corpus["chunk_id"].isin(keep)])
-
-
-def per_query_ndcg(qrels: dict, run: dict[str, list[str]]) -> dict[str, float]:
-    from rag.evaluation.metrics import evaluate_run
-
-    scored = {q: {c: float(len(ids) - i) for i, c in enumerate(ids)} for q, ids in run.items()}
-    table = evaluate_run(qrels, scored, ["ndcg@10", "mrr@10", "recall@10"])[1].set_index("qid")
-    return {q: {m: round(float(table.at[q, m]), 4) for m in ("ndcg@10", "mrr@10", "recall@10")} for q in table.index}
 
 
 def compare(name: str, base: dict[str, dict], model: dict[str, dict], base_label: str) -> dict:
@@ -93,10 +82,10 @@ def held_out(qids, fraction: float) -> tuple[list[str], list[str]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scifact", type=Path, default=SHARED / "scifact")
+    parser = cli.parser(__doc__)
+    cli.add_scifact(parser)
     parser.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "rag-training-bench")
-    parser.add_argument("--quick", action="store_true", help="a corpus slice and smaller training sets (<= 20 min on 2 cores)")
+    cli.add_quick(parser, "a corpus slice and smaller training sets (<= 20 min on 2 cores)")
     parser.add_argument("--stages", default="reranker,reranker-feedback,synthetic,ceiling")
     parser.add_argument("--pseudo-queries", type=int, help="inverse-cloze training pairs (default 2000, quick 600)")
     parser.add_argument("--embedder-pairs", type=int, help="cap on the embedder's synthetic pairs (default 2000, quick 300)")
@@ -113,17 +102,16 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--max-seq-length", type=int, help="embedder training length (default: the model's serving length)")
-    parser.add_argument("--json", type=Path, help="default bench/results/training-scifact[-quick].json")
+    cli.add_output(parser, flags=("--json",), help="default bench/results/training-scifact[-quick].json")
     args = parser.parse_args()
     pseudo = args.pseudo_queries or (600 if args.quick else 2000)
     embedder_pairs = args.embedder_pairs or (300 if args.quick else 2000)
     selection_size = args.selection if args.selection is not None else (100 if args.quick else 200)
     ceiling_pairs = args.ceiling_pairs or (400 if args.quick else None)
     hard_negatives = args.hard_negatives if args.hard_negatives is not None else not args.quick
-    out_path = args.json or REPO / "bench" / "results" / f"training-scifact{'-quick' if args.quick else ''}.json"
-    if not (args.scifact / "corpus.jsonl").exists():
-        print(f"SciFact not found at {args.scifact}: nothing measured", file=sys.stderr)
-        return 2
+    out_path = args.json or RESULTS / f"training-scifact{'-quick' if args.quick else ''}.json"
+    if scifact_absent(args.scifact):
+        return 2  # make bench-training asked for figures: say that none came
     os.environ["RAG_DATA_DIR"] = str(args.data_dir)  # registry and indexes live there
     root = args.data_dir
     root.mkdir(parents=True, exist_ok=True)
@@ -224,7 +212,6 @@ def main() -> int:
         save()
 
     def embedder_stage(name: str, positives, selection) -> None:
-        from rag.embedding import load_embedder
         from rag.training.config import EmbedderTrainingConfig
         from rag.training.data import TrainingData
         from rag.training.embedder import train_embedder
