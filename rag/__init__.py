@@ -3,6 +3,7 @@
 `rag.search(query, strategy=, model=, mode=, k=)` is the retrieval search (rag.retrieval.service.search); the
 configuration search lives in `rag.tuning`.
 """
+
 from __future__ import annotations
 
 

@@ -5,6 +5,7 @@ whose chunks are gone, so dropping them would take a document out of search over
 that failed to load). The failure is recorded and retried on the next run, because the kept chunks still carry
 the old content hash or strategy fingerprint.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,8 +37,10 @@ class ChunkRun:
 
     @property
     def failures(self) -> pd.DataFrame:
-        rows = [{"doc_id": d, "error": e, "kept_previous_chunks": self.kept_after_failure.get(d, 0)}
-                for d, e in sorted(self.failed.items())]
+        rows = [
+            {"doc_id": d, "error": e, "kept_previous_chunks": self.kept_after_failure.get(d, 0)}
+            for d, e in sorted(self.failed.items())
+        ]
         return pd.DataFrame(rows, columns=FAILURE_COLUMNS).astype({"kept_previous_chunks": "int64"})
 
     @property
@@ -60,8 +63,9 @@ class ChunkRun:
         }
 
 
-def update_chunk_set(previous: pd.DataFrame | None, documents: pd.DataFrame, chunker: Chunker,
-                     progress: Progress | None = None) -> ChunkRun:
+def update_chunk_set(
+    previous: pd.DataFrame | None, documents: pd.DataFrame, chunker: Chunker, progress: Progress | None = None
+) -> ChunkRun:
     """Keep the chunks of documents whose content and strategy params are unchanged; redo the rest.
     `progress` counts the documents to re-chunk."""
     started = time.perf_counter()
@@ -75,11 +79,18 @@ def update_chunk_set(previous: pd.DataFrame | None, documents: pd.DataFrame, chu
     current = set()
 
     def unchanged(row: dict, old: pd.DataFrame | None) -> bool:
-        return old is not None and (old["doc_content_hash"].iloc[0], old["strategy_fingerprint"].iloc[0]) == (row["content_hash"], fingerprint)
+        return old is not None and (old["doc_content_hash"].iloc[0], old["strategy_fingerprint"].iloc[0]) == (
+            row["content_hash"],
+            fingerprint,
+        )
 
     rows = documents.to_dict("records")
-    advance = counter(progress, f"chunking {chunker.name}",
-                      sum(1 for row in rows if not unchanged(row, kept.get(row["doc_id"]))), "documents")
+    advance = counter(
+        progress,
+        f"chunking {chunker.name}",
+        sum(1 for row in rows if not unchanged(row, kept.get(row["doc_id"]))),
+        "documents",
+    )
     for row in rows:
         doc_id = row["doc_id"]
         current.add(doc_id)
@@ -96,16 +107,25 @@ def update_chunk_set(previous: pd.DataFrame | None, documents: pd.DataFrame, chu
             if old is not None:
                 frames.append(old)
                 run.kept_after_failure[doc_id] = len(old)
-            log.exception("chunking %s with %s failed; kept its %d previous chunks", doc_id, chunker.name,
-                          0 if old is None else len(old))
+            log.exception(
+                "chunking %s with %s failed; kept its %d previous chunks",
+                doc_id,
+                chunker.name,
+                0 if old is None else len(old),
+            )
             continue
-        records = [c.model_dump() | {"doc_content_hash": row["content_hash"], "strategy_fingerprint": fingerprint} for c in chunks]
+        records = [
+            c.model_dump() | {"doc_content_hash": row["content_hash"], "strategy_fingerprint": fingerprint}
+            for c in chunks
+        ]
         frames.append(pd.DataFrame(records, columns=CHUNK_COLUMNS))
         run.rechunked.append(doc_id)
         advance()
     run.removed = sorted(set(kept) - current)
     frames = [f for f in frames if len(f)]
     if frames:
-        run.chunks = pd.concat(frames, ignore_index=True).sort_values(["doc_id", "char_start", "char_end"], ignore_index=True)
+        run.chunks = pd.concat(frames, ignore_index=True).sort_values(
+            ["doc_id", "char_start", "char_end"], ignore_index=True
+        )
     run.seconds = time.perf_counter() - started
     return run

@@ -6,6 +6,7 @@ be parsed are quarantined with a reason and are not retried until either changes
 quarantine it (ParseError): a bug in our code or a broken environment raises ParserBug, naming the file, and the
 run writes nothing, so the previous tables stay as they were.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,11 +26,28 @@ from rag.source import SourceScan
 log = logging.getLogger(__name__)
 
 DOCUMENT_COLUMNS = [
-    "doc_id", "source_path", "content_hash", "settings_fingerprint", "parser", "n_pages", "n_elements",
-    "n_tables", "n_chars", "canonical_text", "elements_json", "metadata_json", "parsed_at",
+    "doc_id",
+    "source_path",
+    "content_hash",
+    "settings_fingerprint",
+    "parser",
+    "n_pages",
+    "n_elements",
+    "n_tables",
+    "n_chars",
+    "canonical_text",
+    "elements_json",
+    "metadata_json",
+    "parsed_at",
 ]
 QUARANTINE_COLUMNS = [
-    "doc_id", "path", "content_hash", "settings_fingerprint", "reason", "exception_class", "message",
+    "doc_id",
+    "path",
+    "content_hash",
+    "settings_fingerprint",
+    "reason",
+    "exception_class",
+    "message",
     "quarantined_at",
 ]
 
@@ -132,12 +150,18 @@ def update_documents(
     run = ParseRun(documents=_empty(DOCUMENT_COLUMNS), quarantine=_empty(QUARANTINE_COLUMNS))
 
     for rejected in scan.rejected:
-        quar_rows.append({
-            "doc_id": rejected.doc_id, "path": str(rejected.path), "content_hash": "",
-            "settings_fingerprint": fingerprint, "reason": QuarantineReason.OUTSIDE_ROOT.value,
-            "exception_class": "ValueError", "message": rejected.reason,
-            "quarantined_at": prev_quar.get(rejected.doc_id, {}).get("quarantined_at") or _now(),
-        })
+        quar_rows.append(
+            {
+                "doc_id": rejected.doc_id,
+                "path": str(rejected.path),
+                "content_hash": "",
+                "settings_fingerprint": fingerprint,
+                "reason": QuarantineReason.OUTSIDE_ROOT.value,
+                "exception_class": "ValueError",
+                "message": rejected.reason,
+                "quarantined_at": prev_quar.get(rejected.doc_id, {}).get("quarantined_at") or _now(),
+            }
+        )
 
     for f in scan.files:
         same = (f.content_hash, fingerprint)
@@ -157,11 +181,18 @@ def update_documents(
         except ParseError as exc:  # the file's fault: quarantine it and go on with the others
             advance()
             log.warning("quarantined %s: %s (%s)", f.doc_id, exc.message, exc.reason.value)
-            quar_rows.append({
-                "doc_id": f.doc_id, "path": str(f.path), "content_hash": f.content_hash,
-                "settings_fingerprint": fingerprint, "reason": exc.reason.value, "exception_class": exc.exception_class,
-                "message": exc.message, "quarantined_at": _now(),
-            })
+            quar_rows.append(
+                {
+                    "doc_id": f.doc_id,
+                    "path": str(f.path),
+                    "content_hash": f.content_hash,
+                    "settings_fingerprint": fingerprint,
+                    "reason": exc.reason.value,
+                    "exception_class": exc.exception_class,
+                    "message": exc.message,
+                    "quarantined_at": _now(),
+                }
+            )
             run.quarantined.append(f.doc_id)
             continue
         except ParserBug:

@@ -10,6 +10,7 @@ A library function that loops over many items takes `progress: Progress | None =
 - `BarProgress()`: a tqdm bar per task (rate and ETA) on a terminal; shown only for a task that runs longer than `delay`.
 - `cli_progress()`: the bar on a terminal, periodic lines otherwise. Both write to stderr, so `--json` output stays clean.
 """
+
 from __future__ import annotations
 
 import os
@@ -118,8 +119,17 @@ class BarProgress:
         if task != self._task or self._bar is None or done < self._bar.n:
             self.close()
             self._task = task
-            self._bar = tqdm(total=total or None, initial=done, desc=task, unit=f" {unit}", file=self.file,
-                             delay=self.delay, mininterval=self.mininterval, leave=False, dynamic_ncols=True)
+            self._bar = tqdm(
+                total=total or None,
+                initial=done,
+                desc=task,
+                unit=f" {unit}",
+                file=self.file,
+                delay=self.delay,
+                mininterval=self.mininterval,
+                leave=False,
+                dynamic_ncols=True,
+            )
         self._bar.update(done - self._bar.n)
         if total and done >= total:
             self.close()

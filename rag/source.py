@@ -1,4 +1,5 @@
 """Documents in a folder: stable ids, content hashes, and refusal of paths that escape the root."""
+
 from __future__ import annotations
 
 import os
@@ -50,7 +51,9 @@ def scan_folder(root: Path | str, *, with_hashes: bool = True) -> SourceScan:
             doc_id = path.relative_to(root).as_posix()
             real = path.resolve()
             if not real.is_relative_to(real_root):
-                rejected.append(RejectedFile(doc_id, path, f"resolves to {real}, outside the document root {real_root}"))
+                rejected.append(
+                    RejectedFile(doc_id, path, f"resolves to {real}, outside the document root {real_root}")
+                )
                 continue
             if not real.is_file():
                 continue

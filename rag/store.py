@@ -1,4 +1,5 @@
 """Parquet tables on local disk with atomic replacement, one file per (table, partition)."""
+
 from __future__ import annotations
 
 import os
@@ -40,7 +41,9 @@ class TableStore:
             return None
         return pq.read_table(path, columns=columns).to_pandas()
 
-    def write(self, df: pd.DataFrame, table: str, partition: str | None = None, schema: pa.Schema | None = None) -> Path:
+    def write(
+        self, df: pd.DataFrame, table: str, partition: str | None = None, schema: pa.Schema | None = None
+    ) -> Path:
         """Write to a temp file in the same folder, fsync, then rename: readers never see a torn file."""
         path = self.path(table, partition)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 class ChunkingStrategies(ConfigurableResource):
     """The strategies file (env RAG_CHUNKING_CONFIG; default config/chunking.yaml)."""
 
-    config_path: str = Field(default_factory=lambda: os.environ.get("RAG_CHUNKING_CONFIG", str(REPO_ROOT / "config" / "chunking.yaml")))
+    config_path: str = Field(
+        default_factory=lambda: os.environ.get("RAG_CHUNKING_CONFIG", str(REPO_ROOT / "config" / "chunking.yaml"))
+    )
 
     def strategies(self) -> dict[str, StrategyConfig]:
         return load_strategies(Path(self.config_path))

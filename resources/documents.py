@@ -23,7 +23,9 @@ class DocumentSource(ConfigurableResource):
     max_pages: int = 1000
     # YAML mapping doc_id (or glob) -> password. Kept out of Dagster config so secrets stay off the UI;
     # RAG_PDF_PASSWORDS (JSON object) is merged on top for deployments that inject secrets by env.
-    passwords_file: str = Field(default_factory=lambda: os.environ.get("RAG_PDF_PASSWORDS_FILE", str(REPO_ROOT / "config" / "passwords.yaml")))
+    passwords_file: str = Field(
+        default_factory=lambda: os.environ.get("RAG_PDF_PASSWORDS_FILE", str(REPO_ROOT / "config" / "passwords.yaml"))
+    )
 
     def scan(self, with_hashes: bool = True) -> SourceScan:
         return scan_folder(Path(self.path), with_hashes=with_hashes)

@@ -1,4 +1,5 @@
 """The feedback loop's settings: where the store is, when feedback volume or query drift starts a retrain."""
+
 import json
 import os
 from pathlib import Path
@@ -17,19 +18,32 @@ def _env_int(name: str, default: int) -> int:
 
 
 class FeedbackLoop(ConfigurableResource):
-    db_url: str | None = Field(None, description="SQLAlchemy URL of the store; None: FEEDBACK_DB_URL, else "
-                               "<data dir>/feedback.sqlite")
+    db_url: str | None = Field(
+        None, description="SQLAlchemy URL of the store; None: FEEDBACK_DB_URL, else <data dir>/feedback.sqlite"
+    )
     data_dir: str = Field(default_factory=lambda: str(data_dir()))
-    volume_threshold: int = Field(default_factory=lambda: _env_int("RAG_RETRAIN_FEEDBACK_THRESHOLD", 100),
-                                  description="new feedback events since the last successful retrain that start one")
-    retrain_run_config: dict = Field(default_factory=dict, description="extra config for both training assets of "
-                                     "retrain_job (e.g. {'max_steps': 50}); the exported feedback dataset is added")
+    volume_threshold: int = Field(
+        default_factory=lambda: _env_int("RAG_RETRAIN_FEEDBACK_THRESHOLD", 100),
+        description="new feedback events since the last successful retrain that start one",
+    )
+    retrain_run_config: dict = Field(
+        default_factory=dict,
+        description="extra config for both training assets of "
+        "retrain_job (e.g. {'max_steps': 50}); the exported feedback dataset is added",
+    )
     drift_window: int = Field(200, description="recent queries compared with the reference")
-    drift_reference_window: int = Field(200, ge=5, description="production queries in the reference: the first ones "
-                                        "asked after the latest promotion (or finished retrain)")
-    drift_reference: str | None = Field(None, description="reference queries: a .jsonl (`text` per line) or .txt "
-                                        "file, used instead of production queries; None: the production queries, "
-                                        "with the QA set as the fallback until there are enough of them")
+    drift_reference_window: int = Field(
+        200,
+        ge=5,
+        description="production queries in the reference: the first ones "
+        "asked after the latest promotion (or finished retrain)",
+    )
+    drift_reference: str | None = Field(
+        None,
+        description="reference queries: a .jsonl (`text` per line) or .txt "
+        "file, used instead of production queries; None: the production queries, "
+        "with the QA set as the fallback until there are enough of them",
+    )
     drift_embedder: str = Field("minilm", description="embedding model the drift tests compare queries with")
     drift_consecutive_ticks: int = Field(3, ge=1, description="ticks in a row over a threshold before a retrain")
     drift_mmd_p_value: float = 0.01
@@ -37,14 +51,22 @@ class FeedbackLoop(ConfigurableResource):
     drift_positive_ratio_drop: float = 0.2
     drift_permutations: int = 200
     drift_min_queries: int = 30
-    drift_min_votes: int = Field(DriftThresholds.model_fields["min_votes"].default, ge=1,
-                                 description="answer votes each window needs before a drop in the up-vote share "
-                                 "counts as drift (fewer: 'not enough votes', no feedback verdict)")
+    drift_min_votes: int = Field(
+        DriftThresholds.model_fields["min_votes"].default,
+        ge=1,
+        description="answer votes each window needs before a drop in the up-vote share "
+        "counts as drift (fewer: 'not enough votes', no feedback verdict)",
+    )
 
     def thresholds(self) -> DriftThresholds:
-        return DriftThresholds(mmd_p_value=self.drift_mmd_p_value, classifier_auc=self.drift_classifier_auc,
-                               positive_ratio_drop=self.drift_positive_ratio_drop, permutations=self.drift_permutations,
-                               min_queries=self.drift_min_queries, min_votes=self.drift_min_votes)
+        return DriftThresholds(
+            mmd_p_value=self.drift_mmd_p_value,
+            classifier_auc=self.drift_classifier_auc,
+            positive_ratio_drop=self.drift_positive_ratio_drop,
+            permutations=self.drift_permutations,
+            min_queries=self.drift_min_queries,
+            min_votes=self.drift_min_votes,
+        )
 
     @property
     def root(self) -> Path:
@@ -78,7 +100,9 @@ class FeedbackLoop(ConfigurableResource):
         if len(questions) < self.drift_min_queries:
             why = f"the QA set has {len(questions)} written questions (need {self.drift_min_queries})"
             if copied.any():
-                why += (f": its other {int(copied.sum())} are sentences copied from the documents, which real questions "
-                        "always look drifted from")
+                why += (
+                    f": its other {int(copied.sum())} are sentences copied from the documents, which real questions "
+                    "always look drifted from"
+                )
             return [], why
         return questions.sample(min(len(questions), self.drift_reference_window), random_state=0).tolist(), ""

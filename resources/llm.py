@@ -1,4 +1,5 @@
 """The LLM used to generate synthetic questions (and later answers): a backend of rag.llm's registry."""
+
 import os
 
 from dagster import ConfigurableResource
@@ -19,8 +20,14 @@ class LLMResource(ConfigurableResource):
     timeout_s: float = 60.0
 
     def settings(self) -> LLMSettings:
-        return LLMSettings(backend=self.backend, model=self.model, base_url=self.base_url, api_key_env=self.api_key_env,
-                           max_new_tokens=self.max_new_tokens, timeout_s=self.timeout_s)
+        return LLMSettings(
+            backend=self.backend,
+            model=self.model,
+            base_url=self.base_url,
+            api_key_env=self.api_key_env,
+            max_new_tokens=self.max_new_tokens,
+            timeout_s=self.timeout_s,
+        )
 
     def load(self):
         return load_llm(self.settings())

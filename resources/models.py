@@ -1,4 +1,5 @@
 """Embedding models: the registry names (config/embedders.yaml) and which ones are indexed."""
+
 import os
 from pathlib import Path
 

@@ -1,5 +1,6 @@
 """Qdrant: embedded under the data dir by default (Qdrant Edge; an old local-mode folder stays on local mode), a
 server or cluster with QDRANT_URL."""
+
 import os
 
 from dagster import ConfigurableResource
@@ -13,14 +14,21 @@ class QdrantResource(ConfigurableResource):
 
     url: str | None = Field(default_factory=lambda: os.environ.get("QDRANT_URL") or None)
     api_key: str | None = Field(default_factory=lambda: os.environ.get("QDRANT_API_KEY") or None)
-    path: str | None = Field(default_factory=lambda: os.environ.get("RAG_QDRANT_PATH") or None,
-                             description="embedded folder (default <data dir>/qdrant)")
-    engine: str = Field(default_factory=lambda: os.environ.get("RAG_QDRANT_ENGINE") or "auto",
-                        description="embedded engine: auto (Qdrant Edge; a folder local mode wrote stays on local "
-                        "mode until `rag migrate-engine`), edge or local (env RAG_QDRANT_ENGINE)")
-    distance: str = Field("cosine", description="dense distance for new collections: cosine | dot | l2 (searches "
-                          "report an l2 distance d as the similarity 1/(1+d), so min_score and hybrid-cc read it "
-                          "as higher = closer)")
+    path: str | None = Field(
+        default_factory=lambda: os.environ.get("RAG_QDRANT_PATH") or None,
+        description="embedded folder (default <data dir>/qdrant)",
+    )
+    engine: str = Field(
+        default_factory=lambda: os.environ.get("RAG_QDRANT_ENGINE") or "auto",
+        description="embedded engine: auto (Qdrant Edge; a folder local mode wrote stays on local "
+        "mode until `rag migrate-engine`), edge or local (env RAG_QDRANT_ENGINE)",
+    )
+    distance: str = Field(
+        "cosine",
+        description="dense distance for new collections: cosine | dot | l2 (searches "
+        "report an l2 distance d as the similarity 1/(1+d), so min_score and hybrid-cc read it "
+        "as higher = closer)",
+    )
 
     def settings(self) -> QdrantSettings:
         return QdrantSettings(url=self.url, api_key=self.api_key, path=self.path, engine=self.engine)

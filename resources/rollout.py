@@ -1,6 +1,7 @@
 """How trained models are released and how canaries run (rag.rollout.CanarySettings as a Dagster resource): the
 promotion policy of retrain_job, traffic share, the sequential test's error rate and horizon, and the guardrails.
 The state itself lives beside the model registry (rag.lifecycle.rollout)."""
+
 from typing import Literal
 
 from dagster import ConfigurableResource
@@ -18,14 +19,19 @@ class Rollout(ConfigurableResource):
         description="what production_embedder / production_reranker do with a gated candidate: 'direct' promotes it "
         "when the gate found it significantly better (refused while a canary runs); 'canary' starts its canary on "
         "traffic_share of sessions when the gate found it no worse, and canary_sensor promotes it only on a "
-        "significant online win (env RAG_PROMOTION_POLICY)")
+        "significant online win (env RAG_PROMOTION_POLICY)",
+    )
     traffic_share: float = Field(_DEFAULTS.traffic_share, description="share of sessions a new canary serves")
-    alpha: float = Field(_DEFAULTS.alpha, description="largest chance that a candidate no better than production is "
-                         "ever promoted, however many ticks look at it")
+    alpha: float = Field(
+        _DEFAULTS.alpha,
+        description="largest chance that a candidate no better than production is "
+        "ever promoted, however many ticks look at it",
+    )
     prior_a: float = _DEFAULTS.prior_a
     prior_b: float = _DEFAULTS.prior_b
-    max_queries: int = Field(_DEFAULTS.max_queries, description="canary queries after which an undecided canary is "
-                             "rolled back")
+    max_queries: int = Field(
+        _DEFAULTS.max_queries, description="canary queries after which an undecided canary is rolled back"
+    )
     max_latency_p95_ratio: float = _DEFAULTS.max_latency_p95_ratio
     latency_p95_allowance_ms: float = _DEFAULTS.latency_p95_allowance_ms
     min_latency_samples: int = _DEFAULTS.min_latency_samples

@@ -2,6 +2,7 @@
 of a training asset means other models may serve, so other pairs are uncertain) and once a day (the
 annotation_queue_daily schedule: new production queries, new labels). Neither runs while a retrain is in progress:
 the queue would score models that are about to change."""
+
 import os
 
 from dagster import (
@@ -24,7 +25,8 @@ from orchestration.training import TRAINING_ASSETS
 from sensors.feedback import active_retrain
 
 annotation_queue_job = define_asset_job(
-    "annotation_queue_job", selection=AssetSelection.assets("annotation_queue"),
+    "annotation_queue_job",
+    selection=AssetSelection.assets("annotation_queue"),
     description="Rebuild the annotation queue (what experts label next) from the newest queries and what serves now.",
 )
 
@@ -39,36 +41,58 @@ def newest_training_event(instance) -> tuple[int, str | None]:
     return newest, name
 
 
-@sensor(job=annotation_queue_job, minimum_interval_seconds=120, default_status=DefaultSensorStatus.STOPPED,
-        description="Rebuilds annotation_queue after each retrain: when a training asset (" + ", ".join(TRAINING_ASSETS) +
-        ") has a materialization newer than the cursor and no retrain_job is running; run_key = that event's id.")
+@sensor(
+    job=annotation_queue_job,
+    minimum_interval_seconds=120,
+    default_status=DefaultSensorStatus.STOPPED,
+    description="Rebuilds annotation_queue after each retrain: when a training asset ("
+    + ", ".join(TRAINING_ASSETS)
+    + ") has a materialization newer than the cursor and no retrain_job is running; run_key = that event's id.",
+)
 def annotation_after_retrain_sensor(context: SensorEvaluationContext):
     seen = int(context.cursor or 0)
     newest, asset = newest_training_event(context.instance)
     if newest <= seen:
-        return SkipReason(f"no retrain since the queue was last refreshed for one (training event #{seen})" if seen
-                          else "no retrain yet: the daily schedule keeps the queue fresh until the first one")
+        return SkipReason(
+            f"no retrain since the queue was last refreshed for one (training event #{seen})"
+            if seen
+            else "no retrain yet: the daily schedule keeps the queue fresh until the first one"
+        )
     running = active_retrain(context.instance)
     if running:
-        return SkipReason(f"{asset} materialized (event #{newest}); retrain run {running} is still in progress: the "
-                          "queue is rebuilt when it ends")
+        return SkipReason(
+            f"{asset} materialized (event #{newest}); retrain run {running} is still in progress: the "
+            "queue is rebuilt when it ends"
+        )
     context.log.info(f"{asset} materialized (event #{newest}): rebuilding the annotation queue")
-    return SensorResult(run_requests=[RunRequest(run_key=f"annotation-after-retrain:{newest}",
-                                                 tags={"trigger": "retrain", "annotation/training_event": str(newest)})],
-                        cursor=str(newest))
+    return SensorResult(
+        run_requests=[
+            RunRequest(
+                run_key=f"annotation-after-retrain:{newest}",
+                tags={"trigger": "retrain", "annotation/training_event": str(newest)},
+            )
+        ],
+        cursor=str(newest),
+    )
 
 
-@schedule(job=annotation_queue_job, cron_schedule=os.environ.get("RAG_ANNOTATION_CRON", "0 5 * * *"),
-          execution_timezone=os.environ.get("RAG_ANNOTATION_TIMEZONE", "UTC"), default_status=DefaultScheduleStatus.STOPPED,
-          description="Daily rebuild of annotation_queue (RAG_ANNOTATION_CRON, default 05:00): new production queries "
-          "and the labels given since replace what experts already did; skipped while a retrain runs.")
+@schedule(
+    job=annotation_queue_job,
+    cron_schedule=os.environ.get("RAG_ANNOTATION_CRON", "0 5 * * *"),
+    execution_timezone=os.environ.get("RAG_ANNOTATION_TIMEZONE", "UTC"),
+    default_status=DefaultScheduleStatus.STOPPED,
+    description="Daily rebuild of annotation_queue (RAG_ANNOTATION_CRON, default 05:00): new production queries "
+    "and the labels given since replace what experts already did; skipped while a retrain runs.",
+)
 def annotation_queue_daily(context: ScheduleEvaluationContext):
     running = active_retrain(context.instance)
     if running:
-        return SkipReason(f"retrain run {running} is in progress: annotation_after_retrain_sensor rebuilds the queue "
-                          "after it")
+        return SkipReason(
+            f"retrain run {running} is in progress: annotation_after_retrain_sensor rebuilds the queue after it"
+        )
     return RunRequest(tags={"trigger": "daily"})
 
 
-defs = Definitions(jobs=[annotation_queue_job], sensors=[annotation_after_retrain_sensor],
-                   schedules=[annotation_queue_daily])
+defs = Definitions(
+    jobs=[annotation_queue_job], sensors=[annotation_after_retrain_sensor], schedules=[annotation_queue_daily]
+)

@@ -18,6 +18,7 @@ With no canary running, a candidate that release() queued behind an earlier cana
 and a reranker; one canary runs at a time) gets its canary started: start_canary_job, once per candidate
 (run_key canary-start:<kind>:<version>), only while its gate verdict still holds against today's production.
 """
+
 import json
 from dataclasses import replace
 
@@ -64,8 +65,10 @@ def idle_message(registry: ModelRegistry) -> str:
         if rollout:
             said += f", last rollout {rollout['candidate']} {rollout['stage']}"
         if entry.get("candidate_can_start"):
-            said += (f"; candidate {entry['candidate']} passed its gate: start its canary with start_canary_job or "
-                     f"`rag models rollout start --kind {kind}`")
+            said += (
+                f"; candidate {entry['candidate']} passed its gate: start its canary with start_canary_job or "
+                f"`rag models rollout start --kind {kind}`"
+            )
         parts.append(said)
     return "no canary running (" + "; ".join(parts) + ")"
 
@@ -97,11 +100,17 @@ def _request(context: SensorEvaluationContext, key: str, make, then: str) -> tup
     error = _retryable_error(context.instance, run)
     if error is not None and len(earlier) < MAX_ATTEMPTS:
         attempt = len(earlier) + 1
-        context.log.warning(f"{key}: run {run.run_id} failed with {error}: requesting attempt {attempt} of {MAX_ATTEMPTS}")
+        context.log.warning(
+            f"{key}: run {run.run_id} failed with {error}: requesting attempt {attempt} of {MAX_ATTEMPTS}"
+        )
         return make(f"{key}:attempt{attempt}", {REQUEST_TAG: key, ATTEMPT_TAG: str(attempt)}), (
-            f"run {run.run_id} failed with {error}: retrying (attempt {attempt} of {MAX_ATTEMPTS})")
-    why = (f"failed with {error} in {len(earlier)} of {MAX_ATTEMPTS} attempts" if error is not None
-           else "failed (not a retryable error)")
+            f"run {run.run_id} failed with {error}: retrying (attempt {attempt} of {MAX_ATTEMPTS})"
+        )
+    why = (
+        f"failed with {error} in {len(earlier)} of {MAX_ATTEMPTS} attempts"
+        if error is not None
+        else "failed (not a retryable error)"
+    )
     return None, f"run {run.run_id} {why}: see its logs, then {then}"
 
 
@@ -114,13 +123,25 @@ def _start_queued(context: SensorEvaluationContext, registry: ModelRegistry, rol
             continue
 
         def make(run_key: str, tags: dict) -> RunRequest:
-            return RunRequest(run_key=run_key, job_name=start_canary_job.name,
-                              tags={**tags, "rollout/kind": kind, "rollout/candidate": mv.name},
-                              run_config={"ops": {"start_canary_op": {"config": {
-                                  "kind": kind, "candidate": mv.version, "traffic_share": rollout.traffic_share}}}})
+            return RunRequest(
+                run_key=run_key,
+                job_name=start_canary_job.name,
+                tags={**tags, "rollout/kind": kind, "rollout/candidate": mv.name},
+                run_config={
+                    "ops": {
+                        "start_canary_op": {
+                            "config": {"kind": kind, "candidate": mv.version, "traffic_share": rollout.traffic_share}
+                        }
+                    }
+                },
+            )
 
-        request, said = _request(context, f"canary-start:{kind}:{mv.version}", make,
-                                 then=f"start it (start_canary_job or `rag models rollout start --kind {kind}`)")
+        request, said = _request(
+            context,
+            f"canary-start:{kind}:{mv.version}",
+            make,
+            then=f"start it (start_canary_job or `rag models rollout start --kind {kind}`)",
+        )
         if request is not None and said is None:
             context.log.info(f"{kind} {mv.name} waited for the previous canary: requesting start_canary_job")
         message = f"{idle_message(registry)}; start of {kind} {mv.name}'s queued canary: {said or 'requested'}"
@@ -140,7 +161,10 @@ def _cursor(cursor: str | None) -> dict:
 def _last_reported(instance) -> str | None:
     """The state fingerprint of model_rollout's latest event (observation or materialization), if it has one."""
     key = AssetKey(ROLLOUT_ASSET)
-    records = [*instance.fetch_observations(key, limit=1).records, *instance.fetch_materializations(key, limit=1).records]
+    records = [
+        *instance.fetch_observations(key, limit=1).records,
+        *instance.fetch_materializations(key, limit=1).records,
+    ]
     if not records:
         return None
     latest = max(records, key=lambda r: r.storage_id).asset_event
@@ -148,21 +172,31 @@ def _last_reported(instance) -> str | None:
     return getattr(value, "value", value)
 
 
-@sensor(jobs=[promote_canary_job, rollback_canary_job, start_canary_job], minimum_interval_seconds=60,
-        default_status=DefaultSensorStatus.STOPPED,
-        description="Evaluates the running canary on every tick (always-valid mSPRT on interleaving wins/losses, "
-        "guardrails on latency p95 and the answer up-vote share); requests promote_canary_job or rollback_canary_job "
-        "when it decides (again, up to 3 attempts, when a run failed on a locked Qdrant folder). Observes "
-        "model_rollout whenever the loop's state (production, canary, gate verdicts) or the evidence changed. The skip "
-        "reason states the evidence.")
-def canary_sensor(context: SensorEvaluationContext, data_store: DataStore, feedback_loop: FeedbackLoop, rollout: Rollout,
-                  qdrant: QdrantResource):
+@sensor(
+    jobs=[promote_canary_job, rollback_canary_job, start_canary_job],
+    minimum_interval_seconds=60,
+    default_status=DefaultSensorStatus.STOPPED,
+    description="Evaluates the running canary on every tick (always-valid mSPRT on interleaving wins/losses, "
+    "guardrails on latency p95 and the answer up-vote share); requests promote_canary_job or rollback_canary_job "
+    "when it decides (again, up to 3 attempts, when a run failed on a locked Qdrant folder). Observes "
+    "model_rollout whenever the loop's state (production, canary, gate verdicts) or the evidence changed. The skip "
+    "reason states the evidence.",
+)
+def canary_sensor(
+    context: SensorEvaluationContext,
+    data_store: DataStore,
+    feedback_loop: FeedbackLoop,
+    rollout: Rollout,
+    qdrant: QdrantResource,
+):
     registry = ModelRegistry(data_store.root / "models")
     try:  # a promotion or rollback a killed run left unfinished is completed (or undone) before anything is judged
         recovered = recover(registry, qdrant.client, log=context.log.warning)
     except (PendingTransaction, QdrantLockedError) as exc:
-        return SkipReason(f"an unfinished promotion or rollback waits for Qdrant ({exc}); it completes on the next tick, "
-                          "`rag serve` start or `rag models recover`")
+        return SkipReason(
+            f"an unfinished promotion or rollback waits for Qdrant ({exc}); it completes on the next tick, "
+            "`rag serve` start or `rag models recover`"
+        )
     if recovered:
         context.log.warning(recovered)
     before = _cursor(context.cursor)
@@ -184,25 +218,44 @@ def canary_sensor(context: SensorEvaluationContext, data_store: DataStore, feedb
         production = registry.resolve(kind, "production")
         if (production.version if production else None) != rollout_state.production_version:
             # Its gate verdict and every win were against the production it started beside: promotion would be refused.
-            decision = replace(decision, decision="rollback", reason=(
-                f"{decision.reason}; production moved to {name_of(registry, kind, production.version if production else None)} "
-                "during the canary, roll back (gate the candidate against the new production and start again)"))
+            decision = replace(
+                decision,
+                decision="rollback",
+                reason=(
+                    f"{decision.reason}; production moved to {name_of(registry, kind, production.version if production else None)} "
+                    "during the canary, roll back (gate the candidate against the new production and start again)"
+                ),
+            )
         figures = summary(decision, evidence)
-        seen = {"candidate": rollout_state.candidate_version, "started_at": rollout_state.started_at.isoformat(),
-                **{k: figures[k] for k in ("queries_production", "queries_canary", "wins", "losses", "ties")},
-                "votes": {arm: list(v) for arm, v in evidence.votes.items()}}
-        canary = {"kind": kind, "stage": rollout_state.stage, "traffic_share": rollout_state.traffic_share,
-                  **{k: v for k, v in figures.items() if v is not None}}
+        seen = {
+            "candidate": rollout_state.candidate_version,
+            "started_at": rollout_state.started_at.isoformat(),
+            **{k: figures[k] for k in ("queries_production", "queries_canary", "wins", "losses", "ties")},
+            "votes": {arm: list(v) for arm, v in evidence.votes.items()},
+        }
+        canary = {
+            "kind": kind,
+            "stage": rollout_state.stage,
+            "traffic_share": rollout_state.traffic_share,
+            **{k: v for k, v in figures.items() if v is not None},
+        }
         message = decision.reason
         if decision.decision != "continue":
-            config = {"kind": kind, "candidate": rollout_state.candidate_version, "reason": decision.reason,
-                      "evidence_json": json.dumps(figures, default=str)}
+            config = {
+                "kind": kind,
+                "candidate": rollout_state.candidate_version,
+                "reason": decision.reason,
+                "evidence_json": json.dumps(figures, default=str),
+            }
             op_name = "promote_canary_op" if decision.decision == "promote" else "rollback_canary_op"
 
             def make(run_key: str, tags: dict) -> RunRequest:
-                return RunRequest(run_key=run_key, job_name=JOBS[decision.decision].name,
-                                  run_config={"ops": {op_name: {"config": config}}},
-                                  tags={**tags, "rollout/kind": kind, "rollout/candidate": name})
+                return RunRequest(
+                    run_key=run_key,
+                    job_name=JOBS[decision.decision].name,
+                    run_config={"ops": {op_name: {"config": config}}},
+                    tags={**tags, "rollout/kind": kind, "rollout/candidate": name},
+                )
 
             key = f"canary:{name}:{decision.decision}:{rollout_state.started_at.strftime('%Y%m%dT%H%M%S')}"
             request, said = _request(context, key, make, then="roll back (rollback_canary_job)")
@@ -214,7 +267,8 @@ def canary_sensor(context: SensorEvaluationContext, data_store: DataStore, feedb
     # Observe only a change: the running canary's evidence moved, or the state moved (a canary that ended among it)
     # and no job or check has reported it yet.
     changed = (seen is not None and seen != before.get("evidence")) or (
-        state != before.get("state") and _last_reported(context.instance) != state)
+        state != before.get("state") and _last_reported(context.instance) != state
+    )
     events = [AssetObservation(ROLLOUT_ASSET, description=message, metadata={**loop, **canary})] if changed else []
     cursor = json.dumps({"state": state, "evidence": seen}, sort_keys=True)
     if requests:

@@ -10,8 +10,12 @@ from resources.documents import DocumentSource
 
 # The incremental re-index job rather than ingestion alone: a new file should become searchable, and only the
 # changed documents are parsed, re-chunked and embedded, so a small change costs a small run.
-@sensor(job=nightly_reindex_job, minimum_interval_seconds=60, description="Watches the document folder (paths, "
-        "sizes, mtimes) and requests an incremental parse → chunk → BM25 → embed run of every partition when it changes.")
+@sensor(
+    job=nightly_reindex_job,
+    minimum_interval_seconds=60,
+    description="Watches the document folder (paths, "
+    "sizes, mtimes) and requests an incremental parse → chunk → BM25 → embed run of every partition when it changes.",
+)
 def new_documents_sensor(context: SensorEvaluationContext, document_source: DocumentSource):
     scan = document_source.scan(with_hashes=False)  # cheap listing: the asset hashes what it parses
     state = "\n".join(f"{f.doc_id}\t{f.size}\t{f.path.stat().st_mtime_ns}" for f in scan.files)

@@ -7,12 +7,22 @@ The reference is production traffic: the first queries asked after the latest pr
 fallback while there are too few of them, and never its questions copied out of the documents (inverse cloze
 without an LLM): real questions always look drifted from sentences, and a reference of them starts a retrain
 every few ticks."""
+
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pandas as pd
-from dagster import AssetObservation, DefaultSensorStatus, Definitions, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import (
+    AssetObservation,
+    DefaultSensorStatus,
+    Definitions,
+    RunsFilter,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
 
 from orchestration.training import retrain_job
 from rag.embedding import load_embedder
@@ -26,6 +36,7 @@ DRIFT_ASSET = "query_drift"
 @dataclass
 class Baseline:
     """Where the reference period starts: production traffic after this moment is what the models have seen."""
+
     since: datetime | None  # None: from the first query (nothing promoted or retrained yet)
     label: str  # "since promotion of embedder v2 (2024-05-01T10:00:00+00:00)"
 
@@ -69,7 +80,9 @@ def baseline(loop: FeedbackLoop, instance, state: dict, now: datetime) -> Baseli
         at = runs[0].create_timestamp
         at = at if at.tzinfo else at.replace(tzinfo=timezone.utc)
         starts.append((at, f"since retrain run {runs[0].dagster_run.run_id} ({at.isoformat(timespec='seconds')})"))
-    base = Baseline(*max(starts)) if starts else Baseline(None, "since the first query, nothing promoted or retrained yet")
+    base = (
+        Baseline(*max(starts)) if starts else Baseline(None, "since the first query, nothing promoted or retrained yet")
+    )
     since = base.since.isoformat() if base.since else None
     if "since" in state and state["since"] != since:
         state["consecutive"] = 0
@@ -93,11 +106,15 @@ def drift_windows(loop: FeedbackLoop, store, base: Baseline) -> tuple[Windows | 
     # window gives way first), so production traffic becomes the reference at 2 x min_queries.
     latest = store.queries_since(base.since, loop.drift_window + needed, newest=True)
     if len(latest) >= 2 * needed:
-        recent = latest.iloc[-min(loop.drift_window, len(latest) - needed):]
+        recent = latest.iloc[-min(loop.drift_window, len(latest) - needed) :]
         oldest = store.queries_since(base.since, max(loop.drift_reference_window, needed))
         reference = oldest[~oldest["query_id"].isin(set(recent["query_id"]))]
-        return Windows(recent, reference["text"].tolist(), reference["query_id"].tolist(),
-                       f"{len(reference)} production queries {base.label}"), ""
+        return Windows(
+            recent,
+            reference["text"].tolist(),
+            reference["query_id"].tolist(),
+            f"{len(reference)} production queries {base.label}",
+        ), ""
     shortfall = f"only {len(latest)} production queries {base.label}; {2 * needed} make a reference"
     recent = store.queries_since(None, loop.drift_window, newest=True)
     if len(recent) < needed:
@@ -122,14 +139,20 @@ def evaluate_drift(loop: FeedbackLoop, store, base: Baseline) -> tuple[DriftRepo
     embedder = load_embedder(loop.drift_embedder)
     counts = store.retrieved_counts(recent_ids + reference_ids)
     report = drift_report(
-        embedder.encode_queries(windows.recent["text"].tolist()), embedder.encode_queries(windows.reference),
-        recent_scores=store.feedback_scores(query_ids=recent_ids), reference_scores=store.feedback_scores(query_ids=reference_ids),
-        recent_retrieved=[counts.get(q, 0) for q in recent_ids], reference_retrieved=[counts.get(q, 0) for q in reference_ids],
-        thresholds=loop.thresholds())
+        embedder.encode_queries(windows.recent["text"].tolist()),
+        embedder.encode_queries(windows.reference),
+        recent_scores=store.feedback_scores(query_ids=recent_ids),
+        reference_scores=store.feedback_scores(query_ids=reference_ids),
+        recent_retrieved=[counts.get(q, 0) for q in recent_ids],
+        reference_retrieved=[counts.get(q, 0) for q in reference_ids],
+        thresholds=loop.thresholds(),
+    )
     votes = f", {report.feedback_note}" if report.feedback_note else ""  # the share was not judged: say why
-    account = (f"MMD p={report.mmd_p_value:.3f}, classifier AUC={report.classifier_auc:.2f}, answers rated up "
-               f"{_pct(report.positive_ratio_recent)} (reference {_pct(report.positive_ratio_reference)}{votes}); "
-               f"{len(recent_ids)} recent queries vs reference: {windows.source}")
+    account = (
+        f"MMD p={report.mmd_p_value:.3f}, classifier AUC={report.classifier_auc:.2f}, answers rated up "
+        f"{_pct(report.positive_ratio_recent)} (reference {_pct(report.positive_ratio_reference)}{votes}); "
+        f"{len(recent_ids)} recent queries vs reference: {windows.source}"
+    )
     return report, account, windows.source
 
 
@@ -137,11 +160,15 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0%}"
 
 
-@sensor(job=retrain_job, minimum_interval_seconds=600, default_status=DefaultSensorStatus.STOPPED,
-        description="Compares recent query embeddings with a reference (MMD permutation test, classifier AUC): the "
-        "production queries asked first after the latest promotion or retrain, the QA set's written questions "
-        "while there are too few. Tracks the answers' up-vote share and passages per query; records each tick "
-        "with new queries as a query_drift observation; requests retrain_job after N consecutive drifted ticks.")
+@sensor(
+    job=retrain_job,
+    minimum_interval_seconds=600,
+    default_status=DefaultSensorStatus.STOPPED,
+    description="Compares recent query embeddings with a reference (MMD permutation test, classifier AUC): the "
+    "production queries asked first after the latest promotion or retrain, the QA set's written questions "
+    "while there are too few. Tracks the answers' up-vote share and passages per query; records each tick "
+    "with new queries as a query_drift observation; requests retrain_job after N consecutive drifted ticks.",
+)
 def drift_sensor(context: SensorEvaluationContext, feedback_loop: FeedbackLoop):
     state = json.loads(context.cursor) if context.cursor else {"consecutive": 0, "newest": None}
     store = feedback_loop.store()
@@ -158,11 +185,18 @@ def drift_sensor(context: SensorEvaluationContext, feedback_loop: FeedbackLoop):
             return SensorResult(skip_reason=account, cursor=json.dumps(state))
         state["consecutive"] = state["consecutive"] + 1 if report.drifted else 0
         needed = feedback_loop.drift_consecutive_ticks
-        observation = AssetObservation(DRIFT_ASSET, metadata={
-            **report.model_dump(exclude={"embedding_shift", "feedback_shift"}),
-            "embedding_shift": report.embedding_shift, "feedback_shift": report.feedback_shift,
-            "drifted": report.drifted, "consecutive_drifted_ticks": state["consecutive"], "reference": reference,
-            "reference_since": base.since.isoformat() if base.since else "the first query"})
+        observation = AssetObservation(
+            DRIFT_ASSET,
+            metadata={
+                **report.model_dump(exclude={"embedding_shift", "feedback_shift"}),
+                "embedding_shift": report.embedding_shift,
+                "feedback_shift": report.feedback_shift,
+                "drifted": report.drifted,
+                "consecutive_drifted_ticks": state["consecutive"],
+                "reference": reference,
+                "reference_since": base.since.isoformat() if base.since else "the first query",
+            },
+        )
         progress = f"{account}; {state['consecutive']}/{needed} drifted ticks in a row"
         running = active_retrain(context.instance)
         waiting = None if running or state["consecutive"] < needed else canary_running(feedback_loop)
@@ -173,7 +207,9 @@ def drift_sensor(context: SensorEvaluationContext, feedback_loop: FeedbackLoop):
         request, materialization = retrain_request(feedback_loop, store, reason="drift", run_key=f"drift:{newest}")
         state["consecutive"] = 0
         context.log.info(f"{progress}: requesting retrain_job")
-        return SensorResult(run_requests=[request], asset_events=[observation, materialization], cursor=json.dumps(state))
+        return SensorResult(
+            run_requests=[request], asset_events=[observation, materialization], cursor=json.dumps(state)
+        )
     finally:
         store.close()
 

@@ -2,6 +2,7 @@
 without one (weekly_retrain schedule). Both export the feedback RAG-Dataset first and hand its folder to the
 training assets, so the new ratings become positives and hard negatives. Neither starts one while a canary runs
 (its decision comes first; the feedback keeps counting)."""
+
 import json
 import os
 from datetime import datetime, timedelta, timezone
@@ -70,8 +71,10 @@ def canary_running(loop: FeedbackLoop) -> str | None:
     if running is None:
         return None
     kind, state = running
-    return (f"a canary of {kind} {name_of(registry, kind, state.candidate_version)} is running: the retrain waits for "
-            "canary_sensor's decision")
+    return (
+        f"a canary of {kind} {name_of(registry, kind, state.candidate_version)} is running: the retrain waits for "
+        "canary_sensor's decision"
+    )
 
 
 def production_label(loop: FeedbackLoop) -> str:
@@ -84,8 +87,9 @@ def production_label(loop: FeedbackLoop) -> str:
     return f"model {production.version}" if production else "the start (no model in production yet)"
 
 
-def retrain_request(loop: FeedbackLoop, store: FeedbackStore, *, reason: str,
-                    run_key: str | None) -> tuple[RunRequest, AssetMaterialization]:
+def retrain_request(
+    loop: FeedbackLoop, store: FeedbackStore, *, reason: str, run_key: str | None
+) -> tuple[RunRequest, AssetMaterialization]:
     """Export the dataset up to now and request retrain_job with it."""
     folder = export_versioned(store, loop.root)
     stats = json.loads((folder / "stats.json").read_text())
@@ -93,20 +97,31 @@ def retrain_request(loop: FeedbackLoop, store: FeedbackStore, *, reason: str,
     request = RunRequest(
         run_key=run_key,
         run_config={"ops": {name: {"config": op_config} for name in TRAINING_ASSETS}},
-        tags={MARK_TAG: str(stats["high_water_mark"]), EXPERT_MARK_TAG: str(stats.get("expert_high_water_mark", 0)),
-              "feedback/dataset_version": stats["version"], "trigger": reason},
+        tags={
+            MARK_TAG: str(stats["high_water_mark"]),
+            EXPERT_MARK_TAG: str(stats.get("expert_high_water_mark", 0)),
+            "feedback/dataset_version": stats["version"],
+            "trigger": reason,
+        },
     )
     materialization = AssetMaterialization(
         "feedback_dataset",
         description=f"exported for a retrain ({reason})",
-        metadata={"path": MetadataValue.path(str(folder)), **{k: v for k, v in stats.items() if not isinstance(v, dict)}},
+        metadata={
+            "path": MetadataValue.path(str(folder)),
+            **{k: v for k, v in stats.items() if not isinstance(v, dict)},
+        },
     )
     return request, materialization
 
 
-@sensor(job=retrain_job, minimum_interval_seconds=300, default_status=DefaultSensorStatus.STOPPED,
-        description="Requests retrain_job when the feedback events since the last finished retrain reach the "
-        "threshold (FeedbackLoop.volume_threshold); the run_key is the feedback high-water mark.")
+@sensor(
+    job=retrain_job,
+    minimum_interval_seconds=300,
+    default_status=DefaultSensorStatus.STOPPED,
+    description="Requests retrain_job when the feedback events since the last finished retrain reach the "
+    "threshold (FeedbackLoop.volume_threshold); the run_key is the feedback high-water mark.",
+)
 def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: FeedbackLoop):
     store = feedback_loop.store()
     try:
@@ -127,19 +142,25 @@ def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: Feed
         waiting = canary_running(feedback_loop)
         if waiting:
             return SkipReason(f"{progress}; {waiting}")
-        request, materialization = retrain_request(feedback_loop, store, reason="feedback_volume",
-                                                   run_key=f"feedback-volume:{dataset_mark(mark, expert_mark)}")
+        request, materialization = retrain_request(
+            feedback_loop, store, reason="feedback_volume", run_key=f"feedback-volume:{dataset_mark(mark, expert_mark)}"
+        )
         context.log.info(f"{progress}: requesting retrain_job")
-        return SensorResult(run_requests=[request], asset_events=[materialization],
-                            cursor=dataset_mark(mark, expert_mark))
+        return SensorResult(
+            run_requests=[request], asset_events=[materialization], cursor=dataset_mark(mark, expert_mark)
+        )
     finally:
         store.close()
 
 
-@schedule(job=retrain_job, cron_schedule=os.environ.get("RAG_RETRAIN_CRON", "0 3 * * 0"),
-          execution_timezone=os.environ.get("RAG_RETRAIN_TIMEZONE", "UTC"), default_status=DefaultScheduleStatus.STOPPED,
-          description="Weekly fallback retrain (RAG_RETRAIN_CRON, default Sunday 03:00): runs unless a retrain "
-          "is in progress or finished in the last 6 days; trains on the QA set plus all feedback so far.")
+@schedule(
+    job=retrain_job,
+    cron_schedule=os.environ.get("RAG_RETRAIN_CRON", "0 3 * * 0"),
+    execution_timezone=os.environ.get("RAG_RETRAIN_TIMEZONE", "UTC"),
+    default_status=DefaultScheduleStatus.STOPPED,
+    description="Weekly fallback retrain (RAG_RETRAIN_CRON, default Sunday 03:00): runs unless a retrain "
+    "is in progress or finished in the last 6 days; trains on the QA set plus all feedback so far.",
+)
 def weekly_retrain(context: ScheduleEvaluationContext, feedback_loop: FeedbackLoop):
     # Two retrains at once would train, gate and promote against each other's production (and each other's
     # candidate alias): wait for the running one, like the feedback and drift sensors do.
@@ -150,8 +171,11 @@ def weekly_retrain(context: ScheduleEvaluationContext, feedback_loop: FeedbackLo
     if waiting:
         return SkipReason(waiting)
     recent = context.instance.get_run_records(filters=RunsFilter(job_name=retrain_job.name, statuses=FINISHED), limit=1)
-    if recent and recent[0].end_time and datetime.fromtimestamp(recent[0].end_time, timezone.utc) > \
-            datetime.now(timezone.utc) - timedelta(days=6):
+    if (
+        recent
+        and recent[0].end_time
+        and datetime.fromtimestamp(recent[0].end_time, timezone.utc) > datetime.now(timezone.utc) - timedelta(days=6)
+    ):
         return SkipReason(f"retrain run {recent[0].dagster_run.run_id} finished less than 6 days ago")
     store = feedback_loop.store()
     try:

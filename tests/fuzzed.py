@@ -1,4 +1,5 @@
 """Bad input files generated on the fly (never committed): each must end in quarantine, not a crash."""
+
 from __future__ import annotations
 
 import io

@@ -1,5 +1,6 @@
 """The annotation queue: uncertainty signals, the selection methods (diversity, quotas, seeds, weights) on tiny
 in-memory candidates, labels since the last refresh, and the asset end to end on a tiny corpus with wordllama."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -28,8 +29,12 @@ def _pool(per_doc_uncertainty: dict[str, list[float]], vectors: bool = True) -> 
     return Pool(np.array(u), questions, documents, np.array(vecs) if vectors else None)
 
 
-SKEWED = {"d0": [0.99, 0.98, 0.97, 0.96, 0.95, 0.94], "d1": [0.5, 0.49, 0.48], "d2": [0.45, 0.44, 0.43],
-          "d3": [0.40, 0.39, 0.38]}
+SKEWED = {
+    "d0": [0.99, 0.98, 0.97, 0.96, 0.95, 0.94],
+    "d1": [0.5, 0.49, 0.48],
+    "d2": [0.45, 0.44, 0.43],
+    "d3": [0.40, 0.39, 0.38],
+}
 
 
 def test_uncertainty_takes_the_most_uncertain_and_active_spreads_over_documents_within_quotas():
@@ -99,15 +104,28 @@ def test_signals_and_weights_change_the_order():
     by_disagreement = combine(signals, {"disagreement": 1.0})
     assert int(np.argmax(by_probability)) == 1 and int(np.argmax(by_disagreement)) == 2
     # Without a reranker the probability signal is absent and drops out of the mean.
-    plain = pair_signals([Candidate(q, chunk(1), 1, 0.7, {"bm25": 3, "dense": 1}),
-                          Candidate(q, chunk(2), 2, 0.6, {"bm25": 1})])
+    plain = pair_signals(
+        [Candidate(q, chunk(1), 1, 0.7, {"bm25": 3, "dense": 1}), Candidate(q, chunk(2), 2, 0.6, {"bm25": 1})]
+    )
     assert all("probability" not in s for s in plain) and combine(plain, {"probability": 1.0, "margin": 1.0})
 
 
 def _hits(question: str, docs: list[str]) -> list[Hit]:
-    return [Hit(r, 1.0 - 0.1 * r, {"chunk_id": f"{question[:6]}-{d}-{r}", "doc_id": d, "text": f"passage {r}",
-                                   "page_start": 1, "page_end": 1}, {"bm25_rank": float(5 - r), "dense_rank": float(r)})
-            for r, d in enumerate(docs, start=1)]
+    return [
+        Hit(
+            r,
+            1.0 - 0.1 * r,
+            {
+                "chunk_id": f"{question[:6]}-{d}-{r}",
+                "doc_id": d,
+                "text": f"passage {r}",
+                "page_start": 1,
+                "page_end": 1,
+            },
+            {"bm25_rank": float(5 - r), "dense_rank": float(r)},
+        )
+        for r, d in enumerate(docs, start=1)
+    ]
 
 
 def test_build_queue_skips_labelled_pairs_and_keeps_stable_ids():
@@ -124,12 +142,21 @@ def test_build_queue_skips_labelled_pairs_and_keeps_stable_ids():
 
 
 def test_questions_come_from_production_first_then_synthetic():
-    recent = pd.DataFrame({"query_id": ["q1", "q2", "q3"], "text": ["How old?", "how  OLD?", "Where is it?"],
-                           "created_at": pd.to_datetime(["2024-01-01", "2024-01-02", "2024-01-03"])})
+    recent = pd.DataFrame(
+        {
+            "query_id": ["q1", "q2", "q3"],
+            "text": ["How old?", "how  OLD?", "Where is it?"],
+            "created_at": pd.to_datetime(["2024-01-01", "2024-01-02", "2024-01-03"]),
+        }
+    )
     production = production_questions(recent, 10)
     assert [q.query_id for q in production] == ["q3", "q2"]  # newest first, a repeat counted once
-    qa = pd.DataFrame({"question": ["A copied sentence of the text.", "Who wrote it?", "where is it?"],
-                       "qtype": ["inverse-cloze", "answer-aware", "keyword"]})
+    qa = pd.DataFrame(
+        {
+            "question": ["A copied sentence of the text.", "Who wrote it?", "where is it?"],
+            "qtype": ["inverse-cloze", "answer-aware", "keyword"],
+        }
+    )
     synthetic = synthetic_questions(qa, 10, seed=3)
     assert synthetic[-1].text == "A copied sentence of the text."  # copies last
     mixed = pick_questions(production, synthetic, 4)
@@ -139,14 +166,30 @@ def test_questions_come_from_production_first_then_synthetic():
 
 
 def test_labels_since_the_last_refresh_follow_undos_and_the_previous_queue():
-    item = lambda n: QueueItem(item_id=f"i{n}", question="q", source="synthetic", chunk_id=f"c{n}", doc_id="d",  # noqa: E731
-                               text="t", uncertainty=0.5)
-    previous = AnnotationQueue(created_at=pd.Timestamp("2024-05-01T00:00:00Z").to_pydatetime(), strategy="p",
-                               selection="active", items=[item(1), item(2)])
-    labels = pd.DataFrame({"label_id": [1, 2, 3, 4, 5], "item_id": ["i0", "i1", "i2", "i2", "i9"],
-                           "grade": [2, 1, 0, None, 2], "expert": ["e"] * 5,
-                           "created_at": pd.to_datetime(["2024-04-01", "2024-05-02", "2024-05-02", "2024-05-03",
-                                                         "2024-05-04"])})
+    item = lambda n: QueueItem(
+        item_id=f"i{n}",
+        question="q",
+        source="synthetic",
+        chunk_id=f"c{n}",
+        doc_id="d",  # noqa: E731
+        text="t",
+        uncertainty=0.5,
+    )
+    previous = AnnotationQueue(
+        created_at=pd.Timestamp("2024-05-01T00:00:00Z").to_pydatetime(),
+        strategy="p",
+        selection="active",
+        items=[item(1), item(2)],
+    )
+    labels = pd.DataFrame(
+        {
+            "label_id": [1, 2, 3, 4, 5],
+            "item_id": ["i0", "i1", "i2", "i2", "i9"],
+            "grade": [2, 1, 0, None, 2],
+            "expert": ["e"] * 5,
+            "created_at": pd.to_datetime(["2024-04-01", "2024-05-02", "2024-05-02", "2024-05-03", "2024-05-04"]),
+        }
+    )
     assert set(current_labels(labels)["item_id"]) == {"i0", "i1", "i9"}  # i2 was undone
     progress = since_refresh(previous, labels)
     assert progress["labels_since_refresh"] == 2 and progress["labelled_from_previous_queue"] == 1
@@ -161,7 +204,10 @@ def test_settings_refuse_unknown_signals_and_methods():
 
 
 def _metadata(result) -> dict:
-    return {k: getattr(v, "value", v) for k, v in result.asset_materializations_for_node("annotation_queue")[0].metadata.items()}
+    return {
+        k: getattr(v, "value", v)
+        for k, v in result.asset_materializations_for_node("annotation_queue")[0].metadata.items()
+    }
 
 
 def test_asset_writes_the_queue_with_coverage_and_progress(tmp_path):
@@ -186,28 +232,61 @@ def test_asset_writes_the_queue_with_coverage_and_progress(tmp_path):
 
     root = tmp_path / "data"
     tables = TableStore(root / "tables")
-    topics = {"lighthouses": "Lighthouses guide ships at night. Their lamps turn slowly.",
-              "bakery": "The bakery opens at six. Sourdough needs a long rise.",
-              "glaciers": "Glaciers carve valleys. Ice moves a few metres a year.",
-              "trains": "Night trains cross the alps. Sleeper cars have bunks."}
-    docs = [assemble([ElementDraft(type="narrative", text=f"{text} More about {name} here.") for _ in range(3)],
-                     doc_id=f"{name}.txt", source_path=name, content_hash=name, parser="test", n_pages=1)
-            for name, text in topics.items()]
+    topics = {
+        "lighthouses": "Lighthouses guide ships at night. Their lamps turn slowly.",
+        "bakery": "The bakery opens at six. Sourdough needs a long rise.",
+        "glaciers": "Glaciers carve valleys. Ice moves a few metres a year.",
+        "trains": "Night trains cross the alps. Sleeper cars have bunks.",
+    }
+    docs = [
+        assemble(
+            [ElementDraft(type="narrative", text=f"{text} More about {name} here.") for _ in range(3)],
+            doc_id=f"{name}.txt",
+            source_path=name,
+            content_hash=name,
+            parser="test",
+            n_pages=1,
+        )
+        for name, text in topics.items()
+    ]
     tables.write(pd.DataFrame([document_to_row(d, "test") for d in docs]), DOCUMENTS_TABLE)
     chunk_step(tables, get_chunker("paragraph"))
     qdrant = QdrantResource(path=str(tmp_path / "qdrant"))
     bm25_step(tables, root, "paragraph")
     embed_step(tables, qdrant.client(), "paragraph", "wordllama", load_embedder("wordllama"))
-    qa = [QAItem(qid=f"s{i}", question=f"What about {name} at night?", qtype="answer-aware", doc_id=f"{name}.txt",
-                 evidence=[Evidence(doc_id=f"{name}.txt", start=0, end=10)]) for i, name in enumerate(topics)]
+    qa = [
+        QAItem(
+            qid=f"s{i}",
+            question=f"What about {name} at night?",
+            qtype="answer-aware",
+            doc_id=f"{name}.txt",
+            evidence=[Evidence(doc_id=f"{name}.txt", start=0, end=10)],
+        )
+        for i, name in enumerate(topics)
+    ]
     tables.write(to_frame(qa), "synthetic_qa")
     store = FeedbackStore(root=root)
     store.record_query("When do lighthouses turn their lamps?", answer="-", chunks=[])
     store.close()
-    resources = {"data_store": DataStore(data_dir=str(root)), "qdrant": qdrant,
-                 "feedback_loop": FeedbackLoop(data_dir=str(root))}
-    config = {"ops": {"annotation_queue": {"config": {"model": "wordllama", "strategy": "paragraph", "size": 6, "k": 3,
-                                                      "per_document": 2, "per_question": 2}}}}
+    resources = {
+        "data_store": DataStore(data_dir=str(root)),
+        "qdrant": qdrant,
+        "feedback_loop": FeedbackLoop(data_dir=str(root)),
+    }
+    config = {
+        "ops": {
+            "annotation_queue": {
+                "config": {
+                    "model": "wordllama",
+                    "strategy": "paragraph",
+                    "size": 6,
+                    "k": 3,
+                    "per_document": 2,
+                    "per_question": 2,
+                }
+            }
+        }
+    }
     try:
         first = materialize([annotation_queue], resources=resources, run_config=config)
         assert first.success
@@ -227,10 +306,18 @@ def test_asset_writes_the_queue_with_coverage_and_progress(tmp_path):
         item = queue.items[0]
         labelled = item.item_id
         store = FeedbackStore(root=root)
-        store.record_expert_label(ExpertLabel(item_id=labelled, expert="tester", idempotency_key="k1", grade=2),
-                                  question=item.question, query_id=item.query_id,
-                                  passage={"chunk_id": item.chunk_id, "doc_id": item.doc_id, "page_start": 1,
-                                           "page_end": 1, "text": item.text})
+        store.record_expert_label(
+            ExpertLabel(item_id=labelled, expert="tester", idempotency_key="k1", grade=2),
+            question=item.question,
+            query_id=item.query_id,
+            passage={
+                "chunk_id": item.chunk_id,
+                "doc_id": item.doc_id,
+                "page_start": 1,
+                "page_end": 1,
+                "text": item.text,
+            },
+        )
         store.close()
         second = materialize([annotation_queue], resources=resources, run_config=config)
         meta2 = _metadata(second)

@@ -1,5 +1,6 @@
 """BM25 as the collection's sparse vectors (rag.index.bm25_sparse): the engine ranks with bm25s' scores, an
 incremental sync normalises by the chunk set's mean length, and searches pick the engine's BM25 only where it is."""
+
 import logging
 
 import numpy as np
@@ -22,8 +23,14 @@ MORE = {
     "long": " ".join(["Rivers carry water to the sea"] * 6) + "; water evaporates and falls as rain.",
 }
 CORPUS = {**TEXTS, **MORE}
-QUERIES = ["hot water", "cats chase mice", "caffeine in tea and coffee", "orbit of the moon and planets",
-           "bread baked in a hot oven", "the of and"]
+QUERIES = [
+    "hot water",
+    "cats chase mice",
+    "caffeine in tea and coffee",
+    "orbit of the moon and planets",
+    "bread baked in a hot oven",
+    "the of and",
+]
 
 
 def _synced(client, embedder, tmp_path, texts, strategy="bm"):
@@ -53,9 +60,14 @@ def test_an_incremental_sync_normalises_new_passages_by_the_chunk_sets_mean_leng
 
     lengths = {cid: len(tokens) for cid, tokens in zip(changed, tokenize(list(changed.values())))}
     avgdl = sum(lengths.values()) / len(lengths)
-    points = client.retrieve(again.alias, [point_id("bread"), point_id("cats")], with_payload=True, with_vectors=[SPARSE])
+    points = client.retrieve(
+        again.alias, [point_id("bread"), point_id("cats")], with_payload=True, with_vectors=[SPARSE]
+    )
     by_id = {p.payload["chunk_id"]: p for p in points}
-    assert {cid: p.payload[LENGTH_FIELD] for cid, p in by_id.items()} == {"bread": lengths["bread"], "cats": lengths["cats"]}
+    assert {cid: p.payload[LENGTH_FIELD] for cid, p in by_id.items()} == {
+        "bread": lengths["bread"],
+        "cats": lengths["cats"],
+    }
     bread = by_id["bread"].vector[SPARSE]
     tf = np.asarray(PassageTerms.of([changed["bread"]]).counts)
     assert bread.values == pytest.approx((tf / (tf + K1 * (1 - B + B * lengths["bread"] / avgdl))).tolist(), rel=1e-5)
@@ -113,7 +125,12 @@ def test_the_default_engine_writes_and_ranks_bm25_through_a_data_dir(tmp_path, e
         # a collection counted as large gets told which breadth to set, once per open, unless one is set
         monkeypatch.setattr("rag.index.qdrant.LARGE_COLLECTION_POINTS", len(chunks))
         with caplog.at_level(logging.WARNING, logger="rag.retrieval.service"):
-            open_index("t", "wordllama", root=tmp_path, qdrant=settings.model_copy(update={"hnsw_ef": None, "exact_search": False}))
+            open_index(
+                "t",
+                "wordllama",
+                root=tmp_path,
+                qdrant=settings.model_copy(update={"hnsw_ef": None, "exact_search": False}),
+            )
             open_index("t", "wordllama", root=tmp_path, qdrant=settings.model_copy(update={"hnsw_ef": 2048}))
         assert len([r for r in caplog.records if "RAG_HNSW_EF=2048" in r.getMessage()]) == 1
         monkeypatch.setenv("RAG_BM25", "bm25s")
@@ -123,14 +140,19 @@ def test_the_default_engine_writes_and_ranks_bm25_through_a_data_dir(tmp_path, e
         assert QdrantSettings(path=str(tmp_path / "x")).hnsw_ef == 256 and wide.hnsw_ef == 256
         asked = []
         search = wide.client.query_points
-        monkeypatch.setattr(wide.client, "query_points", lambda *a, **kw: asked.append(kw.get("search_params")) or search(*a, **kw))
-        assert [h.chunk["chunk_id"] for h in retrieve(wide, "cats chase mice", "dense")] == \
-            [h.chunk["chunk_id"] for h in retrieve(index, "cats chase mice", "dense")]
+        monkeypatch.setattr(
+            wide.client, "query_points", lambda *a, **kw: asked.append(kw.get("search_params")) or search(*a, **kw)
+        )
+        assert [h.chunk["chunk_id"] for h in retrieve(wide, "cats chase mice", "dense")] == [
+            h.chunk["chunk_id"] for h in retrieve(index, "cats chase mice", "dense")
+        ]
         assert asked[0].hnsw_ef == 256 and not asked[0].exact
         monkeypatch.setenv("RAG_EXACT_SEARCH", "1")  # every dense vector scored: the exact top k
         exact = open_index("t", "wordllama", root=tmp_path, qdrant=QdrantSettings(path=settings.path, engine="auto"))
         assert exact.exact and exact.hnsw_ef == 256
-        monkeypatch.setattr(exact.client, "query_points", lambda *a, **kw: asked.append(kw.get("search_params")) or search(*a, **kw))
+        monkeypatch.setattr(
+            exact.client, "query_points", lambda *a, **kw: asked.append(kw.get("search_params")) or search(*a, **kw)
+        )
         asked.clear()
         exact_hits = [h.chunk["chunk_id"] for h in retrieve(exact, "cats chase mice", "dense")]
         assert asked[0].exact and asked[0].hnsw_ef == 256
@@ -152,7 +174,9 @@ def test_only_a_large_collection_at_the_default_breadth_gets_a_hint():
     assert default.model_copy(update={"exact_search": True}).breadth_hint(10**6) is None
 
 
-def test_migrate_engine_gives_a_collection_written_before_the_sparse_vector_bm25_in_the_engine(tmp_path, embedder, monkeypatch):  # noqa: F811
+def test_migrate_engine_gives_a_collection_written_before_the_sparse_vector_bm25_in_the_engine(
+    tmp_path, embedder, monkeypatch
+):  # noqa: F811
     from rag.index.migrate import migrate_to_edge
     from rag.index.qdrant import QdrantSettings, close_client
     from rag.index.sync import point_batch

@@ -1,6 +1,7 @@
 """Configuration search (rag.tuning): genome encoding and feasibility, operator invariants (seeded), the persistent
 fitness cache, index reuse, a known optimum, `rag.search` (retrieval, a plain function), outputs, the active
 configuration, CLI, assets."""
+
 import json
 import random
 import subprocess
@@ -10,7 +11,6 @@ import pandas as pd
 import pytest
 import yaml
 
-import rag
 from rag.evaluation.qaset import Evidence, QAItem, export_squad, to_frame
 from rag.llm.testing import FakeLLM
 from rag.parsing.models import ElementDraft, assemble
@@ -37,15 +37,32 @@ from tests.conftest import REPO
 def tiny_space(**extra) -> SearchSpace:
     return SearchSpace(
         families=[
-            {"name": "chunking", "options": [{"name": "a", "params": {"strategy": "a"}}, {"name": "b", "params": {"strategy": "b"}}]},
-            {"name": "retrieval", "options": [{"name": "dense", "params": {"mode": "dense"}}, {"name": "bm25", "params": {"mode": "bm25"}},
-                                              {"name": "cc", "params": {"mode": "hybrid-cc", "alpha": 0.3}}]},
+            {
+                "name": "chunking",
+                "options": [{"name": "a", "params": {"strategy": "a"}}, {"name": "b", "params": {"strategy": "b"}}],
+            },
+            {
+                "name": "retrieval",
+                "options": [
+                    {"name": "dense", "params": {"mode": "dense"}},
+                    {"name": "bm25", "params": {"mode": "bm25"}},
+                    {"name": "cc", "params": {"mode": "hybrid-cc", "alpha": 0.3}},
+                ],
+            },
             {"name": "reranker", "options": [{"name": "none"}, {"name": "ce", "params": {"reranker": "production"}}]},
-            {"name": "expansion", "options": [{"name": "none"}, {"name": "hyde", "params": {"query_expansion": "hyde"}}]},
+            {
+                "name": "expansion",
+                "options": [{"name": "none"}, {"name": "hyde", "params": {"query_expansion": "hyde"}}],
+            },
         ],
-        rules=[{"name": "hyde-needs-llm", "when": {"expansion": ["hyde"]}, "requires": ["llm"]},
-               {"name": "depth", "when": {"reranker": ["ce"]}, "check": "k >= 2 * top_k"}],
-        base={"k": 10, "top_k": 5}, baseline={"retrieval": "bm25"}, **extra)
+        rules=[
+            {"name": "hyde-needs-llm", "when": {"expansion": ["hyde"]}, "requires": ["llm"]},
+            {"name": "depth", "when": {"reranker": ["ce"]}, "check": "k >= 2 * top_k"},
+        ],
+        base={"k": 10, "top_k": 5},
+        baseline={"retrieval": "bm25"},
+        **extra,
+    )
 
 
 # --- genome encoding, decoding, feasibility -----------------------------------------------------------
@@ -55,7 +72,14 @@ def test_genome_roundtrip_settings_and_feasibility():
     genome = space.encode({"chunking": "b", "retrieval": "cc", "expansion": "hyde"})
     assert genome == (1, 2, 0, 1)
     assert space.decode(genome) == {"chunking": "b", "retrieval": "cc", "reranker": "none", "expansion": "hyde"}
-    assert space.settings(genome) == {"k": 10, "top_k": 5, "strategy": "b", "mode": "hybrid-cc", "alpha": 0.3, "query_expansion": "hyde"}
+    assert space.settings(genome) == {
+        "k": 10,
+        "top_k": 5,
+        "strategy": "b",
+        "mode": "hybrid-cc",
+        "alpha": 0.3,
+        "query_expansion": "hyde",
+    }
     assert space.baseline_genome() == (0, 1, 0, 0)
     # Without an LLM, HyDE is infeasible and repair falls back to the family default.
     assert [r.name for r, _ in space.violations(genome)] == ["hyde-needs-llm"]
@@ -70,7 +94,9 @@ def test_genome_roundtrip_settings_and_feasibility():
     with pytest.raises(ValueError, match="does not fit"):
         space.decode((0, 3, 0, 0))
     with pytest.raises(ValueError, match="no option 'hyde2'"):
-        SearchSpace(families=space.families, rules=[{"name": "x", "when": {"expansion": ["hyde2"]}, "requires": ["llm"]}])
+        SearchSpace(
+            families=space.families, rules=[{"name": "x", "when": {"expansion": ["hyde2"]}, "requires": ["llm"]}]
+        )
 
 
 def test_rule_checks_are_data_not_code():
@@ -88,9 +114,14 @@ def test_shipped_space_loads_and_prunes_llm_genes():
     assert space.family("chunking").options[0].params == {"strategy": "recursive-1000-200"}
     plain = {space.decode(g)["query_expansion"] for g in space.feasible_genomes()}
     assert plain == {"none"}  # no LLM: expansion genes are never proposed
-    assert {space.decode(g)["prompt_order"] for g in space.feasible_genomes({"generator"})} == {"simple", "long-context"}
+    assert {space.decode(g)["prompt_order"] for g in space.feasible_genomes({"generator"})} == {
+        "simple",
+        "long-context",
+    }
     restricted = space.restrict("embedder", ["wordllama"])
-    assert [o.name for o in restricted.family("embedder").options] == ["wordllama"] and "embedder" not in restricted.baseline
+    assert [o.name for o in restricted.family("embedder").options] == [
+        "wordllama"
+    ] and "embedder" not in restricted.baseline
 
 
 # --- operators (seeded invariants) ----------------------------------------------------------------------
@@ -137,9 +168,12 @@ def test_mutation_invariants_and_adaptive_rate():
 
 # --- fitness cache, budget, known optimum --------------------------------------------------------------
 def synthetic_space() -> SearchSpace:
-    return SearchSpace(families=[{"name": f"f{i}", "options": [{"name": f"o{j}"} for j in range(n)]}
-                                 for i, n in enumerate([3, 4, 3, 3, 2])],
-                       rules=[{"name": "no-o3-with-o2", "when": {"f1": ["o3"]}, "forbid": {"f2": ["o2"]}}])
+    return SearchSpace(
+        families=[
+            {"name": f"f{i}", "options": [{"name": f"o{j}"} for j in range(n)]} for i, n in enumerate([3, 4, 3, 3, 2])
+        ],
+        rules=[{"name": "no-o3-with-o2", "when": {"f1": ["o3"]}, "forbid": {"f2": ["o2"]}}],
+    )
 
 
 OPTIMUM = (2, 3, 1, 0, 1)
@@ -160,6 +194,7 @@ def counting(fn):
     def wrapped(genome):
         calls.append(tuple(genome))
         return fn(genome)
+
     return wrapped, calls
 
 
@@ -176,7 +211,9 @@ def test_known_optimum_found_by_grid_and_genetic():
     assert ga.best == OPTIMUM and ga.best_scored.fitness == pytest.approx(1.55)
     assert len(calls) <= 60 and len(calls) == len(set(calls))
     assert all(space.feasible(x) for x in calls)
-    assert [h["best_so_far"] for h in ga.history] == sorted(h["best_so_far"] for h in ga.history)  # elitism: never worse
+    assert [h["best_so_far"] for h in ga.history] == sorted(
+        h["best_so_far"] for h in ga.history
+    )  # elitism: never worse
     again = genetic(space, Evaluations(space, fake_fitness, budget=60), settings=GeneticSettings(seed=42))
     assert again.best == ga.best and again.history == ga.history  # seeded
 
@@ -198,10 +235,14 @@ def test_budget_and_target_stop():
 def test_persistent_fitness_cache_never_reevaluates(tmp_path):
     space, path = synthetic_space(), tmp_path / "fitness.sqlite"
     fn, calls = counting(fake_fitness)
-    first = genetic(space, Evaluations(space, fn, FitnessCache(path, "ctx"), budget=40), settings=GeneticSettings(seed=7))
+    first = genetic(
+        space, Evaluations(space, fn, FitnessCache(path, "ctx"), budget=40), settings=GeneticSettings(seed=7)
+    )
     assert len(calls) == len(set(calls)) == first.unique_candidates == first.evaluations.computed
     fn2, calls2 = counting(fake_fitness)
-    second = genetic(space, Evaluations(space, fn2, FitnessCache(path, "ctx"), budget=40), settings=GeneticSettings(seed=7))
+    second = genetic(
+        space, Evaluations(space, fn2, FitnessCache(path, "ctx"), budget=40), settings=GeneticSettings(seed=7)
+    )
     assert calls2 == [] and second.evaluations.cache_hits == first.unique_candidates and second.best == first.best
     # Another context (other QA set or corpus) shares nothing.
     fn3, calls3 = counting(fake_fitness)
@@ -215,38 +256,70 @@ def test_persistent_fitness_cache_never_reevaluates(tmp_path):
 
 # --- the real pipeline on a tiny corpus (wordllama) --------------------------------------------------------
 TOPICS = {
-    "lighthouse": ["The lighthouse at Cape Wrath was built in 1828 by Robert Stevenson.",
-                   "Keepers lived at the lighthouse station until 1998, when the light was automated."],
-    "bakery": ["The village bakery bakes sourdough bread from rye flour every morning.",
-               "Its croissants are laminated with cultured butter over three days."],
-    "volcano": ["Mount Etna is an active stratovolcano on the east coast of Sicily.",
-                "Lava flows from Etna reached the town of Catania in 1669."],
-    "chess": ["The Sicilian Defence is the most popular response to the king pawn opening in chess.",
-              "Grandmasters study the Najdorf variation of the Sicilian for years."],
+    "lighthouse": [
+        "The lighthouse at Cape Wrath was built in 1828 by Robert Stevenson.",
+        "Keepers lived at the lighthouse station until 1998, when the light was automated.",
+    ],
+    "bakery": [
+        "The village bakery bakes sourdough bread from rye flour every morning.",
+        "Its croissants are laminated with cultured butter over three days.",
+    ],
+    "volcano": [
+        "Mount Etna is an active stratovolcano on the east coast of Sicily.",
+        "Lava flows from Etna reached the town of Catania in 1669.",
+    ],
+    "chess": [
+        "The Sicilian Defence is the most popular response to the king pawn opening in chess.",
+        "Grandmasters study the Najdorf variation of the Sicilian for years.",
+    ],
 }
-QUESTIONS = [("lighthouse", 0, "Who built the lighthouse at Cape Wrath?", "Robert Stevenson"),
-             ("lighthouse", 1, "When was the Cape Wrath light automated?", "1998"),
-             ("bakery", 0, "What flour does the village bakery use for sourdough?", "rye flour"),
-             ("bakery", 1, "What are the croissants laminated with?", "cultured butter"),
-             ("volcano", 0, "Where is Mount Etna?", "Sicily"),
-             ("volcano", 1, "Which town did lava flows from Etna reach in 1669?", "Catania"),
-             ("chess", 0, "What is the most popular response to the king pawn opening?", "The Sicilian Defence"),
-             ("chess", 1, "Which variation of the Sicilian do grandmasters study?", "the Najdorf variation")]
-CHUNKING = {"strategies": {"paragraph": {"kind": "paragraph", "min_chars": 10, "max_chars": 2000, "overlap": 0},
-                           "whole-document": {"kind": "whole-document"}}}
+QUESTIONS = [
+    ("lighthouse", 0, "Who built the lighthouse at Cape Wrath?", "Robert Stevenson"),
+    ("lighthouse", 1, "When was the Cape Wrath light automated?", "1998"),
+    ("bakery", 0, "What flour does the village bakery use for sourdough?", "rye flour"),
+    ("bakery", 1, "What are the croissants laminated with?", "cultured butter"),
+    ("volcano", 0, "Where is Mount Etna?", "Sicily"),
+    ("volcano", 1, "Which town did lava flows from Etna reach in 1669?", "Catania"),
+    ("chess", 0, "What is the most popular response to the king pawn opening?", "The Sicilian Defence"),
+    ("chess", 1, "Which variation of the Sicilian do grandmasters study?", "the Najdorf variation"),
+]
+CHUNKING = {
+    "strategies": {
+        "paragraph": {"kind": "paragraph", "min_chars": 10, "max_chars": 2000, "overlap": 0},
+        "whole-document": {"kind": "whole-document"},
+    }
+}
 
 
 def corpus():
-    docs = [assemble([ElementDraft(type="title", text=t.title(), heading_level=1)] + [ElementDraft(type="narrative", text=p) for p in ps],
-                     doc_id=f"{t}.txt", source_path=f"{t}.txt", content_hash=t * 4, parser="test", n_pages=1) for t, ps in TOPICS.items()]
+    docs = [
+        assemble(
+            [ElementDraft(type="title", text=t.title(), heading_level=1)]
+            + [ElementDraft(type="narrative", text=p) for p in ps],
+            doc_id=f"{t}.txt",
+            source_path=f"{t}.txt",
+            content_hash=t * 4,
+            parser="test",
+            n_pages=1,
+        )
+        for t, ps in TOPICS.items()
+    ]
     by_id = {d.doc_id: d for d in docs}
     items = []
     for i, (topic, para, question, answer) in enumerate(QUESTIONS):
         text = by_id[f"{topic}.txt"].canonical_text
         start = text.index(answer)
         assert text.index(TOPICS[topic][para]) <= start  # the answer sits in that paragraph
-        items.append(QAItem(qid=f"q{i}", question=question, qtype="factual", doc_id=f"{topic}.txt", answer=answer,
-                            evidence=[Evidence(doc_id=f"{topic}.txt", start=start, end=start + len(answer))]))
+        items.append(
+            QAItem(
+                qid=f"q{i}",
+                question=question,
+                qtype="factual",
+                doc_id=f"{topic}.txt",
+                answer=answer,
+                evidence=[Evidence(doc_id=f"{topic}.txt", start=start, end=start + len(answer))],
+            )
+        )
     return docs, items
 
 
@@ -256,17 +329,36 @@ def tiny(tmp_path_factory):
     config = root / "chunking.yaml"
     config.write_text(yaml.safe_dump(CHUNKING))
     docs, items = corpus()
-    return {"workspace": corpus_workspace(docs, root / "ws"), "items": items, "docs": docs, "config": config, "root": root}
+    return {
+        "workspace": corpus_workspace(docs, root / "ws"),
+        "items": items,
+        "docs": docs,
+        "config": config,
+        "root": root,
+    }
 
 
 def pipeline_space() -> SearchSpace:
     return SearchSpace(
-        families=[{"name": "chunking", "options": [{"name": s, "params": {"strategy": s}} for s in ("paragraph", "whole-document")]},
-                  {"name": "embedder", "options": [{"name": "wordllama", "params": {"model": "wordllama"}}]},
-                  {"name": "retrieval", "options": [{"name": m, "params": {"mode": m}} for m in ("dense", "bm25", "hybrid-rrf")]},
-                  {"name": "filter", "options": [{"name": "top-5", "params": {"top_k": 5}}, {"name": "top-1", "params": {"top_k": 1}}]},
-                  {"name": "prev_next", "options": [{"name": "off"}, {"name": "on", "params": {"prev_next": True}}]}],
-        base={"k": 10, "candidates": 20}, baseline={"chunking": "paragraph", "retrieval": "dense"})
+        families=[
+            {
+                "name": "chunking",
+                "options": [{"name": s, "params": {"strategy": s}} for s in ("paragraph", "whole-document")],
+            },
+            {"name": "embedder", "options": [{"name": "wordllama", "params": {"model": "wordllama"}}]},
+            {
+                "name": "retrieval",
+                "options": [{"name": m, "params": {"mode": m}} for m in ("dense", "bm25", "hybrid-rrf")],
+            },
+            {
+                "name": "filter",
+                "options": [{"name": "top-5", "params": {"top_k": 5}}, {"name": "top-1", "params": {"top_k": 1}}],
+            },
+            {"name": "prev_next", "options": [{"name": "off"}, {"name": "on", "params": {"prev_next": True}}]},
+        ],
+        base={"k": 10, "candidates": 20},
+        baseline={"chunking": "paragraph", "retrieval": "dense"},
+    )
 
 
 def test_index_reuse_counts_and_hand_checked_scores(tiny, monkeypatch):
@@ -283,8 +375,14 @@ def test_index_reuse_counts_and_hand_checked_scores(tiny, monkeypatch):
     # 24 candidates, but only 2 chunk sets, 2 BM25 indexes, 2 dense collections (each embedded once) and one
     # retrieval run per (chunk set, mode); filters and neighbours reuse the runs.
     assert sorted(built) == [("paragraph", "wordllama"), ("whole-document", "wordllama")]
-    assert outcome.counts == {"chunk_sets": 2, "bm25_indexes": 2, "dense_collections": 2, "distinct_indexes": 4,
-                              "retrieval_runs": 6, "rerank_runs": 0}
+    assert outcome.counts == {
+        "chunk_sets": 2,
+        "bm25_indexes": 2,
+        "dense_collections": 2,
+        "distinct_indexes": 4,
+        "retrieval_runs": 6,
+        "rerank_runs": 0,
+    }
     board = outcome.leaderboard.set_index("key")
     # One chunk per document: BM25 finds every question's document first (distinct terms), so Recall@5 = MAP@5 =
     # nDCG@5 = MRR@5 = 1 and RetrievalScore = 1 exactly; prev-next has no neighbours to add.
@@ -298,7 +396,9 @@ def test_index_reuse_counts_and_hand_checked_scores(tiny, monkeypatch):
     para = space.encode({"chunking": "paragraph", "retrieval": "bm25"})
     para_nb = space.encode({"chunking": "paragraph", "retrieval": "bm25", "prev_next": "on"})
     assert res.evaluations.seen[para_nb].metrics["mrr@5"] < res.evaluations.seen[para].metrics["mrr@5"]
-    assert res.evaluations.seen[para_nb].metrics["recall@5"] == pytest.approx(res.evaluations.seen[para].metrics["recall@5"])
+    assert res.evaluations.seen[para_nb].metrics["recall@5"] == pytest.approx(
+        res.evaluations.seen[para].metrics["recall@5"]
+    )
     # Outputs: YAML the answer pipeline loads, leaderboard, plot, report with baseline deltas.
     files = outcome.files
     from rag.qa import AnswerSettings
@@ -325,8 +425,13 @@ def test_generation_score_and_llm_genes_with_fake_llms(tiny):
     generator = FakeLLM(lambda messages: next(a for q, a in answers.items() if q in messages[-1]["content"]))
     judge = FakeLLM("5")
     expander = FakeLLM("a passage about the question")
-    evaluator = PipelineEvaluator(tiny["workspace"], tiny["items"], chunking_config=tiny["config"], llm=expander,
-                                  generator=GenerationScorer(generator, judge, load_embedder("wordllama")))
+    evaluator = PipelineEvaluator(
+        tiny["workspace"],
+        tiny["items"],
+        chunking_config=tiny["config"],
+        llm=expander,
+        generator=GenerationScorer(generator, judge, load_embedder("wordllama")),
+    )
     assert {"llm", "generator"} <= evaluator.capabilities
     settings = {"strategy": "whole-document", "model": "wordllama", "mode": "bm25", "prompt_order": "long-context"}
     scored = evaluator.score(settings)
@@ -351,7 +456,10 @@ def test_preliminary_ranking_and_reference_passages(tiny):
     evaluator = PipelineEvaluator(tiny["workspace"], tiny["items"], chunking_config=tiny["config"])
     outcome = run_search("preliminary-ranking", evaluator, pipeline_space(), budget=6)
     assert outcome.result.method == "preliminary-ranking" and outcome.result.unique_candidates == 6
-    assert "Preliminary ranking of embedders" in outcome.report and outcome.summary()["embedder_ranking"][0]["embedder"] == "wordllama"
+    assert (
+        "Preliminary ranking of embedders" in outcome.report
+        and outcome.summary()["embedder_ranking"][0]["embedder"] == "wordllama"
+    )
 
 
 def test_rag_search_is_a_plain_function_and_tuning_a_plain_package(tiny):
@@ -363,9 +471,17 @@ def test_rag_search_is_a_plain_function_and_tuning_a_plain_package(tiny):
     assert rag.tuning.space.SearchSpace is SearchSpace
     ws = tiny["workspace"]
     PipelineEvaluator(ws, tiny["items"], chunking_config=tiny["config"]).score(
-        {"strategy": "whole-document", "model": "wordllama", "mode": "hybrid-rrf"})
-    hits = rag.search("Where is Mount Etna?", strategy="whole-document", model="wordllama", mode="hybrid-rrf", k=2,
-                      root=ws.root, qdrant=ws.qdrant_settings())
+        {"strategy": "whole-document", "model": "wordllama", "mode": "hybrid-rrf"}
+    )
+    hits = rag.search(
+        "Where is Mount Etna?",
+        strategy="whole-document",
+        model="wordllama",
+        mode="hybrid-rrf",
+        k=2,
+        root=ws.root,
+        qdrant=ws.qdrant_settings(),
+    )
     assert hits[0].chunk["doc_id"] == "volcano.txt" and len(hits) == 2
     code = "import rag; print(callable(rag.search), rag.search.__doc__.split(';')[0])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
@@ -382,7 +498,10 @@ def test_active_configuration_apply_is_validated_and_logged(tmp_path):
     # The base embedder the search measured is served as `production`, so later promotions reach users.
     assert load_active_configuration(tmp_path) == {"strategy": "page", "model": "production", "mode": "dense"}
     assert entry["settings"]["model"] == "production" and entry["previous"]["model"] == "wordllama"
-    assert entry["previous"]["strategy"] == "paragraph" and [h["reason"] for h in history(tmp_path)] == ["first", "second"]
+    assert entry["previous"]["strategy"] == "paragraph" and [h["reason"] for h in history(tmp_path)] == [
+        "first",
+        "second",
+    ]
     best.write_text("strategy: paragraph\nnot_a_setting: 1\n")
     with pytest.raises(ValueError):
         apply_configuration(best, tmp_path)
@@ -396,13 +515,36 @@ def test_cli_search_config_with_a_squad_folder(tiny, tmp_path, monkeypatch, caps
     qa.mkdir()
     export_squad(tiny["items"], {d.doc_id: d.canonical_text for d in tiny["docs"]}, qa / "squad.json")
     space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump({"base": {"k": 10}, "baseline": {"retrieval": "dense"},
-                                     "families": {"chunking": {"param": "strategy", "options": ["whole-document", "paragraph"]},
-                                                  "embedder": {"param": "model", "options": ["wordllama"]},
-                                                  "retrieval": {"options": [{"name": "dense", "mode": "dense"}, {"name": "bm25", "mode": "bm25"}]}}}))
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "base": {"k": 10},
+                "baseline": {"retrieval": "dense"},
+                "families": {
+                    "chunking": {"param": "strategy", "options": ["whole-document", "paragraph"]},
+                    "embedder": {"param": "model", "options": ["wordllama"]},
+                    "retrieval": {"options": [{"name": "dense", "mode": "dense"}, {"name": "bm25", "mode": "bm25"}]},
+                },
+            }
+        )
+    )
     monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("RAG_CHUNKING_CONFIG", str(tiny["config"]))
-    code = main(["search-config", "--method", "grid", "--qa", str(qa), "--budget", "3", "--space", str(space), "--json", "--apply"])
+    code = main(
+        [
+            "search-config",
+            "--method",
+            "grid",
+            "--qa",
+            str(qa),
+            "--budget",
+            "3",
+            "--space",
+            str(space),
+            "--json",
+            "--apply",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["unique_candidates"] == 3 and out["stopped"] == "budget"
     assert load_active_configuration(tmp_path / "data")["strategy"] == out["best"]["chunking"]
@@ -416,8 +558,23 @@ def test_cli_search_config_with_a_squad_folder(tiny, tmp_path, monkeypatch, caps
     assert main(["search-config", "--qa", str(tables.root / "synthetic_qa"), "--space", str(space)]) == 2
     assert "not parsed under" in capsys.readouterr().err
     tables.write(tiny["workspace"].tables.read(DOCUMENTS_TABLE), DOCUMENTS_TABLE)
-    assert main(["search-config", "--method", "genetic", "--qa", str(tables.root / "synthetic_qa"), "--budget", "2",
-                 "--space", str(space), "--json"]) == 0
+    assert (
+        main(
+            [
+                "search-config",
+                "--method",
+                "genetic",
+                "--qa",
+                str(tables.root / "synthetic_qa"),
+                "--budget",
+                "2",
+                "--space",
+                str(space),
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["unique_candidates"] == 2 and (tmp_path / "data" / "indexes" / "bm25").is_dir()
 
@@ -432,20 +589,33 @@ def test_config_search_and_active_configuration_assets(tiny, tmp_path):
     from rag.store import DOCUMENTS_TABLE, TableStore
 
     graph = defs.resolve_asset_graph()
-    assert {k.to_user_string(): graph.get(k).group_name for k in graph.get_all_asset_keys()
-            if k.to_user_string() in ("config_search", "active_configuration")} == {"config_search": "optimization",
-                                                                                     "active_configuration": "optimization"}
+    assert {
+        k.to_user_string(): graph.get(k).group_name
+        for k in graph.get_all_asset_keys()
+        if k.to_user_string() in ("config_search", "active_configuration")
+    } == {"config_search": "optimization", "active_configuration": "optimization"}
     data = tmp_path / "data"
     tables = TableStore(data / "tables")
     tables.write(tiny["workspace"].tables.read(DOCUMENTS_TABLE), DOCUMENTS_TABLE)
     tables.write(to_frame(tiny["items"]), "synthetic_qa")
     space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump({"baseline": {"retrieval": "dense"},
-                                     "families": {"chunking": {"param": "strategy", "options": ["whole-document"]},
-                                                  "embedder": {"param": "model", "options": ["wordllama"]},
-                                                  "retrieval": {"options": [{"name": "dense", "mode": "dense"}, {"name": "bm25", "mode": "bm25"}]}}}))
-    resources = {"data_store": DataStore(data_dir=str(data)), "qdrant": QdrantResource(path=str(data / "qdrant")),
-                 "llm": LLMResource(backend="none")}
+    space.write_text(
+        yaml.safe_dump(
+            {
+                "baseline": {"retrieval": "dense"},
+                "families": {
+                    "chunking": {"param": "strategy", "options": ["whole-document"]},
+                    "embedder": {"param": "model", "options": ["wordllama"]},
+                    "retrieval": {"options": [{"name": "dense", "mode": "dense"}, {"name": "bm25", "mode": "bm25"}]},
+                },
+            }
+        )
+    )
+    resources = {
+        "data_store": DataStore(data_dir=str(data)),
+        "qdrant": QdrantResource(path=str(data / "qdrant")),
+        "llm": LLMResource(backend="none"),
+    }
     quiet = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
     instance = DagsterInstance.ephemeral()
     import os
@@ -453,18 +623,25 @@ def test_config_search_and_active_configuration_assets(tiny, tmp_path):
     os.environ["RAG_CHUNKING_CONFIG"] = str(tiny["config"])
     try:
         result = defs.resolve_job_def("config_search_job").execute_in_process(
-            instance=instance, resources=resources, raise_on_error=False,
-            run_config=quiet | {"ops": {"config_search": {"config": {"method": "grid", "space_path": str(space), "budget": 10}}}})
+            instance=instance,
+            resources=resources,
+            raise_on_error=False,
+            run_config=quiet
+            | {"ops": {"config_search": {"config": {"method": "grid", "space_path": str(space), "budget": 10}}}},
+        )
     finally:
         del os.environ["RAG_CHUNKING_CONFIG"]
     assert result.success
     meta = result.asset_materializations_for_node("config_search")[0].metadata
     assert meta["unique_candidates"].value == 2 and meta["distinct_indexes"].value == 2
-    assert "naive baseline" in meta["report"].value and meta["convergence"].value.startswith("![convergence](data:image/png")
+    assert "naive baseline" in meta["report"].value and meta["convergence"].value.startswith(
+        "![convergence](data:image/png"
+    )
     assert tables.read("config_search_leaderboard").shape[0] == 2
     assert load_active_configuration(data) is None  # a search alone never changes what serves queries
-    applied = defs.resolve_job_def("apply_configuration_job").execute_in_process(instance=instance, resources=resources,
-                                                                                  run_config=quiet, raise_on_error=False)
+    applied = defs.resolve_job_def("apply_configuration_job").execute_in_process(
+        instance=instance, resources=resources, run_config=quiet, raise_on_error=False
+    )
     assert applied.success and load_active_configuration(data)["strategy"] == "whole-document"
     assert history(data)[-1]["reason"] == "applied from the config_search winner"
 
@@ -486,7 +663,14 @@ def test_search_scores_the_context_a_prompt_would_hold(tmp_path):
     assert whole.metrics["recall@5"] == pytest.approx(0.5) and whole.metrics["context_chars"] == 6000
     assert whole.retrieval_score < para.retrieval_score
     # The budget is what differs: a prompt holding the whole of each document scores it perfect.
-    assert evaluator.score({"strategy": "whole-document", "mode": "bm25", "max_context_chars": 100_000}).metrics["recall@5"] == 1.0
+    assert (
+        evaluator.score({"strategy": "whole-document", "mode": "bm25", "max_context_chars": 100_000}).metrics[
+            "recall@5"
+        ]
+        == 1.0
+    )
     # Fitnesses cached under another relevance rule are not reused.
-    any_overlap = PipelineEvaluator(corpus_workspace(docs, tmp_path / "ws"), items, chunking_config=config, relevance=Relevance(mode="any"))
+    any_overlap = PipelineEvaluator(
+        corpus_workspace(docs, tmp_path / "ws"), items, chunking_config=config, relevance=Relevance(mode="any")
+    )
     assert any_overlap.context != evaluator.context

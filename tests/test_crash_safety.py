@@ -1,5 +1,6 @@
 """kill -9 during `rag index` at random points: tables stay readable, the alias only ever names a complete
 collection, and a re-run ends with exactly the expected points, no duplicates and no orphan collections."""
+
 import json
 import os
 import random
@@ -87,7 +88,17 @@ def test_kill_9_during_indexing_then_rerun(tmp_path, corpus):
 
     root = tmp_path / "data"
     env = {**os.environ, "RAG_DATA_DIR": str(root)}
-    cmd = [sys.executable, "-m", "orchestration.cli", "index", str(corpus), "--strategy", "paragraph", "--model", "minilm"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "orchestration.cli",
+        "index",
+        str(corpus),
+        "--strategy",
+        "paragraph",
+        "--model",
+        "minilm",
+    ]
     settings = QdrantSettings(path=str(root / "qdrant"))
     # One clean run, then lose the vector index: every later run re-embeds everything (parse and chunk
     # are already done), so kills land in the embed-and-upsert phase of a full build.

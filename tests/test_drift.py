@@ -1,5 +1,6 @@
 """Drift statistics on hand-computed and synthetic cases; the feedback-volume and drift sensors evaluated with
 Dagster's test utilities (progress messages, run keys, cursors, observations, the exported dataset)."""
+
 import json
 import math
 
@@ -36,8 +37,15 @@ def test_feedback_shift_alone_counts_as_drift():
     rng = np.random.default_rng(1)
     x, y = rng.normal(size=(40, 4)), rng.normal(size=(40, 4))
     votes = DriftThresholds().min_votes
-    report = drift_report(x, y, recent_scores=[1, -1, -1, -1] * votes, reference_scores=[1, 1, 1, -1] * votes,
-                          recent_retrieved=[5] * 40, reference_retrieved=[5] * 40, thresholds=DriftThresholds(permutations=50))
+    report = drift_report(
+        x,
+        y,
+        recent_scores=[1, -1, -1, -1] * votes,
+        reference_scores=[1, 1, 1, -1] * votes,
+        recent_retrieved=[5] * 40,
+        reference_retrieved=[5] * 40,
+        thresholds=DriftThresholds(permutations=50),
+    )
     assert report.positive_ratio_recent == 0.25 and report.positive_ratio_reference == 0.75
     assert report.feedback_shift and not report.embedding_shift and report.drifted
     assert report.feedback_note is None
@@ -50,8 +58,15 @@ def test_a_feedback_share_from_too_few_votes_is_no_drift():
 
     def report(recent: int, reference: int):
         # Every recent vote down, every reference vote up: as large a drop as there can be.
-        return drift_report(x, y, recent_scores=[-1] * recent, reference_scores=[1] * reference, recent_retrieved=[5] * 40,
-                            reference_retrieved=[5] * 40, thresholds=thresholds)
+        return drift_report(
+            x,
+            y,
+            recent_scores=[-1] * recent,
+            reference_scores=[1] * reference,
+            recent_retrieved=[5] * 40,
+            reference_retrieved=[5] * 40,
+            thresholds=thresholds,
+        )
 
     few = report(4, 40)
     assert not few.feedback_shift and not few.drifted
@@ -67,14 +82,27 @@ def test_a_feedback_share_from_too_few_votes_is_no_drift():
 
 
 def chunks(*ids):
-    return [{"chunk_id": c, "doc_id": f"d-{c}", "page_start": 1, "page_end": 1, "text": f"text {c}", "rank": i}
-            for i, c in enumerate(ids, start=1)]
+    return [
+        {"chunk_id": c, "doc_id": f"d-{c}", "page_start": 1, "page_end": 1, "text": f"text {c}", "rank": i}
+        for i, c in enumerate(ids, start=1)
+    ]
 
 
 def make_loop(tmp_path, **overrides) -> FeedbackLoop:
-    return FeedbackLoop(**{"db_url": f"sqlite:///{tmp_path / 'fb.sqlite'}", "data_dir": str(tmp_path), "volume_threshold": 5,
-                           "retrain_run_config": {"max_steps": 3}, "drift_embedder": "wordllama", "drift_window": 40,
-                           "drift_min_queries": 10, "drift_consecutive_ticks": 2, "drift_permutations": 100, **overrides})
+    return FeedbackLoop(
+        **{
+            "db_url": f"sqlite:///{tmp_path / 'fb.sqlite'}",
+            "data_dir": str(tmp_path),
+            "volume_threshold": 5,
+            "retrain_run_config": {"max_steps": 3},
+            "drift_embedder": "wordllama",
+            "drift_window": 40,
+            "drift_min_queries": 10,
+            "drift_consecutive_ticks": 2,
+            "drift_permutations": 100,
+            **overrides,
+        }
+    )
 
 
 @pytest.fixture
@@ -90,8 +118,9 @@ def tick(sensor, instance, loop, cursor=None):
 def rate(store, n: int, start: int = 0) -> None:
     for i in range(start, start + n):
         q = store.record_query(f"question {i}", answer="a", chunks=chunks("p1", "p2"))
-        store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key=f"k{i}",
-                                                 passages=[{"chunk_id": "p1", "score": 1}]))
+        store.submit_feedback(
+            FeedbackSubmission(query_id=q.query_id, idempotency_key=f"k{i}", passages=[{"chunk_id": "p1", "score": 1}])
+        )
 
 
 def test_feedback_volume_sensor_counts_since_the_last_retrain(loop, tmp_path):
@@ -105,20 +134,28 @@ def test_feedback_volume_sensor_counts_since_the_last_retrain(loop, tmp_path):
         model_dir.mkdir()
         (model_dir / "weights.bin").write_bytes(b"0")
         registry = ModelRegistry(tmp_path / "models")
-        registry.set_alias("embedder", "production", registry.register("embedder", model_dir, {"base_model": "minilm"}).version)
+        registry.set_alias(
+            "embedder", "production", registry.register("embedder", model_dir, {"base_model": "minilm"}).version
+        )
         rate(store, 2, start=3)
         result = tick(feedback_volume_sensor, instance, loop)
         assert isinstance(result, SensorResult) and len(result.run_requests) == 1
         request = result.run_requests[0]
         mark = store.high_water_mark()
-        assert request.run_key == f"feedback-volume:{mark}" and request.tags[MARK_TAG] == str(mark) and result.cursor == str(mark)
+        assert (
+            request.run_key == f"feedback-volume:{mark}"
+            and request.tags[MARK_TAG] == str(mark)
+            and result.cursor == str(mark)
+        )
         config = request.run_config["ops"]["finetuned_embedder"]["config"]
         assert config["max_steps"] == 3 and request.run_config["ops"]["trained_reranker"]["config"] == config
         stats = json.loads((tmp_path / config["feedback_dataset"] / "stats.json").read_text())
         assert stats["high_water_mark"] == mark and stats["chunk_qrels_positive"] == 5
         assert result.asset_events[0].asset_key.path == ["feedback_dataset"]
         # A finished retrain at this mark resets the count; the message names the production model.
-        instance.add_run(DagsterRun(job_name="retrain_job", run_id="r1", status=DagsterRunStatus.SUCCESS, tags={MARK_TAG: str(mark)}))
+        instance.add_run(
+            DagsterRun(job_name="retrain_job", run_id="r1", status=DagsterRunStatus.SUCCESS, tags={MARK_TAG: str(mark)})
+        )
         rate(store, 1, start=5)
         skip = tick(feedback_volume_sensor, instance, loop)
         assert skip.skip_message == "1/5 new feedback events since model v1"
@@ -127,9 +164,11 @@ def test_feedback_volume_sensor_counts_since_the_last_retrain(loop, tmp_path):
 
 def label(store, n: int, start: int = 0) -> None:
     for i in range(start, start + n):
-        store.record_expert_label(ExpertLabel(item_id=f"item{i}", grade=i % 3, expert="ann", idempotency_key=f"e{i}"),
-                                  question=f"expert question {i}", passage={"chunk_id": f"c{i}", "doc_id": "d.pdf",
-                                                                            "text": f"passage {i}"})
+        store.record_expert_label(
+            ExpertLabel(item_id=f"item{i}", grade=i % 3, expert="ann", idempotency_key=f"e{i}"),
+            question=f"expert question {i}",
+            passage={"chunk_id": f"c{i}", "doc_id": "d.pdf", "text": f"passage {i}"},
+        )
 
 
 def test_expert_labels_count_toward_a_retrain_and_a_retrain_resets_their_count(loop, tmp_path):
@@ -138,7 +177,10 @@ def test_expert_labels_count_toward_a_retrain_and_a_retrain_resets_their_count(l
     label(store, 2)
     with DagsterInstance.ephemeral() as instance:
         skip = tick(feedback_volume_sensor, instance, loop)
-        assert skip.skip_message == "4/5 new feedback events (2 of them expert labels) since the start (no model in production yet)"
+        assert (
+            skip.skip_message
+            == "4/5 new feedback events (2 of them expert labels) since the start (no model in production yet)"
+        )
         label(store, 1, start=2)
         result = tick(feedback_volume_sensor, instance, loop)
         request = result.run_requests[0]
@@ -149,23 +191,49 @@ def test_expert_labels_count_toward_a_retrain_and_a_retrain_resets_their_count(l
         assert dataset.name == f"hw-{mark:010d}-e{expert_mark:010d}"
         assert json.loads((dataset / "stats.json").read_text())["expert_labels"] == 3
         # The retrain that used them resets both counts: one more expert label is 1 new event, not 6.
-        instance.add_run(DagsterRun(job_name="retrain_job", run_id="r1", status=DagsterRunStatus.SUCCESS,
-                                    tags=dict(request.tags)))
+        instance.add_run(
+            DagsterRun(job_name="retrain_job", run_id="r1", status=DagsterRunStatus.SUCCESS, tags=dict(request.tags))
+        )
         label(store, 1, start=3)
         skip = tick(feedback_volume_sensor, instance, loop)
         assert skip.skip_message.startswith("1/5 new feedback events (1 of them expert labels)")
     store.close()
 
 
-SPACE = ["how far is the moon from earth", "what fuel do rockets burn", "how many planets orbit the sun",
-         "why is mars red", "what is a black hole", "how hot is the surface of venus", "who walked on the moon first",
-         "how do satellites stay in orbit", "what is the largest planet", "how old is the universe",
-         "what are saturn's rings made of", "how fast does light travel", "what is a comet tail",
-         "how do astronauts sleep in space", "what is the milky way"]
-COOKING = ["how long to boil an egg", "what flour is best for bread", "how to make tomato sauce", "why does dough rise",
-           "how much salt in pasta water", "what temperature to roast chicken", "how to caramelize onions",
-           "what is a roux", "how to keep rice from sticking", "how to whip cream by hand", "why rest a steak",
-           "how to make pancakes fluffy", "what oil for deep frying", "how to poach an egg", "how to store fresh basil"]
+SPACE = [
+    "how far is the moon from earth",
+    "what fuel do rockets burn",
+    "how many planets orbit the sun",
+    "why is mars red",
+    "what is a black hole",
+    "how hot is the surface of venus",
+    "who walked on the moon first",
+    "how do satellites stay in orbit",
+    "what is the largest planet",
+    "how old is the universe",
+    "what are saturn's rings made of",
+    "how fast does light travel",
+    "what is a comet tail",
+    "how do astronauts sleep in space",
+    "what is the milky way",
+]
+COOKING = [
+    "how long to boil an egg",
+    "what flour is best for bread",
+    "how to make tomato sauce",
+    "why does dough rise",
+    "how much salt in pasta water",
+    "what temperature to roast chicken",
+    "how to caramelize onions",
+    "what is a roux",
+    "how to keep rice from sticking",
+    "how to whip cream by hand",
+    "why rest a steak",
+    "how to make pancakes fluffy",
+    "what oil for deep frying",
+    "how to poach an egg",
+    "how to store fresh basil",
+]
 
 
 def test_drift_sensor_fires_after_consecutive_drifted_ticks(tmp_path):
@@ -215,8 +283,9 @@ def test_drift_sensor_judges_the_up_vote_share_only_from_enough_votes(tmp_path):
     for i, q in enumerate((COOKING * 4)[:50]):
         asked = store.record_query(q, answer="a", chunks=chunks("p1"))
         if i < 10 or i >= 47:
-            store.submit_feedback(FeedbackSubmission(query_id=asked.query_id, idempotency_key=f"k{i}",
-                                                     answer_score=1 if i < 10 else -1))
+            store.submit_feedback(
+                FeedbackSubmission(query_id=asked.query_id, idempotency_key=f"k{i}", answer_score=1 if i < 10 else -1)
+            )
     with DagsterInstance.ephemeral() as instance:
         few = tick(drift_sensor, instance, make_loop(tmp_path, drift_reference=str(reference)))
         enough = tick(drift_sensor, instance, make_loop(tmp_path, drift_reference=str(reference), drift_min_votes=3))

@@ -2,6 +2,7 @@
 QA set of sentences copied from the documents never start a retrain; questions from another corpus (SciFact
 claims) do; the reference restarts after a promotion or a finished retrain; the QA-set fallback is stated; no
 statistics run without new queries."""
+
 import gzip
 import json
 import random
@@ -40,8 +41,19 @@ def corpora() -> dict[str, list[str]]:
 
 def write_qa_set(loop, questions: list[str], source: str) -> None:
     qtype = "inverse-cloze" if source == "inverse-cloze" else "factual"
-    rows = [{"qid": f"q{i}", "question": q, "qtype": qtype, "doc_id": "d", "evidence_json": "[]", "answer": None,
-             "split": "dev", "source": source} for i, q in enumerate(questions)]
+    rows = [
+        {
+            "qid": f"q{i}",
+            "question": q,
+            "qtype": qtype,
+            "doc_id": "d",
+            "evidence_json": "[]",
+            "answer": None,
+            "split": "dev",
+            "source": source,
+        }
+        for i, q in enumerate(questions)
+    ]
     TableStore(loop.root / "tables").write(pd.DataFrame(rows, columns=QA_COLUMNS), "synthetic_qa")
 
 
@@ -68,8 +80,13 @@ def requested(results) -> list[str]:
 
 
 def observations(results):
-    return [e for result in results if isinstance(result, SensorResult) for e in result.asset_events
-            if e.asset_key.path == ["query_drift"]]
+    return [
+        e
+        for result in results
+        if isinstance(result, SensorResult)
+        for e in result.asset_events
+        if e.asset_key.path == ["query_drift"]
+    ]
 
 
 def test_no_shift_replay_never_requests_a_retrain(tmp_path, corpora):
@@ -79,17 +96,23 @@ def test_no_shift_replay_never_requests_a_retrain(tmp_path, corpora):
     questions = corpora["questions"]
     with DagsterInstance.ephemeral() as instance:
         # From the first query on: a reference window, then recent windows from the same distribution.
-        results, _ = replay(instance, loop, store, [questions[i:i + 15] for i in range(0, 180, 15)])
+        results, _ = replay(instance, loop, store, [questions[i : i + 15] for i in range(0, 180, 15)])
     assert requested(results) == []
     seen = observations(results)
     assert len(seen) >= 10 and not any(o.metadata["drifted"].value for o in seen)
-    assert all(o.metadata["reference"].value.endswith("production queries since the first query, nothing promoted or retrained yet")
-               for o in seen)
+    assert all(
+        o.metadata["reference"].value.endswith(
+            "production queries since the first query, nothing promoted or retrained yet"
+        )
+        for o in seen
+    )
     # The first tick had too few queries for a production reference, and the copied sentences are none.
     first = results[0].skip_reason.skip_message
     assert first.startswith("no reference yet: only 15 production queries since the first query")
-    assert first.endswith("the QA set has 0 written questions (need 10): its other 200 are sentences copied from the "
-                          "documents, which real questions always look drifted from")
+    assert first.endswith(
+        "the QA set has 0 written questions (need 10): its other 200 are sentences copied from the "
+        "documents, which real questions always look drifted from"
+    )
     store.close()
 
 
@@ -100,7 +123,7 @@ def test_questions_from_another_corpus_request_a_retrain(tmp_path, corpora):
     ask(store, corpora["questions"][:40])
     claims = corpora["claims"]
     with DagsterInstance.ephemeral() as instance:
-        results, _ = replay(instance, loop, store, [claims[i:i + 40] for i in range(0, 120, 40)])
+        results, _ = replay(instance, loop, store, [claims[i : i + 40] for i in range(0, 120, 40)])
     first, second, third = results
     assert not first.run_requests and "1/2 drifted ticks in a row" in first.skip_reason.skip_message
     observation = observations([first])[0]
@@ -169,8 +192,10 @@ def test_the_qa_set_fallback_is_stated(tmp_path, corpora):
     ask(store, corpora["questions"][100:115])
     with DagsterInstance.ephemeral() as instance:
         result = tick(drift_sensor, instance, loop)
-    source = ("QA set (fallback: only 15 production queries since the first query, nothing promoted or retrained "
-              "yet; 20 make a reference)")
+    source = (
+        "QA set (fallback: only 15 production queries since the first query, nothing promoted or retrained "
+        "yet; 20 make a reference)"
+    )
     assert f"15 recent queries vs reference: {source}" in result.skip_reason.skip_message
     assert observations([result])[0].metadata["reference"].value == source
     store.close()
@@ -194,7 +219,10 @@ def test_no_statistics_without_new_queries(tmp_path, corpora, drift_reports):
         measured = tick(drift_sensor, instance, loop)
         assert drift_reports == [1] and observations([measured])
         unchanged = tick(drift_sensor, instance, loop, measured.cursor)
-    assert isinstance(unchanged, SkipReason) and unchanged.skip_message == "no new queries since the last tick (0 drifted ticks in a row)"
+    assert (
+        isinstance(unchanged, SkipReason)
+        and unchanged.skip_message == "no new queries since the last tick (0 drifted ticks in a row)"
+    )
     assert drift_reports == [1]
     store.close()
 
@@ -206,7 +234,9 @@ def test_no_statistics_against_sentences_copied_from_the_documents(tmp_path, cor
     ask(store, corpora["questions"][:15])
     with DagsterInstance.ephemeral() as instance:
         waiting = tick(drift_sensor, instance, loop)
-        assert drift_reports == [] and waiting.skip_reason.skip_message.startswith("no reference yet: only 15 production queries")
+        assert drift_reports == [] and waiting.skip_reason.skip_message.startswith(
+            "no reference yet: only 15 production queries"
+        )
         ask(store, corpora["questions"][15:40])  # now production traffic is its own reference
         measured = tick(drift_sensor, instance, loop, waiting.cursor)
     assert drift_reports == [1] and not observations([measured])[0].metadata["drifted"].value

@@ -1,6 +1,7 @@
 """Expert labels: the store (latest label wins, an undo retracts, retries are safe, refused writes change nothing,
 an older store gains the table), the annotation API behind the expert token, and the export as graded qrels with
 the experts' expected answers. Fake answerer, no model loads."""
+
 import hashlib
 import json
 import os
@@ -35,15 +36,36 @@ EXPERT = {"Authorization": f"Bearer {EXPERT_TOKEN}"}
 
 
 def item(question: str, chunk_id: str, text: str | None = None, query_id: str | None = None) -> QueueItem:
-    return QueueItem(item_id=item_id(question, chunk_id), question=question, query_id=query_id,
-                     source="production" if query_id else "synthetic", chunk_id=chunk_id, doc_id=f"doc-{chunk_id[0]}",
-                     text=text or f"passage {chunk_id}", page_start=1, page_end=1, uncertainty=0.5)
+    return QueueItem(
+        item_id=item_id(question, chunk_id),
+        question=question,
+        query_id=query_id,
+        source="production" if query_id else "synthetic",
+        chunk_id=chunk_id,
+        doc_id=f"doc-{chunk_id[0]}",
+        text=text or f"passage {chunk_id}",
+        page_start=1,
+        page_end=1,
+        uncertainty=0.5,
+    )
 
 
-def label(store: FeedbackStore, it: QueueItem, grade: int, *, expert: str = "ann", key: str | None = None,
-          answer: str | None = None):
-    body = ExpertLabel(item_id=it.item_id, grade=grade, expert=expert, expert_answer=answer,
-                       idempotency_key=key or f"{it.item_id}-{grade}-{expert}-{answer}")
+def label(
+    store: FeedbackStore,
+    it: QueueItem,
+    grade: int,
+    *,
+    expert: str = "ann",
+    key: str | None = None,
+    answer: str | None = None,
+):
+    body = ExpertLabel(
+        item_id=it.item_id,
+        grade=grade,
+        expert=expert,
+        expert_answer=answer,
+        idempotency_key=key or f"{it.item_id}-{grade}-{expert}-{answer}",
+    )
     return store.record_expert_label(body, question=it.question, passage=it.model_dump(), query_id=it.query_id)
 
 
@@ -70,10 +92,17 @@ def test_the_latest_label_wins_an_undo_retracts_and_retries_are_safe(store):
     label(store, cats, 2, answer="mice")  # the expert changes their mind: the latest row is the label
     label(store, dogs, 1, expert="bob")
     current = store.current_expert_labels()
-    assert {k: (v["grade"], v["expert"]) for k, v in current.items()} == {cats.item_id: (2, "ann"), dogs.item_id: (1, "bob")}
+    assert {k: (v["grade"], v["expert"]) for k, v in current.items()} == {
+        cats.item_id: (2, "ann"),
+        dogs.item_id: (1, "bob"),
+    }
     assert current[cats.item_id]["expert_answer"] == "mice" and current[cats.item_id]["created_at"].tzinfo is not None
-    assert store.expert_progress([cats.item_id, dogs.item_id, "other"], expert="ann") == \
-        {"total": 3, "labelled": 2, "labelled_since": 2, "by_expert": 1}
+    assert store.expert_progress([cats.item_id, dogs.item_id, "other"], expert="ann") == {
+        "total": 3,
+        "labelled": 2,
+        "labelled_since": 2,
+        "by_expert": 1,
+    }
     future = datetime.now(timezone.utc) + timedelta(hours=1)
     assert store.expert_progress([cats.item_id], since=future)["labelled_since"] == 0
 
@@ -106,13 +135,17 @@ def test_refused_labels_write_nothing(store):
         ExpertLabel(item_id="x", grade=1, expert="  ", idempotency_key="k")
     with pytest.raises(ValueError, match="expert_answer"):
         ExpertLabel(item_id="x", grade=1, expert="ann", idempotency_key="k", expert_answer="x" * 5000)
-    assert ExpertLabel(item_id="x", grade=1, expert="ann", idempotency_key="k", expert_answer="  ").expert_answer is None
+    assert (
+        ExpertLabel(item_id="x", grade=1, expert="ann", idempotency_key="k", expert_answer="  ").expert_answer is None
+    )
 
 
 def test_a_store_from_before_expert_labels_gains_the_table(tmp_path):
     url = f"sqlite:///{tmp_path / 'old.sqlite'}"
     old = FeedbackStore(url)
-    q = old.record_query("what do cats eat", answer="mice", chunks=[{"chunk_id": "a1", "doc_id": "doc-a", "text": "passage a1"}])
+    q = old.record_query(
+        "what do cats eat", answer="mice", chunks=[{"chunk_id": "a1", "doc_id": "doc-a", "text": "passage a1"}]
+    )
     old.close()
     engine = sa.create_engine(url)
     with engine.begin() as conn:  # the schema as it was before expert labels
@@ -133,10 +166,14 @@ def test_a_store_from_before_expert_labels_gains_the_table(tmp_path):
 
 
 def test_export_has_graded_qrels_expert_answers_and_every_row(store, tmp_path):
-    asked = store.record_query("what do cats eat", answer="mice", chunks=[
-        {"chunk_id": "a1", "doc_id": "doc-a", "text": "passage a1", "rank": 1}])
-    store.submit_feedback(FeedbackSubmission(query_id=asked.query_id, idempotency_key="f1",
-                                             passages=[{"chunk_id": "a1", "score": 1}]))
+    asked = store.record_query(
+        "what do cats eat",
+        answer="mice",
+        chunks=[{"chunk_id": "a1", "doc_id": "doc-a", "text": "passage a1", "rank": 1}],
+    )
+    store.submit_feedback(
+        FeedbackSubmission(query_id=asked.query_id, idempotency_key="f1", passages=[{"chunk_id": "a1", "score": 1}])
+    )
     production = item("what do cats eat", "a2", query_id=asked.query_id)
     sky_1, sky_2 = item("Why is the sky blue?", "s1", "Rayleigh scattering"), item("why is the  SKY blue?", "s2")
     moon = item("how far is the moon", "m1")
@@ -162,14 +199,22 @@ def test_export_has_graded_qrels_expert_answers_and_every_row(store, tmp_path):
     queries = {q["_id"]: q for q in map(json.loads, open(out / "queries.jsonl"))}
     assert set(queries) == {asked.query_id, sky}  # the moon's only label was undone
     assert queries[asked.query_id]["metadata"]["expert_answer"] == "mice and birds"
-    assert queries[sky]["metadata"]["source"] == "expert-queue" and queries[sky]["metadata"]["expert_answer"] == "scattering"
+    assert (
+        queries[sky]["metadata"]["source"] == "expert-queue"
+        and queries[sky]["metadata"]["expert_answer"] == "scattering"
+    )
     assert queries[sky]["text"] == "Why is the sky blue?"
     rows = [json.loads(line) for line in open(out / "expert_labels.jsonl")]
     assert [r["grade"] for r in rows] == [0, 1, 2, 0, None, 2, None]
     assert {r["expert"] for r in rows} == {"ann", "bob"} and all(r["created_at"] for r in rows)
     assert rows[2]["dataset_query_id"] == sky and "payload_hash" not in rows[0]
     stats = json.loads((out / "stats.json").read_text())
-    assert (stats["expert_labels"], stats["expert_questions"], stats["expert_qrels"], stats["expert_answers"]) == (7, 2, 2, 2)
+    assert (stats["expert_labels"], stats["expert_questions"], stats["expert_qrels"], stats["expert_answers"]) == (
+        7,
+        2,
+        2,
+        2,
+    )
     assert stats["expert_grades"] == {"2": 1, "1": 1, "0": 0} and stats["expert_high_water_mark"] == 7
     assert stats["queries"] == 2
 
@@ -183,7 +228,9 @@ def test_export_has_graded_qrels_expert_answers_and_every_row(store, tmp_path):
 
 def test_a_dataset_without_expert_files_still_loads_and_keeps_its_version(store, tmp_path):
     q = store.record_query("what do cats eat", answer="mice", chunks=[{"chunk_id": "a1", "doc_id": "d", "text": "t"}])
-    store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key="f", passages=[{"chunk_id": "a1", "score": 1}]))
+    store.submit_feedback(
+        FeedbackSubmission(query_id=q.query_id, idempotency_key="f", passages=[{"chunk_id": "a1", "score": 1}])
+    )
     out = export_rag_dataset(store, tmp_path / "ds")
     digest = hashlib.sha256()  # the fingerprint exports had before expert labels existed
     for name in ("corpus.jsonl", "queries.jsonl", "answers.jsonl", "qrels/chunk_qrels.tsv", "qrels/answer_qrels.tsv"):
@@ -204,7 +251,10 @@ def test_expert_labels_make_a_new_version_and_latest_picks_the_newest(store, tmp
     label(store, item("what do cats eat", "a1", query_id=q.query_id), 2)
     second = export_versioned(store, tmp_path)
     assert second.name == "hw-0000000001-e0000000001" and latest_dataset(tmp_path) == second
-    assert json.loads((second / "stats.json").read_text())["version"] != json.loads((first / "stats.json").read_text())["version"]
+    assert (
+        json.loads((second / "stats.json").read_text())["version"]
+        != json.loads((first / "stats.json").read_text())["version"]
+    )
     store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key="f2", answer_score=-1))
     third = export_versioned(store, tmp_path)
     assert third.name == "hw-0000000002-e0000000001" and latest_dataset(tmp_path) == third
@@ -225,14 +275,17 @@ def root(tmp_path):
 
 @pytest.fixture
 def client(store, root):
-    app = create_app(lambda: FakeAnswerer(), store, ServeSettings(api_token=TOKEN, expert_token=EXPERT_TOKEN), root=root)
+    app = create_app(
+        lambda: FakeAnswerer(), store, ServeSettings(api_token=TOKEN, expert_token=EXPERT_TOKEN), root=root
+    )
     with TestClient(app) as c:
         yield c
 
 
 def build_queue(root, *items: QueueItem, created_at: datetime | None = None) -> AnnotationQueue:
-    queue = AnnotationQueue(strategy="t", selection="active", items=list(items),
-                            **({"created_at": created_at} if created_at else {}))
+    queue = AnnotationQueue(
+        strategy="t", selection="active", items=list(items), **({"created_at": created_at} if created_at else {})
+    )
     write_queue(root, queue)
     return queue
 
@@ -244,8 +297,13 @@ def body(it: QueueItem, grade: int, key: str, **extra) -> dict:
 def test_only_the_expert_token_reads_the_queue_and_writes_labels(client, store, root):
     cats = item("what do cats eat", "a1")
     build_queue(root, cats)
-    refused = [client.get("/annotation/next?expert=ann", headers=AUTH), client.post("/annotation/labels", json=body(cats, 2, "k"), headers=AUTH),
-               client.post("/annotation/undo", json={"item_id": cats.item_id, "expert": "ann", "idempotency_key": "u"}, headers=AUTH)]
+    refused = [
+        client.get("/annotation/next?expert=ann", headers=AUTH),
+        client.post("/annotation/labels", json=body(cats, 2, "k"), headers=AUTH),
+        client.post(
+            "/annotation/undo", json={"item_id": cats.item_id, "expert": "ann", "idempotency_key": "u"}, headers=AUTH
+        ),
+    ]
     for response in refused:
         assert response.status_code == 403 and "expert token" in response.json()["error"], response.text
     for headers in ({}, {"Authorization": "Bearer wrong-token-xxxxxxxx"}):
@@ -266,7 +324,9 @@ def test_labelling_through_the_api(client, store, root):
     assert client.get("/annotation/next?expert=ann", headers=EXPERT).status_code == 409
     missing = client.post("/annotation/labels", json=body(item("q", "a1"), 2, "k0"), headers=EXPERT)
     assert missing.status_code == 409 and "materialize the `annotation_queue` asset" in missing.json()["error"]
-    asked = store.record_query("what do cats eat", answer="mice", chunks=[{"chunk_id": "a1", "doc_id": "doc-a", "text": "passage a1"}])
+    asked = store.record_query(
+        "what do cats eat", answer="mice", chunks=[{"chunk_id": "a1", "doc_id": "doc-a", "text": "passage a1"}]
+    )
     cats, dogs = item("what do cats eat", "a1", query_id=asked.query_id), item("where do dogs sleep", "b1")
     built = build_queue(root, cats, dogs)
 
@@ -280,7 +340,9 @@ def test_labelling_through_the_api(client, store, root):
     assert (first.status_code, again.status_code) == (201, 200) and again.json() == {**first.json(), "duplicate": True}
     assert client.post("/annotation/labels", json=body(cats, 0, "k1"), headers=EXPERT).status_code == 409
     stored = store.table("expert_labels")
-    assert len(stored) == 1 and stored.loc[0, "query_id"] == asked.query_id and stored.loc[0, "question"] == cats.question
+    assert (
+        len(stored) == 1 and stored.loc[0, "query_id"] == asked.query_id and stored.loc[0, "question"] == cats.question
+    )
 
     batch = client.get("/annotation/next?expert=ann&limit=5", headers=EXPERT).json()
     assert [i["item_id"] for i in batch["items"]] == [dogs.item_id]  # the labelled item is not served again
@@ -289,7 +351,9 @@ def test_labelling_through_the_api(client, store, root):
 
     bob_undo = {"item_id": cats.item_id, "expert": "bob", "idempotency_key": "u0"}
     assert client.post("/annotation/undo", json=bob_undo, headers=EXPERT).status_code == 409
-    undone = client.post("/annotation/undo", json={**bob_undo, "expert": "ann", "idempotency_key": "u1"}, headers=EXPERT)
+    undone = client.post(
+        "/annotation/undo", json={**bob_undo, "expert": "ann", "idempotency_key": "u1"}, headers=EXPERT
+    )
     assert undone.status_code == 201 and undone.json()["grade"] is None
     assert client.get("/annotation/next?expert=ann", headers=EXPERT).json()["items"][0]["item_id"] == cats.item_id
 
@@ -301,7 +365,10 @@ def test_labelling_through_the_api(client, store, root):
     progress = client.get("/annotation/next?expert=bob", headers=EXPERT).json()["progress"]
     assert progress == {"total": 2, "labelled": 1, "labelled_since_queue": 0, "by_you": 0}
     # A retry of a label whose item a rebuild dropped is still answered as the retry it is.
-    assert client.post("/annotation/labels", json=body(cats, 2, "k1", expert_answer="mice"), headers=EXPERT).status_code == 200
+    assert (
+        client.post("/annotation/labels", json=body(cats, 2, "k1", expert_answer="mice"), headers=EXPERT).status_code
+        == 200
+    )
     schema = client.get("/openapi.json").json()
     assert {"/annotation/next", "/annotation/labels", "/annotation/undo"} <= set(schema["paths"])
     assert client.get("/expert").status_code == 200 and "expert.js" in client.get("/expert").text

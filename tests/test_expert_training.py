@@ -2,6 +2,7 @@
 enter the trainers at a share λ (TrainingConfig.expert_weight) of the training signal, are held out by paraphrase
 group like users' ratings, and decide the gate alone once there are enough of them. The end-to-end test fails if
 training ignores them: expert labels that contradict the synthetic ones must move the ranking their way as λ grows."""
+
 from __future__ import annotations
 
 import csv
@@ -33,13 +34,32 @@ T0 = datetime(2024, 5, 1, 10, 0, tzinfo=timezone.utc)
 
 
 def _chunks(texts: dict[str, str]) -> pd.DataFrame:
-    return pd.DataFrame([{"chunk_id": c, "doc_id": c, "text": t, "char_start": 0, "char_end": len(t), "page_start": 1,
-                          "page_end": 1, "content_hash": hashlib.sha256(t.encode()).hexdigest()} for c, t in texts.items()])
+    return pd.DataFrame(
+        [
+            {
+                "chunk_id": c,
+                "doc_id": c,
+                "text": t,
+                "char_start": 0,
+                "char_end": len(t),
+                "page_start": 1,
+                "page_end": 1,
+                "content_hash": hashlib.sha256(t.encode()).hexdigest(),
+            }
+            for c, t in texts.items()
+        ]
+    )
 
 
 def _item(i: int, split: str) -> QAItem:
-    return QAItem(qid=f"q{i}", question=f"what about topic {i}?", qtype="answer-aware", doc_id=f"d{i}",
-                  evidence=[Evidence(doc_id=f"d{i}", start=0, end=10)], split=split)
+    return QAItem(
+        qid=f"q{i}",
+        question=f"what about topic {i}?",
+        qtype="answer-aware",
+        doc_id=f"d{i}",
+        evidence=[Evidence(doc_id=f"d{i}", start=0, end=10)],
+        split=split,
+    )
 
 
 TEXTS = {f"d{i}": f"document number {i} talks about topic {i}." for i in range(24)}
@@ -81,7 +101,9 @@ def test_the_data_hash_changes_with_expert_labels():
     graded = TrainingData([("q", "p")], expert=[ExpertPair("q2", "p2", 2)])
     assert base.data_hash != graded.data_hash
     assert graded.data_hash != TrainingData([("q", "p")], expert=[ExpertPair("q2", "p2", 1)]).data_hash  # the grade
-    assert graded.data_hash != TrainingData([("q", "p")], expert=[ExpertPair("q2", "p2", 2, 0.5)]).data_hash  # the weight
+    assert (
+        graded.data_hash != TrainingData([("q", "p")], expert=[ExpertPair("q2", "p2", 2, 0.5)]).data_hash
+    )  # the weight
     assert graded.data_hash == TrainingData([("q", "p")], expert=[ExpertPair("q2", "p2", 2)]).data_hash
 
 
@@ -92,9 +114,12 @@ def test_expert_labels_split_by_paraphrase_group_and_replace_users_ratings():
     judged.asked = {}
     for i in range(60):
         judged.queries[f"u{i}"] = f"rephrased question {i}"
-        judged.asked[f"e{i}"] = SimpleNamespace(session_id=f"s{i}", created_at=T0 + timedelta(hours=i), reformulation_of=None)
-        judged.asked[f"u{i}"] = SimpleNamespace(session_id=f"s{i}", created_at=T0 + timedelta(hours=i, seconds=20),
-                                                reformulation_of=f"e{i}")
+        judged.asked[f"e{i}"] = SimpleNamespace(
+            session_id=f"s{i}", created_at=T0 + timedelta(hours=i), reformulation_of=None
+        )
+        judged.asked[f"u{i}"] = SimpleNamespace(
+            session_id=f"s{i}", created_at=T0 + timedelta(hours=i, seconds=20), reformulation_of=f"e{i}"
+        )
     judged.chunk_qrels = [(f"u{i}", f"d{i % 24}", 1) for i in range(60)]
     judged.chunk_qrels += [(f"e{i}", f"d{(i + 2) % 24}", 1) for i in range(60)]  # a user liked what the expert graded 0
 
@@ -105,8 +130,11 @@ def test_expert_labels_split_by_paraphrase_group_and_replace_users_ratings():
     users_trained = {normalized_question(q) for q, _ in split.positives}
     users_held = {normalized_question(t) for t in split.dev_queries.values()}
     for i in range(60):  # the rephrasing sits on its expert question's side
-        assert (f"expert question {i}" in held) == (f"rephrased question {i}" in users_held) != \
-            (f"rephrased question {i}" in users_trained)
+        assert (
+            (f"expert question {i}" in held)
+            == (f"rephrased question {i}" in users_held)
+            != (f"rephrased question {i}" in users_trained)
+        )
     grades = {(e.query, e.passage): e.grade for e in split.expert}
     for text in trained:
         i = int(text.split()[-1])
@@ -114,12 +142,20 @@ def test_expert_labels_split_by_paraphrase_group_and_replace_users_ratings():
         assert grades[(text, TEXTS[f"d{(i + 2) % 24}"])] == 0
         assert (text, TEXTS[f"d{(i + 2) % 24}"]) not in split.positives  # the expert's 0 replaces the user's +1
     key = next(iter(split.expert_dev_qrels))
-    assert sorted(split.expert_dev_qrels[key].values()) == [1, 2] and sorted(split.expert_dev_judged[key].values()) == [0, 1, 2]
+    assert sorted(split.expert_dev_qrels[key].values()) == [1, 2] and sorted(split.expert_dev_judged[key].values()) == [
+        0,
+        1,
+        2,
+    ]
 
 
 def test_experts_who_disagree_meet_halfway():
-    judged = SimpleNamespace(queries={"a": "Same question", "b": "same  question"}, corpus=TEXTS, chunk_qrels=[],
-                             expert_qrels=[("a", "d0", 2), ("b", "d0", 0), ("a", "d1", 2), ("b", "d1", 1)])
+    judged = SimpleNamespace(
+        queries={"a": "Same question", "b": "same  question"},
+        corpus=TEXTS,
+        chunk_qrels=[],
+        expert_qrels=[("a", "d0", 2), ("b", "d0", 0), ("a", "d1", 2), ("b", "d1", 1)],
+    )
     split = split_feedback(judged, 0.0)
     assert {(e.passage, e.grade) for e in split.expert} == {(TEXTS["d0"], 1), (TEXTS["d1"], 2)}  # one question
 
@@ -154,7 +190,11 @@ def test_enough_expert_questions_decide_the_gate_alone_and_the_verdict_says_so()
     split = split_feedback(expert_judgments(60), 1.0)  # every expert question held out
     data = training_data(ITEMS, _chunks(TEXTS), feedback=split, min_expert_gate=10)
     gate = data.gate
-    assert len(gate) >= 10 and all(q.startswith("expert:") for q in gate.queries) and set(gate.types.values()) == {"expert"}
+    assert (
+        len(gate) >= 10
+        and all(q.startswith("expert:") for q in gate.queries)
+        and set(gate.types.values()) == {"expert"}
+    )
     assert data.gate_set.startswith("expert: the ") and "decide alone" in data.gate_set
     assert data.summary["gate_questions_from_experts"] == len(gate) and data.summary["gate_set"] == data.gate_set
     assert {g for rel in gate.qrels.values() for g in rel.values()} == {1, 2}  # graded qrels
@@ -163,9 +203,13 @@ def test_enough_expert_questions_decide_the_gate_alone_and_the_verdict_says_so()
 
     # Graded: the candidate ranks relevant > partial > irrelevant, production the reverse; the report names experts.
     def run(best_first: bool):
-        return {q: {c: float(10 - r) for r, c in enumerate(sorted(gate.judged[q], reverse=best_first,
-                                                                   key=lambda c: gate.qrels[q].get(c, 0)))}
-                for q in gate.queries}
+        return {
+            q: {
+                c: float(10 - r)
+                for r, c in enumerate(sorted(gate.judged[q], reverse=best_first, key=lambda c: gate.qrels[q].get(c, 0)))
+            }
+            for q in gate.queries
+        }
 
     result = compare_runs(gate, run(False), run(True), GateSettings(resamples=2000))
     assert result.passed and result.by_type["expert"]["questions"] == len(gate) and result.judged_questions == 0
@@ -179,25 +223,41 @@ def test_enough_expert_questions_decide_the_gate_alone_and_the_verdict_says_so()
 
 def test_expert_questions_a_model_trained_on_are_not_gate_questions():
     split = split_feedback(expert_judgments(60), 1.0)
-    trained = [QAItem(qid="t", question="Expert question 7", qtype="answer-aware", doc_id="d7",
-                      evidence=[Evidence(doc_id="d7", start=0, end=10)], split="train")]
+    trained = [
+        QAItem(
+            qid="t",
+            question="Expert question 7",
+            qtype="answer-aware",
+            doc_id="d7",
+            evidence=[Evidence(doc_id="d7", start=0, end=10)],
+            split="train",
+        )
+    ]
     data = training_data(ITEMS + trained, _chunks(TEXTS), feedback=split, min_expert_gate=1)
     assert "expert question 7" not in {normalized_question(t) for t in data.gate.queries.values()}
-    assert "expert question 8" in {normalized_question(t) for t in data.gate.queries.values()} | \
-        {normalized_question(t) for t in data.selection.queries.values()}
+    assert "expert question 8" in {normalized_question(t) for t in data.gate.queries.values()} | {
+        normalized_question(t) for t in data.selection.queries.values()
+    }
 
 
 def test_an_expert_grade_replaces_the_synthetic_label_of_the_same_pair():
     split = FeedbackSplit([], [], {}, {}, expert=[ExpertPair("What about topic 3?", TEXTS["d3"], 0)])
     data = training_data(ITEMS, _chunks(TEXTS), feedback=split)
-    assert ("what about topic 3?", TEXTS["d3"]) not in data.positives and ("what about topic 4?", TEXTS["d4"]) in data.positives
+    assert ("what about topic 3?", TEXTS["d3"]) not in data.positives and (
+        "what about topic 4?",
+        TEXTS["d4"],
+    ) in data.positives
 
 
 # --- the embedder and the cross-encoder: expert examples sampled at λ ----------------------------------------
 def _expert_data() -> TrainingData:
     positives = [(f"synthetic {i}", TEXTS[f"d{i}"]) for i in range(12)] * 5  # 60 other examples
-    expert = [ExpertPair("expert a", TEXTS["d20"], 2), ExpertPair("expert a", TEXTS["d21"], 0),
-              ExpertPair("expert b", TEXTS["d22"], 1), ExpertPair("expert b", TEXTS["d23"], 0)]
+    expert = [
+        ExpertPair("expert a", TEXTS["d20"], 2),
+        ExpertPair("expert a", TEXTS["d21"], 0),
+        ExpertPair("expert b", TEXTS["d22"], 1),
+        ExpertPair("expert b", TEXTS["d23"], 0),
+    ]
     return TrainingData(positives, expert=expert)
 
 
@@ -213,7 +273,9 @@ def test_lambda_sets_how_often_the_embedder_sees_expert_pairs_and_grade_0_is_the
     assert weighed["expert_share"] == pytest.approx(lam, abs=0.01) and weighed["expert_weight"] == lam
     by_query = {q: [t for t in triplets if t[0] == q] for q in ("expert a", "expert b")}
     assert len(by_query["expert a"]) == pytest.approx(2 * len(by_query["expert b"]), abs=2)  # grade 1: half as often
-    assert {n for _, _, n in by_query["expert a"]} == {TEXTS["d21"]} and {n for _, _, n in by_query["expert b"]} == {TEXTS["d23"]}
+    assert {n for _, _, n in by_query["expert a"]} == {TEXTS["d21"]} and {n for _, _, n in by_query["expert b"]} == {
+        TEXTS["d23"]
+    }
     assert expert_triplets(data, config.model_copy(update={"expert_weight": 0.0}), 60, {}, rejected, known) == ([], {})
     no_partial = config.model_copy(update={"expert_partial_weight": 0.0})
     assert {q for q, _, _ in expert_triplets(data, no_partial, 60, {}, rejected, known)[0]} == {"expert a"}
@@ -225,8 +287,10 @@ def test_the_cross_encoder_gets_graded_targets_at_lambda():
     data, config = _expert_data(), RerankerTrainingConfig(kind="cross-encoder", expert_weight=0.5)
     lists = expert_lists(data, config, {("expert a", TEXTS["d20"]): ["a mined negative"]})
     targets = {q: t for q, t, _ in lists}
-    assert targets == {"expert a": {TEXTS["d20"]: 1.0, TEXTS["d21"]: 0.0, "a mined negative": 0.0},
-                       "expert b": {TEXTS["d22"]: 0.5, TEXTS["d23"]: 0.0}}
+    assert targets == {
+        "expert a": {TEXTS["d20"]: 1.0, TEXTS["d21"]: 0.0, "a mined negative": 0.0},
+        "expert b": {TEXTS["d22"]: 0.5, TEXTS["d23"]: 0.0},
+    }
     rows, weighed = expert_examples(lists, 50, config, rows=True)
     assert len(rows) == 50 and weighed["expert_share"] == 0.5 and {r[2] for r in rows} == {1.0, 0.5, 0.0}
     ranked, _ = expert_examples(lists, 30, config, rows=False)
@@ -234,8 +298,11 @@ def test_the_cross_encoder_gets_graded_targets_at_lambda():
     # Mined for the expert positives too: their negatives stay in the expert lists, out of the other groups.
     from rag.training.reranker import _grouped
 
-    groups = _grouped([("synthetic 0", "p0")], {("synthetic 0", "p0"): ["n0"], ("expert a", TEXTS["d20"]): ["n1"]},
-                      [("expert a", TEXTS["d21"])])
+    groups = _grouped(
+        [("synthetic 0", "p0")],
+        {("synthetic 0", "p0"): ["n0"], ("expert a", TEXTS["d20"]): ["n1"]},
+        [("expert a", TEXTS["d21"])],
+    )
     assert groups == {"synthetic 0": ({"p0"}, ["n0"])}
 
 
@@ -248,8 +315,11 @@ def test_lambdarank_group_weights_make_the_experts_lambda_of_the_total():
     assert weights[:8].tolist() == [1.0] * 8 and weights[8:].sum() / weights.sum() == pytest.approx(0.2)
     assert weighed == {"expert_examples": 2, "expert_share": 0.2, "expert_weight": 0.2, "expert_example_weight": 1.0}
     assert group_weights([None, None], 0.2)[1] == {}  # no expert group: unweighted
-    grades, experts = training_grades([("q", "text a")], [ExpertPair("q", "text b", 1), ExpertPair("r", "text a", 0)],
-                                      {text_key("text a"): ["a"], text_key("text b"): ["b"]})
+    grades, experts = training_grades(
+        [("q", "text a")],
+        [ExpertPair("q", "text b", 1), ExpertPair("r", "text a", 0)],
+        {text_key("text a"): ["a"], text_key("text b"): ["b"]},
+    )
     assert grades == {"q": {"a": 2, "b": 1}, "r": {"a": 0}} and experts == {"q": 1.0, "r": 1.0}
 
 
@@ -283,8 +353,14 @@ def test_expert_labels_that_contradict_the_synthetic_ones_win_as_lambda_grows(tm
     texts, questions = _two_passages_per_question(random.Random(3))
     chunks, embedder = _chunks(texts), load_embedder("wordllama")
     positives = [(questions[i], texts[f"a{i}"]) for i in range(20)]
-    expert = [e for i in range(20, 40) for e in (ExpertPair(questions[i], texts[f"x{i}"], 2 if i % 2 else 1),
-                                                ExpertPair(questions[i], texts[f"a{i}"], 0))]
+    expert = [
+        e
+        for i in range(20, 40)
+        for e in (
+            ExpertPair(questions[i], texts[f"x{i}"], 2 if i % 2 else 1),
+            ExpertPair(questions[i], texts[f"a{i}"], 0),
+        )
+    ]
     held = IRSet({f"h{i}": questions[i] for i in range(40, 60)}, texts, {f"h{i}": {f"x{i}": 1} for i in range(40, 60)})
     first = hybrid_candidates(chunks, held, embedder, 10)
 
@@ -294,12 +370,23 @@ def test_expert_labels_that_contradict_the_synthetic_ones_win_as_lambda_grows(tm
     followed = {}
     for lam in (0.0, 0.5, 0.9):
         config = RerankerTrainingConfig(trees=40, min_child_samples=5, rerank_depth=10, expert_weight=lam)
-        run = train_learned_ranker(TrainingData(positives, expert=expert), config, tmp_path / str(lam), chunks=chunks,
-                                   embedder=embedder, log=lambda _: None)
+        run = train_learned_ranker(
+            TrainingData(positives, expert=expert),
+            config,
+            tmp_path / str(lam),
+            chunks=chunks,
+            embedder=embedder,
+            log=lambda _: None,
+        )
         reranker = load_reranker(str(tmp_path / str(lam)))
-        order = {q: [h.chunk["chunk_id"] for h in rerank(reranker, held.queries[q], hits, k=10)] for q, hits in first.items()}
-        followed[lam] = sum(ids.index(f"x{q[1:]}") < ids.index(f"a{q[1:]}") for q, ids in order.items()
-                            if f"x{q[1:]}" in ids and f"a{q[1:]}" in ids)
+        order = {
+            q: [h.chunk["chunk_id"] for h in rerank(reranker, held.queries[q], hits, k=10)] for q, hits in first.items()
+        }
+        followed[lam] = sum(
+            ids.index(f"x{q[1:]}") < ids.index(f"a{q[1:]}")
+            for q, ids in order.items()
+            if f"x{q[1:]}" in ids and f"a{q[1:]}" in ids
+        )
         labels, kw = seen[-1]
         if lam == 0.0:
             assert kw["sample_weight"] is None and set(labels) == {0.0, 2.0} and run.expert == {}
@@ -331,30 +418,55 @@ def test_retrain_logs_lambda_and_the_gate_verdict_says_experts_decided(tmp_path,
     from rag.training.pipeline import gate_candidate, train_candidate
 
     texts, questions = _two_passages_per_question(random.Random(5))
-    chunks = _chunks(texts).assign(strategy="ltr", section_path=[[]] * 120, prev_chunk_id=None, next_chunk_id=None,
-                                   n_tokens=10, table_html=None)
-    items = [QAItem(qid=f"q{i}", question=questions[i], qtype="dataset", doc_id=f"a{i}", split="train" if i < 20 else "dev",
-                    evidence=[Evidence(doc_id=f"a{i}", start=0, end=len(texts[f"a{i}"]))]) for i in range(30)]
+    chunks = _chunks(texts).assign(
+        strategy="ltr", section_path=[[]] * 120, prev_chunk_id=None, next_chunk_id=None, n_tokens=10, table_html=None
+    )
+    items = [
+        QAItem(
+            qid=f"q{i}",
+            question=questions[i],
+            qtype="dataset",
+            doc_id=f"a{i}",
+            split="train" if i < 20 else "dev",
+            evidence=[Evidence(doc_id=f"a{i}", start=0, end=len(texts[f"a{i}"]))],
+        )
+        for i in range(30)
+    ]
     tables = TableStore(tmp_path / "tables")
     tables.write(chunks, CHUNKS_TABLE, "ltr")
     tables.write(to_frame(items), "synthetic_qa")
     dataset = tmp_path / "feedback"
     (dataset / "qrels").mkdir(parents=True)
-    (dataset / "queries.jsonl").write_text("".join(json.dumps({"_id": f"e{i}", "text": questions[i], "metadata": {}}) + "\n"
-                                                   for i in range(30, 60)))
-    (dataset / "corpus.jsonl").write_text("".join(json.dumps({"_id": c, "title": c, "text": t}) + "\n" for c, t in texts.items()))
+    (dataset / "queries.jsonl").write_text(
+        "".join(json.dumps({"_id": f"e{i}", "text": questions[i], "metadata": {}}) + "\n" for i in range(30, 60))
+    )
+    (dataset / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": c, "title": c, "text": t}) + "\n" for c, t in texts.items())
+    )
     (dataset / "qrels" / "chunk_qrels.tsv").write_text("query-id\tcorpus-id\tscore\n")
-    (dataset / "qrels" / "expert_qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
-        f"e{i}\tx{i}\t2\ne{i}\ta{i}\t0\n" for i in range(30, 60)))
+    (dataset / "qrels" / "expert_qrels.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"e{i}\tx{i}\t2\ne{i}\ta{i}\t0\n" for i in range(30, 60))
+    )
     monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path))
     registry = ModelRegistry(tmp_path / "models")
-    config = RerankerTrainingConfig(trees=40, min_child_samples=5, rerank_depth=10, early_stopping_rounds=20,
-                                    feedback_dataset=str(dataset), feedback_dev_fraction=0.5, min_expert_gate_questions=5,
-                                    expert_weight=0.5)
+    config = RerankerTrainingConfig(
+        trees=40,
+        min_child_samples=5,
+        rerank_depth=10,
+        early_stopping_rounds=20,
+        feedback_dataset=str(dataset),
+        feedback_dev_fraction=0.5,
+        min_expert_gate_questions=5,
+        expert_weight=0.5,
+    )
     mv, run, inputs = train_candidate("reranker", tables, registry, config, log=lambda _: None)
     assert inputs.data.expert and inputs.data.gate_set.startswith("expert: ")
     hyper = mv.hyperparameters
-    assert hyper["expert_weight"] == 0.5 and hyper["expert_pairs"] == len(inputs.data.expert) and hyper["expert_questions"] > 0
+    assert (
+        hyper["expert_weight"] == 0.5
+        and hyper["expert_pairs"] == len(inputs.data.expert)
+        and hyper["expert_questions"] > 0
+    )
     params = registry.mlflow_client().get_run(registry.resolve("reranker", mv.version).run_id).data.params
     assert params["expert_weight"] == "0.5" and params["expert_pairs"] == str(len(inputs.data.expert))
     assert run.expert["expert_share"] == pytest.approx(0.5)

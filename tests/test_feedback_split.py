@@ -2,6 +2,7 @@
 implicit event, chains through queries nobody rated included), by one session within the reformulation window,
 or by the same normalised text are all training or all held out, so the gate never scores a rephrasing of a
 question the model was trained on."""
+
 from __future__ import annotations
 
 import random
@@ -32,8 +33,11 @@ def linked_judgments(seed: int, pairs: int = 60) -> tuple[Judgments, list[tuple[
     words = [f"w{rng.randrange(10**6)}" for _ in range(8 * pairs)]
     queries, asked, qrels, corpus, groups = {}, {}, [], {"good": "a good passage", "bad": "a bad passage"}, []
     for i in range(pairs):
-        texts = (f"how to {words[8 * i]} {words[8 * i + 1]}", f"{words[8 * i + 2]} {words[8 * i]} steps",
-                 f"{words[8 * i + 3]} {words[8 * i + 4]} again")
+        texts = (
+            f"how to {words[8 * i]} {words[8 * i + 1]}",
+            f"{words[8 * i + 2]} {words[8 * i]} steps",
+            f"{words[8 * i + 3]} {words[8 * i + 4]} again",
+        )
         at = T0 + timedelta(hours=i)
         ids = [f"q{i}a", f"q{i}b", f"q{i}c"]
         kind = i % 3
@@ -82,7 +86,9 @@ def test_the_export_carries_the_links_the_split_needs(tmp_path, monkeypatch):
     store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.sqlite'}")
     clock = [T0]
     monkeypatch.setattr(store_module, "_now", lambda: clock[0])
-    chunk = [{"chunk_id": "c1", "doc_id": "d", "page_start": 1, "page_end": 1, "text": "reset it in settings", "rank": 1}]
+    chunk = [
+        {"chunk_id": "c1", "doc_id": "d", "page_start": 1, "page_end": 1, "text": "reset it in settings", "rank": 1}
+    ]
 
     def ask(text: str, seconds: float):
         clock[0] = T0 + timedelta(seconds=seconds)
@@ -93,13 +99,18 @@ def test_the_export_carries_the_links_the_split_needs(tmp_path, monkeypatch):
     last = ask("where are the password settings", 200)  # 200 s after the first: beyond the session window
     other = ask("what is the refund policy", 5 * 3600)
     for i, q in enumerate((first, last, other)):
-        store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key=f"k{i}",
-                                                 passages=[{"chunk_id": "c1", "score": 1}]))
+        store.submit_feedback(
+            FeedbackSubmission(query_id=q.query_id, idempotency_key=f"k{i}", passages=[{"chunk_id": "c1", "score": 1}])
+        )
     assert last.reformulation_of == middle.query_id and middle.reformulation_of == first.query_id
     judged = judgments(export_rag_dataset(store, tmp_path / "ds"))
     store.close()
-    assert judged.asked[last.query_id].reformulation_of == first.query_id  # the chain's first query, not the unrated one
-    assert judged.asked[first.query_id].reformulation_of is None and judged.asked[other.query_id].reformulation_of is None
+    assert (
+        judged.asked[last.query_id].reformulation_of == first.query_id
+    )  # the chain's first query, not the unrated one
+    assert (
+        judged.asked[first.query_id].reformulation_of is None and judged.asked[other.query_id].reformulation_of is None
+    )
     assert judged.asked[first.query_id].session_id == "s1" and judged.asked[first.query_id].created_at == T0
     for fraction in (i / 20 for i in range(21)):
         held, trained = sides(split_feedback(judged, fraction))

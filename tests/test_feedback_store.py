@@ -1,5 +1,6 @@
 """Feedback store: what is stored, what is refused (store unchanged), idempotency, concurrent writers,
 SIGKILL during writes, and the RAG-Dataset export checked against hand-derived qrels."""
+
 import json
 import os
 import random
@@ -33,8 +34,19 @@ TABLES = ["queries", "passages", "retrievals", "answers", "feedback_submissions"
 
 
 def chunks(*ids: str) -> list[dict]:
-    return [{"chunk_id": cid, "doc_id": f"doc-{cid[0]}", "page_start": 1, "page_end": 2, "text": f"passage {cid}",
-             "rank": rank, "score": 1.0 / rank, "cited": rank == 1} for rank, cid in enumerate(ids, start=1)]
+    return [
+        {
+            "chunk_id": cid,
+            "doc_id": f"doc-{cid[0]}",
+            "page_start": 1,
+            "page_end": 2,
+            "text": f"passage {cid}",
+            "rank": rank,
+            "score": 1.0 / rank,
+            "cited": rank == 1,
+        }
+        for rank, cid in enumerate(ids, start=1)
+    ]
 
 
 POSTGRES = os.environ.get("RAG_TEST_POSTGRES_URL")  # e.g. postgresql+psycopg://postgres:pg@127.0.0.1:5432/postgres
@@ -66,7 +78,9 @@ def store(request, tmp_path):
         st.close()
         return
     if not POSTGRES:
-        pytest.skip("set RAG_TEST_POSTGRES_URL=postgresql+psycopg://user:password@host/db to run the store tests on Postgres")
+        pytest.skip(
+            "set RAG_TEST_POSTGRES_URL=postgresql+psycopg://user:password@host/db to run the store tests on Postgres"
+        )
     with scratch_postgres(POSTGRES) as url:
         st = FeedbackStore(url)
         yield st
@@ -78,11 +92,24 @@ def snapshot(store: FeedbackStore) -> dict[str, int]:
 
 
 def test_query_feedback_and_counts(store):
-    q = store.record_query("what is a cat?", answer="a feline", chunks=chunks("a1", "a2", "b1"), session_id="s",
-                           model_version="minilm@abc", settings={"k": 3}, latency_ms=12.5)
-    ack = store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key="k1", answer_score=1,
-                                                   passages=[{"chunk_id": "a1", "score": 1}, {"chunk_id": "b1", "score": -1}],
-                                                   comment="good"))
+    q = store.record_query(
+        "what is a cat?",
+        answer="a feline",
+        chunks=chunks("a1", "a2", "b1"),
+        session_id="s",
+        model_version="minilm@abc",
+        settings={"k": 3},
+        latency_ms=12.5,
+    )
+    ack = store.submit_feedback(
+        FeedbackSubmission(
+            query_id=q.query_id,
+            idempotency_key="k1",
+            answer_score=1,
+            passages=[{"chunk_id": "a1", "score": 1}, {"chunk_id": "b1", "score": -1}],
+            comment="good",
+        )
+    )
     assert len(ack.event_ids) == 3 and not ack.duplicate
     assert store.high_water_mark() == max(ack.event_ids)
     assert store.count_feedback(since_event_id=ack.event_ids[0]) == 2
@@ -113,8 +140,14 @@ def test_bad_feedback_leaves_the_store_unchanged(store):
     with pytest.raises(UnknownQueryError, match="unknown query_id"):
         store.submit_feedback(FeedbackSubmission(query_id="nope", idempotency_key="k", answer_score=1))
     with pytest.raises(UnknownPassageError, match="not retrieved"):
-        store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key="k2", answer_score=1,
-                                                 passages=[{"chunk_id": "a1", "score": 1}, {"chunk_id": "zz", "score": 1}]))
+        store.submit_feedback(
+            FeedbackSubmission(
+                query_id=q.query_id,
+                idempotency_key="k2",
+                answer_score=1,
+                passages=[{"chunk_id": "a1", "score": 1}, {"chunk_id": "zz", "score": 1}],
+            )
+        )
     with pytest.raises(UnknownPassageError):
         store.record_event(ImplicitEvent(query_id=q.query_id, chunk_id="zz"))
     assert snapshot(store) == before
@@ -146,9 +179,16 @@ def test_concurrent_writers_lose_nothing(store):
     def worker(n: int) -> None:
         for i in range(15):
             try:
-                acks.append(store.submit_feedback(FeedbackSubmission(
-                    query_id=queries[i % 4], idempotency_key=f"w{n}-{i}", answer_score=1,
-                    passages=[{"chunk_id": "a2", "score": -1}])))
+                acks.append(
+                    store.submit_feedback(
+                        FeedbackSubmission(
+                            query_id=queries[i % 4],
+                            idempotency_key=f"w{n}-{i}",
+                            answer_score=1,
+                            passages=[{"chunk_id": "a2", "score": -1}],
+                        )
+                    )
+                )
             except Exception as exc:  # noqa: BLE001 - collected and asserted below
                 errors.append(exc)
 
@@ -166,15 +206,25 @@ def test_export_matches_hand_derived_qrels(store, tmp_path):
     q1 = store.record_query("what do cats eat", answer="mice", chunks=chunks("a1", "a2", "b1"))
     q2 = store.record_query("where do dogs sleep", answer="kennel", chunks=chunks("b1", "b2"))
     store.record_query("never rated", answer="-", chunks=chunks("c1"))
-    store.submit_feedback(FeedbackSubmission(query_id=q1.query_id, idempotency_key="1", answer_score=-1,
-                                             passages=[{"chunk_id": "a1", "score": 1}, {"chunk_id": "a2", "score": -1},
-                                                       {"chunk_id": "b1", "score": -1}],
-                                             correction="cats eat mice and birds", correction_source="expert"))
+    store.submit_feedback(
+        FeedbackSubmission(
+            query_id=q1.query_id,
+            idempotency_key="1",
+            answer_score=-1,
+            passages=[{"chunk_id": "a1", "score": 1}, {"chunk_id": "a2", "score": -1}, {"chunk_id": "b1", "score": -1}],
+            correction="cats eat mice and birds",
+            correction_source="expert",
+        )
+    )
     # The user changes their mind about a2: the latest rating wins.
-    store.submit_feedback(FeedbackSubmission(query_id=q1.query_id, idempotency_key="2",
-                                             passages=[{"chunk_id": "a2", "score": 1}]))
-    store.submit_feedback(FeedbackSubmission(query_id=q2.query_id, idempotency_key="3", answer_score=1,
-                                             passages=[{"chunk_id": "b2", "score": 1}]))
+    store.submit_feedback(
+        FeedbackSubmission(query_id=q1.query_id, idempotency_key="2", passages=[{"chunk_id": "a2", "score": 1}])
+    )
+    store.submit_feedback(
+        FeedbackSubmission(
+            query_id=q2.query_id, idempotency_key="3", answer_score=1, passages=[{"chunk_id": "b2", "score": 1}]
+        )
+    )
     out = export_rag_dataset(store, tmp_path / "ds")
 
     def qrels(name):
@@ -188,16 +238,22 @@ def test_export_matches_hand_derived_qrels(store, tmp_path):
     expert = next(x for x in answers if x["source"] == "expert")
     system_a = next(x for x in answers if x["source"] == "system" and x["query_id"] == a)
     assert expert["text"] == "cats eat mice and birds"
-    assert sorted(qrels("answer_qrels.tsv")) == sorted([(a, system_a["_id"], "-1"), (a, expert["_id"], "1"),
-                                                        (b, next(x["_id"] for x in answers if x["query_id"] == b), "1")])
+    assert sorted(qrels("answer_qrels.tsv")) == sorted(
+        [
+            (a, system_a["_id"], "-1"),
+            (a, expert["_id"], "1"),
+            (b, next(x["_id"] for x in answers if x["query_id"] == b), "1"),
+        ]
+    )
     stats = json.loads((out / "stats.json").read_text())
     assert stats["queries"] == 2 and stats["chunk_qrels_positive"] == 3 and stats["chunk_qrels_negative"] == 1
     assert stats["feedback_events"] == 8 and stats["high_water_mark"] == store.high_water_mark()
     beir = load_beir(out, split="train")  # BEIR-compatible: the positive qrels as a train split
     assert beir.qrels == {a: {"a1": 1, "a2": 1}, b: {"b2": 1}} and beir.queries[b] == "where do dogs sleep"
     positives, negatives = training_pairs(out)
-    assert sorted(positives) == sorted([("what do cats eat", "passage a1"), ("what do cats eat", "passage a2"),
-                                        ("where do dogs sleep", "passage b2")])
+    assert sorted(positives) == sorted(
+        [("what do cats eat", "passage a1"), ("what do cats eat", "passage a2"), ("where do dogs sleep", "passage b2")]
+    )
     assert negatives == [("what do cats eat", "passage b1")]
     feedback_rows = [json.loads(line) for line in open(out / "feedback.jsonl")]
     assert len(feedback_rows) == 8 and {r["idempotency_key"] for r in feedback_rows} == {"1", "2", "3"}
@@ -227,8 +283,9 @@ def test_sigkill_during_writes_loses_no_acknowledged_row(tmp_path):
     rng = random.Random(7)
     acknowledged: dict[int, list[int]] = {}
     for attempt in range(4):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, url, qid, f"run{attempt}"], cwd=REPO,
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, url, qid, f"run{attempt}"], cwd=REPO, stdout=subprocess.PIPE, text=True
+        )
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
         reader.start()
@@ -262,13 +319,15 @@ def test_an_edited_passage_keeps_the_rated_text_in_exports_and_the_gate(store, t
     from rag.training.data import split_feedback, training_data
 
     before = store.record_query("what do cats eat", answer="mice", chunks=chunks("a1", "a2"))
-    store.submit_feedback(FeedbackSubmission(query_id=before.query_id, idempotency_key="1",
-                                             passages=[{"chunk_id": "a1", "score": 1}]))
+    store.submit_feedback(
+        FeedbackSubmission(query_id=before.query_id, idempotency_key="1", passages=[{"chunk_id": "a1", "score": 1}])
+    )
     # The document is edited without moving chunk boundaries: same chunk id, other text.
     edited = [{**c, "text": "cats are obligate carnivores"} if c["chunk_id"] == "a1" else c for c in chunks("a1", "a2")]
     after = store.record_query("are cats carnivores", answer="yes", chunks=edited)
-    store.submit_feedback(FeedbackSubmission(query_id=after.query_id, idempotency_key="2",
-                                             passages=[{"chunk_id": "a1", "score": -1}]))
+    store.submit_feedback(
+        FeedbackSubmission(query_id=after.query_id, idempotency_key="2", passages=[{"chunk_id": "a1", "score": -1}])
+    )
     assert len(store.table("passage_versions")) == 3
     out = export_rag_dataset(store, tmp_path / "ds")
     positives, negatives = training_pairs(out)
@@ -283,8 +342,15 @@ def test_an_edited_passage_keeps_the_rated_text_in_exports_and_the_gate(store, t
     judged = judgments(out)
     split = split_feedback(judged, dev_fraction=1.0)
     assert split.dev_passages == {old["_id"]: "passage a1"}
-    chunk_set = pd.DataFrame({"chunk_id": ["a1", "a2"], "doc_id": ["doc-a"] * 2, "char_start": [0, 30], "char_end": [28, 40],
-                              "text": ["cats are obligate carnivores", "passage a2"]})
+    chunk_set = pd.DataFrame(
+        {
+            "chunk_id": ["a1", "a2"],
+            "doc_id": ["doc-a"] * 2,
+            "char_start": [0, 30],
+            "char_end": [28, 40],
+            "text": ["cats are obligate carnivores", "passage a2"],
+        }
+    )
     data = training_data([], chunk_set, extra_positives=[("x", "passage a2")], feedback=split, min_feedback_gate=1)
     assert "what do cats eat" not in (data.gate.queries.values() if data.gate else [])
 
@@ -304,7 +370,9 @@ def test_a_store_from_before_passage_versioning_is_migrated(tmp_path):
     store = FeedbackStore(url)
     assert store.table("retrievals")["text_hash"].notna().all()
     store.record_query("cats?", answer="-", chunks=[{**chunks("a1")[0], "text": "edited"}])
-    store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key="1", passages=[{"chunk_id": "a1", "score": 1}]))
+    store.submit_feedback(
+        FeedbackSubmission(query_id=q.query_id, idempotency_key="1", passages=[{"chunk_id": "a1", "score": 1}])
+    )
     positives, _ = training_pairs(export_rag_dataset(store, tmp_path / "ds"))
     assert positives == [("what do cats eat", "passage a1")]
     store.close()
@@ -316,6 +384,8 @@ def test_a_click_whose_idempotency_key_races_returns_the_first_event(store, monk
     # The racing transaction did not see the other's row yet (Postgres, read committed): its insert hits the key.
     lookups = iter([None])
     real = FeedbackStore._event_with_key
-    monkeypatch.setattr(FeedbackStore, "_event_with_key", staticmethod(lambda conn, key: next(lookups, None) or real(conn, key)))
+    monkeypatch.setattr(
+        FeedbackStore, "_event_with_key", staticmethod(lambda conn, key: next(lookups, None) or real(conn, key))
+    )
     assert store.record_event(ImplicitEvent(query_id=q.query_id, chunk_id="a1", idempotency_key="k")) == first
     assert len(store.table("implicit_events")) == 1

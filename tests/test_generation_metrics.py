@@ -1,10 +1,21 @@
 """Generation metrics on hand-computed cases."""
+
 import numpy as np
 import pytest
 
 from rag.evaluation.generation import (
-    answer_accuracy, answer_relevancy, exact_match, faithfulness, lcs_length, normalize_answer, rouge_l, score_answers,
-    semantic_similarity, source_hit, summarize_answers, token_f1,
+    answer_accuracy,
+    answer_relevancy,
+    exact_match,
+    faithfulness,
+    lcs_length,
+    normalize_answer,
+    rouge_l,
+    score_answers,
+    semantic_similarity,
+    source_hit,
+    summarize_answers,
+    token_f1,
 )
 from rag.evaluation.qaset import Evidence, QAItem
 from rag.llm.testing import FakeLLM
@@ -49,8 +60,10 @@ def test_semantic_similarity_is_the_cosine_of_normalised_rows():
     assert semantic_similarity(Unit(), ["a", "a"], ["b", "c"]).tolist() == pytest.approx([0.6, 0.0])
 
 
-CHUNKS = [{"chunk_id": "c1", "doc_id": "d", "char_start": 0, "char_end": 100, "text": "first"},
-          {"chunk_id": "c2", "doc_id": "d", "char_start": 100, "char_end": 200, "text": "second"}]
+CHUNKS = [
+    {"chunk_id": "c1", "doc_id": "d", "char_start": 0, "char_end": 100, "text": "first"},
+    {"chunk_id": "c2", "doc_id": "d", "char_start": 100, "char_end": 200, "text": "second"},
+]
 
 
 def test_source_hit_needs_a_cited_chunk_overlapping_the_evidence():
@@ -65,21 +78,46 @@ def test_source_hit_needs_a_cited_chunk_overlapping_the_evidence():
 def test_judge_metrics_follow_deepeval_verdicts():
     # two statements; the judge says yes then no → faithfulness 1/2; "idk" counts as faithful / relevant
     judge = FakeLLM(["yes", "No, it contradicts."])
-    assert faithfulness(judge, "Paris is in France. Paris has 90 million people.", ["Paris is the capital of France."]) == 0.5
+    assert (
+        faithfulness(judge, "Paris is in France. Paris has 90 million people.", ["Paris is the capital of France."])
+        == 0.5
+    )
     assert answer_relevancy(FakeLLM(["yes", "idk"]), "Where is Paris?", "Paris is in France. It is nice.") == 1.0
     assert faithfulness(FakeLLM([]), "", ["ctx"]) is None
 
 
 def _result(answer, cited, nic=False, latency=10.0):
-    return AnswerResult(question="q", answer=answer, cited_chunk_ids=cited, attributed_chunk_ids=cited, not_in_context=nic,
-                        latency_ms=latency, chunks=CHUNKS, generator="t", settings={})
+    return AnswerResult(
+        question="q",
+        answer=answer,
+        cited_chunk_ids=cited,
+        attributed_chunk_ids=cited,
+        not_in_context=nic,
+        latency_ms=latency,
+        chunks=CHUNKS,
+        generator="t",
+        settings={},
+    )
 
 
 def test_summary_counts_coverage_and_leaves_judge_metrics_absent():
-    items = [QAItem(qid=f"q{i}", question="q", qtype="dataset", doc_id="d", evidence=[Evidence(doc_id="d", start=150, end=160)],
-                    answer="Denver Broncos") for i in range(4)]
-    results = [_result("Denver Broncos", ["c2"], latency=10), _result("the Broncos", ["c1"], latency=20),
-               _result(NOT_IN_CONTEXT, [], nic=True, latency=30), _result("Carolina", ["c2"], latency=40)]
+    items = [
+        QAItem(
+            qid=f"q{i}",
+            question="q",
+            qtype="dataset",
+            doc_id="d",
+            evidence=[Evidence(doc_id="d", start=150, end=160)],
+            answer="Denver Broncos",
+        )
+        for i in range(4)
+    ]
+    results = [
+        _result("Denver Broncos", ["c2"], latency=10),
+        _result("the Broncos", ["c1"], latency=20),
+        _result(NOT_IN_CONTEXT, [], nic=True, latency=30),
+        _result("Carolina", ["c2"], latency=40),
+    ]
     per_q = score_answers(items, results)
     summary = summarize_answers(per_q)
     assert per_q["exact_match"].tolist() == [1.0, 0.0, 0.0, 0.0]

@@ -3,6 +3,7 @@ tests/test_index_fixes.py already run on it (their `client` fixture has an "edge
 reopen, an atomic alias pointer, deterministic ids, one process per folder, kill -9, HNSW that agrees with the
 exact scan, the serving replica and fingerprint working on an edge folder, and sparse vectors and fused
 (RRF, DBSF) queries that score as qdrant-client's local mode does."""
+
 import json
 import math
 import os
@@ -85,7 +86,9 @@ def local_mode_folder(path, embedder):  # noqa: F811
     return run, hits
 
 
-def test_a_local_mode_folder_stays_on_local_mode_under_auto_and_edge_refuses_it(tmp_path, embedder, monkeypatch, caplog):  # noqa: F811
+def test_a_local_mode_folder_stays_on_local_mode_under_auto_and_edge_refuses_it(
+    tmp_path, embedder, monkeypatch, caplog
+):  # noqa: F811
     from qdrant_client import QdrantClient
 
     monkeypatch.delenv("RAG_QDRANT_ENGINE", raising=False)
@@ -110,8 +113,10 @@ def test_migrate_engine_rebuilds_a_local_mode_folder_as_edge_and_keeps_the_old_o
     run, before = local_mode_folder(folder, embedder)
     done = migrate_to_edge(folder, log=lambda _: None)
     assert is_edge_folder(folder) and is_local_mode_folder(done.backup)  # the original kept, untouched
-    assert done.points == {run.collection: len(TEXTS)} and done.aliases == {run.alias: run.collection,
-                                                                           "t__production": run.collection}
+    assert done.points == {run.collection: len(TEXTS)} and done.aliases == {
+        run.alias: run.collection,
+        "t__production": run.collection,
+    }
     auto = QdrantSettings(path=str(folder))
     try:
         client = get_client(auto)
@@ -133,6 +138,7 @@ def test_a_failed_migration_leaves_the_local_mode_folder_as_it_was(tmp_path, emb
 
     def broken(source, target, collection, batch=512, **_):
         raise OSError("disk full")
+
     monkeypatch.setattr(migrate, "copy_collection", broken)
     with pytest.raises(OSError, match="disk full"):
         migrate.migrate_to_edge(folder, log=lambda _: None)
@@ -175,7 +181,11 @@ def test_alias_pointer_swap_is_atomic(tmp_path, monkeypatch):
 
     calls = []
     real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(edge_module.os, "fsync", lambda fd: calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or real_fsync(fd))
+    monkeypatch.setattr(
+        edge_module.os,
+        "fsync",
+        lambda fd: calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or real_fsync(fd),
+    )
     monkeypatch.setattr(edge_module.os, "replace", lambda a, b: calls.append(("replace", str(b))) or real_replace(a, b))
     point_alias_to(client, "live", "new")  # delete + create in one pointer write
     kinds = [(k, os.path.basename(p)) for k, p in calls]
@@ -228,8 +238,14 @@ except QdrantLockedError as exc:
 
 
 def open_in_child(path, collection: str) -> str:
-    out = subprocess.run([sys.executable, "-c", OPEN_IN_CHILD, str(path), collection], cwd=REPO, capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = subprocess.run(
+        [sys.executable, "-c", OPEN_IN_CHILD, str(path), collection],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -266,8 +282,14 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 
 def test_writes_acknowledged_before_a_kill_9_are_there_on_reopen(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(tmp_path / "q")], cwd=REPO, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, str(tmp_path / "q")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == -9, proc.stderr
     client = EdgeClient(tmp_path / "q")  # the dead process's flock went with it
     assert alias_target(client, "live") == "c" and client.count("live").count == 100
@@ -304,8 +326,14 @@ client.delete_collection("gone")
 
 def test_deleted_folders_left_by_a_crash_are_reclaimed_on_the_next_open(tmp_path):
     root = tmp_path / "q"
-    proc = subprocess.run([sys.executable, "-c", KILLED_DELETE, str(root)], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = subprocess.run(
+        [sys.executable, "-c", KILLED_DELETE, str(root)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert proc.returncode == -9, proc.stderr
     left = list((root / "collection").glob(".deleted-gone-*"))
     assert len(left) == 1 and (left[0] / "shard").is_dir()  # the crash left the renamed collection behind
@@ -331,7 +359,9 @@ def clustered(rng, n: int, dim: int, centers: np.ndarray) -> np.ndarray:
 
 def test_hnsw_agrees_with_the_exact_scan(tmp_path):
     # Tiny thresholds, so that 2,000 points get an HNSW graph and queries really walk it.
-    client = EdgeClient(tmp_path / "q", EdgeOptions(indexing_threshold_kb=10, full_scan_threshold_kb=1, max_indexing_threads=1))
+    client = EdgeClient(
+        tmp_path / "q", EdgeOptions(indexing_threshold_kb=10, full_scan_threshold_kb=1, max_indexing_threads=1)
+    )
     rng = np.random.default_rng(3)
     dim = 32
     centers = rng.normal(size=(40, dim))
@@ -347,8 +377,13 @@ def test_hnsw_agrees_with_the_exact_scan(tmp_path):
     def recall(name: str, hnsw_ef: int | None) -> float:
         overlap = []
         for q in queries[name]:
+
             def top(params):
-                return {p.id for p in client.query_points(name, q.tolist(), using="dense", limit=10, search_params=params).points}
+                return {
+                    p.id
+                    for p in client.query_points(name, q.tolist(), using="dense", limit=10, search_params=params).points
+                }
+
             overlap.append(len(top(models.SearchParams(hnsw_ef=hnsw_ef)) & top(models.SearchParams(exact=True))) / 10)
         return float(np.mean(overlap))
 
@@ -361,25 +396,49 @@ def test_hnsw_agrees_with_the_exact_scan(tmp_path):
 def test_unsupported_features_say_what_to_do(tmp_path):
     client = EdgeClient(tmp_path / "q")
     with pytest.raises(EdgeUnsupportedError, match="datatype"):
-        client.create_collection("s", vectors_config={"dense": models.VectorParams(size=2, distance=models.Distance.COSINE)},
-                                 sparse_vectors_config={"bm25": models.SparseVectorParams(
-                                     index=models.SparseIndexParams(datatype=models.Datatype.FLOAT16))})
+        client.create_collection(
+            "s",
+            vectors_config={"dense": models.VectorParams(size=2, distance=models.Distance.COSINE)},
+            sparse_vectors_config={
+                "bm25": models.SparseVectorParams(index=models.SparseIndexParams(datatype=models.Datatype.FLOAT16))
+            },
+        )
     with pytest.raises(EdgeUnsupportedError, match="quantization_config"):
-        client.create_collection("h", vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE),
-                                 quantization_config=models.ScalarQuantization(
-                                     scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8)))
+        client.create_collection(
+            "h",
+            vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE),
+            quantization_config=models.ScalarQuantization(
+                scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8)
+            ),
+        )
     vector_collection(client, "c", 2)
     with pytest.raises(EdgeUnsupportedError, match="geo"):
-        client.count("c", count_filter=models.Filter(must=[models.FieldCondition(
-            key="where", geo_radius=models.GeoRadius(center=models.GeoPoint(lon=0, lat=0), radius=1.0))]))
+        client.count(
+            "c",
+            count_filter=models.Filter(
+                must=[
+                    models.FieldCondition(
+                        key="where", geo_radius=models.GeoRadius(center=models.GeoPoint(lon=0, lat=0), radius=1.0)
+                    )
+                ]
+            ),
+        )
     dense = models.Prefetch(query=[1.0, 0.0], using="dense", limit=5)
     for kwargs, says in [
-        ({"query": models.RecommendQuery(recommend=models.RecommendInput(positive=[1]))}, "RecommendQuery.*engine local"),
+        (
+            {"query": models.RecommendQuery(recommend=models.RecommendInput(positive=[1]))},
+            "RecommendQuery.*engine local",
+        ),
         ({"query": models.NearestQuery(nearest=[1.0, 0.0], mmr=models.Mmr())}, "mmr"),
         ({"query": models.FusionQuery(fusion=models.Fusion.RRF)}, "without prefetches"),
         ({"query": [1.0, 0.0], "prefetch": [dense]}, "over prefetches"),  # re-scoring prefetches is not mapped
-        ({"query": models.FusionQuery(fusion=models.Fusion.RRF),
-          "prefetch": [models.Prefetch(prefetch=[dense], query=models.FusionQuery(fusion=models.Fusion.RRF))]}, "nested"),
+        (
+            {
+                "query": models.FusionQuery(fusion=models.Fusion.RRF),
+                "prefetch": [models.Prefetch(prefetch=[dense], query=models.FusionQuery(fusion=models.Fusion.RRF))],
+            },
+            "nested",
+        ),
         ({"query": models.SparseVector(indices=[1], values=[1.0])}, "needs `using`"),
     ]:
         with pytest.raises(EdgeUnsupportedError, match=says):
@@ -428,8 +487,9 @@ def test_serving_fingerprint_sees_an_in_place_update(tmp_path, embedder):  # noq
         sync_collection(client, chunk_table(TEXTS), embedder, strategy="t", model="wordllama")
         first = source_fingerprint(tmp_path, "t", settings)
         assert source_fingerprint(tmp_path, "t", settings) == first
-        changed = sync_collection(client, chunk_table(dict(TEXTS, cats="Cats nap all day.")), embedder, strategy="t",
-                                  model="wordllama")
+        changed = sync_collection(
+            client, chunk_table(dict(TEXTS, cats="Cats nap all day.")), embedder, strategy="t", model="wordllama"
+        )
         assert (changed.updated, changed.rebuilt) == (1, False)
         assert source_fingerprint(tmp_path, "t", settings) != first  # the in-place write is visible to serving
         assert alias_target(client, CollectionName("t", "wordllama").alias) == changed.collection
@@ -459,8 +519,14 @@ def test_scroll_pages_through_every_point_by_string_offsets(tmp_path):
     client = EdgeClient(tmp_path / "q")
     vector_collection(client, "c", 2)
     chunk_ids = [f"chunk-{i}" for i in range(50)]
-    client.upsert("c", models.Batch(ids=[point_id(c) for c in chunk_ids], vectors={"dense": [[1.0, i] for i in range(50)]},
-                                    payloads=[{"chunk_id": c} for c in chunk_ids]))
+    client.upsert(
+        "c",
+        models.Batch(
+            ids=[point_id(c) for c in chunk_ids],
+            vectors={"dense": [[1.0, i] for i in range(50)]},
+            payloads=[{"chunk_id": c} for c in chunk_ids],
+        ),
+    )
     seen, offset, pages = [], None, 0
     while True:
         points, offset = client.scroll("c", limit=7, offset=offset, with_payload=["chunk_id"])
@@ -497,15 +563,25 @@ def hybrid_corpus(n: int = 300, seed: int = 5) -> list[models.PointStruct]:
     points = []
     for i in range(n):
         words = list(rng.choice(WORDS, size=int(rng.integers(4, 25)), p=zipf / zipf.sum()))
-        points.append(models.PointStruct(id=i + 1, payload={"group": i % 3}, vector={
-            "dense": rng.normal(size=DENSE_DIM).tolist(), "bm25": hashed_bag(words, float(rng.uniform(0.5, 1.5)))}))
+        points.append(
+            models.PointStruct(
+                id=i + 1,
+                payload={"group": i % 3},
+                vector={
+                    "dense": rng.normal(size=DENSE_DIM).tolist(),
+                    "bm25": hashed_bag(words, float(rng.uniform(0.5, 1.5))),
+                },
+            )
+        )
     return points
 
 
 def hybrid_collection(client, name: str = "h", points: list[models.PointStruct] | None = None) -> None:
-    client.create_collection(name, vectors_config={"dense": models.VectorParams(size=DENSE_DIM,
-                                                                                distance=models.Distance.COSINE)},
-                             sparse_vectors_config={"bm25": IDF})
+    client.create_collection(
+        name,
+        vectors_config={"dense": models.VectorParams(size=DENSE_DIM, distance=models.Distance.COSINE)},
+        sparse_vectors_config={"bm25": IDF},
+    )
     client.upsert(name, hybrid_corpus() if points is None else points)
 
 
@@ -562,28 +638,51 @@ def test_idf_modifier_weighs_rare_terms_up(tmp_path):
     # document repeating the common term does.
     client = EdgeClient(tmp_path / "q")
     for name, modifier in (("idf", models.Modifier.IDF), ("plain", None)):
-        client.create_collection(name, vectors_config={},
-                                 sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=modifier)})
-        common = [models.PointStruct(id=i, vector={"bm25": models.SparseVector(indices=[1], values=[3.0])})
-                  for i in range(1, 20)]
-        client.upsert(name, common + [models.PointStruct(id=20, vector={"bm25": models.SparseVector(indices=[2], values=[1.0])})])
+        client.create_collection(
+            name, vectors_config={}, sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=modifier)}
+        )
+        common = [
+            models.PointStruct(id=i, vector={"bm25": models.SparseVector(indices=[1], values=[3.0])})
+            for i in range(1, 20)
+        ]
+        client.upsert(
+            name, common + [models.PointStruct(id=20, vector={"bm25": models.SparseVector(indices=[2], values=[1.0])})]
+        )
     query = models.SparseVector(indices=[1, 2], values=[1.0, 1.0])
     assert client.query_points("idf", query=query, using="bm25", limit=1).points[0].id == 20
     assert client.query_points("plain", query=query, using="bm25", limit=1).points[0].id != 20
     client.close()
 
 
-def fused(client, dense: list[float], sparse: models.SparseVector, fusion, limit: int, prefetch_limit: int = 20,
-          query_filter: models.Filter | None = None, exact: bool = False) -> list[tuple[int, float]]:
+def fused(
+    client,
+    dense: list[float],
+    sparse: models.SparseVector,
+    fusion,
+    limit: int,
+    prefetch_limit: int = 20,
+    query_filter: models.Filter | None = None,
+    exact: bool = False,
+) -> list[tuple[int, float]]:
     params = models.SearchParams(exact=True) if exact else None
-    return scored(client.query_points("h", prefetch=[
-        models.Prefetch(query=dense, using="dense", limit=prefetch_limit, params=params),
-        models.Prefetch(query=sparse, using="bm25", limit=prefetch_limit)],
-        query=fusion, query_filter=query_filter, limit=limit, with_payload=True))
+    return scored(
+        client.query_points(
+            "h",
+            prefetch=[
+                models.Prefetch(query=dense, using="dense", limit=prefetch_limit, params=params),
+                models.Prefetch(query=sparse, using="bm25", limit=prefetch_limit),
+            ],
+            query=fusion,
+            query_filter=query_filter,
+            limit=limit,
+            with_payload=True,
+        )
+    )
 
 
-def assert_same_fusion(edge_hits: list[tuple[int, float]], local_hits: list[tuple[int, float]],
-                       local_all: list[tuple[int, float]]) -> None:
+def assert_same_fusion(
+    edge_hits: list[tuple[int, float]], local_hits: list[tuple[int, float]], local_all: list[tuple[int, float]]
+) -> None:
     """The same fused scores rank by rank, and each id edge returns has that score in local mode's whole fused
     list: the same top-k up to the order of tied points (see rag.index.edge's docstring)."""
     assert [s for _, s in edge_hits] == pytest.approx([s for _, s in local_hits], rel=1e-5)
@@ -592,10 +691,15 @@ def assert_same_fusion(edge_hits: list[tuple[int, float]], local_hits: list[tupl
     assert len({i for i, _ in edge_hits}) == len(edge_hits)
 
 
-@pytest.mark.parametrize("fusion", [models.FusionQuery(fusion=models.Fusion.RRF),
-                                    models.FusionQuery(fusion=models.Fusion.DBSF),
-                                    models.RrfQuery(rrf=models.Rrf(k=60, weights=[1.0, 3.0]))],
-                         ids=["rrf", "dbsf", "rrf-k60-weighted"])
+@pytest.mark.parametrize(
+    "fusion",
+    [
+        models.FusionQuery(fusion=models.Fusion.RRF),
+        models.FusionQuery(fusion=models.Fusion.DBSF),
+        models.RrfQuery(rrf=models.Rrf(k=60, weights=[1.0, 3.0])),
+    ],
+    ids=["rrf", "dbsf", "rrf-k60-weighted"],
+)
 def test_fused_queries_rank_as_local_mode(engines, fusion):
     local, edge = engines
     rng = np.random.default_rng(12)
@@ -617,7 +721,9 @@ def test_fusion_over_an_hnsw_index_with_exact_prefetch(tmp_path):
     from qdrant_client import QdrantClient
 
     local = QdrantClient(location=":memory:")
-    edge = EdgeClient(tmp_path / "q", EdgeOptions(indexing_threshold_kb=1, full_scan_threshold_kb=1, max_indexing_threads=1))
+    edge = EdgeClient(
+        tmp_path / "q", EdgeOptions(indexing_threshold_kb=1, full_scan_threshold_kb=1, max_indexing_threads=1)
+    )
     for client in (local, edge):
         hybrid_collection(client)
     edge.optimize("h")
@@ -628,8 +734,11 @@ def test_fusion_over_an_hnsw_index_with_exact_prefetch(tmp_path):
         dense, sparse = rng.normal(size=DENSE_DIM).tolist(), sparse_query(rng)
         local_all = fused(local, dense, sparse, rrf, limit=40, exact=True)
         assert dict(fused(edge, dense, sparse, rrf, limit=40, exact=True)) == pytest.approx(dict(local_all), rel=1e-5)
-        assert_same_fusion(fused(edge, dense, sparse, rrf, limit=10, exact=True),
-                           fused(local, dense, sparse, rrf, limit=10, exact=True), local_all)
+        assert_same_fusion(
+            fused(edge, dense, sparse, rrf, limit=10, exact=True),
+            fused(local, dense, sparse, rrf, limit=10, exact=True),
+            local_all,
+        )
     edge.close()
     local.close()
 
@@ -641,17 +750,28 @@ def test_a_filter_applies_to_fused_results_and_inside_each_prefetch(engines):
     rrf = models.FusionQuery(fusion=models.Fusion.RRF)
     for _ in range(10):
         dense, sparse = rng.normal(size=DENSE_DIM).tolist(), sparse_query(rng, terms=6)
-        hits = edge.query_points("h", prefetch=[models.Prefetch(query=dense, using="dense", limit=20),
-                                                models.Prefetch(query=sparse, using="bm25", limit=20)],
-                                 query=rrf, query_filter=group, limit=40, with_payload=True).points
+        hits = edge.query_points(
+            "h",
+            prefetch=[
+                models.Prefetch(query=dense, using="dense", limit=20),
+                models.Prefetch(query=sparse, using="bm25", limit=20),
+            ],
+            query=rrf,
+            query_filter=group,
+            limit=40,
+            with_payload=True,
+        ).points
         assert hits and all(p.payload["group"] == 1 for p in hits)
         # Filtered after fusion, 40 candidates would leave about a third; filtered inside, the dense prefetch
         # alone brings 20 points of group 1.
         assert len(hits) >= 20
         local_all = fused(local, dense, sparse, rrf, limit=40, query_filter=group)
         assert {p.id: p.score for p in hits} == pytest.approx(dict(local_all), rel=1e-5)
-        assert_same_fusion(fused(edge, dense, sparse, rrf, limit=5, query_filter=group),
-                           fused(local, dense, sparse, rrf, limit=5, query_filter=group), local_all)
+        assert_same_fusion(
+            fused(edge, dense, sparse, rrf, limit=5, query_filter=group),
+            fused(local, dense, sparse, rrf, limit=5, query_filter=group),
+            local_all,
+        )
 
 
 def test_sparse_vectors_and_config_survive_a_reopen(tmp_path):
@@ -685,8 +805,11 @@ def test_idf_keeps_counting_deleted_points_until_a_vacuum(tmp_path):
         return models.PointStruct(id=i, vector={"bm25": models.SparseVector(indices=[t], values=[1.0])})
 
     def top_score(client) -> float:
-        return client.query_points("s", query=models.SparseVector(indices=[1], values=[1.0]), using="bm25",
-                                   limit=1).points[0].score
+        return (
+            client.query_points("s", query=models.SparseVector(indices=[1], values=[1.0]), using="bm25", limit=1)
+            .points[0]
+            .score
+        )
 
     n = 2000  # past the vacuum's minimum segment size
     local, edge = QdrantClient(location=":memory:"), EdgeClient(tmp_path / "q")
@@ -697,6 +820,7 @@ def test_idf_keeps_counting_deleted_points_until_a_vacuum(tmp_path):
     doomed = [i for i in range(3, n + 1, 2)]  # every term-1 point but id 1
     for client in (local, edge):
         client.delete("s", models.PointIdsList(points=doomed))
+
     def idf(points: int, df: int) -> float:  # Qdrant's IDF, which both engines use
         return math.log((points - df + 0.5) / (df + 0.5) + 1)
 
@@ -748,10 +872,19 @@ def test_graph_build_parameters_reach_the_engine_and_outlive_a_reopen(tmp_path, 
 
     def recall(c, name: str) -> float:
         def top(params):
-            return [{p.id for p in c.query_points(name, q.tolist(), using="dense", limit=10, search_params=params).points}
-                    for q in queries]
-        return float(np.mean([len(a & b) / 10 for a, b in zip(top(models.SearchParams(hnsw_ef=10)),
-                                                                top(models.SearchParams(exact=True)))]))
+            return [
+                {p.id for p in c.query_points(name, q.tolist(), using="dense", limit=10, search_params=params).points}
+                for q in queries
+            ]
+
+        return float(
+            np.mean(
+                [
+                    len(a & b) / 10
+                    for a, b in zip(top(models.SearchParams(hnsw_ef=10)), top(models.SearchParams(exact=True)))
+                ]
+            )
+        )
 
     thin, dense = recall(client, "thin"), recall(client, "dense")
     assert dense >= thin + 0.1, (thin, dense)  # the graph really was built with the parameters given
@@ -760,7 +893,9 @@ def test_graph_build_parameters_reach_the_engine_and_outlive_a_reopen(tmp_path, 
     client = EdgeClient(tmp_path / "q", options)  # every load passes the kept parameters to Edge again
     assert client.get_collection("thin").config.hnsw_config == models.HnswConfigDiff(m=4, ef_construct=8)
     assert recall(client, "thin") == thin and recall(client, "dense") == dense
-    client.create_collection("more", vectors_config={"dense": models.VectorParams(size=dim, distance=models.Distance.COSINE)})
+    client.create_collection(
+        "more", vectors_config={"dense": models.VectorParams(size=dim, distance=models.Distance.COSINE)}
+    )
     assert client.get_collection("more").config.hnsw_config is None  # none given: Edge's defaults, nothing kept
     replica = EdgeClient(tmp_path / "r", options)
     copy_collection(client, replica, "dense")  # the point-by-point copy builds the same graph
@@ -769,7 +904,10 @@ def test_graph_build_parameters_reach_the_engine_and_outlive_a_reopen(tmp_path, 
     with pytest.raises(ValueError, match="RAG_HNSW_M='many': give a whole number"):
         HnswBuild.from_env()
     with pytest.raises(EdgeUnsupportedError, match="full_scan_threshold"):
-        client.create_collection("h", vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE),
-                                 hnsw_config=models.HnswConfigDiff(m=8, full_scan_threshold=5))
+        client.create_collection(
+            "h",
+            vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE),
+            hnsw_config=models.HnswConfigDiff(m=8, full_scan_threshold=5),
+        )
     replica.close()
     client.close()

@@ -1,5 +1,6 @@
 """Index-layer correctness: l2 scores as similarities, BM25 versions a reader can still load, incremental sync
 that never hides a changed document, and clean-up that never drops a collection an alias serves."""
+
 import os
 
 import numpy as np
@@ -58,6 +59,7 @@ def test_min_score_keeps_the_close_l2_points(l2_index):
 
 
 # --- 2. BM25: the previous version outlives the pointer swap ----------------------------------------------------
+
 
 def bm25(texts: dict[str, str], fingerprint: str) -> BM25Index:
     return BM25Index.build(list(texts), list(texts.values()), fingerprint)
@@ -120,12 +122,13 @@ def test_files_and_folder_are_fsynced_before_the_pointer_swap(tmp_path, monkeypa
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(module, "atomic_write", swap)
     bm25({"cats": TEXTS["cats"]}, "v1").save(tmp_path)
-    before = {path for kind, path in events[:events.index(("swap", str(tmp_path / "CURRENT")))] if kind == "fsync"}
+    before = {path for kind, path in events[: events.index(("swap", str(tmp_path / "CURRENT")))] if kind == "fsync"}
     assert any(p.endswith("/chunk_ids.json") for p in before) and any("/bm25s/" in p for p in before)
     assert str(tmp_path) in before  # the folder's rename is durable before CURRENT names it
 
 
 # --- 3. incremental sync: upsert before delete ----------------------------------------------------------------
+
 
 class Watched:
     """A client that runs `check` after every write, as a search arriving between two steps would."""
@@ -157,8 +160,12 @@ def test_a_changed_document_is_findable_between_every_sync_step(client, embedder
 
     def findable():
         index = Index(chunks.set_index("chunk_id"), None, client, first.alias, embedder)
-        hits = retrieve(index, "rye bread baked from flour, water, yeast and salt in a hot oven", "dense",
-                        RetrievalParams(k=1, filters={"doc_ids": ["doc-bread"]}))
+        hits = retrieve(
+            index,
+            "rye bread baked from flour, water, yeast and salt in a hot oven",
+            "dense",
+            RetrievalParams(k=1, filters={"doc_ids": ["doc-bread"]}),
+        )
         return ids(hits)
 
     watched = Watched(client, findable)
@@ -166,11 +173,14 @@ def test_a_changed_document_is_findable_between_every_sync_step(client, embedder
     assert [op for op, _ in watched.ops] == ["upsert", "delete"]
     assert [found for _, found in watched.ops] == [["bread-v2"], ["bread-v2"]]
     assert (run.added, run.updated, run.deleted, run.rebuilt) == (1, 1, 1, False)
-    stored = {p.payload["chunk_id"]: p.payload["text"] for p in client.scroll(run.alias, limit=100, with_payload=True)[0]}
+    stored = {
+        p.payload["chunk_id"]: p.payload["text"] for p in client.scroll(run.alias, limit=100, with_payload=True)[0]
+    }
     assert set(stored) == set(texts) and stored["pasta"].startswith("Fresh")
 
 
 # --- 4. clean-up keeps every alias target --------------------------------------------------------------------
+
 
 def test_clean_up_never_drops_a_collection_production_serves(client, embedder):  # noqa: F811
     chunks, name = chunk_table(TEXTS), CollectionName("keep", "wordllama")

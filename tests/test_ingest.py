@@ -1,4 +1,5 @@
 """Incremental parsing and chunking: only what changed is redone; bad files never stop a run."""
+
 import shutil
 
 import pytest
@@ -26,6 +27,7 @@ def counting_parser(calls):
     def parse(path, settings, **kw):
         calls.append(kw["doc_id"])
         return parse_file(path, settings, **kw)
+
     return parse
 
 
@@ -33,16 +35,23 @@ def test_second_run_parses_nothing_and_a_touched_file_alone_is_reparsed(corpus):
     settings = ParseSettings()
     first = update_documents(scan_folder(corpus), None, None, settings)
     assert sorted(first.parsed) == ["notes.txt", "scotus-transcript-p1.pdf", "sub/fake-html.html"]
-    assert dict(zip(first.quarantine.doc_id, first.quarantine.reason)) == {"broken.pdf": "malformed", "sub/password-example.pdf": "encrypted"}
+    assert dict(zip(first.quarantine.doc_id, first.quarantine.reason)) == {
+        "broken.pdf": "malformed",
+        "sub/password-example.pdf": "encrypted",
+    }
 
     calls = []
-    second = update_documents(scan_folder(corpus), first.documents, first.quarantine, settings, parse=counting_parser(calls))
+    second = update_documents(
+        scan_folder(corpus), first.documents, first.quarantine, settings, parse=counting_parser(calls)
+    )
     assert calls == [] and second.parsed == [] and len(second.unchanged) == 5
     assert second.documents.equals(first.documents)
 
     (corpus / "notes.txt").write_text("First note, edited. Now it says something else.")
     (corpus / "sub" / "fake-html.html").unlink()
-    third = update_documents(scan_folder(corpus), second.documents, second.quarantine, settings, parse=counting_parser(calls))
+    third = update_documents(
+        scan_folder(corpus), second.documents, second.quarantine, settings, parse=counting_parser(calls)
+    )
     assert calls == ["notes.txt"] and third.removed == ["sub/fake-html.html"]
     assert "edited" in third.documents.set_index("doc_id").loc["notes.txt", "canonical_text"]
 
@@ -50,8 +59,13 @@ def test_second_run_parses_nothing_and_a_touched_file_alone_is_reparsed(corpus):
 def test_adding_a_password_retries_only_the_encrypted_file(corpus):
     first = update_documents(scan_folder(corpus), None, None, ParseSettings())
     calls = []
-    second = update_documents(scan_folder(corpus), first.documents, first.quarantine,
-                              ParseSettings(pdf_passwords={"sub/password-example.pdf": "test"}), parse=counting_parser(calls))
+    second = update_documents(
+        scan_folder(corpus),
+        first.documents,
+        first.quarantine,
+        ParseSettings(pdf_passwords={"sub/password-example.pdf": "test"}),
+        parse=counting_parser(calls),
+    )
     # Settings changed, so everything is re-parsed once; the encrypted file now succeeds.
     assert "sub/password-example.pdf" in second.parsed
     assert list(second.quarantine.doc_id) == ["broken.pdf"]

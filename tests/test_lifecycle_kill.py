@@ -9,6 +9,7 @@ The child process concludes a canary with "promote" (or reverts that promotion) 
 its k-th side effect (the intent written, an alias swapped, a manifest record, the state, the log line, the
 intent cleared), for k = 1, 2, ... until a run finishes without reaching k. Collections are built before any of
 that (by the canary's start), so the child reuses them instead of loading the model again."""
+
 import os
 import shutil
 import signal
@@ -90,9 +91,22 @@ def canary_of_v2(root: Path):
     v1 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
     promote("embedder", registry, v1, target=target, force_reason="the starting point", log=quiet)
     v2 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
-    registry.update_metrics("embedder", v2.version, {"gate": {
-        **sound(registry, "embedder"), "passed": True, "criterion": "not_worse", "better": False, "not_worse": True,
-        "candidate_version": "v2", "production_version": "v1", "gated_at": "2026-01-01T00:00:00+00:00"}})
+    registry.update_metrics(
+        "embedder",
+        v2.version,
+        {
+            "gate": {
+                **sound(registry, "embedder"),
+                "passed": True,
+                "criterion": "not_worse",
+                "better": False,
+                "not_worse": True,
+                "candidate_version": "v2",
+                "production_version": "v1",
+                "gated_at": "2026-01-01T00:00:00+00:00",
+            }
+        },
+    )
     start("embedder", registry, "v2", 0.2, target=target, log=quiet)
     return registry, target
 
@@ -113,8 +127,16 @@ def prepared(tmp_path_factory):
     promoted = base.parent / "promoted"
     shutil.copytree(base, promoted)
     qdrant = QdrantSettings(path=str(promoted / "qdrant"))
-    conclude("embedder", ModelRegistry(promoted / "models"), "promote", "won", candidate="v2", evidence_source=won(),
-             target=ServingTarget(TableStore(promoted / "tables"), lambda: get_client(qdrant), ["t"]), log=quiet)
+    conclude(
+        "embedder",
+        ModelRegistry(promoted / "models"),
+        "promote",
+        "won",
+        candidate="v2",
+        evidence_source=won(),
+        target=ServingTarget(TableStore(promoted / "tables"), lambda: get_client(qdrant), ["t"]),
+        log=quiet,
+    )
     close_client(qdrant)
     return {"promote": base, "rollback": promoted}
 
@@ -125,7 +147,9 @@ def killed_at(source: Path, workdir: Path, op: str, k: int) -> tuple[Path, int]:
     env = {**os.environ, "RAG_DATA_DIR": str(root), "KILL_AT": str(k), "PYTHONPATH": str(REPO)}
     for name in ("QDRANT_URL", "RAG_QDRANT_PATH", "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
         env.pop(name, None)
-    child = subprocess.run([sys.executable, "-c", CHILD, op], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD, op], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
     assert child.returncode in (0, -signal.SIGKILL), child.stderr[-3000:]
     return root, child.returncode
 
@@ -151,7 +175,10 @@ def restarted(root: Path, monkeypatch) -> dict:
     try:
         db = get_client(qdrant)
         production = registry.resolve("embedder", "production")
-        aliases = {"serving": alias_target(db, "t__production"), "production's own": alias_target(db, f"t__{production.name}")}
+        aliases = {
+            "serving": alias_target(db, "t__production"),
+            "production's own": alias_target(db, f"t__{production.name}"),
+        }
     finally:
         close_client(qdrant)
     return {"served": served, "production": production, "aliases": aliases, **consistency(registry, "embedder")}
@@ -193,22 +220,40 @@ def interrupted_at(source: Path, workdir: Path, op: str, k: int, monkeypatch) ->
             if done[0] == k:
                 raise Interrupted(f"after side effect {k}")
             return out
+
         return wrapper
 
-    for owner, name in [(journal, "_write_intent"), (journal, "point_alias_to"), (journal, "_write_state"),
-                        (journal, "append_log"), (journal, "_clear_intent"), (ModelRegistry, "set_alias"),
-                        (ModelRegistry, "update_metrics")]:
+    for owner, name in [
+        (journal, "_write_intent"),
+        (journal, "point_alias_to"),
+        (journal, "_write_state"),
+        (journal, "append_log"),
+        (journal, "_clear_intent"),
+        (ModelRegistry, "set_alias"),
+        (ModelRegistry, "update_metrics"),
+    ]:
         monkeypatch.setattr(owner, name, counted(getattr(owner, name)))
     qdrant = QdrantSettings(path=str(root / "qdrant"))
     client = get_client(qdrant)
-    monkeypatch.setattr(promotion, "build_collections",
-                        lambda mv, **kw: {s: alias_target(client, f"{s}__{mv.name}") for s in kw["strategies"]})
+    monkeypatch.setattr(
+        promotion,
+        "build_collections",
+        lambda mv, **kw: {s: alias_target(client, f"{s}__{mv.name}") for s in kw["strategies"]},
+    )
     target = ServingTarget.of_client(TableStore(root / "tables"), client, ["t"])
     registry = ModelRegistry(root / "models")
     try:
         if op == "promote":
-            conclude("embedder", registry, "promote", "kill test", candidate="v2", evidence_source=won(), target=target,
-                     log=quiet)
+            conclude(
+                "embedder",
+                registry,
+                "promote",
+                "kill test",
+                candidate="v2",
+                evidence_source=won(),
+                target=target,
+                log=quiet,
+            )
         else:
             roll_back_rollout("embedder", registry, "kill test", target=target, log=quiet)
         return root, False
@@ -230,14 +275,19 @@ def recovered(root: Path) -> dict:
         db = get_client(qdrant)
         recover(registry, lambda: db, log=quiet)
         production = registry.resolve("embedder", "production")
-        aliases = {"serving": alias_target(db, "t__production"), "production's own": alias_target(db, f"t__{production.name}")}
+        aliases = {
+            "serving": alias_target(db, "t__production"),
+            "production's own": alias_target(db, f"t__{production.name}"),
+        }
     finally:
         close_client(qdrant)
     return {"production": production, "aliases": aliases, **consistency(registry, "embedder")}
 
 
 @pytest.mark.parametrize("op, before, after", [("promote", "v1", "v2"), ("rollback", "v2", "v1")])
-def test_interrupted_after_every_step_the_next_open_ends_on_one_side(prepared, tmp_path, monkeypatch, op, before, after):
+def test_interrupted_after_every_step_the_next_open_ends_on_one_side(
+    prepared, tmp_path, monkeypatch, op, before, after
+):
     outcomes = []
     for k in range(1, 30):
         root, interrupted = interrupted_at(prepared[op], tmp_path, op, k, monkeypatch)

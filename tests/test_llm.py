@@ -1,5 +1,6 @@
 """rag.llm: backend registry, response cache, OpenAI-compatible HTTP backend (against a local server),
 FakeLLM, and (slow) the real SmolLM2 / Gemma 3 GGUF models that ship in PyPI packages."""
+
 from __future__ import annotations
 
 import json
@@ -74,8 +75,14 @@ def server():
 
 
 def openai_settings(srv: FakeOpenAIServer, tmp_path: Path, **kw) -> LLMSettings:
-    base = dict(backend="openai", model="tiny", base_url=srv.url, cache_dir=str(tmp_path / "cache"),
-                retry_backoff_s=0.01, timeout_s=5.0)
+    base = dict(
+        backend="openai",
+        model="tiny",
+        base_url=srv.url,
+        cache_dir=str(tmp_path / "cache"),
+        retry_backoff_s=0.01,
+        timeout_s=5.0,
+    )
     return LLMSettings(**(base | kw))
 
 
@@ -141,9 +148,14 @@ def test_second_identical_call_is_a_cache_hit(tmp_path):
     assert llm.cache_hits == 2
 
 
-@pytest.mark.parametrize("change", [
-    dict(max_new_tokens=10), dict(stop=["."]), dict(prompt="Q: how?\nA:"),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(max_new_tokens=10),
+        dict(stop=["."]),
+        dict(prompt="Q: how?\nA:"),
+    ],
+)
 def test_different_request_is_a_miss(tmp_path, change):
     llm, fake = cached_fake(tmp_path)
     base = dict(prompt="Q: why?\nA:", max_new_tokens=None, stop=["\n"])
@@ -159,8 +171,12 @@ def test_generation_params_and_model_are_part_of_the_key(tmp_path):
     sampled, fake = cached_fake(tmp_path, temperature=0.7)
     sampled.complete("x")
     assert sampled.cache_misses == 1 and fake.call_count == 1
-    other = CachedLLM(FakeLLM("y", name="fake:other"), ResponseCache(tmp_path / "responses.sqlite"),
-                      default_max_new_tokens=64, params={"temperature": 0.0})
+    other = CachedLLM(
+        FakeLLM("y", name="fake:other"),
+        ResponseCache(tmp_path / "responses.sqlite"),
+        default_max_new_tokens=64,
+        params={"temperature": 0.0},
+    )
     assert other.complete("x") == "y" and other.cache_misses == 1
 
 
@@ -234,8 +250,14 @@ def test_openai_complete_and_chat(server, tmp_path, monkeypatch):
     first, second = server.requests
     assert first["path"] == "/v1/completions" and second["path"] == "/v1/chat/completions"
     assert first["headers"]["Authorization"] == "Bearer sk-test-123"
-    assert first["body"] == {"model": "tiny", "prompt": "Q: capital of France?\nA:", "max_tokens": 7,
-                             "temperature": 0.0, "seed": 42, "stop": ["\n"]}
+    assert first["body"] == {
+        "model": "tiny",
+        "prompt": "Q: capital of France?\nA:",
+        "max_tokens": 7,
+        "temperature": 0.0,
+        "seed": 42,
+        "stop": ["\n"],
+    }
     assert second["body"]["messages"] == [{"role": "user", "content": "hi"}]
     assert "sk-test-123" not in json.dumps(llm.inner.__dict__, default=str)  # key is not kept in settings/attrs
 
@@ -299,8 +321,14 @@ def test_openai_connection_refused_is_a_clear_error(tmp_path):
     with socket.socket() as sock:  # a port that nothing listens on once closed
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    settings = LLMSettings(backend="openai", model="tiny", base_url=f"http://127.0.0.1:{port}/v1",
-                           cache_dir=str(tmp_path), retries=1, retry_backoff_s=0.01)
+    settings = LLMSettings(
+        backend="openai",
+        model="tiny",
+        base_url=f"http://127.0.0.1:{port}/v1",
+        cache_dir=str(tmp_path),
+        retries=1,
+        retry_backoff_s=0.01,
+    )
     with pytest.raises(LLMError, match=f"127.0.0.1:{port}/v1/chat/completions.*connection failed"):
         load_llm(settings).chat([{"role": "user", "content": "x"}])
 
@@ -314,8 +342,10 @@ def test_openai_bad_json_shape_is_a_clear_error(server, tmp_path):
 # ---------------------------------------------------------------- real local models (slow)
 
 
-FEW_SHOT = ("Question: What is the capital of France?\nAnswer: Paris\n\n"
-            "Question: What colour is the sky on a clear day?\nAnswer:")
+FEW_SHOT = (
+    "Question: What is the capital of France?\nAnswer: Paris\n\n"
+    "Question: What colour is the sky on a clear day?\nAnswer:"
+)
 
 
 @pytest.mark.slow

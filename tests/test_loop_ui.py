@@ -10,6 +10,7 @@
 - a QdrantLockedError is retried by the op, and canary_sensor requests a failed decision again (attempt in run_key).
 
 Fake weights throughout: nothing is embedded (reranker canaries never open Qdrant)."""
+
 import sys
 import types
 
@@ -46,11 +47,21 @@ def loop(tmp_path):
     feedback = FeedbackLoop(db_url=store.url, data_dir=str(root))
     # As tests/test_rollout_serving.py: a lenient alpha so a few simulated wins decide, no latency breach.
     rollout = Rollout(alpha=0.2, min_latency_samples=5, latency_p95_allowance_ms=10_000)
-    resources = {"data_store": DataStore(data_dir=str(root)), "feedback_loop": feedback, "rollout": rollout,
-                 "qdrant": QdrantResource(url=None, path=str(root / "qdrant"))}
+    resources = {
+        "data_store": DataStore(data_dir=str(root)),
+        "feedback_loop": feedback,
+        "rollout": rollout,
+        "qdrant": QdrantResource(url=None, path=str(root / "qdrant")),
+    }
     with DagsterInstance.ephemeral() as instance:
-        yield {"root": root, "registry": registry, "store": store, "resources": resources, "instance": instance,
-               "r1": r1}
+        yield {
+            "root": root,
+            "registry": registry,
+            "store": store,
+            "resources": resources,
+            "instance": instance,
+            "r1": r1,
+        }
     store.close()
 
 
@@ -78,8 +89,19 @@ def test_canary_sensor_observes_the_loop_state_only_when_it_changed(loop, monkey
     monkeypatch.setitem(sys.modules, "rag.registry.tracking", tracking)
     registry, r1 = loop["registry"], loop["r1"]
     gate = registry.resolve("reranker", "v1").metrics["gate"]
-    registry.update_metrics("reranker", "v1", {"gate": {**gate, "outcome": "better", "delta_ndcg@10": 0.031,
-                                                        "p_value_ndcg@10": 0.012, "gated_at": "2025-02-03T04:05:06+00:00"}})
+    registry.update_metrics(
+        "reranker",
+        "v1",
+        {
+            "gate": {
+                **gate,
+                "outcome": "better",
+                "delta_ndcg@10": 0.031,
+                "p_value_ndcg@10": 0.012,
+                "gated_at": "2025-02-03T04:05:06+00:00",
+            }
+        },
+    )
 
     first = tick(loop)  # no canary running: before, an idle tick observed nothing
     assert first.skip_reason.skip_message.startswith("no canary running (embedder: production ft-minilm-v1")
@@ -103,7 +125,12 @@ def test_canary_sensor_observes_the_loop_state_only_when_it_changed(loop, monkey
     seen = values(observation.metadata)
     assert seen["canary"].startswith(f"reranker {r1.name} on 50% of sessions since ")
     assert (seen["kind"], seen["stage"], seen["traffic_share"], seen["wins"], seen["losses"]) == (
-        "reranker", "canary", 0.5, 2, 0)
+        "reranker",
+        "canary",
+        0.5,
+        2,
+        0,
+    )
     assert seen["threshold"] > seen["log_likelihood_ratio"] > 0
     assert "reranker start v1" in seen["last_step"]
     assert tick(loop, running.cursor).asset_events == []
@@ -124,37 +151,63 @@ def test_rollout_jobs_materialize_production_and_the_sensor_does_not_repeat_them
     decided = tick(env)
     (request,) = decided.run_requests
     assert request.job_name == "promote_canary_job"
-    run = promote_canary_job.execute_in_process(run_config={**request.run_config, **QUIET_LOGS}, tags=request.tags,
-                                                resources=env["resources"], instance=env["instance"])
+    run = promote_canary_job.execute_in_process(
+        run_config={**request.run_config, **QUIET_LOGS},
+        tags=request.tags,
+        resources=env["resources"],
+        instance=env["instance"],
+    )
     assert run.success and registry.aliases()["reranker"].get("production") == "v1"
-    events = {e.asset_key.to_user_string(): values(e.materialization.metadata) for e in run.get_asset_materialization_events()}
+    events = {
+        e.asset_key.to_user_string(): values(e.materialization.metadata) for e in run.get_asset_materialization_events()
+    }
     assert set(events) == {"model_rollout", "production_reranker"}
-    assert (events["production_reranker"]["action"], events["production_reranker"]["production"],
-            events["production_reranker"]["production_version"], events["production_reranker"]["previous"]) == (
-        "promoted", r1.name, "v1", "no reranker (implicit v0)")
+    assert (
+        events["production_reranker"]["action"],
+        events["production_reranker"]["production"],
+        events["production_reranker"]["production_version"],
+        events["production_reranker"]["previous"],
+    ) == ("promoted", r1.name, "v1", "no reranker (implicit v0)")
     assert events["production_reranker"]["by"] == f"promote_canary_job run {run.run_id}"
-    assert events["model_rollout"]["reranker_production"] == r1.name and events["model_rollout"]["canary"] == "none running"
+    assert (
+        events["model_rollout"]["reranker_production"] == r1.name
+        and events["model_rollout"]["canary"] == "none running"
+    )
 
     # The job reported this state: the sensor's next tick (whose cursor still holds the canary) observes nothing.
     after = tick(env, decided.cursor)
     assert after.asset_events == [] and after.skip_reason.skip_message.startswith("no canary running")
 
     # An operator's revert from the UI moves production back: production_reranker says so.
-    undo = rollback_canary_job.execute_in_process(run_config={"ops": {"rollback_canary_op": {"config": {
-        "kind": "reranker"}}}, **QUIET_LOGS}, resources=env["resources"], instance=env["instance"])
+    undo = rollback_canary_job.execute_in_process(
+        run_config={"ops": {"rollback_canary_op": {"config": {"kind": "reranker"}}}, **QUIET_LOGS},
+        resources=env["resources"],
+        instance=env["instance"],
+    )
     assert undo.success
-    events = {e.asset_key.to_user_string(): values(e.materialization.metadata) for e in undo.get_asset_materialization_events()}
-    assert (events["production_reranker"]["action"], events["production_reranker"]["production"],
-            events["production_reranker"]["previous"]) == ("reverted", "no reranker (implicit v0)", r1.name)
+    events = {
+        e.asset_key.to_user_string(): values(e.materialization.metadata)
+        for e in undo.get_asset_materialization_events()
+    }
+    assert (
+        events["production_reranker"]["action"],
+        events["production_reranker"]["production"],
+        events["production_reranker"]["previous"],
+    ) == ("reverted", "no reranker (implicit v0)", r1.name)
     assert tick(env, after.cursor).asset_events == []
 
     # Ending a canary moves no production: only model_rollout.
     r2 = registry.register("reranker", fake_model(env["root"].parent / "r2"), {"base_model": "minilm"})
     verdict(registry, "reranker", r2, production=None)
     start("reranker", registry, "v2", 0.5, log=quiet)
-    stopped = rollback_canary_job.execute_in_process(run_config={"ops": {"rollback_canary_op": {"config": {
-        "kind": "reranker", "candidate": "v2", "reason": "guardrail"}}}, **QUIET_LOGS},
-        resources=env["resources"], instance=env["instance"])
+    stopped = rollback_canary_job.execute_in_process(
+        run_config={
+            "ops": {"rollback_canary_op": {"config": {"kind": "reranker", "candidate": "v2", "reason": "guardrail"}}},
+            **QUIET_LOGS,
+        },
+        resources=env["resources"],
+        instance=env["instance"],
+    )
     assert stopped.success and read_state(registry, "reranker").stage == "rolled_back"
     assert [e.asset_key.to_user_string() for e in stopped.get_asset_materialization_events()] == ["model_rollout"]
 
@@ -183,8 +236,12 @@ def test_promote_canary_job_retries_a_locked_qdrant_folder(loop, monkeypatch):
     winning_canary(loop)
     (request,) = tick(loop).run_requests
     calls = _locked_first(monkeypatch, times=1)
-    run = promote_canary_job.execute_in_process(run_config={**request.run_config, **QUIET_LOGS}, tags=request.tags,
-                                                resources=loop["resources"], instance=loop["instance"])
+    run = promote_canary_job.execute_in_process(
+        run_config={**request.run_config, **QUIET_LOGS},
+        tags=request.tags,
+        resources=loop["resources"],
+        instance=loop["instance"],
+    )
     assert run.success and calls == ["promote", "promote"]  # the op's retry concluded the canary
     assert [e.event_type_value for e in run.all_events].count("STEP_UP_FOR_RETRY") == 1
     assert loop["registry"].aliases()["reranker"].get("production") == "v1"
@@ -201,14 +258,22 @@ def test_canary_sensor_requests_a_decision_again_after_a_locked_qdrant_failure(l
     winning_canary(env)
 
     def launch(request):
-        return promote_canary_job.execute_in_process(run_config={**request.run_config, **QUIET_LOGS}, tags=request.tags,
-                                                     resources=env["resources"], instance=env["instance"],
-                                                     raise_on_error=False)
+        return promote_canary_job.execute_in_process(
+            run_config={**request.run_config, **QUIET_LOGS},
+            tags=request.tags,
+            resources=env["resources"],
+            instance=env["instance"],
+            raise_on_error=False,
+        )
 
     (first,) = tick(env).run_requests
     calls = _locked_first(monkeypatch, times=2)  # the run and its one retry both find the folder locked
     failed = launch(first)
-    assert not failed.success and calls == ["promote", "promote"] and read_state(env["registry"], "reranker").stage == "canary"
+    assert (
+        not failed.success
+        and calls == ["promote", "promote"]
+        and read_state(env["registry"], "reranker").stage == "canary"
+    )
 
     # Before: "failed: see its logs" and the canary stayed stuck. Now the next tick requests it again.
     (again,) = tick(env).run_requests
@@ -229,8 +294,11 @@ def test_canary_sensor_requests_a_decision_again_after_a_locked_qdrant_failure(l
     (retry,) = tick(env).run_requests
     assert retry.run_key.endswith(":attempt2") and not launch(retry).success
     stuck = tick(env)
-    assert stuck.run_requests == [] and " failed with QdrantLockedError in 2 of 2 attempts: see its logs, then roll " \
-        "back (rollback_canary_job)" in stuck.skip_reason.skip_message
+    assert (
+        stuck.run_requests == []
+        and " failed with QdrantLockedError in 2 of 2 attempts: see its logs, then roll back (rollback_canary_job)"
+        in stuck.skip_reason.skip_message
+    )
 
 
 def test_a_failure_that_is_not_a_locked_folder_is_not_retried(loop, monkeypatch):
@@ -244,9 +312,13 @@ def test_a_failure_that_is_not_a_locked_folder_is_not_retried(loop, monkeypatch)
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(rollout_jobs, "conclude", broken)
-    run = promote_canary_job.execute_in_process(run_config={**request.run_config, **QUIET_LOGS}, tags=request.tags,
-                                                resources=loop["resources"], instance=loop["instance"],
-                                                raise_on_error=False)
+    run = promote_canary_job.execute_in_process(
+        run_config={**request.run_config, **QUIET_LOGS},
+        tags=request.tags,
+        resources=loop["resources"],
+        instance=loop["instance"],
+        raise_on_error=False,
+    )
     assert not run.success
     after = tick(loop)
     assert after.run_requests == [] and "failed (not a retryable error): see its logs" in after.skip_reason.skip_message
@@ -271,15 +343,24 @@ def test_a_gate_that_reaches_no_verdict_says_so_and_observes_the_loop(loop, monk
         raise TooFewGateQuestions("only 4 held-out gate question(s) with a relevant chunk, the gate needs at least 5")
 
     monkeypatch.setattr(training, "gate_candidate", too_few)
-    result = materialize([training.trained_reranker, training.trained_reranker_gate], instance=loop["instance"],
-                         resources=loop["resources"], selection=AssetSelection.checks(training.trained_reranker_gate),
-                         raise_on_error=False, run_config=QUIET_LOGS)
+    result = materialize(
+        [training.trained_reranker, training.trained_reranker_gate],
+        instance=loop["instance"],
+        resources=loop["resources"],
+        selection=AssetSelection.checks(training.trained_reranker_gate),
+        raise_on_error=False,
+        run_config=QUIET_LOGS,
+    )
     (evaluation,) = result.get_asset_check_evaluations()
     assert not evaluation.passed and evaluation.severity.value == "WARN"
-    assert evaluation.metadata["verdict"].value == ("no verdict: only 4 held-out gate question(s) with a relevant chunk, "
-                                                    "the gate needs at least 5")
-    (observation,) = [e.asset_observation_data.asset_observation for e in result.all_events
-                      if e.event_type_value == "ASSET_OBSERVATION"]
+    assert evaluation.metadata["verdict"].value == (
+        "no verdict: only 4 held-out gate question(s) with a relevant chunk, the gate needs at least 5"
+    )
+    (observation,) = [
+        e.asset_observation_data.asset_observation
+        for e in result.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+    ]
     assert observation.asset_key.path == ["model_rollout"]
     assert observation.description.startswith("gate: no verdict: only 4 held-out")
 
@@ -294,8 +375,13 @@ def test_production_materialized_alone_reports_the_recorded_gate_verdict(loop):
     resources = {"data_store": env["resources"]["data_store"], "rollout": Rollout(promotion="direct")}
 
     def release_alone():
-        return materialize([production_reranker], instance=env["instance"], resources=resources, raise_on_error=False,
-                           run_config=QUIET_LOGS)
+        return materialize(
+            [production_reranker],
+            instance=env["instance"],
+            resources=resources,
+            raise_on_error=False,
+            run_config=QUIET_LOGS,
+        )
 
     # A candidate never gated: the check shows "no verdict" (before: a check that never ran, "0 / 1 passed").
     r2 = registry.register("reranker", fake_model(env["root"].parent / "r2"), {"base_model": "minilm"})
@@ -305,8 +391,10 @@ def test_production_materialized_alone_reports_the_recorded_gate_verdict(loop):
     record = _check_evaluations(env["instance"], "trained_reranker_gate")
     evaluation = record.event.dagster_event.event_specific_data
     assert record.run_id == refused.run_id and not evaluation.passed and evaluation.severity == AssetCheckSeverity.WARN
-    assert evaluation.metadata["verdict"].value.startswith(f"no verdict: {r2.name} vs no reranker (hybrid order, implicit v0): the gate "
-                                                          "never ran on it; run trained_reranker_gate")
+    assert evaluation.metadata["verdict"].value.startswith(
+        f"no verdict: {r2.name} vs no reranker (hybrid order, implicit v0): the gate "
+        "never ran on it; run trained_reranker_gate"
+    )
 
     # The gated candidate: its recorded, passing verdict is the check's result, and the release step observes the loop.
     registry.set_alias("reranker", "candidate", "v1")
@@ -316,8 +404,11 @@ def test_production_materialized_alone_reports_the_recorded_gate_verdict(loop):
     evaluation = record.event.dagster_event.event_specific_data
     assert record.run_id == released.run_id and evaluation.passed
     assert evaluation.metadata["verdict"].value == "passed: passes (better)"
-    observations = [e.asset_observation_data.asset_observation for e in released.all_events
-                    if e.event_type_value == "ASSET_OBSERVATION"]
+    observations = [
+        e.asset_observation_data.asset_observation
+        for e in released.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+    ]
     assert [values(o.metadata)["reranker_production"] for o in observations] == [env["r1"].name]
 
 
@@ -332,5 +423,7 @@ def test_canary_sensor_skips_with_a_reason_while_an_unfinished_promotion_waits_f
     skipped = tick(loop)  # a bare SkipReason: no run requested, nothing observed
     assert isinstance(skipped, SkipReason)
     message = skipped.skip_message
-    assert message.startswith("an unfinished promotion or rollback waits for Qdrant (the embedded Qdrant folder is in use")
+    assert message.startswith(
+        "an unfinished promotion or rollback waits for Qdrant (the embedded Qdrant folder is in use"
+    )
     assert "completes on the next tick" in message

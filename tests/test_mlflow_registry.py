@@ -2,6 +2,7 @@
 MlflowClient; a training is an MLflow run linked to its version, the gate's verdict and per-question scores go to that
 run; a registration killed at any step leaves no half version; a folder registry migrates once and idempotently; a
 new registry costs milliseconds (the template store). Fake model folders only: nothing is trained."""
+
 import json
 import shutil
 import socket
@@ -20,8 +21,15 @@ from rag.training.config import GateSettings, TrainingConfig
 from rag.training.embedder import TrainingRun
 from rag.training.gate import gate_decision
 
-MANIFEST = {"base_model": "minilm", "training_data_hash": "abc123", "qa_set_version": "qa1", "strategy": "paragraph",
-            "hyperparameters": {"learning_rate": 5e-5}, "seed": 7, "metrics": {"dev_selection": {"ndcg@10": 0.5}}}
+MANIFEST = {
+    "base_model": "minilm",
+    "training_data_hash": "abc123",
+    "qa_set_version": "qa1",
+    "strategy": "paragraph",
+    "hyperparameters": {"learning_rate": 5e-5},
+    "seed": 7,
+    "metrics": {"dev_selection": {"ndcg@10": 0.5}},
+}
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +67,9 @@ def test_versions_and_aliases_are_mlflows_own(tmp_path):
     client = plain_client(root)
     versions = sorted(client.search_model_versions("name='rag-embedder'"), key=lambda v: int(v.version))
     assert [(v.version, v.source, v.tags[STATE_TAG], v.tags["rag.name"]) for v in versions] == [
-        (1, str(v1.path.resolve()), READY, "ft-minilm-v1"), (2, str(v2.path.resolve()), READY, "ft-minilm-v2")]
+        (1, str(v1.path.resolve()), READY, "ft-minilm-v1"),
+        (2, str(v2.path.resolve()), READY, "ft-minilm-v2"),
+    ]
     assert versions[0].tags["rag.training_data_hash"] == "abc123" and versions[0].tags["rag.qa_set_version"] == "qa1"
     assert client.get_registered_model("rag-embedder").aliases == {"production": 1, "candidate": 2}
     assert not list(root.rglob("aliases*.json"))  # no alias table beside MLflow
@@ -74,8 +84,14 @@ def test_versions_and_aliases_are_mlflows_own(tmp_path):
     assert client.get_registered_model("rag-embedder").aliases == {"production": 2}
 
     # The manifest's key records show as version tags: the gate's outcome, who approved a promotion.
-    registry.update_metrics("embedder", "v2", {"gate": {"outcome": "better", "passed": True, "against": "ft-minilm-v1"},
-                                                "promotion": {"approved_by": "alice", "at": "2026-01-01T00:00:00+00:00"}})
+    registry.update_metrics(
+        "embedder",
+        "v2",
+        {
+            "gate": {"outcome": "better", "passed": True, "against": "ft-minilm-v1"},
+            "promotion": {"approved_by": "alice", "at": "2026-01-01T00:00:00+00:00"},
+        },
+    )
     tags = client.get_model_version("rag-embedder", "2").tags
     assert (tags["gate.outcome"], tags["gate.passed"], tags["promotion.approved_by"]) == ("better", "True", "alice")
     assert json.loads((v2.path / "manifest.json").read_text())["metrics"]["promotion"]["approved_by"] == "alice"
@@ -88,8 +104,11 @@ def test_nothing_registered_reads_without_creating_a_store(tmp_path):
 
 
 def training_like_run() -> TrainingRun:
-    history = [{"step": 1, "loss": 0.9, "learning_rate": 5e-5, "epoch": 0.5},
-               {"step": 2, "eval_dev_ndcg@10": 0.61, "epoch": 1.0}, {"step": 2, "loss": 0.7, "epoch": 1.0}]
+    history = [
+        {"step": 1, "loss": 0.9, "learning_rate": 5e-5, "epoch": 0.5},
+        {"step": 2, "eval_dev_ndcg@10": 0.61, "epoch": 1.0},
+        {"step": 2, "loss": 0.7, "epoch": 1.0},
+    ]
     return TrainingRun(Path("unused"), 12.5, 2, 40, {"dev_ndcg@10": 0.61}, "checkpoint-2", history)
 
 
@@ -100,48 +119,89 @@ def test_a_training_run_records_what_went_in_and_links_its_version_and_gate(tmp_
     monkeypatch.setattr(socket.socket, "connect", no_network)
     root = tmp_path / "models"
     registry = ModelRegistry(root)
-    with training_run(registry, "embedder", seed=7, training_data_hash="abc123", qa_set_version="qa1",
-                      strategy="paragraph", base_model="minilm") as run_id:
-        log_training(registry, run_id, training_like_run(), {"learning_rate": 5e-5, "epochs": 1.0, "loss": "cached-mnrl"},
-                     {"train_pairs": 40, "training_data_hash": "abc123"})
+    with training_run(
+        registry,
+        "embedder",
+        seed=7,
+        training_data_hash="abc123",
+        qa_set_version="qa1",
+        strategy="paragraph",
+        base_model="minilm",
+    ) as run_id:
+        log_training(
+            registry,
+            run_id,
+            training_like_run(),
+            {"learning_rate": 5e-5, "epochs": 1.0, "loss": "cached-mnrl"},
+            {"train_pairs": 40, "training_data_hash": "abc123"},
+        )
         mv = registry.register("embedder", fake_model(tmp_path / "m"), MANIFEST, run_id=run_id)
 
     client = plain_client(root)
     run = client.get_run(run_id)
-    assert run.info.status == "FINISHED" and run.data.params == {"learning_rate": "5e-05", "epochs": "1.0", "loss": "cached-mnrl"}
+    assert run.info.status == "FINISHED" and run.data.params == {
+        "learning_rate": "5e-05",
+        "epochs": "1.0",
+        "loss": "cached-mnrl",
+    }
     tags = run.data.tags
-    assert (tags["seed"], tags["training_data_hash"], tags["qa_set_version"], tags["strategy"]) == ("7", "abc123", "qa1", "paragraph")
-    assert tags["lib.mlflow"] == mlflow.__version__ and tags["hardware.cpus"] and tags["hardware.cpu"] and tags["rag.version"] == mv.name
+    assert (tags["seed"], tags["training_data_hash"], tags["qa_set_version"], tags["strategy"]) == (
+        "7",
+        "abc123",
+        "qa1",
+        "paragraph",
+    )
+    assert (
+        tags["lib.mlflow"] == mlflow.__version__
+        and tags["hardware.cpus"]
+        and tags["hardware.cpu"]
+        and tags["rag.version"] == mv.name
+    )
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, "eval_dev_ndcg_at_10")] == [(2, 0.61)]
-    assert [m.step for m in client.get_metric_history(run_id, "loss")] == [1, 2] and run.data.metrics["data.train_pairs"] == 40
+    assert [m.step for m in client.get_metric_history(run_id, "loss")] == [1, 2] and run.data.metrics[
+        "data.train_pairs"
+    ] == 40
     assert client.get_model_version("rag-embedder", "1").run_id == run_id and mv.run_id == run_id
-    assert registry.resolve("embedder", "v1").run_id == run_id and "run_id" not in json.loads((mv.path / "manifest.json").read_text())
+    assert registry.resolve("embedder", "v1").run_id == run_id and "run_id" not in json.loads(
+        (mv.path / "manifest.json").read_text()
+    )
     experiment = run.info.experiment_id
     assert run_url(registry, mv) == f"http://127.0.0.1:5000/#/experiments/{experiment}/runs/{run_id}"
     assert Path(run.info.artifact_uri.removeprefix("file://")).is_relative_to(root.resolve() / "mlartifacts")
 
     # The gate's verdict: its figures and outcome on the run, the per-question scores as an artifact.
-    scores = lambda values: pd.DataFrame({"qid": [f"q{i}" for i in range(len(values))], "ndcg@10": values,  # noqa: E731
-                                          "mrr@10": values, "recall@20": [1.0] * len(values)})
+    scores = lambda values: pd.DataFrame(
+        {
+            "qid": [f"q{i}" for i in range(len(values))],
+            "ndcg@10": values,  # noqa: E731
+            "mrr@10": values,
+            "recall@20": [1.0] * len(values),
+        }
+    )
     production, candidate = [0.2, 0.4, 0.5, 0.1, 0.3, 0.6], [0.6, 0.7, 0.9, 0.5, 0.8, 0.9]
     result = gate_decision(scores(production), scores(candidate), GateSettings(resamples=500))
     verdict = {**result.metadata, "candidate_version": "v1", "production_version": None, "against": "minilm (base)"}
     assert record_gate(registry, mv, verdict, result) == run_id
     gated = client.get_run(run_id)
-    assert gated.data.tags["gate.outcome"] == result.outcome and gated.data.metrics["gate.passed"] == float(result.passed)
+    assert gated.data.tags["gate.outcome"] == result.outcome and gated.data.metrics["gate.passed"] == float(
+        result.passed
+    )
     assert gated.data.metrics["gate.delta_ndcg_at_10"] == pytest.approx(verdict["delta_ndcg@10"])
     folder = client.list_artifacts(run_id, "gate")[0].path
-    rows = json.loads(Path(client.download_artifacts(run_id, f"{folder}/per_question.json", str(tmp_path / "dl"))).read_text())
-    assert rows["decided_on"] == "plain" and [(r["qid"], r["production_ndcg@10"], r["candidate_ndcg@10"])
-                                              for r in rows["lists"]["plain"]] == [
-        (f"q{i}", p, c) for i, (p, c) in enumerate(zip(production, candidate))]
+    rows = json.loads(
+        Path(client.download_artifacts(run_id, f"{folder}/per_question.json", str(tmp_path / "dl"))).read_text()
+    )
+    assert rows["decided_on"] == "plain" and [
+        (r["qid"], r["production_ndcg@10"], r["candidate_ndcg@10"]) for r in rows["lists"]["plain"]
+    ] == [(f"q{i}", p, c) for i, (p, c) in enumerate(zip(production, candidate))]
 
 
 def test_a_failed_training_is_a_failed_run_and_registers_nothing(tmp_path):
     registry = ModelRegistry(tmp_path / "models")
     with pytest.raises(RuntimeError, match="out of memory"):
-        with training_run(registry, "reranker", seed=1, training_data_hash="h", qa_set_version="q", strategy="s",
-                          base_model="minilm") as run_id:
+        with training_run(
+            registry, "reranker", seed=1, training_data_hash="h", qa_set_version="q", strategy="s", base_model="minilm"
+        ) as run_id:
             raise RuntimeError("out of memory")
     assert plain_client(tmp_path / "models").get_run(run_id).info.status == "FAILED"
     assert registry.versions("reranker") == []
@@ -166,12 +226,20 @@ def test_train_and_gate_candidate_record_into_mlflow(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pipeline, "train_embedder", fake_trainer)
     registry = ModelRegistry(tmp_path / "models")
-    mv, _, _ = pipeline.train_candidate("embedder", SimpleNamespace(root=tmp_path / "tables"), registry,
-                                        TrainingConfig(seed=3), log=lambda _: None)
+    mv, _, _ = pipeline.train_candidate(
+        "embedder", SimpleNamespace(root=tmp_path / "tables"), registry, TrainingConfig(seed=3), log=lambda _: None
+    )
     client = plain_client(tmp_path / "models")
     run = client.get_run(mv.run_id)
-    assert registry.aliases()["embedder"] == {"candidate": "v1"} and client.get_model_version("rag-embedder", "1").run_id == mv.run_id
-    assert (run.data.tags["seed"], run.data.tags["training_data_hash"], run.data.params["seed"]) == ("3", data.data_hash, "3")
+    assert (
+        registry.aliases()["embedder"] == {"candidate": "v1"}
+        and client.get_model_version("rag-embedder", "1").run_id == mv.run_id
+    )
+    assert (run.data.tags["seed"], run.data.tags["training_data_hash"], run.data.params["seed"]) == (
+        "3",
+        data.data_hash,
+        "3",
+    )
 
     settings = GateSettings(resamples=500)
     values = [0.1, 0.2, 0.3, 0.4, 0.5]
@@ -197,6 +265,7 @@ def _then_raise(original):
     def wrapped(*args, **kwargs):
         original(*args, **kwargs)
         raise Killed
+
     return wrapped
 
 
@@ -220,6 +289,7 @@ def _crash_points():
                     set_tag(self, name, version, key, value)
                 raise Killed
             return set_tag(self, name, version, key, value)
+
         return tag
 
     def on_place(after):
@@ -229,13 +299,21 @@ def _crash_points():
                     os_replace(src, dst, *args, **kwargs)
                 raise Killed
             return os_replace(src, dst, *args, **kwargs)
+
         return replace
 
     return [
         ("mid-copy", lambda mp: mp.setattr(rag.registry.shutil, "copytree", _half_copy), False),
-        ("before creating the MLflow version", lambda mp: mp.setattr(client_cls, "create_model_version", _raise), False),
-        ("after creating the MLflow version", lambda mp: mp.setattr(
-            client_cls, "create_model_version", _then_raise(client_cls.create_model_version)), False),
+        (
+            "before creating the MLflow version",
+            lambda mp: mp.setattr(client_cls, "create_model_version", _raise),
+            False,
+        ),
+        (
+            "after creating the MLflow version",
+            lambda mp: mp.setattr(client_cls, "create_model_version", _then_raise(client_cls.create_model_version)),
+            False,
+        ),
         ("before writing the manifest", lambda mp: mp.setattr(rag.registry, "_write_json_atomic", _raise), False),
         ("before the rename into place", lambda mp: mp.setattr(rag.registry.os, "replace", on_place(False)), False),
         ("after the rename into place", lambda mp: mp.setattr(rag.registry.os, "replace", on_place(True)), True),
@@ -268,7 +346,9 @@ def test_a_registration_killed_at_any_step_leaves_no_half_version(tmp_path, monk
         assert reopened.resolve("reranker", after.version).path == after.path, step
         left = plain_client(root).search_model_versions("name='rag-reranker'")
         assert all(v.tags.get(STATE_TAG) == READY for v in left), step  # the repair finished or removed the rest
-        assert sorted(int(v.version) for v in left) == [int(mv.version[1:]) for mv in reopened.versions("reranker")], step
+        assert sorted(int(v.version) for v in left) == [int(mv.version[1:]) for mv in reopened.versions("reranker")], (
+            step
+        )
         assert not [p for p in (root / "reranker").iterdir() if p.name.startswith(".")], step  # staging reclaimed
 
 
@@ -276,13 +356,20 @@ def legacy_registry(root: Path) -> None:
     """A registry of the folder format: embedder v1 and v3 (v2 never completed: no manifest), reranker v1."""
     for kind, number, prefix in (("embedder", 1, "ft"), ("embedder", 3, "ft"), ("reranker", 1, "ce")):
         folder = fake_model(root / kind / f"v{number}", f"{kind}{number}".encode())
-        manifest = {**MANIFEST, "kind": kind, "version": f"v{number}", "name": f"{prefix}-minilm-v{number}",
-                    "family": "minilm", "created_at": "2025-01-01T00:00:00+00:00",
-                    "metrics": {"gate": {"outcome": "better", "passed": True}}}
+        manifest = {
+            **MANIFEST,
+            "kind": kind,
+            "version": f"v{number}",
+            "name": f"{prefix}-minilm-v{number}",
+            "family": "minilm",
+            "created_at": "2025-01-01T00:00:00+00:00",
+            "metrics": {"gate": {"outcome": "better", "passed": True}},
+        }
         (folder / "manifest.json").write_text(json.dumps(manifest))
     (root / "embedder" / "v2").mkdir()
-    (root / "aliases.json").write_text(json.dumps({"embedder": {"production": "v1", "candidate": "v3"},
-                                                   "reranker": {"production": "v1"}}))
+    (root / "aliases.json").write_text(
+        json.dumps({"embedder": {"production": "v1", "candidate": "v3"}, "reranker": {"production": "v1"}})
+    )
 
 
 def test_a_folder_registry_migrates_completely_once_and_a_killed_migration_completes(tmp_path, monkeypatch):
@@ -302,7 +389,10 @@ def test_a_folder_registry_migrates_completely_once_and_a_killed_migration_compl
     assert main(["models", "migrate-registry", "--root", str(root)]) == 0
 
     registry = ModelRegistry(root)
-    assert [(mv.version, mv.name) for mv in registry.versions("embedder")] == [("v1", "ft-minilm-v1"), ("v3", "ft-minilm-v3")]
+    assert [(mv.version, mv.name) for mv in registry.versions("embedder")] == [
+        ("v1", "ft-minilm-v1"),
+        ("v3", "ft-minilm-v3"),
+    ]
     assert registry.aliases() == {"embedder": {"production": "v1", "candidate": "v3"}, "reranker": {"production": "v1"}}
     v3 = registry.resolve("embedder", "ft-minilm-v3")
     assert (v3.path / "model.safetensors").read_bytes() == b"embedder3" and v3.metrics["gate"]["outcome"] == "better"
@@ -311,9 +401,13 @@ def test_a_folder_registry_migrates_completely_once_and_a_killed_migration_compl
     assert client.get_model_version("rag-embedder", "3").tags["gate.outcome"] == "better"
     assert not (root / "aliases.json").exists()
 
-    before = [(v.version, v.last_updated_timestamp, v.tags) for v in client.search_model_versions("name='rag-embedder'")]
+    before = [
+        (v.version, v.last_updated_timestamp, v.tags) for v in client.search_model_versions("name='rag-embedder'")
+    ]
     assert migrate_folder_registry(root, log=lambda _: None) == {"versions": [], "aliases": [], "removed": False}
-    assert [(v.version, v.last_updated_timestamp, v.tags) for v in client.search_model_versions("name='rag-embedder'")] == before
+    assert [
+        (v.version, v.last_updated_timestamp, v.tags) for v in client.search_model_versions("name='rag-embedder'")
+    ] == before
     assert registry.register("embedder", fake_model(tmp_path / "next"), MANIFEST).version == "v4"
 
 
@@ -365,7 +459,12 @@ def test_a_shared_store_carries_the_files_to_another_machine(tmp_path, monkeypat
     mv = here.register("embedder", fake_model(tmp_path / "m", b"shared weights"), MANIFEST)
     here.set_alias("embedder", "production", mv.version)
     seen = there.resolve("embedder", "production")
-    assert seen.path == tmp_path / "there" / "embedder" / "v1" and (seen.path / "model.safetensors").read_bytes() == b"shared weights"
+    assert (
+        seen.path == tmp_path / "there" / "embedder" / "v1"
+        and (seen.path / "model.safetensors").read_bytes() == b"shared weights"
+    )
     here.update_metrics("embedder", "v1", {"gate": {"outcome": "better"}})
     assert there.resolve("embedder", "v1").metrics["gate"] == {"outcome": "better"}
-    assert not (tmp_path / "here" / "mlflow.db").exists() and run_url(here, mv) is None  # no UI address for a database URL
+    assert (
+        not (tmp_path / "here" / "mlflow.db").exists() and run_url(here, mv) is None
+    )  # no UI address for a database URL

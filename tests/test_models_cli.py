@@ -1,6 +1,7 @@
 """`rag models list|show|promote|rollback`, `rag retrain` and `rag feedback export`, driven through the `rag` command's
 main(argv) against a temporary data dir whose registry holds hand-made versions (fake weights, recorded gate
 verdicts): nothing is trained or embedded. Promotion and rollback use rerankers, whose release never opens Qdrant."""
+
 import json
 import shlex
 from pathlib import Path
@@ -34,17 +35,37 @@ def registry(data, tmp_path):
     registry = ModelRegistry(data / "models")
     for kind, n in (("embedder", 2), ("reranker", 2)):
         for i in range(1, n + 1):
-            registry.register(kind, fake_model(tmp_path / f"{kind}{i}"), {
-                "base_model": "minilm", "strategy": "paragraph", "seed": 7, "qa_set_version": "abc123",
-                "hyperparameters": {"epochs": i, "learning_rate": 2e-5}, "metrics": {"dev_selection": {"mrr@5": 0.5 + i / 10}}})
+            registry.register(
+                kind,
+                fake_model(tmp_path / f"{kind}{i}"),
+                {
+                    "base_model": "minilm",
+                    "strategy": "paragraph",
+                    "seed": 7,
+                    "qa_set_version": "abc123",
+                    "hyperparameters": {"epochs": i, "learning_rate": 2e-5},
+                    "metrics": {"dev_selection": {"mrr@5": 0.5 + i / 10}},
+                },
+            )
         registry.set_alias(kind, "production", "v1")
-        registry.update_metrics(kind, "v1", {"promotion": {"at": "2025-01-01T00:00:00+00:00", "previous_version": None,
-                                                           "forced": False}})
+        registry.update_metrics(
+            kind, "v1", {"promotion": {"at": "2025-01-01T00:00:00+00:00", "previous_version": None, "forced": False}}
+        )
     registry.set_alias("embedder", "candidate", "v2")
     verdict(registry, "embedder", registry.resolve("embedder", "v2"), production="v1")
-    registry.update_metrics("embedder", "v2", {"gate": {**sound(registry, "embedder"), **registry.resolve("embedder", "v2").metrics["gate"],
-                                                        "candidate_ndcg@10": 0.8123, "delta_ndcg@10": 0.0312,
-                                                        "p_value_ndcg@10": 0.0004}})
+    registry.update_metrics(
+        "embedder",
+        "v2",
+        {
+            "gate": {
+                **sound(registry, "embedder"),
+                **registry.resolve("embedder", "v2").metrics["gate"],
+                "candidate_ndcg@10": 0.8123,
+                "delta_ndcg@10": 0.0312,
+                "p_value_ndcg@10": 0.0004,
+            }
+        },
+    )
     return registry
 
 
@@ -67,7 +88,11 @@ def test_list_shows_each_kinds_versions_with_stage_created_gate_and_metrics(regi
     v1 = next(line for line in lines if "ft-minilm-v1 " in line)
     v2 = next(line for line in lines if "ft-minilm-v2 " in line)
     assert "production" in v1 and "gate: not gated" in v1 and "mrr@5 0.6000" in v1
-    assert "candidate, canary" in v2 and "gate: passed vs ft-minilm-v1" in v2 and "ndcg@10 0.8123 (+0.0312, p=0.0004)" in v2
+    assert (
+        "candidate, canary" in v2
+        and "gate: passed vs ft-minilm-v1" in v2
+        and "ndcg@10 0.8123 (+0.0312, p=0.0004)" in v2
+    )
     assert registry.resolve("embedder", "v2").created_at in v2
     assert any(line.startswith("reranker: production ce-minilm-v1, candidate -") for line in lines)
 
@@ -75,7 +100,9 @@ def test_list_shows_each_kinds_versions_with_stage_created_gate_and_metrics(regi
     rows = json.loads(out)
     assert code == 0 and list(rows) == ["reranker"]
     assert [(r["version"], r["stages"], r["gate"]) for r in rows["reranker"]] == [
-        ("v1", ["production"], "not gated"), ("v2", [], "not gated")]
+        ("v1", ["production"], "not gated"),
+        ("v2", [], "not gated"),
+    ]
 
 
 def test_show_prints_manifest_gate_result_metrics_and_training_args(registry, capsys):
@@ -125,7 +152,10 @@ def test_promote_with_a_passing_gate_moves_production_and_prints_what_changed(re
     assert "  reranker candidate: ce-minilm-v2 → -" in out
     assert production(registry, "reranker") == "v2"
     assert registry.resolve("reranker", "v2").metrics["promotion"] == {
-        **registry.resolve("reranker", "v2").metrics["promotion"], "previous_version": "v1", "forced": False}
+        **registry.resolve("reranker", "v2").metrics["promotion"],
+        "previous_version": "v1",
+        "forced": False,
+    }
 
     code, _, err = run(capsys, "models", "promote", "v2", "--kind", "reranker")
     assert code == 2 and "already production" in err
@@ -187,9 +217,14 @@ def rated_store(data: Path) -> None:
     chunks = [{"chunk_id": f"c{i}", "doc_id": "d.md", "text": f"passage {i}", "rank": i} for i in (1, 2)]
     for n in range(3):
         q = store.record_query(f"question {n}", answer="an answer", chunks=chunks, session_id=f"s{n}")
-        store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key=f"k{n}", answer_score=1 if n else -1,
-                                                 passages=[PassageRating(chunk_id="c1", score=1),
-                                                           PassageRating(chunk_id="c2", score=-1)]))
+        store.submit_feedback(
+            FeedbackSubmission(
+                query_id=q.query_id,
+                idempotency_key=f"k{n}",
+                answer_score=1 if n else -1,
+                passages=[PassageRating(chunk_id="c1", score=1), PassageRating(chunk_id="c2", score=-1)],
+            )
+        )
     store.record_query("unrated question", answer="a", chunks=chunks, session_id="s9")
     store.close()
 

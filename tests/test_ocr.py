@@ -1,4 +1,5 @@
 """OCR (Tesseract) of PDF pages without a text layer: scans parse, and quarantine says why when they cannot."""
+
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,9 @@ def test_ocr_off_quarantines_and_says_so(tmp_path):
 
 @needs_tesseract
 def test_scanned_page_is_read_by_ocr_and_its_elements_say_so(tmp_path):
-    pdf = _scanned_pdf(tmp_path / "scan.pdf", ["Quarterly invoice 4821 is overdue", "", "Harbour cranes need repainting"])
+    pdf = _scanned_pdf(
+        tmp_path / "scan.pdf", ["Quarterly invoice 4821 is overdue", "", "Harbour cranes need repainting"]
+    )
     doc = parse_file(pdf, ParseSettings(ocr_dpi=200))
     assert "Quarterly invoice 4821 is overdue" in doc.canonical_text
     assert "Harbour cranes need repainting" in doc.canonical_text
@@ -104,7 +107,9 @@ def test_blank_scan_is_quarantined_because_ocr_found_nothing(tmp_path):
     pdf = _scanned_pdf(tmp_path / "blank.pdf", [])
     with pytest.raises(ParseError) as err:
         parse_file(pdf, ParseSettings(ocr_dpi=150))
-    assert err.value.reason.value == "no-text-layer" and "OCR (tesseract, language eng) found no text" in err.value.message
+    assert (
+        err.value.reason.value == "no-text-layer" and "OCR (tesseract, language eng) found no text" in err.value.message
+    )
 
 
 @needs_tesseract
@@ -136,6 +141,7 @@ def test_huge_pages_are_rendered_at_a_lower_resolution(tmp_path, monkeypatch):
 
 
 # The two scanned PDFs of the shared set (pages rendered and looked at: the words below are printed on them).
+
 
 @needs_tesseract
 def test_shared_scanned_lorem_ipsum_page_parses(shared_pdfs):

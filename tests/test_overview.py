@@ -1,6 +1,7 @@
 """Overview questions (rag.qa.overview): detection positives and negatives, the extractive answer listing every document
 with its opening sentence and a citation, the named-document case, the setting that turns it off, the LLM map-reduce
 with the fake LLM, and the HTTP API taking the same path."""
+
 import hashlib
 import re
 
@@ -21,10 +22,18 @@ from rag.serving.settings import ServeSettings
 
 # doc_id -> (section path of its chunks, chunk texts in order)
 DOCS = {
-    "bread.pdf": (["Baking Bread"], ["Baking Bread\n\nBread is baked from flour, water, yeast and salt.",
-                                     "The dough rests for two hours before it goes into the oven at 230 degrees.",
-                                     "After forty minutes the loaf is cooled on a rack."]),
-    "notes/cats.md": ([], ["CATS\n\nName | Weight\nTom | 4 kg", "Cats are small domesticated felines that purr and chase mice."]),
+    "bread.pdf": (
+        ["Baking Bread"],
+        [
+            "Baking Bread\n\nBread is baked from flour, water, yeast and salt.",
+            "The dough rests for two hours before it goes into the oven at 230 degrees.",
+            "After forty minutes the loaf is cooled on a rack.",
+        ],
+    ),
+    "notes/cats.md": (
+        [],
+        ["CATS\n\nName | Weight\nTom | 4 kg", "Cats are small domesticated felines that purr and chase mice."],
+    ),
     "rockets.pdf": ([], ["Rockets burn fuel to reach orbit and launch satellites into space."]),
 }
 
@@ -34,11 +43,24 @@ def chunk_table() -> pd.DataFrame:
     for doc_id, (section, texts) in DOCS.items():
         ids = [f"{doc_id}#{i}" for i in range(len(texts))]
         for i, text in enumerate(texts):
-            rows.append({"chunk_id": ids[i], "doc_id": doc_id, "strategy": "t", "text": text, "char_start": i * 200,
-                         "char_end": i * 200 + len(text), "page_start": i + 1, "page_end": i + 1, "section_path": section,
-                         "prev_chunk_id": ids[i - 1] if i else None, "next_chunk_id": ids[i + 1] if i + 1 < len(ids) else None,
-                         "n_tokens": len(text.split()), "content_hash": hashlib.sha256(text.encode()).hexdigest(),
-                         "table_html": None})
+            rows.append(
+                {
+                    "chunk_id": ids[i],
+                    "doc_id": doc_id,
+                    "strategy": "t",
+                    "text": text,
+                    "char_start": i * 200,
+                    "char_end": i * 200 + len(text),
+                    "page_start": i + 1,
+                    "page_end": i + 1,
+                    "section_path": section,
+                    "prev_chunk_id": ids[i - 1] if i else None,
+                    "next_chunk_id": ids[i + 1] if i + 1 < len(ids) else None,
+                    "n_tokens": len(text.split()),
+                    "content_hash": hashlib.sha256(text.encode()).hexdigest(),
+                    "table_html": None,
+                }
+            )
     # Not in text order: the catalog must sort by position, not trust the table's order.
     return pd.DataFrame(rows[::-1])
 
@@ -72,36 +94,57 @@ def catalog(index):
 
 
 def answerer(index, llm=None, **kw) -> Answerer:
-    settings = AnswerSettings(**{"strategy": "t", "model": None, "mode": "bm25", "top_k": 3, "attribution": False, **kw})
+    settings = AnswerSettings(
+        **{"strategy": "t", "model": None, "mode": "bm25", "top_k": 3, "attribution": False, **kw}
+    )
     return Answerer(settings, llm=llm, index=index, embedder=WordsEmbedder())
 
 
 # --- detection -------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("question", [
-    "What is this document collection about?", "What are these documents about?", "Summarize the documents",
-    "Summarise the collection, please.", "Give me an overview", "What topics do the files cover?", "What is this about?",
-    "Can you give me a brief summary of all the documents?",
-])
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What is this document collection about?",
+        "What are these documents about?",
+        "Summarize the documents",
+        "Summarise the collection, please.",
+        "Give me an overview",
+        "What topics do the files cover?",
+        "What is this about?",
+        "Can you give me a brief summary of all the documents?",
+    ],
+)
 def test_collection_questions_are_detected(question, catalog):
     assert detect_overview(question, catalog) == OverviewRequest(None, "collection")
     assert detect_overview(question) == OverviewRequest(None, "collection")  # no document names needed
 
 
-@pytest.mark.parametrize("question, doc_id", [
-    ("What does rockets.pdf cover?", "rockets.pdf"), ("Give me a summary of the cats document", "notes/cats.md"),
-    ("What is Baking Bread about?", "bread.pdf"),  # its title (first heading), not its file name
-    ("Summarize notes/cats.md", "notes/cats.md"),
-])
+@pytest.mark.parametrize(
+    "question, doc_id",
+    [
+        ("What does rockets.pdf cover?", "rockets.pdf"),
+        ("Give me a summary of the cats document", "notes/cats.md"),
+        ("What is Baking Bread about?", "bread.pdf"),  # its title (first heading), not its file name
+        ("Summarize notes/cats.md", "notes/cats.md"),
+    ],
+)
 def test_a_named_document_is_detected(question, doc_id, catalog):
     assert detect_overview(question, catalog) == OverviewRequest((doc_id,), "named")
 
 
-@pytest.mark.parametrize("question", [
-    "What is the boiling point of liquid nitrogen?", "At how many degrees does the dough go into the oven?",
-    "What does the collection say about the oven temperature?", "Summarize what the dough needs before baking",
-    "Which documents mention satellites?", "What is the bread baked from?", "How about rockets and cats?",
-    "What is orbit about?",
-])
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What is the boiling point of liquid nitrogen?",
+        "At how many degrees does the dough go into the oven?",
+        "What does the collection say about the oven temperature?",
+        "Summarize what the dough needs before baking",
+        "Which documents mention satellites?",
+        "What is the bread baked from?",
+        "How about rockets and cats?",
+        "What is orbit about?",
+    ],
+)
 def test_ordinary_questions_are_not_overview_questions(question, catalog):
     assert detect_overview(question, catalog) is None
 
@@ -118,11 +161,14 @@ def test_extractive_overview_lists_every_document_with_its_opening_and_a_valid_c
     assert result.generator == "overview:extractive" and not result.not_in_context
     lines = result.answer.split("\n")
     assert lines[0] == "The collection holds 3 documents:"
-    assert lines[1:] == [
-        "- Baking Bread (bread.pdf), page 1: Bread is baked from flour, water, yeast and salt.",  # title line skipped
-        "- notes/cats.md, page 2: Cats are small domesticated felines that purr and chase mice.",  # heading, table rows skipped
-        "- rockets.pdf, page 1: Rockets burn fuel to reach orbit and launch satellites into space.",
-    ]
+    assert (
+        lines[1:]
+        == [
+            "- Baking Bread (bread.pdf), page 1: Bread is baked from flour, water, yeast and salt.",  # title line skipped
+            "- notes/cats.md, page 2: Cats are small domesticated felines that purr and chase mice.",  # heading, table rows skipped
+            "- rockets.pdf, page 1: Rockets burn fuel to reach orbit and launch satellites into space.",
+        ]
+    )
     assert set(result.cited_chunk_ids) <= set(index.chunks.index)  # citations are chunks that exist
     assert result.cited_chunk_ids == ["bread.pdf#0", "notes/cats.md#1", "rockets.pdf#0"]
     for chunk in result.chunks:  # the chunk records say the same: each cited, its text holding the quoted sentence
@@ -199,8 +245,9 @@ def test_api_answers_an_overview_question(index, tmp_path):
     token = "test-token-0123456789"
     app = create_app(lambda: answerer(index), store, ServeSettings(api_token=token))
     with TestClient(app) as client:
-        response = client.post("/ask", json={"question": "What are these documents about?"},
-                               headers={"Authorization": f"Bearer {token}"})
+        response = client.post(
+            "/ask", json={"question": "What are these documents about?"}, headers={"Authorization": f"Bearer {token}"}
+        )
     store.close()
     assert response.status_code == 200, response.text
     body = response.json()
@@ -209,15 +256,17 @@ def test_api_answers_an_overview_question(index, tmp_path):
     assert [p["doc_id"] for p in body["passages"]] == ["bread.pdf", "notes/cats.md", "rockets.pdf"]
 
 
-
 def test_several_named_documents_are_listed_as_matches(index):
     table = index.chunks.reset_index()
-    table["doc_id"] = table["doc_id"].map({"bread.pdf": "faa/bread.pdf", "rockets.pdf": "faa/rockets.pdf",
-                                           "notes/cats.md": "notes/cats.md"})
+    table["doc_id"] = table["doc_id"].map(
+        {"bread.pdf": "faa/bread.pdf", "rockets.pdf": "faa/rockets.pdf", "notes/cats.md": "notes/cats.md"}
+    )
     renamed = Index(table.set_index("chunk_id"), None, None, None, None)
     request = detect_overview("What do the FAA files cover?", Catalog.from_chunks(renamed.chunks))
     assert request == OverviewRequest(("faa/bread.pdf", "faa/rockets.pdf"), "named")
     result = answerer(renamed).ask("What do the FAA files cover?")
     assert result.answer.split("\n") == [
-        "2 documents match:", "- Baking Bread (faa/bread.pdf), page 1: Bread is baked from flour, water, yeast and salt.",
-        "- faa/rockets.pdf, page 1: Rockets burn fuel to reach orbit and launch satellites into space."]
+        "2 documents match:",
+        "- Baking Bread (faa/bread.pdf), page 1: Bread is baked from flour, water, yeast and salt.",
+        "- faa/rockets.pdf, page 1: Rockets burn fuel to reach orbit and launch satellites into space.",
+    ]

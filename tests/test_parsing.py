@@ -1,4 +1,5 @@
 """Parsing real and broken files: every file ends parsed or quarantined with a reason."""
+
 import pytest
 
 from rag.parsing import ELEMENT_SEPARATOR, ParseError, ParseSettings, ocr, parse_file
@@ -14,7 +15,7 @@ if not ocr.available("eng"):
 def _assert_offsets(doc):
     assert doc.canonical_text == ELEMENT_SEPARATOR.join(e.text for e in doc.elements)
     for e in doc.elements:
-        assert doc.canonical_text[e.char_start:e.char_end] == e.text
+        assert doc.canonical_text[e.char_start : e.char_end] == e.text
         assert 1 <= e.page <= doc.n_pages
         assert ELEMENT_SEPARATOR not in e.text
 
@@ -22,7 +23,9 @@ def _assert_offsets(doc):
 @pytest.fixture(scope="module")
 def parsed_shared(shared_pdfs, shared_mixed):
     results = {}
-    for path in sorted(shared_pdfs.glob("*.pdf")) + sorted(p for p in shared_mixed.iterdir() if p.name != "manifest.json"):
+    for path in sorted(shared_pdfs.glob("*.pdf")) + sorted(
+        p for p in shared_mixed.iterdir() if p.name != "manifest.json"
+    ):
         try:
             results[path.name] = parse_file(path, doc_id=path.name)
         except ParseError as exc:
@@ -45,15 +48,26 @@ def test_every_shared_file_is_parsed_or_quarantined_with_the_expected_reason(par
         else:
             assert result.metadata["ocr_pages"] and all(e.metadata["ocr"] for e in result.elements)
     # Only pages without a text layer go to OCR.
-    assert not any("ocr_pages" in doc.metadata for name, doc in parsed_shared.items()
-                   if name not in SCANNED and not isinstance(doc, ParseError))
+    assert not any(
+        "ocr_pages" in doc.metadata
+        for name, doc in parsed_shared.items()
+        if name not in SCANNED and not isinstance(doc, ParseError)
+    )
 
 
 def test_password_map_opens_the_encrypted_pdf(shared_pdfs):
-    doc = parse_file(shared_pdfs / "password-example.pdf", ParseSettings(pdf_passwords={"secret/*.pdf": "test"}), doc_id="secret/password-example.pdf")
+    doc = parse_file(
+        shared_pdfs / "password-example.pdf",
+        ParseSettings(pdf_passwords={"secret/*.pdf": "test"}),
+        doc_id="secret/password-example.pdf",
+    )
     assert doc.n_pages == 4 and "backup" in doc.canonical_text.lower()
     with pytest.raises(ParseError) as err:
-        parse_file(shared_pdfs / "password-example.pdf", ParseSettings(pdf_passwords={"password-example.pdf": "wrong"}), doc_id="password-example.pdf")
+        parse_file(
+            shared_pdfs / "password-example.pdf",
+            ParseSettings(pdf_passwords={"password-example.pdf": "wrong"}),
+            doc_id="password-example.pdf",
+        )
     assert err.value.reason.value == "encrypted" and "rejected" in err.value.message
 
 

@@ -1,5 +1,6 @@
 """Progress reporting (rag.progress): rate-limited lines off a terminal, a tqdm bar on one, the counts the library
 reports while indexing, and the lines a Dagster asset logs through context.log."""
+
 import io
 import random
 import re
@@ -38,6 +39,7 @@ class Recorder:
 
 
 # --- the helper ----------------------------------------------------------------------------------------------------
+
 
 def test_log_progress_is_periodic_and_rate_limited():
     clock, lines = FakeClock(), []
@@ -114,6 +116,7 @@ def test_counter_is_a_no_op_without_a_sink_or_work():
 
 # --- the library reports ---------------------------------------------------------------------------------------------
 
+
 def _chunks(n: int):
     import hashlib
 
@@ -124,10 +127,24 @@ def _chunks(n: int):
     rows = []
     for i in range(n):
         text = " ".join(rng.choice(words) for _ in range(rng.randint(3, 30)))
-        rows.append({"chunk_id": f"c{i}", "doc_id": f"d{i // 10}", "strategy": "p", "text": text, "char_start": 0,
-                     "char_end": len(text), "page_start": 1, "page_end": 1, "section_path": [], "prev_chunk_id": None,
-                     "next_chunk_id": None, "n_tokens": len(text.split()),
-                     "content_hash": hashlib.sha256(text.encode()).hexdigest(), "table_html": None})
+        rows.append(
+            {
+                "chunk_id": f"c{i}",
+                "doc_id": f"d{i // 10}",
+                "strategy": "p",
+                "text": text,
+                "char_start": 0,
+                "char_end": len(text),
+                "page_start": 1,
+                "page_end": 1,
+                "section_path": [],
+                "prev_chunk_id": None,
+                "next_chunk_id": None,
+                "n_tokens": len(text.split()),
+                "content_hash": hashlib.sha256(text.encode()).hexdigest(),
+                "table_html": None,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -148,7 +165,9 @@ def test_sync_collection_reports_chunks_up_to_the_total_and_embeds_the_same_vect
         assert run.points == 700
         # Encoding in the embedder's own batches gives the vectors one call for everything gives.
         ids = chunks["chunk_id"].tolist()[:50]
-        stored = {p.id: p.vector[DENSE] for p in client.retrieve(run.alias, [point_id(c) for c in ids], with_vectors=True)}
+        stored = {
+            p.id: p.vector[DENSE] for p in client.retrieve(run.alias, [point_id(c) for c in ids], with_vectors=True)
+        }
         expected = embedder.encode_passages(chunks["text"].tolist()[:50])
         assert np.allclose([stored[point_id(c)] for c in ids], expected, atol=1e-5)
         # Nothing changed: nothing to embed, nothing reported.
@@ -173,8 +192,14 @@ def test_index_folder_reports_every_step_up_to_its_total(tmp_path):
     from rag.pipeline import index_folder
 
     docs, rec = _docs(tmp_path / "docs"), Recorder()
-    report = index_folder(docs, tmp_path / "data", strategies=["paragraph"], models=["wordllama"],
-                          qdrant=QdrantSettings(path=str(tmp_path / "qdrant")), progress=rec)
+    report = index_folder(
+        docs,
+        tmp_path / "data",
+        strategies=["paragraph"],
+        models=["wordllama"],
+        qdrant=QdrantSettings(path=str(tmp_path / "qdrant")),
+        progress=rec,
+    )
     assert rec.of("parsing") == [(i, 3) for i in range(4)]
     assert rec.of("chunking paragraph") == [(i, 3) for i in range(4)]
     points = report.collections["paragraph|wordllama"]["points"]
@@ -223,6 +248,7 @@ def test_search_evaluations_count_distinct_candidates():
 
 # --- Dagster ---------------------------------------------------------------------------------------------------------
 
+
 def test_embedding_asset_logs_progress_through_context_log(tmp_path, monkeypatch):
     from dagster import DagsterInstance, materialize
 
@@ -247,10 +273,19 @@ def test_embedding_asset_logs_progress_through_context_log(tmp_path, monkeypatch
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("chunking_strategy", ["paragraph"])
     instance.add_dynamic_partitions("embedding_model", ["wordllama"])
-    result = materialize([embedding_collections], partition_key=collection_key("paragraph", "wordllama"), instance=instance,
-                         resources={"data_store": store, "qdrant": QdrantResource(path=str(tmp_path / "qdrant")),
-                                    "embedding_models": EmbeddingModels(config_path=str(tmp_path / "embedders.yaml"))})
+    result = materialize(
+        [embedding_collections],
+        partition_key=collection_key("paragraph", "wordllama"),
+        instance=instance,
+        resources={
+            "data_store": store,
+            "qdrant": QdrantResource(path=str(tmp_path / "qdrant")),
+            "embedding_models": EmbeddingModels(config_path=str(tmp_path / "embedders.yaml")),
+        },
+    )
     assert result.success
     messages = [e.user_message for e in instance.all_logs(result.run_id) if e.user_message]
     assert f"embedding paragraph|wordllama: 0/{chunks} chunks" in messages
-    assert any(m.startswith(f"embedding paragraph|wordllama: {chunks}/{chunks} chunks") and "done in" in m for m in messages)
+    assert any(
+        m.startswith(f"embedding paragraph|wordllama: {chunks}/{chunks} chunks") and "done in" in m for m in messages
+    )

@@ -1,4 +1,5 @@
 """The GX suites pass on good tables and fail, naming the expectation, on corrupted ones."""
+
 import pytest
 
 from rag.chunk_sets import update_chunk_set

@@ -1,5 +1,6 @@
 """Model registry: MLflow versions with their folders and manifests, aliases, resolution by name; the reranker registry
 (MLflow itself, crash safety and migration: tests/test_mlflow_registry.py)."""
+
 import json
 import threading
 
@@ -20,19 +21,39 @@ def _model_dir(tmp_path, name="saved", payload=b"weights"):
     return folder
 
 
-MANIFEST = {"base_model": "minilm", "training_data_hash": "abc123", "hyperparameters": {"learning_rate": 5e-5, "epochs": 1},
-            "seed": 7, "library_versions": {"torch": "x"}, "metrics": {"dev": {"mrr@5": 0.5}}, "strategy": "paragraph"}
+MANIFEST = {
+    "base_model": "minilm",
+    "training_data_hash": "abc123",
+    "hyperparameters": {"learning_rate": 5e-5, "epochs": 1},
+    "seed": 7,
+    "library_versions": {"torch": "x"},
+    "metrics": {"dev": {"mrr@5": 0.5}},
+    "strategy": "paragraph",
+}
 
 
 def test_register_round_trips_the_manifest_and_numbers_versions(tmp_path):
     registry = ModelRegistry(tmp_path / "models")
     v1 = registry.register("embedder", _model_dir(tmp_path), MANIFEST)
-    v2 = registry.register("embedder", _model_dir(tmp_path, "second", b"other"), {**MANIFEST, "base_model": v1.name, "parent_version": "v1"})
-    assert (v1.version, v1.name, v2.version, v2.name) == ("v1", "ft-minilm-v1", "v2", "ft-minilm-v2")  # family follows the lineage
+    v2 = registry.register(
+        "embedder",
+        _model_dir(tmp_path, "second", b"other"),
+        {**MANIFEST, "base_model": v1.name, "parent_version": "v1"},
+    )
+    assert (v1.version, v1.name, v2.version, v2.name) == (
+        "v1",
+        "ft-minilm-v1",
+        "v2",
+        "ft-minilm-v2",
+    )  # family follows the lineage
     reread = ModelRegistry(tmp_path / "models").resolve("embedder", "v2")
     assert reread.model_dump() == v2.model_dump()
     on_disk = json.loads((v2.path / "manifest.json").read_text())
-    assert on_disk["parent_version"] == "v1" and on_disk["hyperparameters"] == MANIFEST["hyperparameters"] and on_disk["seed"] == 7
+    assert (
+        on_disk["parent_version"] == "v1"
+        and on_disk["hyperparameters"] == MANIFEST["hyperparameters"]
+        and on_disk["seed"] == 7
+    )
     assert on_disk["strategy"] == "paragraph" and on_disk["created_at"] and "path" not in on_disk
     assert (v1.path / "model.safetensors").read_bytes() == b"weights"  # old versions kept untouched
     assert [m.version for m in registry.versions("embedder")] == ["v1", "v2"] and registry.versions("reranker") == []
@@ -87,7 +108,10 @@ def test_a_folder_mlflow_does_not_know_is_no_version_and_metrics_merge(tmp_path)
     assert [m.version for m in registry.versions("embedder")] == ["v1"] and registry.resolve("embedder", "v2") is None
     v2 = registry.register("embedder", _model_dir(tmp_path, "second"), MANIFEST)
     assert (v1.version, v2.version) == ("v1", "v2") and sorted(p.name for p in v2.path.iterdir()) == [
-        "config.json", "manifest.json", "model.safetensors"]
+        "config.json",
+        "manifest.json",
+        "model.safetensors",
+    ]
     registry.update_metrics("embedder", "v2", {"gate": {"passed": False}})
     assert registry.resolve("embedder", "v2").metrics == {"dev": {"mrr@5": 0.5}, "gate": {"passed": False}}
     with pytest.raises(RegistryError, match="not a directory"):
@@ -116,8 +140,10 @@ class LengthReranker:
 
 
 def test_rerank_reorders_by_score_and_keeps_retrieval_order_on_ties(tmp_path):
-    hits = [Hit(rank=i + 1, score=1.0 / (i + 1), chunk={"chunk_id": c, "text": t})
-            for i, (c, t) in enumerate([("a", "xx"), ("b", "xxxx"), ("c", "xx"), ("d", "x")])]
+    hits = [
+        Hit(rank=i + 1, score=1.0 / (i + 1), chunk={"chunk_id": c, "text": t})
+        for i, (c, t) in enumerate([("a", "xx"), ("b", "xxxx"), ("c", "xx"), ("d", "x")])
+    ]
     out = rerank(LengthReranker(), "q", hits, k=3)
     sigmoid = lambda x: 1 / (1 + np.exp(-x))  # noqa: E731 - the reranker declares logits: hits carry probabilities
     assert [(h.rank, h.chunk["chunk_id"]) for h in out] == [(1, "b"), (2, "a"), (3, "c")]

@@ -1,6 +1,7 @@
 """The learning-to-rank reranker: features by hand, feedback priors without leakage, and a trained model that
 must beat its untrained self (the first-stage order) on held-out questions, through the same train -> gate path
 the retrain job uses."""
+
 import hashlib
 import random
 
@@ -25,8 +26,10 @@ def _hit(rank, text, **signals):
 def test_features_by_hand():
     stats = CorpusStats.build(["glacier valley ice", "glacier ice sheet", "desert sand dune", "river delta"])
     assert stats.documents == 4 and stats.document_frequency["glacier"] == 2
-    hits = [_hit(1, "Ice sheets cover the glacier valley.", dense_score=0.8, dense_rank=1, bm25_score=2.0, bm25_rank=2),
-            _hit(2, "Desert dunes move with the wind.", bm25_score=4.0, bm25_rank=1)]
+    hits = [
+        _hit(1, "Ice sheets cover the glacier valley.", dense_score=0.8, dense_rank=1, bm25_score=2.0, bm25_rank=2),
+        _hit(2, "Desert dunes move with the wind.", bm25_score=4.0, bm25_rank=1),
+    ]
     rows = feature_matrix("glacier valley formation", hits, stats)
     col = {n: i for i, n in enumerate(FEATURES)}
     assert rows.shape == (2, len(FEATURES))
@@ -81,10 +84,25 @@ def _word(rng):
 
 
 def _chunks(texts: dict[str, str]) -> pd.DataFrame:
-    rows = [{"chunk_id": cid, "doc_id": cid, "strategy": STRATEGY, "text": t, "char_start": 0, "char_end": len(t),
-             "page_start": 1, "page_end": 1, "section_path": [], "prev_chunk_id": None, "next_chunk_id": None,
-             "n_tokens": len(t.split()), "content_hash": hashlib.sha256(t.encode()).hexdigest(), "table_html": None}
-            for cid, t in texts.items()]
+    rows = [
+        {
+            "chunk_id": cid,
+            "doc_id": cid,
+            "strategy": STRATEGY,
+            "text": t,
+            "char_start": 0,
+            "char_end": len(t),
+            "page_start": 1,
+            "page_end": 1,
+            "section_path": [],
+            "prev_chunk_id": None,
+            "next_chunk_id": None,
+            "n_tokens": len(t.split()),
+            "content_hash": hashlib.sha256(t.encode()).hexdigest(),
+            "table_html": None,
+        }
+        for cid, t in texts.items()
+    ]
     return pd.DataFrame(rows)
 
 
@@ -95,9 +113,16 @@ def phrase_task(topics: int = 60, seed: int = 3):
         w1, w2 = _word(rng), _word(rng)
         texts[f"a{i}"] = f"Field notes say the {w1} {w2} was seen near the river and recorded over several seasons."
         texts[f"x{i}"] = f"{w1} {w1} tags, {w2} {w2} tags: {w1} lists, {w2} lists."
-        items.append(QAItem(qid=f"q{i}", question=f"what about the {w1} {w2}?", qtype="dataset", doc_id=f"a{i}",
-                            evidence=[Evidence(doc_id=f"a{i}", start=0, end=len(texts[f'a{i}']))],
-                            split="train" if i % 2 else "dev"))
+        items.append(
+            QAItem(
+                qid=f"q{i}",
+                question=f"what about the {w1} {w2}?",
+                qtype="dataset",
+                doc_id=f"a{i}",
+                evidence=[Evidence(doc_id=f"a{i}", start=0, end=len(texts[f"a{i}"]))],
+                split="train" if i % 2 else "dev",
+            )
+        )
     return _chunks(texts), items
 
 
@@ -124,7 +149,9 @@ def test_trained_ranker_beats_its_untrained_self_on_held_out_questions(phrase_ta
     mv, run, inputs = train_candidate("reranker", tables, registry, config, log=lines.append)
     assert mv.name == "ce-ltr-v1" and registry.resolve("reranker", "candidate").version == mv.version
     sel = run.selection_metrics
-    assert sel["ndcg@10"] > sel["first_stage_ndcg@10"] + 0.1, sel  # the distractor outranks the answer in the first stage
+    assert sel["ndcg@10"] > sel["first_stage_ndcg@10"] + 0.1, (
+        sel
+    )  # the distractor outranks the answer in the first stage
 
     # The gate's questions were neither trained nor used for selection; the untrained self (no reranker) is production.
     result = gate_candidate("reranker", tables, registry, mv, GateSettings(resamples=2000))
@@ -150,9 +177,12 @@ def test_trained_ranker_beats_its_untrained_self_on_held_out_questions(phrase_ta
 def test_copied_questions_are_cut_out_of_their_chunks_before_the_first_stage():
     from rag.training.first_stage import KnownVectors, without_questions
 
-    chunks = _chunks({"a": "Cats purr when content.  They also purr when hurt or stressed.", "b": "Dogs bark at night."})
-    cut, found = without_questions(chunks, [("They also purr when hurt or stressed.", "a"), ("Dogs bark", "b"),
-                                              ("Not in the chunk at all.", "b")])
+    chunks = _chunks(
+        {"a": "Cats purr when content.  They also purr when hurt or stressed.", "b": "Dogs bark at night."}
+    )
+    cut, found = without_questions(
+        chunks, [("They also purr when hurt or stressed.", "a"), ("Dogs bark", "b"), ("Not in the chunk at all.", "b")]
+    )
     texts = dict(zip(cut["chunk_id"], cut["text"]))
     assert found == 1 and texts["a"] == "Cats purr when content." and texts["b"] == "Dogs bark at night."
     assert cut.set_index("chunk_id").at["a", "content_hash"] != chunks.set_index("chunk_id").at["a", "content_hash"]

@@ -1,4 +1,5 @@
 """Indexes and retrieval on a tiny corpus: every mode, filters, MMR, incremental sync, alias swap."""
+
 import hashlib
 import os
 
@@ -30,10 +31,24 @@ def chunk_table(texts: dict[str, str], pages: dict[str, int] | None = None) -> p
     rows = []
     for cid, text in texts.items():
         page = (pages or {}).get(cid, 1)
-        rows.append({"chunk_id": cid, "doc_id": f"doc-{cid}", "strategy": "t", "text": text, "char_start": 0,
-                     "char_end": len(text), "page_start": page, "page_end": page, "section_path": [],
-                     "prev_chunk_id": None, "next_chunk_id": None, "n_tokens": len(text.split()),
-                     "content_hash": hashlib.sha256(text.encode()).hexdigest(), "table_html": None})
+        rows.append(
+            {
+                "chunk_id": cid,
+                "doc_id": f"doc-{cid}",
+                "strategy": "t",
+                "text": text,
+                "char_start": 0,
+                "char_end": len(text),
+                "page_start": page,
+                "page_end": page,
+                "section_path": [],
+                "prev_chunk_id": None,
+                "next_chunk_id": None,
+                "n_tokens": len(text.split()),
+                "content_hash": hashlib.sha256(text.encode()).hexdigest(),
+                "table_html": None,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -51,10 +66,12 @@ def client(request, tmp_path):
     when RAG_TEST_QDRANT_URL is set."""
     if request.param == "server" and not SERVER:
         pytest.skip("set RAG_TEST_QDRANT_URL=http://host:6333 to run these tests against a Qdrant server")
-    settings = {"local-path": QdrantSettings(path=str(tmp_path / "qdrant"), engine="local"),
-                "memory": QdrantSettings(path=":memory:", engine="local"),
-                "edge": QdrantSettings(path=str(tmp_path / "qdrant-edge"), engine="edge"),
-                "server": QdrantSettings(url=SERVER)}[request.param]
+    settings = {
+        "local-path": QdrantSettings(path=str(tmp_path / "qdrant"), engine="local"),
+        "memory": QdrantSettings(path=":memory:", engine="local"),
+        "edge": QdrantSettings(path=str(tmp_path / "qdrant-edge"), engine="edge"),
+        "server": QdrantSettings(url=SERVER),
+    }[request.param]
     client = get_client(settings)
     yield client
     if request.param == "server":  # a shared server keeps what tests made: remove this module's strategy "t"

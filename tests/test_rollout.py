@@ -1,5 +1,6 @@
 """Rollout (canary) library: condensed lists, team-draft interleaving and its credit, the sequential test (hand
 cases, error rate on simulated equal arms, power), guardrails, rollout states and deterministic arm assignment."""
+
 import math
 from datetime import datetime, timezone
 
@@ -8,9 +9,29 @@ import pytest
 from pydantic import ValidationError
 from scipy.integrate import quad
 
-from rag.rollout import (CanarySettings, IllegalTransition, RolloutState, Shown, Votes, arm_for, assign_arm, compare_offline,
-                         condensed_run, credit, guardrail_breaches, log_likelihood_ratio, promote, replay, roll_back,
-                         sequential_decision, start_canary, tally, team_draft_interleave, version_for, with_guardrails)
+from rag.rollout import (
+    CanarySettings,
+    IllegalTransition,
+    RolloutState,
+    Shown,
+    Votes,
+    arm_for,
+    assign_arm,
+    compare_offline,
+    condensed_run,
+    credit,
+    guardrail_breaches,
+    log_likelihood_ratio,
+    promote,
+    replay,
+    roll_back,
+    sequential_decision,
+    start_canary,
+    tally,
+    team_draft_interleave,
+    version_for,
+    with_guardrails,
+)
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -40,7 +61,11 @@ def test_condensed_run_drops_only_unjudged_docs_and_keeps_order():
 
 def test_condensed_scores_match_hand_computed_values():
     production = {"q1": ["d2", "d1"], "q2": ["d6", "d5"], "q3": ["d7"]}  # only judged docs: condensed == plain
-    candidate = {"q1": ["u", "d1", "d2"], "q2": ["d6", "x", "d5"], "q3": ["d7"]}  # an unjudged doc above the relevant one
+    candidate = {
+        "q1": ["u", "d1", "d2"],
+        "q2": ["d6", "x", "d5"],
+        "q3": ["d7"],
+    }  # an unjudged doc above the relevant one
     cmp = compare_offline(production, candidate, JUDGMENTS)
     assert cmp.queries == 2  # q3 has no positive label
     # One relevant doc per query, so nDCG@10 = 1 / log2(rank + 1) whatever its grade.
@@ -52,7 +77,9 @@ def test_condensed_scores_match_hand_computed_values():
     assert condensed.loc["q1", "ndcg@10"] == pytest.approx(1.0) and condensed.loc["q1", "mrr@10"] == pytest.approx(1.0)
     # q2: d5 at rank 3 behind d6 (rated down, kept) and x (unjudged, removed) -> rank 2 when condensed.
     assert plain.loc["q2", "ndcg@10"] == pytest.approx(rank3) and plain.loc["q2", "mrr@10"] == pytest.approx(1 / 3)
-    assert condensed.loc["q2", "ndcg@10"] == pytest.approx(rank2) and condensed.loc["q2", "mrr@10"] == pytest.approx(0.5)
+    assert condensed.loc["q2", "ndcg@10"] == pytest.approx(rank2) and condensed.loc["q2", "mrr@10"] == pytest.approx(
+        0.5
+    )
     assert cmp.candidate_condensed.mean["ndcg@10"] == pytest.approx((1 + rank2) / 2)
     # Production showed only judged docs: condensing changes nothing, and both rank the relevant doc second.
     assert cmp.production.mean == pytest.approx(cmp.production_condensed.mean)
@@ -93,7 +120,14 @@ def test_disjoint_rankings_with_scripted_coins():
 def test_disjoint_rankings_with_a_fixed_seed():
     # random.Random(seed_from("session-42")) flips 0.915, 0.054, 0.144: b first, then a first twice.
     shown = team_draft_interleave(["a1", "a2", "a3"], ["b1", "b2", "b3"], 6, "session-42")
-    assert [(d, team) for d, team, _ in shown] == [("b1", "b"), ("a1", "a"), ("a2", "a"), ("b2", "b"), ("a3", "a"), ("b3", "b")]
+    assert [(d, team) for d, team, _ in shown] == [
+        ("b1", "b"),
+        ("a1", "a"),
+        ("a2", "a"),
+        ("b2", "b"),
+        ("a3", "a"),
+        ("b3", "b"),
+    ]
     assert team_draft_interleave(["a1", "a2", "a3"], ["b1", "b2", "b3"], 6, "session-42") == shown  # reproducible
     first_teams = {team_draft_interleave(["a1"], ["b1"], 2, f"s{i}")[0].team for i in range(20)}
     assert first_teams == {"a", "b"}  # the seed really decides who goes first
@@ -108,8 +142,11 @@ def test_duplicates_go_to_the_team_that_picks_them_first_and_a_common_next_doc_i
     assert credit(shown, {"d2": "click"}).outcome == "tie"  # both would have shown d2 second
     assert credit(shown, {"d4": "click", "d3": -1}).outcome == "b"
     # A doc repeated inside one ranking is shown once; d1 tops both lists: shared.
-    assert team_draft_interleave(["d1", "d1", "d2"], ["d1", "d3"], 10, Coins(0.1, 0.1)) == \
-        [("d1", "a", True), ("d3", "b", False), ("d2", "a", False)]
+    assert team_draft_interleave(["d1", "d1", "d2"], ["d1", "d3"], 10, Coins(0.1, 0.1)) == [
+        ("d1", "a", True),
+        ("d3", "b", False),
+        ("d2", "a", False),
+    ]
 
 
 def test_an_exhausted_ranking_leaves_the_picks_to_the_other_team():
@@ -152,10 +189,12 @@ def test_log_likelihood_ratio_hand_cases():
     assert float(log_likelihood_ratio(7, 0)) == pytest.approx(math.log(16))
     assert float(log_likelihood_ratio(5, 5)) == pytest.approx(math.log(1024 * 120 * 120 / 39916800))  # < 0
     # Against the integral of the mixture, for a non-uniform prior too.
-    for w, l, a, b in [(61, 38, 1, 1), (20, 30, 5, 5), (3, 1, 2, 7)]:
+    for won, lost, a, b in [(61, 38, 1, 1), (20, 30, 5, 5), (3, 1, 2, 7)]:
         beta_ab = math.exp(math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
-        mix = quad(lambda p: p ** (a - 1 + w) * (1 - p) ** (b - 1 + l), 0, 1)[0] / beta_ab
-        assert float(log_likelihood_ratio(w, l, a, b)) == pytest.approx(math.log(mix / 0.5 ** (w + l)), rel=1e-6)
+        mix = quad(lambda p: p ** (a - 1 + won) * (1 - p) ** (b - 1 + lost), 0, 1)[0] / beta_ab
+        assert float(log_likelihood_ratio(won, lost, a, b)) == pytest.approx(
+            math.log(mix / 0.5 ** (won + lost)), rel=1e-6
+        )
 
 
 def test_sequential_decision_hand_cases():
@@ -169,8 +208,9 @@ def test_sequential_decision_hand_cases():
     assert horizon.decision == "rollback" and "horizon 1000" in horizon.reason
     d = sequential_decision(61, 38, 44, "ft-minilm-v4", UNIFORM)
     # log LR 0.6 (checked against the integral above): a 62 % win rate over 99 decided queries is not enough yet.
-    assert d.reason == ("canary ft-minilm-v4: 143 queries, wins 61 / losses 38 / ties 44, "
-                        "log-likelihood ratio 0.6 of 3.0 needed")
+    assert d.reason == (
+        "canary ft-minilm-v4: 143 queries, wins 61 / losses 38 / ties 44, log-likelihood ratio 0.6 of 3.0 needed"
+    )
     assert d.decision == "continue" and (d.wins, d.losses, d.ties) == (61, 38, 44)
 
 
@@ -180,8 +220,8 @@ def test_replay_stops_where_ticking_after_every_query_would():
         stream = np.where(rng.random(400) < 0.3, "tie", np.where(rng.random(400) < p, "b", "a")).tolist()
         expected = None
         for n in range(1, len(stream) + 1):
-            w, l, t = tally(stream[:n])
-            step = sequential_decision(w, l, t, "v", UNIFORM)
+            won, lost, tied = tally(stream[:n])
+            step = sequential_decision(won, lost, tied, "v", UNIFORM)
             if step.decision != "continue":
                 expected = step
                 break
@@ -212,8 +252,16 @@ def test_a_better_candidate_is_promoted_and_a_worse_one_rolled_back():
     assert sum(d.decision == "rollback" and d.queries < 500 for d in worse) >= 0.9 * len(worse)
 
 
-def _interleaved_canary(noise_a: float, noise_b: float, runs: int, seed: int, queries: int = 400, docs: int = 30,
-                        k: int = 10, shared_rule: bool = True):
+def _interleaved_canary(
+    noise_a: float,
+    noise_b: float,
+    runs: int,
+    seed: int,
+    queries: int = 400,
+    docs: int = 30,
+    k: int = 10,
+    shared_rule: bool = True,
+):
     """Canaries run end to end on simulated traffic: per query one relevant doc among `docs`; each arm ranks by the
     doc's relevance plus its own Gaussian noise (equal noise = equally good arms that still disagree), the lists are
     team-draft interleaved, a user examines rank r with probability r^-0.7 and clicks the relevant doc if examined.
@@ -226,12 +274,17 @@ def _interleaved_canary(noise_a: float, noise_b: float, runs: int, seed: int, qu
         for q in range(queries):
             truth = np.zeros(docs)
             truth[rng.integers(docs)] = 3.0
-            ranked = {team: [f"d{i}" for i in np.argsort(-(truth + rng.normal(0, noise, docs)))[:k]]
-                      for team, noise in (("a", noise_a), ("b", noise_b))}
+            ranked = {
+                team: [f"d{i}" for i in np.argsort(-(truth + rng.normal(0, noise, docs)))[:k]]
+                for team, noise in (("a", noise_a), ("b", noise_b))
+            }
             shown = team_draft_interleave(ranked["a"], ranked["b"], k, rng)
             relevant = f"d{int(np.argmax(truth))}"
-            clicks = {doc: "click" for rank, (doc, _, _) in enumerate(shown, start=1)
-                      if doc == relevant and rng.random() < rank ** -0.7}
+            clicks = {
+                doc: "click"
+                for rank, (doc, _, _) in enumerate(shown, start=1)
+                if doc == relevant and rng.random() < rank**-0.7
+            }
             drafted = shown if shared_rule else [(doc, team) for doc, team, _ in shown]
             outcomes.append(credit(drafted, clicks).outcome)
         decisions.append(replay(outcomes, "v", settings))
@@ -259,7 +312,9 @@ def test_not_crediting_shared_picks_decides_sooner_on_the_same_traffic():
 
 # --- guardrails --------------------------------------------------------------------------------------------
 def test_guardrails():
-    settings = CanarySettings(max_latency_p95_ratio=1.5, min_latency_samples=50, max_upvote_share_drop=0.10, min_votes=30)
+    settings = CanarySettings(
+        max_latency_p95_ratio=1.5, min_latency_samples=50, max_upvote_share_drop=0.10, min_votes=30
+    )
     production_ms = [100.0] * 100
     (breach,) = guardrail_breaches([160.0] * 100, production_ms, Votes(8, 2), Votes(80, 20), settings)
     assert breach.guardrail == "latency_p95" and breach.observed == pytest.approx(1.6)

@@ -5,6 +5,7 @@ instead of replacing production under it. A retrain waits while a canary runs. A
 the gate with force_reason, logged and recorded, and such a canary is promoted only as a recorded forced promotion.
 
 Fake weights where nothing is embedded; a real MiniLM where production_embedder builds collections."""
+
 from pathlib import Path
 
 import pytest
@@ -41,8 +42,14 @@ def deployed(tmp_path, monkeypatch):
     registry = ModelRegistry(root / "models")
     qdrant = QdrantSettings(path=str(root / "qdrant"))
     v1 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
-    promote("embedder", registry, v1, target=ServingTarget.of_client(tables, get_client(qdrant), ["t"]), log=quiet,
-            force_reason="the starting point")
+    promote(
+        "embedder",
+        registry,
+        v1,
+        target=ServingTarget.of_client(tables, get_client(qdrant), ["t"]),
+        log=quiet,
+        force_reason="the starting point",
+    )
     production_collection = alias_target(get_client(qdrant), "t__production")
     close_client(qdrant)
     v2 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
@@ -50,8 +57,13 @@ def deployed(tmp_path, monkeypatch):
     verdict(registry, "embedder", v2, production="v1")
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("chunking_strategy", ["t"])
-    yield {"root": root, "registry": registry, "qdrant": qdrant, "instance": instance,
-           "production_collection": production_collection}
+    yield {
+        "root": root,
+        "registry": registry,
+        "qdrant": qdrant,
+        "instance": instance,
+        "production_collection": production_collection,
+    }
     close_client(qdrant)
 
 
@@ -62,10 +74,18 @@ def release_step(env, **policy):
     from resources.rollout import Rollout
     from resources.storage import DataStore
 
-    resources = {"data_store": DataStore(data_dir=str(env["root"])), "rollout": Rollout(**policy),
-                 "qdrant": QdrantResource(url=None, path=str(env["qdrant"].path))}
-    return materialize([production_embedder], instance=env["instance"], resources=resources, raise_on_error=False,
-                       run_config=QUIET_LOGS)
+    resources = {
+        "data_store": DataStore(data_dir=str(env["root"])),
+        "rollout": Rollout(**policy),
+        "qdrant": QdrantResource(url=None, path=str(env["qdrant"].path)),
+    }
+    return materialize(
+        [production_embedder],
+        instance=env["instance"],
+        resources=resources,
+        raise_on_error=False,
+        run_config=QUIET_LOGS,
+    )
 
 
 def failure_message(result) -> str:
@@ -96,15 +116,23 @@ def test_under_the_canary_policy_a_passing_candidate_starts_a_canary_and_product
     (event,) = result.get_asset_materialization_events()
     metadata = {k: v.value for k, v in event.materialization.metadata.items()}
     assert metadata["action"] == "canary" and metadata["production"] == "ft-minilm-v1"
-    assert metadata["canary"].startswith("canary started: ft-minilm-v2 at 25% of sessions (production ft-minilm-v1 "
-                                         "unchanged")
+    assert metadata["canary"].startswith(
+        "canary started: ft-minilm-v2 at 25% of sessions (production ft-minilm-v1 unchanged"
+    )
     state = read_state(registry, "embedder")
-    assert (state.stage, state.candidate_version, state.production_version, state.traffic_share) == ("canary", "v2", "v1", 0.25)
+    assert (state.stage, state.candidate_version, state.production_version, state.traffic_share) == (
+        "canary",
+        "v2",
+        "v1",
+        0.25,
+    )
     assert state.force_reason is None and state.reason.startswith("gate found it no worse than ft-minilm-v1")
     # Production did not move: registry alias, serving alias; the candidate's own collection was built for the canary.
     assert registry.aliases()["embedder"] == {"production": "v1", "candidate": "v2"}
     served = aliases(env)
-    assert served["t__production"] == env["production_collection"] and served["t__ft-minilm-v2"].startswith("t__ft-minilm-v2__")
+    assert served["t__production"] == env["production_collection"] and served["t__ft-minilm-v2"].startswith(
+        "t__ft-minilm-v2__"
+    )
     assert [e["step"] for e in history(registry)] == ["start"]
     assert registry.resolve("embedder", "v2").metrics["canary_start"]["forced"] is False
 
@@ -115,7 +143,11 @@ def test_under_the_direct_policy_a_passing_candidate_is_promoted_as_before(deplo
     assert result.success
     (event,) = result.get_asset_materialization_events()
     metadata = {k: v.value for k, v in event.materialization.metadata.items()}
-    assert (metadata["action"], metadata["production"], metadata["previous"]) == ("promoted", "ft-minilm-v2", "ft-minilm-v1")
+    assert (metadata["action"], metadata["production"], metadata["previous"]) == (
+        "promoted",
+        "ft-minilm-v2",
+        "ft-minilm-v1",
+    )
     assert registry.aliases()["embedder"] == {"production": "v2"} and read_state(registry, "embedder") is None
     assert aliases(env)["t__production"].startswith("t__ft-minilm-v2__")
     assert registry.resolve("embedder", "v2").metrics["promotion"]["forced"] is False
@@ -133,8 +165,12 @@ def test_a_direct_promotion_is_refused_while_a_canary_runs_and_a_retrain_waits(d
     verdict(registry, "embedder", v3, production="v1")  # passed, against today's production
 
     message = failure_message(release_step(env, promotion="direct"))
-    assert "refusing to promote embedder ft-minilm-v3 directly: a canary of embedder ft-minilm-v2 is running (on 10% " \
-           "of sessions" in message and "Production is unchanged" in message
+    assert (
+        "refusing to promote embedder ft-minilm-v3 directly: a canary of embedder ft-minilm-v2 is running (on 10% "
+        "of sessions"
+        in message
+        and "Production is unchanged" in message
+    )
     # The canary policy does not start a second canary either: v3 waits, marked in its manifest, nothing started.
     queued = release_step(env, promotion="canary")
     assert queued.success
@@ -150,10 +186,16 @@ def test_a_direct_promotion_is_refused_while_a_canary_runs_and_a_retrain_waits(d
     # feedback_volume_sensor holds the retrain while the canary runs, and requests it once the canary is decided.
     store = FeedbackStore(f"sqlite:///{env['root'] / 'feedback.sqlite'}")
     for i in range(3):
-        q = store.record_query(f"question {i}", answer="a", chunks=[{"chunk_id": "cats", "doc_id": "cats.md",
-                                                                     "text": TEXTS["cats"], "rank": 1}])
-        store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key=f"k{i}",
-                                                 passages=[{"chunk_id": "cats", "score": 1}]))
+        q = store.record_query(
+            f"question {i}",
+            answer="a",
+            chunks=[{"chunk_id": "cats", "doc_id": "cats.md", "text": TEXTS["cats"], "rank": 1}],
+        )
+        store.submit_feedback(
+            FeedbackSubmission(
+                query_id=q.query_id, idempotency_key=f"k{i}", passages=[{"chunk_id": "cats", "score": 1}]
+            )
+        )
     loop = FeedbackLoop(db_url=store.url, data_dir=str(env["root"]), volume_threshold=3)
 
     def tick():
@@ -163,7 +205,8 @@ def test_a_direct_promotion_is_refused_while_a_canary_runs_and_a_retrain_waits(d
     waiting = tick()
     assert isinstance(waiting, SkipReason) and waiting.skip_message == (
         "3/3 new feedback events since model v1; a canary of embedder ft-minilm-v2 is running: the retrain waits for "
-        "canary_sensor's decision")
+        "canary_sensor's decision"
+    )
     roll_back_rollout("embedder", registry, "test", log=quiet)
     fired = tick()
     assert isinstance(fired, SensorResult) and isinstance(fired.run_requests[0], RunRequest)
@@ -196,9 +239,12 @@ def test_a_candidate_gated_while_a_canary_runs_waits_and_canary_sensor_starts_it
         release("reranker", registry, r2, policy="canary", log=quiet)
     assert "canary_queued" not in registry.resolve("reranker", "v2").metrics
 
-    resources = {"data_store": DataStore(data_dir=str(tmp_path)), "rollout": Rollout(promotion="canary", traffic_share=0.3),
-                 "feedback_loop": FeedbackLoop(data_dir=str(tmp_path)),
-                 "qdrant": QdrantResource(url=None, path=str(tmp_path / "qdrant"))}
+    resources = {
+        "data_store": DataStore(data_dir=str(tmp_path)),
+        "rollout": Rollout(promotion="canary", traffic_share=0.3),
+        "feedback_loop": FeedbackLoop(data_dir=str(tmp_path)),
+        "qdrant": QdrantResource(url=None, path=str(tmp_path / "qdrant")),
+    }
 
     def tick():
         with build_sensor_context(instance=DagsterInstance.ephemeral(), resources=resources) as context:
@@ -208,8 +254,11 @@ def test_a_candidate_gated_while_a_canary_runs_waits_and_canary_sensor_starts_it
     (request,) = tick().run_requests
     assert isinstance(request, RunRequest) and request.job_name == "start_canary_job"
     assert request.run_key == "canary-start:reranker:v1"
-    assert request.run_config["ops"]["start_canary_op"]["config"] == {"kind": "reranker", "candidate": "v1",
-                                                                      "traffic_share": 0.3}
+    assert request.run_config["ops"]["start_canary_op"]["config"] == {
+        "kind": "reranker",
+        "candidate": "v1",
+        "traffic_share": 0.3,
+    }
     # Once its canary has started (what that job does), it is no longer waiting.
     start("reranker", registry, "v1", 0.3, log=quiet)
     assert queued_candidate(registry, "reranker") is None
@@ -232,12 +281,17 @@ def test_an_operator_can_start_a_canary_over_the_gate_logged_and_recorded(tmp_pa
     assert read_state(registry, "embedder") is None and history(registry) == []
 
     lines = []
-    state = start("embedder", registry, "v3", 0.5, force_reason="rollback drill: a deliberately worse model",
-                  log=lines.append)
+    state = start(
+        "embedder", registry, "v3", 0.5, force_reason="rollback drill: a deliberately worse model", log=lines.append
+    )
     assert state.stage == "canary" and state.force_reason == "rollback drill: a deliberately worse model"
     assert state.reason.startswith("operator override of the gate (the gate rejected it against ft-minilm-v1")
-    assert any(line.startswith("WARNING: starting a canary of embedder ft-minilm-v3 without a valid gate verdict (the "
-                               "gate rejected it") for line in lines)
+    assert any(
+        line.startswith(
+            "WARNING: starting a canary of embedder ft-minilm-v3 without a valid gate verdict (the gate rejected it"
+        )
+        for line in lines
+    )
     (entry,) = history(registry)
     assert entry["override"]["forced"] is True and "the gate rejected it" in entry["override"]["gate_refusal"]
     record = registry.resolve("embedder", "v3").metrics["canary_start"]
@@ -254,18 +308,22 @@ def test_an_operator_can_start_a_canary_over_the_gate_logged_and_recorded(tmp_pa
 
 def test_a_forced_canary_that_wins_is_promoted_as_a_recorded_forced_promotion(tmp_path):
     registry = ModelRegistry(tmp_path / "models")
-    v1 = registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})  # never gated
+    registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})  # v1, never gated
     start("reranker", registry, "v1", force_reason="operator: try it on users", log=quiet)
-    state = conclude("reranker", registry, "promote", "wins 40 / losses 10", candidate="v1", evidence_source=won(40, 10),
-                     log=quiet)
+    state = conclude(
+        "reranker", registry, "promote", "wins 40 / losses 10", candidate="v1", evidence_source=won(40, 10), log=quiet
+    )
     assert state.stage == "production" and registry.aliases()["reranker"]["production"] == "v1"
     promotion = registry.resolve("reranker", "v1").metrics["promotion"]
     assert promotion["forced"] is True and promotion["force_reason"].startswith(
-        "canary started with an operator override of the gate (operator: try it on users) and won: ")
-    assert "wins 40 / losses 10" in promotion["force_reason"]  # the evidence conclude() read again, not the caller's word
+        "canary started with an operator override of the gate (operator: try it on users) and won: "
+    )
+    assert (
+        "wins 40 / losses 10" in promotion["force_reason"]
+    )  # the evidence conclude() read again, not the caller's word
 
     # A forced canary is never promoted over a production that moved during it.
-    v2 = registry.register("reranker", fake_model(tmp_path / "r2"), {"base_model": "minilm"})
+    registry.register("reranker", fake_model(tmp_path / "r2"), {"base_model": "minilm"})
     start("reranker", registry, "v2", force_reason="drill", log=quiet)
     v3 = registry.register("reranker", fake_model(tmp_path / "r3"), {"base_model": "minilm"})
     registry.set_alias("reranker", "production", v3.version)  # set by hand meanwhile
@@ -284,14 +342,21 @@ def test_start_canary_job_takes_the_operators_force_reason(tmp_path):
     registry = ModelRegistry(root / "models")
     v1 = registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})
     verdict(registry, "reranker", v1, passed=False, production=None)
-    resources = {"data_store": DataStore(data_dir=str(root)), "rollout": Rollout(traffic_share=0.2),
-                 "qdrant": QdrantResource(url=None, path=str(tmp_path / "qdrant"))}
+    resources = {
+        "data_store": DataStore(data_dir=str(root)),
+        "rollout": Rollout(traffic_share=0.2),
+        "qdrant": QdrantResource(url=None, path=str(tmp_path / "qdrant")),
+    }
 
     def launch(**config):
         return start_canary_job.execute_in_process(
-            resources=resources, raise_on_error=False,
-            run_config={"ops": {"start_canary_op": {"config": {"kind": "reranker", "candidate": "v1", **config}}},
-                        **QUIET_LOGS})
+            resources=resources,
+            raise_on_error=False,
+            run_config={
+                "ops": {"start_canary_op": {"config": {"kind": "reranker", "candidate": "v1", **config}}},
+                **QUIET_LOGS,
+            },
+        )
 
     assert not launch().success and read_state(registry, "reranker") is None  # the gate rejected it
     assert launch(force_reason="rehearsal").success
@@ -301,10 +366,24 @@ def test_start_canary_job_takes_the_operators_force_reason(tmp_path):
 
 def not_worse_verdict(registry, kind, mv, production):
     """What gate_candidate records under the canary policy for a candidate it found no worse, but not better."""
-    registry.update_metrics(kind, mv.version, {"gate": {**sound(registry, kind), 
-        "passed": True, "criterion": "not_worse", "better": False, "not_worse": True, "reasons": "all criteria met",
-        "better_reasons": "ndcg@10: +0.0089 (p=0.3166) is not a significant improvement at p<0.05",
-        "candidate_version": mv.version, "production_version": production, "gated_at": "2025-01-01T00:00:00+00:00"}})
+    registry.update_metrics(
+        kind,
+        mv.version,
+        {
+            "gate": {
+                **sound(registry, kind),
+                "passed": True,
+                "criterion": "not_worse",
+                "better": False,
+                "not_worse": True,
+                "reasons": "all criteria met",
+                "better_reasons": "ndcg@10: +0.0089 (p=0.3166) is not a significant improvement at p<0.05",
+                "candidate_version": mv.version,
+                "production_version": production,
+                "gated_at": "2025-01-01T00:00:00+00:00",
+            }
+        },
+    )
 
 
 def test_a_candidate_the_gate_found_only_no_worse_needs_the_canarys_win(tmp_path, registry):
@@ -313,8 +392,11 @@ def test_a_candidate_the_gate_found_only_no_worse_needs_the_canarys_win(tmp_path
 
     v3 = registry.register("embedder", fake_model(tmp_path / "m3"), {"base_model": "minilm"})
     not_worse_verdict(registry, "embedder", v3, production="v1")
-    with pytest.raises(PromotionRefused, match="no worse than ft-minilm-v1 but not significantly better .ndcg@10: "
-                       r"\+0.0089.*only a canary's online test can promote it"):
+    with pytest.raises(
+        PromotionRefused,
+        match="no worse than ft-minilm-v1 but not significantly better .ndcg@10: "
+        r"\+0.0089.*only a canary's online test can promote it",
+    ):
         check_promotable("embedder", registry, v3)
     with pytest.raises(PromotionRefused, match="only a canary's online test"):
         release("embedder", registry, v3, policy="direct", log=quiet)
@@ -323,17 +405,37 @@ def test_a_candidate_the_gate_found_only_no_worse_needs_the_canarys_win(tmp_path
     # The canary policy starts it; the online win promotes it, recorded as the evidence (not as an override).
     outcome = release("embedder", registry, v3, policy="canary", traffic_share=0.2, log=quiet)
     assert outcome["action"] == "canary" and read_state(registry, "embedder").force_reason is None
-    conclude("embedder", registry, "promote", "wins 60 / losses 30: the candidate wins significantly more often",
-             candidate="v3", evidence_source=won(60, 30), log=quiet)
+    conclude(
+        "embedder",
+        registry,
+        "promote",
+        "wins 60 / losses 30: the candidate wins significantly more often",
+        candidate="v3",
+        evidence_source=won(60, 30),
+        log=quiet,
+    )
     assert registry.aliases()["embedder"]["production"] == "v3"
     promotion = registry.resolve("embedder", "v3").metrics["promotion"]
     assert promotion["forced"] is False and "wins 60 / losses 30" in promotion["online_evidence"]
 
     # A worse verdict starts no canary at all.
     v4 = registry.register("embedder", fake_model(tmp_path / "m4"), {"base_model": "minilm"})
-    registry.update_metrics("embedder", v4.version, {"gate": {**sound(registry, "embedder"), 
-        "passed": False, "criterion": "not_worse", "better": False, "not_worse": False,
-        "reasons": "ndcg@10: -0.1000 is worse", "candidate_version": v4.version, "production_version": "v3"}})
+    registry.update_metrics(
+        "embedder",
+        v4.version,
+        {
+            "gate": {
+                **sound(registry, "embedder"),
+                "passed": False,
+                "criterion": "not_worse",
+                "better": False,
+                "not_worse": False,
+                "reasons": "ndcg@10: -0.1000 is worse",
+                "candidate_version": v4.version,
+                "production_version": "v3",
+            }
+        },
+    )
     with pytest.raises(PromotionRefused, match="the gate rejected it against ft-minilm-v3: ndcg@10: -0.1000 is worse"):
         start("embedder", registry, "v4", log=quiet)
 
@@ -356,8 +458,21 @@ def test_the_gate_check_asks_no_worse_under_the_canary_policy(tmp_path, monkeypa
     def gate(kind, tables, registry, candidate, settings):
         seen.append(settings.criterion)
         passed = settings.criterion == "not_worse"  # an unproven candidate: no worse, not better
-        table = pd.DataFrame([{"metric": "ndcg@10", "production": 0.9, "candidate": 0.91, "delta": 0.01, "p_value": 0.3,
-                               "p_value_worse": 0.7, "required": "> 0, p < 0.05", "ok": False, "not_worse": True}])
+        table = pd.DataFrame(
+            [
+                {
+                    "metric": "ndcg@10",
+                    "production": 0.9,
+                    "candidate": 0.91,
+                    "delta": 0.01,
+                    "p_value": 0.3,
+                    "p_value_worse": 0.7,
+                    "required": "> 0, p < 0.05",
+                    "ok": False,
+                    "not_worse": True,
+                }
+            ]
+        )
         return GateResult(passed, table, [], 40, criterion=settings.criterion, not_worse=True)
 
     monkeypatch.setattr(training, "gate_candidate", gate)

@@ -5,6 +5,7 @@ the candidate's collection) and a rollback reverts it; a rolled-back canary leav
 
 The first tests use tiny fake answerers (rag.rollout's statistics are tested in tests/test_rollout.py); the last one
 serves a real MiniLM candidate from its own embedded-Qdrant collection."""
+
 import json
 from pathlib import Path
 
@@ -46,16 +47,32 @@ class FakeAnswerer:
         self.model_version, self.order = f"{name}@1", order
 
     def rank(self, question: str) -> list[Hit]:
-        return [Hit(rank, 1.0 / rank, {"chunk_id": cid, "doc_id": f"{cid}.md", "page_start": 1, "page_end": 1,
-                                       "text": TEXTS[cid]}) for rank, cid in enumerate(self.order[:3], start=1)]
+        return [
+            Hit(
+                rank,
+                1.0 / rank,
+                {"chunk_id": cid, "doc_id": f"{cid}.md", "page_start": 1, "page_end": 1, "text": TEXTS[cid]},
+            )
+            for rank, cid in enumerate(self.order[:3], start=1)
+        ]
 
     def ask(self, question: str, *, ranked: list[Hit] | None = None) -> AnswerResult:
         hits = self.rank(question) if ranked is None else ranked
-        chunks = [{**h.chunk, "rank": h.rank, "score": h.score, "cited": i == 0, "attributed": False}
-                  for i, h in enumerate(hits)]
-        return AnswerResult(question=question, answer=hits[0].chunk["text"], cited_chunk_ids=[hits[0].chunk["chunk_id"]],
-                            attributed_chunk_ids=[], not_in_context=False, latency_ms=1.0, chunks=chunks,
-                            generator=self.model_version, settings={})
+        chunks = [
+            {**h.chunk, "rank": h.rank, "score": h.score, "cited": i == 0, "attributed": False}
+            for i, h in enumerate(hits)
+        ]
+        return AnswerResult(
+            question=question,
+            answer=hits[0].chunk["text"],
+            cited_chunk_ids=[hits[0].chunk["chunk_id"]],
+            attributed_chunk_ids=[],
+            not_in_context=False,
+            latency_ms=1.0,
+            chunks=chunks,
+            generator=self.model_version,
+            settings={},
+        )
 
 
 class FakeArm:
@@ -81,9 +98,20 @@ def fake_model(folder: Path) -> Path:
 
 def verdict(registry, kind, mv, *, passed=True, production=None):
     """A gate verdict as rag.training.pipeline.gate_candidate records it."""
-    registry.update_metrics(kind, mv.version, {"gate": {**sound(registry, kind), 
-        "passed": passed, "reasons": "all criteria met" if passed else "ndcg@10: -0.1000 is not a significant improvement",
-        "candidate_version": mv.version, "production_version": production, "gated_at": "2025-01-01T00:00:00+00:00"}})
+    registry.update_metrics(
+        kind,
+        mv.version,
+        {
+            "gate": {
+                **sound(registry, kind),
+                "passed": passed,
+                "reasons": "all criteria met" if passed else "ndcg@10: -0.1000 is not a significant improvement",
+                "candidate_version": mv.version,
+                "production_version": production,
+                "gated_at": "2025-01-01T00:00:00+00:00",
+            }
+        },
+    )
 
 
 @pytest.fixture
@@ -106,7 +134,9 @@ def store(tmp_path):
 
 
 def ask(client, question="which animal does purr", session=None) -> dict:
-    response = client.post("/ask", json={"question": question, **({"session_id": session} if session else {})}, headers=AUTH)
+    response = client.post(
+        "/ask", json={"question": question, **({"session_id": session} if session else {})}, headers=AUTH
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -152,14 +182,22 @@ def test_api_assigns_sessions_to_arms_deterministically_and_records_arms_and_tea
         teams = teams_of(store, mixed["query_id"])
         assert len(teams) == 3 and set(teams.values()) == {"production", "canary"}
         assert all(teams[c] == ("production" if c in PRODUCTION.order else "canary") for c in teams)
-        assert mixed["answer"] == TEXTS[mixed["passages"][0]["chunk_id"]] and mixed["model_version"] == \
-            "interleaved(production@1, candidate@1)"
+        assert (
+            mixed["answer"] == TEXTS[mixed["passages"][0]["chunk_id"]]
+            and mixed["model_version"] == "interleaved(production@1, candidate@1)"
+        )
         assert "team" not in mixed["passages"][0]
         again = ask(client, session=canary_sessions[0])  # the same question in the same session: the same list
         assert [p["chunk_id"] for p in again["passages"]] == [p["chunk_id"] for p in mixed["passages"]]
-        assert client.get("/health").json()["canary"] == {"running": True, "kind": "embedder", "candidate": "ft-minilm-v2",
-                                                          "traffic_share": 0.3, "index_open": True, "error": None,
-                                                          "failed_requests": 0}
+        assert client.get("/health").json()["canary"] == {
+            "running": True,
+            "kind": "embedder",
+            "candidate": "ft-minilm-v2",
+            "traffic_share": 0.3,
+            "index_open": True,
+            "error": None,
+            "failed_requests": 0,
+        }
 
         # Signals credit the team that contributed the passage: a +1 on the candidate's passage is a candidate win,
         # a click on production's passage a production win, and a rating beats a click on the same passage.
@@ -168,16 +206,46 @@ def test_api_assigns_sessions_to_arms_deterministically_and_records_arms_and_tea
 
         won, lost, rated = (ask(client, f"question {i}", session=canary_sessions[i]) for i in (1, 2, 3))
         # Each signal comes from the session that was shown the query (the page sends its session id).
-        client.post("/feedback", headers=AUTH, json={"query_id": won["query_id"], "idempotency_key": "w",
-                                                     "session_id": canary_sessions[1],
-                                                     "passages": [{"chunk_id": shown(won, "canary"), "score": 1}]})
-        client.post("/events", headers=AUTH, json={"query_id": lost["query_id"], "kind": "click",
-                                                   "session_id": canary_sessions[2], "chunk_id": shown(lost, "production")})
-        client.post("/events", headers=AUTH, json={"query_id": rated["query_id"], "kind": "click",
-                                                   "session_id": canary_sessions[3], "chunk_id": shown(rated, "canary")})
-        client.post("/feedback", headers=AUTH, json={"query_id": rated["query_id"], "idempotency_key": "r",
-                                                     "session_id": canary_sessions[3],
-                                                     "passages": [{"chunk_id": shown(rated, "canary"), "score": -1}]})
+        client.post(
+            "/feedback",
+            headers=AUTH,
+            json={
+                "query_id": won["query_id"],
+                "idempotency_key": "w",
+                "session_id": canary_sessions[1],
+                "passages": [{"chunk_id": shown(won, "canary"), "score": 1}],
+            },
+        )
+        client.post(
+            "/events",
+            headers=AUTH,
+            json={
+                "query_id": lost["query_id"],
+                "kind": "click",
+                "session_id": canary_sessions[2],
+                "chunk_id": shown(lost, "production"),
+            },
+        )
+        client.post(
+            "/events",
+            headers=AUTH,
+            json={
+                "query_id": rated["query_id"],
+                "kind": "click",
+                "session_id": canary_sessions[3],
+                "chunk_id": shown(rated, "canary"),
+            },
+        )
+        client.post(
+            "/feedback",
+            headers=AUTH,
+            json={
+                "query_id": rated["query_id"],
+                "idempotency_key": "r",
+                "session_id": canary_sessions[3],
+                "passages": [{"chunk_id": shown(rated, "canary"), "score": -1}],
+            },
+        )
         evidence = collect(store, state.started_at)
         asked_in_canary = store.table("queries").query("arm == 'canary'")
         canaries = len(asked_in_canary)
@@ -189,15 +257,19 @@ def test_api_assigns_sessions_to_arms_deterministically_and_records_arms_and_tea
         rolled = roll_back_rollout("embedder", registry, "looks wrong", log=quiet)
         assert rolled.stage == "rolled_back" and registry.aliases()["embedder"]["production"] == "v1"
         after = ask(client, session=canary_sessions[0])
-        assert arm_of(store, after["query_id"]) is None and [p["chunk_id"] for p in after["passages"]] == PRODUCTION.order
+        assert (
+            arm_of(store, after["query_id"]) is None and [p["chunk_id"] for p in after["passages"]] == PRODUCTION.order
+        )
         assert registry.resolve("embedder", "v2").metrics["canary"]["decision"] == "rollback"
     assert [e["step"] for e in history(registry)] == ["start", "rollback"]
 
 
 def test_a_canary_needs_a_passing_gate_and_runs_alone(tmp_path, registry):
     v3 = registry.register("embedder", fake_model(tmp_path / "m3"), {"base_model": "minilm"})
-    with pytest.raises(PromotionRefused, match="cannot start a canary: refusing to promote embedder ft-minilm-v3: it has "
-                       "no gate verdict"):
+    with pytest.raises(
+        PromotionRefused,
+        match="cannot start a canary: refusing to promote embedder ft-minilm-v3: it has no gate verdict",
+    ):
         start("embedder", registry, "v3", log=quiet)
     verdict(registry, "embedder", v3, passed=False, production="v1")
     with pytest.raises(PromotionRefused, match="the gate rejected it"):
@@ -228,8 +300,9 @@ def test_reranker_canary_promotes_through_the_registry_and_a_rollback_restores_t
     with pytest.raises(IllegalTransition, match="no canary of reranker v9 to promote"):
         conclude("reranker", registry, "promote", "stale request", candidate="v9", log=quiet)
     assert registry.aliases()["reranker"] == {}  # production (no reranker) untouched while the canary runs
-    state = conclude("reranker", registry, "promote", "wins", candidate="v1", evidence={"wins": 9}, evidence_source=won(),
-                     log=quiet)
+    state = conclude(
+        "reranker", registry, "promote", "wins", candidate="v1", evidence={"wins": 9}, evidence_source=won(), log=quiet
+    )
     assert state.stage == "production" and registry.aliases()["reranker"] == {"production": "v1"}
     with pytest.raises(IllegalTransition, match="no canary of reranker v1 to rollback: v1 is in stage 'production'"):
         conclude("reranker", registry, "rollback", "late", candidate="v1", log=quiet)  # the sensor's stale decision
@@ -300,10 +373,15 @@ def test_the_latency_guardrail_compares_each_arms_own_ranking_in_the_same_reques
 
     def ask(i: int, arm: str, candidate_ms: float) -> None:
         production_ms = 40.0 + i % 5
-        timings = ({"rank_production": production_ms, "rank_canary": candidate_ms, "generate": 5.0} if arm == "canary"
-                   else {"retrieve": production_ms, "rerank": 0.0, "generate": 5.0})
+        timings = (
+            {"rank_production": production_ms, "rank_canary": candidate_ms, "generate": 5.0}
+            if arm == "canary"
+            else {"retrieve": production_ms, "rerank": 0.0, "generate": 5.0}
+        )
         total = sum(timings.values())
-        store.record_query(f"q{i}", answer="a", chunks=[], session_id=f"s{i}", arm=arm, latency_ms=total, timings_ms=timings)
+        store.record_query(
+            f"q{i}", answer="a", chunks=[], session_id=f"s{i}", arm=arm, latency_ms=total, timings_ms=timings
+        )
 
     for i in range(60):
         ask(i, "canary" if i % 2 else "production", candidate_ms=41.0)
@@ -312,7 +390,10 @@ def test_the_latency_guardrail_compares_each_arms_own_ranking_in_the_same_reques
     decision = evaluate(evidence, "v2", settings)
     assert decision.breaches == () and decision.decision == "continue"
     import numpy as np
-    assert np.percentile(evidence.latencies_ms["canary"], 95) > 1.5 * np.percentile(evidence.latencies_ms["production"], 95)
+
+    assert np.percentile(evidence.latencies_ms["canary"], 95) > 1.5 * np.percentile(
+        evidence.latencies_ms["production"], 95
+    )
 
     for i in range(60, 120):
         ask(i, "canary", candidate_ms=130.0)
@@ -328,7 +409,8 @@ def test_a_promotion_waits_until_the_latency_guardrail_can_judge():
     early = CanaryEvidence(["b"] * 9 + ["tie"] * 18, ranking_ms={"production": [40.0] * 27, "canary": [45.0] * 27})
     waiting = evaluate(early, "v2", settings)
     assert waiting.decision == "continue" and waiting.reason.endswith(
-        "promotion waits for the latency guardrail: 27 of 50 timed canary requests")
+        "promotion waits for the latency guardrail: 27 of 50 timed canary requests"
+    )
     assert "wins 9 / losses 0" in waiting.reason
     timed = CanaryEvidence(["b"] * 9 + ["tie"] * 41, ranking_ms={"production": [40.0] * 50, "canary": [45.0] * 50})
     assert evaluate(timed, "v2", settings).decision == "promote"
@@ -363,12 +445,20 @@ def test_both_arms_encode_the_question_afresh_in_a_canary_request():
     production_index.query_vector("a replayed question")  # cached by an earlier production request
     candidate_index = Index(chunks=pd.DataFrame(), bm25=None, client=None, alias=None, embedder=Encoder())
     Encoder.calls = 0
-    result = interleaved_answer(answerer("production", PRODUCTION.order, production_index),
-                                answerer("candidate", CANDIDATE.order, candidate_index), " a replayed question ", seed=1)
+    result = interleaved_answer(
+        answerer("production", PRODUCTION.order, production_index),
+        answerer("candidate", CANDIDATE.order, candidate_index),
+        " a replayed question ",
+        seed=1,
+    )
     assert Encoder.calls == 2 and {"rank_production", "rank_canary"} <= set(result.timings_ms)
     Encoder.calls = 0
-    interleaved_answer(answerer("production", PRODUCTION.order, production_index),
-                       answerer("candidate", CANDIDATE.order, production_index), "a replayed question", seed=1)
+    interleaved_answer(
+        answerer("production", PRODUCTION.order, production_index),
+        answerer("candidate", CANDIDATE.order, production_index),
+        "a replayed question",
+        seed=1,
+    )
     assert Encoder.calls == 2  # one shared index: still one encoding per arm
 
 
@@ -393,8 +483,11 @@ def test_shared_picks_are_recorded_through_the_api_and_credit_nobody(registry, s
         session_of = {q["query_id"]: s for q, s in zip(asked, sessions)}
 
         def click(query_id: str, chunk_id: str) -> None:
-            client.post("/events", headers=AUTH, json={"query_id": query_id, "kind": "click", "chunk_id": chunk_id,
-                                                       "session_id": session_of[query_id]})
+            client.post(
+                "/events",
+                headers=AUTH,
+                json={"query_id": query_id, "kind": "click", "chunk_id": chunk_id, "session_id": session_of[query_id]},
+            )
 
         click(one, "cats")
         click(two, own[two][0])
@@ -423,7 +516,9 @@ def test_old_stores_get_the_arm_and_team_columns(tmp_path):
     store = FeedbackStore(url)
     assert store.table("queries")["arm"].tolist() == [None] and store.table("retrievals")["team"].tolist() == [None]
     assert store.table("queries")["timings_ms"].tolist() == [None]
-    store.record_query("q2", answer="a", arm="canary", chunks=[{"chunk_id": "c", "doc_id": "d", "text": "t", "team": "canary"}])
+    store.record_query(
+        "q2", answer="a", arm="canary", chunks=[{"chunk_id": "c", "doc_id": "d", "text": "t", "team": "canary"}]
+    )
     assert sorted(store.table("retrievals")["team"].fillna("-")) == ["-", "canary"]
     # The shared flag column is added too: NULL for the earlier query, False for a canary pick not marked shared.
     assert sorted(store.table("retrievals")["shared"].map(repr)) == ["False", "None"]
@@ -434,23 +529,54 @@ def test_old_stores_get_the_arm_and_team_columns(tmp_path):
 def chunk_table(texts: dict[str, str]) -> pd.DataFrame:
     import hashlib
 
-    return pd.DataFrame([{"chunk_id": cid, "doc_id": f"{cid}.md", "strategy": "t", "text": text, "char_start": 0,
-                          "char_end": len(text), "page_start": 1, "page_end": 1, "section_path": [], "prev_chunk_id": None,
-                          "next_chunk_id": None, "n_tokens": len(text.split()),
-                          "content_hash": hashlib.sha256(text.encode()).hexdigest(), "table_html": None}
-                         for cid, text in texts.items()])
+    return pd.DataFrame(
+        [
+            {
+                "chunk_id": cid,
+                "doc_id": f"{cid}.md",
+                "strategy": "t",
+                "text": text,
+                "char_start": 0,
+                "char_end": len(text),
+                "page_start": 1,
+                "page_end": 1,
+                "section_path": [],
+                "prev_chunk_id": None,
+                "next_chunk_id": None,
+                "n_tokens": len(text.split()),
+                "content_hash": hashlib.sha256(text.encode()).hexdigest(),
+                "table_html": None,
+            }
+            for cid, text in texts.items()
+        ]
+    )
 
 
 def simulate(store, n: int, start_at: int, team_liked: str) -> None:
     """n interleaved canary queries whose user rates +1 the passage of `team_liked`."""
     for i in range(start_at, start_at + n):
-        chunks = [{"chunk_id": "cats", "doc_id": "cats.md", "text": TEXTS["cats"], "rank": 1, "team": "canary"},
-                  {"chunk_id": "dogs", "doc_id": "dogs.md", "text": TEXTS["dogs"], "rank": 2, "team": "production"}]
-        q = store.record_query(f"sim {i}", answer="a", chunks=chunks, session_id=f"sim{i}", arm="canary", latency_ms=20.0,
-                               timings_ms={"rank_production": 8.0, "rank_canary": 9.0})  # as the API times both arms
+        chunks = [
+            {"chunk_id": "cats", "doc_id": "cats.md", "text": TEXTS["cats"], "rank": 1, "team": "canary"},
+            {"chunk_id": "dogs", "doc_id": "dogs.md", "text": TEXTS["dogs"], "rank": 2, "team": "production"},
+        ]
+        q = store.record_query(
+            f"sim {i}",
+            answer="a",
+            chunks=chunks,
+            session_id=f"sim{i}",
+            arm="canary",
+            latency_ms=20.0,
+            timings_ms={"rank_production": 8.0, "rank_canary": 9.0},
+        )  # as the API times both arms
         liked = "cats" if team_liked == "canary" else "dogs"
-        store.submit_feedback(FeedbackSubmission(query_id=q.query_id, idempotency_key=f"sim{i}", session_id=f"sim{i}",
-                                                 passages=[{"chunk_id": liked, "score": 1}]))
+        store.submit_feedback(
+            FeedbackSubmission(
+                query_id=q.query_id,
+                idempotency_key=f"sim{i}",
+                session_id=f"sim{i}",
+                passages=[{"chunk_id": liked, "score": 1}],
+            )
+        )
 
 
 def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_back(tmp_path, monkeypatch):
@@ -468,7 +594,9 @@ def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_
     from sensors.canary import canary_sensor
 
     root = tmp_path / "data"
-    monkeypatch.setenv("RAG_DATA_DIR", str(root))  # serving resolves "production" and the candidate through this registry
+    monkeypatch.setenv(
+        "RAG_DATA_DIR", str(root)
+    )  # serving resolves "production" and the candidate through this registry
     monkeypatch.delenv("QDRANT_URL", raising=False)
     monkeypatch.delenv("RAG_QDRANT_PATH", raising=False)
     tables = TableStore(root / "tables")
@@ -488,16 +616,27 @@ def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_
     state = start("embedder", registry, "v2", 0.5, target=target, log=quiet)
     client = target.client()
     candidate_collection = alias_target(client, "t__ft-minilm-v2")  # built by the start, not by training
-    assert candidate_collection.startswith("t__ft-minilm-v2__") and alias_target(client, "t__production") == production_collection
+    assert (
+        candidate_collection.startswith("t__ft-minilm-v2__")
+        and alias_target(client, "t__production") == production_collection
+    )
     close_client(qdrant)  # the API replicates from the folder, as it would beside Dagster
 
     store = FeedbackStore(f"sqlite:///{root / 'feedback.sqlite'}")
-    app = build_app(ServeSettings(api_token=TOKEN, refresh_seconds=0), root=root, store=store, strategy="t",
-                    model="production", mode="dense")
+    app = build_app(
+        ServeSettings(api_token=TOKEN, refresh_seconds=0),
+        root=root,
+        store=store,
+        strategy="t",
+        model="production",
+        mode="dense",
+    )
     session = next(s for s in (f"s{i}" for i in range(100)) if assign_arm(s, 0.5, salt="v2") == "canary")
     with TestClient(app) as c:
         data = ask(c, "which animal does purr and chase mice", session=session)
-        assert data["model_version"].startswith("interleaved(ft-minilm-v1@") and ", ft-minilm-v2@" in data["model_version"]
+        assert (
+            data["model_version"].startswith("interleaved(ft-minilm-v1@") and ", ft-minilm-v2@" in data["model_version"]
+        )
         assert arm_of(store, data["query_id"]) == "canary" and data["passages"][0]["chunk_id"] == "cats"
         assert set(teams_of(store, data["query_id"]).values()) <= {"production", "canary"}
         assert c.get("/health").json()["canary"]["index_open"] is True
@@ -507,18 +646,24 @@ def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_
     # The one real request's ranking times (a cold canary arm: 227 ms against 110 in one CI run) are machine noise
     # among 5 samples: no latency breach here; test_rollout.py tests the latency guardrail.
     rollout = Rollout(alpha=0.2, min_latency_samples=5, latency_p95_allowance_ms=10_000)
-    resources = {"data_store": DataStore(data_dir=str(root)), "feedback_loop": loop, "rollout": rollout,
-                 "qdrant": QdrantResource(url=None, path=str(root / "qdrant"))}
+    resources = {
+        "data_store": DataStore(data_dir=str(root)),
+        "feedback_loop": loop,
+        "rollout": rollout,
+        "qdrant": QdrantResource(url=None, path=str(root / "qdrant")),
+    }
     sensor_resources = {k: resources[k] for k in ("data_store", "feedback_loop", "rollout", "qdrant")}
     simulate(store, 3, 0, team_liked="canary")
     with DagsterInstance.ephemeral() as instance:
+
         def tick(cursor=None):
             with build_sensor_context(instance=instance, resources=sensor_resources, cursor=cursor) as context:
                 return canary_sensor(context)
 
         first = tick()
-        assert first.skip_reason.skip_message == ("canary ft-minilm-v2: 4 queries, wins 3 / losses 0 / ties 1, "
-                                                  "log-likelihood ratio 0.7 of 1.6 needed")
+        assert first.skip_reason.skip_message == (
+            "canary ft-minilm-v2: 4 queries, wins 3 / losses 0 / ties 1, log-likelihood ratio 0.7 of 1.6 needed"
+        )
         (observation,) = first.asset_events
         assert observation.asset_key.path == ["model_rollout"] and observation.metadata["wins"].value == 3
         assert tick(first.cursor).asset_events == []  # nothing new since the last tick
@@ -527,8 +672,9 @@ def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_
         (request,) = decided.run_requests
         assert request.job_name == "promote_canary_job"
         assert request.run_key == f"canary:ft-minilm-v2:promote:{state.started_at.strftime('%Y%m%dT%H%M%S')}"
-        run = promote_canary_job.execute_in_process(run_config=request.run_config, resources=resources, instance=instance,
-                                                    tags=request.tags)
+        run = promote_canary_job.execute_in_process(
+            run_config=request.run_config, resources=resources, instance=instance, tags=request.tags
+        )
         assert run.success
         events = {e.asset_key.to_user_string(): e.materialization for e in run.get_asset_materialization_events()}
         assert set(events) == {"model_rollout", "production_embedder"}  # the promotion shows on production's card
@@ -541,7 +687,8 @@ def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_
         assert record["promotion"]["forced"] is False and read_state(registry, "embedder").stage == "production"
         idle = tick()  # the job has reported this state: nothing to observe again
         assert idle.asset_events == [] and idle.skip_reason.skip_message.startswith(
-            "no canary running (embedder: production ft-minilm-v2, last rollout ft-minilm-v2 production")
+            "no canary running (embedder: production ft-minilm-v2, last rollout ft-minilm-v2 production"
+        )
 
         # Rollback from the UI (rollback_canary_job with its defaults) reverts the promotion in one step.
         close_client(qdrant)
@@ -551,10 +698,17 @@ def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_
         assert registry.aliases()["embedder"] == {"production": "v1"}
         assert alias_target(client, "t__production") == production_collection
         assert read_state(registry, "embedder").stage == "rolled_back"
-        assert registry.resolve("embedder", "v1").metrics["promotion"]["force_reason"].startswith(
-            "rollback of ft-minilm-v2 after its promotion: operator rollback from the Dagster UI")
+        assert (
+            registry.resolve("embedder", "v1")
+            .metrics["promotion"]["force_reason"]
+            .startswith("rollback of ft-minilm-v2 after its promotion: operator rollback from the Dagster UI")
+        )
     close_client(qdrant)
     store.close()
     log = history(registry)
-    assert [(e["step"], e["to"]) for e in log] == [("start", "canary"), ("promote", "production"), ("revert", "rolled_back")]
+    assert [(e["step"], e["to"]) for e in log] == [
+        ("start", "canary"),
+        ("promote", "production"),
+        ("revert", "rolled_back"),
+    ]
     assert json.loads(json.dumps(log[1]["evidence"]))["wins"] == 5

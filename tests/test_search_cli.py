@@ -1,4 +1,5 @@
 """`rag index`, `rag search`, `rag eval-beir` as a user runs them, including every bad-input error."""
+
 import json
 import os
 import subprocess
@@ -11,7 +12,15 @@ from tests.conftest import REPO
 
 
 def rag(args, env, **kw):
-    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=600, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=600,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -31,29 +40,62 @@ def test_index_reports_counts_and_a_rerun_writes_nothing(indexed):
     env, report, docs = indexed
     coll = report["collections"]["paragraph|wordllama"]
     assert coll["points"] == report["chunks"]["paragraph"]["chunks"] > 0 and coll["rebuilt"]
-    again = json.loads(rag(["index", str(docs), "--strategy", "paragraph", "--model", "wordllama", "--json"], env).stdout)
+    again = json.loads(
+        rag(["index", str(docs), "--strategy", "paragraph", "--model", "wordllama", "--json"], env).stdout
+    )
     assert again["collections"]["paragraph|wordllama"]["added"] == 0 and again["parse"]["parsed"] == 0
 
 
 def test_search_json_returns_cited_chunks(indexed):
     env, _, _ = indexed
-    out = rag(["search", "Who was Anna Pavlovna?", "--strategy", "paragraph", "--model", "wordllama", "--mode", "hybrid-rrf", "--k", "3", "--json"], env)
+    out = rag(
+        [
+            "search",
+            "Who was Anna Pavlovna?",
+            "--strategy",
+            "paragraph",
+            "--model",
+            "wordllama",
+            "--mode",
+            "hybrid-rrf",
+            "--k",
+            "3",
+            "--json",
+        ],
+        env,
+    )
     assert out.returncode == 0, out.stderr
     hits = json.loads(out.stdout)
     assert [h["rank"] for h in hits] == [1, 2, 3]
-    assert set(hits[0]) == {"rank", "score", "chunk_id", "doc_id", "page_start", "page_end", "char_start", "char_end", "text"}
+    assert set(hits[0]) == {
+        "rank",
+        "score",
+        "chunk_id",
+        "doc_id",
+        "page_start",
+        "page_end",
+        "char_start",
+        "char_end",
+        "text",
+    }
     assert hits[0]["doc_id"] == "book-war-and-peace-1p.txt" and "Anna Pavlovna" in hits[0]["text"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["search", "   ", "--strategy", "paragraph"], "the query is empty"),
-    (["search", "q", "--strategy", "nope"], "no chunk set for strategy 'nope'"),
-    (["search", "q", "--strategy", "paragraph", "--mode", "fuzzy"], "unknown retrieval mode 'fuzzy'"),
-    (["search", "q", "--strategy", "paragraph", "--model", "minilm"], "no collection for strategy 'paragraph' and model 'minilm'"),
-    (["search", "q", "--strategy", "paragraph", "--model", "no-such-model", "--mode", "dense"], "no collection"),
-    (["index", "/no/such/folder", "--strategy", "paragraph"], "does not exist"),
-    (["index", ".", "--strategy", "no-such-strategy"], "unknown chunking strategies"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["search", "   ", "--strategy", "paragraph"], "the query is empty"),
+        (["search", "q", "--strategy", "nope"], "no chunk set for strategy 'nope'"),
+        (["search", "q", "--strategy", "paragraph", "--mode", "fuzzy"], "unknown retrieval mode 'fuzzy'"),
+        (
+            ["search", "q", "--strategy", "paragraph", "--model", "minilm"],
+            "no collection for strategy 'paragraph' and model 'minilm'",
+        ),
+        (["search", "q", "--strategy", "paragraph", "--model", "no-such-model", "--mode", "dense"], "no collection"),
+        (["index", "/no/such/folder", "--strategy", "paragraph"], "does not exist"),
+        (["index", ".", "--strategy", "no-such-strategy"], "unknown chunking strategies"),
+    ],
+)
 def test_cli_errors_are_one_clear_line(indexed, args, message):
     env, _, _ = indexed
     out = rag(args, env)
@@ -83,11 +125,20 @@ def test_locked_qdrant_folder_is_a_clear_error(indexed):
 def test_eval_beir_on_a_tiny_dataset(tmp_path):
     folder = tmp_path / "tiny"
     (folder / "qrels").mkdir(parents=True)
-    docs = {"d1": ("Cats", "Cats purr and chase mice."), "d2": ("Rockets", "Rockets launch satellites into orbit."),
-            "d3": ("Bread", "Bread is baked from flour and yeast.")}
-    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "title": t, "text": x, "metadata": {}}) + "\n" for k, (t, x) in docs.items()))
-    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t, "metadata": {}}) + "\n" for q, t in
-                                                  [("q1", "what animal purrs"), ("q2", "launching satellites"), ("q3", "unjudged")]))
+    docs = {
+        "d1": ("Cats", "Cats purr and chase mice."),
+        "d2": ("Rockets", "Rockets launch satellites into orbit."),
+        "d3": ("Bread", "Bread is baked from flour and yeast."),
+    }
+    (folder / "corpus.jsonl").write_text(
+        "".join(json.dumps({"_id": k, "title": t, "text": x, "metadata": {}}) + "\n" for k, (t, x) in docs.items())
+    )
+    (folder / "queries.jsonl").write_text(
+        "".join(
+            json.dumps({"_id": q, "text": t, "metadata": {}}) + "\n"
+            for q, t in [("q1", "what animal purrs"), ("q2", "launching satellites"), ("q3", "unjudged")]
+        )
+    )
     (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\r\nq1\td1\t1\r\nq2\td2\t1\r\n")
     env = {**os.environ, "RAG_DATA_DIR": str(tmp_path / "data")}
     for mode in ["bm25", "dense", "hybrid-cc"]:

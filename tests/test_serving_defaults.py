@@ -2,6 +2,7 @@
 (the base MiniLM and retrieval order until a promotion, the promoted versions after one, without a restart) in the
 default mode (hybrid-cc, or the applied active configuration's); /health names the versions served. Indexing the
 base model puts `<strategy>__production` on its collection until a promotion moves it, and never moves it back."""
+
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +46,14 @@ def index_base_model(root: Path, registry: ModelRegistry | None = None):
 
     settings = qdrant(root)
     try:
-        return embed_step(TableStore(root / "tables"), get_client(settings), STRATEGY, "minilm", load_embedder("minilm"),
-                          registry=registry)
+        return embed_step(
+            TableStore(root / "tables"),
+            get_client(settings),
+            STRATEGY,
+            "minilm",
+            load_embedder("minilm"),
+            registry=registry,
+        )
     finally:
         close_client(settings)
 
@@ -70,10 +77,19 @@ def tiny_ranker(folder: Path) -> Path:
     rng = np.random.default_rng(0)
     features = rng.random((40, len(FEATURES)))
     labels = (features[:, 0] > 0.5).astype(int)
-    booster = lgb.train({"objective": "lambdarank", "verbose": -1, "min_data_in_leaf": 1, "num_leaves": 3},
-                        lgb.Dataset(features, labels, group=[10] * 4), num_boost_round=3)
-    return save_ltr(folder, booster, CorpusStats.build(TEXTS.values()), FeedbackPriors.from_pairs([], []),
-                    {"slope": 1.0, "intercept": 0.0}, {})
+    booster = lgb.train(
+        {"objective": "lambdarank", "verbose": -1, "min_data_in_leaf": 1, "num_leaves": 3},
+        lgb.Dataset(features, labels, group=[10] * 4),
+        num_boost_round=3,
+    )
+    return save_ltr(
+        folder,
+        booster,
+        CorpusStats.build(TEXTS.values()),
+        FeedbackPriors.from_pairs([], []),
+        {"slope": 1.0, "intercept": 0.0},
+        {},
+    )
 
 
 def promote_both(root: Path, tmp_path: Path) -> None:
@@ -85,11 +101,19 @@ def promote_both(root: Path, tmp_path: Path) -> None:
 
     registry = ModelRegistry(root / "models")
     embedder = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
-    reranker = registry.register("reranker", tiny_ranker(tmp_path / "ranker"), {"base_model": "minilm", "family": "ltr"})
+    reranker = registry.register(
+        "reranker", tiny_ranker(tmp_path / "ranker"), {"base_model": "minilm", "family": "ltr"}
+    )
     settings = qdrant(root)
     try:
-        promote("embedder", registry, embedder, target=ServingTarget.of_client(TableStore(root / "tables"), get_client(settings),
-                [STRATEGY]), force_reason="test promotion", log=quiet)
+        promote(
+            "embedder",
+            registry,
+            embedder,
+            target=ServingTarget.of_client(TableStore(root / "tables"), get_client(settings), [STRATEGY]),
+            force_reason="test promotion",
+            log=quiet,
+        )
     finally:
         close_client(settings)
     promote("reranker", registry, reranker, force_reason="test promotion", log=quiet)
@@ -119,8 +143,13 @@ def test_an_index_older_than_the_production_alias_serves_production_from_the_bas
 
     settings = qdrant(root)
     try:  # as `rag index` left a data dir before it set <strategy>__production
-        sync_collection(get_client(settings), TableStore(root / "tables").read(CHUNKS_TABLE, STRATEGY),
-                        load_embedder("minilm"), strategy=STRATEGY, model="minilm")
+        sync_collection(
+            get_client(settings),
+            TableStore(root / "tables").read(CHUNKS_TABLE, STRATEGY),
+            load_embedder("minilm"),
+            strategy=STRATEGY,
+            model="minilm",
+        )
     finally:
         close_client(settings)
     assert aliases(root)["production"] is None
@@ -140,8 +169,15 @@ def test_rag_serve_with_no_flags_serves_production_and_follows_a_promotion(root,
     question = "which animal does purr and chase mice"
     with TestClient(app) as client:
         served = client.get("/health").json()["served"]
-        assert served == {"embedder": "minilm (base)", "reranker": "none", "mode": "hybrid-cc", "strategy": STRATEGY,
-                          "model": "production", "reranker_spec": "production", "config": "defaults"}
+        assert served == {
+            "embedder": "minilm (base)",
+            "reranker": "none",
+            "mode": "hybrid-cc",
+            "strategy": STRATEGY,
+            "model": "production",
+            "reranker_spec": "production",
+            "config": "defaults",
+        }
         answer = client.post("/ask", json={"question": question}, headers=AUTH).json()
         assert answer["model_version"].startswith("minilm@") and answer["passages"][0]["chunk_id"] == "cats"
 

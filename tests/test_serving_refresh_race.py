@@ -1,6 +1,7 @@
 """Two serving refreshes copying from one primary at once (production's background refresh and a canary's, or a
 request opening the canary's index) share the process's primary client: the first to finish must not close it
 under the other, and the last must still close it so the folder's lock goes back to Dagster."""
+
 from __future__ import annotations
 
 import threading
@@ -58,7 +59,10 @@ def test_concurrent_replications_never_use_a_closed_primary_client(tmp_path, mon
             if done is not None:
                 done.set()
 
-    threads = [threading.Thread(target=copy, args=(targets[0], first_done)), threading.Thread(target=copy, args=(targets[1],))]
+    threads = [
+        threading.Thread(target=copy, args=(targets[0], first_done)),
+        threading.Thread(target=copy, args=(targets[1],)),
+    ]
     try:
         for t in threads:
             t.start()

@@ -1,5 +1,6 @@
 """Serving replicas of an edge primary are built by copying the shard's files (segments with their HNSW graph),
 not point by point: the replica answers as the primary does, keeps its index, and a failed copy leaves nothing."""
+
 from __future__ import annotations
 
 import json
@@ -40,10 +41,18 @@ def build_primary(folder: Path, n: int = POINTS, seed: int = 7) -> None:
     """An indexed collection `c_v1` behind alias `c`, written and closed as a Dagster run leaves it."""
     client = EdgeClient(folder, SMALL_INDEX)
     rng = np.random.default_rng(seed)
-    client.create_collection("c_v1", vectors_config={"dense": models.VectorParams(size=DIM, distance=models.Distance.COSINE)})
+    client.create_collection(
+        "c_v1", vectors_config={"dense": models.VectorParams(size=DIM, distance=models.Distance.COSINE)}
+    )
     client.create_payload_index("c_v1", "doc_id", models.PayloadSchemaType.KEYWORD)
-    client.upsert("c_v1", models.Batch(ids=list(range(1, n + 1)), vectors={"dense": rng.normal(size=(n, DIM)).tolist()},
-                                       payloads=[{"doc_id": f"d{i % 13}", "n": i} for i in range(1, n + 1)]))
+    client.upsert(
+        "c_v1",
+        models.Batch(
+            ids=list(range(1, n + 1)),
+            vectors={"dense": rng.normal(size=(n, DIM)).tolist()},
+            payloads=[{"doc_id": f"d{i % 13}", "n": i} for i in range(1, n + 1)],
+        ),
+    )
     point_alias_to(client, "c", "c_v1")
     client.close()
 
@@ -62,7 +71,9 @@ def disk_bytes(folder: Path) -> int:
 
 
 def tree(folder: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -141,8 +152,12 @@ def test_an_export_writes_what_was_not_yet_optimized_with_its_index(tmp_path):
     build_primary(tmp_path / "primary")
     client = EdgeClient(tmp_path / "primary", SMALL_INDEX)
     rng = np.random.default_rng(5)
-    client.upsert("c_v1", models.Batch(ids=list(range(POINTS + 1, 2 * POINTS + 1)),
-                                       vectors={"dense": rng.normal(size=(POINTS, DIM)).tolist()}))
+    client.upsert(
+        "c_v1",
+        models.Batch(
+            ids=list(range(POINTS + 1, 2 * POINTS + 1)), vectors={"dense": rng.normal(size=(POINTS, DIM)).tolist()}
+        ),
+    )
     client.export_collection("c_v1", tmp_path / "replica")
     indexed = client.get_collection("c_v1").indexed_vectors_count
     client.close()
@@ -182,6 +197,7 @@ def test_a_failed_copy_leaves_no_replica_and_the_primary_untouched(tmp_path, pri
     files_before = tree(tmp_path / "primary" / "collection")
     meta_before = (tmp_path / "primary" / "meta.json").read_text()
     if fail_at == "copytree":
+
         def broken(*args, **kwargs):
             raise OSError("disk full")
 
@@ -230,14 +246,25 @@ def test_serving_refreshes_onto_a_new_replica_after_a_reindex(tmp_path, embedder
 
     def open_index(qdrant: QdrantSettings) -> Index:
         client = get_client(qdrant)
-        return Index(chunk_table(TEXTS | {"tea": TEA}).set_index("chunk_id"), None, client,
-                     CollectionName("t", "wordllama").alias, embedder)
+        return Index(
+            chunk_table(TEXTS | {"tea": TEA}).set_index("chunk_id"),
+            None,
+            client,
+            CollectionName("t", "wordllama").alias,
+            embedder,
+        )
 
     def top(index: Index, question: str) -> str:
         return ids(retrieve(index, question, "dense", RetrievalParams(k=1, mmr_lambda=1.0)))[0]
 
-    serving = ServingIndex(root=root, strategy="t", model="wordllama", build=lambda index: index,
-                           open_index=open_index, qdrant=edge(root / "qdrant"))
+    serving = ServingIndex(
+        root=root,
+        strategy="t",
+        model="wordllama",
+        build=lambda index: index,
+        open_index=open_index,
+        qdrant=edge(root / "qdrant"),
+    )
     try:
         first = serving.info()["qdrant"]
         assert top(serving.current(), "how is green tea brewed") != "tea"

@@ -1,5 +1,6 @@
 """Synthetic questions that look like users' questions, without an LLM: answer-aware wh-questions, keyword queries,
 the question mix, and the style report that says how far each kind is from how people ask."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,20 +23,27 @@ PARAS = [
 
 
 def make_doc(doc_id: str, paras: list[str] = PARAS):
-    return assemble([ElementDraft(type="narrative", text=p) for p in paras], doc_id=doc_id, source_path=doc_id,
-                    content_hash="0" * 64, parser="test", n_pages=1)
+    return assemble(
+        [ElementDraft(type="narrative", text=p) for p in paras],
+        doc_id=doc_id,
+        source_path=doc_id,
+        content_hash="0" * 64,
+        parser="test",
+        n_pages=1,
+    )
 
 
 def sentence_of(doc, item) -> str:
     ev = item.evidence[0]
-    return doc.canonical_text[ev.start:ev.end]
+    return doc.canonical_text[ev.start : ev.end]
 
 
 @pytest.fixture(scope="module")
 def answer_aware_set():
     docs = [make_doc(f"d{i}.txt") for i in range(2)]
-    settings = SynthSettings(passages_per_document=3, questions_per_passage=3, passage_chars=(100, 400),
-                             question_mix={"answer-aware": 1.0})
+    settings = SynthSettings(
+        passages_per_document=3, questions_per_passage=3, passage_chars=(100, 400), question_mix={"answer-aware": 1.0}
+    )
     return docs, generate_qa(docs, None, settings)
 
 
@@ -52,7 +60,9 @@ def test_answer_aware_questions_are_questions_about_an_answer_not_copies(answer_
         assert item.answer and item.answer.lower() in sentence.lower()  # the answer is in its evidence ...
         answer = tokens(item.answer)
         q = tokens(item.question)
-        assert not any(q[i:i + len(answer)] == answer for i in range(len(q))), item.question  # ... not in the question
+        assert not any(q[i : i + len(answer)] == answer for i in range(len(q))), (
+            item.question
+        )  # ... not in the question
         assert len(q) <= len(tokens(sentence))
 
 
@@ -73,10 +83,16 @@ def test_rejections_are_counted_by_reason_and_bad_candidates_are_not_emitted():
 
     nlp = english()
     # The only answer is the subject of a long predicate: "What automated ..." repeats the sentence: a copy.
-    doc = make_doc("copy.txt", ["The Northern Lighthouse Board automated the lighthouse at Cape Wrath on the north "
-                                "coast of Scotland in the north of the country."])
-    result = generate_qa([doc], None, SynthSettings(passages_per_document=1, passage_chars=(50, 400),
-                                                    question_mix={"answer-aware": 1.0}))
+    doc = make_doc(
+        "copy.txt",
+        [
+            "The Northern Lighthouse Board automated the lighthouse at Cape Wrath on the north "
+            "coast of Scotland in the north of the country."
+        ],
+    )
+    result = generate_qa(
+        [doc], None, SynthSettings(passages_per_document=1, passage_chars=(50, 400), question_mix={"answer-aware": 1.0})
+    )
     assert all(not is_verbatim(i.question, doc.canonical_text) for i in result.items)
     assert sum(result.rejected.values()) > 0
     # A pronoun left in the question ("When was it completed?") needs a context the asker lacks.
@@ -93,6 +109,7 @@ def test_keyword_queries_are_a_few_salient_terms_without_stop_words():
     ]
     kw = KeywordQueries(passages)
     terms = kw.terms(passages[0])
+
     # tf-idf against the other passages: "foghorn" (here only, twice) before "station" and "keepers" (everywhere)
     def rank(word: str) -> int:
         return next(i for i, term in enumerate(terms) if word in term.split())
@@ -114,13 +131,14 @@ def test_keyword_queries_are_a_few_salient_terms_without_stop_words():
 
 def test_keyword_items_in_a_qa_set():
     docs = [make_doc(f"k{i}.txt") for i in range(2)]
-    result = generate_qa(docs, None, SynthSettings(passages_per_document=3, passage_chars=(100, 400),
-                                                   question_mix={"keyword": 1.0}))
+    result = generate_qa(
+        docs, None, SynthSettings(passages_per_document=3, passage_chars=(100, 400), question_mix={"keyword": 1.0})
+    )
     assert result.items and {i.qtype for i in result.items} == {"keyword"}
     stops = stop_words()
     for item in result.items:
         ev = item.evidence[0]
-        passage = {d.doc_id: d for d in docs}[item.doc_id].canonical_text[ev.start:ev.end]
+        passage = {d.doc_id: d for d in docs}[item.doc_id].canonical_text[ev.start : ev.end]
         assert not stops & set(item.question.split()) and not item.question.endswith("?")
         assert set(item.question.split()) <= set(tokens(passage))  # every term is the evidence passage's
 
@@ -141,8 +159,9 @@ def test_the_mix_is_honoured_and_deterministic():
         SynthSettings(question_mix={"cloze": 1.0})
 
     docs = [make_doc(f"m{i}.txt") for i in range(6)]
-    settings = SynthSettings(passages_per_document=3, passage_chars=(100, 400),
-                             question_mix={"keyword": 0.5, "inverse-cloze": 0.5})
+    settings = SynthSettings(
+        passages_per_document=3, passage_chars=(100, 400), question_mix={"keyword": 0.5, "inverse-cloze": 0.5}
+    )
     result = generate_qa(docs, None, settings)
     by_type, slots = result.by_type, result.attempted
     planned = question_mix.slot_kinds(result.mix, slots, settings.seed)
@@ -186,8 +205,8 @@ def test_style_report_on_a_hand_made_example():
     context = "The lighthouse at Cape Wrath was automated in 1998. Keepers had lived there since 1828."
     samples = [
         Sample("cloze", "The lighthouse at Cape Wrath was automated in 1998.", context),  # a copy
-        Sample("cloze", "When was the lighthouse at Cape Wrath automated?", context),     # not a copy
-        Sample("cloze", "cape wrath keepers salary", context),                             # keywords, one word new
+        Sample("cloze", "When was the lighthouse at Cape Wrath automated?", context),  # not a copy
+        Sample("cloze", "cape wrath keepers salary", context),  # keywords, one word new
         Sample("human", "Who built the lighthouse?", context),
     ]
     figures = report(samples)
@@ -197,8 +216,13 @@ def test_style_report_on_a_hand_made_example():
     assert cloze["mean_overlap"] == pytest.approx((1 + 1 + 0.75) / 3, abs=1e-3)
     assert cloze["mean_words"] == pytest.approx((9 + 8 + 4) / 3, abs=0.05)
     assert cloze["question_form_share"] == pytest.approx(1 / 3, abs=1e-3)
-    assert figures["human"] == {"n": 1, "copy_share": 0.0, "mean_overlap": 0.5, "mean_words": 4.0,
-                                "question_form_share": 1.0}
+    assert figures["human"] == {
+        "n": 1,
+        "copy_share": 0.0,
+        "mean_overlap": 0.5,
+        "mean_words": 4.0,
+        "question_form_share": 1.0,
+    }
 
 
 def test_the_qa_set_check_lets_keyword_queries_be_short_and_no_other_kind():
@@ -213,9 +237,19 @@ def test_the_qa_set_check_lets_keyword_queries_be_short_and_no_other_kind():
     evidence = json.dumps([{"doc_id": "d.txt", "start": 0, "end": 10}])
 
     def qa_set(qtype: str, question: str) -> pd.DataFrame:
-        return pd.DataFrame([{"qid": f"q{i}", "question": question if i == 0 else f"which keeper tested the foghorn {i}?",
-                              "qtype": qtype if i == 0 else "answer-aware", "doc_id": "d.txt", "evidence_json": evidence,
-                              "split": "train"} for i in range(3)])
+        return pd.DataFrame(
+            [
+                {
+                    "qid": f"q{i}",
+                    "question": question if i == 0 else f"which keeper tested the foghorn {i}?",
+                    "qtype": qtype if i == 0 else "answer-aware",
+                    "doc_id": "d.txt",
+                    "evidence_json": evidence,
+                    "split": "train",
+                }
+                for i in range(3)
+            ]
+        )
 
     documents = pd.DataFrame([{"doc_id": "d.txt", "n_chars": 100}])
     assert check_qa_set(qa_set("keyword", "cape wrath foghorn"), documents).success

@@ -5,6 +5,7 @@ in tests/test_reranker_ltr.py.)
 The task is one the base model cannot solve and training can: questions name two things by made-up words
 ("blicket" for "lighthouse", ...), each passage talks about two real things. The training questions teach the
 made-up words; the held-out questions combine them in pairs never seen in training."""
+
 import hashlib
 import itertools
 import random
@@ -16,8 +17,20 @@ from rag.registry import ModelRegistry
 from rag.store import CHUNKS_TABLE, TableStore
 
 STRATEGY = "codes"
-THINGS = ["lighthouse", "violin", "volcano", "strawberry", "submarine", "cactus", "telescope", "penguin", "bicycle",
-          "glacier", "piano", "tornado"]
+THINGS = [
+    "lighthouse",
+    "violin",
+    "volcano",
+    "strawberry",
+    "submarine",
+    "cactus",
+    "telescope",
+    "penguin",
+    "bicycle",
+    "glacier",
+    "piano",
+    "tornado",
+]
 CODES = ["blicket", "wug", "dax", "toma", "fep", "zav", "kiki", "moop", "spog", "tulver", "glorp", "nandle"]
 
 
@@ -28,13 +41,35 @@ def code_task(seed: int = 0):
     for n, (a, b) in enumerate(pairs):
         cid = f"p{n}"
         texts[cid] = f"This short note is about the {THINGS[a]} and the {THINGS[b]}."
-        items.append(QAItem(qid=f"q{n}", question=f"{CODES[a]} with {CODES[b]}", qtype="dataset", doc_id=cid,
-                            evidence=[Evidence(doc_id=cid, start=0, end=len(texts[cid]))],
-                            split="train" if n % 3 else "dev"))
-    rows = [{"chunk_id": cid, "doc_id": cid, "strategy": STRATEGY, "text": t, "char_start": 0, "char_end": len(t),
-             "page_start": 1, "page_end": 1, "section_path": [], "prev_chunk_id": None, "next_chunk_id": None,
-             "n_tokens": len(t.split()), "content_hash": hashlib.sha256(t.encode()).hexdigest(), "table_html": None}
-            for cid, t in texts.items()]
+        items.append(
+            QAItem(
+                qid=f"q{n}",
+                question=f"{CODES[a]} with {CODES[b]}",
+                qtype="dataset",
+                doc_id=cid,
+                evidence=[Evidence(doc_id=cid, start=0, end=len(texts[cid]))],
+                split="train" if n % 3 else "dev",
+            )
+        )
+    rows = [
+        {
+            "chunk_id": cid,
+            "doc_id": cid,
+            "strategy": STRATEGY,
+            "text": t,
+            "char_start": 0,
+            "char_end": len(t),
+            "page_start": 1,
+            "page_end": 1,
+            "section_path": [],
+            "prev_chunk_id": None,
+            "next_chunk_id": None,
+            "n_tokens": len(t.split()),
+            "content_hash": hashlib.sha256(t.encode()).hexdigest(),
+            "table_html": None,
+        }
+        for cid, t in texts.items()
+    ]
     return pd.DataFrame(rows), items
 
 
@@ -48,8 +83,15 @@ def test_finetuned_embedder_beats_its_untrained_self_on_held_out_questions(tmp_p
     tables.write(to_frame(items), "synthetic_qa")
     monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path))
     registry = ModelRegistry(tmp_path / "models")
-    config = EmbedderTrainingConfig(epochs=6, batch_size=16, loss="mnrl", learning_rate=2e-4, max_seq_length=32,
-                                    hard_negatives=False, warmup_ratio=0.0)
+    config = EmbedderTrainingConfig(
+        epochs=6,
+        batch_size=16,
+        loss="mnrl",
+        learning_rate=2e-4,
+        max_seq_length=32,
+        hard_negatives=False,
+        warmup_ratio=0.0,
+    )
     mv, run, inputs = train_candidate("embedder", tables, registry, config, log=lambda _: None)
     assert inputs.data.gate and len(inputs.data.gate) >= 5
     assert not set(inputs.data.gate.queries.values()) & {q for q, _ in inputs.data.positives}  # held out for real
@@ -72,16 +114,35 @@ def test_gate_decides_on_questions_that_are_not_copies_of_the_documents(tmp_path
     from rag.training.pipeline import gate_candidate
 
     topics = THINGS + CODES
-    texts = {f"p{i}": f"Notes on the {t}. The {t} was studied by team {i} over many years." for i, t in enumerate(topics)}
+    texts = {
+        f"p{i}": f"Notes on the {t}. The {t} was studied by team {i} over many years." for i, t in enumerate(topics)
+    }
     chunks, _ = code_task()
-    chunks = pd.concat([chunks.iloc[:0], pd.DataFrame([{**chunks.iloc[0].to_dict(), "chunk_id": c, "doc_id": c, "text": t,
-                                                        "char_end": len(t)} for c, t in texts.items()])])
+    chunks = pd.concat(
+        [
+            chunks.iloc[:0],
+            pd.DataFrame(
+                [
+                    {**chunks.iloc[0].to_dict(), "chunk_id": c, "doc_id": c, "text": t, "char_end": len(t)}
+                    for c, t in texts.items()
+                ]
+            ),
+        ]
+    )
 
     def item(i: int, t: str, question: str, qtype: str) -> QAItem:
-        return QAItem(qid=f"{qtype}{i}", question=question, qtype=qtype, doc_id=f"p{i}", split="train" if i % 3 == 0 else "dev",
-                      evidence=[Evidence(doc_id=f"p{i}", start=0, end=len(texts[f"p{i}"]))])
+        return QAItem(
+            qid=f"{qtype}{i}",
+            question=question,
+            qtype=qtype,
+            doc_id=f"p{i}",
+            split="train" if i % 3 == 0 else "dev",
+            evidence=[Evidence(doc_id=f"p{i}", start=0, end=len(texts[f"p{i}"]))],
+        )
 
-    copies = [item(i, t, f"The {t} was studied by team {i} over many years.", "inverse-cloze") for i, t in enumerate(topics)]
+    copies = [
+        item(i, t, f"The {t} was studied by team {i} over many years.", "inverse-cloze") for i, t in enumerate(topics)
+    ]
     tables = TableStore(tmp_path / "tables")
     tables.write(chunks, CHUNKS_TABLE, STRATEGY)
     tables.write(to_frame(copies), "synthetic_qa")
@@ -92,7 +153,9 @@ def test_gate_decides_on_questions_that_are_not_copies_of_the_documents(tmp_path
         gate_candidate("embedder", tables, registry, candidate, GateSettings(resamples=500))
     # No verdict either way, recorded as such: production stays, and a retrain says why rather than failing.
     recorded = registry.resolve("embedder", candidate.version).metrics["gate"]
-    assert recorded["outcome"] == "no verdict" and recorded["passed"] is False and recorded["production_version"] is None
+    assert (
+        recorded["outcome"] == "no verdict" and recorded["passed"] is False and recorded["production_version"] is None
+    )
 
     asked = [item(i, t, f"who studied the {t}?", "answer-aware") for i, t in enumerate(topics)]
     tables.write(to_frame(copies + asked), "synthetic_qa")

@@ -1,4 +1,5 @@
 """Chunks longer than the embedder's window: counted with the model's own tokenizer, reported with the fix."""
+
 import pandas as pd
 import pytest
 
@@ -21,7 +22,12 @@ class _FakeEmbedder:
 def test_chunks_over_the_window_are_counted_and_the_message_names_the_fix():
     fit = window_fit(_FakeEmbedder(), ["one two three four five", "a b", "one two three four"])
     assert (fit.truncated, fit.chunks, fit.longest, fit.overhead) == (1, 3, 7, 2)
-    assert fit.summary == {"truncated_chunks": 1, "truncated_share": 0.3333, "longest_chunk_tokens": 7, "window_tokens": 6}
+    assert fit.summary == {
+        "truncated_chunks": 1,
+        "truncated_share": 0.3333,
+        "longest_chunk_tokens": 7,
+        "window_tokens": 6,
+    }
     note = fit.message("para")
     assert "1 of 3 chunks (33%) of 'para' exceed fake's window of 6 tokens" in note
     assert "max_tokens: 4" in note and "sentence-pack" in note and "longer window" in note  # 6 minus 2 special tokens
@@ -50,8 +56,13 @@ def test_wordllama_reads_whole_texts_so_states_no_window():
 @pytest.fixture
 def one_long_one_short(tmp_path):
     tables = TableStore(tmp_path / "data" / "tables")
-    tables.write(pd.DataFrame({"chunk_id": ["long", "short"], "doc_id": ["d", "d"], "text": [LONG, SHORT],
-                               "content_hash": ["h1", "h2"]}), CHUNKS_TABLE, "tiny")
+    tables.write(
+        pd.DataFrame(
+            {"chunk_id": ["long", "short"], "doc_id": ["d", "d"], "text": [LONG, SHORT], "content_hash": ["h1", "h2"]}
+        ),
+        CHUNKS_TABLE,
+        "tiny",
+    )
     return tmp_path
 
 
@@ -67,11 +78,16 @@ def test_embedding_collections_metadata_reports_truncated_chunks(one_long_one_sh
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("chunking_strategy", ["tiny"])
     instance.add_dynamic_partitions("embedding_model", ["minilm"])
-    result = materialize([embedding_collections], instance=instance,
-                         partition_key=MultiPartitionKey({"strategy": "tiny", "model": "minilm"}),
-                         resources={"data_store": DataStore(data_dir=str(root / "data")),
-                                    "qdrant": QdrantResource(path=str(root / "qdrant")),
-                                    "embedding_models": EmbeddingModels(config_path=str(root / "none.yaml"))})
+    result = materialize(
+        [embedding_collections],
+        instance=instance,
+        partition_key=MultiPartitionKey({"strategy": "tiny", "model": "minilm"}),
+        resources={
+            "data_store": DataStore(data_dir=str(root / "data")),
+            "qdrant": QdrantResource(path=str(root / "qdrant")),
+            "embedding_models": EmbeddingModels(config_path=str(root / "none.yaml")),
+        },
+    )
     meta = result.asset_materializations_for_node("embedding_collections")[0].metadata
     assert meta["truncated_chunks"].value == 1 and meta["truncated_share"].value == 0.5
     assert meta["window_tokens"].value == 256 and "sentence-pack" in meta["window_note"].value

@@ -1,6 +1,7 @@
 """What rag.training.pipeline.gate_candidate records beside a verdict's outcome, for tests that write verdicts by
 hand: the gate settings (promotion re-validates them against the floors) and, for a reranker, the first-stage
 embedder it re-ranked (promotion refuses a verdict over another embedder)."""
+
 from rag.training.config import GateSettings
 
 
@@ -17,6 +18,7 @@ def won(wins: int = 60, losses: int = 10, ties: int = 0):
     from rag.rollout.evidence import CanaryEvidence
 
     timed = [10.0] * (wins + losses + ties)
-    evidence = CanaryEvidence(outcomes=["b"] * wins + ["a"] * losses + ["tie"] * ties,
-                              ranking_ms={"production": timed, "canary": timed})
+    evidence = CanaryEvidence(
+        outcomes=["b"] * wins + ["a"] * losses + ["tie"] * ties, ranking_ms={"production": timed, "canary": timed}
+    )
     return lambda since: evidence

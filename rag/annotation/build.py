@@ -1,5 +1,6 @@
 """Questions → candidates → uncertainty → selection → the queue: what the `annotation_queue` asset and
 bench/active_learning.py both run."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
@@ -36,15 +37,33 @@ def question_vectors(texts: list[str], embed: Callable[[list[str]], np.ndarray] 
 def queue_item(candidate: Candidate, uncertainty: float, signals: dict[str, float]) -> QueueItem:
     chunk, question = candidate.chunk, candidate.question
     page = lambda key: None if chunk.get(key) is None else int(chunk[key])  # noqa: E731
-    return QueueItem(item_id=item_id(question.text, chunk["chunk_id"]), question=question.text, query_id=question.query_id,
-                     source=question.source, chunk_id=str(chunk["chunk_id"]), doc_id=str(chunk["doc_id"]),
-                     text=str(chunk.get("text", "")), page_start=page("page_start"), page_end=page("page_end"),
-                     uncertainty=round(float(uncertainty), 6), signals=signals)
+    return QueueItem(
+        item_id=item_id(question.text, chunk["chunk_id"]),
+        question=question.text,
+        query_id=question.query_id,
+        source=question.source,
+        chunk_id=str(chunk["chunk_id"]),
+        doc_id=str(chunk["doc_id"]),
+        text=str(chunk.get("text", "")),
+        page_start=page("page_start"),
+        page_end=page("page_end"),
+        uncertainty=round(float(uncertainty), 6),
+        signals=signals,
+    )
 
 
-def build_queue(questions: list[Question], rank: Callable[[str], list[Hit]], settings: AnnotationSettings, *,
-                strategy: str, reranked: bool, embed: Callable[[list[str]], np.ndarray] | None = None,
-                labelled: Collection[str] = (), depth: int = 100, served: dict | None = None) -> QueueBuild:
+def build_queue(
+    questions: list[Question],
+    rank: Callable[[str], list[Hit]],
+    settings: AnnotationSettings,
+    *,
+    strategy: str,
+    reranked: bool,
+    embed: Callable[[list[str]], np.ndarray] | None = None,
+    labelled: Collection[str] = (),
+    depth: int = 100,
+    served: dict | None = None,
+) -> QueueBuild:
     """`rank(question)`: the served ranking, best first (hits with their first-stage signals); `reranked`: a reranker
     produced it (scores are probabilities); `embed`: question texts → vectors for the diversity of `active`;
     `labelled`: item ids experts have labelled; `depth`: the first stage's list depth; `served`: what served (kept in
@@ -57,9 +76,12 @@ def build_queue(questions: list[Question], rank: Callable[[str], list[Hit]], set
     rows = [i for i, key in enumerate(ids) if key not in done]
     texts = [normalized(candidates[i].question.text) for i in rows]
     diverse = settings.method == "active"  # only active reads the question vectors: encode nothing otherwise
-    pool = Pool(np.array([uncertainty[i] for i in rows], dtype=np.float64), texts,
-                [str(candidates[i].chunk["doc_id"]) for i in rows],
-                question_vectors([candidates[i].question.text for i in rows], embed if diverse else None))
+    pool = Pool(
+        np.array([uncertainty[i] for i in rows], dtype=np.float64),
+        texts,
+        [str(candidates[i].chunk["doc_id"]) for i in rows],
+        question_vectors([candidates[i].question.text for i in rows], embed if diverse else None),
+    )
     picked = [rows[j] for j in select(pool, settings.size, settings.method, settings)]
     config = settings.model_dump(mode="json") | ({"served": served} if served else {})
     items = [queue_item(candidates[i], uncertainty[i], signals[i]) for i in picked]

@@ -5,6 +5,7 @@ questions stand in, those written like questions first (a sentence copied out of
 expert about). Each question's candidates are the served ranking's top k with what every list said about them: BM25
 and dense ranks (the first stage's signals) and the reranker's probability and rank when one serves.
 """
+
 from __future__ import annotations
 
 import random
@@ -34,7 +35,9 @@ class Candidate:
     chunk: dict  # the chunk record: chunk_id, doc_id, text, page_start, page_end, ...
     rank: int  # in the served ranking, from 1
     score: float  # the served score (the reranker's probability when one reranked)
-    ranks: dict[str, float] = field(default_factory=dict)  # bm25, dense, reranker: rank in that list (absent: not in it)
+    ranks: dict[str, float] = field(
+        default_factory=dict
+    )  # bm25, dense, reranker: rank in that list (absent: not in it)
     probability: float | None = None  # the reranker's relevance probability; None without a reranker
 
 
@@ -76,8 +79,12 @@ def synthetic_questions(qa: pd.DataFrame | None, limit: int, seed: int = 0) -> l
     return out
 
 
-def pick_questions(production: list[Question], synthetic: list[Question], limit: int,
-                   source: Literal["auto", "production", "synthetic"] = "auto") -> list[Question]:
+def pick_questions(
+    production: list[Question],
+    synthetic: list[Question],
+    limit: int,
+    source: Literal["auto", "production", "synthetic"] = "auto",
+) -> list[Question]:
     """production only, synthetic only, or (auto) production first, topped up with synthetic questions people did
     not ask already."""
     if source == "production":
@@ -97,8 +104,11 @@ def candidates_of(question: Question, served: list[Hit], k: int, reranked: bool)
         ranks = {name: float(signals[f"{name}_rank"]) for name in ("bm25", "dense") if f"{name}_rank" in signals}
         if reranked:
             ranks["reranker"] = float(hit.rank)
-        out.append(Candidate(question, hit.chunk, int(hit.rank), float(hit.score), ranks,
-                             float(hit.score) if reranked else None))
+        out.append(
+            Candidate(
+                question, hit.chunk, int(hit.rank), float(hit.score), ranks, float(hit.score) if reranked else None
+            )
+        )
     return out
 
 

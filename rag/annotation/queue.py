@@ -4,6 +4,7 @@ One JSON file per data dir (`<data>/annotation/queue.json`), replaced atomically
 view never reads a torn queue. An item's id is stable for the same (question, chunk), so a label given before a
 refresh still marks the item as done after it.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -9,6 +9,7 @@
 - random: a seeded uniform sample (what labelling without a queue amounts to).
 Ties are broken by a seeded permutation, so the same seed gives the same queue.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -25,7 +26,9 @@ class Pool:
     uncertainty: np.ndarray  # (n,) in [0, 1]
     questions: list[str]  # each row's question (normalized text)
     documents: list[str]  # each row's document id
-    vectors: np.ndarray | None = None  # (n, d) each row's question embedding; None: questions are similar only to themselves
+    vectors: np.ndarray | None = (
+        None  # (n, d) each row's question embedding; None: questions are similar only to themselves
+    )
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -39,6 +42,7 @@ def register_selector(name: str) -> Callable[[Selector], Selector]:
     def decorator(fn: Selector) -> Selector:
         SELECTORS[name] = fn
         return fn
+
     return decorator
 
 

@@ -1,6 +1,7 @@
 """The ranking users get, as the queue scores it: the answer pipeline that serves (the active configuration, else
 the defaults: production embedder and reranker, hybrid-cc) with its retrieve → rerank steps, not a stand-in. A label
 is worth most where what serves is unsure, so the candidates must be what serves."""
+
 from __future__ import annotations
 
 import os
@@ -24,15 +25,30 @@ class ServedRanking:
     """The served ranking of a question (its top `k`, with first-stage signals and, when a reranker serves, its
     probabilities). `strategy`, `model`, `mode` override what serves (None: keep it)."""
 
-    def __init__(self, root: Path, qdrant=None, *, k: int = 10, strategy: str | None = None, model: str | None = None,
-                 mode: str | None = None):
+    def __init__(
+        self,
+        root: Path,
+        qdrant=None,
+        *,
+        k: int = 10,
+        strategy: str | None = None,
+        model: str | None = None,
+        mode: str | None = None,
+    ):
         from rag.qa import Answerer
 
         served = served_settings(root)
         overrides = {"strategy": strategy, "model": model, "mode": mode}
-        self.settings = served.model_copy(update={**{key: v for key, v in overrides.items() if v is not None},
-                                                  "k": max(k, served.k), "top_k": None, "min_score": None,
-                                                  "attribution": False, "generator": "extractive"})
+        self.settings = served.model_copy(
+            update={
+                **{key: v for key, v in overrides.items() if v is not None},
+                "k": max(k, served.k),
+                "top_k": None,
+                "min_score": None,
+                "attribution": False,
+                "generator": "extractive",
+            }
+        )
         self.answerer = Answerer(self.settings, root=Path(root), qdrant=qdrant)
 
     @property

@@ -16,6 +16,7 @@ Signals live on different scales (most pairs have a small margin, few a large di
 ranks each signal over all candidates first (its percentile) and takes the weighted mean of the percentiles: a
 weight then means what it says. A signal absent for every candidate drops out.
 """
+
 from __future__ import annotations
 
 import math
@@ -74,8 +75,11 @@ def pair_signals(candidates: list[Candidate], depth: int = 100) -> list[dict[str
         lists[text] = [name for name in LISTS if any(name in candidates[i].ranks for i in idx)]
     out = []
     for i, c in enumerate(candidates):
-        raw = {"probability": probability_signal(c), "margin": margins[i],
-               "disagreement": disagreement_signal(c, lists[c.question.text], depth)}
+        raw = {
+            "probability": probability_signal(c),
+            "margin": margins[i],
+            "disagreement": disagreement_signal(c, lists[c.question.text], depth),
+        }
         out.append({name: round(value, 6) for name, value in raw.items() if value is not None})
     return out
 

@@ -1,7 +1,8 @@
 """Chunking: named strategies (config/chunking.yaml) over registered kinds, producing Chunk records.
 
-    chunks = chunk_document(doc, "fixed-512")
+chunks = chunk_document(doc, "fixed-512")
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -52,18 +53,14 @@ def _resolve(strategies: Strategies) -> Mapping[str, StrategyConfig]:
     return strategies
 
 
-def get_chunker(
-    name: str, strategies: Strategies = None, embedder: TextEmbedder | None = None
-) -> Chunker:
+def get_chunker(name: str, strategies: Strategies = None, embedder: TextEmbedder | None = None) -> Chunker:
     """The chunker of strategy `name`, from `strategies` (a loaded mapping or a YAML path; default:
     the configured file). `embedder` replaces the one a semantic strategy would load by name."""
     table = _resolve(strategies)
     try:
         config = table[name]
     except KeyError:
-        raise ChunkingConfigError(
-            f"unknown chunking strategy {name!r} (known: {', '.join(table) or 'none'})"
-        ) from None
+        raise ChunkingConfigError(f"unknown chunking strategy {name!r} (known: {', '.join(table) or 'none'})") from None
     return Chunker(config, embedder=embedder)
 
 

@@ -1,4 +1,5 @@
 """A Chunker binds one named strategy to its kind and runs it on documents."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

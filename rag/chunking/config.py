@@ -1,4 +1,5 @@
 """Named strategies (kind + params) read from config/chunking.yaml, and their fingerprints."""
+
 from __future__ import annotations
 
 import hashlib
@@ -45,9 +46,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if key in keys:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
             keys.add(key)
         return super().construct_mapping(node, deep=deep)
 

@@ -3,6 +3,7 @@
 Built once per (document, chunking call) so that the span builder and the chunkers answer
 "which elements/rows/headings touch this span" by binary search instead of scanning.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right

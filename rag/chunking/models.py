@@ -1,4 +1,5 @@
 """The chunk record shared by every chunking strategy and everything downstream."""
+
 from __future__ import annotations
 
 from pydantic import BaseModel

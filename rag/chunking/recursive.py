@@ -3,6 +3,7 @@ greedy merge with overlap, but returning offsets so chunks stay exact slices).
 
 Used by the `recursive` kind and as the fallback that sub-splits oversized paragraphs and sections.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -33,9 +34,7 @@ def _merge(pieces: list[Span], size: int, overlap: int) -> list[Span]:
     for piece in pieces:
         if window and piece[1] - window[0][0] > size:
             out.append((window[0][0], window[-1][1]))
-            while window and (
-                window[-1][1] - window[0][0] > overlap or piece[1] - window[0][0] > size
-            ):
+            while window and (window[-1][1] - window[0][0] > overlap or piece[1] - window[0][0] > size):
                 window.popleft()
         window.append(piece)
     if window:

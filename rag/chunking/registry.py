@@ -3,6 +3,7 @@
 A kind computes raw (start, end) spans over the canonical text; the shared builder (spans.py)
 turns them into Chunk records, so kinds never deal with ids, pages, tables or whitespace.
 """
+
 from __future__ import annotations
 
 import re
@@ -66,9 +67,7 @@ class ChunkerKind(Generic[P]):
 KINDS: dict[str, ChunkerKind] = {}
 
 
-def register_kind(
-    name: str, params_model: type[P], *, version: int = 1
-) -> Callable[[SpanFn], SpanFn]:
+def register_kind(name: str, params_model: type[P], *, version: int = 1) -> Callable[[SpanFn], SpanFn]:
     if not _KEBAB.match(name):
         raise ValueError(f"chunking kind names are kebab-case, got {name!r}")
 

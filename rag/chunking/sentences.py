@@ -3,6 +3,7 @@
 spaCy would be more accurate but costs a model load and ~100x the time per document; chunking
 only needs plausible cut points, and every cut must be an exact offset, which a regex gives for free.
 """
+
 from __future__ import annotations
 
 import re
@@ -31,10 +32,7 @@ _NUMBER_ABBREVIATIONS = frozenset("no nos vol vols fig figs eq eqs sec art ch pa
 
 def _starts_sentence(ch: str) -> bool:
     # Capitals and digits start English sentences; scripts without case (CJK, Hangul...) always may.
-    return (
-        ch.isupper() or ch.isdigit() or ch in _OPENERS or ch in _BULLETS
-        or (ch.isalpha() and not ch.isascii())
-    )
+    return ch.isupper() or ch.isdigit() or ch in _OPENERS or ch in _BULLETS or (ch.isalpha() and not ch.isascii())
 
 
 def _is_abbreviation(text: str, dot: int, next_start: int) -> bool:

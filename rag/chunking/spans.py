@@ -1,5 +1,6 @@
 """The one place where (start, end) spans become Chunk records, so every strategy shares the same
 invariants: exact canonical-text spans, stripped, non-empty, never cut inside a table row."""
+
 from __future__ import annotations
 
 import hashlib

@@ -3,6 +3,7 @@
 A tokenizer returns character spans, not ids, because token-sized strategies (sliding windows,
 oversized sentences) need to cut the canonical text at token edges without re-deriving offsets.
 """
+
 from __future__ import annotations
 
 import re

@@ -26,6 +26,7 @@ a current label; null when none): a production question under its query_id, a sy
 queue under `expert:<hash of the question>` with metadata.source "expert-queue". The passages they graded are in
 corpus.jsonl, as the expert read them.
 """
+
 from __future__ import annotations
 
 import csv
@@ -86,8 +87,12 @@ def export_rag_dataset(store: FeedbackStore, out_dir: Path) -> Path:
     subs = store.table("feedback_submissions")[["submission_id", "comment", "session_id", "idempotency_key"]]
     expert_rows = store.table("expert_labels")
     expert_rows = expert_rows[expert_rows["label_id"] <= expert_mark].sort_values("label_id")
-    expert_rows = expert_rows.assign(dataset_query_id=[
-        qid if isinstance(qid, str) else expert_query_id(text) for qid, text in zip(expert_rows["query_id"], expert_rows["question"])])
+    expert_rows = expert_rows.assign(
+        dataset_query_id=[
+            qid if isinstance(qid, str) else expert_query_id(text)
+            for qid, text in zip(expert_rows["query_id"], expert_rows["question"])
+        ]
+    )
     live = _live_expert_labels(expert_rows)
     current = live.drop_duplicates("item_id", keep="last")  # each item's label: its latest live row
     queries = store.table("queries")
@@ -111,14 +116,22 @@ def export_rag_dataset(store: FeedbackStore, out_dir: Path) -> Path:
         pid = chunk_id if digest == latest_hash[chunk_id] else f"{chunk_id}@{digest[:12]}"
         if pid not in passages:
             version = versions.loc[(chunk_id, digest)] if (chunk_id, digest) in versions.index else latest.loc[chunk_id]
-            passages[pid] = {"chunk_id": chunk_id, "text_hash": digest, "doc_id": version["doc_id"], "text": version["text"],
-                             "page_start": _int(version["page_start"]), "page_end": _int(version["page_end"])}
+            passages[pid] = {
+                "chunk_id": chunk_id,
+                "text_hash": digest,
+                "doc_id": version["doc_id"],
+                "text": version["text"],
+                "page_start": _int(version["page_start"]),
+                "page_end": _int(version["page_end"]),
+            }
         return pid
 
     shown = {(r.query_id, r.chunk_id): passage(r.chunk_id, r.text_hash) for r in retrievals.itertuples()}
 
     chunk_ratings = _latest(fb[fb["target"] == "passage"], ["query_id", "chunk_id"])
-    chunk_qrels = sorted((r.query_id, shown[(r.query_id, r.chunk_id)], int(r.score)) for r in chunk_ratings.itertuples())
+    chunk_qrels = sorted(
+        (r.query_id, shown[(r.query_id, r.chunk_id)], int(r.score)) for r in chunk_ratings.itertuples()
+    )
     doc_of = {pid: p["doc_id"] for pid, p in passages.items()}
     doc_scores: dict[tuple[str, str], int] = {}
     for qid, cid, score in chunk_qrels:
@@ -127,49 +140,110 @@ def export_rag_dataset(store: FeedbackStore, out_dir: Path) -> Path:
     answer_ratings = _latest(fb[fb["target"].isin(["answer", "correction"])], ["query_id", "answer_id"])
     answer_qrels = sorted((r.query_id, r.answer_id, int(r.score)) for r in answer_ratings.itertuples() if r.answer_id)
 
-    expert_qrels = sorted({(r.dataset_query_id, passage(r.chunk_id, r.text_hash)): int(r.grade)
-                           for r in current.itertuples()}.items())
+    expert_qrels = sorted(
+        {(r.dataset_query_id, passage(r.chunk_id, r.text_hash)): int(r.grade) for r in current.itertuples()}.items()
+    )
     expert_qrels = [(qid, pid, grade) for (qid, pid), grade in expert_qrels]
     used_chunks = sorted(passages)
-    _write_jsonl(out_dir / "corpus.jsonl", [
-        {"_id": pid, "title": p["doc_id"], "text": p["text"],
-         "metadata": {k: p[k] for k in ("chunk_id", "text_hash", "doc_id", "page_start", "page_end")}}
-        for pid, p in sorted(passages.items())])
-    retrieved = {qid: [{"chunk_id": shown[(qid, r.chunk_id)], "rank": int(r.rank), "score": r.score} for r in group.itertuples()]
-                 for qid, group in retrievals.groupby("query_id")}
+    _write_jsonl(
+        out_dir / "corpus.jsonl",
+        [
+            {
+                "_id": pid,
+                "title": p["doc_id"],
+                "text": p["text"],
+                "metadata": {k: p[k] for k in ("chunk_id", "text_hash", "doc_id", "page_start", "page_end")},
+            }
+            for pid, p in sorted(passages.items())
+        ],
+    )
+    retrieved = {
+        qid: [{"chunk_id": shown[(qid, r.chunk_id)], "rank": int(r.rank), "score": r.score} for r in group.itertuples()]
+        for qid, group in retrievals.groupby("query_id")
+    }
     origin = _reformulation_origins(store.table("implicit_events"))
-    expert_answers = {qid: text for qid, text in zip(live["dataset_query_id"], live["expert_answer"])
-                      if isinstance(text, str) and text}  # live is in label order: the latest answer stays
+    expert_answers = {
+        qid: text
+        for qid, text in zip(live["dataset_query_id"], live["expert_answer"])
+        if isinstance(text, str) and text
+    }  # live is in label order: the latest answer stays
     expert_said = {qid: {"expert_answer": expert_answers.get(qid)} for qid in set(current["dataset_query_id"])}
     synthetic = current[current["query_id"].isna()].drop_duplicates("dataset_query_id")
-    _write_jsonl(out_dir / "queries.jsonl", [
-        {"_id": q.query_id, "text": q.text, "metadata": {"created_at": q.created_at, "session_id": q.session_id,
-                                                         "model_version": q.model_version,
-                                                         "retrieved": retrieved.get(q.query_id, []),
-                                                         "reformulation_of": origin.get(q.query_id),
-                                                         **expert_said.get(q.query_id, {})}}
-        for q in queries.itertuples()] + [
-        {"_id": q.dataset_query_id, "text": q.question, "metadata": {
-            "created_at": q.created_at, "session_id": None, "model_version": None, "retrieved": [],
-            "reformulation_of": None, "source": "expert-queue", **expert_said[q.dataset_query_id]}}
-        for q in synthetic.itertuples()])
-    _write_jsonl(out_dir / "answers.jsonl", [
-        {"_id": a.answer_id, "query_id": a.query_id, "text": a.text, "source": a.source,
-         "not_in_context": bool(a.not_in_context)} for a in answers.itertuples()])
+    _write_jsonl(
+        out_dir / "queries.jsonl",
+        [
+            {
+                "_id": q.query_id,
+                "text": q.text,
+                "metadata": {
+                    "created_at": q.created_at,
+                    "session_id": q.session_id,
+                    "model_version": q.model_version,
+                    "retrieved": retrieved.get(q.query_id, []),
+                    "reformulation_of": origin.get(q.query_id),
+                    **expert_said.get(q.query_id, {}),
+                },
+            }
+            for q in queries.itertuples()
+        ]
+        + [
+            {
+                "_id": q.dataset_query_id,
+                "text": q.question,
+                "metadata": {
+                    "created_at": q.created_at,
+                    "session_id": None,
+                    "model_version": None,
+                    "retrieved": [],
+                    "reformulation_of": None,
+                    "source": "expert-queue",
+                    **expert_said[q.dataset_query_id],
+                },
+            }
+            for q in synthetic.itertuples()
+        ],
+    )
+    _write_jsonl(
+        out_dir / "answers.jsonl",
+        [
+            {
+                "_id": a.answer_id,
+                "query_id": a.query_id,
+                "text": a.text,
+                "source": a.source,
+                "not_in_context": bool(a.not_in_context),
+            }
+            for a in answers.itertuples()
+        ],
+    )
     _write_qrels(out_dir / "qrels" / "chunk_qrels.tsv", chunk_qrels)
-    _write_qrels(out_dir / "qrels" / "document_qrels.tsv", sorted((q, d, s) for (q, d), s in doc_scores.items()), "doc-id")
+    _write_qrels(
+        out_dir / "qrels" / "document_qrels.tsv", sorted((q, d, s) for (q, d), s in doc_scores.items()), "doc-id"
+    )
     _write_qrels(out_dir / "qrels" / "answer_qrels.tsv", answer_qrels, "answer-id")
     _write_qrels(out_dir / "qrels" / "train.tsv", [row for row in chunk_qrels if row[2] > 0])
     _write_qrels(out_dir / "qrels" / "expert_qrels.tsv", expert_qrels)
     rows = fb.merge(subs, on="submission_id", how="left").sort_values("event_id")
-    _write_jsonl(out_dir / "feedback.jsonl", [
-        {k: (None if pd.isna(v) else v) for k, v in row.items()} for row in rows.to_dict("records")])
-    _write_jsonl(out_dir / "expert_labels.jsonl", [
-        {k: (None if pd.isna(v) else int(v) if k == "grade" else v) for k, v in row.items() if k != "payload_hash"}
-        for row in expert_rows.to_dict("records")])
+    _write_jsonl(
+        out_dir / "feedback.jsonl",
+        [{k: (None if pd.isna(v) else v) for k, v in row.items()} for row in rows.to_dict("records")],
+    )
+    _write_jsonl(
+        out_dir / "expert_labels.jsonl",
+        [
+            {k: (None if pd.isna(v) else int(v) if k == "grade" else v) for k, v in row.items() if k != "payload_hash"}
+            for row in expert_rows.to_dict("records")
+        ],
+    )
 
     digest = hashlib.sha256()
-    fingerprinted = ["corpus.jsonl", "queries.jsonl", "answers.jsonl", "qrels/chunk_qrels.tsv", "qrels/answer_qrels.tsv"]
+    fingerprinted = [
+        "corpus.jsonl",
+        "queries.jsonl",
+        "answers.jsonl",
+        "qrels/chunk_qrels.tsv",
+        "qrels/answer_qrels.tsv",
+    ]
     # Only when there are expert labels: a store without them keeps the version its exports had before they existed.
     for name in fingerprinted + (["qrels/expert_qrels.tsv"] if expert_qrels else []):
         digest.update((out_dir / name).read_bytes())
@@ -207,7 +281,9 @@ def _reformulation_origins(events: pd.DataFrame) -> dict[str, str]:
     origins: dict[str, str] = {}
     for query in previous:
         seen, first = {query}, previous[query]
-        while first in previous and previous[first] not in seen:  # a cycle cannot come from the store; never loop on one
+        while (
+            first in previous and previous[first] not in seen
+        ):  # a cycle cannot come from the store; never loop on one
             seen.add(first)
             first = previous[first]
         origins[query] = first
@@ -261,14 +337,25 @@ def judgments(dataset_dir: Path) -> Judgments:
         rows = list(map(json.loads, fh))
     queries = {q["_id"]: q["text"] for q in rows}
     meta = {q["_id"]: q.get("metadata") or {} for q in rows}
-    asked = {qid: QueryContext(m.get("session_id") if isinstance(m.get("session_id"), str) else None,
-                               _timestamp(m.get("created_at")), m.get("reformulation_of")) for qid, m in meta.items()}
+    asked = {
+        qid: QueryContext(
+            m.get("session_id") if isinstance(m.get("session_id"), str) else None,
+            _timestamp(m.get("created_at")),
+            m.get("reformulation_of"),
+        )
+        for qid, m in meta.items()
+    }
     with open(dataset_dir / "corpus.jsonl", encoding="utf-8") as fh:
         corpus = {d["_id"]: d["text"] for d in map(json.loads, fh)}
     expert_file = dataset_dir / "qrels" / "expert_qrels.tsv"
-    return Judgments(queries, corpus, _read_qrels(dataset_dir / "qrels" / "chunk_qrels.tsv"), asked,
-                     expert_qrels=_read_qrels(expert_file) if expert_file.exists() else [],
-                     expert_answers={qid: m["expert_answer"] for qid, m in meta.items() if m.get("expert_answer")})
+    return Judgments(
+        queries,
+        corpus,
+        _read_qrels(dataset_dir / "qrels" / "chunk_qrels.tsv"),
+        asked,
+        expert_qrels=_read_qrels(expert_file) if expert_file.exists() else [],
+        expert_answers={qid: m["expert_answer"] for qid, m in meta.items() if m.get("expert_answer")},
+    )
 
 
 def training_pairs(dataset_dir: Path) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
@@ -320,6 +407,9 @@ def export_versioned(store: FeedbackStore, root: Path) -> Path:
 
 def latest_dataset(root: Path) -> Path | None:
     """The newest exported version: both marks only grow, so the largest (feedback, expert) pair is the newest."""
-    done = [(tuple(int(g or 0) for g in m.groups()), p) for p in dataset_root(root).glob("hw-*")
-            if (m := _VERSION_NAME.fullmatch(p.name)) and (p / "stats.json").exists()]
+    done = [
+        (tuple(int(g or 0) for g in m.groups()), p)
+        for p in dataset_root(root).glob("hw-*")
+        if (m := _VERSION_NAME.fullmatch(p.name)) and (p / "stats.json").exists()
+    ]
     return max(done)[1] if done else None

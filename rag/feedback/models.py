@@ -1,4 +1,5 @@
 """Records the feedback store accepts and returns; the HTTP API uses the same models, so limits live in one place."""
+
 from __future__ import annotations
 
 import hashlib
@@ -53,8 +54,11 @@ class FeedbackSubmission(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     query_id: str = Field(min_length=1, max_length=36)
-    idempotency_key: str = Field(min_length=1, max_length=MAX_KEY_CHARS,
-                                 description="the same key submitted twice is stored once (retries are safe)")
+    idempotency_key: str = Field(
+        min_length=1,
+        max_length=MAX_KEY_CHARS,
+        description="the same key submitted twice is stored once (retries are safe)",
+    )
     answer_score: Score | None = None
     passages: list[PassageRating] = Field(default_factory=list, max_length=MAX_PASSAGE_RATINGS)
     correction: str | None = Field(None, min_length=1, max_length=MAX_CORRECTION_CHARS)
@@ -103,8 +107,11 @@ class _ExpertAction(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
     item_id: str = Field(min_length=1, max_length=MAX_ITEM_ID_CHARS, description="the annotation queue item")
     expert: str = Field(min_length=1, max_length=MAX_EXPERT_CHARS, description="who labels: the name the expert gives")
-    idempotency_key: str = Field(min_length=1, max_length=MAX_KEY_CHARS,
-                                 description="the same key submitted twice is stored once (retries are safe)")
+    idempotency_key: str = Field(
+        min_length=1,
+        max_length=MAX_KEY_CHARS,
+        description="the same key submitted twice is stored once (retries are safe)",
+    )
 
     def payload_hash(self) -> str:
         body = {"action": type(self).__name__, **self.model_dump(exclude={"idempotency_key"})}
@@ -115,8 +122,9 @@ class ExpertLabel(_ExpertAction):
     """An expert's graded judgment of one (question, passage) pair of the annotation queue."""
 
     grade: Grade = Field(description="2 relevant, 1 partially relevant, 0 irrelevant")
-    expert_answer: str | None = Field(None, max_length=MAX_CORRECTION_CHARS,
-                                      description="the answer the expert expects to the question (optional)")
+    expert_answer: str | None = Field(
+        None, max_length=MAX_CORRECTION_CHARS, description="the answer the expert expects to the question (optional)"
+    )
 
     @model_validator(mode="after")
     def _blank_answer_is_none(self) -> ExpertLabel:

@@ -9,6 +9,7 @@ Explicit feedback arrives in submissions (one per POST, deduplicated by idempote
 Experts label (question, passage) pairs of the annotation queue in `expert_labels`, append-only: the latest row of
 an item is its label, a row without a grade retracts it (undo); `label_id` is the experts' own high-water mark.
 """
+
 from __future__ import annotations
 
 from sqlalchemy import (
@@ -34,7 +35,8 @@ FEEDBACK_TARGETS = ("answer", "passage", "correction")
 EVENT_KINDS = ("click", "reformulation")
 
 queries = Table(
-    "queries", metadata,
+    "queries",
+    metadata,
     Column("query_id", String(36), primary_key=True),
     Column("text", Text, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, index=True),
@@ -42,14 +44,23 @@ queries = Table(
     Column("model_version", String(256), comment="embedding model name and weights version that served it"),
     Column("settings", JSON),
     Column("latency_ms", Float),
-    Column("timings_ms", JSON, comment="the request's steps in ms (retrieve, rerank, generate; an interleaved canary "
-           "answer: rank_production and rank_canary, each arm's own ranking timed back to back)"),
-    Column("arm", String(16), comment="production or canary while a canary ran (rag.rollout); NULL outside a canary "
-           "and for requests without a session id"),
+    Column(
+        "timings_ms",
+        JSON,
+        comment="the request's steps in ms (retrieve, rerank, generate; an interleaved canary "
+        "answer: rank_production and rank_canary, each arm's own ranking timed back to back)",
+    ),
+    Column(
+        "arm",
+        String(16),
+        comment="production or canary while a canary ran (rag.rollout); NULL outside a canary "
+        "and for requests without a session id",
+    ),
 )
 
 passages = Table(
-    "passages", metadata,
+    "passages",
+    metadata,
     Column("chunk_id", String(512), primary_key=True),
     Column("doc_id", String(1024), nullable=False),
     Column("page_start", Integer),
@@ -58,7 +69,8 @@ passages = Table(
 )
 
 passage_versions = Table(
-    "passage_versions", metadata,
+    "passage_versions",
+    metadata,
     Column("chunk_id", String(512), ForeignKey("passages.chunk_id"), primary_key=True),
     Column("text_hash", String(64), primary_key=True, comment="sha256 of the text"),
     Column("doc_id", String(1024), nullable=False),
@@ -69,21 +81,31 @@ passage_versions = Table(
 )
 
 retrievals = Table(
-    "retrievals", metadata,
+    "retrievals",
+    metadata,
     Column("query_id", String(36), ForeignKey("queries.query_id"), primary_key=True),
     Column("chunk_id", String(512), ForeignKey("passages.chunk_id"), primary_key=True),
     Column("rank", Integer, nullable=False),
     Column("score", Float),
     Column("cited", Boolean, nullable=False, default=False),
     Column("text_hash", String(64), comment="the passage version this query was shown (passage_versions)"),
-    Column("team", String(16), comment="canary queries: the arm whose ranking contributed the passage (team-draft "
-           "interleaving), production or canary; NULL otherwise and for neighbours the pipeline added"),
-    Column("shared", Boolean, comment="canary queries: both arms' rankings would have shown this passage at this pick, "
-           "so its clicks and ratings credit neither arm; NULL outside canary queries"),
+    Column(
+        "team",
+        String(16),
+        comment="canary queries: the arm whose ranking contributed the passage (team-draft "
+        "interleaving), production or canary; NULL otherwise and for neighbours the pipeline added",
+    ),
+    Column(
+        "shared",
+        Boolean,
+        comment="canary queries: both arms' rankings would have shown this passage at this pick, "
+        "so its clicks and ratings credit neither arm; NULL outside canary queries",
+    ),
 )
 
 answers = Table(
-    "answers", metadata,
+    "answers",
+    metadata,
     Column("answer_id", String(36), primary_key=True),
     Column("query_id", String(36), ForeignKey("queries.query_id"), nullable=False, index=True),
     Column("text", Text, nullable=False),
@@ -94,7 +116,8 @@ answers = Table(
 )
 
 submissions = Table(
-    "feedback_submissions", metadata,
+    "feedback_submissions",
+    metadata,
     Column("submission_id", Integer, primary_key=True, autoincrement=True),
     Column("idempotency_key", String(128), nullable=False, unique=True),
     Column("payload_hash", String(64), nullable=False),
@@ -105,7 +128,8 @@ submissions = Table(
 )
 
 feedback = Table(
-    "feedback", metadata,
+    "feedback",
+    metadata,
     Column("event_id", Integer, primary_key=True, autoincrement=True),
     Column("submission_id", Integer, ForeignKey("feedback_submissions.submission_id"), nullable=False, index=True),
     Column("query_id", String(36), ForeignKey("queries.query_id"), nullable=False, index=True),
@@ -119,7 +143,8 @@ feedback = Table(
 )
 
 implicit_events = Table(
-    "implicit_events", metadata,
+    "implicit_events",
+    metadata,
     Column("event_id", Integer, primary_key=True, autoincrement=True),
     Column("idempotency_key", String(128), unique=True),
     Column("query_id", String(36), ForeignKey("queries.query_id"), nullable=False, index=True),
@@ -127,24 +152,36 @@ implicit_events = Table(
     Column("chunk_id", String(512), ForeignKey("passages.chunk_id")),
     Column("related_query_id", String(36), ForeignKey("queries.query_id")),
     Column("created_at", DateTime(timezone=True), nullable=False),
-    Column("session_id", String(128), comment="the session that sent the event: a canary counts a click only from the "
-           "session that was shown the query"),
+    Column(
+        "session_id",
+        String(128),
+        comment="the session that sent the event: a canary counts a click only from the "
+        "session that was shown the query",
+    ),
     CheckConstraint(f"kind IN {EVENT_KINDS}", name="event_kind"),
 )
 
 expert_labels = Table(
-    "expert_labels", metadata,
+    "expert_labels",
+    metadata,
     Column("label_id", Integer, primary_key=True, autoincrement=True),
     Column("idempotency_key", String(128), nullable=False, unique=True),
     Column("payload_hash", String(64), nullable=False),
     Column("item_id", String(64), nullable=False, index=True, comment="rag.annotation.queue.item_id(question, chunk)"),
-    Column("query_id", String(36), ForeignKey("queries.query_id"), comment="the production question labelled; NULL "
-           "for a synthetic one"),
+    Column(
+        "query_id",
+        String(36),
+        ForeignKey("queries.query_id"),
+        comment="the production question labelled; NULL for a synthetic one",
+    ),
     Column("question", Text, nullable=False),
     Column("chunk_id", String(512), ForeignKey("passages.chunk_id"), nullable=False),
     Column("text_hash", String(64), nullable=False, comment="the passage version the expert read (passage_versions)"),
-    Column("grade", SmallInteger, comment="2 relevant, 1 partially relevant, 0 irrelevant; NULL: an undo, the item "
-           "has no label again"),
+    Column(
+        "grade",
+        SmallInteger,
+        comment="2 relevant, 1 partially relevant, 0 irrelevant; NULL: an undo, the item has no label again",
+    ),
     Column("expert_answer", Text, comment="the answer the expert expects to the question, when given"),
     Column("expert", String(128), nullable=False, comment="who labelled: the name the expert gave"),
     Column("created_at", DateTime(timezone=True), nullable=False),

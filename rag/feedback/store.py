@@ -3,6 +3,7 @@
 Every write is one transaction that validates first (unknown query or passage, conflicting idempotency key),
 so a refused request leaves the store exactly as it was and an acknowledged one is durable (synchronous=FULL).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -114,10 +115,24 @@ def _migrate_passage_versions(engine: Engine) -> None:
         conn.exec_driver_sql("ALTER TABLE retrievals ADD COLUMN text_hash VARCHAR(64)")
         for row in conn.execute(select(s.passages)).mappings().all():
             digest = text_hash(row["text"])
-            _insert_ignoring_duplicates(conn, s.passage_versions, [{
-                "chunk_id": row["chunk_id"], "text_hash": digest, "doc_id": row["doc_id"], "page_start": row["page_start"],
-                "page_end": row["page_end"], "text": row["text"], "first_served_at": None}])
-            conn.execute(update(s.retrievals).where(s.retrievals.c.chunk_id == row["chunk_id"]).values(text_hash=digest))
+            _insert_ignoring_duplicates(
+                conn,
+                s.passage_versions,
+                [
+                    {
+                        "chunk_id": row["chunk_id"],
+                        "text_hash": digest,
+                        "doc_id": row["doc_id"],
+                        "page_start": row["page_start"],
+                        "page_end": row["page_end"],
+                        "text": row["text"],
+                        "first_served_at": None,
+                    }
+                ],
+            )
+            conn.execute(
+                update(s.retrievals).where(s.retrievals.c.chunk_id == row["chunk_id"]).values(text_hash=digest)
+            )
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
@@ -167,10 +182,20 @@ class FeedbackStore:
 
     # ---- writes -------------------------------------------------------------------------------------------
 
-    def record_query(self, text: str, *, answer: str, chunks: Iterable[dict], session_id: str | None = None,
-                     model_version: str | None = None, settings: dict | None = None, latency_ms: float | None = None,
-                     not_in_context: bool = False, arm: str | None = None,
-                     timings_ms: dict[str, float] | None = None) -> StoredQuery:
+    def record_query(
+        self,
+        text: str,
+        *,
+        answer: str,
+        chunks: Iterable[dict],
+        session_id: str | None = None,
+        model_version: str | None = None,
+        settings: dict | None = None,
+        latency_ms: float | None = None,
+        not_in_context: bool = False,
+        arm: str | None = None,
+        timings_ms: dict[str, float] | None = None,
+    ) -> StoredQuery:
         """Store an asked question, what was retrieved (chunk_id, doc_id, page_start, page_end, text, rank,
         score, cited, and `team` and `shared` for an interleaved canary answer) and the system's answer. `arm`: which arm of a
         running canary served it (production or canary), None outside a canary; `timings_ms`: the steps' times."""
@@ -180,34 +205,71 @@ class FeedbackStore:
             previous = None
             if session_id:
                 previous = conn.execute(
-                    select(s.queries.c.query_id, s.queries.c.created_at).where(s.queries.c.session_id == session_id)
-                    .order_by(s.queries.c.created_at.desc()).limit(1)).first()
-            conn.execute(insert(s.queries).values(query_id=query_id, text=text, created_at=now, session_id=session_id,
-                                                  model_version=model_version, settings=settings, latency_ms=latency_ms,
-                                                  arm=arm, timings_ms=timings_ms))
+                    select(s.queries.c.query_id, s.queries.c.created_at)
+                    .where(s.queries.c.session_id == session_id)
+                    .order_by(s.queries.c.created_at.desc())
+                    .limit(1)
+                ).first()
+            conn.execute(
+                insert(s.queries).values(
+                    query_id=query_id,
+                    text=text,
+                    created_at=now,
+                    session_id=session_id,
+                    model_version=model_version,
+                    settings=settings,
+                    latency_ms=latency_ms,
+                    arm=arm,
+                    timings_ms=timings_ms,
+                )
+            )
             hashes = self._upsert_passages(conn, chunks, now)
             if chunks:
-                conn.execute(insert(s.retrievals), [
-                    {"query_id": query_id, "chunk_id": c["chunk_id"], "rank": int(c.get("rank") or i),
-                     "score": None if c.get("score") is None else float(c["score"]), "cited": bool(c.get("cited")),
-                     "text_hash": hashes[c["chunk_id"]], "team": c.get("team"),
-                     "shared": None if c.get("team") is None else bool(c.get("shared"))}
-                    for i, c in enumerate(chunks, start=1)])
-            conn.execute(insert(s.answers).values(answer_id=answer_id, query_id=query_id, text=answer, source="system",
-                                                  not_in_context=not_in_context, created_at=now))
+                conn.execute(
+                    insert(s.retrievals),
+                    [
+                        {
+                            "query_id": query_id,
+                            "chunk_id": c["chunk_id"],
+                            "rank": int(c.get("rank") or i),
+                            "score": None if c.get("score") is None else float(c["score"]),
+                            "cited": bool(c.get("cited")),
+                            "text_hash": hashes[c["chunk_id"]],
+                            "team": c.get("team"),
+                            "shared": None if c.get("team") is None else bool(c.get("shared")),
+                        }
+                        for i, c in enumerate(chunks, start=1)
+                    ],
+                )
+            conn.execute(
+                insert(s.answers).values(
+                    answer_id=answer_id,
+                    query_id=query_id,
+                    text=answer,
+                    source="system",
+                    not_in_context=not_in_context,
+                    created_at=now,
+                )
+            )
             reformulation_of = None
             if previous is not None and self._is_reformulation(conn, previous, now):
                 reformulation_of = previous.query_id
-                conn.execute(insert(s.implicit_events).values(query_id=previous.query_id, kind="reformulation",
-                                                              related_query_id=query_id, created_at=now))
+                conn.execute(
+                    insert(s.implicit_events).values(
+                        query_id=previous.query_id, kind="reformulation", related_query_id=query_id, created_at=now
+                    )
+                )
         return StoredQuery(query_id=query_id, answer_id=answer_id, reformulation_of=reformulation_of)
 
     @staticmethod
     def _is_reformulation(conn, previous, now: datetime) -> bool:
         if now - _utc(previous.created_at) > timedelta(seconds=REFORMULATION_SECONDS):
             return False
-        liked = conn.execute(select(func.count()).select_from(s.feedback).where(
-            s.feedback.c.query_id == previous.query_id, s.feedback.c.target == "answer", s.feedback.c.score == 1)).scalar()
+        liked = conn.execute(
+            select(func.count())
+            .select_from(s.feedback)
+            .where(s.feedback.c.query_id == previous.query_id, s.feedback.c.target == "answer", s.feedback.c.score == 1)
+        ).scalar()
         return not liked
 
     @staticmethod
@@ -216,19 +278,46 @@ class FeedbackStore:
         hash per chunk id, for the retrieval rows."""
         if not chunks:
             return {}
-        rows = {c["chunk_id"]: {"chunk_id": c["chunk_id"], "doc_id": str(c.get("doc_id", "")), "page_start": c.get("page_start"),
-                                "page_end": c.get("page_end"), "text": c.get("text", "")} for c in chunks}
+        rows = {
+            c["chunk_id"]: {
+                "chunk_id": c["chunk_id"],
+                "doc_id": str(c.get("doc_id", "")),
+                "page_start": c.get("page_start"),
+                "page_end": c.get("page_end"),
+                "text": c.get("text", ""),
+            }
+            for c in chunks
+        }
         hashes = {cid: text_hash(row["text"]) for cid, row in rows.items()}
-        stored = dict(conn.execute(select(s.passages.c.chunk_id, s.passages.c.text).where(s.passages.c.chunk_id.in_(list(rows)))).all())
+        stored = dict(
+            conn.execute(
+                select(s.passages.c.chunk_id, s.passages.c.text).where(s.passages.c.chunk_id.in_(list(rows)))
+            ).all()
+        )
         _insert_ignoring_duplicates(conn, s.passages, [row for cid, row in rows.items() if cid not in stored])
         for cid, row in rows.items():
             if cid in stored and stored[cid] != row["text"]:
-                conn.execute(update(s.passages).where(s.passages.c.chunk_id == cid).values(
-                    **{k: v for k, v in row.items() if k != "chunk_id"}))
-        known = set(conn.execute(select(s.passage_versions.c.chunk_id, s.passage_versions.c.text_hash)
-                                 .where(s.passage_versions.c.chunk_id.in_(list(rows)))).tuples())
-        _insert_ignoring_duplicates(conn, s.passage_versions, [
-            {**row, "text_hash": hashes[cid], "first_served_at": now} for cid, row in rows.items() if (cid, hashes[cid]) not in known])
+                conn.execute(
+                    update(s.passages)
+                    .where(s.passages.c.chunk_id == cid)
+                    .values(**{k: v for k, v in row.items() if k != "chunk_id"})
+                )
+        known = set(
+            conn.execute(
+                select(s.passage_versions.c.chunk_id, s.passage_versions.c.text_hash).where(
+                    s.passage_versions.c.chunk_id.in_(list(rows))
+                )
+            ).tuples()
+        )
+        _insert_ignoring_duplicates(
+            conn,
+            s.passage_versions,
+            [
+                {**row, "text_hash": hashes[cid], "first_served_at": now}
+                for cid, row in rows.items()
+                if (cid, hashes[cid]) not in known
+            ],
+        )
         return hashes
 
     def _idempotent(self, replay: Callable, write: Callable):
@@ -254,24 +343,49 @@ class FeedbackStore:
         def write(conn) -> FeedbackAck:
             self._validate_targets(conn, sub)
             now = _now()
-            submission_id = conn.execute(insert(s.submissions).values(
-                idempotency_key=sub.idempotency_key, payload_hash=digest, query_id=sub.query_id,
-                session_id=sub.session_id, comment=sub.comment, created_at=now)).inserted_primary_key[0]
+            submission_id = conn.execute(
+                insert(s.submissions).values(
+                    idempotency_key=sub.idempotency_key,
+                    payload_hash=digest,
+                    query_id=sub.query_id,
+                    session_id=sub.session_id,
+                    comment=sub.comment,
+                    created_at=now,
+                )
+            ).inserted_primary_key[0]
             rows = []
             if sub.answer_score is not None:
-                system_answer = conn.execute(select(s.answers.c.answer_id).where(
-                    s.answers.c.query_id == sub.query_id, s.answers.c.source == "system")).scalar()
+                system_answer = conn.execute(
+                    select(s.answers.c.answer_id).where(
+                        s.answers.c.query_id == sub.query_id, s.answers.c.source == "system"
+                    )
+                ).scalar()
                 rows.append({"target": "answer", "answer_id": system_answer, "score": sub.answer_score})
             rows += [{"target": "passage", "chunk_id": p.chunk_id, "score": p.score} for p in sub.passages]
             corrected = None
             if sub.correction is not None:
                 corrected = str(uuid.uuid4())
-                conn.execute(insert(s.answers).values(answer_id=corrected, query_id=sub.query_id, text=sub.correction,
-                                                      source=sub.correction_source, created_at=now))
+                conn.execute(
+                    insert(s.answers).values(
+                        answer_id=corrected,
+                        query_id=sub.query_id,
+                        text=sub.correction,
+                        source=sub.correction_source,
+                        created_at=now,
+                    )
+                )
                 rows.append({"target": "correction", "answer_id": corrected, "score": 1})
-            event_ids = [conn.execute(insert(s.feedback).values(
-                submission_id=submission_id, query_id=sub.query_id, created_at=now,
-                **{"answer_id": None, "chunk_id": None, **row})).inserted_primary_key[0] for row in rows]
+            event_ids = [
+                conn.execute(
+                    insert(s.feedback).values(
+                        submission_id=submission_id,
+                        query_id=sub.query_id,
+                        created_at=now,
+                        **{"answer_id": None, "chunk_id": None, **row},
+                    )
+                ).inserted_primary_key[0]
+                for row in rows
+            ]
             return FeedbackAck(submission_id=submission_id, event_ids=event_ids, answer_id=corrected)
 
         return self._idempotent(lambda conn: self._replay(conn, sub.idempotency_key, digest), write)
@@ -281,8 +395,9 @@ class FeedbackStore:
         """The row stored under an idempotency key (None: none); a key reused for other content is refused."""
         first = conn.execute(select(*columns, table.c.payload_hash).where(table.c.idempotency_key == key)).first()
         if first is not None and first.payload_hash != digest:
-            raise IdempotencyConflictError(f"idempotency key {key!r} was already used for {what}: use a new key for "
-                                           "each new one")
+            raise IdempotencyConflictError(
+                f"idempotency key {key!r} was already used for {what}: use a new key for each new one"
+            )
         return first
 
     @classmethod
@@ -290,23 +405,30 @@ class FeedbackStore:
         first = cls._keyed(conn, s.submissions, key, digest, "different feedback", s.submissions.c.submission_id)
         if first is None:
             return None
-        rows = conn.execute(select(s.feedback.c.event_id, s.feedback.c.target, s.feedback.c.answer_id)
-                            .where(s.feedback.c.submission_id == first.submission_id).order_by(s.feedback.c.event_id)).all()
+        rows = conn.execute(
+            select(s.feedback.c.event_id, s.feedback.c.target, s.feedback.c.answer_id)
+            .where(s.feedback.c.submission_id == first.submission_id)
+            .order_by(s.feedback.c.event_id)
+        ).all()
         corrected = next((r.answer_id for r in rows if r.target == "correction"), None)
-        return FeedbackAck(submission_id=first.submission_id, event_ids=[r.event_id for r in rows], duplicate=True,
-                           answer_id=corrected)
+        return FeedbackAck(
+            submission_id=first.submission_id, event_ids=[r.event_id for r in rows], duplicate=True, answer_id=corrected
+        )
 
     @staticmethod
     def _validate_targets(conn, sub: FeedbackSubmission) -> None:
         if conn.execute(select(s.queries.c.query_id).where(s.queries.c.query_id == sub.query_id)).first() is None:
             raise UnknownQueryError(f"unknown query_id {sub.query_id!r}: rate the query_id that /ask returned")
         if sub.passages:
-            retrieved = set(conn.execute(select(s.retrievals.c.chunk_id)
-                                         .where(s.retrievals.c.query_id == sub.query_id)).scalars())
+            retrieved = set(
+                conn.execute(select(s.retrievals.c.chunk_id).where(s.retrievals.c.query_id == sub.query_id)).scalars()
+            )
             unknown = [p.chunk_id for p in sub.passages if p.chunk_id not in retrieved]
             if unknown:
-                raise UnknownPassageError(f"passages {unknown[:5]} were not retrieved for query {sub.query_id}: "
-                                          "only the passages /ask returned can be rated")
+                raise UnknownPassageError(
+                    f"passages {unknown[:5]} were not retrieved for query {sub.query_id}: "
+                    "only the passages /ask returned can be rated"
+                )
 
     def record_event(self, ev: ImplicitEvent) -> int:
         """Store a click (or another implicit event); the same idempotency key returns the first event's id."""
@@ -316,11 +438,22 @@ class FeedbackStore:
                     known = self._event_with_key(conn, ev.idempotency_key)
                     if known is not None:
                         return known
-                self._validate_targets(conn, FeedbackSubmission(query_id=ev.query_id, idempotency_key="-",
-                                                                passages=[{"chunk_id": ev.chunk_id, "score": 1}]))
-                return conn.execute(insert(s.implicit_events).values(
-                    query_id=ev.query_id, kind=ev.kind, chunk_id=ev.chunk_id, idempotency_key=ev.idempotency_key,
-                    session_id=ev.session_id, created_at=_now())).inserted_primary_key[0]
+                self._validate_targets(
+                    conn,
+                    FeedbackSubmission(
+                        query_id=ev.query_id, idempotency_key="-", passages=[{"chunk_id": ev.chunk_id, "score": 1}]
+                    ),
+                )
+                return conn.execute(
+                    insert(s.implicit_events).values(
+                        query_id=ev.query_id,
+                        kind=ev.kind,
+                        chunk_id=ev.chunk_id,
+                        idempotency_key=ev.idempotency_key,
+                        session_id=ev.session_id,
+                        created_at=_now(),
+                    )
+                ).inserted_primary_key[0]
         except IntegrityError:
             # The same key raced (Postgres: both transactions saw no row; the unique key refused the second).
             if not ev.idempotency_key:
@@ -333,22 +466,35 @@ class FeedbackStore:
 
     @staticmethod
     def _event_with_key(conn, key: str) -> int | None:
-        return conn.execute(select(s.implicit_events.c.event_id).where(s.implicit_events.c.idempotency_key == key)).scalar()
+        return conn.execute(
+            select(s.implicit_events.c.event_id).where(s.implicit_events.c.idempotency_key == key)
+        ).scalar()
 
-    def record_expert_label(self, label: ExpertLabel, *, question: str, passage: dict,
-                            query_id: str | None = None) -> ExpertAck:
+    def record_expert_label(
+        self, label: ExpertLabel, *, question: str, passage: dict, query_id: str | None = None
+    ) -> ExpertAck:
         """Store an expert's grade of (question, passage): `passage` is the chunk as the expert read it (chunk_id,
         doc_id, page_start, page_end, text; recorded as a passage version like a retrieval), `query_id` the
         production question it came from (None for a synthetic one). It becomes the item's label (the latest wins)."""
 
         def row(conn, now: datetime) -> dict:
-            if query_id is not None and conn.execute(select(s.queries.c.query_id)
-                                                     .where(s.queries.c.query_id == query_id)).first() is None:
-                raise UnknownQueryError(f"the item's query {query_id!r} is not in this feedback store: rebuild the "
-                                        "annotation queue from the store the API writes to")
+            if (
+                query_id is not None
+                and conn.execute(select(s.queries.c.query_id).where(s.queries.c.query_id == query_id)).first() is None
+            ):
+                raise UnknownQueryError(
+                    f"the item's query {query_id!r} is not in this feedback store: rebuild the "
+                    "annotation queue from the store the API writes to"
+                )
             digest = self._upsert_passages(conn, [passage], now)[passage["chunk_id"]]
-            return {"query_id": query_id, "question": question, "chunk_id": passage["chunk_id"], "text_hash": digest,
-                    "grade": label.grade, "expert_answer": label.expert_answer}
+            return {
+                "query_id": query_id,
+                "question": question,
+                "chunk_id": passage["chunk_id"],
+                "text_hash": digest,
+                "grade": label.grade,
+                "expert_answer": label.expert_answer,
+            }
 
         return self._write_expert(label, row)
 
@@ -357,15 +503,28 @@ class FeedbackStore:
         label of the item does not come back)."""
 
         def row(conn, _now: datetime) -> dict:
-            latest = conn.execute(select(s.expert_labels).where(s.expert_labels.c.item_id == undo.item_id)
-                                  .order_by(s.expert_labels.c.label_id.desc()).limit(1)).mappings().first()
+            latest = (
+                conn.execute(
+                    select(s.expert_labels)
+                    .where(s.expert_labels.c.item_id == undo.item_id)
+                    .order_by(s.expert_labels.c.label_id.desc())
+                    .limit(1)
+                )
+                .mappings()
+                .first()
+            )
             if latest is None or latest["grade"] is None:
                 raise NothingToUndoError(f"item {undo.item_id!r} has no label to undo")
             if latest["expert"] != undo.expert:
-                raise NothingToUndoError(f"the label of item {undo.item_id!r} was given by {latest['expert']!r}: only "
-                                         "they can undo it (label the item again to replace it)")
-            return {**{k: latest[k] for k in ("query_id", "question", "chunk_id", "text_hash")},
-                    "grade": None, "expert_answer": None}
+                raise NothingToUndoError(
+                    f"the label of item {undo.item_id!r} was given by {latest['expert']!r}: only "
+                    "they can undo it (label the item again to replace it)"
+                )
+            return {
+                **{k: latest[k] for k in ("query_id", "question", "chunk_id", "text_hash")},
+                "grade": None,
+                "expert_answer": None,
+            }
 
         return self._write_expert(undo, row)
 
@@ -376,9 +535,16 @@ class FeedbackStore:
         def write(conn) -> ExpertAck:
             now = _now()
             row = row_of(conn, now)
-            label_id = conn.execute(insert(s.expert_labels).values(
-                idempotency_key=action.idempotency_key, payload_hash=digest, item_id=action.item_id,
-                expert=action.expert, created_at=now, **row)).inserted_primary_key[0]
+            label_id = conn.execute(
+                insert(s.expert_labels).values(
+                    idempotency_key=action.idempotency_key,
+                    payload_hash=digest,
+                    item_id=action.item_id,
+                    expert=action.expert,
+                    created_at=now,
+                    **row,
+                )
+            ).inserted_primary_key[0]
             return ExpertAck(label_id=label_id, item_id=action.item_id, grade=row["grade"])
 
         return self._idempotent(lambda conn: self._expert_replay(conn, action.idempotency_key, digest), write)
@@ -390,9 +556,21 @@ class FeedbackStore:
 
     @classmethod
     def _expert_replay(cls, conn, key: str, digest: str) -> ExpertAck | None:
-        first = cls._keyed(conn, s.expert_labels, key, digest, "another expert label or undo", s.expert_labels.c.label_id,
-                           s.expert_labels.c.item_id, s.expert_labels.c.grade)
-        return None if first is None else ExpertAck(label_id=first.label_id, item_id=first.item_id, grade=first.grade, duplicate=True)
+        first = cls._keyed(
+            conn,
+            s.expert_labels,
+            key,
+            digest,
+            "another expert label or undo",
+            s.expert_labels.c.label_id,
+            s.expert_labels.c.item_id,
+            s.expert_labels.c.grade,
+        )
+        return (
+            None
+            if first is None
+            else ExpertAck(label_id=first.label_id, item_id=first.item_id, grade=first.grade, duplicate=True)
+        )
 
     # ---- reads ---------------------------------------------------------------------------------------------
 
@@ -409,54 +587,92 @@ class FeedbackStore:
     def count_expert_labels(self, since_label_id: int = 0) -> int:
         """Expert label rows (undos included) after `since_label_id`, the expert mark a dataset was exported at."""
         with self.engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(s.expert_labels)
-                                    .where(s.expert_labels.c.label_id > since_label_id)).scalar())
+            return int(
+                conn.execute(
+                    select(func.count()).select_from(s.expert_labels).where(s.expert_labels.c.label_id > since_label_id)
+                ).scalar()
+            )
 
     def current_expert_labels(self) -> dict[str, dict]:
         """item id -> its label (the item's latest row: label_id, grade, expert, created_at, ...); items whose
         latest row is an undo are absent."""
-        latest = (select(s.expert_labels.c.item_id, func.max(s.expert_labels.c.label_id).label("label_id"))
-                  .group_by(s.expert_labels.c.item_id).subquery())
-        stmt = (select(s.expert_labels).join(latest, s.expert_labels.c.label_id == latest.c.label_id)
-                .where(s.expert_labels.c.grade.is_not(None)))
+        latest = (
+            select(s.expert_labels.c.item_id, func.max(s.expert_labels.c.label_id).label("label_id"))
+            .group_by(s.expert_labels.c.item_id)
+            .subquery()
+        )
+        stmt = (
+            select(s.expert_labels)
+            .join(latest, s.expert_labels.c.label_id == latest.c.label_id)
+            .where(s.expert_labels.c.grade.is_not(None))
+        )
         with self.engine.connect() as conn:
-            return {row["item_id"]: {**row, "created_at": _utc(row["created_at"])} for row in conn.execute(stmt).mappings()}
+            return {
+                row["item_id"]: {**row, "created_at": _utc(row["created_at"])} for row in conn.execute(stmt).mappings()
+            }
 
-    def expert_progress(self, item_ids: Iterable[str], *, since: datetime | None = None,
-                        expert: str | None = None) -> dict[str, int]:
+    def expert_progress(
+        self, item_ids: Iterable[str], *, since: datetime | None = None, expert: str | None = None
+    ) -> dict[str, int]:
         """How many of `item_ids` (a queue) have a label: `labelled`, of `total`; `labelled_since`: labelled at or
         after `since` (when the queue was built); `by_expert`: labelled by `expert`."""
         ids = set(item_ids)
         done = [label for item, label in self.current_expert_labels().items() if item in ids]
-        return {"total": len(ids), "labelled": len(done),
-                "labelled_since": sum(1 for d in done if since is None or d["created_at"] >= _utc(since)),
-                "by_expert": sum(1 for d in done if d["expert"] == expert)}
+        return {
+            "total": len(ids),
+            "labelled": len(done),
+            "labelled_since": sum(1 for d in done if since is None or d["created_at"] >= _utc(since)),
+            "by_expert": sum(1 for d in done if d["expert"] == expert),
+        }
 
     def count_feedback(self, since_event_id: int = 0) -> int:
         with self.engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(s.feedback)
-                                    .where(s.feedback.c.event_id > since_event_id)).scalar())
+            return int(
+                conn.execute(
+                    select(func.count()).select_from(s.feedback).where(s.feedback.c.event_id > since_event_id)
+                ).scalar()
+            )
 
     def counts(self) -> dict[str, int]:
         with self.engine.connect() as conn:
-            out = {name: int(conn.execute(select(func.count()).select_from(table)).scalar())
-                   for name, table in (("queries", s.queries), ("submissions", s.submissions), ("feedback_events", s.feedback),
-                                       ("implicit_events", s.implicit_events), ("passages", s.passages),
-                                       ("passage_versions", s.passage_versions), ("expert_labels", s.expert_labels))}
-            for target, score, n in conn.execute(select(s.feedback.c.target, s.feedback.c.score, func.count())
-                                                 .group_by(s.feedback.c.target, s.feedback.c.score)):
+            out = {
+                name: int(conn.execute(select(func.count()).select_from(table)).scalar())
+                for name, table in (
+                    ("queries", s.queries),
+                    ("submissions", s.submissions),
+                    ("feedback_events", s.feedback),
+                    ("implicit_events", s.implicit_events),
+                    ("passages", s.passages),
+                    ("passage_versions", s.passage_versions),
+                    ("expert_labels", s.expert_labels),
+                )
+            }
+            for target, score, n in conn.execute(
+                select(s.feedback.c.target, s.feedback.c.score, func.count()).group_by(
+                    s.feedback.c.target, s.feedback.c.score
+                )
+            ):
                 out[f"{target}_{'up' if score > 0 else 'down'}"] = int(n)
         return out
 
     def recent_queries(self, limit: int) -> pd.DataFrame:
         """The newest `limit` queries (query_id, text, created_at, n_retrieved), oldest first."""
-        stmt = (select(s.queries.c.query_id, s.queries.c.text, s.queries.c.created_at,
-                       func.count(s.retrievals.c.chunk_id).label("n_retrieved"))
-                .select_from(s.queries.outerjoin(s.retrievals, s.retrievals.c.query_id == s.queries.c.query_id))
-                .group_by(s.queries.c.query_id, s.queries.c.text, s.queries.c.created_at)
-                .order_by(s.queries.c.created_at.desc()).limit(limit))
+        stmt = (
+            select(
+                s.queries.c.query_id,
+                s.queries.c.text,
+                s.queries.c.created_at,
+                func.count(s.retrievals.c.chunk_id).label("n_retrieved"),
+            )
+            .select_from(s.queries.outerjoin(s.retrievals, s.retrievals.c.query_id == s.queries.c.query_id))
+            .group_by(s.queries.c.query_id, s.queries.c.text, s.queries.c.created_at)
+            .order_by(s.queries.c.created_at.desc())
+            .limit(limit)
+        )
         with self.engine.connect() as conn:
-            df = pd.DataFrame(conn.execute(stmt).mappings().all(), columns=["query_id", "text", "created_at", "n_retrieved"])
+            df = pd.DataFrame(
+                conn.execute(stmt).mappings().all(), columns=["query_id", "text", "created_at", "n_retrieved"]
+            )
         return df.iloc[::-1].reset_index(drop=True)
 
     def oldest_queries(self, limit: int) -> pd.DataFrame:
@@ -473,8 +689,11 @@ class FeedbackStore:
 
     def retrieved_counts(self, query_ids: list[str]) -> dict[str, int]:
         """Passages retrieved per query (queries that retrieved none are absent)."""
-        stmt = (select(s.retrievals.c.query_id, func.count()).where(s.retrievals.c.query_id.in_(query_ids))
-                .group_by(s.retrievals.c.query_id))
+        stmt = (
+            select(s.retrievals.c.query_id, func.count())
+            .where(s.retrievals.c.query_id.in_(query_ids))
+            .group_by(s.retrievals.c.query_id)
+        )
         with self.engine.connect() as conn:
             return {qid: int(n) for qid, n in conn.execute(stmt)}
 
@@ -496,8 +715,11 @@ class FeedbackStore:
     def queries_since(self, since: datetime | None, limit: int, *, newest: bool = False) -> pd.DataFrame:
         """Up to `limit` queries (query_id, text, created_at) asked at or after `since` (None: all): the oldest
         ones, or the newest with newest=True; oldest first either way. The drift sensor's windows."""
-        order = (s.queries.c.created_at.desc(), s.queries.c.query_id.desc()) if newest else \
-            (s.queries.c.created_at, s.queries.c.query_id)
+        order = (
+            (s.queries.c.created_at.desc(), s.queries.c.query_id.desc())
+            if newest
+            else (s.queries.c.created_at, s.queries.c.query_id)
+        )
         stmt = select(s.queries.c.query_id, s.queries.c.text, s.queries.c.created_at).order_by(*order).limit(limit)
         if since is not None:
             stmt = stmt.where(s.queries.c.created_at >= since.astimezone(timezone.utc))

@@ -1,5 +1,6 @@
 """BM25 over a chunk set with bm25s: one tokenizer (lower-case, English stopwords, Snowball stemming)
 for index and query time; saved as versioned folders with an atomically replaced CURRENT pointer."""
+
 from __future__ import annotations
 
 import hashlib
@@ -111,7 +112,9 @@ class BM25Index:
     def load(cls, root: Path) -> BM25Index:
         fingerprint = cls.current_fingerprint(root)
         if fingerprint is None:
-            raise FileNotFoundError(f"no BM25 index under {root}: build it first (materialize bm25_indexes or run `rag index`)")
+            raise FileNotFoundError(
+                f"no BM25 index under {root}: build it first (materialize bm25_indexes or run `rag index`)"
+            )
         try:
             return cls.load_version(root, fingerprint)
         except FileNotFoundError:

@@ -15,6 +15,7 @@ changed passages with the chunk set's current mean and leaves the others as they
 payload, `bm25_terms`, so the mean costs no re-tokenizing); a full build writes every passage with one mean.
 A few percent of churn moves the mean by well under a percent, which changes scores less than that.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -62,8 +63,12 @@ class PassageTerms:
             counts.extend(tf)
             offsets.append(len(indices))
             lengths.append(len(tokens))
-        return cls(np.frombuffer(indices, dtype=np.uint32), np.frombuffer(counts, dtype=np.float32),
-                   np.frombuffer(offsets, dtype=np.int64), np.frombuffer(lengths, dtype=np.int64))
+        return cls(
+            np.frombuffer(indices, dtype=np.uint32),
+            np.frombuffer(counts, dtype=np.float32),
+            np.frombuffer(offsets, dtype=np.int64),
+            np.frombuffer(lengths, dtype=np.int64),
+        )
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -116,6 +121,7 @@ class EngineBM25:
         vector = query_vector(query)
         if vector is None or k <= 0:
             return []
-        points = self.client.query_points(self.collection, query=vector, using=SPARSE, limit=k, query_filter=query_filter,
-                                          with_payload=["chunk_id"]).points
+        points = self.client.query_points(
+            self.collection, query=vector, using=SPARSE, limit=k, query_filter=query_filter, with_payload=["chunk_id"]
+        ).points
         return [(p.payload["chunk_id"], float(p.score)) for p in points if p.score > 0]

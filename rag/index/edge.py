@@ -27,6 +27,7 @@ Qdrant server shares (Edge runs the server's shard code), so they are kept rathe
 - Points with equal scores may come back in another order than local mode's. RRF ties are common: a point ranked
   (1, 3) by the two prefetches scores as one ranked (3, 1).
 """
+
 from __future__ import annotations
 
 import errno
@@ -53,6 +54,7 @@ from rag.index.qdrant import EDGE_META as META
 from rag.index.qdrant import QdrantLockedError
 from rag.index.qdrant import is_edge_folder  # noqa: F401 - re-exported: callers and tests import it from here
 from rag.store import atomic_write
+
 COLLECTIONS = "collection"
 LOCK = ".lock"
 
@@ -119,7 +121,8 @@ def _lock_folder(root: Path):
         raise QdrantLockedError(
             f"the embedded Qdrant folder {root} is in use by another process (dagster dev, `rag serve` or "
             "another `rag` command). Stop it, run this from that process, or point every process at one "
-            "Qdrant server with QDRANT_URL.") from None
+            "Qdrant server with QDRANT_URL."
+        ) from None
     return lock_file
 
 
@@ -133,15 +136,19 @@ def _read_aliases(root: Path) -> dict[str, str]:
     path = root / META
     if not path.exists():
         if (root / COLLECTIONS).exists():
-            raise ValueError(f"{root} has collections but no {META}: not an edge engine folder. Point "
-                             "RAG_QDRANT_PATH at an empty folder and re-index.")
+            raise ValueError(
+                f"{root} has collections but no {META}: not an edge engine folder. Point "
+                "RAG_QDRANT_PATH at an empty folder and re-index."
+            )
         _write_atomic(path, {"engine": ENGINE_MARK, "aliases": {}})
         return {}
     meta = json.loads(path.read_text())
     if meta.get("engine") != ENGINE_MARK:
-        raise ValueError(f"{root} holds a qdrant-client local-mode index, not an edge one: move it to "
-                         f"edge with `rag migrate-engine --path {root}` (nothing is re-embedded), or open it "
-                         "with RAG_QDRANT_ENGINE=local (or auto, the default).")
+        raise ValueError(
+            f"{root} holds a qdrant-client local-mode index, not an edge one: move it to "
+            f"edge with `rag migrate-engine --path {root}` (nothing is re-embedded), or open it "
+            "with RAG_QDRANT_ENGINE=local (or auto, the default)."
+        )
     return dict(meta.get("aliases", {}))
 
 
@@ -223,8 +230,12 @@ RRF_K = 2
 
 def _vector_out(vector: Any) -> Any:
     if isinstance(vector, dict):
-        vector = {name: models.SparseVector(indices=list(v.indices), values=list(v.values))
-                  if isinstance(v, qe.SparseVector) else v for name, v in vector.items()}
+        vector = {
+            name: models.SparseVector(indices=list(v.indices), values=list(v.values))
+            if isinstance(v, qe.SparseVector)
+            else v
+            for name, v in vector.items()
+        }
         if set(vector) == {""}:
             return vector[""]  # the unnamed default vector reads as a plain list, as in qdrant-client
     return vector
@@ -256,8 +267,10 @@ def _sparse_config(name: str, params: Any) -> dict:
     index = params.index or models.SparseIndexParams()
     unmapped = [f for f in ("memory", "datatype") if getattr(index, f) is not None]
     if unmapped:
-        raise EdgeUnsupportedError(f"sparse vector {name!r}: index options {unmapped} are not mapped to the edge "
-                                   "engine: leave them out or use engine local")
+        raise EdgeUnsupportedError(
+            f"sparse vector {name!r}: index options {unmapped} are not mapped to the edge "
+            "engine: leave them out or use engine local"
+        )
     return params.model_dump(mode="json", exclude_none=True)
 
 
@@ -267,16 +280,21 @@ def _hnsw_config(diff: models.HnswConfigDiff | None) -> dict[str, int]:
         return {}
     given = set(diff.model_dump(exclude_none=True))
     if given - {"m", "ef_construct"}:
-        raise EdgeUnsupportedError(f"hnsw_config fields {sorted(given - {'m', 'ef_construct'})} are not mapped to the "
-                                   "edge engine: give m and ef_construct only (EdgeOptions holds the indexing threads "
-                                   "and the full-scan threshold)")
+        raise EdgeUnsupportedError(
+            f"hnsw_config fields {sorted(given - {'m', 'ef_construct'})} are not mapped to the "
+            "edge engine: give m and ef_construct only (EdgeOptions holds the indexing threads "
+            "and the full-scan threshold)"
+        )
     return {k: int(getattr(diff, k)) for k in ("m", "ef_construct") if getattr(diff, k) is not None}
 
 
 def _edge_sparse(params: models.SparseVectorParams) -> qe.EdgeSparseVectorParams:
     index = params.index or models.SparseIndexParams()
-    return qe.EdgeSparseVectorParams(full_scan_threshold=index.full_scan_threshold, on_disk=index.on_disk,
-                                     modifier=qe.Modifier.Idf if params.modifier == models.Modifier.IDF else None)
+    return qe.EdgeSparseVectorParams(
+        full_scan_threshold=index.full_scan_threshold,
+        on_disk=index.on_disk,
+        modifier=qe.Modifier.Idf if params.modifier == models.Modifier.IDF else None,
+    )
 
 
 def _search_params(params: models.SearchParams | None) -> qe.SearchParams | None:
@@ -292,7 +310,8 @@ def _unsupported_query(what: str) -> EdgeUnsupportedError:
     return EdgeUnsupportedError(
         f"{what} is not mapped to the edge engine. It takes a dense vector, a models.SparseVector with `using`, or "
         "prefetches of those fused by models.FusionQuery (RRF, DBSF) or models.RrfQuery; add the rest to "
-        "rag.index.edge.EdgeClient.query_points or use engine local (RAG_QDRANT_ENGINE=local)")
+        "rag.index.edge.EdgeClient.query_points or use engine local (RAG_QDRANT_ENGINE=local)"
+    )
 
 
 def _nearest(query: Any, using: str | None) -> qe.Query:
@@ -304,8 +323,9 @@ def _nearest(query: Any, using: str | None) -> qe.Query:
     sparse = _sparse_in(query)
     if sparse is not None:
         if not using:
-            raise EdgeUnsupportedError("a sparse query needs `using`, the sparse vector's name (sparse vectors are "
-                                       "always named)")
+            raise EdgeUnsupportedError(
+                "a sparse query needs `using`, the sparse vector's name (sparse vectors are always named)"
+            )
         return qe.Query.Nearest(sparse, using=using)
     if hasattr(query, "tolist"):
         query = query.tolist()
@@ -331,9 +351,13 @@ def _prefetch(prefetch: models.Prefetch) -> qe.Prefetch:
         raise _unsupported_query("a nested prefetch or lookup_from")
     if prefetch.query is None:
         raise _unsupported_query("a prefetch without a query")
-    return qe.Prefetch(limit=10 if prefetch.limit is None else prefetch.limit,  # qdrant-client's default
-                       query=_nearest(prefetch.query, prefetch.using), params=_search_params(prefetch.params),
-                       filter=_filter(prefetch.filter), score_threshold=prefetch.score_threshold)
+    return qe.Prefetch(
+        limit=10 if prefetch.limit is None else prefetch.limit,  # qdrant-client's default
+        query=_nearest(prefetch.query, prefetch.using),
+        params=_search_params(prefetch.params),
+        filter=_filter(prefetch.filter),
+        score_threshold=prefetch.score_threshold,
+    )
 
 
 def _with_payload(value: Any) -> Any:
@@ -355,8 +379,10 @@ def _match(match: Any) -> Any:
         return qe.MatchAny(list(match.any))
     if isinstance(match, models.MatchExcept):
         return qe.MatchExcept(list(match.except_))
-    raise EdgeUnsupportedError(f"filter match {type(match).__name__} is not mapped to the edge engine: add it to "
-                               "rag.index.edge._match or use engine local (RAG_QDRANT_ENGINE=local)")
+    raise EdgeUnsupportedError(
+        f"filter match {type(match).__name__} is not mapped to the edge engine: add it to "
+        "rag.index.edge._match or use engine local (RAG_QDRANT_ENGINE=local)"
+    )
 
 
 def _condition(cond: Any) -> Any:
@@ -371,16 +397,25 @@ def _condition(cond: Any) -> Any:
     if isinstance(cond, models.FieldCondition):
         unsupported = [f for f in ("geo_bounding_box", "geo_radius", "geo_polygon", "values_count") if getattr(cond, f)]
         if unsupported:
-            raise EdgeUnsupportedError(f"filter {unsupported} on {cond.key!r} is not mapped to the edge engine: add it "
-                                       "to rag.index.edge._condition or use engine local")
+            raise EdgeUnsupportedError(
+                f"filter {unsupported} on {cond.key!r} is not mapped to the edge engine: add it "
+                "to rag.index.edge._condition or use engine local"
+            )
         rng = None
         if cond.range is not None:
             if not isinstance(cond.range, models.Range):
                 raise EdgeUnsupportedError("datetime ranges are not mapped to the edge engine: use engine local")
             rng = qe.RangeFloat(gte=cond.range.gte, gt=cond.range.gt, lte=cond.range.lte, lt=cond.range.lt)
-        return qe.FieldCondition(cond.key, match=_match(cond.match) if cond.match is not None else None, range=rng,
-                                 is_empty=cond.is_empty, is_null=cond.is_null)
-    raise EdgeUnsupportedError(f"filter condition {type(cond).__name__} is not mapped to the edge engine: use engine local")
+        return qe.FieldCondition(
+            cond.key,
+            match=_match(cond.match) if cond.match is not None else None,
+            range=rng,
+            is_empty=cond.is_empty,
+            is_null=cond.is_null,
+        )
+    raise EdgeUnsupportedError(
+        f"filter condition {type(cond).__name__} is not mapped to the edge engine: use engine local"
+    )
 
 
 def _conditions(part: Any) -> list | None:
@@ -401,17 +436,26 @@ def _points(points: Any) -> list[qe.Point]:
     if isinstance(points, models.Batch):
         vectors = points.vectors
         n = len(points.ids)
-        rows = ([{name: vs[i] for name, vs in vectors.items()} for i in range(n)] if isinstance(vectors, Mapping)
-                else list(vectors))
+        rows = (
+            [{name: vs[i] for name, vs in vectors.items()} for i in range(n)]
+            if isinstance(vectors, Mapping)
+            else list(vectors)
+        )
         payloads = points.payloads or [None] * n
         return [qe.Point(id=pid, vector=_vector_in(v), payload=p) for pid, v, p in zip(points.ids, rows, payloads)]
     return [qe.Point(id=p.id, vector=_vector_in(p.vector), payload=p.payload) for p in points]
 
 
-_SCHEMAS = {models.PayloadSchemaType.KEYWORD: "Keyword", models.PayloadSchemaType.INTEGER: "Integer",
-            models.PayloadSchemaType.FLOAT: "Float", models.PayloadSchemaType.BOOL: "Bool",
-            models.PayloadSchemaType.TEXT: "Text", models.PayloadSchemaType.DATETIME: "Datetime",
-            models.PayloadSchemaType.UUID: "Uuid", models.PayloadSchemaType.GEO: "Geo"}
+_SCHEMAS = {
+    models.PayloadSchemaType.KEYWORD: "Keyword",
+    models.PayloadSchemaType.INTEGER: "Integer",
+    models.PayloadSchemaType.FLOAT: "Float",
+    models.PayloadSchemaType.BOOL: "Bool",
+    models.PayloadSchemaType.TEXT: "Text",
+    models.PayloadSchemaType.DATETIME: "Datetime",
+    models.PayloadSchemaType.UUID: "Uuid",
+    models.PayloadSchemaType.GEO: "Geo",
+}
 
 
 class EdgeClient:
@@ -467,11 +511,15 @@ class EdgeClient:
     def _config(self, collection: str) -> dict:
         return json.loads((self._dir(collection) / "config.json").read_text())
 
-    def _edge_config(self, vectors: dict, sparse: Mapping[str, dict] | None = None,
-                     graph: Mapping[str, int] | None = None) -> qe.EdgeConfig:
-        params = {name: qe.EdgeVectorParams(size=v["size"], distance=_distance(v["distance"])) for name, v in vectors.items()}
-        sparse_params = {name: _edge_sparse(models.SparseVectorParams.model_validate(p))
-                         for name, p in (sparse or {}).items()} or None
+    def _edge_config(
+        self, vectors: dict, sparse: Mapping[str, dict] | None = None, graph: Mapping[str, int] | None = None
+    ) -> qe.EdgeConfig:
+        params = {
+            name: qe.EdgeVectorParams(size=v["size"], distance=_distance(v["distance"])) for name, v in vectors.items()
+        }
+        sparse_params = {
+            name: _edge_sparse(models.SparseVectorParams.model_validate(p)) for name, p in (sparse or {}).items()
+        } or None
         optimizers = None
         if self.options.indexing_threshold_kb is not None:
             optimizers = qe.EdgeOptimizersConfig(indexing_threshold=self.options.indexing_threshold_kb)
@@ -480,9 +528,12 @@ class EdgeClient:
         graph = graph or {}
         if graph or opts.max_indexing_threads is not None or opts.full_scan_threshold_kb is not None:
             # Edge takes the HNSW config whole: Qdrant's defaults for what is not set.
-            hnsw = qe.HnswIndexConfig(m=graph.get("m", 16), ef_construct=graph.get("ef_construct", 100),
-                                      full_scan_threshold=opts.full_scan_threshold_kb or 10_000,
-                                      max_indexing_threads=opts.max_indexing_threads or 0)
+            hnsw = qe.HnswIndexConfig(
+                m=graph.get("m", 16),
+                ef_construct=graph.get("ef_construct", 100),
+                full_scan_threshold=opts.full_scan_threshold_kb or 10_000,
+                max_indexing_threads=opts.max_indexing_threads or 0,
+            )
         return qe.EdgeConfig(vectors=params, sparse_vectors=sparse_params, optimizers=optimizers, hnsw_config=hnsw)
 
     def _shard(self, name: str) -> tuple[str, qe.EdgeShard]:
@@ -497,8 +548,9 @@ class EdgeClient:
                     shard = qe.EdgeShard.load(str(self._dir(collection) / "shard"), edge_config)
                 except Exception as exc:  # Edge raises bare Exception; its WAL lock says WouldBlock
                     if "WouldBlock" in str(exc):
-                        raise QdrantLockedError(f"the shard of {collection} in {self.root} is open elsewhere: "
-                                                "stop the other process") from exc
+                        raise QdrantLockedError(
+                            f"the shard of {collection} in {self.root} is open elsewhere: stop the other process"
+                        ) from exc
                     raise
                 self._shards[collection] = shard
             return collection, shard
@@ -511,14 +563,17 @@ class EdgeClient:
 
     def _check_open(self) -> None:
         if self.closed:
-            raise RuntimeError(f"the edge engine at {self.root} is closed: get a new client (rag.index.qdrant.get_client)")
+            raise RuntimeError(
+                f"the edge engine at {self.root} is closed: get a new client (rag.index.qdrant.get_client)"
+            )
 
     # --- collections and aliases ----------------------------------------------------------------------------
 
     def get_aliases(self, **_: Any) -> models.CollectionsAliasesResponse:
         self._check_open()
-        return models.CollectionsAliasesResponse(aliases=[
-            models.AliasDescription(alias_name=a, collection_name=c) for a, c in sorted(self._aliases.items())])
+        return models.CollectionsAliasesResponse(
+            aliases=[models.AliasDescription(alias_name=a, collection_name=c) for a, c in sorted(self._aliases.items())]
+        )
 
     def update_collection_aliases(self, change_aliases_operations: Sequence[Any], **_: Any) -> bool:
         """All operations land in one atomic replace of meta.json: readers see the old aliases or the new."""
@@ -559,17 +614,27 @@ class EdgeClient:
         self._check_open()
         return models.CollectionsResponse(collections=[models.CollectionDescription(name=n) for n in self._names()])
 
-    def create_collection(self, collection_name: str, vectors_config: models.VectorParams | Mapping[str, models.VectorParams],
-                          sparse_vectors_config: Mapping[str, Any] | None = None,
-                          hnsw_config: models.HnswConfigDiff | None = None, **unsupported: Any) -> bool:
+    def create_collection(
+        self,
+        collection_name: str,
+        vectors_config: models.VectorParams | Mapping[str, models.VectorParams],
+        sparse_vectors_config: Mapping[str, Any] | None = None,
+        hnsw_config: models.HnswConfigDiff | None = None,
+        **unsupported: Any,
+    ) -> bool:
         self._check_open()
         given = sorted(k for k, v in unsupported.items() if v is not None and k != "timeout")
         if given:
-            raise EdgeUnsupportedError(f"create_collection options {given} are not mapped to the edge engine: leave "
-                                       "them out or use engine local")
+            raise EdgeUnsupportedError(
+                f"create_collection options {given} are not mapped to the edge engine: leave "
+                "them out or use engine local"
+            )
         hnsw = _hnsw_config(hnsw_config)
         named = vectors_config if isinstance(vectors_config, Mapping) else {"": vectors_config}
-        vectors = {name: {"size": int(p.size), "distance": getattr(p.distance, "value", p.distance)} for name, p in named.items()}
+        vectors = {
+            name: {"size": int(p.size), "distance": getattr(p.distance, "value", p.distance)}
+            for name, p in named.items()
+        }
         sparse = {name: _sparse_config(name, p) for name, p in (sparse_vectors_config or {}).items()}
         if set(sparse) & set(vectors):
             raise ValueError(f"vector names {sorted(set(sparse) & set(vectors))} are both dense and sparse")
@@ -594,15 +659,21 @@ class EdgeClient:
     def get_collection(self, collection_name: str, **_: Any) -> EdgeCollectionInfo:
         collection, shard = self._shard(collection_name)
         config = self._config(collection)
-        vectors = {name: models.VectorParams(size=v["size"], distance=models.Distance(v["distance"]))
-                   for name, v in config["vectors"].items()}
-        sparse = {name: models.SparseVectorParams.model_validate(p) for name, p in config.get("sparse_vectors", {}).items()}
+        vectors = {
+            name: models.VectorParams(size=v["size"], distance=models.Distance(v["distance"]))
+            for name, v in config["vectors"].items()
+        }
+        sparse = {
+            name: models.SparseVectorParams.model_validate(p) for name, p in config.get("sparse_vectors", {}).items()
+        }
         info = shard.info()
-        params = models.CollectionParams(vectors=vectors.get("") if set(vectors) == {""} else vectors,
-                                         sparse_vectors=sparse or None)
+        params = models.CollectionParams(
+            vectors=vectors.get("") if set(vectors) == {""} else vectors, sparse_vectors=sparse or None
+        )
         graph = models.HnswConfigDiff(**config["hnsw"]) if config.get("hnsw") else None
-        return EdgeCollectionInfo(EdgeCollectionConfig(params, graph), info.points_count, info.indexed_vectors_count,
-                                  info.segments_count)
+        return EdgeCollectionInfo(
+            EdgeCollectionConfig(params, graph), info.points_count, info.indexed_vectors_count, info.segments_count
+        )
 
     def delete_collection(self, collection_name: str, **_: Any) -> bool:
         self._check_open()
@@ -647,34 +718,65 @@ class EdgeClient:
         self._written(collection, shard)
         return models.UpdateResult(operation_id=None, status=models.UpdateStatus.COMPLETED)
 
-    def create_payload_index(self, collection_name: str, field_name: str, field_schema: Any = None, **_: Any) -> models.UpdateResult:
+    def create_payload_index(
+        self, collection_name: str, field_name: str, field_schema: Any = None, **_: Any
+    ) -> models.UpdateResult:
         collection, shard = self._shard(collection_name)
         schema = _SCHEMAS.get(models.PayloadSchemaType(getattr(field_schema, "value", field_schema)))
         shard.update(qe.UpdateOperation.create_field_index(field_name, getattr(qe.PayloadSchemaType, schema)))
         self._written(collection, shard)
         return models.UpdateResult(operation_id=None, status=models.UpdateStatus.COMPLETED)
 
-    def scroll(self, collection_name: str, scroll_filter: models.Filter | None = None, limit: int = 10,
-               offset: Any = None, with_payload: Any = True, with_vectors: Any = False, **_: Any
-               ) -> tuple[list[models.Record], int | str | None]:
+    def scroll(
+        self,
+        collection_name: str,
+        scroll_filter: models.Filter | None = None,
+        limit: int = 10,
+        offset: Any = None,
+        with_payload: Any = True,
+        with_vectors: Any = False,
+        **_: Any,
+    ) -> tuple[list[models.Record], int | str | None]:
         _, shard = self._shard(collection_name)
-        records, next_offset = shard.scroll(qe.ScrollRequest(
-            offset=offset, limit=limit, filter=_filter(scroll_filter), with_payload=_with_payload(with_payload),
-            with_vector=_with_vectors(with_vectors)))
-        return ([models.Record(id=_point_id(r.id), payload=r.payload, vector=_vector_out(r.vector)) for r in records],
-                None if next_offset is None else _point_id(next_offset))
+        records, next_offset = shard.scroll(
+            qe.ScrollRequest(
+                offset=offset,
+                limit=limit,
+                filter=_filter(scroll_filter),
+                with_payload=_with_payload(with_payload),
+                with_vector=_with_vectors(with_vectors),
+            )
+        )
+        return (
+            [models.Record(id=_point_id(r.id), payload=r.payload, vector=_vector_out(r.vector)) for r in records],
+            None if next_offset is None else _point_id(next_offset),
+        )
 
-    def retrieve(self, collection_name: str, ids: Sequence[Any], with_payload: Any = True, with_vectors: Any = False,
-                 **_: Any) -> list[models.Record]:
+    def retrieve(
+        self, collection_name: str, ids: Sequence[Any], with_payload: Any = True, with_vectors: Any = False, **_: Any
+    ) -> list[models.Record]:
         _, shard = self._shard(collection_name)
-        records = shard.retrieve(list(ids), with_payload=_with_payload(with_payload), with_vector=_with_vectors(with_vectors))
+        records = shard.retrieve(
+            list(ids), with_payload=_with_payload(with_payload), with_vector=_with_vectors(with_vectors)
+        )
         return [models.Record(id=_point_id(r.id), payload=r.payload, vector=_vector_out(r.vector)) for r in records]
 
-    def query_points(self, collection_name: str, query: Any = None, using: str | None = None,
-                     prefetch: models.Prefetch | Sequence[models.Prefetch] | None = None,
-                     query_filter: models.Filter | None = None, search_params: models.SearchParams | None = None,
-                     limit: int = 10, offset: int | None = None, with_payload: Any = True, with_vectors: Any = False,
-                     score_threshold: float | None = None, lookup_from: Any = None, **_: Any) -> EdgeQueryResponse:
+    def query_points(
+        self,
+        collection_name: str,
+        query: Any = None,
+        using: str | None = None,
+        prefetch: models.Prefetch | Sequence[models.Prefetch] | None = None,
+        query_filter: models.Filter | None = None,
+        search_params: models.SearchParams | None = None,
+        limit: int = 10,
+        offset: int | None = None,
+        with_payload: Any = True,
+        with_vectors: Any = False,
+        score_threshold: float | None = None,
+        lookup_from: Any = None,
+        **_: Any,
+    ) -> EdgeQueryResponse:
         """Nearest-neighbour queries by a dense vector or a sparse one (`using` its name), and prefetches of those
         fused by RRF or DBSF. `query_filter` reaches into every prefetch, as on a server: each prefetch's limit
         counts only matching points. Other query kinds raise EdgeUnsupportedError."""
@@ -688,15 +790,26 @@ class EdgeClient:
             raise _unsupported_query("a query without prefetches that is no vector")
         else:
             scoring, prefetched = _nearest(query, using), None
-        hits = shard.query(qe.QueryRequest(
-            limit=limit, offset=offset, query=scoring, prefetches=prefetched, filter=_filter(query_filter),
-            params=_search_params(search_params), with_payload=_with_payload(with_payload),
-            with_vector=_with_vectors(with_vectors), score_threshold=score_threshold))
-        return EdgeQueryResponse([EdgeScoredPoint(_point_id(p.id), p.version, p.score, p.payload, _vector_out(p.vector))
-                                  for p in hits])
+        hits = shard.query(
+            qe.QueryRequest(
+                limit=limit,
+                offset=offset,
+                query=scoring,
+                prefetches=prefetched,
+                filter=_filter(query_filter),
+                params=_search_params(search_params),
+                with_payload=_with_payload(with_payload),
+                with_vector=_with_vectors(with_vectors),
+                score_threshold=score_threshold,
+            )
+        )
+        return EdgeQueryResponse(
+            [EdgeScoredPoint(_point_id(p.id), p.version, p.score, p.payload, _vector_out(p.vector)) for p in hits]
+        )
 
-    def count(self, collection_name: str, count_filter: models.Filter | None = None, exact: bool = True,
-              **_: Any) -> models.CountResult:
+    def count(
+        self, collection_name: str, count_filter: models.Filter | None = None, exact: bool = True, **_: Any
+    ) -> models.CountResult:
         _, shard = self._shard(collection_name)
         return models.CountResult(count=shard.count(qe.CountRequest(exact=exact, filter=_filter(count_filter))))
 

@@ -6,6 +6,7 @@ by renames: the old folder is kept as `<folder>.local-mode-<time>` until you del
 removes the staging folder and leaves the original as it was. Nothing is re-embedded. Collections written before
 BM25 moved into the engine get its sparse vector from their payloads' texts on the way, so their searches rank
 BM25 in the engine afterwards (rag.index.bm25_sparse)."""
+
 from __future__ import annotations
 
 import os
@@ -44,8 +45,10 @@ def migrate_to_edge(folder: str | Path, *, log: Callable[[str], None] = print) -
     if is_edge_folder(folder):
         raise ValueError(f"{folder} is already a Qdrant Edge folder: nothing to migrate")
     if not is_local_mode_folder(folder):
-        raise FileNotFoundError(f"{folder} holds no qdrant-client local-mode index (no meta.json listing collections): "
-                                "point --path at the folder `rag index` or Dagster wrote (default <data dir>/qdrant)")
+        raise FileNotFoundError(
+            f"{folder} holds no qdrant-client local-mode index (no meta.json listing collections): "
+            "point --path at the folder `rag index` or Dagster wrote (default <data dir>/qdrant)"
+        )
     started, stamp = time.perf_counter(), time.strftime("%Y%m%dT%H%M%S")
     staging = folder.with_name(f"{folder.name}.edge-staging-{stamp}")
     backup = folder.with_name(f"{folder.name}.local-mode-{stamp}")
@@ -60,9 +63,13 @@ def migrate_to_edge(folder: str | Path, *, log: Callable[[str], None] = print) -
                 result.bm25_added.append(collection)
             expected = src.count(collection, exact=True).count
             if dst.count(collection, exact=True).count != expected:
-                raise RuntimeError(f"{collection}: {dst.count(collection, exact=True).count} points copied of {expected}")
-            log(f"{collection}: {result.points[collection]} points"
-                + (" (BM25 sparse vectors added)" if collection in result.bm25_added else ""))
+                raise RuntimeError(
+                    f"{collection}: {dst.count(collection, exact=True).count} points copied of {expected}"
+                )
+            log(
+                f"{collection}: {result.points[collection]} points"
+                + (" (BM25 sparse vectors added)" if collection in result.bm25_added else "")
+            )
         result.aliases = {a.alias_name: a.collection_name for a in src.get_aliases().aliases}
         for alias, collection in sorted(result.aliases.items()):
             point_alias_to(dst, alias, collection)
@@ -76,6 +83,8 @@ def migrate_to_edge(folder: str | Path, *, log: Callable[[str], None] = print) -
     os.rename(folder, backup)
     os.rename(staging, folder)
     result.seconds = round(time.perf_counter() - started, 2)
-    log(f"{folder} is now a Qdrant Edge folder ({len(result.points)} collections, {len(result.aliases)} aliases, "
-        f"{result.seconds} s); the local-mode folder is kept at {backup}: delete it once you are satisfied")
+    log(
+        f"{folder} is now a Qdrant Edge folder ({len(result.points)} collections, {len(result.aliases)} aliases, "
+        f"{result.seconds} s); the local-mode folder is kept at {backup}: delete it once you are satisfied"
+    )
     return result

@@ -1,5 +1,6 @@
 """Qdrant access: one client per location per process, collections per (strategy, model version),
 an alias per (strategy, model) that only ever points at a complete collection."""
+
 from __future__ import annotations
 
 import atexit
@@ -69,8 +70,9 @@ def _int_from_env(name: str, example: str) -> int | None:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"{name}={value!r}: give a whole number (e.g. {example}), or unset it for the engine's "
-                         "default") from None
+        raise ValueError(
+            f"{name}={value!r}: give a whole number (e.g. {example}), or unset it for the engine's default"
+        ) from None
 
 
 def _flag_from_env(name: str) -> bool:
@@ -131,8 +133,11 @@ class QdrantSettings(BaseModel):
 
     @classmethod
     def from_env(cls) -> QdrantSettings:
-        return cls(url=os.environ.get("QDRANT_URL") or None, api_key=os.environ.get("QDRANT_API_KEY") or None,
-                   path=os.environ.get("RAG_QDRANT_PATH") or None)
+        return cls(
+            url=os.environ.get("QDRANT_URL") or None,
+            api_key=os.environ.get("QDRANT_API_KEY") or None,
+            path=os.environ.get("RAG_QDRANT_PATH") or None,
+        )
 
     @property
     def location(self) -> str:
@@ -143,9 +148,11 @@ class QdrantSettings(BaseModel):
         exact top 10 (bench/hnsw_recall.py: 0.76-0.81 at 1M points, 0.95-0.97 at hnsw_ef 2048); None when nothing is needed."""
         if points < LARGE_COLLECTION_POINTS or self.hnsw_ef is not None or self.exact_search:
             return None
-        return (f"{points:,} points searched at the engine's default HNSW breadth, which missed about a fifth "
-                "or more of the exact top 10 at 1M points in the benchmarks; set RAG_HNSW_EF=2048 (a few ms more per search) "
-                "or RAG_EXACT_SEARCH=1 (recall 1, time linear in the points). README 'At 1M points' has the trade.")
+        return (
+            f"{points:,} points searched at the engine's default HNSW breadth, which missed about a fifth "
+            "or more of the exact top 10 at 1M points in the benchmarks; set RAG_HNSW_EF=2048 (a few ms more per search) "
+            "or RAG_EXACT_SEARCH=1 (recall 1, time linear in the points). README 'At 1M points' has the trade."
+        )
 
 
 _clients: dict[str, object] = {}
@@ -171,14 +178,24 @@ def get_client(settings: QdrantSettings | None = None):
     key = settings.location
     with _clients_lock:
         client = _clients.get(key)
-        if client is not None and not settings.url and settings.engine != "auto" and engine_of(client) != settings.engine:
-            raise ValueError(f"{key} is open in this process with engine {engine_of(client)!r}, asked for "
-                             f"{settings.engine!r}: close_client first, or use one RAG_QDRANT_ENGINE throughout")
+        if (
+            client is not None
+            and not settings.url
+            and settings.engine != "auto"
+            and engine_of(client) != settings.engine
+        ):
+            raise ValueError(
+                f"{key} is open in this process with engine {engine_of(client)!r}, asked for "
+                f"{settings.engine!r}: close_client first, or use one RAG_QDRANT_ENGINE throughout"
+            )
         if client is None:
             engine = None if settings.url else embedded_engine(key, settings.engine)
             if settings.engine == "auto" and engine == "local":
-                log.warning("%s was built by qdrant-client's local mode: it stays on local mode (exact scan); "
-                            "`rag migrate-engine` moves it to Qdrant Edge", key)
+                log.warning(
+                    "%s was built by qdrant-client's local mode: it stays on local mode (exact scan); "
+                    "`rag migrate-engine` moves it to Qdrant Edge",
+                    key,
+                )
             if settings.url:
                 client = QdrantClient(url=settings.url, api_key=settings.api_key, timeout=120)
             elif engine == "edge":
@@ -189,8 +206,10 @@ def get_client(settings: QdrantSettings | None = None):
                 client = QdrantClient(location=":memory:")
             else:
                 if is_edge_folder(key):  # local mode would fail on its meta.json with a KeyError
-                    raise ValueError(f"{key} holds a Qdrant Edge index: open it with RAG_QDRANT_ENGINE=edge, or give "
-                                     "local mode its own folder (RAG_QDRANT_PATH) and re-index there.")
+                    raise ValueError(
+                        f"{key} holds a Qdrant Edge index: open it with RAG_QDRANT_ENGINE=edge, or give "
+                        "local mode its own folder (RAG_QDRANT_PATH) and re-index there."
+                    )
                 Path(key).mkdir(parents=True, exist_ok=True)
                 try:
                     client = QdrantClient(path=key)
@@ -247,9 +266,15 @@ def is_local(client) -> bool:
 
 
 def engine_of(client) -> str:
-    """"edge", "local" (qdrant-client's local mode) or "server"."""
+    """ "edge", "local" (qdrant-client's local mode) or "server"."""
     edge = sys.modules.get("rag.index.edge")  # never loaded: no client of it exists, and qdrant_edge stays unimported
-    return "edge" if edge is not None and isinstance(client, edge.EdgeClient) else "local" if is_local(client) else "server"
+    return (
+        "edge"
+        if edge is not None and isinstance(client, edge.EdgeClient)
+        else "local"
+        if is_local(client)
+        else "server"
+    )
 
 
 def optimize(client, collection: str) -> None:
@@ -292,7 +317,9 @@ def point_alias_to(client, alias: str, collection: str) -> None:
     ops = []
     if alias_target(client, alias) is not None:
         ops.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias)))
-    ops.append(models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=collection, alias_name=alias)))
+    ops.append(
+        models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=collection, alias_name=alias))
+    )
     client.update_collection_aliases(change_aliases_operations=ops)
 
 
@@ -315,8 +342,9 @@ def drop_unaliased(client, name: CollectionName) -> list[str]:
     return dropped
 
 
-def create_collection(client, collection: str, dim: int, distance: str, *, bm25: bool = True,
-                      graph: HnswBuild | None = None) -> None:
+def create_collection(
+    client, collection: str, dim: int, distance: str, *, bm25: bool = True, graph: HnswBuild | None = None
+) -> None:
     """The dense vector and, with `bm25`, the BM25 sparse vector (rag.index.bm25_sparse) beside it; the HNSW graph
     built with `graph` (default: HnswBuild.from_env(), the engine's own parameters where nothing is set)."""
     from qdrant_client import models
@@ -324,9 +352,12 @@ def create_collection(client, collection: str, dim: int, distance: str, *, bm25:
     from rag.index.bm25_sparse import sparse_params
 
     metric = models.Distance(_METRICS[distance])
-    client.create_collection(collection, vectors_config={DENSE: models.VectorParams(size=dim, distance=metric)},
-                             sparse_vectors_config=sparse_params() if bm25 else None,
-                             hnsw_config=(graph or HnswBuild.from_env()).config())
+    client.create_collection(
+        collection,
+        vectors_config={DENSE: models.VectorParams(size=dim, distance=metric)},
+        sparse_vectors_config=sparse_params() if bm25 else None,
+        hnsw_config=(graph or HnswBuild.from_env()).config(),
+    )
     add_payload_indexes(client, collection)
 
 
@@ -336,8 +367,11 @@ def add_payload_indexes(client, collection: str) -> None:
 
     if is_local(client):
         return
-    for field, schema in (("doc_id", models.PayloadSchemaType.KEYWORD), ("page_start", models.PayloadSchemaType.INTEGER),
-                          ("page_end", models.PayloadSchemaType.INTEGER)):
+    for field, schema in (
+        ("doc_id", models.PayloadSchemaType.KEYWORD),
+        ("page_start", models.PayloadSchemaType.INTEGER),
+        ("page_end", models.PayloadSchemaType.INTEGER),
+    ):
         client.create_payload_index(collection, field_name=field, field_schema=schema)
 
 
@@ -354,7 +388,12 @@ def copy_collection(source, target, collection: str, batch: int = 512, *, add_bm
     params, graph = config.params, getattr(config, "hnsw_config", None)
     sparse_config = params.sparse_vectors
     terms = row_of = None
-    if add_bm25 and SPARSE not in (sparse_config or {}) and isinstance(params.vectors, dict) and DENSE in params.vectors:
+    if (
+        add_bm25
+        and SPARSE not in (sparse_config or {})
+        and isinstance(params.vectors, dict)
+        and DENSE in params.vectors
+    ):
         texts, row_of = [], {}
         for points in _pages(source, collection, batch, with_payload=["text"], with_vectors=False):
             for point in points:
@@ -363,8 +402,12 @@ def copy_collection(source, target, collection: str, batch: int = 512, *, add_bm
         terms = PassageTerms.of(texts)
         avgdl = float(terms.lengths.mean()) if len(terms) else 0.0
         sparse_config = {**(sparse_config or {}), **sparse_params()}
-    target.create_collection(collection, vectors_config=params.vectors, sparse_vectors_config=sparse_config,
-                             hnsw_config=models.HnswConfigDiff(m=graph.m, ef_construct=graph.ef_construct) if graph else None)
+    target.create_collection(
+        collection,
+        vectors_config=params.vectors,
+        sparse_vectors_config=sparse_config,
+        hnsw_config=models.HnswConfigDiff(m=graph.m, ef_construct=graph.ef_construct) if graph else None,
+    )
     add_payload_indexes(target, collection)
     copied = 0
     for points in _pages(source, collection, batch):
@@ -384,8 +427,9 @@ def _pages(client, collection: str, batch: int, with_payload=True, with_vectors=
     """A collection's points, a page (scroll) at a time."""
     offset = None
     while True:
-        points, offset = client.scroll(collection, limit=batch, offset=offset, with_payload=with_payload,
-                                       with_vectors=with_vectors)
+        points, offset = client.scroll(
+            collection, limit=batch, offset=offset, with_payload=with_payload, with_vectors=with_vectors
+        )
         if points:
             yield points
         if offset is None:
@@ -423,6 +467,8 @@ def similarity(score: float, distance: str) -> float:
 
 def stored_payloads(client, collection: str, fields: list[str]) -> dict[str, dict]:
     """chunk_id -> those payload fields of every point: the collection itself is the record of what is indexed."""
-    return {p.payload["chunk_id"]: p.payload
-            for points in _pages(client, collection, 2048, with_payload=["chunk_id", *fields], with_vectors=False)
-            for p in points}
+    return {
+        p.payload["chunk_id"]: p.payload
+        for points in _pages(client, collection, 2048, with_payload=["chunk_id", *fields], with_vectors=False)
+        for p in points
+    }

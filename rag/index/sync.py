@@ -7,6 +7,7 @@ chunk's BM25 sparse vector beside the dense one (rag.index.bm25_sparse), so the 
 strategy's bm25s index: rebuilt when the chunk set's fingerprint changed (seconds, no model); it serves BM25 where
 no collection is opened (bm25-only searches) and for collections built before the sparse vector existed.
 """
+
 from __future__ import annotations
 
 import queue
@@ -35,8 +36,22 @@ from rag.index.qdrant import (
 )
 from rag.progress import Progress, counter
 
-PAYLOAD_FIELDS = ["chunk_id", "doc_id", "strategy", "text", "char_start", "char_end", "page_start", "page_end",
-                  "section_path", "prev_chunk_id", "next_chunk_id", "n_tokens", "content_hash", "table_html"]
+PAYLOAD_FIELDS = [
+    "chunk_id",
+    "doc_id",
+    "strategy",
+    "text",
+    "char_start",
+    "char_end",
+    "page_start",
+    "page_end",
+    "section_path",
+    "prev_chunk_id",
+    "next_chunk_id",
+    "n_tokens",
+    "content_hash",
+    "table_html",
+]
 
 
 @dataclass
@@ -57,9 +72,16 @@ class IndexRun:
     def summary(self) -> dict[str, int | float | str | bool]:
         written = self.added + self.updated
         return {
-            "collection": self.collection, "alias": self.alias, "points": self.points, "added": self.added,
-            "updated": self.updated, "deleted": self.deleted, "rebuilt": self.rebuilt, "bm25_in_engine": self.bm25_in_engine,
-            "seconds": round(self.seconds, 3), "embed_seconds": round(self.embed_seconds, 3),
+            "collection": self.collection,
+            "alias": self.alias,
+            "points": self.points,
+            "added": self.added,
+            "updated": self.updated,
+            "deleted": self.deleted,
+            "rebuilt": self.rebuilt,
+            "bm25_in_engine": self.bm25_in_engine,
+            "seconds": round(self.seconds, 3),
+            "embed_seconds": round(self.embed_seconds, 3),
             "chunks_per_second": round(written / self.seconds, 1) if written and self.seconds else 0.0,
         }
 
@@ -76,8 +98,9 @@ def _payload(row: dict) -> dict:
     return out
 
 
-def point_batch(rows: list[dict], dense: np.ndarray, terms: PassageTerms | None = None, avgdl: float = 0.0,
-                start: int = 0):
+def point_batch(
+    rows: list[dict], dense: np.ndarray, terms: PassageTerms | None = None, avgdl: float = 0.0, start: int = 0
+):
     """The points of `rows` (ids, payloads, dense vectors; with `terms`, whose passages start..start+len(rows) are
     these rows, the BM25 sparse vectors and lengths too) as one models.Batch."""
     from qdrant_client import models
@@ -92,9 +115,16 @@ def point_batch(rows: list[dict], dense: np.ndarray, terms: PassageTerms | None 
     return models.Batch(ids=[point_id(r["chunk_id"]) for r in rows], vectors=vectors, payloads=payloads)
 
 
-def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEmbedder, batch_size: int,
-                     progress: Progress | None = None, task: str = "embedding",
-                     kept_lengths: dict[str, int] | None = None) -> float:
+def _upsert_embedded(
+    client,
+    collection: str,
+    rows: list[dict],
+    embedder: TextEmbedder,
+    batch_size: int,
+    progress: Progress | None = None,
+    task: str = "embedding",
+    kept_lengths: dict[str, int] | None = None,
+) -> float:
     """Encode in batches while a second thread upserts the previous batch (Qdrant I/O overlaps the model).
     Each batch is encoded in slices of the embedder's own batch size (the same model calls it makes inside one
     `encode_passages`), so `progress` advances every few seconds, not once per upsert batch.
@@ -127,11 +157,11 @@ def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEm
     advance = counter(progress, task, len(rows), "chunks")
     try:
         for i in range(0, len(rows), batch_size):
-            batch = rows[i:i + batch_size]
+            batch = rows[i : i + batch_size]
             started = time.perf_counter()
             parts = []
             for j in range(0, len(batch), step):
-                parts.append(embedder.encode_passages([r["text"] for r in batch[j:j + step]]))
+                parts.append(embedder.encode_passages([r["text"] for r in batch[j : j + step]]))
                 advance(len(parts[-1]))
             vectors = parts[0] if len(parts) == 1 else np.vstack(parts)
             embed_seconds += time.perf_counter() - started
@@ -146,8 +176,15 @@ def _upsert_embedded(client, collection: str, rows: list[dict], embedder: TextEm
     return embed_seconds
 
 
-def _sync_points(client, collection: str, chunks: pd.DataFrame, embedder: TextEmbedder,
-                 batch_size: int, progress: Progress | None = None, task: str = "embedding") -> tuple[int, int, int, float]:
+def _sync_points(
+    client,
+    collection: str,
+    chunks: pd.DataFrame,
+    embedder: TextEmbedder,
+    batch_size: int,
+    progress: Progress | None = None,
+    task: str = "embedding",
+) -> tuple[int, int, int, float]:
     """Upsert new and changed chunks, then delete the points of chunks that are gone: (added, updated,
     deleted, embed seconds). In this order a live collection never lacks a document while it changes: its
     new chunks are searchable before its old ones go (between the two, retrieval skips points whose chunk
@@ -163,7 +200,9 @@ def _sync_points(client, collection: str, chunks: pd.DataFrame, embedder: TextEm
     kept = None
     if bm25:
         kept = {cid: int(points[cid].get(LENGTH_FIELD) or 0) for cid in wanted if cid in stored and cid not in changed}
-    embed_seconds = _upsert_embedded(client, collection, todo, embedder, batch_size, progress, task, kept) if todo else 0.0
+    embed_seconds = (
+        _upsert_embedded(client, collection, todo, embedder, batch_size, progress, task, kept) if todo else 0.0
+    )
     if stale:
         from qdrant_client import models
 
@@ -193,7 +232,8 @@ def sync_collection(
         # Bring the complete collection up to date in place. One that another alias still points at (an older
         # version `<strategy>__production` serves, kept by drop_unaliased) is reused, never rebuilt over.
         run.added, run.updated, run.deleted, run.embed_seconds = _sync_points(
-            client, target, chunks, embedder, batch_size, progress, task)
+            client, target, chunks, embedder, batch_size, progress, task
+        )
         if run.added or run.updated or run.deleted:
             optimize(client, target)
         if live != target:
@@ -204,7 +244,9 @@ def sync_collection(
             client.delete_collection(target)  # a half-built leftover: no alias points at it
         create_collection(client, target, embedder.dim, distance)
         rows = chunks.to_dict("records")
-        run.embed_seconds = _upsert_embedded(client, target, rows, embedder, batch_size, progress, task, kept_lengths={})
+        run.embed_seconds = _upsert_embedded(
+            client, target, rows, embedder, batch_size, progress, task, kept_lengths={}
+        )
         optimize(client, target)  # before the swap: a collection goes live searchable at full speed
         point_alias_to(client, name.alias, target)
         run.rebuilt, run.added = True, len(rows)
@@ -225,8 +267,13 @@ class BM25Run:
 
     @property
     def summary(self) -> dict:
-        return {"path": self.path, "fingerprint": self.fingerprint, "chunks": self.chunks, "rebuilt": self.rebuilt,
-                "seconds": round(self.seconds, 3)}
+        return {
+            "path": self.path,
+            "fingerprint": self.fingerprint,
+            "chunks": self.chunks,
+            "rebuilt": self.rebuilt,
+            "seconds": round(self.seconds, 3),
+        }
 
 
 def sync_bm25(chunks: pd.DataFrame, root: Path) -> BM25Run:

@@ -15,6 +15,7 @@ The next open — `rag serve` starting, canary_sensor's tick, every lifecycle st
 recover()) — finds an unfinished intent and rolls it forward; when a step can no longer be done (a collection or
 a version is gone) it rolls back to the recorded values instead. Either way it ends whole and says so.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -172,18 +173,31 @@ def _undo(registry: ModelRegistry, intent: Intent, client, why: str, log: Log) -
             if alias_target(client, alias) is not None:
                 from qdrant_client import models
 
-                client.update_collection_aliases(change_aliases_operations=[
-                    models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias))])
+                client.update_collection_aliases(
+                    change_aliases_operations=[
+                        models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias))
+                    ]
+                )
         elif alias_target(client, alias) != collection:
             point_alias_to(client, alias, collection)
     if intent.set_production and registry.aliases()[intent.kind].get("production") != intent.production_before:
         registry.set_alias(intent.kind, "production", intent.production_before)
-    append_log(registry, {"at": datetime.now(UTC).isoformat(timespec="seconds"), "kind": intent.kind, "step": "recovered",
-                          "op": intent.id, "reason": f"unfinished {intent.action} rolled back: {why}",
-                          "production": intent.production_before})
+    append_log(
+        registry,
+        {
+            "at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "kind": intent.kind,
+            "step": "recovered",
+            "op": intent.id,
+            "reason": f"unfinished {intent.action} rolled back: {why}",
+            "production": intent.production_before,
+        },
+    )
     _clear_intent(registry)
-    log(f"WARNING: unfinished {intent.kind} {intent.action} ({intent.at}) rolled back: {why}; production is "
-        f"{intent.production_before or 'the implicit v0'} again")
+    log(
+        f"WARNING: unfinished {intent.kind} {intent.action} ({intent.at}) rolled back: {why}; production is "
+        f"{intent.production_before or 'the implicit v0'} again"
+    )
 
 
 def run(registry: ModelRegistry, intent: Intent, client=None, log: Log = print) -> None:
@@ -207,22 +221,28 @@ def recover(registry: ModelRegistry, client_opener: Callable[[], object] | None 
             if client_opener is None:
                 raise PendingTransaction(
                     f"an unfinished {intent.kind} {intent.action} (started {intent.at}) must swap Qdrant serving aliases "
-                    "to complete: it completes on the next `rag serve` start, lifecycle step or `rag models recover`")
+                    "to complete: it completes on the next `rag serve` start, lifecycle step or `rag models recover`"
+                )
             client = client_opener()
         missing = _missing(registry, intent, client)
         if missing:
             _undo(registry, intent, client, missing, log)
             return f"rolled back an unfinished {intent.kind} {intent.action}: {missing}"
         _apply(registry, intent, client)
-        log(f"completed an unfinished {intent.kind} {intent.action} ({intent.at}): production "
-            f"{intent.production_after if intent.set_production else 'unchanged'}")
+        log(
+            f"completed an unfinished {intent.kind} {intent.action} ({intent.at}): production "
+            f"{intent.production_after if intent.set_production else 'unchanged'}"
+        )
         return f"completed an unfinished {intent.kind} {intent.action}"
 
 
 def _missing(registry: ModelRegistry, intent: Intent, client) -> str | None:
     """Why the intent can no longer be rolled forward (None: it can)."""
-    if intent.set_production and intent.production_after is not None \
-            and registry.resolve(intent.kind, intent.production_after) is None:
+    if (
+        intent.set_production
+        and intent.production_after is not None
+        and registry.resolve(intent.kind, intent.production_after) is None
+    ):
         return f"{intent.kind} {intent.production_after} is no longer registered"
     if intent.serving_after:
         existing = {c.name for c in client.get_collections().collections}
@@ -243,5 +263,9 @@ def consistency(registry: ModelRegistry, kind: str) -> dict:
     by_state = None
     if state is not None:
         by_state = state.candidate_version if state.stage == "production" else state.production_version
-    return {"registry": registry.aliases()[kind].get("production"), "rollout": by_state,
-            "rollout_stage": state.stage if state else None, "pending": pending(registry) is not None}
+    return {
+        "registry": registry.aliases()[kind].get("production"),
+        "rollout": by_state,
+        "rollout_stage": state.stage if state else None,
+        "pending": pending(registry) is not None,
+    }

@@ -5,6 +5,7 @@ holds every change — the serving aliases `<strategy>__production` onto the new
 `production` alias, the `candidate` alias cleared, the promotion record (who approved it, why) in the manifest,
 and, when a rollout step promotes, the rollout state and its log line. A kill anywhere leaves either the old
 production or the new one once the next open has recovered."""
+
 from __future__ import annotations
 
 import getpass
@@ -38,8 +39,15 @@ def operator() -> str:
         return f"unknown@{socket.gethostname()}"
 
 
-def build_collections(embedder: ModelVersion | None, *, tables: TableStore, client, strategies: list[str],
-                      distance: str = "cosine", log: Log = print) -> dict[str, str]:
+def build_collections(
+    embedder: ModelVersion | None,
+    *,
+    tables: TableStore,
+    client,
+    strategies: list[str],
+    distance: str = "cosine",
+    log: Log = print,
+) -> dict[str, str]:
     """A complete collection of an embedder (None: the base model, production's implicit v0) for every chunk set
     (incremental: a collection that exists is only brought up to date), under its own alias <strategy>__<name>.
     Serving aliases are not touched. {strategy: collection}. Used by promotion and by a canary's start, which
@@ -48,8 +56,9 @@ def build_collections(embedder: ModelVersion | None, *, tables: TableStore, clie
     name = embedder.name if embedder is not None else IMPLICIT_PRODUCTION["embedder"]
     model = load_embedder(str(embedder.path) if embedder is not None else name)
     for strategy in strategies:
-        synced = sync_collection(client, tables.read(CHUNKS_TABLE, strategy), model, strategy=strategy, model=name,
-                                 distance=distance)
+        synced = sync_collection(
+            client, tables.read(CHUNKS_TABLE, strategy), model, strategy=strategy, model=name, distance=distance
+        )
         collections[strategy] = synced.collection
         log(f"{strategy}: collection {synced.collection} ready ({synced.points} points, {synced.added} embedded)")
     return collections
@@ -59,8 +68,17 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def plan_promotion(kind: str, registry: ModelRegistry, candidate: ModelVersion | None, *, target: ServingTarget | None,
-                   action: str, approved_by: str, log: Log = print, record: dict | None = None) -> Intent:
+def plan_promotion(
+    kind: str,
+    registry: ModelRegistry,
+    candidate: ModelVersion | None,
+    *,
+    target: ServingTarget | None,
+    action: str,
+    approved_by: str,
+    log: Log = print,
+    record: dict | None = None,
+) -> Intent:
     """The intent of making `candidate` production (None: the implicit v0, no registered model). For an embedder
     with a target, its collections are brought up to date now and the serving aliases' current targets recorded,
     so that recovery can undo. `record`: the promotion record merged into the candidate's manifest."""
@@ -68,20 +86,45 @@ def plan_promotion(kind: str, registry: ModelRegistry, candidate: ModelVersion |
     before, after = {}, {}
     if kind == "embedder" and target is not None and target.chunk_sets():
         client = target.client()
-        after = {serving_alias(s): c for s, c in build_collections(
-            candidate, tables=target.tables, client=client, strategies=target.chunk_sets(), distance=target.distance,
-            log=log).items()}
+        after = {
+            serving_alias(s): c
+            for s, c in build_collections(
+                candidate,
+                tables=target.tables,
+                client=client,
+                strategies=target.chunk_sets(),
+                distance=target.distance,
+                log=log,
+            ).items()
+        }
         before = {alias: alias_target(client, alias) for alias in after}
     version = candidate.version if candidate is not None else None
     manifests = {version: {"promotion": record}} if candidate is not None and record is not None else {}
-    return Intent(kind=kind, action=action, approved_by=approved_by,
-                  production_before=previous.version if previous else None, production_after=version,
-                  serving_before=before, serving_after=after, clear_candidate=version, manifests=manifests)
+    return Intent(
+        kind=kind,
+        action=action,
+        approved_by=approved_by,
+        production_before=previous.version if previous else None,
+        production_after=version,
+        serving_before=before,
+        serving_after=after,
+        clear_candidate=version,
+        manifests=manifests,
+    )
 
 
-def promote(kind: str, registry: ModelRegistry, candidate: ModelVersion, *, target: ServingTarget | None = None,
-            log: Log = print, force_reason: str | None = None, online_evidence: str | None = None,
-            approved_by: str | None = None, extend: Callable[[Intent], None] | None = None) -> dict:
+def promote(
+    kind: str,
+    registry: ModelRegistry,
+    candidate: ModelVersion,
+    *,
+    target: ServingTarget | None = None,
+    log: Log = print,
+    force_reason: str | None = None,
+    online_evidence: str | None = None,
+    approved_by: str | None = None,
+    extend: Callable[[Intent], None] | None = None,
+) -> dict:
     """Move `production` to the candidate, only when its gate passed against the current production (else
     PromotionRefused, before anything changes): the collections brought up to date, then one journaled intent
     swaps the serving aliases and the registry alias and records the promotion.
@@ -101,31 +144,52 @@ def promote(kind: str, registry: ModelRegistry, candidate: ModelVersion, *, targ
         if refusal is not None:
             log(f"WARNING: promoting {kind} {candidate.name} without a valid gate verdict ({refusal}): {force_reason}")
         who = approved_by or operator()
-        record = {"at": _now(), "previous_version": previous.version if previous else None, "forced": refusal is not None,
-                  "approved_by": who, **({"online_evidence": online_evidence} if online_evidence else {})}
+        record = {
+            "at": _now(),
+            "previous_version": previous.version if previous else None,
+            "forced": refusal is not None,
+            "approved_by": who,
+            **({"online_evidence": online_evidence} if online_evidence else {}),
+        }
         if refusal is not None:
             record.update(force_reason=force_reason, gate_refusal=refusal)
-        intent = plan_promotion(kind, registry, candidate, target=target, action="promote", approved_by=who, log=log,
-                                record=record)
+        intent = plan_promotion(
+            kind, registry, candidate, target=target, action="promote", approved_by=who, log=log, record=record
+        )
         now = registry.resolve(kind, "production")
         if (now.version if now else None) != (previous.version if previous else None):
-            raise PromotionRefused(f"refusing to promote {kind} {candidate.name}: production moved from "
-                                   f"{model_label(kind, previous)} to {model_label(kind, now)} meanwhile. Gate it again "
-                                   "against the new production")
+            raise PromotionRefused(
+                f"refusing to promote {kind} {candidate.name}: production moved from "
+                f"{model_label(kind, previous)} to {model_label(kind, now)} meanwhile. Gate it again "
+                "against the new production"
+            )
         if extend is not None:
             extend(intent)
         run(registry, intent, target.client() if intent.serving_after else None, log)
-    return {"promoted": candidate.name, "previous": previous.name if previous else None,
-            "serving_aliases": dict(intent.serving_after), "approved_by": who}
+    return {
+        "promoted": candidate.name,
+        "previous": previous.name if previous else None,
+        "serving_aliases": dict(intent.serving_after),
+        "approved_by": who,
+    }
 
 
-def restore_implicit_production(kind: str, registry: ModelRegistry, *, target: ServingTarget | None, approved_by: str,
-                                reason: str, log: Log = print, extend: Callable[[Intent], None] | None = None) -> None:
+def restore_implicit_production(
+    kind: str,
+    registry: ModelRegistry,
+    *,
+    target: ServingTarget | None,
+    approved_by: str,
+    reason: str,
+    log: Log = print,
+    extend: Callable[[Intent], None] | None = None,
+) -> None:
     """Production back to the implicit v0 (the base embedder, or no reranker) as one journaled intent; an
     embedder's serving aliases move onto the base model's collections (built incrementally)."""
     with lifecycle_lock(registry):
-        intent = plan_promotion(kind, registry, None, target=target, action="rollback-to-base", approved_by=approved_by,
-                                log=log)
+        intent = plan_promotion(
+            kind, registry, None, target=target, action="rollback-to-base", approved_by=approved_by, log=log
+        )
         if extend is not None:
             extend(intent)
         run(registry, intent, target.client() if intent.serving_after else None, log)

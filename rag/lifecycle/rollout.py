@@ -22,6 +22,7 @@ Steps:
 - roll_back_rollout: the operator's one step, at any time: a running canary stops (production never moved), a
   promoted candidate is reverted to the production it replaced (its collections still exist: aliases swap back).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,24 @@ from rag.rollout.state import IllegalTransition, RolloutState, promote, roll_bac
 Log = Callable[[str], None]
 EvidenceSource = Callable[[datetime], object]  # the canary's start -> rag.rollout.evidence.CanaryEvidence
 
-__all__ = ["start", "release", "conclude", "roll_back_rollout", "status", "read_state", "running_canary", "history",
-           "name_of", "queued_candidate", "record_step", "roll_back_production", "chunk_sets", "state_path", "log_path", "ServingTarget"]
+__all__ = [
+    "start",
+    "release",
+    "conclude",
+    "roll_back_rollout",
+    "status",
+    "read_state",
+    "running_canary",
+    "history",
+    "name_of",
+    "queued_candidate",
+    "record_step",
+    "roll_back_production",
+    "chunk_sets",
+    "state_path",
+    "log_path",
+    "ServingTarget",
+]
 
 
 def _check_kind(kind: str) -> None:
@@ -80,17 +97,43 @@ def history(registry: ModelRegistry, limit: int | None = None) -> list[dict]:
     return lines[-limit:] if limit else lines
 
 
-def _entry(kind: str, before: RolloutState | None, after: RolloutState, step: str, evidence: dict | None,
-           override: dict | None, approved_by: str) -> dict:
-    return {"at": _now().isoformat(timespec="seconds"), "kind": kind, "step": step, "candidate": after.candidate_version,
-            "production": after.production_version, "from": before.stage if before else None, "to": after.stage,
-            "traffic_share": after.traffic_share, "reason": after.reason, "approved_by": approved_by,
-            **({"evidence": evidence} if evidence else {}), **({"override": override} if override else {})}
+def _entry(
+    kind: str,
+    before: RolloutState | None,
+    after: RolloutState,
+    step: str,
+    evidence: dict | None,
+    override: dict | None,
+    approved_by: str,
+) -> dict:
+    return {
+        "at": _now().isoformat(timespec="seconds"),
+        "kind": kind,
+        "step": step,
+        "candidate": after.candidate_version,
+        "production": after.production_version,
+        "from": before.stage if before else None,
+        "to": after.stage,
+        "traffic_share": after.traffic_share,
+        "reason": after.reason,
+        "approved_by": approved_by,
+        **({"evidence": evidence} if evidence else {}),
+        **({"override": override} if override else {}),
+    }
 
 
-def _fill(intent: Intent, kind: str, before: RolloutState | None, after: RolloutState, step: str, *,
-          evidence: dict | None = None, override: dict | None = None, manifest: dict | None = None,
-          approved_by: str = "") -> None:
+def _fill(
+    intent: Intent,
+    kind: str,
+    before: RolloutState | None,
+    after: RolloutState,
+    step: str,
+    *,
+    evidence: dict | None = None,
+    override: dict | None = None,
+    manifest: dict | None = None,
+    approved_by: str = "",
+) -> None:
     """Add a rollout step's state, log line and manifest record to an intent."""
     intent.rollout_state = json.loads(after.model_dump_json())
     intent.log_entry = _entry(kind, before, after, step, evidence, override, approved_by or intent.approved_by)
@@ -98,17 +141,38 @@ def _fill(intent: Intent, kind: str, before: RolloutState | None, after: Rollout
         intent.manifests.setdefault(after.candidate_version, {}).update(manifest)
 
 
-def record_step(registry: ModelRegistry, kind: str, before: RolloutState | None, after: RolloutState, step: str,
-                log: Log = print, *, evidence: dict | None = None, override: dict | None = None,
-                manifest: dict | None = None, approved_by: str = "") -> None:
+def record_step(
+    registry: ModelRegistry,
+    kind: str,
+    before: RolloutState | None,
+    after: RolloutState,
+    step: str,
+    log: Log = print,
+    *,
+    evidence: dict | None = None,
+    override: dict | None = None,
+    manifest: dict | None = None,
+    approved_by: str = "",
+) -> None:
     """A step that moves no alias (a canary's start or rollback, a direct promotion logged afterwards) as one
     journaled transaction: state, log line and manifest record land together."""
     intent = Intent(kind=kind, action=f"canary-{step}", approved_by=approved_by or operator(), set_production=False)
-    _fill(intent, kind, before, after, step, evidence=evidence, override=override, manifest=manifest,
-          approved_by=approved_by)
+    _fill(
+        intent,
+        kind,
+        before,
+        after,
+        step,
+        evidence=evidence,
+        override=override,
+        manifest=manifest,
+        approved_by=approved_by,
+    )
     with lifecycle_lock(registry):
         run(registry, intent, None, log)
-    log(f"rollout {kind} {after.candidate_version}: {before.stage if before else 'new'} → {after.stage} ({after.reason})")
+    log(
+        f"rollout {kind} {after.candidate_version}: {before.stage if before else 'new'} → {after.stage} ({after.reason})"
+    )
 
 
 def _opener(target: ServingTarget | None):
@@ -118,8 +182,10 @@ def _opener(target: ServingTarget | None):
 def _resolve(registry: ModelRegistry, kind: str, version: str) -> ModelVersion:
     mv = registry.resolve(kind, version)
     if mv is None:
-        raise RegistryError(f"{kind} {version!r} is not registered under {registry.root}: list them with "
-                            "`rag models rollout status` or train one (retrain_job)")
+        raise RegistryError(
+            f"{kind} {version!r} is not registered under {registry.root}: list them with "
+            "`rag models rollout status` or train one (retrain_job)"
+        )
     return mv
 
 
@@ -131,9 +197,18 @@ def name_of(registry: ModelRegistry, kind: str, version: str | None) -> str:
     return mv.name if mv is not None else version
 
 
-def start(kind: str, registry: ModelRegistry, candidate: str | None = None, traffic_share: float | None = None, *,
-          target: ServingTarget | None = None, force_reason: str | None = None, now: datetime | None = None,
-          approved_by: str | None = None, log: Log = print) -> RolloutState:
+def start(
+    kind: str,
+    registry: ModelRegistry,
+    candidate: str | None = None,
+    traffic_share: float | None = None,
+    *,
+    target: ServingTarget | None = None,
+    force_reason: str | None = None,
+    now: datetime | None = None,
+    approved_by: str | None = None,
+    log: Log = print,
+) -> RolloutState:
     """Start a canary of `candidate` (a version, name or alias; default the `candidate` alias) on `traffic_share`
     of sessions (default CanarySettings().traffic_share). Refused (PromotionRefused) unless its manifest holds a
     gate verdict against the current production that found it no worse (promotion_refusal(..., "not_worse")), and
@@ -150,8 +225,10 @@ def start(kind: str, registry: ModelRegistry, candidate: str | None = None, traf
     recover(registry, _opener(target), log)
     mv = registry.resolve(kind, candidate or "candidate")
     if mv is None:
-        raise RegistryError(f"no {kind} {candidate or 'candidate'!r} in the registry under {registry.root}: train one "
-                            "(retrain_job) and let its gate pass, or name a registered version")
+        raise RegistryError(
+            f"no {kind} {candidate or 'candidate'!r} in the registry under {registry.root}: train one "
+            "(retrain_job) and let its gate pass, or name a registered version"
+        )
     production = registry.resolve(kind, "production")
     if production is not None and production.version == mv.version:
         raise IllegalTransition(f"{kind} {mv.name} is already production: a canary needs a newer candidate")
@@ -162,41 +239,77 @@ def start(kind: str, registry: ModelRegistry, candidate: str | None = None, traf
     # production; whether it is better is the canary's question.
     refusal = promotion_refusal(kind, registry, mv, "not_worse")
     if refusal is not None and not force_reason:
-        raise PromotionRefused(f"cannot start a canary: {refused(kind, mv, refusal)} To start a canary anyway, an "
-                               "operator passes force_reason='...' to start().")
+        raise PromotionRefused(
+            f"cannot start a canary: {refused(kind, mv, refusal)} To start a canary anyway, an "
+            "operator passes force_reason='...' to start()."
+        )
     share = traffic_share if traffic_share is not None else CanarySettings().traffic_share
-    state = RolloutState(candidate_version=mv.version, production_version=production.version if production else None,
-                         traffic_share=share, force_reason=force_reason if refusal is not None else None)
+    state = RolloutState(
+        candidate_version=mv.version,
+        production_version=production.version if production else None,
+        traffic_share=share,
+        force_reason=force_reason if refusal is not None else None,
+    )
     if refusal is not None:
         log(f"WARNING: starting a canary of {kind} {mv.name} without a valid gate verdict ({refusal}): {force_reason}")
     collections = {}
     if kind == "embedder":
         if target is not None and target.chunk_sets():
             # Outside the lock: embedding a corpus takes minutes, and nothing is serving the candidate yet.
-            collections = build_collections(mv, tables=target.tables, client=target.client(),
-                                            strategies=target.chunk_sets(), distance=target.distance, log=log)
+            collections = build_collections(
+                mv,
+                tables=target.tables,
+                client=target.client(),
+                strategies=target.chunk_sets(),
+                distance=target.distance,
+                log=log,
+            )
         else:
-            log(f"WARNING: no chunk sets given: no collection of {mv.name} was built, so the API cannot serve its canary "
-                "share until `<strategy>__" + mv.name + "` exists")
+            log(
+                f"WARNING: no chunk sets given: no collection of {mv.name} was built, so the API cannot serve its canary "
+                "share until `<strategy>__" + mv.name + "` exists"
+            )
     who = approved_by or operator()
     with lifecycle_lock(registry):
         _refuse_while_running(registry)  # again under the lock: another start may have won meanwhile
         now_production = registry.resolve(kind, "production")
         if (now_production.version if now_production else None) != state.production_version:
-            raise IllegalTransition(f"production {kind} moved to {name_of(registry, kind, now_production.version)} while "
-                                    f"{mv.name}'s collections were built: gate {mv.name} against it and start again")
+            raise IllegalTransition(
+                f"production {kind} moved to {name_of(registry, kind, now_production.version)} while "
+                f"{mv.name}'s collections were built: gate {mv.name} against it and start again"
+            )
         before = read_state(registry, kind)
         at = now or _now()
-        why = (f"operator override of the gate ({refusal}): {force_reason}" if refusal is not None
-               else f"gate found it no worse than {name_of(registry, kind, state.production_version)}")
+        why = (
+            f"operator override of the gate ({refusal}): {force_reason}"
+            if refusal is not None
+            else f"gate found it no worse than {name_of(registry, kind, state.production_version)}"
+        )
         started = start_canary(state, at, reason=f"{why}; canary on {share:.0%} of sessions")
-        override = {"forced": True, "force_reason": force_reason, "gate_refusal": refusal} if refusal is not None else None
-        record_step(registry, kind, before if before and before.candidate_version == mv.version else None, started,
-                    "start", log, evidence={"collections": collections} if collections else None, override=override,
-                    approved_by=who, manifest={"canary_start": {
-                        "at": at.isoformat(timespec="seconds"), "traffic_share": share,
-                        "production_version": state.production_version, "approved_by": who, "forced": refusal is not None,
-                        **({"force_reason": force_reason, "gate_refusal": refusal} if override else {})}})
+        override = (
+            {"forced": True, "force_reason": force_reason, "gate_refusal": refusal} if refusal is not None else None
+        )
+        record_step(
+            registry,
+            kind,
+            before if before and before.candidate_version == mv.version else None,
+            started,
+            "start",
+            log,
+            evidence={"collections": collections} if collections else None,
+            override=override,
+            approved_by=who,
+            manifest={
+                "canary_start": {
+                    "at": at.isoformat(timespec="seconds"),
+                    "traffic_share": share,
+                    "production_version": state.production_version,
+                    "approved_by": who,
+                    "forced": refusal is not None,
+                    **({"force_reason": force_reason, "gate_refusal": refusal} if override else {}),
+                }
+            },
+        )
     return started
 
 
@@ -204,17 +317,27 @@ def _refuse_while_running(registry: ModelRegistry) -> None:
     running = running_canary(registry)
     if running is not None:
         kind, state = running
-        raise IllegalTransition(f"a canary of {kind} {name_of(registry, kind, state.candidate_version)} is running: wait "
-                                f"for the canary_sensor's decision or roll it back first (`rag models rollout rollback "
-                                f"--kind {kind}`, or launch rollback_canary_job)")
+        raise IllegalTransition(
+            f"a canary of {kind} {name_of(registry, kind, state.candidate_version)} is running: wait "
+            f"for the canary_sensor's decision or roll it back first (`rag models rollout rollback "
+            f"--kind {kind}`, or launch rollback_canary_job)"
+        )
 
 
 POLICIES = ("direct", "canary")
 
 
-def release(kind: str, registry: ModelRegistry, candidate: ModelVersion, *, policy: str = "direct",
-            traffic_share: float | None = None, target: ServingTarget | None = None, approved_by: str | None = None,
-            log: Log = print) -> dict:
+def release(
+    kind: str,
+    registry: ModelRegistry,
+    candidate: ModelVersion,
+    *,
+    policy: str = "direct",
+    traffic_share: float | None = None,
+    target: ServingTarget | None = None,
+    approved_by: str | None = None,
+    log: Log = print,
+) -> dict:
     """What a training run does with a gated candidate (production_embedder, production_reranker):
 
     - policy "direct": promote it now (rag.lifecycle.promotion.promote: the gate must have found it significantly
@@ -238,10 +361,15 @@ def release(kind: str, registry: ModelRegistry, candidate: ModelVersion, *, poli
         if running is not None and (running[0], running[1].candidate_version) != (kind, mv.version):
             return _queue(kind, registry, mv, running, log)
         state = start(kind, registry, mv.version, traffic_share, target=target, approved_by=approved_by, log=log)
-        return {"action": "canary", "production": name_of(registry, kind, state.production_version),
-                "summary": f"canary started: {mv.name} at {state.traffic_share:.0%} of sessions (production "
-                           f"{name_of(registry, kind, state.production_version)} unchanged; canary_sensor decides)",
-                "traffic_share": state.traffic_share, "started_at": state.started_at.isoformat(), "reason": state.reason}
+        return {
+            "action": "canary",
+            "production": name_of(registry, kind, state.production_version),
+            "summary": f"canary started: {mv.name} at {state.traffic_share:.0%} of sessions (production "
+            f"{name_of(registry, kind, state.production_version)} unchanged; canary_sensor decides)",
+            "traffic_share": state.traffic_share,
+            "started_at": state.started_at.isoformat(),
+            "reason": state.reason,
+        }
 
     def refuse_if_canary() -> None:
         running = running_canary(registry)
@@ -254,36 +382,54 @@ def release(kind: str, registry: ModelRegistry, candidate: ModelVersion, *, poli
                 "would replace production under it and end it. Wait for canary_sensor's decision or roll it back "
                 f"(`rag models rollout rollback --kind {other}`, or rollback_canary_job), then materialize "
                 f"production_{kind} again (its gate verdict must still be against the production then), or set the "
-                "rollout resource's promotion to 'canary' to start this candidate's canary instead. Production is unchanged.")
+                "rollout resource's promotion to 'canary' to start this candidate's canary instead. Production is unchanged."
+            )
 
     refuse_if_canary()
     check_promotable(kind, registry, mv)  # before Qdrant is opened: a refusal changes nothing
     embedder_target = target if kind == "embedder" else None  # a reranker's promotion never opens Qdrant (nor its lock)
     if embedder_target is not None and embedder_target.chunk_sets():
         # The minutes of embedding outside the lock (as start() does); promotion below only brings them up to date.
-        build_collections(mv, tables=target.tables, client=target.client(), strategies=target.chunk_sets(),
-                          distance=target.distance, log=log)
+        build_collections(
+            mv,
+            tables=target.tables,
+            client=target.client(),
+            strategies=target.chunk_sets(),
+            distance=target.distance,
+            log=log,
+        )
     with lifecycle_lock(registry):  # a canary cannot start between this check and the alias swap
         refuse_if_canary()
         outcome = promote_model(kind, registry, mv, target=embedder_target, approved_by=approved_by, log=log)
-    return {"action": "promoted", "production": outcome["promoted"], "previous": outcome["previous"],
-            "serving_aliases": outcome["serving_aliases"],
-            "summary": f"promoted: {outcome['promoted']} is production (was {outcome['previous'] or name_of(registry, kind, None)})"}
+    return {
+        "action": "promoted",
+        "production": outcome["promoted"],
+        "previous": outcome["previous"],
+        "serving_aliases": outcome["serving_aliases"],
+        "summary": f"promoted: {outcome['promoted']} is production (was {outcome['previous'] or name_of(registry, kind, None)})",
+    }
 
 
 def _queue(kind: str, registry: ModelRegistry, mv: ModelVersion, running: tuple[str, RolloutState], log: Log) -> dict:
     refusal = promotion_refusal(kind, registry, mv, "not_worse")
     if refusal is not None:  # the same refusal start() would give, before anything is recorded
-
         raise PromotionRefused(f"cannot queue a canary: {refused(kind, mv, refusal)}")
     other, state = running
     behind = f"{other} {name_of(registry, other, state.candidate_version)}"
-    registry.update_metrics(kind, mv.version, {"canary_queued": {"at": _now().isoformat(timespec="seconds"), "behind": behind}})
-    summary = (f"waiting: {mv.name} passed its gate, but the canary of {behind} is running (one canary at a time); "
-               f"canary_sensor starts {mv.name}'s canary when that one ends")
+    registry.update_metrics(
+        kind, mv.version, {"canary_queued": {"at": _now().isoformat(timespec="seconds"), "behind": behind}}
+    )
+    summary = (
+        f"waiting: {mv.name} passed its gate, but the canary of {behind} is running (one canary at a time); "
+        f"canary_sensor starts {mv.name}'s canary when that one ends"
+    )
     log(summary)
-    return {"action": "waiting", "production": name_of(registry, kind, (registry.aliases()[kind] or {}).get("production")),
-            "summary": summary, "behind": behind}
+    return {
+        "action": "waiting",
+        "production": name_of(registry, kind, (registry.aliases()[kind] or {}).get("production")),
+        "summary": summary,
+        "behind": behind,
+    }
 
 
 def queued_candidate(registry: ModelRegistry, kind: str) -> ModelVersion | None:
@@ -298,21 +444,45 @@ def queued_candidate(registry: ModelRegistry, kind: str) -> ModelVersion | None:
     return mv if promotion_refusal(kind, registry, mv, "not_worse") is None else None
 
 
-def _canary_record(state: RolloutState, decision: str, reason: str, evidence: dict | None, at: datetime,
-                   approved_by: str, override: dict | None = None) -> dict:
-    return {"decision": decision, "reason": reason, "traffic_share": state.traffic_share,
-            "started_at": state.started_at.isoformat() if state.started_at else None,
-            "decided_at": at.isoformat(timespec="seconds"), "production_version": state.production_version,
-            "approved_by": approved_by, "evidence": evidence or {},
-            **({"force_reason": state.force_reason} if state.force_reason else {}),
-            **({"override": override} if override else {})}
+def _canary_record(
+    state: RolloutState,
+    decision: str,
+    reason: str,
+    evidence: dict | None,
+    at: datetime,
+    approved_by: str,
+    override: dict | None = None,
+) -> dict:
+    return {
+        "decision": decision,
+        "reason": reason,
+        "traffic_share": state.traffic_share,
+        "started_at": state.started_at.isoformat() if state.started_at else None,
+        "decided_at": at.isoformat(timespec="seconds"),
+        "production_version": state.production_version,
+        "approved_by": approved_by,
+        "evidence": evidence or {},
+        **({"force_reason": state.force_reason} if state.force_reason else {}),
+        **({"override": override} if override else {}),
+    }
 
 
-def conclude(kind: str, registry: ModelRegistry, decision: str, reason: str, *, candidate: str | None = None,
-             evidence: dict | None = None, evidence_source: EvidenceSource | None = None,
-             settings: CanarySettings | None = None, override_reason: str | None = None,
-             target: ServingTarget | None = None, approved_by: str | None = None, now: datetime | None = None,
-             log: Log = print) -> RolloutState:
+def conclude(
+    kind: str,
+    registry: ModelRegistry,
+    decision: str,
+    reason: str,
+    *,
+    candidate: str | None = None,
+    evidence: dict | None = None,
+    evidence_source: EvidenceSource | None = None,
+    settings: CanarySettings | None = None,
+    override_reason: str | None = None,
+    target: ServingTarget | None = None,
+    approved_by: str | None = None,
+    now: datetime | None = None,
+    log: Log = print,
+) -> RolloutState:
     """End the running canary of `kind`: "promote" or "rollback".
 
     `candidate`: the version the decision was made for; a canary of another version (or none) is refused with
@@ -342,8 +512,17 @@ def conclude(kind: str, registry: ModelRegistry, decision: str, reason: str, *, 
         mv = _resolve(registry, kind, state.candidate_version)
         if decision == "rollback":
             after = roll_back(state, at, reason)  # production never moved during the canary: nothing to swap
-            record_step(registry, kind, state, after, decision, log, evidence=evidence, approved_by=who,
-                        manifest={"canary": _canary_record(state, decision, reason, evidence, at, who)})
+            record_step(
+                registry,
+                kind,
+                state,
+                after,
+                decision,
+                log,
+                evidence=evidence,
+                approved_by=who,
+                manifest={"canary": _canary_record(state, decision, reason, evidence, at, who)},
+            )
             return after
         verdict = None
         if evidence_source is not None:
@@ -358,37 +537,72 @@ def conclude(kind: str, registry: ModelRegistry, decision: str, reason: str, *, 
                     f"refusing to promote the canary of {kind} {mv.name}: the sequential test says {said}"
                     f"{': ' + verdict.reason if verdict is not None else ''}. Production is unchanged; the canary keeps "
                     "running until the test decides. An operator who promotes anyway passes an override reason "
-                    "(recorded as an override, not as a win)")
-            override = {"override_reason": override_reason, "test_said": said,
-                        **({"test_reason": verdict.reason} if verdict is not None else {})}
+                    "(recorded as an override, not as a win)"
+                )
+            override = {
+                "override_reason": override_reason,
+                "test_said": said,
+                **({"test_reason": verdict.reason} if verdict is not None else {}),
+            }
         production = registry.resolve(kind, "production")
         if (production.version if production else None) != state.production_version:
-            raise IllegalTransition(f"cannot promote {kind} {mv.name}: production moved to "
-                                    f"{name_of(registry, kind, production.version if production else None)} during its "
-                                    "canary; roll it back")
+            raise IllegalTransition(
+                f"cannot promote {kind} {mv.name}: production moved to "
+                f"{name_of(registry, kind, production.version if production else None)} during its "
+                "canary; roll it back"
+            )
         force = None
         if override is not None:
             force = f"operator override of the canary's sequential test (it said {said}): {override_reason}"
         elif state.force_reason:
             # Started over the gate by an operator: its verdict would refuse the promotion, the online test is the
             # evidence, and the promotion is recorded as forced with that reason.
-            force = f"canary started with an operator override of the gate ({state.force_reason}) and won: {verdict.reason}"
+            force = (
+                f"canary started with an operator override of the gate ({state.force_reason}) and won: {verdict.reason}"
+            )
         why = reason if override is None else f"{reason}; override: {override_reason}"
         after = promote(state, at, why)
 
         def add_rollout(intent: Intent) -> None:
-            _fill(intent, kind, state, after, "promote", evidence=evidence, override=override, approved_by=who,
-                  manifest={"canary": _canary_record(state, "promote", why, evidence, at, who, override)})
+            _fill(
+                intent,
+                kind,
+                state,
+                after,
+                "promote",
+                evidence=evidence,
+                override=override,
+                approved_by=who,
+                manifest={"canary": _canary_record(state, "promote", why, evidence, at, who, override)},
+            )
 
-        outcome = promote_model(kind, registry, mv, target=target if kind == "embedder" else None, log=log,
-                                force_reason=force, online_evidence=None if force else verdict.reason,
-                                approved_by=who, extend=add_rollout)
-        log(f"rollout {kind} {mv.name}: canary → production ({why}); serving {outcome['serving_aliases'] or 'unchanged'}")
+        outcome = promote_model(
+            kind,
+            registry,
+            mv,
+            target=target if kind == "embedder" else None,
+            log=log,
+            force_reason=force,
+            online_evidence=None if force else verdict.reason,
+            approved_by=who,
+            extend=add_rollout,
+        )
+        log(
+            f"rollout {kind} {mv.name}: canary → production ({why}); serving {outcome['serving_aliases'] or 'unchanged'}"
+        )
     return after
 
 
-def roll_back_rollout(kind: str, registry: ModelRegistry, reason: str, *, target: ServingTarget | None = None,
-                      now: datetime | None = None, approved_by: str | None = None, log: Log = print) -> RolloutState:
+def roll_back_rollout(
+    kind: str,
+    registry: ModelRegistry,
+    reason: str,
+    *,
+    target: ServingTarget | None = None,
+    now: datetime | None = None,
+    approved_by: str | None = None,
+    log: Log = print,
+) -> RolloutState:
     """The operator's rollback, one step at any time. A running canary stops: the API serves production to everyone
     on its next request (production's aliases never moved). A candidate the canary promoted is reverted to the
     production it replaced: registry alias and serving aliases swap back onto that version's collections (kept since;
@@ -406,39 +620,77 @@ def roll_back_rollout(kind: str, registry: ModelRegistry, reason: str, *, target
         mv = _resolve(registry, kind, state.candidate_version)
         if state.stage != "production":
             after = roll_back(state, at, f"operator: {reason}")
-            record_step(registry, kind, state, after, "rollback", log, approved_by=who,
-                        manifest={"canary": _canary_record(state, "rollback", after.reason, None, at, who)})
+            record_step(
+                registry,
+                kind,
+                state,
+                after,
+                "rollback",
+                log,
+                approved_by=who,
+                manifest={"canary": _canary_record(state, "rollback", after.reason, None, at, who)},
+            )
             return after
         production = registry.resolve(kind, "production")
         if production is None or production.version != state.candidate_version:
-            raise IllegalTransition(f"{kind} {mv.name} is no longer production (now "
-                                    f"{name_of(registry, kind, production.version if production else None)}): roll back "
-                                    "the rollout that put that one there, or set the alias by hand")
+            raise IllegalTransition(
+                f"{kind} {mv.name} is no longer production (now "
+                f"{name_of(registry, kind, production.version if production else None)}): roll back "
+                "the rollout that put that one there, or set the alias by hand"
+            )
         previous = state.production_version
         why = f"rollback of {mv.name} after its promotion: {reason}"
         # Not RolloutState.roll_back: that refuses a finished rollout (a new candidate's rollout changes one); an
         # operator's revert is the exception, and it is logged as its own step.
-        after = RolloutState.model_validate({**state.model_dump(), "stage": "rolled_back", "decided_at": at,
-                                             "reason": f"operator: {why}; production is "
-                                                       f"{name_of(registry, kind, previous)} again"})
+        after = RolloutState.model_validate(
+            {
+                **state.model_dump(),
+                "stage": "rolled_back",
+                "decided_at": at,
+                "reason": f"operator: {why}; production is {name_of(registry, kind, previous)} again",
+            }
+        )
 
         def add_revert(intent: Intent) -> None:
-            _fill(intent, kind, state, after, "revert", approved_by=who, manifest={"reverted": {
-                "at": at.isoformat(timespec="seconds"), "reason": reason, "production_version": previous,
-                "approved_by": who}})
+            _fill(
+                intent,
+                kind,
+                state,
+                after,
+                "revert",
+                approved_by=who,
+                manifest={
+                    "reverted": {
+                        "at": at.isoformat(timespec="seconds"),
+                        "reason": reason,
+                        "production_version": previous,
+                        "approved_by": who,
+                    }
+                },
+            )
 
         embedder_target = target if kind == "embedder" else None
         if previous is not None:
-            promote_model(kind, registry, _resolve(registry, kind, previous), target=embedder_target, force_reason=why,
-                          approved_by=who, log=log, extend=add_revert)
+            promote_model(
+                kind,
+                registry,
+                _resolve(registry, kind, previous),
+                target=embedder_target,
+                force_reason=why,
+                approved_by=who,
+                log=log,
+                extend=add_revert,
+            )
         else:
-            restore_implicit_production(kind, registry, target=embedder_target, approved_by=who, reason=why, log=log,
-                                        extend=add_revert)
+            restore_implicit_production(
+                kind, registry, target=embedder_target, approved_by=who, reason=why, log=log, extend=add_revert
+            )
         return after
 
 
-def roll_back_production(kind: str, registry: ModelRegistry, reason: str, *, target: ServingTarget | None = None,
-                         log: Log = print) -> RolloutState:
+def roll_back_production(
+    kind: str, registry: ModelRegistry, reason: str, *, target: ServingTarget | None = None, log: Log = print
+) -> RolloutState:
     """Production back to the version it replaced, or a running canary stopped, through
     roll_back_rollout. A production that was promoted directly (retrain_job under the 'direct'
     policy, `rag models promote`) has no rollout behind it: its promotion (from its manifest's metrics.promotion) is
@@ -447,28 +699,44 @@ def roll_back_production(kind: str, registry: ModelRegistry, reason: str, *, tar
         recover(registry, target.client if target is not None else None, log)
         state = read_state(registry, kind)
         production = registry.resolve(kind, "production")
-        covered = state is not None and (state.stage == "canary" or (
-            state.stage == "production" and production is not None and production.version == state.candidate_version))
+        covered = state is not None and (
+            state.stage == "canary"
+            or (
+                state.stage == "production" and production is not None and production.version == state.candidate_version
+            )
+        )
         if not covered:
             if production is None:
-                raise IllegalTransition(f"nothing to roll back for {kind}: no version is production "
-                                        f"({name_of(registry, kind, None)} serves)")
+                raise IllegalTransition(
+                    f"nothing to roll back for {kind}: no version is production "
+                    f"({name_of(registry, kind, None)} serves)"
+                )
             promotion = production.metrics.get("promotion")
             if not isinstance(promotion, dict) or "previous_version" not in promotion:
-                raise IllegalTransition(f"{kind} {production.name} has no promotion record in its manifest (its alias was "
-                                        "set by hand?): the production before it is unknown; promote the one you want "
-                                        f"with `rag models promote VERSION --kind {kind}`")
+                raise IllegalTransition(
+                    f"{kind} {production.name} has no promotion record in its manifest (its alias was "
+                    "set by hand?): the production before it is unknown; promote the one you want "
+                    f"with `rag models promote VERSION --kind {kind}`"
+                )
             if str(promotion.get("force_reason") or "").startswith("rollback of "):
-                raise IllegalTransition(f"{kind} {production.name} is production because of a rollback "
-                                        f"({promotion['force_reason']}): rolling back again would restore the version that "
-                                        "was rolled back. Promote the version you want instead")
+                raise IllegalTransition(
+                    f"{kind} {production.name} is production because of a rollback "
+                    f"({promotion['force_reason']}): rolling back again would restore the version that "
+                    "was rolled back. Promote the version you want instead"
+                )
             previous = promotion["previous_version"]
             at = datetime.fromisoformat(promotion["at"]) if promotion.get("at") else None
-            promoted = RolloutState(stage="production", candidate_version=production.version, production_version=previous,
-                                    decided_at=at, reason=f"promoted directly ({'forced: ' + promotion['force_reason'] if promotion.get('force_reason') else 'gate passed'}), "
-                                    "without a canary")
-            record_step(registry, kind, None, promoted, "direct-promotion", log,
-                        approved_by=promotion.get("approved_by", ""))
+            promoted = RolloutState(
+                stage="production",
+                candidate_version=production.version,
+                production_version=previous,
+                decided_at=at,
+                reason=f"promoted directly ({'forced: ' + promotion['force_reason'] if promotion.get('force_reason') else 'gate passed'}), "
+                "without a canary",
+            )
+            record_step(
+                registry, kind, None, promoted, "direct-promotion", log, approved_by=promotion.get("approved_by", "")
+            )
         return roll_back_rollout(kind, registry, reason, target=target, log=log)
 
 
@@ -479,19 +747,25 @@ def status(registry: ModelRegistry) -> dict[str, dict]:
     for kind in KINDS:
         state = read_state(registry, kind)
         aliases = registry.aliases()[kind]
-        entry: dict = {"production": name_of(registry, kind, aliases.get("production")),
-                       "candidate": name_of(registry, kind, aliases["candidate"]) if aliases.get("candidate") else None}
+        entry: dict = {
+            "production": name_of(registry, kind, aliases.get("production")),
+            "candidate": name_of(registry, kind, aliases["candidate"]) if aliases.get("candidate") else None,
+        }
         if state is not None:
-            entry["rollout"] = {"stage": state.stage, "candidate": name_of(registry, kind, state.candidate_version),
-                                "candidate_version": state.candidate_version,
-                                "replaces": name_of(registry, kind, state.production_version),
-                                "traffic_share": state.traffic_share,
-                                "started_at": state.started_at.isoformat() if state.started_at else None,
-                                "decided_at": state.decided_at.isoformat() if state.decided_at else None,
-                                "reason": state.reason}
+            entry["rollout"] = {
+                "stage": state.stage,
+                "candidate": name_of(registry, kind, state.candidate_version),
+                "candidate_version": state.candidate_version,
+                "replaces": name_of(registry, kind, state.production_version),
+                "traffic_share": state.traffic_share,
+                "started_at": state.started_at.isoformat() if state.started_at else None,
+                "decided_at": state.decided_at.isoformat() if state.decided_at else None,
+                "reason": state.reason,
+            }
         candidate = registry.resolve(kind, "candidate")
-        if candidate is not None and not (state is not None and state.stage == "canary"
-                                          and state.candidate_version == candidate.version):
+        if candidate is not None and not (
+            state is not None and state.stage == "canary" and state.candidate_version == candidate.version
+        ):
             refusal = promotion_refusal(kind, registry, candidate, "not_worse")
             entry["candidate_can_start"] = refusal is None
             if refusal is not None:

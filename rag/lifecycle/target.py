@@ -1,6 +1,7 @@
 """Where production is served from, typed: what promotion, rollback and a canary's start need to build an
 embedder's collections and swap the serving aliases (it replaces the `promote_args` dict that was built in three
 places)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -29,8 +30,9 @@ class ServingTarget:
     _client: object | None = field(default=None, repr=False)
 
     @classmethod
-    def of_client(cls, tables: TableStore, client, strategies: list[str] | None = None,
-                  distance: str = "cosine") -> ServingTarget:
+    def of_client(
+        cls, tables: TableStore, client, strategies: list[str] | None = None, distance: str = "cosine"
+    ) -> ServingTarget:
         """A target over an already opened client (tests, benches, the process that holds Qdrant)."""
         return cls(tables, lambda: client, strategies, distance)
 

@@ -4,6 +4,7 @@ A verdict counts only when it was computed for this very version, against the ve
 with gate settings above the floors (GateSettings' bounds: a gate run at p 0.99 or on one question passes anything)
 and, for a reranker, over the first-stage embedder that serves now (a reranker gated over ft-minilm-v2's
 candidates says nothing about re-ranking ft-minilm-v3's)."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -28,7 +29,9 @@ def promotion_refusal(kind: str, registry: ModelRegistry, candidate: ModelVersio
 
     `need`: "better" (direct promotion: the gate found it significantly better), or "not_worse" (starting a canary,
     and promoting one whose online test showed it better: the gate found it no worse)."""
-    current = registry.resolve(kind, candidate.version)  # the manifest on disk: the gate may have run after `candidate` was read
+    current = registry.resolve(
+        kind, candidate.version
+    )  # the manifest on disk: the gate may have run after `candidate` was read
     if current is None:
         return f"{candidate.version} is not registered under {registry.root}"
     gate = current.metrics.get("gate")
@@ -39,8 +42,10 @@ def promotion_refusal(kind: str, registry: ModelRegistry, candidate: ModelVersio
     production = registry.resolve(kind, "production")
     now = production.version if production else None
     if gate["production_version"] != now:
-        return (f"it was gated against {gate['production_version'] or 'the implicit v0'} ({gate.get('gated_at', '?')}), "
-                f"but production is now {model_label(kind, production)}")
+        return (
+            f"it was gated against {gate['production_version'] or 'the implicit v0'} ({gate.get('gated_at', '?')}), "
+            f"but production is now {model_label(kind, production)}"
+        )
     weak = _weak_settings(gate)
     if weak:
         return weak
@@ -48,22 +53,30 @@ def promotion_refusal(kind: str, registry: ModelRegistry, candidate: ModelVersio
         embedder = registry.resolve("embedder", "production")
         serving = embedder.version if embedder else None
         if "first_stage_embedder" not in gate:
-            return ("its gate verdict does not record the first-stage embedder it re-ranked: gate it again (the "
-                    "trained_reranker_gate check)")
+            return (
+                "its gate verdict does not record the first-stage embedder it re-ranked: gate it again (the "
+                "trained_reranker_gate check)"
+            )
         if gate["first_stage_embedder"] != serving:
-            return (f"it was gated over the first stage of embedder {gate['first_stage_embedder'] or 'minilm (implicit v0)'}, "
-                    f"but production embedder is now {model_label('embedder', embedder)}: gate it again over it")
+            return (
+                f"it was gated over the first stage of embedder {gate['first_stage_embedder'] or 'minilm (implicit v0)'}, "
+                f"but production embedder is now {model_label('embedder', embedder)}: gate it again over it"
+            )
     # Verdicts recorded before the two criteria existed hold only `passed`, decided by "better" (which implies
     # not worse); newer ones record both.
     passed = gate.get("passed") is True
     if gate.get(need, passed and (need == "not_worse" or gate.get("criterion", "better") == "better")) is not True:
         if need == "better" and gate.get("not_worse") is True:
-            return (f"the gate found it no worse than {model_label(kind, production)} but not significantly better "
-                    f"({gate.get('better_reasons') or gate.get('reasons', 'no reason recorded')}): only a canary's online "
-                    "test can promote it (promotion policy 'canary')")
+            return (
+                f"the gate found it no worse than {model_label(kind, production)} but not significantly better "
+                f"({gate.get('better_reasons') or gate.get('reasons', 'no reason recorded')}): only a canary's online "
+                "test can promote it (promotion policy 'canary')"
+            )
         if gate.get("outcome") == "no verdict":
             return f"the gate reached no verdict against {model_label(kind, production)}: {gate.get('reasons', '')}"
-        return f"the gate rejected it against {model_label(kind, production)}: {gate.get('reasons', 'no reason recorded')}"
+        return (
+            f"the gate rejected it against {model_label(kind, production)}: {gate.get('reasons', 'no reason recorded')}"
+        )
     return None
 
 
@@ -107,4 +120,5 @@ def refused(kind: str, candidate: ModelVersion, why: str) -> PromotionRefused:
     return PromotionRefused(
         f"refusing to promote {kind} {candidate.name}: {why}. Run its gate first (the {asset}_gate check: run "
         f"retrain_job, or materialize {asset} together with its check) and promote only when it passes; "
-        "production stays as it is. An operator who means to bypass the gate passes force_reason='...' to promote().")
+        "production stays as it is. An operator who means to bypass the gate passes force_reason='...' to promote()."
+    )

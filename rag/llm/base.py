@@ -1,4 +1,5 @@
 """The interface every backend implements, and the one error type callers need to catch."""
+
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable

@@ -3,6 +3,7 @@
 Generation is the slow, costly step of building synthetic data sets; with greedy decoding the same request
 always yields the same text, so re-runs of a pipeline should cost nothing.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -69,8 +70,9 @@ class CachedLLM:
     default explicitly hits the same entry.
     """
 
-    def __init__(self, inner: LLM, cache: ResponseCache, *, default_max_new_tokens: int,
-                 params: dict[str, Any] | None = None):
+    def __init__(
+        self, inner: LLM, cache: ResponseCache, *, default_max_new_tokens: int, params: dict[str, Any] | None = None
+    ):
         self.inner = inner
         self.cache = cache
         self.name = inner.name
@@ -81,18 +83,31 @@ class CachedLLM:
 
     def complete(self, prompt: str, *, max_new_tokens: int | None = None, stop: list[str] | None = None) -> str:
         n = max_new_tokens or self.default_max_new_tokens
-        return self._cached("complete", prompt, n, stop,
-                            lambda: self.inner.complete(prompt, max_new_tokens=n, stop=stop))
+        return self._cached(
+            "complete", prompt, n, stop, lambda: self.inner.complete(prompt, max_new_tokens=n, stop=stop)
+        )
 
     def chat(self, messages: list[Message], *, max_new_tokens: int | None = None, stop: list[str] | None = None) -> str:
         n = max_new_tokens or self.default_max_new_tokens
-        return self._cached("chat", messages, n, stop,
-                            lambda: self.inner.chat(messages, max_new_tokens=n, stop=stop))
+        return self._cached("chat", messages, n, stop, lambda: self.inner.chat(messages, max_new_tokens=n, stop=stop))
 
-    def _cached(self, kind: str, content: str | list[Message], max_new_tokens: int, stop: list[str] | None,
-                generate: Callable[[], str]) -> str:
-        request = {"v": _KEY_VERSION, "model": self.name, "kind": kind, "input": content,
-                   "max_new_tokens": max_new_tokens, "stop": list(stop or []), **self.params}
+    def _cached(
+        self,
+        kind: str,
+        content: str | list[Message],
+        max_new_tokens: int,
+        stop: list[str] | None,
+        generate: Callable[[], str],
+    ) -> str:
+        request = {
+            "v": _KEY_VERSION,
+            "model": self.name,
+            "kind": kind,
+            "input": content,
+            "max_new_tokens": max_new_tokens,
+            "stop": list(stop or []),
+            **self.params,
+        }
         key = request_key(request)
         hit = self.cache.get(key)
         if hit is not None:

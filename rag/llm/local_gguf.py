@@ -3,6 +3,7 @@
 The model is loaded lazily on the first request that misses the response cache (a fully cached re-run
 never pays the load), and at most once per process per file.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,8 +49,10 @@ class LocalGGUF:
     def __init__(self, settings: LLMSettings):
         model = settings.model
         if model not in BUILTIN_GGUF and not model.lower().endswith(".gguf"):
-            raise ValueError(f"local-gguf model {model!r} is neither a built-in "
-                             f"({', '.join(sorted(BUILTIN_GGUF))}) nor a path to a .gguf file")
+            raise ValueError(
+                f"local-gguf model {model!r} is neither a built-in "
+                f"({', '.join(sorted(BUILTIN_GGUF))}) nor a path to a .gguf file"
+            )
         if model not in BUILTIN_GGUF and not Path(model).expanduser().is_file():
             raise LLMError(f"GGUF file not found: {model}")
         self.name = f"local-gguf:{model if model in BUILTIN_GGUF else Path(model).name}"

@@ -3,6 +3,7 @@
 Plain HTTP instead of the `openai` package: two endpoints are all we need, and owning the retry loop
 keeps timeouts, backoff and error messages the same whichever server is behind the URL.
 """
+
 from __future__ import annotations
 
 import os
@@ -72,7 +73,7 @@ class OpenAIHTTP:
         url = self.base_url + path
         last = ""
         for attempt in range(self.retries + 1):
-            wait = self.backoff_s * (2 ** attempt)
+            wait = self.backoff_s * (2**attempt)
             try:
                 resp = self._client.post(url, json=body)
             except httpx.TimeoutException as exc:
@@ -84,8 +85,9 @@ class OpenAIHTTP:
                     try:
                         return resp.json()
                     except ValueError as exc:
-                        raise LLMError(f"POST {url} returned non-JSON (status {resp.status_code}): "
-                                       f"{resp.text[:300]}") from exc
+                        raise LLMError(
+                            f"POST {url} returned non-JSON (status {resp.status_code}): {resp.text[:300]}"
+                        ) from exc
                 last = f"HTTP {resp.status_code}: {resp.text[:300]}"
                 if resp.status_code not in _RETRY_STATUS:
                     # 4xx other than 429 (bad model name, bad key, ...) will not fix itself: fail at once.

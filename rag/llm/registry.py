@@ -1,4 +1,5 @@
 """Backend name -> factory, and `load_llm`, which wraps every backend in the response cache."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -28,5 +29,9 @@ def load_llm(settings: LLMSettings) -> CachedLLM | None:
     if llm is None:
         return None
     cache = ResponseCache(settings.resolved_cache_dir() / CACHE_FILE)
-    return CachedLLM(llm, cache, default_max_new_tokens=settings.max_new_tokens,
-                     params={"temperature": settings.temperature, "seed": settings.seed})
+    return CachedLLM(
+        llm,
+        cache,
+        default_max_new_tokens=settings.max_new_tokens,
+        params={"temperature": settings.temperature, "seed": settings.seed},
+    )

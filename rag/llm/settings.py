@@ -1,4 +1,5 @@
 """Which LLM backend to use and how to sample from it; plain data, safe to put in configs."""
+
 from __future__ import annotations
 
 import os

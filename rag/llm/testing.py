@@ -1,4 +1,5 @@
 """FakeLLM: scripted completions, so code that uses an LLM can be tested without a model or a server."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable

@@ -1,4 +1,5 @@
 """Parse a file into a ParsedDocument (ordered elements over one canonical text) or raise ParseError."""
+
 from __future__ import annotations
 
 import hashlib
@@ -10,8 +11,16 @@ from rag.parsing.models import ELEMENT_SEPARATOR, Element, ParsedDocument, assem
 from rag.parsing.settings import PARSER_VERSION, ParseSettings
 
 __all__ = [
-    "ELEMENT_SEPARATOR", "Element", "ParseError", "ParserBug", "ParseSettings", "ParsedDocument", "QuarantineReason",
-    "parse_file", "supported_extensions", "PARSER_VERSION",
+    "ELEMENT_SEPARATOR",
+    "Element",
+    "ParseError",
+    "ParserBug",
+    "ParseSettings",
+    "ParsedDocument",
+    "QuarantineReason",
+    "parse_file",
+    "supported_extensions",
+    "PARSER_VERSION",
 ]
 
 
@@ -81,8 +90,13 @@ def parse_file(
             raise ParserBug(str(path), exc) from exc
         raise ParseError(QuarantineReason.PARSER_ERROR, f"{type(exc).__name__}: {exc}"[:500], exc) from exc
     doc = assemble(
-        drafts, doc_id=doc_id, source_path=str(path), content_hash=content_hash,
-        parser=parser, n_pages=n_pages, metadata=metadata,
+        drafts,
+        doc_id=doc_id,
+        source_path=str(path),
+        content_hash=content_hash,
+        parser=parser,
+        n_pages=n_pages,
+        metadata=metadata,
     )
     if not doc.canonical_text.strip():
         raise ParseError(QuarantineReason.EMPTY, "the file contains no text")

@@ -1,4 +1,5 @@
 """Why a file could not be parsed. Every reason is something a user can act on."""
+
 from __future__ import annotations
 
 from enum import Enum
@@ -36,7 +37,8 @@ class ParserBug(RuntimeError):
     def __init__(self, path: str, cause: BaseException):
         super().__init__(
             f"parsing {path} failed in our code or environment ({type(cause).__name__}: {str(cause)[:300]}); "
-            "the file was not quarantined: fix the cause (see the traceback) and re-run")
+            "the file was not quarantined: fix the cause (see the traceback) and re-run"
+        )
         self.path = path
 
 

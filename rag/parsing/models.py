@@ -1,4 +1,5 @@
 """Records produced by parsing: ordered elements laid out in one canonical document text."""
+
 from __future__ import annotations
 
 import html

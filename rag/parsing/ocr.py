@@ -4,6 +4,7 @@ Tesseract runs as a subprocess (Debian's `tesseract-ocr` + a `tesseract-ocr-<lan
 time and single-threaded: on a busy machine its OpenMP threads spin against each other and a page takes about four
 times longer than with one thread.
 """
+
 from __future__ import annotations
 
 import csv
@@ -118,7 +119,10 @@ def ocr_image(image, *, language: str, dpi: int, timeout_s: float) -> list[OcrPa
     image.save(png, format="PNG")
     proc = subprocess.run(
         [path, "stdin", "stdout", "-l", language, "--dpi", str(dpi), "tsv"],
-        input=png.getvalue(), capture_output=True, timeout=timeout_s, env=_env(),
+        input=png.getvalue(),
+        capture_output=True,
+        timeout=timeout_s,
+        env=_env(),
     )
     if proc.returncode != 0:
         raise RuntimeError(f"tesseract exited with {proc.returncode}: {proc.stderr.decode(errors='replace')[-300:]}")

@@ -1,4 +1,5 @@
 """Every non-PDF format, through unstructured's `partition` (auto-detects the type), offline."""
+
 from __future__ import annotations
 
 import os
@@ -55,7 +56,11 @@ def parse_with_unstructured(path: Path) -> tuple[list[ElementDraft], int]:
         if not blames_the_file(exc):
             raise ParserBug(str(path), exc) from exc
         text = str(exc)
-        reason = QuarantineReason.UNSUPPORTED if "not supported" in text.lower() or "filetype" in text.lower() else QuarantineReason.MALFORMED
+        reason = (
+            QuarantineReason.UNSUPPORTED
+            if "not supported" in text.lower() or "filetype" in text.lower()
+            else QuarantineReason.MALFORMED
+        )
         raise ParseError(reason, f"unstructured could not partition the file: {text[:300]}", exc) from exc
     if not elements:
         # unstructured returns [] instead of failing when a model it needs is missing, so an empty
@@ -80,7 +85,10 @@ def parse_with_unstructured(path: Path) -> tuple[list[ElementDraft], int]:
         if kind == "table":
             kind = "text"  # a table without structure is only text to us
         depth = getattr(el.metadata, "category_depth", None)
-        drafts.append(ElementDraft(type=kind, text=el.text or "", page=page,
-                                   heading_level=(depth or 0) + 1 if kind == "title" else None))
+        drafts.append(
+            ElementDraft(
+                type=kind, text=el.text or "", page=page, heading_level=(depth or 0) + 1 if kind == "title" else None
+            )
+        )
     n_pages = max((d.page for d in drafts), default=1)
     return drafts, n_pages

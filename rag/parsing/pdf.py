@@ -1,5 +1,6 @@
 """PDF backend (pdfplumber): per-page text in reading order, tables as their own HTML elements, OCR (Tesseract) for
 pages without a text layer."""
+
 from __future__ import annotations
 
 import subprocess
@@ -58,7 +59,9 @@ def _table_rows(table, rotation: Rotation, chars: list[dict]) -> list[list[str]]
     cells = [rotation.box(*cell) for cell in table.cells]
     texts = []
     for x0, top, x1, bottom in cells:
-        inside = [c for c in chars if x0 <= (c["x0"] + c["x1"]) / 2 <= x1 and top <= (c["top"] + c["bottom"]) / 2 <= bottom]
+        inside = [
+            c for c in chars if x0 <= (c["x0"] + c["x1"]) / 2 <= x1 and top <= (c["top"] + c["bottom"]) / 2 <= bottom
+        ]
         texts.append(((x0, top), " ".join(chars_to_text(inside).split()) if inside else ""))
     rows: list[list[tuple[float, str]]] = []
     tops: list[float] = []
@@ -91,12 +94,18 @@ def _page_lines(page, settings: ParseSettings, tables_out: list[list[list[str]]]
         cx, cy = (c["x0"] + c["x1"]) / 2, (c["top"] + c["bottom"]) / 2
         return not any(x0 <= cx <= x1 and t <= cy <= b for x0, t, x1, b in table_boxes)
 
-    words = extract_words([c for c in chars if outside_tables(c)], extra_attrs=["size"], keep_blank_chars=False,
-                          x_tolerance=WORD_GAP_POINTS)
+    words = extract_words(
+        [c for c in chars if outside_tables(c)],
+        extra_attrs=["size"],
+        keep_blank_chars=False,
+        x_tolerance=WORD_GAP_POINTS,
+    )
     return reading_order(words_to_lines(words) + placeholders, rotation.upright_width)
 
 
-def _ocr_pages(pdf: pdfplumber.PDF, page_nos: list[int], settings: ParseSettings) -> tuple[dict[int, list[ElementDraft]], str | None]:
+def _ocr_pages(
+    pdf: pdfplumber.PDF, page_nos: list[int], settings: ParseSettings
+) -> tuple[dict[int, list[ElementDraft]], str | None]:
     """OCR drafts for the given pages (1-based), or why OCR did not run (off, or Tesseract/language missing)."""
     if not page_nos:
         return {}, None
@@ -110,17 +119,28 @@ def _ocr_pages(pdf: pdfplumber.PDF, page_nos: list[int], settings: ParseSettings
     for page_no in page_nos:
         image, dpi = render_page(pdf.pages[page_no - 1], settings.ocr_dpi)
         try:
-            paragraphs = ocr_image(image, language=settings.ocr_language, dpi=dpi, timeout_s=settings.ocr_page_timeout_s)
+            paragraphs = ocr_image(
+                image, language=settings.ocr_language, dpi=dpi, timeout_s=settings.ocr_page_timeout_s
+            )
         except subprocess.TimeoutExpired as exc:
-            raise ParseError(QuarantineReason.PARSER_ERROR,
-                             f"OCR of page {page_no} took over {settings.ocr_page_timeout_s:g} s "
-                             "(ParseSettings.ocr_page_timeout_s)", exc) from exc
+            raise ParseError(
+                QuarantineReason.PARSER_ERROR,
+                f"OCR of page {page_no} took over {settings.ocr_page_timeout_s:g} s (ParseSettings.ocr_page_timeout_s)",
+                exc,
+            ) from exc
         except RuntimeError as exc:
             raise ParseError(QuarantineReason.PARSER_ERROR, f"OCR of page {page_no} failed: {exc}", exc) from exc
-        meta = {"source": "ocr", "ocr": True, "ocr_engine": version, "ocr_language": settings.ocr_language,
-                "ocr_dpi": dpi}
-        out[page_no] = [ElementDraft(type="narrative", text=p.text, page=page_no,
-                                     metadata={**meta, "ocr_confidence": p.confidence}) for p in paragraphs]
+        meta = {
+            "source": "ocr",
+            "ocr": True,
+            "ocr_engine": version,
+            "ocr_language": settings.ocr_language,
+            "ocr_dpi": dpi,
+        }
+        out[page_no] = [
+            ElementDraft(type="narrative", text=p.text, page=page_no, metadata={**meta, "ocr_confidence": p.confidence})
+            for p in paragraphs
+        ]
     return out, None
 
 
@@ -149,7 +169,9 @@ def parse_pdf(path: Path, *, doc_id: str, settings: ParseSettings) -> tuple[list
 
     all_lines = [ln for _, lines in page_lines for ln in lines]
     body = body_font_size(all_lines)
-    heading_sizes = sorted({round(ln.size * 2) / 2 for ln in all_lines if ln.table_index is None and is_heading(ln, body)}, reverse=True)
+    heading_sizes = sorted(
+        {round(ln.size * 2) / 2 for ln in all_lines if ln.table_index is None and is_heading(ln, body)}, reverse=True
+    )
     level_of = {size: i + 1 for i, size in enumerate(heading_sizes)}
 
     drafts: list[ElementDraft] = []
@@ -158,10 +180,18 @@ def parse_pdf(path: Path, *, doc_id: str, settings: ParseSettings) -> tuple[list
         for block in group_blocks(lines, body):
             first = block.lines[0]
             if first.table_index is not None:
-                drafts.append(ElementDraft(type="table", text="", page=page_no, rows=tables[first.table_index], has_header=True))
+                drafts.append(
+                    ElementDraft(type="table", text="", page=page_no, rows=tables[first.table_index], has_header=True)
+                )
             elif is_heading(first, body):
-                drafts.append(ElementDraft(type="title", text=block.text, page=page_no,
-                                           heading_level=level_of.get(round(first.size * 2) / 2, 1)))
+                drafts.append(
+                    ElementDraft(
+                        type="title",
+                        text=block.text,
+                        page=page_no,
+                        heading_level=level_of.get(round(first.size * 2) / 2, 1),
+                    )
+                )
             else:
                 drafts.append(ElementDraft(type="narrative", text=block.text, page=page_no))
     if not any(d.text.strip() or d.rows for d in drafts):
@@ -169,7 +199,9 @@ def parse_pdf(path: Path, *, doc_id: str, settings: ParseSettings) -> tuple[list
         if ocr_skipped:
             message += f"; {ocr_skipped}"
         elif no_text_layer:
-            message += (f"; OCR (tesseract, language {settings.ocr_language}) found no text either: blank pages, or "
-                        "text in another script or language (ParseSettings.ocr_language)")
+            message += (
+                f"; OCR (tesseract, language {settings.ocr_language}) found no text either: blank pages, or "
+                "text in another script or language (ParseSettings.ocr_language)"
+            )
         raise ParseError(QuarantineReason.NO_TEXT_LAYER, message)
     return drafts, n_pages, metadata

@@ -2,6 +2,7 @@
 
 Works on pdfplumber char/word dicts only (no pdfplumber Page), so it is testable on synthetic boxes.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -54,8 +55,19 @@ def upright_chars(chars: list[dict], rotation: Rotation) -> list[dict]:
     out = []
     for c in chars:
         x0, top, x1, bottom = rotation.box(c["x0"], c["top"], c["x1"], c["bottom"])
-        out.append({**c, "x0": x0, "x1": x1, "top": top, "bottom": bottom, "upright": True,
-                    "width": x1 - x0, "height": bottom - top, "doctop": top})
+        out.append(
+            {
+                **c,
+                "x0": x0,
+                "x1": x1,
+                "top": top,
+                "bottom": bottom,
+                "upright": True,
+                "width": x1 - x0,
+                "height": bottom - top,
+                "doctop": top,
+            }
+        )
     return out
 
 
@@ -94,8 +106,16 @@ def words_to_lines(words: list[dict], tolerance: float = 3.0) -> list[Line]:
     for ws in lines:
         ws.sort(key=lambda w: w["x0"])
         sizes = [w.get("size", 0.0) or 0.0 for w in ws]
-        out.append(Line(ws, min(w["x0"] for w in ws), min(w["top"] for w in ws),
-                        max(w["x1"] for w in ws), max(w["bottom"] for w in ws), median(sizes)))
+        out.append(
+            Line(
+                ws,
+                min(w["x0"] for w in ws),
+                min(w["top"] for w in ws),
+                max(w["x1"] for w in ws),
+                max(w["bottom"] for w in ws),
+                median(sizes),
+            )
+        )
     return out
 
 
@@ -202,10 +222,7 @@ def body_font_size(lines: list[Line]) -> float:
 def is_heading(line: Line, body_size: float) -> bool:
     text = line.text.strip()
     return (
-        body_size > 0
-        and line.size >= body_size * 1.15
-        and 2 <= len(text) <= 200
-        and any(ch.isalpha() for ch in text)
+        body_size > 0 and line.size >= body_size * 1.15 and 2 <= len(text) <= 200 and any(ch.isalpha() for ch in text)
     )
 
 

@@ -1,4 +1,5 @@
 """User-facing parse settings (limits, passwords, OCR)."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -16,14 +17,26 @@ class ParseSettings(BaseModel):
     # Keys are doc_ids or glob patterns over doc_ids (e.g. "finance/*.pdf"); values are passwords.
     pdf_passwords: dict[str, str] = Field(default_factory=dict)
     extract_tables: bool = True
-    ocr: bool = Field(True, description="Read PDF pages without a text layer (scanned or image-only) with Tesseract OCR. "
-                      "Off: a PDF with no text layer at all is quarantined as no-text-layer.")
-    ocr_language: str = Field("eng", description="Tesseract language code(s), joined by '+' (e.g. 'eng+fra'); each needs "
-                              "its data package (Debian: tesseract-ocr-<code>, '_' written '-').")
-    ocr_dpi: int = Field(300, ge=72, le=600, description="Resolution a page is rendered at for OCR (Tesseract reads "
-                         "best at 300; lower is faster and misses small print).")
-    ocr_page_timeout_s: float = Field(120.0, gt=0, description="A page whose OCR takes longer quarantines the file "
-                                      "as parser-error.")
+    ocr: bool = Field(
+        True,
+        description="Read PDF pages without a text layer (scanned or image-only) with Tesseract OCR. "
+        "Off: a PDF with no text layer at all is quarantined as no-text-layer.",
+    )
+    ocr_language: str = Field(
+        "eng",
+        description="Tesseract language code(s), joined by '+' (e.g. 'eng+fra'); each needs "
+        "its data package (Debian: tesseract-ocr-<code>, '_' written '-').",
+    )
+    ocr_dpi: int = Field(
+        300,
+        ge=72,
+        le=600,
+        description="Resolution a page is rendered at for OCR (Tesseract reads "
+        "best at 300; lower is faster and misses small print).",
+    )
+    ocr_page_timeout_s: float = Field(
+        120.0, gt=0, description="A page whose OCR takes longer quarantines the file as parser-error."
+    )
 
     def password_for(self, doc_id: str) -> str | None:
         if doc_id in self.pdf_passwords:

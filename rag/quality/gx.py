@@ -3,6 +3,7 @@
 It returns plain records (no Dagster types) so the Dagster layer maps them to asset check results
 and the library stays testable alone. Each call uses an ephemeral context: nothing is written to disk.
 """
+
 from __future__ import annotations
 
 import os

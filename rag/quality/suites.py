@@ -1,4 +1,5 @@
 """The data-quality expectations of each table, as GX 1.x suites."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -23,7 +24,9 @@ def check_documents(documents: pd.DataFrame) -> SuiteOutcome:
     )
 
 
-def check_chunks(chunks: pd.DataFrame, documents: pd.DataFrame, *, min_chars: int = 1, max_chars: int | None = None) -> SuiteOutcome:
+def check_chunks(
+    chunks: pd.DataFrame, documents: pd.DataFrame, *, min_chars: int = 1, max_chars: int | None = None
+) -> SuiteOutcome:
     """Chunk invariants: unique ids, spans that reproduce the text from the canonical document, sane lengths."""
     import great_expectations.expectations as gxe
 
@@ -36,7 +39,7 @@ def check_chunks(chunks: pd.DataFrame, documents: pd.DataFrame, *, min_chars: in
             # Chunks kept after a failed re-chunking belong to the previous version of the document; the
             # failure itself fails the check (chunk_failures), and GX skips the None here.
             return None
-        return text is not None and text[int(row["char_start"]):int(row["char_end"])] == row["text"]
+        return text is not None and text[int(row["char_start"]) : int(row["char_end"])] == row["text"]
 
     text_chars = chunks["text"].fillna("").str.strip().str.len()
     df = chunks.assign(
@@ -50,7 +53,9 @@ def check_chunks(chunks: pd.DataFrame, documents: pd.DataFrame, *, min_chars: in
         gxe.ExpectColumnValuesToBeUnique(column="chunk_id"),
         gxe.ExpectColumnValuesToNotBeNull(column="text"),
         gxe.ExpectColumnValuesToBeBetween(column="text_chars", min_value=1),
-        gxe.ExpectColumnValuesToBeBetween(column="text_chars_without_tables", min_value=max(1, min_chars), max_value=max_chars),
+        gxe.ExpectColumnValuesToBeBetween(
+            column="text_chars_without_tables", min_value=max(1, min_chars), max_value=max_chars
+        ),
         gxe.ExpectColumnValuesToBeInSet(column="span_consistent", value_set=[True]),
         gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="char_end", column_B="char_start", or_equal=False),
         gxe.ExpectColumnPairValuesAToBeGreaterThanB(column_A="page_end", column_B="page_start", or_equal=True),
@@ -64,8 +69,14 @@ def check_chunks(chunks: pd.DataFrame, documents: pd.DataFrame, *, min_chars: in
 MIN_WORDS_BY_TYPE = {"keyword": 2}
 
 
-def check_qa_set(qa: pd.DataFrame, documents: pd.DataFrame, *, min_words: int = 5, max_words: int = 50,
-                 dev_share: tuple[float, float] = (0.05, 0.5)) -> SuiteOutcome:
+def check_qa_set(
+    qa: pd.DataFrame,
+    documents: pd.DataFrame,
+    *,
+    min_words: int = 5,
+    max_words: int = 50,
+    dev_share: tuple[float, float] = (0.05, 0.5),
+) -> SuiteOutcome:
     """QA set invariants: question length (keyword queries from 2 words, MIN_WORDS_BY_TYPE), evidence spans
     non-empty and inside their document, a sane dev share."""
     import json
@@ -76,7 +87,9 @@ def check_qa_set(qa: pd.DataFrame, documents: pd.DataFrame, *, min_words: int = 
 
     def spans_ok(evidence_json: str) -> bool:
         spans = json.loads(evidence_json)
-        return bool(spans) and all(s["doc_id"] in lengths and 0 <= s["start"] < s["end"] <= lengths[s["doc_id"]] for s in spans)
+        return bool(spans) and all(
+            s["doc_id"] in lengths and 0 <= s["start"] < s["end"] <= lengths[s["doc_id"]] for s in spans
+        )
 
     words = qa["question"].fillna("").str.split().str.len()
     floor = qa["qtype"].map(MIN_WORDS_BY_TYPE).fillna(min_words) if "qtype" in qa else min_words
@@ -95,7 +108,9 @@ def check_qa_set(qa: pd.DataFrame, documents: pd.DataFrame, *, min_words: int = 
         gxe.ExpectColumnValuesToBeInSet(column="split", value_set=["train", "dev", "test"]),
     ]
     if qa["doc_id"].nunique() >= 2:  # a split by document needs at least two documents
-        expectations.append(gxe.ExpectColumnMeanToBeBetween(column="is_dev", min_value=dev_share[0], max_value=dev_share[1]))
+        expectations.append(
+            gxe.ExpectColumnMeanToBeBetween(column="is_dev", min_value=dev_share[0], max_value=dev_share[1])
+        )
     return run_expectations(df, expectations, "synthetic_qa")
 
 
@@ -105,6 +120,8 @@ def check_report(report: pd.DataFrame, metric_columns: list[str]) -> SuiteOutcom
 
     expectations = []
     for column in metric_columns:
-        expectations += [gxe.ExpectColumnValuesToNotBeNull(column=column),
-                         gxe.ExpectColumnValuesToBeBetween(column=column, min_value=0.0, max_value=1.0)]
+        expectations += [
+            gxe.ExpectColumnValuesToNotBeNull(column=column),
+            gxe.ExpectColumnValuesToBeBetween(column=column, min_value=0.0, max_value=1.0),
+        ]
     return run_expectations(report, expectations, "retrieval_report")

@@ -20,6 +20,7 @@ versions only. Each registration (and a process's first use of the store) repair
 version whose folder is complete is finished, any other is deleted together with its folder, staging folders are
 reclaimed. Writers hold a file lock around every read-check-write; moving an alias is one MLflow call.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -128,12 +129,22 @@ def _complete(folder: Path, version: str) -> bool:
 def mirror_tags(mv: ModelVersion) -> dict[str, str]:
     """Manifest fields shown as MLflow version tags: lineage, the gate's outcome, who approved a promotion."""
     extra = mv.model_extra or {}
-    tags = {"rag.name": mv.name, "rag.base_model": mv.base_model, "rag.family": mv.family,
-            "rag.parent_version": mv.parent_version, "rag.training_data_hash": mv.training_data_hash,
-            "rag.qa_set_version": extra.get("qa_set_version"), "rag.strategy": extra.get("strategy"), "rag.seed": mv.seed}
-    for section, keys in (("gate", ("outcome", "passed", "against", "questions", "gated_at")),
-                          ("promotion", ("approved_by", "at", "previous_version", "forced", "force_reason")),
-                          ("canary", ("decision", "reason")), ("reverted", ("at", "reason"))):
+    tags = {
+        "rag.name": mv.name,
+        "rag.base_model": mv.base_model,
+        "rag.family": mv.family,
+        "rag.parent_version": mv.parent_version,
+        "rag.training_data_hash": mv.training_data_hash,
+        "rag.qa_set_version": extra.get("qa_set_version"),
+        "rag.strategy": extra.get("strategy"),
+        "rag.seed": mv.seed,
+    }
+    for section, keys in (
+        ("gate", ("outcome", "passed", "against", "questions", "gated_at")),
+        ("promotion", ("approved_by", "at", "previous_version", "forced", "force_reason")),
+        ("canary", ("decision", "reason")),
+        ("reverted", ("at", "reason")),
+    ):
         record = mv.metrics.get(section)
         if isinstance(record, dict):
             tags.update({f"{section}.{k}": record.get(k) for k in keys})
@@ -187,12 +198,15 @@ class ModelRegistry:
         # Refused, not migrated on the fly: migrating writes a new store (with MLFLOW_TRACKING_URI, onto a team's
         # server), and a serving process or a sensor tick is no place to do that behind the operator's back.
         db_missing = self.embedded and not (self.root / DB_NAME).exists()
-        if (self.root / LEGACY_ALIASES).exists() or (db_missing and any(
-                any((self.root / kind).glob(f"v*/{MANIFEST}")) for kind in KINDS)):
-            raise RegistryError(f"{self.root} holds a model registry in the old folder format (aliases.json and version "
-                                f"manifests) that MLflow does not know yet: run `rag models migrate-registry --root "
-                                f"{self.root}` once (it registers every version in MLflow under its number and sets "
-                                "the aliases; safe to re-run)")
+        if (self.root / LEGACY_ALIASES).exists() or (
+            db_missing and any(any((self.root / kind).glob(f"v*/{MANIFEST}")) for kind in KINDS)
+        ):
+            raise RegistryError(
+                f"{self.root} holds a model registry in the old folder format (aliases.json and version "
+                f"manifests) that MLflow does not know yet: run `rag models migrate-registry --root "
+                f"{self.root}` once (it registers every version in MLflow under its number and sets "
+                "the aliases; safe to re-run)"
+            )
 
     def mlflow_client(self, *, create: bool = True, legacy_ok: bool = False):
         """The MlflowClient of this registry's store. `create`: make the embedded store (a copy of the template) if
@@ -235,8 +249,9 @@ class ModelRegistry:
         if found is None:
             location = (self.root.resolve() / "mlartifacts" / kind).as_uri() if self.embedded else None
             try:
-                experiment = client.create_experiment(EXPERIMENT[kind], artifact_location=location,
-                                                      tags={"rag.kind": kind})
+                experiment = client.create_experiment(
+                    EXPERIMENT[kind], artifact_location=location, tags={"rag.kind": kind}
+                )
             except Exception as exc:  # noqa: BLE001 - another process created it first
                 if not already_exists(exc):
                     raise
@@ -341,8 +356,9 @@ class ModelRegistry:
             else:
                 found = self._mlflow_version(client, kind, version)
                 if found is None:
-                    raise RegistryError(f"{kind} {version} is not registered under {self.root} ({self.registry_uri}): "
-                                        "register it first")
+                    raise RegistryError(
+                        f"{kind} {version} is not registered under {self.root} ({self.registry_uri}): register it first"
+                    )
                 client.set_registered_model_alias(MODEL_NAME[kind], alias, found.version)
             self._touch()
 
@@ -381,9 +397,11 @@ class ModelRegistry:
         try:
             data = json.loads((folder / MANIFEST).read_text())
         except FileNotFoundError:
-            raise RegistryError(f"{kind} {version} is registered in MLflow ({self.registry_uri}) but {folder} has no "
-                                f"{MANIFEST}: restore that folder from a backup, or, if the model is gone for good, "
-                                f"delete version {found.version} of {MODEL_NAME[kind]} in MLflow (`make mlflow`)") from None
+            raise RegistryError(
+                f"{kind} {version} is registered in MLflow ({self.registry_uri}) but {folder} has no "
+                f"{MANIFEST}: restore that folder from a backup, or, if the model is gone for good, "
+                f"delete version {found.version} of {MODEL_NAME[kind]} in MLflow (`make mlflow`)"
+            ) from None
         mv = ModelVersion(**{**data, "path": folder, "run_id": found.run_id or None})
         mv._tags = dict(found.tags)
         return mv
@@ -393,12 +411,14 @@ class ModelRegistry:
         client = self.mlflow_client(create=False)
         if client is None:
             return []
-        ready = sorted((v for v in self._all_versions(client, kind) if v.tags.get(STATE_TAG) == READY),
-                       key=lambda v: int(v.version))
+        ready = sorted(
+            (v for v in self._all_versions(client, kind) if v.tags.get(STATE_TAG) == READY),
+            key=lambda v: int(v.version),
+        )
         return [self._record(kind, v) for v in ready]
 
     def resolve(self, kind: Kind, alias_or_version: str) -> ModelVersion | None:
-        """"production" | "candidate" | "v3" | "ft-minilm-v3" -> the version, or None when there is none."""
+        """ "production" | "candidate" | "v3" | "ft-minilm-v3" -> the version, or None when there is none."""
         from rag.registry.backend import not_found
 
         _check_kind(kind)
@@ -430,8 +450,9 @@ class ModelRegistry:
     def names(self, kind: Kind) -> list[str]:
         return [mv.name for mv in self.versions(kind)]
 
-    def register(self, kind: Kind, model_dir: Path, manifest: dict, *, move: bool = False,
-                 run_id: str | None = None) -> ModelVersion:
+    def register(
+        self, kind: Kind, model_dir: Path, manifest: dict, *, move: bool = False, run_id: str | None = None
+    ) -> ModelVersion:
         """Copy (or move) a saved model into the next version: MLflow version N, folder <root>/<kind>/vN.
         `run_id`: the MLflow run that trained it (rag.registry.tracking), linked from the version.
 
@@ -455,12 +476,23 @@ class ModelRegistry:
                 shutil.copytree(model_dir, staging)
             base = str(manifest.get("base_model") or "")
             family = manifest.get("family") or self._family(base)
-            fields = {**manifest, "kind": kind, "family": family,
-                      "created_at": manifest.get("created_at") or datetime.now(UTC).isoformat(timespec="seconds")}
+            fields = {
+                **manifest,
+                "kind": kind,
+                "family": family,
+                "created_at": manifest.get("created_at") or datetime.now(UTC).isoformat(timespec="seconds"),
+            }
 
             def record(number: int) -> ModelVersion:
-                return ModelVersion(**{**fields, "version": f"v{number}", "name": f"{NAME_PREFIX[kind]}-{family}-v{number}",
-                                       "path": folder / f"v{number}", "run_id": run_id})
+                return ModelVersion(
+                    **{
+                        **fields,
+                        "version": f"v{number}",
+                        "name": f"{NAME_PREFIX[kind]}-{family}-v{number}",
+                        "path": folder / f"v{number}",
+                        "run_id": run_id,
+                    }
+                )
 
             source = None
             if not self.embedded:
@@ -505,8 +537,10 @@ class ModelRegistry:
                 return got
             client.delete_model_version(model, str(got))
             expected = got + 1
-        raise RegistryError(f"MLflow kept giving {model} version numbers other than the one asked for: is another "
-                            f"program registering into {self.registry_uri}? Retry the registration")
+        raise RegistryError(
+            f"MLflow kept giving {model} version numbers other than the one asked for: is another "
+            f"program registering into {self.registry_uri}? Retry the registration"
+        )
 
     def _place(self, staging: Path, target: Path) -> None:
         if target.exists():  # left by a number MLflow gave once and a repair took back: no version owns it
@@ -578,7 +612,9 @@ class ModelRegistry:
     # --- a shared store (MLFLOW_TRACKING_URI): files travel as run artifacts -----------------------
     def _upload(self, client, kind: str, staging: Path, run_id: str | None) -> tuple[str, str]:
         if run_id is None:  # registered by hand (not by a training): a run of its own carries the files
-            run_id = client.create_run(self.experiment_id(kind), run_name="registration", tags={"rag.kind": kind}).info.run_id
+            run_id = client.create_run(
+                self.experiment_id(kind), run_name="registration", tags={"rag.kind": kind}
+            ).info.run_id
             client.set_terminated(run_id)
         client.log_artifacts(run_id, str(staging), "model")
         return run_id, f"{client.get_run(run_id).info.artifact_uri}/model"
@@ -630,9 +666,20 @@ def registered_embedder(name: str, registry: ModelRegistry | None = None) -> tup
         return mv.name, str(mv.path)
     if name == "production":
         return IMPLICIT_PRODUCTION["embedder"], None
-    raise RegistryError(f"no embedder {name!r} in the model registry under {(registry or ModelRegistry()).root}: "
-                        "train one (materialize finetuned_embedder / run retrain_job) or use a built-in name")
+    raise RegistryError(
+        f"no embedder {name!r} in the model registry under {(registry or ModelRegistry()).root}: "
+        "train one (materialize finetuned_embedder / run retrain_job) or use a built-in name"
+    )
 
 
-__all__ = ["ModelRegistry", "ModelVersion", "RegistryError", "ALIASES", "KINDS", "IMPLICIT_PRODUCTION", "is_registry_name",
-           "library_versions", "registered_embedder"]
+__all__ = [
+    "ModelRegistry",
+    "ModelVersion",
+    "RegistryError",
+    "ALIASES",
+    "KINDS",
+    "IMPLICIT_PRODUCTION",
+    "is_registry_name",
+    "library_versions",
+    "registered_embedder",
+]

@@ -7,6 +7,7 @@ nothing leaves the machine. `MLFLOW_TRACKING_URI` (and optionally `MLFLOW_REGIST
 mlflow is imported only here and only when a registry first talks to its store: the import takes seconds, and most
 processes that construct a ModelRegistry (sensors, `rag ask` before any training) never need it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,8 +26,10 @@ ARTIFACTS = "mlartifacts"
 # One registered model and one experiment per kind; the versions of `rag-embedder` are ft-<family>-vN.
 MODEL_NAME = {"embedder": "rag-embedder", "reranker": "rag-reranker"}
 EXPERIMENT = {"embedder": "rag-embedder-training", "reranker": "rag-reranker-training"}
-DESCRIPTION = ("Versions trained by rag (rag.registry): aliases production / candidate; in embedded mode each "
-               "version's weights and manifest.json are the folder its source names")
+DESCRIPTION = (
+    "Versions trained by rag (rag.registry): aliases production / candidate; in embedded mode each "
+    "version's weights and manifest.json are the folder its source names"
+)
 # What `make mlflow` serves: the address run links point at in embedded mode.
 LOCAL_UI = "http://127.0.0.1:5000"
 # Bump when what the template database holds changes (today: the two registered models), so caches rebuild.
@@ -35,22 +38,34 @@ TEMPLATE_FORMAT = 2
 # Set before mlflow is first imported (setdefault: an operator's own value wins). Telemetry off: embedded mode must
 # never reach the network; WARNING: MLflow's INFO lines (migrations, "created version") would flood CLI output;
 # no progress bars in logs.
-ENV_DEFAULTS = {"MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_LOGGING_LEVEL": "WARNING",
-                "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
+ENV_DEFAULTS = {
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_LOGGING_LEVEL": "WARNING",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+}
 
 
 class MlflowSettings(BaseModel):
     """Where the registry's MLflow lives. Both None: embedded in the registry root."""
 
-    tracking_uri: str | None = Field(None, description="MLFLOW_TRACKING_URI: a team server (http://host:5000) or a "
-                                     "database URL; None keeps runs and versions in <registry root>/mlflow.db")
-    registry_uri: str | None = Field(None, description="MLFLOW_REGISTRY_URI: where registered versions live when not "
-                                     "beside the runs (default: the tracking URI)")
+    tracking_uri: str | None = Field(
+        None,
+        description="MLFLOW_TRACKING_URI: a team server (http://host:5000) or a "
+        "database URL; None keeps runs and versions in <registry root>/mlflow.db",
+    )
+    registry_uri: str | None = Field(
+        None,
+        description="MLFLOW_REGISTRY_URI: where registered versions live when not "
+        "beside the runs (default: the tracking URI)",
+    )
 
     @classmethod
     def from_env(cls) -> MlflowSettings:
-        return cls(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or None,
-                   registry_uri=os.environ.get("MLFLOW_REGISTRY_URI") or None)
+        return cls(
+            tracking_uri=os.environ.get("MLFLOW_TRACKING_URI") or None,
+            registry_uri=os.environ.get("MLFLOW_REGISTRY_URI") or None,
+        )
 
     @property
     def embedded(self) -> bool:
@@ -66,7 +81,10 @@ def mlflow_module():
         os.environ.setdefault(key, value)
     import mlflow
 
-    if "MLFLOW_LOGGING_LEVEL" not in os.environ or os.environ["MLFLOW_LOGGING_LEVEL"] == ENV_DEFAULTS["MLFLOW_LOGGING_LEVEL"]:
+    if (
+        "MLFLOW_LOGGING_LEVEL" not in os.environ
+        or os.environ["MLFLOW_LOGGING_LEVEL"] == ENV_DEFAULTS["MLFLOW_LOGGING_LEVEL"]
+    ):
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # also when something imported mlflow before this
     _cache_schema_head()
     return mlflow

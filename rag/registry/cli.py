@@ -9,6 +9,7 @@
     rag feedback export [OUT_DIR] [--json]        the feedback store's RAG-Dataset (BEIR folder) and its counts
 
 Every command that changes something prints what changed (aliases, registered versions, rollout stage)."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,47 +23,62 @@ DEFAULT_REASON = "operator rollback from the command line (rag models rollback)"
 
 def add_registry_commands(msub) -> None:
     """`list`, `show`, `promote` and `rollback` under `rag models` (rag.rollout.cli.add_models_command)."""
-    ls = msub.add_parser("list", help="every registered version of each kind: stage, created, gate verdict, key metrics")
+    ls = msub.add_parser(
+        "list", help="every registered version of each kind: stage, created, gate verdict, key metrics"
+    )
     ls.add_argument("--kind", choices=KINDS, help="only this kind (default: embedder and reranker)")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_list)
 
     sh = msub.add_parser("show", help="one version: manifest, gate verdict, metrics, training arguments")
     sh.add_argument("version", help="v3, a served name (ft-minilm-v3, ce-ltr-v2), production or candidate")
-    sh.add_argument("--kind", choices=KINDS, help="default: from the name's prefix (ft-: embedder, ce-: reranker), "
-                    "else embedder")
+    sh.add_argument(
+        "--kind", choices=KINDS, help="default: from the name's prefix (ft-: embedder, ce-: reranker), else embedder"
+    )
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(func=cmd_show)
 
-    pr = msub.add_parser("promote", help="make a version production: refused without a passing gate verdict against "
-                         "today's production, while a canary runs, and under the 'canary' promotion policy",
-                         description="The same release step as production_embedder / production_reranker under the "
-                         "'direct' policy: gate verdict re-checked, an embedder's collections built for every chunk "
-                         "set, registry alias and serving aliases swapped. Under the 'canary' policy (rollout "
-                         "resource, RAG_PROMOTION_POLICY) it refuses and names the canary to start instead.")
+    pr = msub.add_parser(
+        "promote",
+        help="make a version production: refused without a passing gate verdict against "
+        "today's production, while a canary runs, and under the 'canary' promotion policy",
+        description="The same release step as production_embedder / production_reranker under the "
+        "'direct' policy: gate verdict re-checked, an embedder's collections built for every chunk "
+        "set, registry alias and serving aliases swapped. Under the 'canary' policy (rollout "
+        "resource, RAG_PROMOTION_POLICY) it refuses and names the canary to start instead.",
+    )
     pr.add_argument("version", help="v3, a served name (ft-minilm-v3) or candidate")
     pr.add_argument("--kind", choices=KINDS, help="default: from the name's prefix, else embedder")
     pr.add_argument("--distance", default="cosine", help="dense distance of new collections (as the index was built)")
     pr.set_defaults(func=cmd_promote)
 
-    rb = msub.add_parser("rollback", help="back to the previous production (or stop the running canary), logged",
-                         description="A running canary of the kind stops (production never moved). Otherwise production "
-                         "goes back to the version it replaced (its manifest's metrics.promotion.previous_version), "
-                         "through rag.lifecycle.rollout.roll_back_rollout: registry and serving aliases swapped back, "
-                         "recorded in the manifest (metrics.reverted) and models/rollout/log.jsonl.")
+    rb = msub.add_parser(
+        "rollback",
+        help="back to the previous production (or stop the running canary), logged",
+        description="A running canary of the kind stops (production never moved). Otherwise production "
+        "goes back to the version it replaced (its manifest's metrics.promotion.previous_version), "
+        "through rag.lifecycle.rollout.roll_back_rollout: registry and serving aliases swapped back, "
+        "recorded in the manifest (metrics.reverted) and models/rollout/log.jsonl.",
+    )
     rb.add_argument("--kind", default="embedder", choices=KINDS)
     rb.add_argument("--reason", default=DEFAULT_REASON, help="why: logged and recorded in the manifest")
-    rb.add_argument("--distance", default="cosine", help="dense distance, when a reverted production's collection "
-                    "must be brought up to date")
+    rb.add_argument(
+        "--distance",
+        default="cosine",
+        help="dense distance, when a reverted production's collection must be brought up to date",
+    )
     rb.set_defaults(func=cmd_rollback)
 
-    mg = msub.add_parser("migrate-registry", help="register the versions of an old folder registry (aliases.json and "
-                         "vN/manifest.json) in MLflow and move its aliases there; safe to re-run",
-                         description="Every folder version becomes the MLflow version of the same number (served names "
-                         "such as ft-minilm-v3 stay), its folder the version's source; the aliases of aliases.json are "
-                         "set in MLflow and aliases.json is deleted last. A killed run completes on re-run; a finished "
-                         "one changes nothing. The store is the registry's (embedded under the root, or "
-                         "MLFLOW_TRACKING_URI).")
+    mg = msub.add_parser(
+        "migrate-registry",
+        help="register the versions of an old folder registry (aliases.json and "
+        "vN/manifest.json) in MLflow and move its aliases there; safe to re-run",
+        description="Every folder version becomes the MLflow version of the same number (served names "
+        "such as ft-minilm-v3 stay), its folder the version's source; the aliases of aliases.json are "
+        "set in MLflow and aliases.json is deleted last. A killed run completes on re-run; a finished "
+        "one changes nothing. The store is the registry's (embedded under the root, or "
+        "MLFLOW_TRACKING_URI).",
+    )
     mg.add_argument("--root", type=Path, help="the registry folder (default: <data dir>/models)")
     mg.set_defaults(func=cmd_migrate_registry)
 
@@ -73,12 +89,22 @@ def add_loop_commands(sub) -> None:
 
     fb = sub.add_parser("feedback", help="the feedback store: export")
     fsub = fb.add_subparsers(dest="feedback_command", required=True)
-    ex = fsub.add_parser("export", help="write the feedback store as a BEIR-compatible RAG-Dataset and print its counts",
-                         description="corpus.jsonl, queries.jsonl, qrels/train.tsv (a BEIR folder: rag eval-beir reads "
-                         "it) plus answers.jsonl, ±1 chunk/document/answer qrels, feedback.jsonl and stats.json.")
-    ex.add_argument("out_dir", nargs="?", type=Path, help="folder to write; default: the versioned export the retrain "
-                    "sensors use, <data dir>/feedback_dataset/hw-<high-water mark>")
-    ex.add_argument("--db", help="SQLAlchemy URL of the store (default: FEEDBACK_DB_URL, else <data dir>/feedback.sqlite)")
+    ex = fsub.add_parser(
+        "export",
+        help="write the feedback store as a BEIR-compatible RAG-Dataset and print its counts",
+        description="corpus.jsonl, queries.jsonl, qrels/train.tsv (a BEIR folder: rag eval-beir reads "
+        "it) plus answers.jsonl, ±1 chunk/document/answer qrels, feedback.jsonl and stats.json.",
+    )
+    ex.add_argument(
+        "out_dir",
+        nargs="?",
+        type=Path,
+        help="folder to write; default: the versioned export the retrain "
+        "sensors use, <data dir>/feedback_dataset/hw-<high-water mark>",
+    )
+    ex.add_argument(
+        "--db", help="SQLAlchemy URL of the store (default: FEEDBACK_DB_URL, else <data dir>/feedback.sqlite)"
+    )
     ex.add_argument("--json", action="store_true", help="print stats.json")
     ex.set_defaults(func=cmd_feedback_export)
 
@@ -107,7 +133,9 @@ def stages(registry: ModelRegistry, mv: ModelVersion) -> list[str]:
     if state is not None and state.stage == "canary" and state.candidate_version == mv.version:
         out.append("canary")
     canary = mv.metrics.get("canary")
-    if "production" not in out and ("reverted" in mv.metrics or (isinstance(canary, dict) and canary.get("decision") == "rollback")):
+    if "production" not in out and (
+        "reverted" in mv.metrics or (isinstance(canary, dict) and canary.get("decision") == "rollback")
+    ):
         out.append("rolled back")
     elif "production" not in out and "promotion" in mv.metrics:
         out.append("retired")
@@ -115,12 +143,14 @@ def stages(registry: ModelRegistry, mv: ModelVersion) -> list[str]:
 
 
 def gate_summary(registry: ModelRegistry, mv: ModelVersion) -> str:
-    """"passed vs ft-minilm-v1", "rejected vs ..." (with "stale" when production moved since), or "not gated"."""
+    """ "passed vs ft-minilm-v1", "rejected vs ..." (with "stale" when production moved since), or "not gated"."""
     gate = mv.metrics.get("gate")
     if not isinstance(gate, dict) or "passed" not in gate:
         return "not gated"
     against = gate.get("against") or _name(registry, mv.kind, gate.get("production_version"))
-    verdict = "passed" if gate["passed"] is True else ("no verdict" if gate.get("outcome") == "no verdict" else "rejected")
+    verdict = (
+        "passed" if gate["passed"] is True else ("no verdict" if gate.get("outcome") == "no verdict" else "rejected")
+    )
     out = f"{verdict} vs {against}"
     production = registry.resolve(mv.kind, "production")
     now = production.version if production else None
@@ -138,36 +168,58 @@ def gate_report(registry: ModelRegistry, mv: ModelVersion) -> list[str]:
     settings = gate.get("settings") or {}
     metrics = [*(settings.get("metrics") or ["ndcg@10", "mrr@10"]), settings.get("recall_metric", "recall@20")]
     aside = gate.get("copied_questions_set_aside", gate.get("copied_questions", 0))
-    lines = [f"{mv.kind} {mv.name} vs {gate.get('against', '?')} on {gate.get('questions', '?')} held-out gate questions"
-             + (f" ({aside} copied from the documents set aside)" if aside else "") + ":"]
+    lines = [
+        f"{mv.kind} {mv.name} vs {gate.get('against', '?')} on {gate.get('questions', '?')} held-out gate questions"
+        + (f" ({aside} copied from the documents set aside)" if aside else "")
+        + ":"
+    ]
     if gate.get("gate_set"):  # which questions decided: experts' first when there are enough of them
         lines.append(f"  gate set (before copies are set aside): {gate['gate_set']}")
     for metric in dict.fromkeys(metrics):
         if f"candidate_{metric}" not in gate:
             continue
-        interval = (f", {settings.get('confidence', 0.95):.0%} CI {gate[f'ci_low_{metric}']:+.4f} to {gate[f'ci_high_{metric}']:+.4f}"
-                    if f"ci_low_{metric}" in gate else "")
+        interval = (
+            f", {settings.get('confidence', 0.95):.0%} CI {gate[f'ci_low_{metric}']:+.4f} to {gate[f'ci_high_{metric}']:+.4f}"
+            if f"ci_low_{metric}" in gate
+            else ""
+        )
         p = f", p {gate[f'p_value_{metric}']:.4g}" if f"p_value_{metric}" in gate else ""
-        lines.append(f"  {metric:10s} {gate[f'production_{metric}']:.4f} -> {gate[f'candidate_{metric}']:.4f} "
-                     f"({gate[f'delta_{metric}']:+.4f}{interval}{p})")
+        lines.append(
+            f"  {metric:10s} {gate[f'production_{metric}']:.4f} -> {gate[f'candidate_{metric}']:.4f} "
+            f"({gate[f'delta_{metric}']:+.4f}{interval}{p})"
+        )
     types = sorted({k.split("_")[1] for k in gate if k.startswith("type_") and k.endswith("_questions")})
     if types:
-        lines.append("  by type (" + metrics[0] + "): " + "; ".join(
-            f"{t} {gate[f'type_{t}_questions']} questions {gate[f'type_{t}_delta']:+.4f}" for t in types))
+        lines.append(
+            "  by type ("
+            + metrics[0]
+            + "): "
+            + "; ".join(f"{t} {gate[f'type_{t}_questions']} questions {gate[f'type_{t}_delta']:+.4f}" for t in types)
+        )
     if gate.get("min_detectable_effect") is not None:
-        lines.append(f"  smallest gain these questions detect (80% power): {gate['min_detectable_effect']:+.4f}"
-                     + (f"; {gate['questions_needed']} questions would detect {settings.get('target_effect', 0.02):+.2f}"
-                        if gate.get("questions_needed") else ""))
+        lines.append(
+            f"  smallest gain these questions detect (80% power): {gate['min_detectable_effect']:+.4f}"
+            + (
+                f"; {gate['questions_needed']} questions would detect {settings.get('target_effect', 0.02):+.2f}"
+                if gate.get("questions_needed")
+                else ""
+            )
+        )
     promotion = mv.metrics.get("promotion")
     if registry.aliases()[mv.kind].get("production") == mv.version:
         lines.append(f"  -> promoted: {mv.name} is production")
     elif promotion or gate.get("passed") is True:
-        lines.append(f"  -> gate passed ({gate.get('outcome', 'better')}); production is {_name(registry, mv.kind, registry.aliases()[mv.kind].get('production'))}")
+        lines.append(
+            f"  -> gate passed ({gate.get('outcome', 'better')}); production is {_name(registry, mv.kind, registry.aliases()[mv.kind].get('production'))}"
+        )
     else:
         outcome = gate.get("outcome", "rejected")
         why = gate.get("reasons", "")
-        hint = ("; only online evidence can decide: a canary (rollout resource's promotion policy 'canary')"
-                if outcome == "inconclusive" else "")
+        hint = (
+            "; only online evidence can decide: a canary (rollout resource's promotion policy 'canary')"
+            if outcome == "inconclusive"
+            else ""
+        )
         lines.append(f"  -> kept production ({outcome}): {why}{hint}")
     return lines
 
@@ -180,8 +232,10 @@ def key_metrics(mv: ModelVersion) -> str:
     for metric in metrics:
         if f"candidate_{metric}" in gate:
             p = gate.get(f"p_value_{metric}")
-            shown.append(f"{metric} {gate[f'candidate_{metric}']:.4f} ({gate.get(f'delta_{metric}', 0):+.4f}"
-                         + (f", p={p:.4g})" if p is not None else ")"))
+            shown.append(
+                f"{metric} {gate[f'candidate_{metric}']:.4f} ({gate.get(f'delta_{metric}', 0):+.4f}"
+                + (f", p={p:.4g})" if p is not None else ")")
+            )
     if not shown:
         selection = mv.metrics.get("dev_selection") or {}
         shown = [f"{k} {v:.4f}" for k, v in list(selection.items())[:2] if isinstance(v, (int, float))]
@@ -189,8 +243,15 @@ def key_metrics(mv: ModelVersion) -> str:
 
 
 def version_row(registry: ModelRegistry, mv: ModelVersion) -> dict:
-    return {"kind": mv.kind, "version": mv.version, "name": mv.name, "stages": stages(registry, mv),
-            "created_at": mv.created_at, "gate": gate_summary(registry, mv), "key_metrics": key_metrics(mv)}
+    return {
+        "kind": mv.kind,
+        "version": mv.version,
+        "name": mv.name,
+        "stages": stages(registry, mv),
+        "created_at": mv.created_at,
+        "gate": gate_summary(registry, mv),
+        "key_metrics": key_metrics(mv),
+    }
 
 
 def _target(registry: ModelRegistry, args: argparse.Namespace) -> ModelVersion:
@@ -203,8 +264,10 @@ def _target(registry: ModelRegistry, args: argparse.Namespace) -> ModelVersion:
     mv = registry.resolve(kind, args.version)
     if mv is None:
         known = ", ".join(registry.names(kind)) or "none registered"
-        raise RegistryError(f"no {kind} {args.version!r} in the registry under {registry.root} ({kind} versions: {known}); "
-                            "list them with `rag models list`")
+        raise RegistryError(
+            f"no {kind} {args.version!r} in the registry under {registry.root} ({kind} versions: {known}); "
+            "list them with `rag models list`"
+        )
     return mv
 
 
@@ -217,9 +280,11 @@ def snapshot(registry: ModelRegistry) -> dict:
     out = {}
     for kind in KINDS:
         state = read_state(registry, kind)
-        out[kind] = {**{alias: aliases[kind].get(alias) for alias in ALIASES},
-                     "versions": [mv.version for mv in registry.versions(kind)],
-                     "rollout": (state.candidate_version, state.stage) if state else None}
+        out[kind] = {
+            **{alias: aliases[kind].get(alias) for alias in ALIASES},
+            "versions": [mv.version for mv in registry.versions(kind)],
+            "rollout": (state.candidate_version, state.stage) if state else None,
+        }
     return out
 
 
@@ -233,8 +298,11 @@ def changes(registry: ModelRegistry, before: dict, after: dict) -> list[str]:
                 lines.append(f"{kind}: registered {mv.name} (gate: {gate_summary(registry, mv)})")
         for alias in ALIASES:
             if b[alias] != a[alias]:
-                label = (lambda v: _name(registry, kind, v)) if alias == "production" else (
-                    lambda v: _name(registry, kind, v) if v else "-")
+                label = (
+                    (lambda v: _name(registry, kind, v))
+                    if alias == "production"
+                    else (lambda v: _name(registry, kind, v) if v else "-")
+                )
                 lines.append(f"{kind} {alias}: {label(b[alias])} → {label(a[alias])}")
         if b["rollout"] != a["rollout"] and a["rollout"] is not None:
             version, stage = a["rollout"]
@@ -260,13 +328,17 @@ def cmd_list(args: argparse.Namespace) -> int:
         return 0
     for kind in kinds:
         aliases = registry.aliases()[kind]
-        print(f"{kind}: production {_name(registry, kind, aliases.get('production'))}, candidate "
-              f"{_name(registry, kind, aliases['candidate']) if aliases.get('candidate') else '-'}")
+        print(
+            f"{kind}: production {_name(registry, kind, aliases.get('production'))}, candidate "
+            f"{_name(registry, kind, aliases['candidate']) if aliases.get('candidate') else '-'}"
+        )
         if not out[kind]:
             print("  no versions registered (retrain_job / `rag retrain` trains one)")
         for row in out[kind]:
-            print(f"  {row['version']:4s} {row['name']:18s} {', '.join(row['stages']) or '-':22s} {row['created_at']:25s} "
-                  f"gate: {row['gate']}" + (f"; {row['key_metrics']}" if row["key_metrics"] else ""))
+            print(
+                f"  {row['version']:4s} {row['name']:18s} {', '.join(row['stages']) or '-':22s} {row['created_at']:25s} "
+                f"gate: {row['gate']}" + (f"; {row['key_metrics']}" if row["key_metrics"] else "")
+            )
     return 0
 
 
@@ -278,11 +350,29 @@ def cmd_show(args: argparse.Namespace) -> int:
     manifest = mv.manifest()
     row = version_row(registry, mv)
     refusal = None if "production" in row["stages"] else promotion_refusal(mv.kind, registry, mv)
-    training = {k: manifest.get(k) for k in ("base_model", "family", "parent_version", "training_data_hash",
-                                             "qa_set_version", "strategy", "seed", "hyperparameters")}
-    out = {**row, "path": str(mv.path), "promotable": "production" not in row["stages"] and refusal is None,
-           "promotion_refusal": refusal, "gate_verdict": mv.metrics.get("gate"),
-           "metrics": {k: v for k, v in mv.metrics.items() if k != "gate"}, "training": training, "manifest": manifest}
+    training = {
+        k: manifest.get(k)
+        for k in (
+            "base_model",
+            "family",
+            "parent_version",
+            "training_data_hash",
+            "qa_set_version",
+            "strategy",
+            "seed",
+            "hyperparameters",
+        )
+    }
+    out = {
+        **row,
+        "path": str(mv.path),
+        "promotable": "production" not in row["stages"] and refusal is None,
+        "promotion_refusal": refusal,
+        "gate_verdict": mv.metrics.get("gate"),
+        "metrics": {k: v for k, v in mv.metrics.items() if k != "gate"},
+        "training": training,
+        "manifest": manifest,
+    }
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0
@@ -322,7 +412,9 @@ def cmd_promote(args: argparse.Namespace) -> int:
             f"refusing to promote {mv.kind} {mv.name} directly: the promotion policy is 'canary' (rollout resource, "
             "RAG_PROMOTION_POLICY), so a gated candidate replaces production only by winning a canary. Start one: "
             f"`rag models rollout start --kind {mv.kind} --candidate {mv.version}`"
-            + (f" (it will be refused too: {refusal})" if refusal else "") + ". Production is unchanged.")
+            + (f" (it will be refused too: {refusal})" if refusal else "")
+            + ". Production is unchanged."
+        )
     before = snapshot(registry)
     outcome = release(mv.kind, registry, mv, policy="direct", target=serving_target(args.distance))
     print(f"{mv.kind}: {outcome['summary']} (gate: {gate_summary(registry, registry.resolve(mv.kind, mv.version))})")
@@ -347,8 +439,10 @@ def cmd_migrate_registry(args: argparse.Namespace) -> int:
     root = args.root or _registry().root
     done = migrate_folder_registry(root)
     if not (done["versions"] or done["aliases"] or done["removed"]):
-        print(f"nothing to migrate under {root}: MLflow ({ModelRegistry(root).registry_uri}) already holds its versions "
-              "and aliases")
+        print(
+            f"nothing to migrate under {root}: MLflow ({ModelRegistry(root).registry_uri}) already holds its versions "
+            "and aliases"
+        )
     return 0
 
 
@@ -358,8 +452,10 @@ def cmd_feedback_export(args: argparse.Namespace) -> int:
 
     url = args.db or default_url(data_dir())
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
-        raise FileNotFoundError(f"no feedback store at {url.removeprefix('sqlite:///')}: nothing to export (`rag serve` "
-                                "collects feedback; --db or FEEDBACK_DB_URL names another store)")
+        raise FileNotFoundError(
+            f"no feedback store at {url.removeprefix('sqlite:///')}: nothing to export (`rag serve` "
+            "collects feedback; --db or FEEDBACK_DB_URL names another store)"
+        )
     store = FeedbackStore(url)
     try:
         folder = export_rag_dataset(store, args.out_dir) if args.out_dir else export_versioned(store, data_dir())
@@ -369,9 +465,15 @@ def cmd_feedback_export(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"path": str(folder), **stats}, indent=2))
         return 0
-    print(f"exported the feedback store to {folder} (version {stats['version']}, high-water mark {stats['high_water_mark']})")
-    print(f"  {stats['queries']} queries, {stats['passages']} passages, {stats['answers']} answers, "
-          f"{stats['feedback_events']} feedback events")
-    print(f"  chunk qrels +{stats['chunk_qrels_positive']} / -{stats['chunk_qrels_negative']}, answer qrels "
-          f"+{stats['answer_qrels_positive']} / -{stats['answer_qrels_negative']}, {stats['document_qrels']} document qrels")
+    print(
+        f"exported the feedback store to {folder} (version {stats['version']}, high-water mark {stats['high_water_mark']})"
+    )
+    print(
+        f"  {stats['queries']} queries, {stats['passages']} passages, {stats['answers']} answers, "
+        f"{stats['feedback_events']} feedback events"
+    )
+    print(
+        f"  chunk qrels +{stats['chunk_qrels_positive']} / -{stats['chunk_qrels_negative']}, answer qrels "
+        f"+{stats['answer_qrels_positive']} / -{stats['answer_qrels_negative']}, {stats['document_qrels']} document qrels"
+    )
     return 0

@@ -6,6 +6,7 @@ collections and must not change) and its folder, which becomes the version's sou
 alias table is deleted last. Safe to re-run, and to kill: a re-run finishes what a killed one started (a version
 created but not yet marked ready has its folder complete, so the repair finishes it) and changes nothing once done.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,8 +43,9 @@ def folder_versions(root: Path, kind: str) -> list[int]:
     return sorted(n for n in numbers if _complete(folder / f"v{n}", f"v{n}"))
 
 
-def migrate_folder_registry(root: Path, *, settings: MlflowSettings | None = None,
-                            log: Callable[[str], None] = print) -> dict:
+def migrate_folder_registry(
+    root: Path, *, settings: MlflowSettings | None = None, log: Callable[[str], None] = print
+) -> dict:
     """Register every folder version in MLflow under its number, set the aliases of aliases.json, delete
     aliases.json. Returns what it changed: {"versions": [...], "aliases": [...], "removed": bool}."""
     registry = ModelRegistry(root, settings)
@@ -65,10 +67,12 @@ def migrate_folder_registry(root: Path, *, settings: MlflowSettings | None = Non
                     created.append(found.tags.get("rag.name", f"{kind} v{number}"))
                     continue
                 if found is not None:
-                    raise RegistryError(f"MLflow's {MODEL_NAME[kind]} version {number} ({registry.registry_uri}) is not "
-                                        f"the folder version v{number} and not ready (state "
-                                        f"{found.tags.get(STATE_TAG, 'none: not made by rag')}): delete it in MLflow "
-                                        "(`make mlflow`) and re-run the migration")
+                    raise RegistryError(
+                        f"MLflow's {MODEL_NAME[kind]} version {number} ({registry.registry_uri}) is not "
+                        f"the folder version v{number} and not ready (state "
+                        f"{found.tags.get(STATE_TAG, 'none: not made by rag')}): delete it in MLflow "
+                        "(`make mlflow`) and re-run the migration"
+                    )
                 created.append(_register_in_place(registry, client, kind, number))
                 log(f"{kind}: registered {created[-1]} in MLflow as version {number}")
         table = json.loads(table_path.read_text()) if table_path.exists() else {}
@@ -80,7 +84,9 @@ def migrate_folder_registry(root: Path, *, settings: MlflowSettings | None = Non
                     continue
                 number = int(str(version).removeprefix("v"))
                 if number not in folder_versions(registry.root, kind):
-                    log(f"{kind}: alias {alias} -> {version} of aliases.json skipped: that version has no complete folder")
+                    log(
+                        f"{kind}: alias {alias} -> {version} of aliases.json skipped: that version has no complete folder"
+                    )
                     continue
                 if held.get(alias) != number:
                     client.set_registered_model_alias(MODEL_NAME[kind], alias, str(number))
@@ -115,9 +121,11 @@ def _register_in_place(registry: ModelRegistry, client, kind: str, number: int) 
             return mv.name
         if got > number:
             client.delete_model_version(MODEL_NAME[kind], str(got))
-            raise RegistryError(f"MLflow's {MODEL_NAME[kind]} ({registry.registry_uri}) has already given out version "
-                                f"number {number}, so {kind} v{number} ({mv.name}) cannot keep its number, and its served "
-                                "name names Qdrant collections: migrate into a store that has not registered "
-                                f"{kind}s yet (unset MLFLOW_TRACKING_URI for the embedded store under {registry.root})")
+            raise RegistryError(
+                f"MLflow's {MODEL_NAME[kind]} ({registry.registry_uri}) has already given out version "
+                f"number {number}, so {kind} v{number} ({mv.name}) cannot keep its number, and its served "
+                "name names Qdrant collections: migrate into a store that has not registered "
+                f"{kind}s yet (unset MLFLOW_TRACKING_URI for the embedded store under {registry.root})"
+            )
         client.delete_model_version(MODEL_NAME[kind], str(got))  # a number the folder registry never completed
     raise RegistryError(f"could not give {kind} v{number} its number in MLflow: re-run the migration")

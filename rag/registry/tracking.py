@@ -11,6 +11,7 @@ version it registered, and the gate's verdict with its per-question scores.
 
 Used by rag.training.pipeline; nothing here trains or decides.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -40,8 +41,12 @@ def hardware() -> dict[str, str]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    out = {"hardware.cpu": cpu or "unknown", "hardware.cpus": str(os.cpu_count()), "hardware.platform": platform.platform(),
-           "hardware.python": sys.version.split()[0]}
+    out = {
+        "hardware.cpu": cpu or "unknown",
+        "hardware.cpus": str(os.cpu_count()),
+        "hardware.platform": platform.platform(),
+        "hardware.python": sys.version.split()[0],
+    }
     torch = sys.modules.get("torch")
     if torch is None:
         out["hardware.gpu"] = "not used (torch not loaded)"
@@ -57,8 +62,13 @@ def code_version() -> dict[str, str]:
     repo = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True,
-                               text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return {}
     if commit.returncode != 0:
@@ -77,15 +87,35 @@ def _versions() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def training_run(registry: ModelRegistry, kind: str, *, seed: int | None, training_data_hash: str, qa_set_version: str,
-                 strategy: str, base_model: str) -> Iterator[str]:
+def training_run(
+    registry: ModelRegistry,
+    kind: str,
+    *,
+    seed: int | None,
+    training_data_hash: str,
+    qa_set_version: str,
+    strategy: str,
+    base_model: str,
+) -> Iterator[str]:
     """An MLflow run around one training, in the kind's experiment: its id is yielded; the run ends FINISHED, or
     FAILED when the block raises (the run stays, with what went in, for the post-mortem)."""
     client = registry.mlflow_client()
-    tags = {"rag.kind": kind, "seed": str(seed), "training_data_hash": training_data_hash, "qa_set_version": qa_set_version,
-            "strategy": strategy, "base_model": base_model, **_versions(), **hardware(), **code_version()}
-    run = client.create_run(registry.experiment_id(kind), run_name=f"train {kind} {datetime.now(UTC):%Y-%m-%d %H:%M}",
-                            tags={k: str(v)[:MAX_TAG] for k, v in tags.items()})
+    tags = {
+        "rag.kind": kind,
+        "seed": str(seed),
+        "training_data_hash": training_data_hash,
+        "qa_set_version": qa_set_version,
+        "strategy": strategy,
+        "base_model": base_model,
+        **_versions(),
+        **hardware(),
+        **code_version(),
+    }
+    run = client.create_run(
+        registry.experiment_id(kind),
+        run_name=f"train {kind} {datetime.now(UTC):%Y-%m-%d %H:%M}",
+        tags={k: str(v)[:MAX_TAG] for k, v in tags.items()},
+    )
     run_id = run.info.run_id
     try:
         yield run_id
@@ -103,27 +133,34 @@ def _number(value) -> float | None:
     return None
 
 
-def log_training(registry: ModelRegistry, run_id: str, run, hyperparameters: dict, data_summary: dict | None = None) -> None:
+def log_training(
+    registry: ModelRegistry, run_id: str, run, hyperparameters: dict, data_summary: dict | None = None
+) -> None:
     """Parameters, the trainer's step metrics (rag.training's TrainingRun.log_history: loss, learning rate and the
     selection evaluations per step, or a learned ranker's selection nDCG per boosting round) and the run summary."""
     from mlflow.entities import Metric, Param, RunTag
 
     client = registry.mlflow_client()
-    params = [Param(key(k), (v if isinstance(v, str) else json.dumps(v, default=str))[:MAX_PARAM])
-              for k, v in sorted(hyperparameters.items())]
+    params = [
+        Param(key(k), (v if isinstance(v, str) else json.dumps(v, default=str))[:MAX_PARAM])
+        for k, v in sorted(hyperparameters.items())
+    ]
     now = int(time.time() * 1000)
     metrics = []
     for i, entry in enumerate(getattr(run, "log_history", None) or []):
         step = int(entry.get("step", i))
-        metrics += [Metric(key(k), value, now, step) for k, v in entry.items()
-                    if k != "step" and (value := _number(v)) is not None]
+        metrics += [
+            Metric(key(k), value, now, step)
+            for k, v in entry.items()
+            if k != "step" and (value := _number(v)) is not None
+        ]
     summary = {**(run.summary or {}), **{f"data.{k}": v for k, v in (data_summary or {}).items()}}
     metrics += [Metric(key(k), value, now, 0) for k, v in summary.items() if (value := _number(v)) is not None]
     tags = [RunTag(key(k), str(v)[:MAX_TAG]) for k, v in summary.items() if _number(v) is None and v is not None]
     for start in range(0, len(params), 100):
-        client.log_batch(run_id, params=params[start:start + 100])
+        client.log_batch(run_id, params=params[start : start + 100])
     for start in range(0, len(metrics), 1000):
-        client.log_batch(run_id, metrics=metrics[start:start + 1000])
+        client.log_batch(run_id, metrics=metrics[start : start + 1000])
     if tags:
         client.log_batch(run_id, tags=tags[:100])
 
@@ -136,8 +173,9 @@ def _gate_run(registry: ModelRegistry, mv: ModelVersion) -> str:
     if current._tags.get(GATE_RUN_TAG):
         return current._tags[GATE_RUN_TAG]
     client = registry.mlflow_client()
-    run_id = client.create_run(registry.experiment_id(mv.kind), run_name=f"gate {mv.name}",
-                               tags={"rag.kind": mv.kind, "rag.version": mv.name}).info.run_id
+    run_id = client.create_run(
+        registry.experiment_id(mv.kind), run_name=f"gate {mv.name}", tags={"rag.kind": mv.kind, "rag.version": mv.name}
+    ).info.run_id
     client.set_terminated(run_id)
     client.set_model_version_tag(MODEL_NAME[mv.kind], mv.version[1:], GATE_RUN_TAG, run_id)
     return run_id
@@ -153,19 +191,33 @@ def record_gate(registry: ModelRegistry, mv: ModelVersion, verdict: dict, result
     run_id = _gate_run(registry, mv)
     now = int(time.time() * 1000)
     metrics = [Metric(key(f"gate.{k}"), value, now, 0) for k, v in verdict.items() if (value := _number(v)) is not None]
-    tags = [RunTag(key(f"gate.{k}"), str(verdict[k])[:MAX_TAG]) for k in
-            ("outcome", "passed", "against", "production_version", "candidate_version", "qa_set_version", "reasons")
-            if verdict.get(k) is not None]
+    tags = [
+        RunTag(key(f"gate.{k}"), str(verdict[k])[:MAX_TAG])
+        for k in (
+            "outcome",
+            "passed",
+            "against",
+            "production_version",
+            "candidate_version",
+            "qa_set_version",
+            "reasons",
+        )
+        if verdict.get(k) is not None
+    ]
     client.log_batch(run_id, metrics=metrics[:1000], tags=tags)
     folder = f"gate/{datetime.now(UTC):%Y%m%dT%H%M%S}"
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "verdict.json").write_text(json.dumps(verdict, indent=2, default=str))
         views = [result, getattr(result, "other", None)] if result is not None else []
-        rows = {view.lists: view.per_question.to_dict("records") for view in views
-                if view is not None and getattr(view, "per_question", None) is not None}
+        rows = {
+            view.lists: view.per_question.to_dict("records")
+            for view in views
+            if view is not None and getattr(view, "per_question", None) is not None
+        }
         if rows:
-            (Path(tmp) / "per_question.json").write_text(json.dumps(
-                {"decided_on": result.lists, "lists": rows}, indent=2, default=str))
+            (Path(tmp) / "per_question.json").write_text(
+                json.dumps({"decided_on": result.lists, "lists": rows}, indent=2, default=str)
+            )
         client.log_artifacts(run_id, tmp, folder)
     return run_id
 

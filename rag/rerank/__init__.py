@@ -14,6 +14,7 @@ Score scale, for `min_score` and attribution thresholds: every reranker here ret
 activation its saved config names). A reranker of your own that returns logits says so with `scale = "logit"`;
 `probabilities()` then squashes every batch the same way instead of guessing from the values.
 """
+
 from __future__ import annotations
 
 import re
@@ -53,9 +54,11 @@ def probabilities(reranker, scores) -> np.ndarray:
     if getattr(reranker, "scale", "probability") == "logit":
         return 1.0 / (1.0 + np.exp(-scores))
     if scores.size and (scores.min() < -1e-6 or scores.max() > 1 + 1e-6):
-        raise ValueError(f"reranker {getattr(reranker, 'name', reranker)!r} returned scores outside [0, 1] "
-                         f"({scores.min():.3g}..{scores.max():.3g}) without declaring scale = 'logit': a reranker returns "
-                         "probabilities, or declares logits so they are squashed consistently")
+        raise ValueError(
+            f"reranker {getattr(reranker, 'name', reranker)!r} returned scores outside [0, 1] "
+            f"({scores.min():.3g}..{scores.max():.3g}) without declaring scale = 'logit': a reranker returns "
+            "probabilities, or declares logits so they are squashed consistently"
+        )
     return scores
 
 
@@ -67,7 +70,9 @@ class CrossEncoderReranker:
     def __init__(self, path: str | Path, name: str | None = None, max_length: int = 256, batch_size: int = 32) -> None:
         self.path = Path(path)
         if not self.path.is_dir():
-            raise ValueError(f"no cross-encoder at {self.path}: train one (the trained_reranker asset) or pass a saved model directory")
+            raise ValueError(
+                f"no cross-encoder at {self.path}: train one (the trained_reranker asset) or pass a saved model directory"
+            )
         self.name = name or self.path.name
         self.batch_size = batch_size
         self._model = _cross_encoder(str(self.path.resolve()), max_length)
@@ -79,8 +84,13 @@ class CrossEncoderReranker:
 
         # The sigmoid is named here, not taken from the saved config: a model saved with an Identity activation
         # (common for MS MARCO cross-encoders) would otherwise return logits under the same name.
-        scores = self._model.predict([(query, p) for p in passages], batch_size=self.batch_size, show_progress_bar=False,
-                                     convert_to_numpy=True, activation_fn=torch.nn.Sigmoid())
+        scores = self._model.predict(
+            [(query, p) for p in passages],
+            batch_size=self.batch_size,
+            show_progress_bar=False,
+            convert_to_numpy=True,
+            activation_fn=torch.nn.Sigmoid(),
+        )
         scores = np.asarray(scores, dtype=np.float32)
         if scores.ndim == 2:  # a two-label model: the probability of its last ("relevant") label
             scores = scores[:, -1]
@@ -129,8 +139,10 @@ def load_reranker(spec: str | None, *, registry: ModelRegistry | None = None) ->
     if Path(spec).is_dir():
         return reranker_from_dir(spec)
     known = ", ".join(registry.names("reranker")) or "none registered yet"
-    raise ValueError(f"unknown reranker {spec!r}: use none, production, candidate, a registered version ({known}) "
-                     "or a directory holding a saved reranker (a learned ranker or a CrossEncoder)")
+    raise ValueError(
+        f"unknown reranker {spec!r}: use none, production, candidate, a registered version ({known}) "
+        "or a directory holding a saved reranker (a learned ranker or a CrossEncoder)"
+    )
 
 
 def rerank(reranker: Reranker, query: str, hits: list[Hit], k: int) -> list[Hit]:
@@ -144,5 +156,13 @@ def rerank(reranker: Reranker, query: str, hits: list[Hit], k: int) -> list[Hit]
     return [replace(hits[i], rank=rank, score=float(scores[i])) for rank, i in enumerate(order[:k], start=1)]
 
 
-__all__ = ["Reranker", "CrossEncoderReranker", "RERANKERS", "load_reranker", "probabilities", "rerank", "reranker_from_dir",
-           "reranker_scores"]
+__all__ = [
+    "Reranker",
+    "CrossEncoderReranker",
+    "RERANKERS",
+    "load_reranker",
+    "probabilities",
+    "rerank",
+    "reranker_from_dir",
+    "reranker_scores",
+]

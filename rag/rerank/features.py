@@ -11,6 +11,7 @@ Three sources, all cheap on a CPU:
 - users' ratings of the passage text (up / down counts and a smoothed prior), keyed by a hash of the text so a
   rating sticks to what the user saw, not to a chunk id whose text may change.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,10 +24,27 @@ import numpy as np
 
 K1, B = 1.2, 0.75  # the BM25 index's own parameters (rag.index.bm25)
 
-FIRST_STAGE = ["first_stage_rank", "first_stage_reciprocal_rank", "dense_score", "dense_rank", "dense_gap_to_best",
-               "bm25_score", "bm25_rank", "bm25_share_of_best"]
-LEXICAL = ["bm25_corpus_stats", "term_coverage", "idf_weighted_coverage", "bigram_coverage", "longest_term_run",
-           "passage_terms", "query_terms", "log_char_start", "page_start"]
+FIRST_STAGE = [
+    "first_stage_rank",
+    "first_stage_reciprocal_rank",
+    "dense_score",
+    "dense_rank",
+    "dense_gap_to_best",
+    "bm25_score",
+    "bm25_rank",
+    "bm25_share_of_best",
+]
+LEXICAL = [
+    "bm25_corpus_stats",
+    "term_coverage",
+    "idf_weighted_coverage",
+    "bigram_coverage",
+    "longest_term_run",
+    "passage_terms",
+    "query_terms",
+    "log_char_start",
+    "page_start",
+]
 FEEDBACK = ["feedback_up", "feedback_down", "feedback_prior"]
 FEATURES = FIRST_STAGE + LEXICAL + FEEDBACK
 
@@ -67,11 +85,19 @@ class CorpusStats:
         return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
 
     def to_json(self) -> dict:
-        return {"documents": self.documents, "average_length": self.average_length, "document_frequency": self.document_frequency}
+        return {
+            "documents": self.documents,
+            "average_length": self.average_length,
+            "document_frequency": self.document_frequency,
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> CorpusStats:
-        return cls(int(data["documents"]), float(data["average_length"]), {k: int(v) for k, v in data["document_frequency"].items()})
+        return cls(
+            int(data["documents"]),
+            float(data["average_length"]),
+            {k: int(v) for k, v in data["document_frequency"].items()},
+        )
 
 
 class PassageTerms:
@@ -113,8 +139,13 @@ def _number(value, default=np.nan) -> float:
     return out if math.isfinite(out) else default
 
 
-def feature_matrix(query: str, hits: Sequence, stats: CorpusStats, priors: PriorLookup | None = None,
-                   passage_terms: Callable[[list[str]], list[list[str]]] = terms) -> np.ndarray:
+def feature_matrix(
+    query: str,
+    hits: Sequence,
+    stats: CorpusStats,
+    priors: PriorLookup | None = None,
+    passage_terms: Callable[[list[str]], list[list[str]]] = terms,
+) -> np.ndarray:
     """One row per hit (rag.retrieval.Hit: .rank, .chunk, .signals), columns in FEATURES order."""
     rows = np.full((len(hits), len(FEATURES)), np.nan, dtype=np.float64)
     if not len(hits):

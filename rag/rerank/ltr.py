@@ -8,6 +8,7 @@ Score scale: the probability that the passage is relevant, in [0, 1]: the booste
 mapped through a logistic calibration fitted on held-out selection questions (Platt scaling). The order is the
 booster's; `min_score` and attribution thresholds for this reranker are probabilities.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,10 @@ class LearnedRanker:
         self.name = name or self.path.name
         meta, self._booster = _load(str(self.path.resolve()))
         if meta["features"] != FEATURES:
-            raise ValueError(f"{self.path} was trained on features {meta['features']}, this version computes {FEATURES}: "
-                             "retrain the reranker")
+            raise ValueError(
+                f"{self.path} was trained on features {meta['features']}, this version computes {FEATURES}: "
+                "retrain the reranker"
+            )
         self.stats = CorpusStats.from_json(meta["corpus_stats"])
         self.priors = FeedbackPriors.from_json(meta.get("feedback_priors"))
         self.calibration = meta.get("calibration") or {"slope": 1.0, "intercept": 0.0}
@@ -85,12 +88,21 @@ def _load(path: str):
     return meta, lgb.Booster(model_file=str(Path(path) / BOOSTER_FILE))
 
 
-def save_ltr(folder: Path, booster, stats: CorpusStats, priors: FeedbackPriors, calibration: dict, settings: dict) -> Path:
+def save_ltr(
+    folder: Path, booster, stats: CorpusStats, priors: FeedbackPriors, calibration: dict, settings: dict
+) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     booster.save_model(str(folder / BOOSTER_FILE))
-    meta = {"kind": "lambdamart", "features": FEATURES, "corpus_stats": stats.to_json(), "feedback_priors": priors.to_json(),
-            "calibration": calibration, "settings": settings, "score_scale": LearnedRanker.scale}
+    meta = {
+        "kind": "lambdamart",
+        "features": FEATURES,
+        "corpus_stats": stats.to_json(),
+        "feedback_priors": priors.to_json(),
+        "calibration": calibration,
+        "settings": settings,
+        "score_scale": LearnedRanker.scale,
+    }
     (folder / LTR_FILE).write_text(json.dumps(meta))
     return folder
 

@@ -1,8 +1,9 @@
 """Retrieval over an index (BM25 + a Qdrant collection): a registry of modes, filters, MMR.
 
-    index = open_index("fixed-512", "minilm")
-    hits = get_retriever("hybrid-rrf").search(index, "what is ...", RetrievalParams(k=10))
+index = open_index("fixed-512", "minilm")
+hits = get_retriever("hybrid-rrf").search(index, "what is ...", RetrievalParams(k=10))
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -59,9 +60,17 @@ class Hit:
 
     def to_json(self) -> dict:
         c = self.chunk
-        return {"rank": self.rank, "score": round(float(self.score), 6), "chunk_id": c["chunk_id"], "doc_id": c["doc_id"],
-                "page_start": int(c["page_start"]), "page_end": int(c["page_end"]), "char_start": int(c["char_start"]),
-                "char_end": int(c["char_end"]), "text": c["text"]}
+        return {
+            "rank": self.rank,
+            "score": round(float(self.score), 6),
+            "chunk_id": c["chunk_id"],
+            "doc_id": c["doc_id"],
+            "page_start": int(c["page_start"]),
+            "page_end": int(c["page_end"]),
+            "char_start": int(c["char_start"]),
+            "char_end": int(c["char_end"]),
+            "text": c["text"],
+        }
 
 
 QUERY_VECTORS_KEPT = 4096
@@ -92,7 +101,9 @@ class Index:
 
     def query_vector(self, query: str) -> np.ndarray:
         if query not in self._query_vectors:
-            if len(self._query_vectors) >= QUERY_VECTORS_KEPT:  # bounded: a long-lived API process sees endless new queries
+            if (
+                len(self._query_vectors) >= QUERY_VECTORS_KEPT
+            ):  # bounded: a long-lived API process sees endless new queries
                 self._query_vectors.clear()
             self._query_vectors[query] = self.embedder.encode_queries([query])[0]
         return self._query_vectors[query]
@@ -104,7 +115,9 @@ class Index:
 
     def forget_query(self, query: str) -> None:
         """Drop a query's cached vector: a timing that must include the encoding (a canary's paired ranking times)."""
-        self._query_vectors.pop(query.strip() if isinstance(query, str) else query, None)  # keyed as validate_query leaves it
+        self._query_vectors.pop(
+            query.strip() if isinstance(query, str) else query, None
+        )  # keyed as validate_query leaves it
 
     def embed_queries(self, queries: list[str]) -> None:
         """Embed the queries not cached yet in batches, not one by one (an evaluation asks every question of a set)."""
@@ -176,9 +189,15 @@ def dense_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> li
         from qdrant_client import models
 
         search_params = models.SearchParams(hnsw_ef=index.hnsw_ef, exact=index.exact)
-    points = index.client.query_points(index.alias, query=vector.tolist(), using=DENSE, limit=depth,
-                                       query_filter=_qdrant_filter(flt), search_params=search_params,
-                                       with_payload=["chunk_id"]).points
+    points = index.client.query_points(
+        index.alias,
+        query=vector.tolist(),
+        using=DENSE,
+        limit=depth,
+        query_filter=_qdrant_filter(flt),
+        search_params=search_params,
+        with_payload=["chunk_id"],
+    ).points
     # Similarities for every distance (l2 scores are distances): hybrid-cc and min_score expect higher = better.
     distance = index.dense_distance()
     return [(p.payload["chunk_id"], similarity(float(p.score), distance)) for p in points]
@@ -210,6 +229,7 @@ def register_retriever(name: str) -> Callable[[Ranker], Ranker]:
     def decorator(fn: Ranker) -> Ranker:
         RETRIEVERS[name] = fn
         return fn
+
     return decorator
 
 
@@ -253,20 +273,25 @@ def retrieve(index: Index, query: str, mode: str, params: RetrievalParams | None
     ranking = [(cid, score) for cid, score in ranked if cid in index.chunks.index]
     if params.mmr_lambda is not None and ranking:
         ranking = _diversify(index, query, ranking, params)
-    top = ranking[:params.k]
-    return [Hit(rank, score, record, {**signals.get(cid, {}), "first_stage_rank": float(rank)})
-            for rank, ((cid, score), record) in enumerate(zip(top, index.records([cid for cid, _ in top])), start=1)]
+    top = ranking[: params.k]
+    return [
+        Hit(rank, score, record, {**signals.get(cid, {}), "first_stage_rank": float(rank)})
+        for rank, ((cid, score), record) in enumerate(zip(top, index.records([cid for cid, _ in top])), start=1)
+    ]
 
 
-def _diversify(index: Index, query: str, ranking: list[tuple[str, float]], p: RetrievalParams) -> list[tuple[str, float]]:
+def _diversify(
+    index: Index, query: str, ranking: list[tuple[str, float]], p: RetrievalParams
+) -> list[tuple[str, float]]:
     if index.client is None or index.embedder is None:
         raise RetrievalError("MMR needs chunk vectors: pass an embedding model")
     pool = ranking[: max(p.candidates, p.k)]
-    points = index.client.retrieve(index.alias, ids=[point_id(cid) for cid, _ in pool], with_vectors=[DENSE], with_payload=["chunk_id"])
+    points = index.client.retrieve(
+        index.alias, ids=[point_id(cid) for cid, _ in pool], with_vectors=[DENSE], with_payload=["chunk_id"]
+    )
     vectors = {pt.payload["chunk_id"]: np.asarray(pt.vector[DENSE], dtype=np.float32) for pt in points}
     pool = [(cid, s) for cid, s in pool if cid in vectors]
     matrix = np.vstack([vectors[cid] for cid, _ in pool])
     matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
     order = mmr(index.query_vector(query), matrix, p.k, p.mmr_lambda)
     return [pool[i] for i in order]
-

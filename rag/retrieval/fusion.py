@@ -1,4 +1,5 @@
 """Rank fusion, the only place hybrid scores are computed."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

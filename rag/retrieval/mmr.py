@@ -1,4 +1,5 @@
 """Maximal marginal relevance (Carbonell & Goldstein 1998) over unit-length vectors."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Open the index of a (strategy, model) from the data dir and search it: what `rag search` and the API use."""
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,10 @@ def open_bm25(bm25_dir: Path, client, alias: str | None, source: BM25Source | No
     if source != "bm25s" and client is not None and alias is not None and has_bm25(client, alias):
         return EngineBM25(client, alias)
     if source == "engine":
-        raise RetrievalError(f"{alias or 'this search'} has no BM25 sparse vector in the engine: it needs a collection "
-                             "built since they exist (re-index it), or RAG_BM25=auto to use the bm25s index")
+        raise RetrievalError(
+            f"{alias or 'this search'} has no BM25 sparse vector in the engine: it needs a collection "
+            "built since they exist (re-index it), or RAG_BM25=auto to use the bm25s index"
+        )
     try:
         return BM25Index.load(bm25_dir)
     except FileNotFoundError as exc:
@@ -62,13 +65,23 @@ def production_fallback(strategy: str, model: str) -> str | None:
     return CollectionName(strategy, model_key(index_model(model))).alias
 
 
-def open_index(strategy: str, model: str | None, *, root: Path | None = None, qdrant: QdrantSettings | None = None,
-               need_dense: bool = True, need_bm25: bool = True, bm25: BM25Source | None = None) -> Index:
+def open_index(
+    strategy: str,
+    model: str | None,
+    *,
+    root: Path | None = None,
+    qdrant: QdrantSettings | None = None,
+    need_dense: bool = True,
+    need_bm25: bool = True,
+    bm25: BM25Source | None = None,
+) -> Index:
     root = Path(root or data_dir())
     chunks = TableStore(root / "tables").read(CHUNKS_TABLE, strategy)
     if chunks is None:
-        raise RetrievalError(f"no chunk set for strategy {strategy!r} under {root}: run `rag index DOCS --strategy {strategy}` "
-                             "or materialize chunk_sets for that partition")
+        raise RetrievalError(
+            f"no chunk set for strategy {strategy!r} under {root}: run `rag index DOCS --strategy {strategy}` "
+            "or materialize chunk_sets for that partition"
+        )
     client = alias = embedder = None
     qdrant = qdrant or QdrantSettings.from_env()
     if need_dense:
@@ -81,31 +94,57 @@ def open_index(strategy: str, model: str | None, *, root: Path | None = None, qd
         if live is None and fallback is not None and (live := alias_target(client, fallback)) is not None:
             alias = fallback
         if live is None:
-            raise RetrievalError(f"no collection for strategy {strategy!r} and model {model!r}: run "
-                                 f"`rag index DOCS --strategy {strategy} --model {index_model(model)}` or materialize "
-                                 "embedding_collections")
+            raise RetrievalError(
+                f"no collection for strategy {strategy!r} and model {model!r}: run "
+                f"`rag index DOCS --strategy {strategy} --model {index_model(model)}` or materialize "
+                "embedding_collections"
+            )
         try:
             embedder = load_embedder(model)
         except ValueError as exc:
             raise RetrievalError(str(exc)) from exc
         if f"__{embedder.version}__" not in live:
             # Query vectors from other weights than the indexed ones would rank nonsense silently.
-            raise RetrievalError(f"the collection {live} was built with other weights than model {model!r} has now "
-                                 f"({embedder.version}): re-index it (materialize embedding_collections or `rag index`)")
+            raise RetrievalError(
+                f"the collection {live} was built with other weights than model {model!r} has now "
+                f"({embedder.version}): re-index it (materialize embedding_collections or `rag index`)"
+            )
         hint = None if is_local(client) else qdrant.breadth_hint(len(chunks))  # local mode always scans exactly
         if hint:
             log.warning("%s: %s", live, hint)
     sparse = open_bm25(bm25_root(root, strategy), client, alias, bm25) if need_bm25 else None
-    return Index(chunks=chunks.set_index("chunk_id"), bm25=sparse, client=client, alias=alias, embedder=embedder,
-                 hnsw_ef=qdrant.hnsw_ef, exact=qdrant.exact_search)
+    return Index(
+        chunks=chunks.set_index("chunk_id"),
+        bm25=sparse,
+        client=client,
+        alias=alias,
+        embedder=embedder,
+        hnsw_ef=qdrant.hnsw_ef,
+        exact=qdrant.exact_search,
+    )
 
 
-def search(query: str, *, strategy: str, model: str | None = "minilm", mode: str = "hybrid-rrf", k: int = 10,
-           params: RetrievalParams | None = None, root: Path | None = None, qdrant: QdrantSettings | None = None) -> list[Hit]:
+def search(
+    query: str,
+    *,
+    strategy: str,
+    model: str | None = "minilm",
+    mode: str = "hybrid-rrf",
+    k: int = 10,
+    params: RetrievalParams | None = None,
+    root: Path | None = None,
+    qdrant: QdrantSettings | None = None,
+) -> list[Hit]:
     validate_query(query)  # before any model or index is loaded
     if mode not in RETRIEVERS:
         raise RetrievalError(f"unknown retrieval mode {mode!r} (known: {', '.join(RETRIEVERS)})")
     params = (params or RetrievalParams()).model_copy(update={"k": k})
-    index = open_index(strategy, model, root=root, qdrant=qdrant, need_dense=mode in DENSE_MODES or params.mmr_lambda is not None,
-                       need_bm25=mode in {"bm25", "hybrid-rrf", "hybrid-cc"})
+    index = open_index(
+        strategy,
+        model,
+        root=root,
+        qdrant=qdrant,
+        need_dense=mode in DENSE_MODES or params.mmr_lambda is not None,
+        need_bm25=mode in {"bm25", "hybrid-rrf", "hybrid-cc"},
+    )
     return retrieve(index, query, mode, params)

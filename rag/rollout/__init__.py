@@ -19,17 +19,50 @@ Wiring (imported on use, not here): rag.lifecycle.rollout keeps each kind's stat
 the steps (start, conclude, roll_back_rollout); rag.rollout.evidence reads a canary's outcomes and guardrail inputs
 from the feedback store; rag.serving.canary routes API sessions; rag.rollout.cli is `rag models rollout`.
 """
+
 from rag.rollout.condensed import OfflineComparison, RunScores, compare_offline, condensed_run, score_run
 from rag.rollout.config import CanarySettings
 from rag.rollout.guardrails import Breach, Votes, guardrail_breaches, with_guardrails
 from rag.rollout.interleaving import QueryCredit, Shown, credit, seed_from, tally, team_draft_interleave
 from rag.rollout.sequential import Decision, log_likelihood_ratio, replay, sequential_decision
-from rag.rollout.state import (IllegalTransition, RolloutState, arm_for, assign_arm, promote, roll_back, start_canary,
-                               version_for)
+from rag.rollout.state import (
+    IllegalTransition,
+    RolloutState,
+    arm_for,
+    assign_arm,
+    promote,
+    roll_back,
+    start_canary,
+    version_for,
+)
 
-__all__ = ["CanarySettings", "condensed_run", "compare_offline", "score_run", "OfflineComparison", "RunScores",
-           "team_draft_interleave", "credit", "tally", "seed_from", "Shown", "QueryCredit",
-           "sequential_decision", "replay", "log_likelihood_ratio", "Decision",
-           "guardrail_breaches", "with_guardrails", "Breach", "Votes",
-           "RolloutState", "IllegalTransition", "start_canary", "promote", "roll_back", "assign_arm", "arm_for",
-           "version_for"]
+__all__ = [
+    "CanarySettings",
+    "condensed_run",
+    "compare_offline",
+    "score_run",
+    "OfflineComparison",
+    "RunScores",
+    "team_draft_interleave",
+    "credit",
+    "tally",
+    "seed_from",
+    "Shown",
+    "QueryCredit",
+    "sequential_decision",
+    "replay",
+    "log_likelihood_ratio",
+    "Decision",
+    "guardrail_breaches",
+    "with_guardrails",
+    "Breach",
+    "Votes",
+    "RolloutState",
+    "IllegalTransition",
+    "start_canary",
+    "promote",
+    "roll_back",
+    "assign_arm",
+    "arm_for",
+    "version_for",
+]

@@ -4,6 +4,7 @@ status lists each kind's production, candidate and latest rollout (with the runn
 feedback store is reachable); start begins a canary of a gated candidate (building an embedder's collections in
 the data dir's Qdrant); rollback stops a canary, or reverts a promotion, in one logged step. Promotion is
 canary_sensor's (promote_canary_job): it needs the sequential test's evidence."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,8 +14,9 @@ from rag.lifecycle.target import data_dir_target
 
 
 def add_models_command(sub) -> None:
-    m = sub.add_parser("models", help="trained models: list, show, promote, rollback; gradual rollout (canary) of a "
-                       "gated candidate")
+    m = sub.add_parser(
+        "models", help="trained models: list, show, promote, rollback; gradual rollout (canary) of a gated candidate"
+    )
     msub = m.add_subparsers(dest="models_command", required=True)
     from rag.registry.cli import add_registry_commands  # list, show, promote, rollback
 
@@ -31,19 +33,30 @@ def add_models_command(sub) -> None:
     s.add_argument("--candidate", help="version or name (v4, ft-minilm-v4); default: the `candidate` alias")
     s.add_argument("--share", type=float, help="share of sessions the canary serves (default 0.1)")
     s.add_argument("--distance", default="cosine", help="dense distance of new collections (as the index was built)")
-    s.add_argument("--force-reason", help="start it although its gate verdict does not allow it (say why: logged and "
-                   "recorded); e.g. rehearsing a rollback with a deliberately worse model")
+    s.add_argument(
+        "--force-reason",
+        help="start it although its gate verdict does not allow it (say why: logged and "
+        "recorded); e.g. rehearsing a rollback with a deliberately worse model",
+    )
     s.set_defaults(func=cmd_start)
 
-    b = rsub.add_parser("rollback", help="stop the running canary, or revert a promoted candidate to the previous production")
+    b = rsub.add_parser(
+        "rollback", help="stop the running canary, or revert a promoted candidate to the previous production"
+    )
     b.add_argument("--kind", default="embedder", choices=("embedder", "reranker"))
     b.add_argument("--reason", required=True, help="why: logged and recorded in the candidate's manifest")
-    b.add_argument("--distance", default="cosine", help="dense distance, when a reverted production's collection "
-                   "must be brought up to date")
+    b.add_argument(
+        "--distance",
+        default="cosine",
+        help="dense distance, when a reverted production's collection must be brought up to date",
+    )
     b.set_defaults(func=cmd_rollback)
 
-    rec = msub.add_parser("recover", help="finish (or undo) a promotion or rollback a killed process left unfinished; "
-                          "`rag serve`, canary_sensor and every lifecycle step do it too")
+    rec = msub.add_parser(
+        "recover",
+        help="finish (or undo) a promotion or rollback a killed process left unfinished; "
+        "`rag serve`, canary_sensor and every lifecycle step do it too",
+    )
     rec.add_argument("--distance", default="cosine", help="dense distance of the collections (as the index was built)")
     rec.set_defaults(func=cmd_recover)
 
@@ -56,8 +69,10 @@ def cmd_recover(args: argparse.Namespace) -> int:
     if intent is None:
         print("nothing to recover: no promotion or rollback was left unfinished")
         return 0
-    print(f"found an unfinished {intent.kind} {intent.action} started {intent.at} ({intent.approved_by}): "
-          f"production {intent.production_before or 'implicit v0'} → {intent.production_after or 'implicit v0'}")
+    print(
+        f"found an unfinished {intent.kind} {intent.action} started {intent.at} ({intent.approved_by}): "
+        f"production {intent.production_before or 'implicit v0'} → {intent.production_after or 'implicit v0'}"
+    )
     print(recover(registry, data_dir_target(args.distance).client))
     return 0
 
@@ -87,8 +102,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             finally:
                 store.close()
             # The default settings: the sensor's resource may differ (a smaller alpha needs more evidence).
-            out[kind]["evidence"] = summary(evaluate(evidence, name_of(registry, kind, state.candidate_version),
-                                                     CanarySettings()), evidence)
+            out[kind]["evidence"] = summary(
+                evaluate(evidence, name_of(registry, kind, state.candidate_version), CanarySettings()), evidence
+            )
         except Exception as exc:  # noqa: BLE001 - the state is still worth printing without the evidence
             out[kind]["evidence"] = f"unavailable: {type(exc).__name__}: {exc}"
     if args.json:
@@ -98,12 +114,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"{kind}: production {entry['production']}, candidate {entry['candidate'] or '-'}")
         rollout = entry.get("rollout")
         if rollout:
-            print(f"  rollout of {rollout['candidate']}: {rollout['stage']} (share {rollout['traffic_share']:.0%}, replaces "
-                  f"{rollout['replaces']}; started {rollout['started_at'] or '-'}, decided {rollout['decided_at'] or '-'})")
+            print(
+                f"  rollout of {rollout['candidate']}: {rollout['stage']} (share {rollout['traffic_share']:.0%}, replaces "
+                f"{rollout['replaces']}; started {rollout['started_at'] or '-'}, decided {rollout['decided_at'] or '-'})"
+            )
             print(f"  {rollout['reason']}")
         if "candidate_can_start" in entry:
-            print("  candidate can start a canary" if entry["candidate_can_start"]
-                  else f"  candidate cannot start a canary: {entry['candidate_refusal']}")
+            print(
+                "  candidate can start a canary"
+                if entry["candidate_can_start"]
+                else f"  candidate cannot start a canary: {entry['candidate_refusal']}"
+            )
         evidence = entry.get("evidence")
         if evidence:
             print(f"  evidence: {evidence['reason'] if isinstance(evidence, dict) else evidence}")
@@ -114,11 +135,19 @@ def cmd_start(args: argparse.Namespace) -> int:
     from rag.lifecycle.rollout import name_of, start
 
     registry = _registry()
-    state = start(args.kind, registry, args.candidate, args.share, target=data_dir_target(args.distance),
-                  force_reason=args.force_reason)
-    print(f"canary of {args.kind} {name_of(registry, args.kind, state.candidate_version)} started on "
-          f"{state.traffic_share:.0%} of sessions; `rag serve` picks it up on its next request. Watch it with "
-          "`rag models rollout status` or canary_sensor in the Dagster UI (turn it on under Automation).")
+    state = start(
+        args.kind,
+        registry,
+        args.candidate,
+        args.share,
+        target=data_dir_target(args.distance),
+        force_reason=args.force_reason,
+    )
+    print(
+        f"canary of {args.kind} {name_of(registry, args.kind, state.candidate_version)} started on "
+        f"{state.traffic_share:.0%} of sessions; `rag serve` picks it up on its next request. Watch it with "
+        "`rag models rollout status` or canary_sensor in the Dagster UI (turn it on under Automation)."
+    )
     return 0
 
 

@@ -5,6 +5,7 @@ passage first would be scored as if that passage were irrelevant, so plain metri
 lists (Sakai 2007) drop every unjudged passage from each ranking before scoring: both models are compared on
 the passages someone judged, whatever label they got.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -28,7 +29,9 @@ def as_scored(ranking: Ranking) -> dict[str, float]:
     return {d: float(len(ids) - i) for i, d in enumerate(ids)}
 
 
-def condensed_run(run: Mapping[str, Ranking], judgments: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, float]]:
+def condensed_run(
+    run: Mapping[str, Ranking], judgments: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, float]]:
     """Every ranking with its unjudged docs removed; the judged ones keep their scores, so their order.
 
     judged = the doc has any label for that query in `judgments` (0 and negative labels included: a passage shown
@@ -63,14 +66,17 @@ def positive_qrels(judgments: Mapping[str, Mapping[str, int]]) -> dict[str, dict
     return {q: docs for q, docs in qrels.items() if docs}
 
 
-def score_run(qrels: dict[str, dict[str, int]], run: Mapping[str, Ranking],
-              metrics: Sequence[str] = DEFAULT_METRICS) -> RunScores:
+def score_run(
+    qrels: dict[str, dict[str, int]], run: Mapping[str, Ranking], metrics: Sequence[str] = DEFAULT_METRICS
+) -> RunScores:
     """ranx metrics of `run` on the queries of `qrels`; a query the run lacks scores 0."""
     from ranx import Qrels, Run, evaluate
 
     if not qrels:
-        raise ValueError("no query has a positive judgment: nothing to score. Collect rated feedback (+1 passages) "
-                         "for the held-out questions first")
+        raise ValueError(
+            "no query has a positive judgment: nothing to score. Collect rated feedback (+1 passages) "
+            "for the held-out questions first"
+        )
     metrics = list(metrics)
     scored = {q: as_scored(run.get(q) or {}) for q in qrels}
     ranx_qrels = Qrels(qrels)
@@ -81,9 +87,12 @@ def score_run(qrels: dict[str, dict[str, int]], run: Mapping[str, Ranking],
     return RunScores({m: float(table[m].mean()) for m in metrics}, table.reset_index())
 
 
-def compare_offline(production: Mapping[str, Ranking], candidate: Mapping[str, Ranking],
-                    judgments: Mapping[str, Mapping[str, int]],
-                    metrics: Sequence[str] = DEFAULT_METRICS) -> OfflineComparison:
+def compare_offline(
+    production: Mapping[str, Ranking],
+    candidate: Mapping[str, Ranking],
+    judgments: Mapping[str, Mapping[str, int]],
+    metrics: Sequence[str] = DEFAULT_METRICS,
+) -> OfflineComparison:
     """Both runs scored plain and condensed (default nDCG@10, MRR@10), per query too, for a paired test by the caller.
 
     Judge the candidate by the condensed scores: the plain ones are reported to show how large production's

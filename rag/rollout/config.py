@@ -1,4 +1,5 @@
 """Canary settings (pydantic): traffic share, the sequential test's error rate and horizon, and the guardrails."""
+
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -9,22 +10,46 @@ class CanarySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     traffic_share: float = Field(0.10, gt=0, lt=1, description="share of sessions the canary serves")
-    alpha: float = Field(0.05, gt=0, lt=1, description="largest probability that an arm no better than production "
-                         "is ever promoted, however often the canary is evaluated")
+    alpha: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        description="largest probability that an arm no better than production "
+        "is ever promoted, however often the canary is evaluated",
+    )
     # Beta(1, 1) mixes evenly over all win rates. A prior concentrated near 0.5 (larger equal a, b) detects small
     # edges sooner and large ones later; the error rate holds for any prior.
     prior_a: float = Field(1.0, gt=0, description="Beta mixing prior of the win rate: a")
     prior_b: float = Field(1.0, gt=0, description="Beta mixing prior of the win rate: b")
-    max_queries: int = Field(2000, ge=1, description="canary queries after which a canary without significant evidence "
-                             "is rolled back (never promoted without evidence)")
-    max_latency_p95_ratio: float = Field(1.5, gt=1, description="the candidate's ranking latency p95 may be at most this "
-                                         "multiple of production's (both timed in the same canary requests)")
+    max_queries: int = Field(
+        2000,
+        ge=1,
+        description="canary queries after which a canary without significant evidence "
+        "is rolled back (never promoted without evidence)",
+    )
+    max_latency_p95_ratio: float = Field(
+        1.5,
+        gt=1,
+        description="the candidate's ranking latency p95 may be at most this "
+        "multiple of production's (both timed in the same canary requests)",
+    )
     # A ratio over a p95 of a few milliseconds (production ranking without a reranker) would flag any reranker at all.
-    latency_p95_allowance_ms: float = Field(25.0, ge=0, description="a canary over the ratio but slower than "
-                                            "production's p95 by at most this many milliseconds is no breach")
-    min_latency_samples: int = Field(50, ge=1, description="timed canary requests before the latency guardrail can fire")
-    max_upvote_share_drop: float = Field(0.10, gt=0, lt=1, description="the canary's share of up-votes among answer "
-                                         "votes may fall at most this far (absolute) below production's")
+    latency_p95_allowance_ms: float = Field(
+        25.0,
+        ge=0,
+        description="a canary over the ratio but slower than "
+        "production's p95 by at most this many milliseconds is no breach",
+    )
+    min_latency_samples: int = Field(
+        50, ge=1, description="timed canary requests before the latency guardrail can fire"
+    )
+    max_upvote_share_drop: float = Field(
+        0.10,
+        gt=0,
+        lt=1,
+        description="the canary's share of up-votes among answer "
+        "votes may fall at most this far (absolute) below production's",
+    )
     min_votes: int = Field(30, ge=1, description="answer votes per arm before the up-vote guardrail can fire")
 
 

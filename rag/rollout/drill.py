@@ -1,4 +1,5 @@
 """A deliberately worse model for rehearsing a rollback (and for tests of the gate and the canary)."""
+
 from __future__ import annotations
 
 from pathlib import Path

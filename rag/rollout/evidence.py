@@ -20,6 +20,7 @@ each shown passage of an interleaved answer (retrievals.team); this module turns
   interleaving's second ranking is the canary's own overhead and ends with it. Only sessions in the split count: requests without a session
   id are served by production outside it (arm NULL).
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -61,20 +62,34 @@ def collect(store, since: datetime) -> CanaryEvidence:
     in_canary = (q.c.arm.in_(ARMS), q.c.created_at >= since.astimezone(timezone.utc))
     canary = (q.c.arm == "canary", q.c.created_at >= since.astimezone(timezone.utc))
     with engine.connect() as conn:
-        asked = conn.execute(select(q.c.query_id, q.c.arm, q.c.latency_ms, q.c.timings_ms, q.c.session_id, q.c.text)
-                             .where(*in_canary)
-                             .order_by(q.c.created_at, q.c.query_id)).all()
-        shown = conn.execute(select(r.c.query_id, r.c.chunk_id, r.c.team, r.c.shared).join(q, q.c.query_id == r.c.query_id)
-                             .where(*canary, r.c.team.in_(ARMS))).all()
-        ratings = conn.execute(select(f.c.query_id, f.c.chunk_id, f.c.score).join(q, q.c.query_id == f.c.query_id)
-                               .join(sub, sub.c.submission_id == f.c.submission_id)
-                               .where(*canary, f.c.target == "passage", sub.c.session_id == q.c.session_id)
-                               .order_by(f.c.event_id)).all()
-        clicks = conn.execute(select(e.c.query_id, e.c.chunk_id).join(q, q.c.query_id == e.c.query_id)
-                              .where(*canary, e.c.kind == "click", e.c.chunk_id.is_not(None),
-                                     e.c.session_id == q.c.session_id)).all()
-        answer_votes = conn.execute(select(q.c.arm, f.c.query_id, f.c.score).join(q, q.c.query_id == f.c.query_id)
-                                    .where(*in_canary, f.c.target == "answer").order_by(f.c.event_id)).all()
+        asked = conn.execute(
+            select(q.c.query_id, q.c.arm, q.c.latency_ms, q.c.timings_ms, q.c.session_id, q.c.text)
+            .where(*in_canary)
+            .order_by(q.c.created_at, q.c.query_id)
+        ).all()
+        shown = conn.execute(
+            select(r.c.query_id, r.c.chunk_id, r.c.team, r.c.shared)
+            .join(q, q.c.query_id == r.c.query_id)
+            .where(*canary, r.c.team.in_(ARMS))
+        ).all()
+        ratings = conn.execute(
+            select(f.c.query_id, f.c.chunk_id, f.c.score)
+            .join(q, q.c.query_id == f.c.query_id)
+            .join(sub, sub.c.submission_id == f.c.submission_id)
+            .where(*canary, f.c.target == "passage", sub.c.session_id == q.c.session_id)
+            .order_by(f.c.event_id)
+        ).all()
+        clicks = conn.execute(
+            select(e.c.query_id, e.c.chunk_id)
+            .join(q, q.c.query_id == e.c.query_id)
+            .where(*canary, e.c.kind == "click", e.c.chunk_id.is_not(None), e.c.session_id == q.c.session_id)
+        ).all()
+        answer_votes = conn.execute(
+            select(q.c.arm, f.c.query_id, f.c.score)
+            .join(q, q.c.query_id == f.c.query_id)
+            .where(*in_canary, f.c.target == "answer")
+            .order_by(f.c.event_id)
+        ).all()
 
     teams: dict[str, list[tuple[str, str, bool]]] = defaultdict(list)
     for query_id, chunk_id, team, shared in shown:
@@ -111,9 +126,16 @@ def collect(store, since: datetime) -> CanaryEvidence:
     latest: dict[str, tuple[str, int]] = {}
     for arm, query_id, score in answer_votes:
         latest[query_id] = (arm, int(score))
-    votes = {arm: Votes(sum(1 for a, v in latest.values() if a == arm and v > 0),
-                        sum(1 for a, v in latest.values() if a == arm and v < 0)) for arm in ARMS}
-    return CanaryEvidence(outcomes, plain_outcomes=plain, latencies_ms=latencies, ranking_ms=ranking, votes=votes, queries=queries)
+    votes = {
+        arm: Votes(
+            sum(1 for a, v in latest.values() if a == arm and v > 0),
+            sum(1 for a, v in latest.values() if a == arm and v < 0),
+        )
+        for arm in ARMS
+    }
+    return CanaryEvidence(
+        outcomes, plain_outcomes=plain, latencies_ms=latencies, ranking_ms=ranking, votes=votes, queries=queries
+    )
 
 
 def evaluate(evidence: CanaryEvidence, candidate: str, settings: CanarySettings | None = None) -> Decision:
@@ -122,17 +144,26 @@ def evaluate(evidence: CanaryEvidence, candidate: str, settings: CanarySettings 
     settings = settings or CanarySettings()
     wins, losses, ties = evidence.counts
     decision = sequential_decision(wins, losses, ties, candidate, settings)
-    breaches = guardrail_breaches(evidence.ranking_ms.get("canary", []), evidence.ranking_ms.get("production", []),
-                                  evidence.votes.get("canary", Votes(0, 0)), evidence.votes.get("production", Votes(0, 0)),
-                                  settings)
+    breaches = guardrail_breaches(
+        evidence.ranking_ms.get("canary", []),
+        evidence.ranking_ms.get("production", []),
+        evidence.votes.get("canary", Votes(0, 0)),
+        evidence.votes.get("production", Votes(0, 0)),
+        settings,
+    )
     decision = with_guardrails(decision, breaches)
     timed = min(len(evidence.ranking_ms.get("canary", [])), len(evidence.ranking_ms.get("production", [])))
     if decision.decision == "promote" and timed < settings.min_latency_samples:
         # A strong early edge can cross the test's threshold in a few dozen queries, before the latency guardrail
         # may judge: promotion waits until it can (every canary request is timed, so the wait is short).
-        decision = replace(decision, decision="continue", reason=(
-            f"{decision.reason.removesuffix(', promote')}; promotion waits for the latency guardrail: {timed} of "
-            f"{settings.min_latency_samples} timed canary requests"))
+        decision = replace(
+            decision,
+            decision="continue",
+            reason=(
+                f"{decision.reason.removesuffix(', promote')}; promotion waits for the latency guardrail: {timed} of "
+                f"{settings.min_latency_samples} timed canary requests"
+            ),
+        )
     return decision
 
 
@@ -150,14 +181,23 @@ def summary(decision: Decision, evidence: CanaryEvidence) -> dict:
     def p95(values: list[float]) -> float | None:
         return round(float(np.percentile(values, 95)), 1) if values else None
 
-    return {"decision": decision.decision, "candidate": decision.candidate, "queries": decision.queries,
-            "wins": decision.wins, "losses": decision.losses, "ties": decision.ties,
-            "log_likelihood_ratio": round(decision.log_lr, 3), "threshold": round(decision.threshold, 3),
-            **_plain_counts(evidence),
-            "queries_production": evidence.queries.get("production", 0), "queries_canary": evidence.queries.get("canary", 0),
-            "latency_p95_ms_production": p95(evidence.latencies_ms.get("production", [])),
-            "latency_p95_ms_canary": p95(evidence.latencies_ms.get("canary", [])),
-            "ranking_p95_ms_production": p95(evidence.ranking_ms.get("production", [])),
-            "ranking_p95_ms_canary": p95(evidence.ranking_ms.get("canary", [])),
-            **{f"answer_votes_{arm}": f"{v.up} up / {v.down} down" for arm, v in evidence.votes.items()},
-            "breaches": "; ".join(decision.breaches), "reason": decision.reason}
+    return {
+        "decision": decision.decision,
+        "candidate": decision.candidate,
+        "queries": decision.queries,
+        "wins": decision.wins,
+        "losses": decision.losses,
+        "ties": decision.ties,
+        "log_likelihood_ratio": round(decision.log_lr, 3),
+        "threshold": round(decision.threshold, 3),
+        **_plain_counts(evidence),
+        "queries_production": evidence.queries.get("production", 0),
+        "queries_canary": evidence.queries.get("canary", 0),
+        "latency_p95_ms_production": p95(evidence.latencies_ms.get("production", [])),
+        "latency_p95_ms_canary": p95(evidence.latencies_ms.get("canary", [])),
+        "ranking_p95_ms_production": p95(evidence.ranking_ms.get("production", [])),
+        "ranking_p95_ms_canary": p95(evidence.ranking_ms.get("canary", [])),
+        **{f"answer_votes_{arm}": f"{v.up} up / {v.down} down" for arm, v in evidence.votes.items()},
+        "breaches": "; ".join(decision.breaches),
+        "reason": decision.reason,
+    }

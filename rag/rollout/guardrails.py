@@ -4,6 +4,7 @@ interleaving test says; the test compares rankings only and cannot see either.
 Latency is compared on each arm's own ranking time measured back to back in the same canary requests
 (rag.rollout.evidence): two arms served at different moments of a loaded machine differ by the load, and an
 interleaved request ranks twice, so its total says nothing about the candidate alone."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -39,7 +40,9 @@ class Breach:
     message: str
 
 
-def latency_breach(canary_ms: Sequence[float], production_ms: Sequence[float], settings: CanarySettings) -> Breach | None:
+def latency_breach(
+    canary_ms: Sequence[float], production_ms: Sequence[float], settings: CanarySettings
+) -> Breach | None:
     """Canary latency p95 above max_latency_p95_ratio x production's and more than latency_p95_allowance_ms above it,
     once both arms have min_latency_samples (the ranking times of each arm in the same canary requests)."""
     if min(len(canary_ms), len(production_ms)) < settings.min_latency_samples:
@@ -51,9 +54,13 @@ def latency_breach(canary_ms: Sequence[float], production_ms: Sequence[float], s
     ratio = canary_p95 / production_p95
     if ratio <= settings.max_latency_p95_ratio or canary_p95 - production_p95 <= settings.latency_p95_allowance_ms:
         return None
-    return Breach("latency_p95", ratio, settings.max_latency_p95_ratio,
-                  f"ranking latency p95 {canary_p95:.0f} ms is {ratio:.2f}x production's {production_p95:.0f} ms "
-                  f"(at most {settings.max_latency_p95_ratio:g}x, or {settings.latency_p95_allowance_ms:g} ms slower)")
+    return Breach(
+        "latency_p95",
+        ratio,
+        settings.max_latency_p95_ratio,
+        f"ranking latency p95 {canary_p95:.0f} ms is {ratio:.2f}x production's {production_p95:.0f} ms "
+        f"(at most {settings.max_latency_p95_ratio:g}x, or {settings.latency_p95_allowance_ms:g} ms slower)",
+    )
 
 
 def upvote_breach(canary: Votes, production: Votes, settings: CanarySettings) -> Breach | None:
@@ -66,18 +73,29 @@ def upvote_breach(canary: Votes, production: Votes, settings: CanarySettings) ->
     drop = production.up_share - canary.up_share
     if drop <= settings.max_upvote_share_drop:
         return None
-    return Breach("upvote_share", drop, settings.max_upvote_share_drop,
-                  f"up-vote share {canary.up_share:.0%} of {canary.total} votes is {drop * 100:.1f} points below "
-                  f"production's {production.up_share:.0%} of {production.total} (at most "
-                  f"{settings.max_upvote_share_drop * 100:g} points)")
+    return Breach(
+        "upvote_share",
+        drop,
+        settings.max_upvote_share_drop,
+        f"up-vote share {canary.up_share:.0%} of {canary.total} votes is {drop * 100:.1f} points below "
+        f"production's {production.up_share:.0%} of {production.total} (at most "
+        f"{settings.max_upvote_share_drop * 100:g} points)",
+    )
 
 
-def guardrail_breaches(canary_latencies_ms: Sequence[float], production_latencies_ms: Sequence[float],
-                       canary_votes: Votes, production_votes: Votes, settings: CanarySettings | None = None) -> list[Breach]:
+def guardrail_breaches(
+    canary_latencies_ms: Sequence[float],
+    production_latencies_ms: Sequence[float],
+    canary_votes: Votes,
+    production_votes: Votes,
+    settings: CanarySettings | None = None,
+) -> list[Breach]:
     """Every breached guardrail (empty when the canary may go on)."""
     settings = settings or CanarySettings()
-    found = [latency_breach(canary_latencies_ms, production_latencies_ms, settings),
-             upvote_breach(Votes(*canary_votes), Votes(*production_votes), settings)]
+    found = [
+        latency_breach(canary_latencies_ms, production_latencies_ms, settings),
+        upvote_breach(Votes(*canary_votes), Votes(*production_votes), settings),
+    ]
     return [b for b in found if b is not None]
 
 

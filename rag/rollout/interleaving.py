@@ -9,6 +9,7 @@ better, and crediting it (plain team draft) adds a coin flip to the query's outc
 it started from on most top passages, so many decisive outcomes would be such coin flips (bench/canary_loop.py
 reports both counts). A shared pick is shown and recorded like any other but credits nobody. The rule treats both
 teams alike, so arms that are equally good still win and lose equally often, and identical rankings only ever tie."""
+
 from __future__ import annotations
 
 import hashlib
@@ -49,12 +50,15 @@ def _coins(rng: CoinSource | int | str) -> CoinSource:
         return random.Random(rng)
     if hasattr(rng, "random"):
         return rng  # random.Random, numpy Generator, or a scripted source in tests
-    raise TypeError("rng must be a seed (int), a string to derive one from (query or session id), or an object "
-                    "with a random() method such as random.Random or numpy.random.Generator")
+    raise TypeError(
+        "rng must be a seed (int), a string to derive one from (query or session id), or an object "
+        "with a random() method such as random.Random or numpy.random.Generator"
+    )
 
 
-def team_draft_interleave(ranking_a: Sequence[str], ranking_b: Sequence[str], k: int,
-                          rng: CoinSource | int | str) -> list[Shown]:
+def team_draft_interleave(
+    ranking_a: Sequence[str], ranking_b: Sequence[str], k: int, rng: CoinSource | int | str
+) -> list[Shown]:
     """Up to `k` passages drafted from two rankings, each tagged with the team that picked it.
 
     Each pick goes to the team with fewer picks so far; when both have as many (the start of every round) a coin
@@ -108,7 +112,7 @@ class QueryCredit:
 
 
 def signal_value(signal: Signal) -> int:
-    """"click" and +1 count +1 for the team, -1 counts -1; 0 (no opinion) counts nothing."""
+    """ "click" and +1 count +1 for the team, -1 counts -1; 0 (no opinion) counts nothing."""
     if signal == "click":
         return 1
     if isinstance(signal, bool) or not isinstance(signal, int) or signal not in (-1, 0, 1):

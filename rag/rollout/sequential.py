@@ -16,6 +16,7 @@ promoting (or ever rolling back on the test) a candidate that is exactly as good
 in total for both. With equal wins and losses LR <= 1, so a crossing always has a direction. Ties carry no
 information about p and are only counted.
 """
+
 from __future__ import annotations
 
 import math
@@ -56,12 +57,15 @@ def log_likelihood_ratio(wins, losses, a: float = 1.0, b: float = 1.0):
 
 
 def evidence(candidate: str, wins: int, losses: int, ties: int, log_lr: float, threshold: float) -> str:
-    return (f"canary {candidate}: {wins + losses + ties} queries, wins {wins} / losses {losses} / ties {ties}, "
-            f"log-likelihood ratio {log_lr:.1f} of {threshold:.1f} needed")
+    return (
+        f"canary {candidate}: {wins + losses + ties} queries, wins {wins} / losses {losses} / ties {ties}, "
+        f"log-likelihood ratio {log_lr:.1f} of {threshold:.1f} needed"
+    )
 
 
-def sequential_decision(wins: int, losses: int, ties: int, candidate: str,
-                        settings: CanarySettings | None = None) -> Decision:
+def sequential_decision(
+    wins: int, losses: int, ties: int, candidate: str, settings: CanarySettings | None = None
+) -> Decision:
     """Promote, roll back or continue on the candidate's wins, losses and ties so far.
 
     At settings.max_queries queries without a crossing the canary is rolled back: without evidence that the
@@ -78,15 +82,18 @@ def sequential_decision(wins: int, losses: int, ties: int, candidate: str,
     elif log_lr >= threshold and losses > wins:
         verdict, why = "rollback", f"{said}: the candidate loses significantly more often, roll back"
     elif queries >= settings.max_queries:
-        verdict, why = "rollback", (f"{said}: no significant difference after {queries} queries (horizon "
-                                    f"{settings.max_queries}), roll back")
+        verdict, why = (
+            "rollback",
+            (f"{said}: no significant difference after {queries} queries (horizon {settings.max_queries}), roll back"),
+        )
     else:
         verdict, why = "continue", said
     return Decision(verdict, candidate, queries, wins, losses, ties, log_lr, threshold, why)
 
 
-def replay(outcomes: Sequence[Outcome], candidate: str, settings: CanarySettings | None = None,
-           candidate_team: Team = "b") -> Decision:
+def replay(
+    outcomes: Sequence[Outcome], candidate: str, settings: CanarySettings | None = None, candidate_team: Team = "b"
+) -> Decision:
     """The first decision other than "continue" along a stream of per-query outcomes (in the order they were
     recorded), as ticking after every query would have reached it; "continue" at the end of an undecided stream.
     For backtesting the rule on logged outcomes and for simulating it."""
@@ -106,14 +113,20 @@ def replay(outcomes: Sequence[Outcome], candidate: str, settings: CanarySettings
     log_lr = log_likelihood_ratio(wins, losses, settings.prior_a, settings.prior_b)
     stop = ((log_lr >= math.log(1.0 / settings.alpha)) & (wins != losses)) | (queries >= settings.max_queries)
     i = int(np.argmax(stop)) if stop.any() else len(stream) - 1
-    w, l = int(wins[i]), int(losses[i])
-    return sequential_decision(w, l, int(queries[i]) - w - l, candidate, settings)
+    won, lost = int(wins[i]), int(losses[i])
+    return sequential_decision(won, lost, int(queries[i]) - won - lost, candidate, settings)
 
 
 def forced_rollback(decision: Decision, breaches: Sequence[str]) -> Decision:
     """The decision overridden by guardrail breaches: any breach rolls back, whatever the test says."""
     if not breaches:
         return decision
-    said = evidence(decision.candidate, decision.wins, decision.losses, decision.ties, decision.log_lr, decision.threshold)
-    return replace(decision, decision="rollback", breaches=tuple(breaches),
-                   reason=f"{said}; guardrail breached: {'; '.join(breaches)}, roll back")
+    said = evidence(
+        decision.candidate, decision.wins, decision.losses, decision.ties, decision.log_lr, decision.threshold
+    )
+    return replace(
+        decision,
+        decision="rollback",
+        breaches=tuple(breaches),
+        reason=f"{said}; guardrail breached: {'; '.join(breaches)}, roll back",
+    )

@@ -1,5 +1,6 @@
 """The rollout state of one candidate and its legal transitions, plus the deterministic split of sessions
 between production and the canary."""
+
 from __future__ import annotations
 
 import hashlib
@@ -28,14 +29,19 @@ class RolloutState(BaseModel):
     started_at: datetime | None = None  # when the canary started
     decided_at: datetime | None = None  # when it was promoted or rolled back
     reason: str = ""
-    force_reason: str | None = Field(None, description="an operator's override of the offline gate at the start "
-                                     "(rag.lifecycle.rollout.start force_reason); None: started on a passing gate verdict")
+    force_reason: str | None = Field(
+        None,
+        description="an operator's override of the offline gate at the start "
+        "(rag.lifecycle.rollout.start force_reason); None: started on a passing gate verdict",
+    )
 
     @model_validator(mode="after")
     def _versions_differ(self) -> "RolloutState":
         if self.candidate_version == self.production_version:
-            raise ValueError(f"candidate {self.candidate_version!r} is already production: a canary needs a different "
-                             "candidate version")
+            raise ValueError(
+                f"candidate {self.candidate_version!r} is already production: a canary needs a different "
+                "candidate version"
+            )
         return self
 
 
@@ -46,11 +52,15 @@ def _moved(state: RolloutState, **changes) -> RolloutState:
 
 def _require(state: RolloutState, allowed: tuple[str, ...], step: str, hint: str) -> None:
     if state.stage not in allowed:
-        raise IllegalTransition(f"cannot {step} {state.candidate_version}: it is in stage {state.stage!r}, "
-                                f"{step} needs stage {' or '.join(map(repr, allowed))}; {hint}")
+        raise IllegalTransition(
+            f"cannot {step} {state.candidate_version}: it is in stage {state.stage!r}, "
+            f"{step} needs stage {' or '.join(map(repr, allowed))}; {hint}"
+        )
 
 
-def start_canary(state: RolloutState, now: datetime, traffic_share: float | None = None, reason: str = "") -> RolloutState:
+def start_canary(
+    state: RolloutState, now: datetime, traffic_share: float | None = None, reason: str = ""
+) -> RolloutState:
     """candidate → canary: the candidate starts serving `traffic_share` of sessions (the state's share by default)."""
     _require(state, ("candidate",), "start a canary of", "register a new candidate that passed the offline gate")
     share = state.traffic_share if traffic_share is None else traffic_share
@@ -71,14 +81,16 @@ def roll_back(state: RolloutState, now: datetime, reason: str) -> RolloutState:
 
 
 def assign_arm(session_id: str, share: float, salt: str) -> Arm:
-    """"canary" for a `share` of sessions, the same arm for a session on every request and every server.
+    """ "canary" for a `share` of sessions, the same arm for a session on every request and every server.
 
     sha256(salt, session id) read as a number in [0, 1): below `share` is canary. The salt (the candidate
     version) gives each candidate a fresh draw of sessions, so the same users are not always the test subjects;
     with a fixed salt, raising the share keeps every session already in the canary there."""
     if not session_id:
-        raise ValueError("assign_arm needs a session id: give anonymous clients one (e.g. a cookie) so that their "
-                         "queries stay on one arm")
+        raise ValueError(
+            "assign_arm needs a session id: give anonymous clients one (e.g. a cookie) so that their "
+            "queries stay on one arm"
+        )
     if not 0 <= share <= 1:
         raise ValueError(f"share must be within [0, 1], got {share}")
     digest = hashlib.sha256(f"{salt}\x1f{session_id}".encode("utf-8")).digest()  # separator: ("ab","c") != ("a","bc")

@@ -4,6 +4,7 @@ Dagster layer shows it as `model_rollout`'s metadata and fingerprints it to obse
 
 MLflow links: a registry that tracks its versions in MLflow offers `rag.registry.tracking.run_url(registry,
 model_version) -> str | None`; tracking_url() calls it when that function exists (None otherwise)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -41,17 +42,27 @@ def last_gate_verdict(registry: ModelRegistry, kind: str) -> dict | None:
     latest = None
     for mv in registry.versions(kind):
         gate = mv.metrics.get("gate")
-        if isinstance(gate, dict) and (latest is None or str(gate.get("gated_at") or "") >= str(latest[1].get("gated_at") or "")):
+        if isinstance(gate, dict) and (
+            latest is None or str(gate.get("gated_at") or "") >= str(latest[1].get("gated_at") or "")
+        ):
             latest = (mv, gate)
     if latest is None:
         return None
     mv, gate = latest
-    return {"candidate": mv.name, "candidate_version": mv.version,
-            "against": gate.get("against") or name_of(registry, kind, gate.get("production_version")),
-            "production_version": gate.get("production_version"), "outcome": gate_outcome(gate),
-            "passed": gate.get("passed") is True, "criterion": gate.get("criterion", "better"),
-            "delta_ndcg@10": gate.get("delta_ndcg@10"), "p_value_ndcg@10": gate.get("p_value_ndcg@10"),
-            "questions": gate.get("questions"), "at": gate.get("gated_at"), "reasons": gate.get("reasons")}
+    return {
+        "candidate": mv.name,
+        "candidate_version": mv.version,
+        "against": gate.get("against") or name_of(registry, kind, gate.get("production_version")),
+        "production_version": gate.get("production_version"),
+        "outcome": gate_outcome(gate),
+        "passed": gate.get("passed") is True,
+        "criterion": gate.get("criterion", "better"),
+        "delta_ndcg@10": gate.get("delta_ndcg@10"),
+        "p_value_ndcg@10": gate.get("p_value_ndcg@10"),
+        "questions": gate.get("questions"),
+        "at": gate.get("gated_at"),
+        "reasons": gate.get("reasons"),
+    }
 
 
 def loop_state(registry: ModelRegistry) -> dict:
@@ -66,17 +77,25 @@ def loop_state(registry: ModelRegistry) -> dict:
         state = read_state(registry, kind)
         rollout = None
         if state is not None:
-            rollout = {"stage": state.stage, "candidate": name_of(registry, kind, state.candidate_version),
-                       "candidate_version": state.candidate_version,
-                       "replaces": name_of(registry, kind, state.production_version),
-                       "traffic_share": state.traffic_share,
-                       "started_at": state.started_at.isoformat() if state.started_at else None,
-                       "decided_at": state.decided_at.isoformat() if state.decided_at else None, "reason": state.reason}
+            rollout = {
+                "stage": state.stage,
+                "candidate": name_of(registry, kind, state.candidate_version),
+                "candidate_version": state.candidate_version,
+                "replaces": name_of(registry, kind, state.production_version),
+                "traffic_share": state.traffic_share,
+                "started_at": state.started_at.isoformat() if state.started_at else None,
+                "decided_at": state.decided_at.isoformat() if state.decided_at else None,
+                "reason": state.reason,
+            }
             if state.stage == "canary" and out["canary"] is None:
                 out["canary"] = {"kind": kind, **rollout}
-        out[kind] = {"production": name_of(registry, kind, production), "production_version": production,
-                     "candidate": name_of(registry, kind, candidate) if candidate else None, "rollout": rollout,
-                     "gate": last_gate_verdict(registry, kind)}
+        out[kind] = {
+            "production": name_of(registry, kind, production),
+            "production_version": production,
+            "candidate": name_of(registry, kind, candidate) if candidate else None,
+            "rollout": rollout,
+            "gate": last_gate_verdict(registry, kind),
+        }
     steps = history(registry, limit=1)
     out["last_step"] = steps[-1] if steps else None
     return out

@@ -6,6 +6,7 @@ rag.synthetic.style measures how far each kind is from how people ask.
 
 Passages come from the canonical text (not from a chunk set), so the QA set scores every strategy.
 """
+
 from __future__ import annotations
 
 import random
@@ -40,27 +41,46 @@ class SynthSettings(BaseModel):
     """How big a QA set is and how it is made. The single home of these defaults: the synthetic_qa asset's run
     config (assets/evaluation.py) reads its defaults and descriptions from here."""
 
-    passages_per_document: int = Field(4, ge=1, description="passages sampled per document (fewer when a document "
-                                       "has fewer disjoint passages of passage_chars)")
-    questions_per_passage: int = Field(1, ge=1, description="questions per passage: with an LLM, one per question type "
-                                       "in turn; inverse-cloze: that many different sentences")
-    max_questions: int | None = Field(None, ge=1, description="stop once the set has this many questions (passages "
-                                      "taken round-robin over documents, so the cap spreads over them); None = no cap")
+    passages_per_document: int = Field(
+        4,
+        ge=1,
+        description="passages sampled per document (fewer when a document "
+        "has fewer disjoint passages of passage_chars)",
+    )
+    questions_per_passage: int = Field(
+        1,
+        ge=1,
+        description="questions per passage: with an LLM, one per question type "
+        "in turn; inverse-cloze: that many different sentences",
+    )
+    max_questions: int | None = Field(
+        None,
+        ge=1,
+        description="stop once the set has this many questions (passages "
+        "taken round-robin over documents, so the cap spreads over them); None = no cap",
+    )
     passage_chars: tuple[int, int] = (300, 1200)  # min, max characters of a passage
-    question_types: list[str] = Field(default_factory=lambda: list(QUESTION_TYPES),
-                                      description=f"LLM question types, cycled per passage: {', '.join(QUESTION_TYPES)}")
+    question_types: list[str] = Field(
+        default_factory=lambda: list(QUESTION_TYPES),
+        description=f"LLM question types, cycled per passage: {', '.join(QUESTION_TYPES)}",
+    )
     question_mix: dict[str, float] | None = Field(
-        None, description="share of each kind of question: llm (the LLM's question_types), answer-aware (wh-questions "
+        None,
+        description="share of each kind of question: llm (the LLM's question_types), answer-aware (wh-questions "
         "made by rule about a sentence's answer phrase), keyword (search-box terms of a passage), inverse-cloze (a "
         "sentence copied as the query); None = llm alone with an LLM, else answer-aware 0.5, keyword 0.25, "
-        "inverse-cloze 0.25. A passage that yields nothing of its slot's kind gives the slot to the next kind")
+        "inverse-cloze 0.25. A passage that yields nothing of its slot's kind gives the slot to the next kind",
+    )
     multi_document_questions: int = Field(0, ge=0, description="extra questions that need two documents (LLM only)")
     min_words: int = 5
     max_words: int = 50
-    dev_fraction: float = Field(0.2, ge=0.0, le=1.0, description="share of documents whose questions form the dev split")
+    dev_fraction: float = Field(
+        0.2, ge=0.0, le=1.0, description="share of documents whose questions form the dev split"
+    )
     seed: int = Field(42, description="passage sampling and sentence choice")
-    seed_examples_path: str | None = Field(None, description="YAML list of {passage, question, answer, type}; "
-                                           "None = built-in generic examples")
+    seed_examples_path: str | None = Field(
+        None, description="YAML list of {passage, question, answer, type}; None = built-in generic examples"
+    )
 
     @field_validator("question_mix")
     @classmethod
@@ -94,10 +114,15 @@ class SynthResult:
     def summary(self) -> dict:
         by_type = self.by_type
         by_split = Counter(i.split for i in self.items)
-        return {"questions": len(self.items), "attempted": self.attempted, "generator": self.generator,
-                "fallbacks": sum(self.fallbacks.values()),
-                **{f"type_{k}": v for k, v in sorted(by_type.items())}, **{f"split_{k}": v for k, v in sorted(by_split.items())},
-                **{f"rejected_{k}": v for k, v in sorted(self.rejected.items())}}
+        return {
+            "questions": len(self.items),
+            "attempted": self.attempted,
+            "generator": self.generator,
+            "fallbacks": sum(self.fallbacks.values()),
+            **{f"type_{k}": v for k, v in sorted(by_type.items())},
+            **{f"split_{k}": v for k, v in sorted(by_split.items())},
+            **{f"rejected_{k}": v for k, v in sorted(self.rejected.items())},
+        }
 
 
 # --- passages --------------------------------------------------------------------------------------
@@ -126,14 +151,30 @@ def sample_passages(doc: ParsedDocument, n: int, chars: tuple[int, int], rng: ra
 
 # --- prompts ---------------------------------------------------------------------------------------
 BUILTIN_EXAMPLES = [
-    {"type": "factual", "passage": "The Eiffel Tower was completed in March 1889 for the World's Fair in Paris. It is 330 metres tall and was the tallest man-made structure until 1930.",
-     "question": "In which year was the Eiffel Tower completed?", "answer": "1889"},
-    {"type": "factual", "passage": "Applicants must submit the form within 30 days of the notice. Late submissions are charged a fee of $25 per week of delay.",
-     "question": "How much is the fee for each week a submission is late?", "answer": "$25 per week"},
-    {"type": "interpretation", "passage": "Sales fell by 12% in the second quarter, while the cost of raw materials rose sharply after the new import tariffs took effect.",
-     "question": "What probably explains the weaker results of the second quarter?", "answer": "the cost of raw materials rose sharply after the new import tariffs took effect"},
-    {"type": "long-answer", "passage": "To reset the device, hold the power button for ten seconds, wait until the light blinks twice, then release the button and enter the default PIN 0000.",
-     "question": "What are the steps to reset the device?", "answer": "hold the power button for ten seconds, wait until the light blinks twice, then release the button and enter the default PIN 0000"},
+    {
+        "type": "factual",
+        "passage": "The Eiffel Tower was completed in March 1889 for the World's Fair in Paris. It is 330 metres tall and was the tallest man-made structure until 1930.",
+        "question": "In which year was the Eiffel Tower completed?",
+        "answer": "1889",
+    },
+    {
+        "type": "factual",
+        "passage": "Applicants must submit the form within 30 days of the notice. Late submissions are charged a fee of $25 per week of delay.",
+        "question": "How much is the fee for each week a submission is late?",
+        "answer": "$25 per week",
+    },
+    {
+        "type": "interpretation",
+        "passage": "Sales fell by 12% in the second quarter, while the cost of raw materials rose sharply after the new import tariffs took effect.",
+        "question": "What probably explains the weaker results of the second quarter?",
+        "answer": "the cost of raw materials rose sharply after the new import tariffs took effect",
+    },
+    {
+        "type": "long-answer",
+        "passage": "To reset the device, hold the power button for ten seconds, wait until the light blinks twice, then release the button and enter the default PIN 0000.",
+        "question": "What are the steps to reset the device?",
+        "answer": "hold the power button for ten seconds, wait until the light blinks twice, then release the button and enter the default PIN 0000",
+    },
 ]
 
 
@@ -149,8 +190,10 @@ def load_examples(path: str | None) -> list[dict]:
 def build_prompt(passage: str, qtype: str, examples: list[dict]) -> str:
     """Completion-style few-shot prompt: small models continue a pattern far better than they follow a chat."""
     head = "Write one question that the passage answers, and copy the answer from the passage.\n\n"
-    shots = "".join(f"Passage: {e['passage']}\nQuestion type: {e.get('type', 'factual')}\nQuestion: {e['question']}\nAnswer: {e['answer']}\n\n"
-                    for e in examples[:5])
+    shots = "".join(
+        f"Passage: {e['passage']}\nQuestion type: {e.get('type', 'factual')}\nQuestion: {e['question']}\nAnswer: {e['answer']}\n\n"
+        for e in examples[:5]
+    )
     return f"{head}{shots}Passage: {' '.join(passage.split())}\nQuestion type: {qtype}\nQuestion:"
 
 
@@ -197,7 +240,7 @@ def language_of(text: str) -> str | None:
 
 
 def sentences(text: str) -> list[tuple[int, int]]:
-    return [(s, e) for s, e in split_sentences(text) if text[e - 1:e] in ".!?"]  # whole sentences only
+    return [(s, e) for s, e in split_sentences(text) if text[e - 1 : e] in ".!?"]  # whole sentences only
 
 
 # --- generation ------------------------------------------------------------------------------------
@@ -205,8 +248,14 @@ class _Filters:
     def __init__(self, settings: SynthSettings):
         self.settings, self.seen, self.rejected = settings, set(), Counter()
 
-    def accept(self, question: str, passage_text: str, check_language: bool = True,
-               check_verbatim: bool | None = None, min_words: int | None = None) -> bool:
+    def accept(
+        self,
+        question: str,
+        passage_text: str,
+        check_language: bool = True,
+        check_verbatim: bool | None = None,
+        min_words: int | None = None,
+    ) -> bool:
         """Length, duplicates, then (by default with the language) not a copy of the passage and its language."""
         words = len(question.split())
         key = " ".join(tokens(question))
@@ -224,7 +273,9 @@ class _Filters:
         return False
 
 
-def generate_qa(documents: list[ParsedDocument], llm: Completer | None, settings: SynthSettings | None = None) -> SynthResult:
+def generate_qa(
+    documents: list[ParsedDocument], llm: Completer | None, settings: SynthSettings | None = None
+) -> SynthResult:
     settings = settings or SynthSettings()
     rng = random.Random(settings.seed)
     examples = load_examples(settings.seed_examples_path)
@@ -232,7 +283,9 @@ def generate_qa(documents: list[ParsedDocument], llm: Completer | None, settings
     mix = question_mix.resolve(settings.question_mix, has_llm=llm is not None)
     generator = "+".join(f"llm:{llm.name}" if kind == question_mix.LLM and llm else kind for kind in mix)
     result = SynthResult(items=[], generator=generator, mix=mix)
-    passages_by_doc = {d.doc_id: sample_passages(d, settings.passages_per_document, settings.passage_chars, rng) for d in documents}
+    passages_by_doc = {
+        d.doc_id: sample_passages(d, settings.passages_per_document, settings.passage_chars, rng) for d in documents
+    }
     cap, n = settings.max_questions, settings.questions_per_passage
     order = _passage_order(passages_by_doc, interleave=cap is not None)
     kinds = question_mix.slot_kinds(mix, len(order) * n, settings.seed)
@@ -256,7 +309,11 @@ def generate_qa(documents: list[ParsedDocument], llm: Completer | None, settings
                     break
     if cap is not None:
         result.items = result.items[:cap]
-    extra = settings.multi_document_questions if cap is None else min(settings.multi_document_questions, cap - len(result.items))
+    extra = (
+        settings.multi_document_questions
+        if cap is None
+        else min(settings.multi_document_questions, cap - len(result.items))
+    )
     if llm and extra > 0:
         result.items += _multi_document(llm, passages_by_doc, extra, examples, filters, result, rng)
     # Split over the documents that produced questions, so the dev share is a share of real questions.
@@ -268,8 +325,9 @@ def generate_qa(documents: list[ParsedDocument], llm: Completer | None, settings
     for item in result.items:  # a few of every kind, so a mixed set shows each
         if per_type[item.qtype] < 3:
             per_type[item.qtype] += 1
-            result.samples.append({"type": item.qtype, "question": item.question, "answer": item.answer,
-                                   "doc_id": item.doc_id})
+            result.samples.append(
+                {"type": item.qtype, "question": item.question, "answer": item.answer, "doc_id": item.doc_id}
+            )
     return result
 
 
@@ -281,7 +339,9 @@ def _passage_order(passages_by_doc: dict[str, list[Passage]], interleave: bool) 
     return [x for group in zip_longest(*per_doc) for x in group if x is not None]
 
 
-def _llm_question(llm: Completer, passage: Passage, qtype: str, examples, filters: _Filters, result: SynthResult) -> QAItem | None:
+def _llm_question(
+    llm: Completer, passage: Passage, qtype: str, examples, filters: _Filters, result: SynthResult
+) -> QAItem | None:
     parsed = ask(llm, build_prompt(passage.text, qtype, examples))
     if parsed is None:
         result.rejected["unparseable"] += 1
@@ -293,16 +353,30 @@ def _llm_question(llm: Completer, passage: Passage, qtype: str, examples, filter
     if evidence is None:
         result.rejected["unanswerable"] += 1
         return None
-    return QAItem(qid=question_id(passage.doc_id, str(passage.start), question), question=question, qtype=qtype,
-                  doc_id=passage.doc_id, evidence=[evidence], answer=answer, source=f"llm:{llm.name}")
+    return QAItem(
+        qid=question_id(passage.doc_id, str(passage.start), question),
+        question=question,
+        qtype=qtype,
+        doc_id=passage.doc_id,
+        evidence=[evidence],
+        answer=answer,
+        source=f"llm:{llm.name}",
+    )
 
 
 class _RuleBased:
     """The rule-based kinds' questions, drawn one at a time per passage: each (kind, passage) keeps a lazy stream, so
     a passage's second question of a kind is a different one, and no passage is parsed unless a slot asks for it."""
 
-    def __init__(self, settings: SynthSettings, filters: _Filters, result: SynthResult, rng: random.Random,
-                 passages: list[Passage], kinds: set[str]):
+    def __init__(
+        self,
+        settings: SynthSettings,
+        filters: _Filters,
+        result: SynthResult,
+        rng: random.Random,
+        passages: list[Passage],
+        kinds: set[str],
+    ):
         self.settings, self.filters, self.result, self.rng = settings, filters, result, rng
         self.streams: dict[tuple[str, str, int], Iterator[QAItem]] = {}
         self.keywords = None
@@ -318,10 +392,18 @@ class _RuleBased:
             self.streams[key] = make(passage)
         return next(self.streams[key], None)
 
-    def _item(self, passage: Passage, question: str, kind: str, evidence: Evidence,
-              answer: str | None = None) -> QAItem:
-        return QAItem(qid=question_id(passage.doc_id, str(passage.start), question), question=question, qtype=kind,
-                      doc_id=passage.doc_id, evidence=[evidence], answer=answer, source=kind)
+    def _item(
+        self, passage: Passage, question: str, kind: str, evidence: Evidence, answer: str | None = None
+    ) -> QAItem:
+        return QAItem(
+            qid=question_id(passage.doc_id, str(passage.start), question),
+            question=question,
+            qtype=kind,
+            doc_id=passage.doc_id,
+            evidence=[evidence],
+            answer=answer,
+            source=kind,
+        )
 
     def _whole(self, passage: Passage) -> Evidence:
         return Evidence(doc_id=passage.doc_id, start=passage.start, end=passage.end)
@@ -405,12 +487,32 @@ def _multi_document(llm, passages_by_doc, count: int, examples, filters, result,
         if len(hits) < 2:
             result.rejected["unanswerable"] += 1
             continue
-        item = QAItem(qid=question_id(a.doc_id, b.doc_id, question), question=question, qtype="multi-document", doc_id=a.doc_id,
-                      evidence=[Evidence(doc_id=p.doc_id, start=p.start, end=p.end) for p in (a, b)], answer=answer,
-                      source=f"llm:{llm.name}")
+        item = QAItem(
+            qid=question_id(a.doc_id, b.doc_id, question),
+            question=question,
+            qtype="multi-document",
+            doc_id=a.doc_id,
+            evidence=[Evidence(doc_id=p.doc_id, start=p.start, end=p.end) for p in (a, b)],
+            answer=answer,
+            source=f"llm:{llm.name}",
+        )
         out.append(item)
     return out
 
 
-__all__ = ["QUESTION_TYPES", "Completer", "Passage", "SynthResult", "SynthSettings", "ask", "build_prompt",
-           "generate_qa", "is_verbatim", "language_of", "load_examples", "locate_answer", "sample_passages", "sentences"]
+__all__ = [
+    "QUESTION_TYPES",
+    "Completer",
+    "Passage",
+    "SynthResult",
+    "SynthSettings",
+    "ask",
+    "build_prompt",
+    "generate_qa",
+    "is_verbatim",
+    "language_of",
+    "load_examples",
+    "locate_answer",
+    "sample_passages",
+    "sentences",
+]

@@ -5,6 +5,7 @@ Works on a spaCy parse (rag.synthetic.nlp). Every step that a parse cannot vouch
 do not know, a relative clause, no finite verb, a pronoun left that only its context explains) rejects the candidate
 with a reason instead of emitting a malformed question: a few good questions beat many odd ones.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,24 @@ from rag.synthetic.text import content_tokens, has_question_form, tokens
 
 # Entity labels an answer can have, most specific first: the first candidate of a sentence that makes a
 # question wins, and a date, a name or a count makes a sharper question than a bare noun phrase.
-ANSWER_LABELS = ("DATE", "TIME", "PERSON", "CARDINAL", "MONEY", "PERCENT", "QUANTITY", "GPE", "LOC", "FAC", "ORG",
-                 "NORP", "EVENT", "PRODUCT", "WORK_OF_ART", "LAW")
+ANSWER_LABELS = (
+    "DATE",
+    "TIME",
+    "PERSON",
+    "CARDINAL",
+    "MONEY",
+    "PERCENT",
+    "QUANTITY",
+    "GPE",
+    "LOC",
+    "FAC",
+    "ORG",
+    "NORP",
+    "EVENT",
+    "PRODUCT",
+    "WORK_OF_ART",
+    "LAW",
+)
 SUBJECT_DEPS = frozenset({"nsubj", "nsubjpass"})
 OBJECT_DEPS = frozenset({"dobj", "attr", "oprd"})
 # A date or place after these prepositions is the whole "when"/"where" ("in March 1889" -> When); after others
@@ -28,8 +45,11 @@ PLACE_PREPS = frozenset({"in", "at", "on", "near", "inside", "within", "to"})
 KEPT_TIME_PREPS = frozenset({"since", "until", "till", "by"})
 WHOM_PREPS = frozenset({"by", "to", "for", "from"})  # not "with": "..., with Daniel Andrews the Premier"
 COUNT_PREPS = frozenset({"in", "with", "by", "to", "for", "of", "from"})
-MONTHS = re.compile(r"\b(jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b"
-                    r"|\b(mon|tues|wednes|thurs|fri|satur|sun)day\b|\bcentur(y|ies)\b|\d", re.I)
+MONTHS = re.compile(
+    r"\b(jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\b"
+    r"|\b(mon|tues|wednes|thurs|fri|satur|sun)day\b|\bcentur(y|ies)\b|\d",
+    re.I,
+)
 # Children of the answer's verb that belong to other clauses or only glue clauses: dropped, so the question keeps
 # the one clause that holds the answer and is shorter than its sentence.
 OTHER_CLAUSE_DEPS = frozenset({"conj", "cc", "advcl", "parataxis", "punct", "mark", "preconj", "dep", "meta", "intj"})
@@ -39,9 +59,36 @@ MAX_EXTRA_TOKENS = 12  # words of the answer's phrase beyond the answer itself (
 DO_SUPPORT = {"VBD": "did", "VBZ": "does", "VBP": "do"}
 DURATION = re.compile(r"\b(years?|months?|weeks?|days?|hours?|minutes?|decades?|centuries|century)\b", re.I)
 # A pronoun (or "there") left in the question points at a sentence the reader of the question does not have.
-VAGUE_WORDS = frozenset({"he", "she", "it", "they", "him", "her", "them", "his", "its", "their", "hers", "theirs",
-                         "this", "these", "those", "we", "us", "our", "i", "me", "my", "you", "your", "there", "here",
-                         "then"})
+VAGUE_WORDS = frozenset(
+    {
+        "he",
+        "she",
+        "it",
+        "they",
+        "him",
+        "her",
+        "them",
+        "his",
+        "its",
+        "their",
+        "hers",
+        "theirs",
+        "this",
+        "these",
+        "those",
+        "we",
+        "us",
+        "our",
+        "i",
+        "me",
+        "my",
+        "you",
+        "your",
+        "there",
+        "here",
+        "then",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -53,9 +100,9 @@ class Question:
 
 @dataclass
 class _Plan:
-    wh: list[str]          # the fronted wh-phrase, lower case
-    anchor: Any            # the token whose role in the clause the wh-phrase takes
-    removed: set[int]      # token indices taken out of the clause (answer phrase, its preposition)
+    wh: list[str]  # the fronted wh-phrase, lower case
+    anchor: Any  # the token whose role in the clause the wh-phrase takes
+    removed: set[int]  # token indices taken out of the clause (answer phrase, its preposition)
 
 
 def answer_text(ent: Any) -> str:
@@ -63,7 +110,7 @@ def answer_text(ent: Any) -> str:
     start = ent.start
     if start > ent.sent.start and ent.doc[start - 1].tag_ == "$":
         start -= 1
-    return ent.doc[start:ent.end].text
+    return ent.doc[start : ent.end].text
 
 
 def candidates(sent: Any) -> list[tuple[Any, str]]:
@@ -73,10 +120,14 @@ def candidates(sent: Any) -> list[tuple[Any, str]]:
     taken = {i for e in ents for i in range(e.start, e.end)}
     # A bare definite noun ("the company") answers nothing without its context: a noun phrase needs a name or
     # a second word.
-    chunks = [c for c in sent.noun_chunks
-              if c.root.dep_ in SUBJECT_DEPS | OBJECT_DEPS and c.root.pos_ in ("NOUN", "PROPN")
-              and not taken & set(range(c.start, c.end))
-              and (c.root.pos_ == "PROPN" or sum(t.pos_ not in ("DET", "PRON") for t in c) >= 2)]
+    chunks = [
+        c
+        for c in sent.noun_chunks
+        if c.root.dep_ in SUBJECT_DEPS | OBJECT_DEPS
+        and c.root.pos_ in ("NOUN", "PROPN")
+        and not taken & set(range(c.start, c.end))
+        and (c.root.pos_ == "PROPN" or sum(t.pos_ not in ("DET", "PRON") for t in c) >= 2)
+    ]
     return [(e, e.label_) for e in ents] + [(c, "NP") for c in chunks]
 
 
@@ -87,8 +138,11 @@ def _wh_for(span: Any, kind: str) -> tuple[list[str], Any] | str:
         noun = root.head
         if root.dep_ != "nummod" or noun.pos_ not in ("NOUN", "PROPN") or noun.tag_ not in ("NNS", "NNPS"):
             return "number_without_noun"  # "How many" needs something counted
-        kept = [t.text.lower() if t.pos_ != "PROPN" else t.text for t in noun.subtree
-                if t.i < noun.i and t.i not in range(span.start, span.end) and t.dep_ in ("amod", "compound")]
+        kept = [
+            t.text.lower() if t.pos_ != "PROPN" else t.text
+            for t in noun.subtree
+            if t.i < noun.i and t.i not in range(span.start, span.end) and t.dep_ in ("amod", "compound")
+        ]
         return ["how", "many", *kept, noun.text], noun
     if kind in ("DATE", "TIME"):
         if re.search(r"\bevery\b|\bago\b", span.text, re.I):
@@ -142,8 +196,11 @@ def plan(span: Any, kind: str) -> _Plan | str:
         elif wh not in (["when"], ["where"], ["how", "long"]):
             return "unsupported_preposition"  # "At what ...", "To how much ...": rarely English
         return _Plan(wh, prep, removed)
-    if anchor.dep_ in ("npadvmod", "tmod") and wh in (["when"], ["how", "long"]) \
-            and anchor.head.pos_ in ("VERB", "AUX"):
+    if (
+        anchor.dep_ in ("npadvmod", "tmod")
+        and wh in (["when"], ["how", "long"])
+        and anchor.head.pos_ in ("VERB", "AUX")
+    ):
         return _Plan(wh, anchor, removed)
     return f"answer_role_{anchor.dep_ or 'none'}"
 
@@ -230,7 +287,7 @@ def build(span: Any, kind: str) -> Question | str:
 
 
 def _phrase(token: Any) -> str:
-    return token.doc[token.left_edge.i:token.right_edge.i + 1].text.strip(" ,;:")
+    return token.doc[token.left_edge.i : token.right_edge.i + 1].text.strip(" ,;:")
 
 
 def _disagree(subject: Any, finite: Any) -> bool:
@@ -239,8 +296,9 @@ def _disagree(subject: Any, finite: Any) -> bool:
         return subject.lower_ != "i"
     if any(c.dep_ == "conj" for c in subject.children):
         return False  # "Tesla and Edison were": plural from two singulars
-    return ((finite.tag_ == "VBZ" and subject.tag_ in ("NNS", "NNPS"))
-            or (finite.tag_ == "VBP" and subject.tag_ in ("NN", "NNP")))
+    return (finite.tag_ == "VBZ" and subject.tag_ in ("NNS", "NNPS")) or (
+        finite.tag_ == "VBP" and subject.tag_ in ("NN", "NNP")
+    )
 
 
 def _common_word(tok: Any) -> bool:
@@ -280,7 +338,7 @@ def _check(question: str, answer: str, sentence: str) -> str | None:
     q_tokens, a_tokens = tokens(question), tokens(answer)
     if not has_question_form(question, strict=True):
         return "no_question_form"
-    if a_tokens and any(q_tokens[i:i + len(a_tokens)] == a_tokens for i in range(len(q_tokens))):
+    if a_tokens and any(q_tokens[i : i + len(a_tokens)] == a_tokens for i in range(len(q_tokens))):
         return "answer_in_question"
     if VAGUE_WORDS & set(q_tokens):
         return "pronoun"
@@ -300,14 +358,20 @@ def prose_sentences(doc: Any) -> list[Any]:
     out = []
     for sent in doc.sents:
         text = sent.text.strip()
-        if (6 <= len(sent) <= 60 and text[:1].isupper() and text.endswith(".") and "\n" not in text
-                and sum(ch.isalpha() for ch in text) > 0.6 * len(text)):
+        if (
+            6 <= len(sent) <= 60
+            and text[:1].isupper()
+            and text.endswith(".")
+            and "\n" not in text
+            and sum(ch.isalpha() for ch in text) > 0.6 * len(text)
+        ):
             out.append(sent)
     return out
 
 
-def questions(text: str, order: Callable[[list[Any]], list[Any]], accept: Callable[[Question], bool],
-              rejected: Counter, nlp: Any) -> Iterator[Question]:
+def questions(
+    text: str, order: Callable[[list[Any]], list[Any]], accept: Callable[[Question], bool], rejected: Counter, nlp: Any
+) -> Iterator[Question]:
     """Accepted questions of `text`, at most one per sentence, sentences in the order `order` gives. Every candidate
     that fails is counted in `rejected` under its reason (one count per answer candidate tried)."""
     # PDF text breaks lines inside sentences; a lone newline becomes a space (same length, so offsets hold), a

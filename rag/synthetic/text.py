@@ -1,14 +1,61 @@
 """Token-level tests on questions shared by the generators, their filters and the style report."""
+
 from __future__ import annotations
 
 import re
 
 # Openers of an English question: a wh-word, or an auxiliary that was moved in front of the subject.
 WH_WORDS = frozenset({"who", "whom", "whose", "what", "when", "where", "which", "why", "how"})
-AUXILIARIES = frozenset({"is", "are", "was", "were", "am", "be", "do", "does", "did", "has", "have", "had", "can",
-                         "could", "will", "would", "shall", "should", "may", "might", "must"})
-PREPOSITIONS = frozenset({"in", "on", "at", "by", "for", "from", "to", "with", "since", "until", "during", "of",
-                          "after", "before", "into", "through", "under", "over", "about", "between", "among"})
+AUXILIARIES = frozenset(
+    {
+        "is",
+        "are",
+        "was",
+        "were",
+        "am",
+        "be",
+        "do",
+        "does",
+        "did",
+        "has",
+        "have",
+        "had",
+        "can",
+        "could",
+        "will",
+        "would",
+        "shall",
+        "should",
+        "may",
+        "might",
+        "must",
+    }
+)
+PREPOSITIONS = frozenset(
+    {
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "from",
+        "to",
+        "with",
+        "since",
+        "until",
+        "during",
+        "of",
+        "after",
+        "before",
+        "into",
+        "through",
+        "under",
+        "over",
+        "about",
+        "between",
+        "among",
+    }
+)
 
 
 def tokens(text: str) -> list[str]:
@@ -51,8 +98,11 @@ def opens_like_a_question(text: str) -> bool:
     words = tokens(text)[:2]
     if not words:
         return False
-    return words[0] in WH_WORDS or words[0] in AUXILIARIES or (
-        words[0] in PREPOSITIONS and len(words) > 1 and words[1] in WH_WORDS)
+    return (
+        words[0] in WH_WORDS
+        or words[0] in AUXILIARIES
+        or (words[0] in PREPOSITIONS and len(words) > 1 and words[1] in WH_WORDS)
+    )
 
 
 def has_question_form(text: str, *, strict: bool = False) -> bool:

@@ -1,5 +1,6 @@
 """Training and gate settings (pydantic). Defaults are CPU-friendly: a few thousand pairs train in minutes on
 2 cores (one epoch, a large effective batch through the cached loss)."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -14,7 +15,9 @@ class TrainingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     base_model: str = Field("minilm", description="embedder name (built-in, registry name or directory) to start from")
-    strategy: str | None = Field(None, description="chunk set whose chunks are the passages; None = the first one present")
+    strategy: str | None = Field(
+        None, description="chunk set whose chunks are the passages; None = the first one present"
+    )
     epochs: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimizer steps (overrides epochs)")
     batch_size: int = Field(32, ge=2)
@@ -24,49 +27,91 @@ class TrainingConfig(BaseModel):
     # None trains at the length the model serves at (MiniLM: 256). Training at 128 cut positives short: for half the
     # inverse-cloze pairs the passage lost the very sentence its query was taken from, so the model learned to match
     # questions to text that no longer contained the answer. An int is an explicit override (e.g. for speed).
-    max_seq_length: int | None = Field(None, ge=16, description="tokens per text in training; None = the base model's own "
-                                       "max_seq_length (what it serves at)")
+    max_seq_length: int | None = Field(
+        None,
+        ge=16,
+        description="tokens per text in training; None = the base model's own max_seq_length (what it serves at)",
+    )
     seed: int = 42
-    eval_steps: int | None = Field(None, ge=1, description="evaluate (and checkpoint) every N steps; None = "
-                                   "evaluations_per_epoch times per epoch")
+    eval_steps: int | None = Field(
+        None, ge=1, description="evaluate (and checkpoint) every N steps; None = evaluations_per_epoch times per epoch"
+    )
     # One evaluation per epoch could only keep the end of an epoch; with a short CPU budget the best weights are often
     # reached (and then lost again) within the first epoch.
-    evaluations_per_epoch: int = Field(4, ge=1, description="checkpoint-selection evaluations per epoch when eval_steps is None")
-    selection_fraction: float = Field(0.5, gt=0, lt=1, description="share of dev questions that select the checkpoint; "
-                                      "the rest are held out for the gate")
-    hard_negatives: bool = Field(True, description="mine hard negatives with the base model (margin keeps true positives out)")
-    negative_relative_margin: float = Field(0.05, ge=0, lt=1, description="a mined negative scores below (1 - margin) x its positive")
+    evaluations_per_epoch: int = Field(
+        4, ge=1, description="checkpoint-selection evaluations per epoch when eval_steps is None"
+    )
+    selection_fraction: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description="share of dev questions that select the checkpoint; the rest are held out for the gate",
+    )
+    hard_negatives: bool = Field(
+        True, description="mine hard negatives with the base model (margin keeps true positives out)"
+    )
+    negative_relative_margin: float = Field(
+        0.05, ge=0, lt=1, description="a mined negative scores below (1 - margin) x its positive"
+    )
     negative_range_max: int = Field(30, ge=1, description="mine among the top N passages of each query")
     extra_positives: list[Pair] = Field(default_factory=list, description="(query, passage) from feedback (+1)")
     extra_negatives: list[Pair] = Field(default_factory=list, description="(query, passage) from feedback (-1)")
     max_pairs: int | None = Field(None, ge=1, description="cap on training pairs (seeded sample)")
-    feedback_dataset: str | None = Field(None, description="exported feedback RAG-Dataset folder: its +1 passages are "
-                                         "positives, its -1 retrieved passages hard negatives, and a held-out share of its "
-                                         "questions joins checkpoint selection and the gate")
-    feedback_dev_fraction: float = Field(0.3, ge=0, lt=1, description="share of rated questions (by question text) held "
-                                         "out of training for selection and the gate")
-    min_feedback_gate_questions: int = Field(20, ge=1, description="with at least this many held-out feedback questions "
-                                             "the gate scores users' questions only; below it, synthetic dev questions join them")
+    feedback_dataset: str | None = Field(
+        None,
+        description="exported feedback RAG-Dataset folder: its +1 passages are "
+        "positives, its -1 retrieved passages hard negatives, and a held-out share of its "
+        "questions joins checkpoint selection and the gate",
+    )
+    feedback_dev_fraction: float = Field(
+        0.3,
+        ge=0,
+        lt=1,
+        description="share of rated questions (by question text) held out of training for selection and the gate",
+    )
+    min_feedback_gate_questions: int = Field(
+        20,
+        ge=1,
+        description="with at least this many held-out feedback questions "
+        "the gate scores users' questions only; below it, synthetic dev questions join them",
+    )
     # Expert labels (the feedback dataset's qrels/expert_qrels.tsv: 2 relevant, 1 partially relevant, 0 irrelevant) are
     # few and costly. λ as a share, not a per-pair multiplier, keeps its meaning whatever the number of synthetic
     # questions a QA set happens to have: λ = 0.2 is the mixture (1 - λ)·L_other + λ·L_expert of the design this
     # follows, where 0.1-0.2 helped most on hard queries. How each trainer applies it: rag.training.data.expert_scale.
-    expert_weight: float = Field(0.2, ge=0, lt=1, description="λ: the expert-labelled pairs' share of the training "
-                                 "signal against synthetic and users' pairs (0 leaves them out). LambdaRank: expert "
-                                 "questions' group weights sum to λ of all weights; sentence-transformers losses (no "
-                                 "per-example weights): expert examples are sampled to λ of the examples")
-    expert_partial_weight: float = Field(0.5, ge=0, le=1, description="weight of a partially relevant (grade 1) expert "
-                                         "pair, relative to a relevant one, in losses without a graded target (MNRL: it "
-                                         "is a positive sampled this much less often; 0 leaves it out). LambdaRank and "
-                                         "the cross-encoder take the grade itself as the target")
-    min_expert_gate_questions: int = Field(20, ge=1, description="with at least this many held-out expert-labelled "
-                                           "questions the gate scores them only (graded relevance) and says so; below "
-                                           "it they join the users' or synthetic gate questions")
+    expert_weight: float = Field(
+        0.2,
+        ge=0,
+        lt=1,
+        description="λ: the expert-labelled pairs' share of the training "
+        "signal against synthetic and users' pairs (0 leaves them out). LambdaRank: expert "
+        "questions' group weights sum to λ of all weights; sentence-transformers losses (no "
+        "per-example weights): expert examples are sampled to λ of the examples",
+    )
+    expert_partial_weight: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="weight of a partially relevant (grade 1) expert "
+        "pair, relative to a relevant one, in losses without a graded target (MNRL: it "
+        "is a positive sampled this much less often; 0 leaves it out). LambdaRank and "
+        "the cross-encoder take the grade itself as the target",
+    )
+    min_expert_gate_questions: int = Field(
+        20,
+        ge=1,
+        description="with at least this many held-out expert-labelled "
+        "questions the gate scores them only (graded relevance) and says so; below "
+        "it they join the users' or synthetic gate questions",
+    )
 
 
 class EmbedderTrainingConfig(TrainingConfig):
-    loss: Literal["mnrl", "cached-mnrl"] = Field("cached-mnrl", description="MultipleNegativesRankingLoss, or its cached "
-                                                 "variant (GradCache): a large in-batch-negative batch at small-batch memory")
+    loss: Literal["mnrl", "cached-mnrl"] = Field(
+        "cached-mnrl",
+        description="MultipleNegativesRankingLoss, or its cached "
+        "variant (GradCache): a large in-batch-negative batch at small-batch memory",
+    )
     mini_batch_size: int = Field(16, ge=1, description="cached-mnrl: texts per forward pass")
     batch_size: int = Field(64, ge=2)
 
@@ -74,10 +119,15 @@ class EmbedderTrainingConfig(TrainingConfig):
 class RerankerTrainingConfig(TrainingConfig):
     # LambdaRank over features is the default: measured on SciFact, a cross-encoder started from the bi-encoder's
     # weights orders candidates at random after a CPU-sized run (its head reads a [CLS] token MiniLM never trained).
-    kind: Literal["lambdamart", "cross-encoder"] = Field("lambdamart", description="lambdamart: LightGBM LambdaRank over "
-                                                         "first-stage, lexical and feedback features (seconds on a CPU); "
-                                                         "cross-encoder: a CrossEncoder from the base model's weights")
-    rerank_depth: int = Field(50, ge=2, description="lambdamart: first-stage candidates per question, as the gate reranks them")
+    kind: Literal["lambdamart", "cross-encoder"] = Field(
+        "lambdamart",
+        description="lambdamart: LightGBM LambdaRank over "
+        "first-stage, lexical and feedback features (seconds on a CPU); "
+        "cross-encoder: a CrossEncoder from the base model's weights",
+    )
+    rerank_depth: int = Field(
+        50, ge=2, description="lambdamart: first-stage candidates per question, as the gate reranks them"
+    )
     trees: int = Field(400, ge=1, description="lambdamart: most boosting rounds (early stopping on selection nDCG@10)")
     boosting_learning_rate: float = Field(0.05, gt=0, le=1)
     num_leaves: int = Field(15, ge=2)
@@ -88,13 +138,19 @@ class RerankerTrainingConfig(TrainingConfig):
     # their answer (BM25 is strong on them). Measured on a corpus of papers with human questions: a ranker trained
     # with them leaned away from BM25 and the gate (on the same kind of questions) rejected it at -8.1 nDCG@10.
     copied_questions: Literal["exclude", "cut"] = Field(
-        "exclude", description="lambdamart: exclude training questions copied from the documents (inverse cloze) when "
+        "exclude",
+        description="lambdamart: exclude training questions copied from the documents (inverse cloze) when "
         "at least min_uncopied_questions others have a positive among their candidates; cut: train on them too, their "
-        "sentence cut out of its chunk")
-    min_uncopied_questions: int = Field(50, ge=1, description="lambdamart: fewest questions of other types for "
-                                        "copied_questions=exclude to apply")
-    loss: Literal["bce", "lambda"] = Field("bce", description="cross-encoder: binary cross-entropy on (query, passage, label), or "
-                                           "LambdaLoss over (query, [positive, negatives...]) lists")
+        "sentence cut out of its chunk",
+    )
+    min_uncopied_questions: int = Field(
+        50, ge=1, description="lambdamart: fewest questions of other types for copied_questions=exclude to apply"
+    )
+    loss: Literal["bce", "lambda"] = Field(
+        "bce",
+        description="cross-encoder: binary cross-entropy on (query, passage, label), or "
+        "LambdaLoss over (query, [positive, negatives...]) lists",
+    )
     negatives_per_positive: int = Field(3, ge=1, description="mined negatives per positive")
     learning_rate: float = Field(5e-5, gt=0)
     batch_size: int = Field(16, ge=2)
@@ -105,10 +161,14 @@ class GateSettings(BaseModel):
     """When a candidate replaces production."""
 
     model_config = ConfigDict(extra="forbid")
-    metrics: list[str] = Field(default_factory=lambda: ["ndcg@10", "mrr@10"], description="each must improve significantly")
+    metrics: list[str] = Field(
+        default_factory=lambda: ["ndcg@10", "mrr@10"], description="each must improve significantly"
+    )
     # Floors (le/ge below): a gate run with p 0.99 or on 1 question "passes" anything. The promotion check re-validates
     # the settings a verdict was computed with, so a verdict below these floors promotes nothing.
-    p_value: float = Field(0.05, gt=0, le=0.10, description="one-sided significance level of the paired test (at most 0.10)")
+    p_value: float = Field(
+        0.05, gt=0, le=0.10, description="one-sided significance level of the paired test (at most 0.10)"
+    )
     test: Literal["permutation", "bootstrap"] = "permutation"
     resamples: int = Field(10_000, ge=500)
     recall_metric: str = "recall@20"
@@ -120,24 +180,45 @@ class GateSettings(BaseModel):
     # human questions a reranker gated on them (with the sentence cut from its chunk, so lexical features count
     # against the right chunk) read -8.1 nDCG@10 while it helped people. They are counted and set aside.
     copied_questions: Literal["exclude", "include"] = Field(
-        "exclude", description="exclude: gate questions copied word for word from the documents (inverse cloze) are "
-        "reported but do not decide; include: they decide too (their sentence cut out of its chunk)")
-    confidence: float = Field(0.95, gt=0.5, lt=1, description="level of the paired bootstrap interval reported for "
-                              "every metric's mean difference")
-    target_effect: float = Field(0.02, gt=0, le=1, description="the smallest nDCG@10 gain worth detecting: the verdict "
-                                 "reports how many questions a test with 80% power would need for it")
+        "exclude",
+        description="exclude: gate questions copied word for word from the documents (inverse cloze) are "
+        "reported but do not decide; include: they decide too (their sentence cut out of its chunk)",
+    )
+    confidence: float = Field(
+        0.95,
+        gt=0.5,
+        lt=1,
+        description="level of the paired bootstrap interval reported for every metric's mean difference",
+    )
+    target_effect: float = Field(
+        0.02,
+        gt=0,
+        le=1,
+        description="the smallest nDCG@10 gain worth detecting: the verdict "
+        "reports how many questions a test with 80% power would need for it",
+    )
     feedback_lists: Literal["condensed", "plain"] = Field(
-        "condensed", description="how gate questions from user feedback and expert labels are scored: condensed lists keep "
+        "condensed",
+        description="how gate questions from user feedback and expert labels are scored: condensed lists keep "
         "only the passages someone rated (a candidate is not penalised for relevant passages nobody judged); plain counts "
-        "every unrated passage as irrelevant. Both are reported; this one decides")
+        "every unrated passage as irrelevant. Both are reported; this one decides",
+    )
     # Under the canary policy the gate only decides whether users may see the candidate: held-out feedback questions
     # favour production (users could rate only what it showed), and on SciFact a candidate +2.4 nDCG@10 better on
     # the test queries was +0.0 (p=1.0) on them (bench/results/canary-scifact-sparse-negatives.json). The canary's
     # interleaving test then carries the burden of proof.
     criterion: Literal["better", "not_worse"] = Field(
-        "better", description="better: every metric significantly better (direct promotion); not_worse: no metric "
+        "better",
+        description="better: every metric significantly better (direct promotion); not_worse: no metric "
         "significantly worse (one-sided paired test at p_value) nor lower by more than max_drop (entry to a canary, "
-        "whose online test must then show it is better). Both verdicts are computed and recorded; this one decides")
-    max_drop: float = Field(0.02, ge=0, le=0.05, description="not_worse: largest allowed drop of a metric's mean, significant or not")
-    min_questions: int = Field(5, ge=5, description="fewest held-out gate questions the gate decides on; fewer is an error "
-                               "(generate a larger QA set) rather than a verdict from a handful of questions")
+        "whose online test must then show it is better). Both verdicts are computed and recorded; this one decides",
+    )
+    max_drop: float = Field(
+        0.02, ge=0, le=0.05, description="not_worse: largest allowed drop of a metric's mean, significant or not"
+    )
+    min_questions: int = Field(
+        5,
+        ge=5,
+        description="fewest held-out gate questions the gate decides on; fewer is an error "
+        "(generate a larger QA set) rather than a verdict from a handful of questions",
+    )

@@ -6,6 +6,7 @@ on exactly the passages it will retrieve. Expert labels (ExpertPair: grade 2 rel
 0 irrelevant) travel apart from the other pairs, with their grades, so each trainer can weigh them by
 TrainingConfig.expert_weight (λ, see expert_scale) and use the grade where its loss has a graded target.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,9 +42,13 @@ class IRSet:
 
     def subset(self, qids: list[str]) -> IRSet:
         keep = [q for q in qids if q in self.queries]
-        return IRSet({q: self.queries[q] for q in keep}, self.corpus, {q: self.qrels[q] for q in keep},
-                     {q: self.judged[q] for q in keep if q in self.judged},
-                     {q: self.types[q] for q in keep if q in self.types})
+        return IRSet(
+            {q: self.queries[q] for q in keep},
+            self.corpus,
+            {q: self.qrels[q] for q in keep},
+            {q: self.judged[q] for q in keep if q in self.judged},
+            {q: self.types[q] for q in keep if q in self.types},
+        )
 
 
 # Question types that are document sentences by construction: people do not ask like that, so they neither pick a
@@ -72,8 +77,10 @@ class ExpertPair:
 
     def __post_init__(self) -> None:
         if self.grade not in EXPERT_GRADES:
-            raise ValueError(f"expert grade {self.grade!r} for {self.query!r}: use 2 (relevant), 1 (partially relevant) "
-                             "or 0 (irrelevant)")
+            raise ValueError(
+                f"expert grade {self.grade!r} for {self.query!r}: use 2 (relevant), 1 (partially relevant) "
+                "or 0 (irrelevant)"
+            )
         if not self.weight >= 0:
             raise ValueError(f"expert pair weight {self.weight!r} for {self.query!r}: use a weight >= 0")
 
@@ -108,13 +115,19 @@ class TrainingData:
         gate = self.gate.queries if self.gate else ()
         users = sum(q.startswith("feedback:") for q in gate)
         grades = Counter(e.grade for e in self.expert)
-        return {"train_pairs": len(self.positives), "feedback_negatives": len(self.negatives),
-                "expert_pairs": len(self.expert), "expert_questions": len({e.query for e in self.expert}),
-                **{f"expert_pairs_grade_{g}": grades[g] for g in EXPERT_GRADES if self.expert},
-                "selection_questions": len(self.selection or ()), "gate_questions": len(self.gate or ()),
-                "gate_questions_from_feedback": users, "gate_questions_from_experts": sum(q.startswith("expert:") for q in gate),
-                **({"gate_set": self.gate_set} if self.gate_set else {}),
-                "training_data_hash": self.data_hash}
+        return {
+            "train_pairs": len(self.positives),
+            "feedback_negatives": len(self.negatives),
+            "expert_pairs": len(self.expert),
+            "expert_questions": len({e.query for e in self.expert}),
+            **{f"expert_pairs_grade_{g}": grades[g] for g in EXPERT_GRADES if self.expert},
+            "selection_questions": len(self.selection or ()),
+            "gate_questions": len(self.gate or ()),
+            "gate_questions_from_feedback": users,
+            "gate_questions_from_experts": sum(q.startswith("expert:") for q in gate),
+            **({"gate_set": self.gate_set} if self.gate_set else {}),
+            "training_data_hash": self.data_hash,
+        }
 
 
 def expert_scale(weights: list[float], others: float, share: float) -> list[float]:
@@ -149,8 +162,12 @@ TRAINING_RELEVANCE = Relevance(mode="any")
 
 def ir_set(items: list[QAItem], chunks: pd.DataFrame, relevance: Relevance | None = None) -> IRSet:
     qrels = qrels_for_chunks(items, chunks, relevance or TRAINING_RELEVANCE)
-    return IRSet({i.qid: i.question for i in items if i.qid in qrels}, dict(zip(chunks["chunk_id"], chunks["text"])), qrels,
-                 types={i.qid: i.qtype for i in items if i.qid in qrels})
+    return IRSet(
+        {i.qid: i.question for i in items if i.qid in qrels},
+        dict(zip(chunks["chunk_id"], chunks["text"])),
+        qrels,
+        types={i.qid: i.qtype for i in items if i.qid in qrels},
+    )
 
 
 # Fewer selection questions than this picks a checkpoint on noise: training then keeps the last step instead.
@@ -195,7 +212,9 @@ class FeedbackSplit:
     dev_passages: dict[str, str] = field(default_factory=dict)  # passage id -> the text the user (or expert) rated
     dev_judged: dict[str, dict[str, int]] = field(default_factory=dict)  # held-out question -> every rated passage, ±1
     expert: list[ExpertPair] = field(default_factory=list)  # training side of the expert labels
-    expert_dev_queries: dict[str, str] = field(default_factory=dict)  # held-out expert question ("expert:<hash>") -> text
+    expert_dev_queries: dict[str, str] = field(
+        default_factory=dict
+    )  # held-out expert question ("expert:<hash>") -> text
     expert_dev_qrels: dict[str, dict[str, int]] = field(default_factory=dict)  # -> its passages graded 1 or 2
     expert_dev_judged: dict[str, dict[str, int]] = field(default_factory=dict)  # -> every passage it labelled, 0-2
 
@@ -247,8 +266,10 @@ def expert_labels(judged) -> list[tuple[str, str, int]]:
     rows = list(getattr(judged, "expert_qrels", None) or ())
     for qid, cid, grade in rows:
         if qid not in judged.queries or cid not in judged.corpus:
-            raise ValueError(f"expert label ({qid}, {cid}) names a query or passage the dataset does not hold: "
-                             "re-export the feedback dataset (rag.feedback.export_rag_dataset)")
+            raise ValueError(
+                f"expert label ({qid}, {cid}) names a query or passage the dataset does not hold: "
+                "re-export the feedback dataset (rag.feedback.export_rag_dataset)"
+            )
         if grade not in EXPERT_GRADES:
             raise ValueError(f"expert label ({qid}, {cid}) has grade {grade!r}: expert_qrels.tsv holds 0, 1 or 2")
     return rows
@@ -327,10 +348,18 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
     return split
 
 
-def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives: list[Pair] | None = None,
-                  extra_negatives: list[Pair] | None = None, feedback: FeedbackSplit | None = None,
-                  selection_fraction: float = 0.5, min_feedback_gate: int = 20, min_expert_gate: int = 20,
-                  relevance: Relevance | None = None) -> TrainingData:
+def training_data(
+    items: list[QAItem],
+    chunks: pd.DataFrame,
+    *,
+    extra_positives: list[Pair] | None = None,
+    extra_negatives: list[Pair] | None = None,
+    feedback: FeedbackSplit | None = None,
+    selection_fraction: float = 0.5,
+    min_feedback_gate: int = 20,
+    min_expert_gate: int = 20,
+    relevance: Relevance | None = None,
+) -> TrainingData:
     """Train-split questions paired with each relevant chunk (+ feedback pairs, + expert pairs apart, graded);
     dev-split questions and held-out feedback and expert questions become the selection and gate sets. Once enough
     held-out expert-labelled questions exist (`min_expert_gate`) the gate scores only them, on their grades; else
@@ -342,7 +371,11 @@ def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives:
     train = [i for i in items if i.split == "train"]
     text = dict(zip(chunks["chunk_id"], chunks["text"]))
     question = {i.qid: i.question for i in train}
-    positives = [(question[q], text[c]) for q, rel in qrels_for_chunks(train, chunks, relevance or TRAINING_RELEVANCE).items() for c in sorted(rel)]
+    positives = [
+        (question[q], text[c])
+        for q, rel in qrels_for_chunks(train, chunks, relevance or TRAINING_RELEVANCE).items()
+        for c in sorted(rel)
+    ]
     positives += [tuple(p) for p in extra_positives or []]
     negatives = [tuple(n) for n in extra_negatives or []]
     expert = list(feedback.expert) if feedback is not None else []
@@ -354,10 +387,15 @@ def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives:
         positives = [(q, p) for q, p in positives if (normalized_question(q), p) not in said]
         negatives = [(q, p) for q, p in negatives if (normalized_question(q), p) not in said]
     if not positives and not any(e.grade > IRRELEVANT for e in expert):
-        raise ValueError("no training pairs: the QA set has no train-split question with a relevant chunk in this chunk set "
-                         "(generate more questions with synthetic_qa, or pass feedback pairs)")
-    trained = ({normalized_question(q) for q, _ in positives + negatives} | {normalized_question(i.question) for i in train}
-               | {normalized_question(e.query) for e in expert})
+        raise ValueError(
+            "no training pairs: the QA set has no train-split question with a relevant chunk in this chunk set "
+            "(generate more questions with synthetic_qa, or pass feedback pairs)"
+        )
+    trained = (
+        {normalized_question(q) for q, _ in positives + negatives}
+        | {normalized_question(i.question) for i in train}
+        | {normalized_question(e.query) for e in expert}
+    )
     users: dict[str, dict[str, int]] = {}  # held-out feedback question -> its liked chunks in this chunk set
     experts: dict[str, dict[str, int]] = {}  # held-out expert question -> its chunks graded 1 or 2 in this chunk set
     judged: dict[str, set[str]] = {}  # held-out feedback and expert question -> every chunk rated in this chunk set
@@ -368,8 +406,11 @@ def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives:
             return c in text and text[c] == feedback.dev_passages.get(c, text[c])
 
         def held_out(queries: dict[str, str], qrels: dict[str, dict[str, int]], rated: dict[str, dict[str, int]]):
-            kept = {q: {c: g for c, g in rel.items() if still_shown(c)} for q, rel in qrels.items()
-                    if normalized_question(queries[q]) not in trained}
+            kept = {
+                q: {c: g for c, g in rel.items() if still_shown(c)}
+                for q, rel in qrels.items()
+                if normalized_question(queries[q]) not in trained
+            }
             kept = {q: rel for q, rel in kept.items() if rel}
             judged.update({q: {c for c in rated.get(q, rel) if still_shown(c)} for q, rel in kept.items()})
             return kept
@@ -377,8 +418,11 @@ def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives:
         users = held_out(feedback.dev_queries, feedback.dev_qrels, feedback.dev_judged)
         experts = held_out(feedback.expert_dev_queries, feedback.expert_dev_qrels, feedback.expert_dev_judged)
     # A synthetic question a user or an expert also asked is kept once, as theirs: it would otherwise sit on both sides.
-    asked = (trained | {normalized_question(feedback.dev_queries[q]) for q in users}
-             | {normalized_question(feedback.expert_dev_queries[q]) for q in experts})
+    asked = (
+        trained
+        | {normalized_question(feedback.dev_queries[q]) for q in users}
+        | {normalized_question(feedback.expert_dev_queries[q]) for q in experts}
+    )
     dev = [i for i in items if i.split != "train" and normalized_question(i.question) not in asked]
     dev_set = ir_set(dev, chunks, relevance)
     selection, gate = split_dev(dev_set.queries, selection_fraction)
@@ -386,8 +430,13 @@ def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives:
         if not held:
             continue
         queries = feedback.dev_queries if kind == "feedback" else feedback.expert_dev_queries
-        dev_set = IRSet({**dev_set.queries, **{q: queries[q] for q in held}}, dev_set.corpus, {**dev_set.qrels, **held},
-                        judged, {**dev_set.types, **dict.fromkeys(held, kind)})
+        dev_set = IRSet(
+            {**dev_set.queries, **{q: queries[q] for q in held}},
+            dev_set.corpus,
+            {**dev_set.qrels, **held},
+            judged,
+            {**dev_set.types, **dict.fromkeys(held, kind)},
+        )
         held_selection, held_gate = split_dev({q: queries[q] for q in held}, selection_fraction)
         selection += held_selection
         gate = held_gate if len(held_gate) >= enough else gate + held_gate
@@ -397,9 +446,15 @@ def training_data(items: list[QAItem], chunks: pd.DataFrame, *, extra_positives:
     if len(selection) < MIN_SELECTION_QUESTIONS:
         selection = []
     gate_set = dev_set.subset(gate)
-    return TrainingData(positives, negatives, dev_set.subset(selection), gate_set,
-                        {i.question for i in train if i.qtype in COPIED_TYPES}, expert,
-                        gate_set_line(gate_set.types, min_expert_gate))
+    return TrainingData(
+        positives,
+        negatives,
+        dev_set.subset(selection),
+        gate_set,
+        {i.question for i in train if i.qtype in COPIED_TYPES},
+        expert,
+        gate_set_line(gate_set.types, min_expert_gate),
+    )
 
 
 def gate_set_line(types: dict[str, str], min_expert_gate: int) -> str:
@@ -409,19 +464,28 @@ def gate_set_line(types: dict[str, str], min_expert_gate: int) -> str:
     if not kinds:
         return "none: no held-out gate questions"
     if set(kinds) == {"expert"} and kinds["expert"] >= min_expert_gate:
-        return (f"expert: the {kinds['expert']} held-out expert-labelled questions decide alone (at least "
-                f"min_expert_gate_questions={min_expert_gate}), on graded relevance (2 relevant, 1 partial)")
+        return (
+            f"expert: the {kinds['expert']} held-out expert-labelled questions decide alone (at least "
+            f"min_expert_gate_questions={min_expert_gate}), on graded relevance (2 relevant, 1 partial)"
+        )
     label = next(iter(kinds)) if len(kinds) == 1 else "mixed"
     names = {"expert": "expert-labelled", "feedback": "users'", "synthetic": "synthetic"}
     line = f"{label}: " + ", ".join(f"{kinds[k]} {names[k]}" for k in ("expert", "feedback", "synthetic") if kinds[k])
     if kinds["expert"]:
-        line += (f" questions (expert-labelled ones are fewer than min_expert_gate_questions={min_expert_gate}, so "
-                 "they join the others)")
+        line += (
+            f" questions (expert-labelled ones are fewer than min_expert_gate_questions={min_expert_gate}, so "
+            "they join the others)"
+        )
     return line + ("" if kinds["expert"] else " questions")
 
 
-def with_negatives(positives: list[Pair], mined: dict[Pair, str], feedback: list[Pair], seed: int,
-                   known_positives: dict[str, set[str]] | None = None) -> list[tuple[str, str, str]]:
+def with_negatives(
+    positives: list[Pair],
+    mined: dict[Pair, str],
+    feedback: list[Pair],
+    seed: int,
+    known_positives: dict[str, set[str]] | None = None,
+) -> list[tuple[str, str, str]]:
     """(query, positive, negative) triplets: the feedback negative of the query when there is one (what a user
     rejected is the most informative negative), else the mined one, else a random other passage, so every
     positive stays in training. No negative is ever a known positive of its query (`known_positives`: all

@@ -12,6 +12,7 @@ examples (expert_scale, expert_copies), which in expectation is the loss (1 - λ
 step keeps an ordinary gradient size for AdamW. Grade 1 (partially relevant) is a positive sampled
 expert_partial_weight as often as grade 2; grade 0 is the question's preferred hard negative.
 """
+
 from __future__ import annotations
 
 import random
@@ -59,10 +60,20 @@ class TrainingRun:
     @property
     def summary(self) -> dict:
         length = {"max_seq_length": self.max_seq_length} if self.max_seq_length else {}
-        return {"train_seconds": round(self.seconds, 1), "steps": self.steps, "examples": self.examples,
-                "best_checkpoint": self.best_checkpoint or "final", **length, **self.expert,
-                **{k: round(v, 4) for k, v in self.selection_metrics.items()},
-                **{f"untrained_{k}": round(v, 4) for k, v in self.start_selection_metrics.items() if k == SELECTION_METRIC.removeprefix("dev_")}}
+        return {
+            "train_seconds": round(self.seconds, 1),
+            "steps": self.steps,
+            "examples": self.examples,
+            "best_checkpoint": self.best_checkpoint or "final",
+            **length,
+            **self.expert,
+            **{k: round(v, 4) for k, v in self.selection_metrics.items()},
+            **{
+                f"untrained_{k}": round(v, 4)
+                for k, v in self.start_selection_metrics.items()
+                if k == SELECTION_METRIC.removeprefix("dev_")
+            },
+        }
 
 
 def base_source(name: str) -> str:
@@ -81,8 +92,10 @@ def base_source(name: str) -> str:
     if spec.source == "builtin:minilm":
         return _minilm_dir()
     if spec.source.startswith("builtin:"):
-        raise ValueError(f"{name!r} cannot be fine-tuned with sentence-transformers (static embeddings): use minilm "
-                         "or any sentence-transformers model")
+        raise ValueError(
+            f"{name!r} cannot be fine-tuned with sentence-transformers (static embeddings): use minilm "
+            "or any sentence-transformers model"
+        )
     return spec.source
 
 
@@ -91,7 +104,9 @@ def expert_pairs(data: TrainingData, config: TrainingConfig) -> tuple[list[Exper
     above 0), and the (question, passage) pairs graded 0, hard negatives."""
     if config.expert_weight <= 0:
         return [], []
-    positives = [e for e in data.expert if e.grade == RELEVANT or (e.grade > IRRELEVANT and config.expert_partial_weight > 0)]
+    positives = [
+        e for e in data.expert if e.grade == RELEVANT or (e.grade > IRRELEVANT and config.expert_partial_weight > 0)
+    ]
     return positives, [(e.query, e.passage) for e in data.expert if e.grade == IRRELEVANT]
 
 
@@ -101,12 +116,22 @@ def expert_summary(scales: list[float], counted: float, others: float, weight: f
     weights, against `others` for the other pairs), λ, and what one weighs on average against one other example."""
     if not scales:
         return {}
-    return {"expert_examples": len(scales), "expert_share": round(counted / max(counted + others, 1e-12), 4),
-            "expert_weight": weight, "expert_example_weight": round(sum(scales) / len(scales), 4)}
+    return {
+        "expert_examples": len(scales),
+        "expert_share": round(counted / max(counted + others, 1e-12), 4),
+        "expert_weight": weight,
+        "expert_example_weight": round(sum(scales) / len(scales), 4),
+    }
 
 
-def expert_triplets(data: TrainingData, config: TrainingConfig, others: int, mined: dict[Pair, str],
-                    rejected: list[Pair], known: dict[str, set[str]]) -> tuple[list[tuple[str, str, str]], dict[str, float]]:
+def expert_triplets(
+    data: TrainingData,
+    config: TrainingConfig,
+    others: int,
+    mined: dict[Pair, str],
+    rejected: list[Pair],
+    known: dict[str, set[str]],
+) -> tuple[list[tuple[str, str, str]], dict[str, float]]:
     """The expert positives as (query, positive, negative) triplets, each copied as often as it weighs against
     `others` triplets of the other pairs (expert_scale, expert_copies): grade 1 at expert_partial_weight of grade 2.
     Negatives as for any pair (with_negatives): the question's grade-0 passage first (in `rejected`)."""
@@ -125,8 +150,15 @@ def sample_pairs(pairs: list[Pair], limit: int | None, seed: int) -> list[Pair]:
     return random.Random(seed).sample(pairs, limit)
 
 
-def mine_negatives(model, pairs: list[Pair], corpus: list[str], config: TrainingConfig, num_negatives: int = 1,
-                   cache_dir: Path | None = None, known_positives: dict[str, set[str]] | None = None) -> dict[Pair, list[str]]:
+def mine_negatives(
+    model,
+    pairs: list[Pair],
+    corpus: list[str],
+    config: TrainingConfig,
+    num_negatives: int = 1,
+    cache_dir: Path | None = None,
+    known_positives: dict[str, set[str]] | None = None,
+) -> dict[Pair, list[str]]:
     """Hard negatives per (query, positive) from sentence-transformers' miner: among each query's top
     `negative_range_max` passages, those scoring below (1 - margin) x the positive's score.
 
@@ -150,10 +182,19 @@ def mine_negatives(model, pairs: list[Pair], corpus: list[str], config: Training
     spare = max(len(known[q] - sampled[q]) for q in known)  # at most this many mined negatives can be filtered away
     wanted = max(1, min(num_negatives + spare, range_max))
     # "triplet" keeps every negative found (n-tuple drops a pair short of `wanted`), one row per negative, best first.
-    mined = mine_hard_negatives(dataset, model, corpus=corpus, range_max=range_max,
-                                relative_margin=config.negative_relative_margin, num_negatives=wanted,
-                                sampling_strategy="top", output_format="triplet", batch_size=32, verbose=False,
-                                cache_folder=str(cache_dir) if cache_dir else None)
+    mined = mine_hard_negatives(
+        dataset,
+        model,
+        corpus=corpus,
+        range_max=range_max,
+        relative_margin=config.negative_relative_margin,
+        num_negatives=wanted,
+        sampling_strategy="top",
+        output_format="triplet",
+        batch_size=32,
+        verbose=False,
+        cache_folder=str(cache_dir) if cache_dir else None,
+    )
     wanted_pairs = set(pairs)
     out: dict[Pair, list[str]] = {}
     for row in mined:
@@ -171,9 +212,19 @@ def ir_evaluator(selection: IRSet | None):
         return None
     from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
 
-    return InformationRetrievalEvaluator(selection.queries, selection.corpus, {q: set(r) for q, r in selection.qrels.items()},
-                                         mrr_at_k=[5, 10], ndcg_at_k=[10], accuracy_at_k=[1, 5], precision_recall_at_k=[5, 20],
-                                         map_at_k=[10], name="dev", write_csv=False, batch_size=32)
+    return InformationRetrievalEvaluator(
+        selection.queries,
+        selection.corpus,
+        {q: set(r) for q, r in selection.qrels.items()},
+        mrr_at_k=[5, 10],
+        ndcg_at_k=[10],
+        accuracy_at_k=[1, 5],
+        precision_recall_at_k=[5, 20],
+        map_at_k=[10],
+        name="dev",
+        write_csv=False,
+        batch_size=32,
+    )
 
 
 def progress_callback(log: Log, progress: Progress | None = None, task: str = "training"):
@@ -202,19 +253,49 @@ def trainer_schedule(config: TrainingConfig, examples: int, batch_size: int) -> 
     total = config.max_steps or max(1, round(steps_per_epoch * config.epochs))
     # Several evaluations per epoch (floor: at least evaluations_per_epoch of them), at least one in the run.
     eval_steps = config.eval_steps or max(1, min(total, steps_per_epoch // config.evaluations_per_epoch))
-    return dict(num_train_epochs=config.epochs, max_steps=config.max_steps or -1, per_device_train_batch_size=batch_size,
-                learning_rate=config.learning_rate, warmup_steps=config.warmup_ratio, lr_scheduler_type="linear",
-                weight_decay=config.weight_decay, optim="adamw_torch", seed=config.seed, data_seed=config.seed,
-                eval_strategy="steps", eval_steps=eval_steps, save_strategy="steps", save_steps=eval_steps,
-                # With load_best_model_at_end the trainer never deletes the best checkpoint: 2 = the best + the latest.
-                save_total_limit=2, logging_steps=max(1, min(10, eval_steps)), report_to="none", use_cpu=True,
-                dataloader_num_workers=0, disable_tqdm=True, save_only_model=True)
+    return dict(
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps or -1,
+        per_device_train_batch_size=batch_size,
+        learning_rate=config.learning_rate,
+        warmup_steps=config.warmup_ratio,
+        lr_scheduler_type="linear",
+        weight_decay=config.weight_decay,
+        optim="adamw_torch",
+        seed=config.seed,
+        data_seed=config.seed,
+        eval_strategy="steps",
+        eval_steps=eval_steps,
+        save_strategy="steps",
+        save_steps=eval_steps,
+        # With load_best_model_at_end the trainer never deletes the best checkpoint: 2 = the best + the latest.
+        save_total_limit=2,
+        logging_steps=max(1, min(10, eval_steps)),
+        report_to="none",
+        use_cpu=True,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        save_only_model=True,
+    )
 
 
-def train_embedder(data: TrainingData, config: EmbedderTrainingConfig, output_dir: Path, *, corpus: list[str] = (),
-                   log: Log = print, mining_cache: Path | None = None, progress: Progress | None = None) -> TrainingRun:
+def train_embedder(
+    data: TrainingData,
+    config: EmbedderTrainingConfig,
+    output_dir: Path,
+    *,
+    corpus: list[str] = (),
+    log: Log = print,
+    mining_cache: Path | None = None,
+    progress: Progress | None = None,
+) -> TrainingRun:
     from datasets import Dataset
-    from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments, losses
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+        losses,
+    )
     from sentence_transformers.base.sampler import BatchSamplers
     from transformers import set_seed
 
@@ -236,37 +317,58 @@ def train_embedder(data: TrainingData, config: EmbedderTrainingConfig, output_di
     mined = {}
     if config.hard_negatives:
         log(f"mining hard negatives for {len(pairs) + len(expert_positives)} pairs over {len(corpus)} passages")
-        mined = {k: v[0] for k, v in mine_negatives(model, pairs + expert_positives, corpus, config, 1, mining_cache,
-                                                    known_positives=known).items() if v}
+        mined = {
+            k: v[0]
+            for k, v in mine_negatives(
+                model, pairs + expert_positives, corpus, config, 1, mining_cache, known_positives=known
+            ).items()
+            if v
+        }
     rejected = data.negatives + expert_negatives
     triplets = with_negatives(pairs, mined, rejected, config.seed, known_positives=known)
     expert, weighed = expert_triplets(data, config, len(triplets), mined, rejected, known)
     if expert:
-        log(f"{len(expert)} expert triplets from {len(experts)} pairs: {weighed['expert_share']:.0%} of the examples "
-            f"(expert_weight {config.expert_weight})")
+        log(
+            f"{len(expert)} expert triplets from {len(experts)} pairs: {weighed['expert_share']:.0%} of the examples "
+            f"(expert_weight {config.expert_weight})"
+        )
     triplets += expert
     # A question copied out of its passage (inverse cloze without an LLM) is cut from the positive, or the model
     # learns to match a sentence with the text that repeats it, which real questions never do.
     triplets = [(q, cut_question(p, q), n) for q, p, n in triplets]
-    dataset = Dataset.from_dict({"anchor": [t[0] for t in triplets], "positive": [t[1] for t in triplets],
-                                 "negative": [t[2] for t in triplets]})
+    dataset = Dataset.from_dict(
+        {"anchor": [t[0] for t in triplets], "positive": [t[1] for t in triplets], "negative": [t[2] for t in triplets]}
+    )
     batch_size = min(config.batch_size, len(dataset))
     if config.loss == "cached-mnrl":
         loss = losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=min(config.mini_batch_size, batch_size))
     else:
         loss = losses.MultipleNegativesRankingLoss(model)
     evaluator = ir_evaluator(data.selection)
-    log(f"training {config.base_model} on {len(dataset)} triplets ({len(mined)} mined, {len(data.negatives)} feedback "
-        f"negatives), loss {config.loss}, batch {batch_size}")
+    log(
+        f"training {config.base_model} on {len(dataset)} triplets ({len(mined)} mined, {len(data.negatives)} feedback "
+        f"negatives), loss {config.loss}, batch {batch_size}"
+    )
     with tempfile.TemporaryDirectory(prefix="rag-train-") as scratch:
         schedule = trainer_schedule(config, len(dataset), batch_size)
         if evaluator is None:  # nothing to select on: keep the last step
             schedule.update(eval_strategy="no", save_strategy="no")
         args = SentenceTransformerTrainingArguments(
-            output_dir=scratch, batch_sampler=BatchSamplers.NO_DUPLICATES, load_best_model_at_end=evaluator is not None,
-            metric_for_best_model=f"eval_{SELECTION_METRIC}" if evaluator else None, greater_is_better=True, **schedule)
-        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss, evaluator=evaluator,
-                                             callbacks=[progress_callback(log, progress, f"training {config.base_model}")])
+            output_dir=scratch,
+            batch_sampler=BatchSamplers.NO_DUPLICATES,
+            load_best_model_at_end=evaluator is not None,
+            metric_for_best_model=f"eval_{SELECTION_METRIC}" if evaluator else None,
+            greater_is_better=True,
+            **schedule,
+        )
+        trainer = SentenceTransformerTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            loss=loss,
+            evaluator=evaluator,
+            callbacks=[progress_callback(log, progress, f"training {config.base_model}")],
+        )
         # The untrained start is a checkpoint too: when no trained step scores above it on the selection questions,
         # the base weights are kept (the gate then sees no change) instead of the least bad step.
         start = {k.removeprefix("dev_"): float(v) for k, v in evaluator(model).items()} if evaluator else {}
@@ -293,8 +395,9 @@ def _evaluated_at(log_history: list[dict], checkpoint: str) -> dict[str, float]:
     return {}
 
 
-def run_trainer(trainer, model, evaluator, output_dir: Path, started: float, examples: int,
-                serving_length: int | None = None) -> TrainingRun:
+def run_trainer(
+    trainer, model, evaluator, output_dir: Path, started: float, examples: int, serving_length: int | None = None
+) -> TrainingRun:
     """Train (the best checkpoint is reloaded at the end), score it on the selection set, save it to output_dir."""
     trainer.train()
     best = trainer.state.best_model_checkpoint
@@ -306,5 +409,12 @@ def run_trainer(trainer, model, evaluator, output_dir: Path, started: float, exa
     if serving_length is not None:
         model.max_seq_length = serving_length
     model.save(str(output_dir))
-    return TrainingRun(output_dir, time.perf_counter() - started, trainer.state.global_step, examples, selection,
-                       Path(best).name if best else None, list(trainer.state.log_history))
+    return TrainingRun(
+        output_dir,
+        time.perf_counter() - started,
+        trainer.state.global_step,
+        examples,
+        selection,
+        Path(best).name if best else None,
+        list(trainer.state.log_history),
+    )

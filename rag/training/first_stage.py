@@ -8,6 +8,7 @@ transfers to real questions ("the answer repeats the question word for word"). `
 question's sentence out of the chunks it was copied from, as the inverse-cloze task intends, before the
 reranker's training candidates are retrieved.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from rag.retrieval import Hit, Index
+
 
 # The reranker re-orders what serving retrieves, so it trains and is gated on the same first stage: the mode that
 # serves (rag.qa.models.DEFAULT_MODE, or the active configuration's). Gated over hybrid-rrf while serving ran
@@ -68,8 +70,10 @@ def without_questions(chunks: pd.DataFrame, questions: Iterable[tuple[str, str]]
     if changed:
         out["text"] = [changed.get(c, t) for c, t in zip(out["chunk_id"], out["text"])]
         if "content_hash" in out:
-            out["content_hash"] = [hashlib.sha256(t.encode()).hexdigest() if c in changed else h
-                                   for c, t, h in zip(out["chunk_id"], out["text"], out["content_hash"])]
+            out["content_hash"] = [
+                hashlib.sha256(t.encode()).hexdigest() if c in changed else h
+                for c, t, h in zip(out["chunk_id"], out["text"], out["content_hash"])
+            ]
     return out, len(copied)
 
 
@@ -101,7 +105,9 @@ def vectors_by_text(index: Index) -> dict[str, np.ndarray]:
 
     out, offset = {}, None
     while True:
-        points, offset = index.client.scroll(index.alias, limit=1024, offset=offset, with_vectors=[DENSE], with_payload=["text"])
+        points, offset = index.client.scroll(
+            index.alias, limit=1024, offset=offset, with_vectors=[DENSE], with_payload=["text"]
+        )
         for p in points:
             out[p.payload["text"]] = np.asarray(p.vector[DENSE], dtype=np.float32)
         if offset is None:
@@ -109,7 +115,9 @@ def vectors_by_text(index: Index) -> dict[str, np.ndarray]:
 
 
 @contextlib.contextmanager
-def first_stage_index(chunks: pd.DataFrame, embedder, known_vectors: dict[str, np.ndarray] | None = None) -> Iterator[Index]:
+def first_stage_index(
+    chunks: pd.DataFrame, embedder, known_vectors: dict[str, np.ndarray] | None = None
+) -> Iterator[Index]:
     from qdrant_client import QdrantClient
 
     from rag.index.bm25 import BM25Index
@@ -127,13 +135,20 @@ def first_stage_index(chunks: pd.DataFrame, embedder, known_vectors: dict[str, n
     try:
         passages = KnownVectors(embedder, dict(known_vectors)) if known_vectors else embedder
         run = sync_collection(client, chunks, passages, strategy="first-stage", model="first-stage")
-        yield Index(chunks.set_index("chunk_id"), BM25Index.build(chunks["chunk_id"].tolist(), chunks["text"].tolist()),
-                    client, run.alias, embedder)
+        yield Index(
+            chunks.set_index("chunk_id"),
+            BM25Index.build(chunks["chunk_id"].tolist(), chunks["text"].tolist()),
+            client,
+            run.alias,
+            embedder,
+        )
     finally:
         client.close()
 
 
-def first_stage_hits(index: Index, queries: dict[str, str], depth: int, mode: str = FIRST_STAGE_MODE) -> dict[str, list[Hit]]:
+def first_stage_hits(
+    index: Index, queries: dict[str, str], depth: int, mode: str = FIRST_STAGE_MODE
+) -> dict[str, list[Hit]]:
     """Top-`depth` hits of every question (by id), with their first-stage signals."""
     from rag.retrieval import QUERY_VECTORS_KEPT, RetrievalParams, retrieve, validate_query
 
@@ -142,7 +157,7 @@ def first_stage_hits(index: Index, queries: dict[str, str], depth: int, mode: st
     out = {}
     ids = list(asked)
     for start in range(0, len(ids), QUERY_VECTORS_KEPT):
-        batch = ids[start:start + QUERY_VECTORS_KEPT]
+        batch = ids[start : start + QUERY_VECTORS_KEPT]
         if index.embedder is not None and mode != "bm25":
             # One batched encoding instead of one forward pass per question (10x+ faster on a CPU); retrieve()
             # then finds each vector in the index's query cache.
@@ -152,4 +167,13 @@ def first_stage_hits(index: Index, queries: dict[str, str], depth: int, mode: st
     return out
 
 
-__all__ = ["FIRST_STAGE_MODE", "serving_mode", "KnownVectors", "first_stage_index", "first_stage_hits", "vectors_by_text", "without_questions", "cut_question"]
+__all__ = [
+    "FIRST_STAGE_MODE",
+    "serving_mode",
+    "KnownVectors",
+    "first_stage_index",
+    "first_stage_hits",
+    "vectors_by_text",
+    "without_questions",
+    "cut_question",
+]

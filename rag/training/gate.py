@@ -7,6 +7,7 @@ and so are expert-labelled questions (graded 2/1/0: nDCG counts a partially rele
 Before anything is promoted, production is the base model (for embedders) or plain hybrid retrieval without
 a reranker: the implicit v0 every first candidate must beat.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,21 +30,31 @@ def check_gate_questions(ir: IRSet | None, settings: GateSettings, copied: int =
     """A verdict from a handful of questions is noise: refuse to decide rather than promote (or reject) on it."""
     n = len(ir) if ir is not None else 0
     if n < settings.min_questions:
-        aside = (f" ({copied} more were copied word for word from the documents and cannot decide: give synthetic_qa a "
-                 "mix with answer-aware and keyword questions, or an LLM)") if copied else ""
-        raise TooFewGateQuestions(f"only {n} held-out gate question(s) with a relevant chunk{aside}, the gate needs at least "
-                         f"{settings.min_questions} (disjoint from training and checkpoint selection): generate a larger QA "
-                         "set (more synthetic_qa questions, or more rated feedback) and retrain, or lower GateSettings.min_questions")
+        aside = (
+            (
+                f" ({copied} more were copied word for word from the documents and cannot decide: give synthetic_qa a "
+                "mix with answer-aware and keyword questions, or an LLM)"
+            )
+            if copied
+            else ""
+        )
+        raise TooFewGateQuestions(
+            f"only {n} held-out gate question(s) with a relevant chunk{aside}, the gate needs at least "
+            f"{settings.min_questions} (disjoint from training and checkpoint selection): generate a larger QA "
+            "set (more synthetic_qa questions, or more rated feedback) and retrain, or lower GateSettings.min_questions"
+        )
 
 
-def paired_interval(diff: np.ndarray, *, confidence: float = 0.95, resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+def paired_interval(
+    diff: np.ndarray, *, confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean per-question difference (questions resampled with replacement)."""
     diff = np.asarray(diff, dtype=np.float64)
     rng = np.random.default_rng(seed)
     means = np.empty(resamples)
     for start in range(0, resamples, 1000):  # chunks keep a resamples x questions index matrix small
         idx = rng.integers(0, len(diff), size=(min(1000, resamples - start), len(diff)))
-        means[start:start + len(idx)] = diff[idx].mean(axis=1)
+        means[start : start + len(idx)] = diff[idx].mean(axis=1)
     tail = (1 - confidence) / 2
     return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
 
@@ -59,12 +70,15 @@ def power_figures(diff: np.ndarray, *, p_value: float, target_effect: float, pow
     diff = np.asarray(diff, dtype=np.float64)
     sd = float(diff.std(ddof=1)) if len(diff) > 1 else 0.0
     z = _z(p_value, power)
-    return {"min_detectable_effect": round(z * sd / math.sqrt(len(diff)), 4) if len(diff) else None,
-            "questions_needed": math.ceil((z * sd / target_effect) ** 2) if sd else None}
+    return {
+        "min_detectable_effect": round(z * sd / math.sqrt(len(diff)), 4) if len(diff) else None,
+        "questions_needed": math.ceil((z * sd / target_effect) ** 2) if sd else None,
+    }
 
 
-def paired_p_value(candidate: np.ndarray, production: np.ndarray, *, test: str = "permutation", resamples: int = 10_000,
-                   seed: int = 0) -> float:
+def paired_p_value(
+    candidate: np.ndarray, production: np.ndarray, *, test: str = "permutation", resamples: int = 10_000, seed: int = 0
+) -> float:
     """One-sided p-value of "the candidate's mean is higher" from per-question scores of the same questions.
 
     permutation: under H0 the two models are exchangeable per question, so each difference's sign is a coin
@@ -116,11 +130,21 @@ class GateResult:
 
     @property
     def metadata(self) -> dict:
-        out: dict = {"passed": self.passed, "criterion": self.criterion, "better": self.better, "not_worse": self.not_worse,
-                     "outcome": self.outcome, "questions": self.questions, "copied_questions_set_aside": self.copied_questions,
-                     **{k: v for k, v in self.power.items() if v is not None},
-                     **{f"type_{t}_{k}": v for t, row in self.by_type.items() for k, v in row.items()}, "reasons": "; ".join(self.reasons) or "all criteria met",
-                     "lists": self.lists, "user_judged_questions": self.judged_questions, **_figures(self.table)}
+        out: dict = {
+            "passed": self.passed,
+            "criterion": self.criterion,
+            "better": self.better,
+            "not_worse": self.not_worse,
+            "outcome": self.outcome,
+            "questions": self.questions,
+            "copied_questions_set_aside": self.copied_questions,
+            **{k: v for k, v in self.power.items() if v is not None},
+            **{f"type_{t}_{k}": v for t, row in self.by_type.items() for k, v in row.items()},
+            "reasons": "; ".join(self.reasons) or "all criteria met",
+            "lists": self.lists,
+            "user_judged_questions": self.judged_questions,
+            **_figures(self.table),
+        }
         for criterion, reasons in (self.why_not or {}).items():
             out[f"{criterion}_reasons"] = "; ".join(reasons) or "all criteria met"
         if self.other is not None:
@@ -141,11 +165,16 @@ def _figures(table: pd.DataFrame) -> dict:
         if r.get("p_value_worse") is not None and not pd.isna(r["p_value_worse"]):
             out[f"p_value_worse_{metric}"] = round(float(r["p_value_worse"]), 5)
         if r.get("ci_low") is not None and not pd.isna(r["ci_low"]):
-            out[f"ci_low_{metric}"], out[f"ci_high_{metric}"] = round(float(r["ci_low"]), 4), round(float(r["ci_high"]), 4)
+            out[f"ci_low_{metric}"], out[f"ci_high_{metric}"] = (
+                round(float(r["ci_low"]), 4),
+                round(float(r["ci_high"]), 4),
+            )
     return out
 
 
-def gate_decision(production: pd.DataFrame, candidate: pd.DataFrame, settings: GateSettings | None = None) -> GateResult:
+def gate_decision(
+    production: pd.DataFrame, candidate: pd.DataFrame, settings: GateSettings | None = None
+) -> GateResult:
     """Both tables: one row per question (`qid` + metric columns), as rag.evaluation.metrics.evaluate_run returns.
 
     Two verdicts from the same per-question scores: `better` (each metric significantly higher, recall kept) and
@@ -160,7 +189,9 @@ def gate_decision(production: pd.DataFrame, candidate: pd.DataFrame, settings: G
     for metric in settings.metrics:
         c, p_ = cand[metric].to_numpy(), prod[metric].to_numpy()
         kw = {"test": settings.test, "resamples": settings.resamples, "seed": settings.seed}
-        low, high = paired_interval(c - p_, confidence=settings.confidence, resamples=settings.resamples, seed=settings.seed)
+        low, high = paired_interval(
+            c - p_, confidence=settings.confidence, resamples=settings.resamples, seed=settings.seed
+        )
         power = power or power_figures(c - p_, p_value=settings.p_value, target_effect=settings.target_effect)
         p = paired_p_value(c, p_, **kw)
         p_worse = paired_p_value(p_, c, **kw)  # one-sided: production higher
@@ -168,13 +199,29 @@ def gate_decision(production: pd.DataFrame, candidate: pd.DataFrame, settings: G
         ok = delta > 0 and p < settings.p_value
         not_worse = not (delta < 0 and p_worse < settings.p_value) and delta >= -settings.max_drop
         if not ok:
-            better_reasons.append(f"{metric}: {delta:+.4f} (p={p:.4f}) is not a significant improvement at p<{settings.p_value}")
+            better_reasons.append(
+                f"{metric}: {delta:+.4f} (p={p:.4f}) is not a significant improvement at p<{settings.p_value}"
+            )
         if not not_worse:
-            worse_reasons.append(f"{metric}: {delta:+.4f} is worse (p={p_worse:.4f} that production is better; at most "
-                                 f"{settings.max_drop} lower and not significantly at p<{settings.p_value})")
-        rows.append({"metric": metric, "production": float(prod[metric].mean()), "candidate": float(cand[metric].mean()),
-                     "delta": delta, "ci_low": low, "ci_high": high, "p_value": p, "p_value_worse": p_worse,
-                     "required": f"> 0, p < {settings.p_value}", "ok": ok, "not_worse": not_worse})
+            worse_reasons.append(
+                f"{metric}: {delta:+.4f} is worse (p={p_worse:.4f} that production is better; at most "
+                f"{settings.max_drop} lower and not significantly at p<{settings.p_value})"
+            )
+        rows.append(
+            {
+                "metric": metric,
+                "production": float(prod[metric].mean()),
+                "candidate": float(cand[metric].mean()),
+                "delta": delta,
+                "ci_low": low,
+                "ci_high": high,
+                "p_value": p,
+                "p_value_worse": p_worse,
+                "required": f"> 0, p < {settings.p_value}",
+                "ok": ok,
+                "not_worse": not_worse,
+            }
+        )
     recall = settings.recall_metric
     delta = float(cand[recall].mean() - prod[recall].mean())
     ok = delta >= -settings.recall_tolerance
@@ -182,29 +229,58 @@ def gate_decision(production: pd.DataFrame, candidate: pd.DataFrame, settings: G
         reason = f"{recall} dropped by {-delta:.4f} (tolerance {settings.recall_tolerance})"
         better_reasons.append(reason)
         worse_reasons.append(reason)
-    rows.append({"metric": recall, "production": float(prod[recall].mean()), "candidate": float(cand[recall].mean()),
-                 "delta": delta, "ci_low": None, "ci_high": None, "p_value": None, "p_value_worse": None,
-                 "required": f">= -{settings.recall_tolerance}",
-                 "ok": ok, "not_worse": ok})
+    rows.append(
+        {
+            "metric": recall,
+            "production": float(prod[recall].mean()),
+            "candidate": float(cand[recall].mean()),
+            "delta": delta,
+            "ci_low": None,
+            "ci_high": None,
+            "p_value": None,
+            "p_value_worse": None,
+            "required": f">= -{settings.recall_tolerance}",
+            "ok": ok,
+            "not_worse": ok,
+        }
+    )
     table = pd.DataFrame(rows)
     better, not_worse = bool(table["ok"].all()), bool(table["not_worse"].all())
     why_not = {"better": better_reasons, "not_worse": worse_reasons}
     decided = not_worse if settings.criterion == "not_worse" else better
     per_question = prod.add_prefix("production_").join(cand.add_prefix("candidate_")).reset_index()
-    return GateResult(decided, table, list(why_not[settings.criterion]), len(prod), criterion=settings.criterion,
-                      better=better, not_worse=not_worse, why_not=why_not, power=power, per_question=per_question)
+    return GateResult(
+        decided,
+        table,
+        list(why_not[settings.criterion]),
+        len(prod),
+        criterion=settings.criterion,
+        better=better,
+        not_worse=not_worse,
+        why_not=why_not,
+        power=power,
+        per_question=per_question,
+    )
 
 
-def type_breakdown(types: dict[str, str], production: pd.DataFrame, candidate: pd.DataFrame, metric: str) -> dict[str, dict]:
+def type_breakdown(
+    types: dict[str, str], production: pd.DataFrame, candidate: pd.DataFrame, metric: str
+) -> dict[str, dict]:
     """Per question type: how many questions, both models' mean `metric` and the difference. A gain carried by one
     kind of question (keyword queries, say) shows here before it misleads."""
     prod, cand = production.set_index("qid")[metric], candidate.set_index("qid")[metric]
     groups: dict[str, list[str]] = {}
     for q in prod.index:
         groups.setdefault(types.get(q, "unknown"), []).append(q)
-    return {t: {"questions": len(qs), "production": round(float(prod[qs].mean()), 4),
-                "candidate": round(float(cand[qs].mean()), 4), "delta": round(float(cand[qs].mean() - prod[qs].mean()), 4)}
-            for t, qs in sorted(groups.items())}
+    return {
+        t: {
+            "questions": len(qs),
+            "production": round(float(prod[qs].mean()), 4),
+            "candidate": round(float(cand[qs].mean()), 4),
+            "delta": round(float(cand[qs].mean() - prod[qs].mean()), 4),
+        }
+        for t, qs in sorted(groups.items())
+    }
 
 
 def gate_metrics(settings: GateSettings) -> list[str]:
@@ -225,7 +301,9 @@ def dense_run(embedder, ir: IRSet, depth: int = 100) -> dict[str, dict[str, floa
     return run
 
 
-def per_query(ir: IRSet, run: dict[str, dict[str, float]], settings: GateSettings, *, condensed: bool = False) -> pd.DataFrame:
+def per_query(
+    ir: IRSet, run: dict[str, dict[str, float]], settings: GateSettings, *, condensed: bool = False
+) -> pd.DataFrame:
     """Per-question metrics; `condensed`: rankings of partly judged questions (ir.judged) keep only judged passages."""
     if condensed and ir.judged:
         from rag.rollout.condensed import condensed_run
@@ -242,8 +320,10 @@ def compare_runs(ir: IRSet, production_run: dict, candidate_run: dict, settings:
     views = {}
     for lists in ("plain", "condensed") if ir.judged else ("plain",):
         condensed = lists == "condensed"
-        prod, cand = (per_query(ir, production_run, settings, condensed=condensed),
-                      per_query(ir, candidate_run, settings, condensed=condensed))
+        prod, cand = (
+            per_query(ir, production_run, settings, condensed=condensed),
+            per_query(ir, candidate_run, settings, condensed=condensed),
+        )
         views[lists] = gate_decision(prod, cand, settings)
         # Expert-labelled questions are judged in part too (condensed like users'), and reported by type ("expert").
         views[lists].lists = lists
@@ -256,7 +336,9 @@ def compare_runs(ir: IRSet, production_run: dict, candidate_run: dict, settings:
     return decided
 
 
-def embedder_gate(production, candidate, ir: IRSet, settings: GateSettings | None = None, *, copied: int = 0) -> GateResult:
+def embedder_gate(
+    production, candidate, ir: IRSet, settings: GateSettings | None = None, *, copied: int = 0
+) -> GateResult:
     """Dense retrieval of the gate questions with each embedder, compared per question. `copied`: how many copied
     questions were set aside before (reported, and named in a too-few-questions error)."""
     settings = settings or GateSettings()
@@ -270,8 +352,10 @@ def _as_hits(candidates: list, ir: IRSet) -> list:
     """First-stage candidates as hits: rag.retrieval.Hit as they are (with their signals), chunk ids as plain hits."""
     from rag.retrieval import Hit
 
-    return [c if isinstance(c, Hit) else Hit(rank, 0.0, {"chunk_id": c, "text": ir.corpus[c]})
-            for rank, c in enumerate(candidates, start=1)]
+    return [
+        c if isinstance(c, Hit) else Hit(rank, 0.0, {"chunk_id": c, "text": ir.corpus[c]})
+        for rank, c in enumerate(candidates, start=1)
+    ]
 
 
 def reranked_run(first_stage: dict[str, list], ir: IRSet, reranker) -> dict[str, dict[str, float]]:
@@ -291,11 +375,20 @@ def reranked_run(first_stage: dict[str, list], ir: IRSet, reranker) -> dict[str,
     return run
 
 
-def reranker_gate(first_stage: dict[str, list], production, candidate, ir: IRSet,
-                  settings: GateSettings | None = None, *, copied: int = 0) -> GateResult:
+def reranker_gate(
+    first_stage: dict[str, list],
+    production,
+    candidate,
+    ir: IRSet,
+    settings: GateSettings | None = None,
+    *,
+    copied: int = 0,
+) -> GateResult:
     """Both rerankers re-score the same first-stage candidates (hybrid top-`rerank_depth`) of every gate question."""
     settings = settings or GateSettings()
     check_gate_questions(ir, settings, copied)
-    result = compare_runs(ir, reranked_run(first_stage, ir, production), reranked_run(first_stage, ir, candidate), settings)
+    result = compare_runs(
+        ir, reranked_run(first_stage, ir, production), reranked_run(first_stage, ir, candidate), settings
+    )
     result.copied_questions = copied
     return result

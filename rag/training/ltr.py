@@ -22,6 +22,7 @@ the grade is its label. To retrain with expert pairs outside Dagster (e.g. a ben
     data = TrainingData(positives, expert=[ExpertPair(question, passage_text, grade), ...], selection=...)
     train_learned_ranker(data, RerankerTrainingConfig(expert_weight=0.2), out_dir, chunks=chunks, embedder=embedder)
 """
+
 from __future__ import annotations
 
 import time
@@ -39,8 +40,13 @@ from rag.training.first_stage import FIRST_STAGE_MODE, first_stage_hits, first_s
 Log = Callable[[str], None]
 
 
-def _labeled(hits_by_query: dict[str, list], grades: dict[str, dict[str, int]], query_text: dict[str, str],
-             stats: CorpusStats, prior: Callable) -> tuple[np.ndarray, np.ndarray, list[int], list[str]]:
+def _labeled(
+    hits_by_query: dict[str, list],
+    grades: dict[str, dict[str, int]],
+    query_text: dict[str, str],
+    stats: CorpusStats,
+    prior: Callable,
+) -> tuple[np.ndarray, np.ndarray, list[int], list[str]]:
     """Feature rows, labels (each candidate's grade, 0 when unknown) and group sizes of the questions with at least
     one candidate graded above 0."""
     rows, labels, groups, kept = [], [], [], []
@@ -59,8 +65,9 @@ def _labeled(hits_by_query: dict[str, list], grades: dict[str, dict[str, int]], 
     return np.vstack(rows), np.concatenate(labels), groups, kept
 
 
-def _selection_metrics(selection, hits_by_query: dict[str, list], stats: CorpusStats, priors: FeedbackPriors, booster,
-                       rounds: int) -> dict[str, float]:
+def _selection_metrics(
+    selection, hits_by_query: dict[str, list], stats: CorpusStats, priors: FeedbackPriors, booster, rounds: int
+) -> dict[str, float]:
     """nDCG@10 and MRR@10 of the first-stage order and of the reranked order over every selection question (ranx;
     a question whose answer the first stage missed scores 0 in both)."""
     from rag.evaluation.metrics import evaluate_run
@@ -71,11 +78,16 @@ def _selection_metrics(selection, hits_by_query: dict[str, list], stats: CorpusS
         if not ids:
             continue
         first[q] = {c: float(len(ids) - r) for r, c in enumerate(ids)}
-        scores = booster.predict(feature_matrix(selection.queries[q], hits, stats, priors.serving), num_iteration=rounds)
+        scores = booster.predict(
+            feature_matrix(selection.queries[q], hits, stats, priors.serving), num_iteration=rounds
+        )
         order = sorted(range(len(ids)), key=lambda i: (-scores[i], i))
         reranked[q] = {ids[i]: float(len(ids) - r) for r, i in enumerate(order)}
     metrics = ["ndcg@10", "mrr@10"]
-    before, after = evaluate_run(selection.qrels, first, metrics)[0], evaluate_run(selection.qrels, reranked, metrics)[0]
+    before, after = (
+        evaluate_run(selection.qrels, first, metrics)[0],
+        evaluate_run(selection.qrels, reranked, metrics)[0],
+    )
     return {**{f"first_stage_{m}": before[m] for m in metrics}, **after}
 
 
@@ -89,9 +101,18 @@ def _calibration(raw: np.ndarray, labels: np.ndarray, seed: int) -> dict:
     return {"slope": float(fit.coef_[0][0]), "intercept": float(fit.intercept_[0]), "fitted_on": int(len(labels))}
 
 
-def train_learned_ranker(data: TrainingData, config, output_dir: Path, *, chunks: pd.DataFrame, embedder,
-                         feedback: tuple[list[Pair], list[Pair]] = ((), ()), log: Log = print,
-                         known_vectors: dict[str, np.ndarray] | None = None, mode: str = FIRST_STAGE_MODE) -> TrainingRun:
+def train_learned_ranker(
+    data: TrainingData,
+    config,
+    output_dir: Path,
+    *,
+    chunks: pd.DataFrame,
+    embedder,
+    feedback: tuple[list[Pair], list[Pair]] = ((), ()),
+    log: Log = print,
+    known_vectors: dict[str, np.ndarray] | None = None,
+    mode: str = FIRST_STAGE_MODE,
+) -> TrainingRun:
     """`config`: rag.training.config.RerankerTrainingConfig; `embedder`: the first stage's (production) embedder;
     `feedback`: the training side's rated (question, passage) pairs, +1 and -1, for the priors; `known_vectors`:
     passage text -> vector of `embedder` already computed (e.g. rag.training.first_stage.vectors_by_text of a
@@ -114,50 +135,83 @@ def train_learned_ranker(data: TrainingData, config, output_dir: Path, *, chunks
     copied += [(selection.queries[q], c) for q, g in sel_grades.items() for c in g] if selection else []
     cloze, found = without_questions(chunks, copied)
     if found:
-        log(f"{found} questions were copied word for word from their chunks: cut out for the first stage (inverse cloze)")
+        log(
+            f"{found} questions were copied word for word from their chunks: cut out for the first stage (inverse cloze)"
+        )
     stats = CorpusStats.build(chunks["text"].tolist())
     priors = FeedbackPriors.from_pairs(*feedback)
     depth = config.rerank_depth
-    log(f"first stage ({mode}, top {depth}) for {len(train_queries)} training and "
-        f"{len(selection or ())} selection questions over {len(chunks)} chunks")
+    log(
+        f"first stage ({mode}, top {depth}) for {len(train_queries)} training and "
+        f"{len(selection or ())} selection questions over {len(chunks)} chunks"
+    )
     with first_stage_index(cloze, embedder, known_vectors) as first:
         train_hits = first_stage_hits(first, train_queries, depth, mode)
         selection_hits = first_stage_hits(first, selection.queries, depth, mode) if selection else {}
     if getattr(config, "copied_questions", "cut") == "exclude" and data.copied:
-        uncopied = {q for q in train_hits if train_queries[q] not in data.copied
-                    and any(train_grades[q].get(h.chunk.get("chunk_id"), 0) > 0 for h in train_hits[q])}
+        uncopied = {
+            q
+            for q in train_hits
+            if train_queries[q] not in data.copied
+            and any(train_grades[q].get(h.chunk.get("chunk_id"), 0) > 0 for h in train_hits[q])
+        }
         if len(uncopied) >= config.min_uncopied_questions:
-            log(f"{len(train_hits) - len(uncopied)} training questions copied from the documents (or with no positive "
-                f"retrieved) left out: {len(uncopied)} others teach how people's questions meet their answers")
+            log(
+                f"{len(train_hits) - len(uncopied)} training questions copied from the documents (or with no positive "
+                f"retrieved) left out: {len(uncopied)} others teach how people's questions meet their answers"
+            )
             train_hits = {q: h for q, h in train_hits.items() if q in uncopied}
     X, y, groups, kept = _labeled(train_hits, train_grades, train_queries, stats, priors.leave_one_out)
     if not groups:
-        raise ValueError("no training question has a positive among its first-stage candidates: the reranker has nothing "
-                         "to learn from (generate more questions with synthetic_qa, or check the chunk set)")
-    log(f"{len(kept)} of {len(train_queries)} training questions have a positive in the top {depth}; {len(y)} candidates")
+        raise ValueError(
+            "no training question has a positive among its first-stage candidates: the reranker has nothing "
+            "to learn from (generate more questions with synthetic_qa, or check the chunk set)"
+        )
+    log(
+        f"{len(kept)} of {len(train_queries)} training questions have a positive in the top {depth}; {len(y)} candidates"
+    )
     weights, weighed = group_weights([experts.get(train_queries[q]) for q in kept], config.expert_weight)
     if weighed:
-        log(f"{weighed['expert_examples']} expert-labelled questions weigh {weighed['expert_example_weight']:.3g} each "
-            f"against 1 for the others: {config.expert_weight:.0%} of the training weight (expert_weight)")
+        log(
+            f"{weighed['expert_examples']} expert-labelled questions weigh {weighed['expert_example_weight']:.3g} each "
+            f"against 1 for the others: {config.expert_weight:.0%} of the training weight (expert_weight)"
+        )
     eval_args, sel = {}, None
     if selection:
         sel = _labeled(selection_hits, sel_grades, selection.queries, stats, priors.serving)
         if sel[2]:
             eval_args = dict(eval_X=(sel[0],), eval_y=(sel[1],), eval_group=[sel[2]], eval_at=[10])
-    model = lgb.LGBMRanker(objective="lambdarank", n_estimators=config.trees, learning_rate=config.boosting_learning_rate,
-                           num_leaves=config.num_leaves, min_child_samples=config.min_child_samples,
-                           subsample=0.8, subsample_freq=1, colsample_bytree=0.8, reg_lambda=1.0,
-                           random_state=config.seed, deterministic=True, force_row_wise=True, n_jobs=1, verbose=-1)
+    model = lgb.LGBMRanker(
+        objective="lambdarank",
+        n_estimators=config.trees,
+        learning_rate=config.boosting_learning_rate,
+        num_leaves=config.num_leaves,
+        min_child_samples=config.min_child_samples,
+        subsample=0.8,
+        subsample_freq=1,
+        colsample_bytree=0.8,
+        reg_lambda=1.0,
+        random_state=config.seed,
+        deterministic=True,
+        force_row_wise=True,
+        n_jobs=1,
+        verbose=-1,
+    )
     history: dict = {}
     callbacks = [lgb.record_evaluation(history)]
     if eval_args:
         callbacks.append(lgb.early_stopping(config.early_stopping_rounds, first_metric_only=True, verbose=False))
     # Per-candidate weights, constant within a group: a group weight (None without experts: the unweighted objective).
     sample_weight = np.repeat(weights, groups) if weighed else None
-    model.fit(X, y, group=groups, sample_weight=sample_weight, callbacks=callbacks, feature_name=list(FEATURES), **eval_args)
+    model.fit(
+        X, y, group=groups, sample_weight=sample_weight, callbacks=callbacks, feature_name=list(FEATURES), **eval_args
+    )
     best = int(model.best_iteration_ or config.trees) if eval_args else config.trees
     booster = model.booster_
-    log_history = [{"step": i + 1, "eval_dev_ndcg@10": float(v)} for i, v in enumerate(history.get("valid_0", {}).get("ndcg@10", []))]
+    log_history = [
+        {"step": i + 1, "eval_dev_ndcg@10": float(v)}
+        for i, v in enumerate(history.get("valid_0", {}).get("ndcg@10", []))
+    ]
     metrics: dict[str, float] = {}
     if eval_args:
         raw = booster.predict(sel[0], num_iteration=best)
@@ -165,23 +219,49 @@ def train_learned_ranker(data: TrainingData, config, output_dir: Path, *, chunks
         # questions chose the round, so the reranked figure is an optimistic maximum, never a held-out gain.
         metrics = _selection_metrics(selection, selection_hits, stats, priors, booster, best)
         calibration = _calibration(raw, sel[1], config.seed)
-        log(f"selection ({len(selection)} questions, {len(sel[2])} with a positive in the top {depth}; they chose the "
+        log(
+            f"selection ({len(selection)} questions, {len(sel[2])} with a positive in the top {depth}; they chose the "
             f"round, so this is not a held-out gain): nDCG@10 {metrics['first_stage_ndcg@10']:.4f} first stage, "
-            f"{metrics['ndcg@10']:.4f} reranked at the best round {best}")
+            f"{metrics['ndcg@10']:.4f} reranked at the best round {best}"
+        )
     else:
         calibration = _calibration(booster.predict(X, num_iteration=best), y, config.seed)
     # Keep exactly the selected rounds in the saved model.
     final = lgb.Booster(model_str=booster.model_to_string(num_iteration=best))
     output_dir = Path(output_dir)
-    save_ltr(output_dir, final, stats, priors, calibration,
-             {"first_stage_mode": mode, "rerank_depth": depth, "rounds": best, "trees": config.trees,
-              "embedder": getattr(embedder, "name", str(embedder)), "training_questions": len(kept),
-              "candidates": int(len(y)), "seed": config.seed, **weighed})
-    return TrainingRun(output_dir, time.perf_counter() - started, best, int(len(y)), metrics, f"round-{best}", log_history,
-                       expert=weighed)
+    save_ltr(
+        output_dir,
+        final,
+        stats,
+        priors,
+        calibration,
+        {
+            "first_stage_mode": mode,
+            "rerank_depth": depth,
+            "rounds": best,
+            "trees": config.trees,
+            "embedder": getattr(embedder, "name", str(embedder)),
+            "training_questions": len(kept),
+            "candidates": int(len(y)),
+            "seed": config.seed,
+            **weighed,
+        },
+    )
+    return TrainingRun(
+        output_dir,
+        time.perf_counter() - started,
+        best,
+        int(len(y)),
+        metrics,
+        f"round-{best}",
+        log_history,
+        expert=weighed,
+    )
 
 
-def training_grades(pairs: list[Pair], expert: list, ids_by_text: dict[str, list[str]]) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
+def training_grades(
+    pairs: list[Pair], expert: list, ids_by_text: dict[str, list[str]]
+) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
     """question text -> {chunk id: grade}: RELEVANT for the chunks of known answers (`pairs`), the expert's grade
     where an expert graded the chunk (it replaces any other label); and the expert-labelled questions -> the mean
     weight of their pairs. A passage whose text is in no chunk of this chunk set (edited, another chunk set) drops out."""

@@ -1,5 +1,6 @@
 """The training steps every entry point shares (Dagster assets, the retrain job, benchmarks, tests):
 train → register as candidate → gate against production → promote (registry alias + serving collections)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -69,34 +70,66 @@ def load_inputs(tables: TableStore, config: TrainingConfig) -> Inputs:
         from rag.feedback import judgments
 
         feedback = split_feedback(judgments(Path(config.feedback_dataset)), config.feedback_dev_fraction)
-    data = training_data(from_frame(qa), chunks, extra_positives=config.extra_positives, extra_negatives=config.extra_negatives,
-                         feedback=feedback, selection_fraction=config.selection_fraction,
-                         min_feedback_gate=config.min_feedback_gate_questions,
-                         min_expert_gate=config.min_expert_gate_questions)
+    data = training_data(
+        from_frame(qa),
+        chunks,
+        extra_positives=config.extra_positives,
+        extra_negatives=config.extra_negatives,
+        feedback=feedback,
+        selection_fraction=config.selection_fraction,
+        min_feedback_gate=config.min_feedback_gate_questions,
+        min_expert_gate=config.min_expert_gate_questions,
+    )
     qa_version = pd.util.hash_pandas_object(qa[["qid", "question", "evidence_json", "split"]], index=False).sum()
-    return Inputs(strategy, chunks, data, f"{int(qa_version) & 0xFFFFFFFFFFFF:012x}",
-                  len(config.extra_positives) + (len(feedback.positives) if feedback else 0))
+    return Inputs(
+        strategy,
+        chunks,
+        data,
+        f"{int(qa_version) & 0xFFFFFFFFFFFF:012x}",
+        len(config.extra_positives) + (len(feedback.positives) if feedback else 0),
+    )
 
 
-def _manifest(kind: Kind, config: TrainingConfig, inputs: Inputs, run: TrainingRun, parent: ModelVersion | None) -> dict:
+def _manifest(
+    kind: Kind, config: TrainingConfig, inputs: Inputs, run: TrainingRun, parent: ModelVersion | None
+) -> dict:
     # A learned ranker holds no weights of the base embedder: its versions are named ce-ltr-vN, not ce-minilm-vN.
     family = {"family": "ltr"} if kind == "reranker" and getattr(config, "kind", None) == "lambdamart" else {}
-    return {**family, "base_model": config.base_model, "parent_version": parent.version if parent else None,
-            "training_data_hash": inputs.data.data_hash, "qa_set_version": inputs.qa_version, "strategy": inputs.strategy,
-            # max_seq_length: the length actually trained at (a None config means the base model's own length).
-            "hyperparameters": {**config.model_dump(exclude={"extra_positives", "extra_negatives"}),
-                                "max_seq_length": getattr(run, "max_seq_length", None) or config.max_seq_length,
-                                "feedback_positives": inputs.feedback_positives, "feedback_negatives": len(inputs.data.negatives),
-                                "expert_pairs": len(inputs.data.expert),
-                                "expert_questions": len({e.query for e in inputs.data.expert}),
-                                "expert_gate_questions": sum(t == "expert" for t in (inputs.data.gate.types.values()
-                                                                                     if inputs.data.gate else ()))},
-            "seed": config.seed, "library_versions": library_versions(),
-            "metrics": {"dev_selection": run.selection_metrics, "training": run.summary}}
+    return {
+        **family,
+        "base_model": config.base_model,
+        "parent_version": parent.version if parent else None,
+        "training_data_hash": inputs.data.data_hash,
+        "qa_set_version": inputs.qa_version,
+        "strategy": inputs.strategy,
+        # max_seq_length: the length actually trained at (a None config means the base model's own length).
+        "hyperparameters": {
+            **config.model_dump(exclude={"extra_positives", "extra_negatives"}),
+            "max_seq_length": getattr(run, "max_seq_length", None) or config.max_seq_length,
+            "feedback_positives": inputs.feedback_positives,
+            "feedback_negatives": len(inputs.data.negatives),
+            "expert_pairs": len(inputs.data.expert),
+            "expert_questions": len({e.query for e in inputs.data.expert}),
+            "expert_gate_questions": sum(
+                t == "expert" for t in (inputs.data.gate.types.values() if inputs.data.gate else ())
+            ),
+        },
+        "seed": config.seed,
+        "library_versions": library_versions(),
+        "metrics": {"dev_selection": run.selection_metrics, "training": run.summary},
+    }
 
 
-def train_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, config: TrainingConfig, *, log: Log = print,
-                    mining_cache: Path | None = None, progress: Progress | None = None) -> tuple[ModelVersion, TrainingRun, Inputs]:
+def train_candidate(
+    kind: Kind,
+    tables: TableStore,
+    registry: ModelRegistry,
+    config: TrainingConfig,
+    *,
+    log: Log = print,
+    mining_cache: Path | None = None,
+    progress: Progress | None = None,
+) -> tuple[ModelVersion, TrainingRun, Inputs]:
     """Train, register as a new version and point `candidate` at it. Production is untouched.
     `mining_cache`: a folder where hard-negative mining keeps corpus embeddings between runs; `progress` hears the
     training steps of the sentence-transformers trainers."""
@@ -109,16 +142,39 @@ def train_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, con
 
     registry.root.mkdir(parents=True, exist_ok=True)
     # The MLflow run opens before training: a training that fails is recorded too (FAILED), with what went in.
-    with tempfile.TemporaryDirectory(dir=registry.root, prefix=".train-") as scratch, training_run(
-            registry, kind, seed=config.seed, training_data_hash=inputs.data.data_hash, qa_set_version=inputs.qa_version,
-            strategy=inputs.strategy, base_model=config.base_model) as run_id:
+    with (
+        tempfile.TemporaryDirectory(dir=registry.root, prefix=".train-") as scratch,
+        training_run(
+            registry,
+            kind,
+            seed=config.seed,
+            training_data_hash=inputs.data.data_hash,
+            qa_set_version=inputs.qa_version,
+            strategy=inputs.strategy,
+            base_model=config.base_model,
+        ) as run_id,
+    ):
         if kind == "reranker" and getattr(config, "kind", "cross-encoder") == "lambdamart":
-            run = train_learned_ranker(inputs.data, config, Path(scratch) / "model", chunks=inputs.chunks,
-                                       embedder=aliased_embedder(registry, "production"), feedback=_rated_pairs(config),
-                                       log=log, mode=serving_mode(Path(tables.root).parent))
+            run = train_learned_ranker(
+                inputs.data,
+                config,
+                Path(scratch) / "model",
+                chunks=inputs.chunks,
+                embedder=aliased_embedder(registry, "production"),
+                feedback=_rated_pairs(config),
+                log=log,
+                mode=serving_mode(Path(tables.root).parent),
+            )
         else:
-            run = trainer(inputs.data, config, Path(scratch) / "model", corpus=inputs.chunks["text"].tolist(), log=log,
-                          mining_cache=mining_cache, progress=progress)
+            run = trainer(
+                inputs.data,
+                config,
+                Path(scratch) / "model",
+                corpus=inputs.chunks["text"].tolist(),
+                log=log,
+                mining_cache=mining_cache,
+                progress=progress,
+            )
         manifest = _manifest(kind, config, inputs, run, registry.resolve(kind, "production"))
         log_training(registry, run_id, run, manifest["hyperparameters"], inputs.data.summary)
         mv = registry.register(kind, run.model_dir, manifest, move=True, run_id=run_id)
@@ -152,8 +208,13 @@ def production_label(registry: ModelRegistry, kind: Kind) -> str:
     return model_label(kind, registry.resolve(kind, "production"))
 
 
-def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, candidate: ModelVersion,
-                   settings: GateSettings | None = None) -> GateResult:
+def gate_candidate(
+    kind: Kind,
+    tables: TableStore,
+    registry: ModelRegistry,
+    candidate: ModelVersion,
+    settings: GateSettings | None = None,
+) -> GateResult:
     """Candidate vs production on the held-out dev questions of the candidate's own QA set and chunk set. The
     verdict goes into the candidate's manifest with what it was computed against (candidate and production
     versions, QA-set version, time): promote() accepts only a passing verdict against today's production."""
@@ -162,51 +223,96 @@ def gate_candidate(kind: Kind, tables: TableStore, registry: ModelRegistry, cand
 
     settings = settings or GateSettings()
     trained = candidate.hyperparameters  # the same dev questions the candidate was held out from
-    config = TrainingConfig(strategy=candidate.model_extra.get("strategy"),
-                            **{k: trained[k] for k in ("feedback_dataset", "feedback_dev_fraction", "min_feedback_gate_questions",
-                                                       "min_expert_gate_questions", "selection_fraction")
-                               if trained.get(k) is not None})
+    config = TrainingConfig(
+        strategy=candidate.model_extra.get("strategy"),
+        **{
+            k: trained[k]
+            for k in (
+                "feedback_dataset",
+                "feedback_dev_fraction",
+                "min_feedback_gate_questions",
+                "min_expert_gate_questions",
+                "selection_fraction",
+            )
+            if trained.get(k) is not None
+        },
+    )
     inputs = load_inputs(tables, config)
     recorded = candidate.model_extra.get("qa_set_version")
     if recorded and recorded != inputs.qa_version:
         # Another QA set has other train/dev splits: its "held-out" questions may be ones the candidate trained on.
-        raise ValueError(f"the QA set changed since {kind} {candidate.name} was trained (qa_set_version {recorded} in its "
-                         f"manifest, {inputs.qa_version} now): its gate questions are no longer held out. Retrain "
-                         "(materialize the training asset / run retrain_job) and gate the new candidate")
+        raise ValueError(
+            f"the QA set changed since {kind} {candidate.name} was trained (qa_set_version {recorded} in its "
+            f"manifest, {inputs.qa_version} now): its gate questions are no longer held out. Retrain "
+            "(materialize the training asset / run retrain_job) and gate the new candidate"
+        )
     gate, chunks, copied = decision_questions(inputs.data.gate, inputs.chunks, settings)
     production = registry.resolve(kind, "production")  # resolved once: the verdict names what it was compared with
-    recorded = {"against": model_label(kind, production), "candidate_version": candidate.version,
-                "production_version": production.version if production else None, "qa_set_version": inputs.qa_version,
-                "strategy": inputs.strategy, "settings": settings.model_dump(),
-                "gate_set": inputs.data.gate_set}  # which questions decide (expert-labelled first when enough), and why
+    recorded = {
+        "against": model_label(kind, production),
+        "candidate_version": candidate.version,
+        "production_version": production.version if production else None,
+        "qa_set_version": inputs.qa_version,
+        "strategy": inputs.strategy,
+        "settings": settings.model_dump(),
+        "gate_set": inputs.data.gate_set,
+    }  # which questions decide (expert-labelled first when enough), and why
     if kind == "reranker":  # what it re-ranked: a verdict over another embedder's candidates does not carry over
         first_stage = registry.resolve("embedder", "production")
         recorded["first_stage_embedder"] = first_stage.version if first_stage else None
     try:
         if kind == "embedder":
-            result = embedder_gate(_production_embedder(production), load_embedder(str(candidate.path)), gate, settings,
-                                   copied=copied)
+            result = embedder_gate(
+                _production_embedder(production), load_embedder(str(candidate.path)), gate, settings, copied=copied
+            )
         else:
-            first = hybrid_candidates(chunks, gate, _production_embedder(registry.resolve("embedder", "production")),
-                                      settings.rerank_depth, serving_mode(Path(tables.root).parent)) if gate is not None else {}
+            first = (
+                hybrid_candidates(
+                    chunks,
+                    gate,
+                    _production_embedder(registry.resolve("embedder", "production")),
+                    settings.rerank_depth,
+                    serving_mode(Path(tables.root).parent),
+                )
+                if gate is not None
+                else {}
+            )
             current = load_reranker(production.name, registry=registry) if production is not None else None
-            result = reranker_gate(first, current, load_reranker(candidate.name, registry=registry), gate, settings,
-                                   copied=copied)
+            result = reranker_gate(
+                first, current, load_reranker(candidate.name, registry=registry), gate, settings, copied=copied
+            )
     except TooFewGateQuestions as exc:
         # No verdict either way, recorded as such: production stays, and the message says what to generate.
-        verdict = {**recorded, "passed": False, "better": False, "not_worse": False, "outcome": "no verdict",
-                   "reasons": str(exc), "questions": len(gate) if gate is not None else 0, "copied_questions": copied,
-                   "copied_questions_set_aside": copied, "gated_at": _now()}
+        verdict = {
+            **recorded,
+            "passed": False,
+            "better": False,
+            "not_worse": False,
+            "outcome": "no verdict",
+            "reasons": str(exc),
+            "questions": len(gate) if gate is not None else 0,
+            "copied_questions": copied,
+            "copied_questions_set_aside": copied,
+            "gated_at": _now(),
+        }
         registry.update_metrics(kind, candidate.version, {"gate": verdict})
         record_gate(registry, candidate, verdict)
         raise
-    verdict = {**result.metadata, **recorded, "copied_questions": copied, "passed": bool(result.passed), "gated_at": _now()}
+    verdict = {
+        **result.metadata,
+        **recorded,
+        "copied_questions": copied,
+        "passed": bool(result.passed),
+        "gated_at": _now(),
+    }
     registry.update_metrics(kind, candidate.version, {"gate": verdict})
     record_gate(registry, candidate, verdict, result)  # into its MLflow run, with the per-question scores
     return result
 
 
-def decision_questions(gate: IRSet | None, chunks: pd.DataFrame, settings: GateSettings) -> tuple[IRSet | None, pd.DataFrame, int]:
+def decision_questions(
+    gate: IRSet | None, chunks: pd.DataFrame, settings: GateSettings
+) -> tuple[IRSet | None, pd.DataFrame, int]:
     """The gate questions that decide, the chunk set they are scored on, and how many copied questions were set
     aside (0 when they are included). A question is copied when its type is a document sentence (inverse cloze) or
     its text stands word for word in a relevant chunk (an LLM that copied). Excluded by default
@@ -216,9 +322,12 @@ def decision_questions(gate: IRSet | None, chunks: pd.DataFrame, settings: GateS
     if gate is None:
         return None, chunks, 0
     texts = dict(zip(chunks["chunk_id"], chunks["text"]))
-    copied = {q for q, rel in gate.qrels.items()
-              if gate.types.get(q) in COPIED_TYPES or any(c in texts and cut_question(texts[c], gate.queries[q]) != texts[c]
-                                                          for c in rel)}
+    copied = {
+        q
+        for q, rel in gate.qrels.items()
+        if gate.types.get(q) in COPIED_TYPES
+        or any(c in texts and cut_question(texts[c], gate.queries[q]) != texts[c] for c in rel)
+    }
     if settings.copied_questions == "include":
         cut, _ = without_questions(chunks, [(gate.queries[q], c) for q, rel in gate.qrels.items() for c in rel])
         return IRSet(gate.queries, dict(zip(cut["chunk_id"], cut["text"])), gate.qrels, gate.judged, gate.types), cut, 0

@@ -1,6 +1,7 @@
 """Pseudo-queries from a corpus alone (no labels): inverse cloze (Lee et al. 2019) — a sentence of a passage
 is the query and the passage is its positive, with the sentence usually removed so the model must learn more
 than word overlap. What SAGE/GPL do with an LLM, at zero generation cost."""
+
 from __future__ import annotations
 
 import random
@@ -10,8 +11,15 @@ from rag.synthetic import sentences
 Triple = tuple[str, str, str]  # (query, passage, passage id)
 
 
-def inverse_cloze(passages: dict[str, str], n: int, *, seed: int = 42, remove_probability: float = 0.9,
-                  min_words: int = 6, max_words: int = 50) -> list[Triple]:
+def inverse_cloze(
+    passages: dict[str, str],
+    n: int,
+    *,
+    seed: int = 42,
+    remove_probability: float = 0.9,
+    min_words: int = 6,
+    max_words: int = 50,
+) -> list[Triple]:
     """At most one query per passage, from up to `n` passages sampled with a seed."""
     rng = random.Random(seed)
     ids = sorted(passages)

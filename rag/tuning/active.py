@@ -1,5 +1,6 @@
 """The configuration that serves queries: `<data dir>/active_configuration.yaml` (AnswerSettings fields, what
 `rag ask` and the API read), replaced only by an explicit apply step that is logged with what it replaced."""
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,13 @@ def apply_configuration(source: Path, root: Path | None = None, *, reason: str =
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
     os.replace(tmp, path)
-    entry = {"applied_at": datetime.now(timezone.utc).isoformat(), "source": str(source), "reason": reason,
-             "settings": settings, "previous": previous}
+    entry = {
+        "applied_at": datetime.now(timezone.utc).isoformat(),
+        "source": str(source),
+        "reason": reason,
+        "settings": settings,
+        "previous": previous,
+    }
     with open(path.parent / HISTORY_FILE, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry, default=str) + "\n")
     return entry
@@ -77,8 +83,10 @@ def _follow_production(settings: dict, text: str) -> tuple[dict, str]:
     if settings.get("model") != IMPLICIT_PRODUCTION["embedder"]:
         return settings, text
     settings = {**settings, "model": "production"}
-    note = (f"# model: production (the search measured {IMPLICIT_PRODUCTION['embedder']}, the base model production "
-            "starts from; promotions are served)\n")
+    note = (
+        f"# model: production (the search measured {IMPLICIT_PRODUCTION['embedder']}, the base model production "
+        "starts from; promotions are served)\n"
+    )
     return settings, note + yaml.safe_dump(settings, sort_keys=False)
 
 

@@ -6,6 +6,7 @@ QA_DIR (the CLI's `--qa`) is a folder holding either
 - a SQuAD v1.1 JSON (`*.json` / `*.json.gz`, read with rag.evaluation.qaset.import_squad): each paragraph becomes a
   document in a scratch workspace under <data dir>/search/corpora/<hash>, which keeps its own tables and Qdrant.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,27 +34,41 @@ def corpus_workspace(docs: list[ParsedDocument], folder: Path) -> Workspace:
 
 def documents_from_texts(texts: dict[str, str], source: str) -> list[ParsedDocument]:
     """One single-element document per text, so evidence offsets into the text stay valid."""
-    return [assemble([ElementDraft(type="narrative", text=text)], doc_id=doc_id, source_path=source,
-                     content_hash=hashlib.sha256(text.encode()).hexdigest(), parser="squad", n_pages=1)
-            for doc_id, text in texts.items()]
+    return [
+        assemble(
+            [ElementDraft(type="narrative", text=text)],
+            doc_id=doc_id,
+            source_path=source,
+            content_hash=hashlib.sha256(text.encode()).hexdigest(),
+            parser="squad",
+            n_pages=1,
+        )
+        for doc_id, text in texts.items()
+    ]
 
 
 def load_qa_dir(qa_dir: Path, data_root: Path) -> tuple[Workspace, list[QAItem]]:
     qa_dir = Path(qa_dir)
     if not qa_dir.is_dir():
-        raise FileNotFoundError(f"--qa {qa_dir} is not a folder: pass the synthetic_qa folder "
-                                "(<data dir>/tables/synthetic_qa) or a folder holding a SQuAD JSON")
+        raise FileNotFoundError(
+            f"--qa {qa_dir} is not a folder: pass the synthetic_qa folder "
+            "(<data dir>/tables/synthetic_qa) or a folder holding a SQuAD JSON"
+        )
     parquet = sorted(qa_dir.glob("*.parquet"))
     squad = sorted(p for p in qa_dir.iterdir() if p.name.endswith((".json", ".json.gz")))
     if parquet:
         items = [i for p in parquet for i in from_frame(pd.read_parquet(p))]
-        workspace = Workspace(Path(data_root), QdrantSettings.from_env())  # the pipeline's own Qdrant: indexes are shared
+        workspace = Workspace(
+            Path(data_root), QdrantSettings.from_env()
+        )  # the pipeline's own Qdrant: indexes are shared
         docs = workspace.tables.read(DOCUMENTS_TABLE, columns=["doc_id"])
         known = set(docs.doc_id) if docs is not None else set()
         missing = {e.doc_id for i in items for e in i.evidence} - known
         if missing:
-            raise ValueError(f"{len(missing)} document(s) of the QA set are not parsed under {data_root} "
-                             f"(e.g. {sorted(missing)[0]!r}): ingest the documents it was generated from (rag index DOCS)")
+            raise ValueError(
+                f"{len(missing)} document(s) of the QA set are not parsed under {data_root} "
+                f"(e.g. {sorted(missing)[0]!r}): ingest the documents it was generated from (rag index DOCS)"
+            )
         return workspace, items
     if squad:
         texts, items = {}, []
@@ -62,5 +77,9 @@ def load_qa_dir(qa_dir: Path, data_root: Path) -> tuple[Workspace, list[QAItem]]
             texts.update(t)
             items += i
         digest = hashlib.sha256("".join(f"{p.name}:{p.stat().st_size}" for p in squad).encode()).hexdigest()[:12]
-        return corpus_workspace(documents_from_texts(texts, str(qa_dir)), Path(data_root) / "search" / "corpora" / digest), items
-    raise FileNotFoundError(f"no QA set in {qa_dir}: expected the synthetic_qa data.parquet or a SQuAD *.json / *.json.gz")
+        return corpus_workspace(
+            documents_from_texts(texts, str(qa_dir)), Path(data_root) / "search" / "corpora" / digest
+        ), items
+    raise FileNotFoundError(
+        f"no QA set in {qa_dir}: expected the synthetic_qa data.parquet or a SQuAD *.json / *.json.gz"
+    )

@@ -7,6 +7,7 @@
   plus the reranker. Filters, neighbours and metrics are cheap and run per candidate.
 So a search's cost follows the number of distinct indexes and retrieval runs, not the number of candidates.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -36,13 +37,29 @@ from rag.tuning.space import Genome, SearchSpace
 from rag.store import DOCUMENTS_TABLE, TableStore, bm25_root
 
 METRIC_K = 5  # RAGSmith's RetrievalScore is taken at k = 5
-SCORE_METRICS = [f"{m}@{METRIC_K}" for m in ("recall", "map", "ndcg", "mrr")] + [f"precision@{METRIC_K}", f"hit_rate@{METRIC_K}"]
+SCORE_METRICS = [f"{m}@{METRIC_K}" for m in ("recall", "map", "ndcg", "mrr")] + [
+    f"precision@{METRIC_K}",
+    f"hit_rate@{METRIC_K}",
+]
 # Reported beside the scores: the characters of context a candidate hands the prompt (what its hits cost).
 REPORT_METRICS = SCORE_METRICS + ["context_chars"]
 # What every candidate setting means when the space leaves it out (mirrors rag.qa.AnswerSettings' defaults).
-DEFAULT_SETTINGS: dict[str, Any] = {"strategy": "paragraph", "model": "minilm", "mode": "hybrid-rrf", "k": 10, "candidates": 100,
-                                    "alpha": 0.5, "mmr_lambda": None, "reranker": None, "top_k": 5, "min_score": None,
-                                    "prev_next": False, "prompt_order": "simple", "query_expansion": "none", "max_context_chars": 6000}
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "strategy": "paragraph",
+    "model": "minilm",
+    "mode": "hybrid-rrf",
+    "k": 10,
+    "candidates": 100,
+    "alpha": 0.5,
+    "mmr_lambda": None,
+    "reranker": None,
+    "top_k": 5,
+    "min_score": None,
+    "prev_next": False,
+    "prompt_order": "simple",
+    "query_expansion": "none",
+    "max_context_chars": 6000,
+}
 
 
 class Objective(BaseModel):
@@ -67,8 +84,13 @@ class Scored:
     seconds: float = 0.0
 
     def to_json(self) -> dict:
-        return {"fitness": self.fitness, "retrieval_score": self.retrieval_score, "generation_score": self.generation_score,
-                "metrics": self.metrics, "seconds": self.seconds}
+        return {
+            "fitness": self.fitness,
+            "retrieval_score": self.retrieval_score,
+            "generation_score": self.generation_score,
+            "metrics": self.metrics,
+            "seconds": self.seconds,
+        }
 
     @classmethod
     def from_json(cls, raw: dict) -> Scored:
@@ -103,12 +125,16 @@ class IndexCache:
         self._indexes: dict[tuple[str, str | None], Index] = {}
         self.work: dict[str, dict] = {}  # what each build did (chunks written, points embedded, seconds)
         if workspace.tables.read(DOCUMENTS_TABLE, columns=["doc_id"]) is None:
-            raise FileNotFoundError(f"no parsed documents under {workspace.root}: ingest documents first (rag index DOCS)")
+            raise FileNotFoundError(
+                f"no parsed documents under {workspace.root}: ingest documents first (rag index DOCS)"
+            )
 
     def chunks(self, strategy: str) -> pd.DataFrame:
         if strategy not in self._chunks:
             if strategy not in self.strategies:
-                raise ValueError(f"unknown chunking strategy {strategy!r} in the search space (known: {', '.join(self.strategies)})")
+                raise ValueError(
+                    f"unknown chunking strategy {strategy!r} in the search space (known: {', '.join(self.strategies)})"
+                )
             run = chunk_step(self.workspace.tables, get_chunker(strategy, self.strategies))
             self.work[f"chunks:{strategy}"] = run.summary
             self._chunks[strategy] = run.chunks
@@ -131,17 +157,32 @@ class IndexCache:
                 self.work[f"dense:{strategy}|{model}"] = run.summary
                 self._collections[key] = alias = run.alias
             # With a collection, BM25 is the one its searches in serving use (the engine's, when it carries it).
-            bm25 = self._bm25[strategy] if model is None else open_bm25(bm25_root(self.workspace.root, strategy), client, alias)
+            bm25 = (
+                self._bm25[strategy]
+                if model is None
+                else open_bm25(bm25_root(self.workspace.root, strategy), client, alias)
+            )
             searches = self.workspace.qdrant_settings()  # scored with the search parameters serving uses
-            self._indexes[key] = Index(chunks.set_index("chunk_id"), bm25, client, alias, embedder,
-                                       hnsw_ef=searches.hnsw_ef, exact=searches.exact_search)
+            self._indexes[key] = Index(
+                chunks.set_index("chunk_id"),
+                bm25,
+                client,
+                alias,
+                embedder,
+                hnsw_ef=searches.hnsw_ef,
+                exact=searches.exact_search,
+            )
         return self._indexes[key]
 
     @property
     def counts(self) -> dict[str, int]:
         # An index is one BM25 index of a chunk set or one dense collection of (chunk set, embedder).
-        return {"chunk_sets": len(self._chunks), "bm25_indexes": len(self._bm25), "dense_collections": len(self._collections),
-                "distinct_indexes": len(self._bm25) + len(self._collections)}
+        return {
+            "chunk_sets": len(self._chunks),
+            "bm25_indexes": len(self._bm25),
+            "dense_collections": len(self._collections),
+            "distinct_indexes": len(self._bm25) + len(self._collections),
+        }
 
 
 def qa_fingerprint(items: list[QAItem]) -> str:
@@ -162,9 +203,19 @@ class PipelineEvaluator:
     retrieve k (of `candidates` per retriever) → rerank → filter (top_k, min_score) → neighbours → prompt order.
     """
 
-    def __init__(self, workspace: Workspace, items: list[QAItem], *, objective: Objective | None = None,
-                 llm: LLM | None = None, generator: GenerationScorer | None = None, generation_questions: int = 20,
-                 rerankers: dict[str, Any] | None = None, chunking_config: Path | None = None, relevance: Relevance | None = None):
+    def __init__(
+        self,
+        workspace: Workspace,
+        items: list[QAItem],
+        *,
+        objective: Objective | None = None,
+        llm: LLM | None = None,
+        generator: GenerationScorer | None = None,
+        generation_questions: int = 20,
+        rerankers: dict[str, Any] | None = None,
+        chunking_config: Path | None = None,
+        relevance: Relevance | None = None,
+    ):
         if not items:
             raise ValueError("the QA set is empty: generate one (synthetic_qa) or pass a SQuAD JSON")
         self.items = items
@@ -211,8 +262,10 @@ class PipelineEvaluator:
         gen = f"{self.generator.generator.name}/{self.generator.judge.name}" if self.generator else "none"
         # v2: contexts cut to the prompt's budget and span relevance; fitnesses cached under v1 (any overlap, whole
         # chunks) are not comparable and must not be reused.
-        return (f"v2|qa={self.qa_key}|corpus={corpus}|{self.objective.model_dump_json()}|relevance={self.relevance.model_dump_json()}"
-                f"|gen={gen}|llm={getattr(self.llm, 'name', 'none')}")
+        return (
+            f"v2|qa={self.qa_key}|corpus={corpus}|{self.objective.model_dump_json()}|relevance={self.relevance.model_dump_json()}"
+            f"|gen={gen}|llm={getattr(self.llm, 'name', 'none')}"
+        )
 
     def identity(self, settings: dict) -> str:
         """What a genome's name does not pin down: the strategy's parameters and the embedder's weights, so a
@@ -238,13 +291,24 @@ class PipelineEvaluator:
         index = self.indexes.index(s["strategy"], model)
         params = RetrievalParams(k=s["k"], candidates=s["candidates"], alpha=s["alpha"], mmr_lambda=s.get("mmr_lambda"))
         # alpha only matters to hybrid-cc: other modes share one run whatever the alpha.
-        key = (s["strategy"], model, s["mode"], s["alpha"] if s["mode"] == "hybrid-cc" else None, s["k"], s["candidates"],
-               s.get("mmr_lambda"), s["query_expansion"], self.qa_key)
+        key = (
+            s["strategy"],
+            model,
+            s["mode"],
+            s["alpha"] if s["mode"] == "hybrid-cc" else None,
+            s["k"],
+            s["candidates"],
+            s.get("mmr_lambda"),
+            s["query_expansion"],
+            self.qa_key,
+        )
         if key not in self._runs:
             self.retrieval_runs += 1
             run = {}
             for item in self.items:
-                lists = [retrieve(index, q, s["mode"], params) for q in self._queries(s["query_expansion"], item.question)]
+                lists = [
+                    retrieve(index, q, s["mode"], params) for q in self._queries(s["query_expansion"], item.question)
+                ]
                 run[item.qid] = lists[0] if len(lists) == 1 else self._fused(index, lists, s["k"])
             self._runs[key] = run
         run = self._runs[key]
@@ -296,13 +360,17 @@ class PipelineEvaluator:
         # Every question is scored: one whose evidence no chunk of this strategy holds is a miss, so a strategy
         # that drops text cannot look better by shrinking the question set.
         qrels = {i.qid: found.get(i.qid, {}) for i in self.items}
-        mean, _ = evaluate_run(qrels, run_from_hits(context_run(self.items, passages, qrels, self.relevance)), SCORE_METRICS)
+        mean, _ = evaluate_run(
+            qrels, run_from_hits(context_run(self.items, passages, qrels, self.relevance)), SCORE_METRICS
+        )
         metrics = dict(mean)
         retrieval = retrieval_score(metrics, METRIC_K)
         generation = self._generation_score(s, contexts) if self.generator is not None else None
         metrics["questions_with_relevant_chunk"] = float(len(found))
         metrics["context_chars"] = context_chars(passages)
-        return Scored(self.objective.combine(retrieval, generation), retrieval, generation, metrics, time.perf_counter() - started)
+        return Scored(
+            self.objective.combine(retrieval, generation), retrieval, generation, metrics, time.perf_counter() - started
+        )
 
     def _generation_score(self, s: dict, contexts: dict[str, list[Hit]]) -> float:
         from rag.qa.steps import reorder_long_context
@@ -325,12 +393,15 @@ class PipelineEvaluator:
 
 def genome_scorer(evaluator: PipelineEvaluator, space: SearchSpace):
     """genome of `space` → Scored (a restricted space numbers its options differently, so the space is bound here)."""
+
     def score(genome: Genome) -> Scored:
         return evaluator.score(space.settings(genome))
+
     return score
 
 
 def genome_identity(evaluator: PipelineEvaluator, space: SearchSpace):
     def identity(genome: Genome) -> str:
         return evaluator.identity(space.settings(genome))
+
     return identity

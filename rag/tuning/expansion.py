@@ -1,13 +1,16 @@
 """Query expansion with an LLM: several rephrasings fused by RRF (multi-query) or a hypothetical answer
 passage searched instead of the bare question (HyDE). Each returns the query texts to retrieve with."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from rag.llm import LLM
 
-MULTI_QUERY_PROMPT = ("Write {n} different search queries that would find passages answering the question. "
-                      "One query per line, no numbering.\n\nQuestion: {question}\nQueries:\n")
+MULTI_QUERY_PROMPT = (
+    "Write {n} different search queries that would find passages answering the question. "
+    "One query per line, no numbering.\n\nQuestion: {question}\nQueries:\n"
+)
 HYDE_PROMPT = "Write a short passage that answers the question.\n\nQuestion: {question}\nPassage:"
 
 
@@ -32,4 +35,8 @@ def hyde(llm: LLM, question: str) -> list[str]:
     return [f"{question}\n{passage}" if passage else question]
 
 
-EXPANSIONS: dict[str, Callable[[LLM | None, str], list[str]]] = {"none": no_expansion, "multi-query": multi_query, "hyde": hyde}
+EXPANSIONS: dict[str, Callable[[LLM | None, str], list[str]]] = {
+    "none": no_expansion,
+    "multi-query": multi_query,
+    "hyde": hyde,
+}

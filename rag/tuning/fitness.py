@@ -1,5 +1,6 @@
 """A persistent fitness cache keyed by genome (within an evaluation context), and the budgeted evaluation
 counter every optimizer goes through: a genome is evaluated at most once, ever, for the same context."""
+
 from __future__ import annotations
 
 import json
@@ -26,17 +27,23 @@ class FitnessCache:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(path) if path else ":memory:", timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS fitness (context TEXT, genome TEXT, scored TEXT, created REAL, "
-                         "PRIMARY KEY (context, genome))")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS fitness (context TEXT, genome TEXT, scored TEXT, created REAL, "
+            "PRIMARY KEY (context, genome))"
+        )
 
     def get(self, key: str) -> Scored | None:
-        row = self._db.execute("SELECT scored FROM fitness WHERE context = ? AND genome = ?", (self.context, key)).fetchone()
+        row = self._db.execute(
+            "SELECT scored FROM fitness WHERE context = ? AND genome = ?", (self.context, key)
+        ).fetchone()
         return Scored.from_json(json.loads(row[0])) if row else None
 
     def put(self, key: str, scored: Scored) -> None:
         with self._db:
-            self._db.execute("INSERT OR REPLACE INTO fitness VALUES (?, ?, ?, ?)",
-                             (self.context, key, json.dumps(scored.to_json()), time.time()))
+            self._db.execute(
+                "INSERT OR REPLACE INTO fitness VALUES (?, ?, ?, ?)",
+                (self.context, key, json.dumps(scored.to_json()), time.time()),
+            )
 
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM fitness WHERE context = ?", (self.context,)).fetchone()[0]

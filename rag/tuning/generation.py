@@ -1,5 +1,6 @@
 """GenerationScore for a candidate configuration (RAGSmith): mean of an LLM judge's rating and the semantic
 similarity between the generated and the reference answer. Only used when a generator and a judge are given."""
+
 from __future__ import annotations
 
 import re
@@ -11,9 +12,11 @@ from rag.embedding import TextEmbedder
 from rag.llm import LLM
 from rag.retrieval import Hit
 
-JUDGE_PROMPT = ("Rate how well the candidate answer matches the reference answer to the question, from 1 (wrong or "
-                "unrelated) to 5 (same meaning). Reply with the number only.\n\nQuestion: {question}\n"
-                "Reference answer: {reference}\nCandidate answer: {answer}\nRating:")
+JUDGE_PROMPT = (
+    "Rate how well the candidate answer matches the reference answer to the question, from 1 (wrong or "
+    "unrelated) to 5 (same meaning). Reply with the number only.\n\nQuestion: {question}\n"
+    "Reference answer: {reference}\nCandidate answer: {answer}\nRating:"
+)
 
 
 def judge_rating(judge: LLM, question: str, reference: str, answer: str) -> float:
@@ -42,4 +45,7 @@ class GenerationScorer:
 
     def score(self, question: str, reference: str, hits: list[Hit]) -> float:
         answer = self.answer(question, hits)
-        return (judge_rating(self.judge, question, reference, answer) + semantic_similarity(self.embedder, answer, reference)) / 2
+        return (
+            judge_rating(self.judge, question, reference, answer)
+            + semantic_similarity(self.embedder, answer, reference)
+        ) / 2

@@ -2,6 +2,7 @@
 
 Every operator takes an explicit `random.Random`, so a seeded search is reproducible.
 """
+
 from __future__ import annotations
 
 import random
@@ -22,6 +23,7 @@ def _register(table: dict, name: str):
     def decorator(fn):
         table[name] = fn
         return fn
+
     return decorator
 
 
@@ -34,8 +36,9 @@ def elite_selection(population: Sequence[Genome], fitness: Sequence[float], n: i
 
 
 @_register(SELECTIONS, "tournament")
-def tournament_selection(population: Sequence[Genome], fitness: Sequence[float], n: int, rng: random.Random,
-                         size: int = 3) -> list[Genome]:
+def tournament_selection(
+    population: Sequence[Genome], fitness: Sequence[float], n: int, rng: random.Random, size: int = 3
+) -> list[Genome]:
     """n tournaments of `size` random members each; each winner is its tournament's fittest."""
     out = []
     for _ in range(n):
@@ -84,8 +87,9 @@ def diversity(population: Sequence[Genome]) -> float:
     return total / (genes * n * (n - 1) / 2)
 
 
-def adaptive_rate(base: float, population_diversity: float, *, reference: float = 0.5, low: float = 0.01,
-                  high: float = 0.2) -> float:
+def adaptive_rate(
+    base: float, population_diversity: float, *, reference: float = 0.5, low: float = 0.01, high: float = 0.2
+) -> float:
     """Raise the mutation rate as the population converges (diversity below `reference`), lower it while the
     population is diverse, clamped to [low, high]."""
     return min(high, max(low, base * reference / max(population_diversity, 1e-6)))

@@ -2,6 +2,7 @@
 
 Both go through `Evaluations`, so each distinct genome is scored once and the budget counts distinct candidates.
 """
+
 from __future__ import annotations
 
 import random
@@ -40,8 +41,9 @@ def _best(evals: Evaluations) -> tuple[Genome, Scored]:
     return genome, evals.seen[genome]
 
 
-def grid(space: SearchSpace, evals: Evaluations, capabilities: set[str] | frozenset[str] = frozenset(),
-         batch: int = 16) -> SearchResult:
+def grid(
+    space: SearchSpace, evals: Evaluations, capabilities: set[str] | frozenset[str] = frozenset(), batch: int = 16
+) -> SearchResult:
     """Every feasible genome in order, until the budget runs out; history per `batch` candidates."""
     started = time.perf_counter()
     stopped, history, fits = "exhausted", [], []
@@ -63,8 +65,14 @@ def grid(space: SearchSpace, evals: Evaluations, capabilities: set[str] | frozen
 
 
 def _row(generation: int, fits: list[float], evals: Evaluations, **extra) -> dict:
-    return {"generation": generation, "best": max(fits), "mean": statistics.fmean(fits),
-            "best_so_far": max(s.fitness for s in evals.seen.values()), "unique_candidates": len(evals.seen), **extra}
+    return {
+        "generation": generation,
+        "best": max(fits),
+        "mean": statistics.fmean(fits),
+        "best_so_far": max(s.fitness for s in evals.seen.values()),
+        "unique_candidates": len(evals.seen),
+        **extra,
+    }
 
 
 class GeneticSettings(BaseModel):
@@ -102,8 +110,12 @@ def _initial_population(space: SearchSpace, size: int, rng: random.Random, caps)
     return population
 
 
-def genetic(space: SearchSpace, evals: Evaluations, capabilities: set[str] | frozenset[str] = frozenset(),
-            settings: GeneticSettings | None = None) -> SearchResult:
+def genetic(
+    space: SearchSpace,
+    evals: Evaluations,
+    capabilities: set[str] | frozenset[str] = frozenset(),
+    settings: GeneticSettings | None = None,
+) -> SearchResult:
     cfg = settings or GeneticSettings()
     started = time.perf_counter()
     rng = random.Random(cfg.seed)
@@ -136,8 +148,13 @@ def genetic(space: SearchSpace, evals: Evaluations, capabilities: set[str] | fro
         if generation == cfg.generations - 1:
             break
         parents = SELECTIONS[cfg.selection](population, fits, cfg.parents, rng)
-        rate = adaptive_rate(cfg.mutation_rate, diversity(population), low=cfg.mutation_bounds[0], high=cfg.mutation_bounds[1]) \
-            if cfg.mutation == "adaptive" else cfg.mutation_rate
+        rate = (
+            adaptive_rate(
+                cfg.mutation_rate, diversity(population), low=cfg.mutation_bounds[0], high=cfg.mutation_bounds[1]
+            )
+            if cfg.mutation == "adaptive"
+            else cfg.mutation_rate
+        )
         population = _offspring(space, population, fits, parents, cfg, rate, rng, capabilities)
     if not evals.seen:
         raise ValueError("no feasible candidate in the search space (check its rules against what is configured)")
@@ -145,8 +162,16 @@ def genetic(space: SearchSpace, evals: Evaluations, capabilities: set[str] | fro
     return SearchResult("genetic", space, best, scored_best, history, stopped, time.perf_counter() - started, evals)
 
 
-def _offspring(space: SearchSpace, population: list[Genome], fits: list[float], parents: list[Genome], cfg: GeneticSettings,
-               rate: float, rng: random.Random, caps) -> list[Genome]:
+def _offspring(
+    space: SearchSpace,
+    population: list[Genome],
+    fits: list[float],
+    parents: list[Genome],
+    cfg: GeneticSettings,
+    rate: float,
+    rng: random.Random,
+    caps,
+) -> list[Genome]:
     nxt: list[Genome] = []
     for elite in elite_selection(population, fits, cfg.elites_kept, rng):
         if elite not in nxt:

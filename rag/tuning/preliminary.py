@@ -1,6 +1,7 @@
 """Preliminary ranking of embedders (the retriever-optimizer paper): each candidate model retrieves the
 deduplicated reference passages of the QA set for every question; rank by mean(MRR@10, Recall@5), keep the
 top n, then grid the space with only those embedders."""
+
 from __future__ import annotations
 
 import hashlib
@@ -25,7 +26,7 @@ def reference_passage(text: str, start: int, end: int) -> str:
     reference passage is the paragraph they come from."""
     lo = text.rfind(PARAGRAPH_BREAK, 0, start)
     hi = text.find(PARAGRAPH_BREAK, end)
-    return text[0 if lo == -1 else lo + len(PARAGRAPH_BREAK): len(text) if hi == -1 else hi].strip()
+    return text[0 if lo == -1 else lo + len(PARAGRAPH_BREAK) : len(text) if hi == -1 else hi].strip()
 
 
 def reference_pairs(items: list[QAItem], texts: dict[str, str]) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
@@ -45,7 +46,9 @@ def reference_pairs(items: list[QAItem], texts: dict[str, str]) -> tuple[dict[st
     return passages, qrels
 
 
-def rank_embedders(items: list[QAItem], texts: dict[str, str], embedders: list[str], *, depth: int = 10) -> pd.DataFrame:
+def rank_embedders(
+    items: list[QAItem], texts: dict[str, str], embedders: list[str], *, depth: int = 10
+) -> pd.DataFrame:
     """One row per embedder, best first: mrr@10, recall@5, their mean (score), seconds."""
     passages, qrels = reference_pairs(items, texts)
     if not qrels:
@@ -62,17 +65,32 @@ def rank_embedders(items: list[QAItem], texts: dict[str, str], embedders: list[s
         top = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
         run = {qid: [pids[j] for j in row] for qid, row in zip(questions, top)}
         mean, _ = evaluate_run(qrels, run_from_hits(run), ["mrr@10", "recall@5"])
-        rows.append({"embedder": name, "mrr@10": mean["mrr@10"], "recall@5": mean["recall@5"],
-                     "score": (mean["mrr@10"] + mean["recall@5"]) / 2, "passages": len(pids), "questions": len(questions),
-                     "seconds": round(time.perf_counter() - started, 2)})
+        rows.append(
+            {
+                "embedder": name,
+                "mrr@10": mean["mrr@10"],
+                "recall@5": mean["recall@5"],
+                "score": (mean["mrr@10"] + mean["recall@5"]) / 2,
+                "passages": len(pids),
+                "questions": len(questions),
+                "seconds": round(time.perf_counter() - started, 2),
+            }
+        )
     table = pd.DataFrame(rows).sort_values("score", ascending=False, kind="stable", ignore_index=True)
     table.insert(0, "rank", range(1, len(table) + 1))
     return table
 
 
-def preliminary_then_grid(space: SearchSpace, evals_for: Callable[[SearchSpace], Evaluations], items: list[QAItem], texts: dict[str, str], *,
-                          top_n: int = 2, capabilities: set[str] | frozenset[str] = frozenset(),
-                          embedder_family: str = "embedder") -> SearchResult:
+def preliminary_then_grid(
+    space: SearchSpace,
+    evals_for: Callable[[SearchSpace], Evaluations],
+    items: list[QAItem],
+    texts: dict[str, str],
+    *,
+    top_n: int = 2,
+    capabilities: set[str] | frozenset[str] = frozenset(),
+    embedder_family: str = "embedder",
+) -> SearchResult:
     """Rank the space's embedders, keep the top n, grid the rest of the space with them.
     `evals_for(space)` returns the Evaluations for the restricted space (same cache and budget)."""
     family = space.family(embedder_family)

@@ -6,6 +6,7 @@ back to. Rules say which combinations cannot run, e.g. query expansion without a
 than 2·k candidates; they are checked against the capabilities of the run ("llm", "generator",
 "trained-reranker") and against the settings a genome decodes to.
 """
+
 from __future__ import annotations
 
 import ast
@@ -41,7 +42,9 @@ class Family(BaseModel):
         for i, o in enumerate(self.options):
             if o.name == option:
                 return i
-        raise ValueError(f"family {self.name!r} has no option {option!r} (options: {', '.join(o.name for o in self.options)})")
+        raise ValueError(
+            f"family {self.name!r} has no option {option!r} (options: {', '.join(o.name for o in self.options)})"
+        )
 
 
 class Rule(BaseModel):
@@ -57,9 +60,18 @@ class Rule(BaseModel):
     reason: str = ""
 
 
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-        ast.GtE: operator.ge, ast.Gt: operator.gt, ast.LtE: operator.le, ast.Lt: operator.lt, ast.Eq: operator.eq,
-        ast.NotEq: operator.ne}
+_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.GtE: operator.ge,
+    ast.Gt: operator.gt,
+    ast.LtE: operator.le,
+    ast.Lt: operator.lt,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+}
 
 
 def evaluate_check(expression: str, settings: dict[str, Any]) -> bool:
@@ -70,7 +82,9 @@ def evaluate_check(expression: str, settings: dict[str, Any]) -> bool:
             return node.value
         if isinstance(node, ast.Name):
             if node.id not in settings or settings[node.id] is None:
-                raise ValueError(f"rule check {expression!r} names {node.id!r}, which no option or base setting defines")
+                raise ValueError(
+                    f"rule check {expression!r} names {node.id!r}, which no option or base setting defines"
+                )
             return settings[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             return _OPS[type(node.op)](value(node.left), value(node.right))
@@ -87,8 +101,10 @@ class SearchSpace(BaseModel):
     families: list[Family] = Field(min_length=1)
     rules: list[Rule] = Field(default_factory=list)
     base: dict[str, Any] = Field(default_factory=dict, description="settings every candidate shares")
-    baseline: dict[str, str] = Field(default_factory=dict, description="the naive configuration: option per family "
-                                     "(families not named take their default)")
+    baseline: dict[str, str] = Field(
+        default_factory=dict,
+        description="the naive configuration: option per family (families not named take their default)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> SearchSpace:
@@ -163,7 +179,9 @@ class SearchSpace(BaseModel):
             raise ValueError(f"genome {genome} does not fit the space (option counts {self.sizes})")
 
     # --- feasibility ----------------------------------------------------------------------------
-    def violations(self, genome: Genome, capabilities: set[str] | frozenset[str] = frozenset()) -> list[tuple[Rule, str]]:
+    def violations(
+        self, genome: Genome, capabilities: set[str] | frozenset[str] = frozenset()
+    ) -> list[tuple[Rule, str]]:
         """(rule, why) for every rule the genome breaks."""
         choice = self.decode(genome)
         settings = None
@@ -202,8 +220,10 @@ class SearchSpace(BaseModel):
             if tuple(changed) == genome:
                 break
             genome = tuple(changed)
-        raise ValueError(f"cannot repair {self.key(genome)}: the defaults themselves break "
-                         f"{[r.name for r, _ in self.violations(genome, capabilities)]}; fix the space's rules")
+        raise ValueError(
+            f"cannot repair {self.key(genome)}: the defaults themselves break "
+            f"{[r.name for r, _ in self.violations(genome, capabilities)]}; fix the space's rules"
+        )
 
     def feasible_genomes(self, capabilities: set[str] | frozenset[str] = frozenset()) -> Iterator[Genome]:
         """Every feasible genome, in lexicographic order of option indices (the grid)."""
@@ -233,14 +253,20 @@ def load_space(path: str | Path | None = None) -> SearchSpace:
     if not path.exists():
         raise FileNotFoundError(f"search space {path} does not exist: copy config/search_space.yaml and edit it")
     raw = yaml.safe_load(path.read_text()) or {}
-    families = [{"name": name, **(body if isinstance(body, dict) else {"options": body})}
-                for name, body in (raw.get("families") or {}).items()]
+    families = [
+        {"name": name, **(body if isinstance(body, dict) else {"options": body})}
+        for name, body in (raw.get("families") or {}).items()
+    ]
     for fam in families:
         param = fam.pop("param", None)
         fam["options"] = [_option(o, param) for o in fam.get("options") or []]
     try:
-        return SearchSpace(families=families, rules=raw.get("rules") or [], base=raw.get("base") or {},
-                           baseline=raw.get("baseline") or {})
+        return SearchSpace(
+            families=families,
+            rules=raw.get("rules") or [],
+            base=raw.get("base") or {},
+            baseline=raw.get("baseline") or {},
+        )
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from exc
 

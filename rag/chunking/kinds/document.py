@@ -1,4 +1,5 @@
 """Kinds that follow the document's own layout without any size target: whole document, page."""
+
 from __future__ import annotations
 
 from ..layout import Span

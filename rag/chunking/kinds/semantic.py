@@ -1,4 +1,5 @@
 """Semantic chunking: cut where the meaning of the text shifts, measured by embeddings."""
+
 from __future__ import annotations
 
 import bisect

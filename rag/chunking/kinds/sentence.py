@@ -1,4 +1,5 @@
 """Kinds built from sentence units (table rows count as sentences): packing and windows."""
+
 from __future__ import annotations
 
 import hashlib
@@ -28,9 +29,11 @@ def sentence_pack(params: SentencePackParams, ctx: ChunkContext) -> list[Span]:
     budget = params.max_tokens
     units: list[tuple[Span, int]] = []
     for unit in sentence_units(ctx.doc, ctx.layout):
-        n = ctx.tokenizer.count(ctx.layout.text[unit[0]:unit[1]])
+        n = ctx.tokenizer.count(ctx.layout.text[unit[0] : unit[1]])
         if n > budget and not ctx.layout.within_one_row(*unit):
-            units.extend((w, ctx.tokenizer.count(ctx.layout.text[w[0]:w[1]])) for w in _token_windows(ctx, unit, budget))
+            units.extend(
+                (w, ctx.tokenizer.count(ctx.layout.text[w[0] : w[1]])) for w in _token_windows(ctx, unit, budget)
+            )
         else:
             units.append((unit, n))
     spans: list[Span] = []

@@ -1,4 +1,5 @@
 """Kinds that cut at structural boundaries (paragraphs, headings), sub-splitting oversized pieces."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -15,7 +16,11 @@ def _subsplit(ctx: ChunkContext, spans: list[Span], max_chars: int, overlap: int
     for s, e in spans:
         out.extend(
             recursive_split(
-                ctx.layout.text, s, e, chunk_size=max_chars, chunk_overlap=overlap,
+                ctx.layout.text,
+                s,
+                e,
+                chunk_size=max_chars,
+                chunk_overlap=overlap,
                 is_atomic=ctx.layout.within_one_row,
             )
         )
@@ -69,9 +74,7 @@ def section(params: SectionParams, ctx: ChunkContext) -> list[Span]:
     elements = ctx.doc.elements
     titles = [el for el in elements if el.type == "title"]
     top = min((heading_level(t) for t in titles), default=1)
-    cut_at = {
-        t.index for t in titles if params.headings == "all" or heading_level(t) == top
-    }
+    cut_at = {t.index for t in titles if params.headings == "all" or heading_level(t) == top}
     sections: list[Span] = []
     for el in elements:
         if not sections or el.index in cut_at:
@@ -100,6 +103,11 @@ def recursive(params: RecursiveParams, ctx: ChunkContext) -> list[Span]:
     """Recursive character splitter (paragraphs, then lines, words, characters) with overlap."""
     text = ctx.layout.text
     return recursive_split(
-        text, 0, len(text), chunk_size=params.chunk_size, chunk_overlap=params.chunk_overlap,
-        separators=params.separators, is_atomic=ctx.layout.within_one_row,
+        text,
+        0,
+        len(text),
+        chunk_size=params.chunk_size,
+        chunk_overlap=params.chunk_overlap,
+        separators=params.separators,
+        is_atomic=ctx.layout.within_one_row,
     )

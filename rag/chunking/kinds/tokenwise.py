@@ -1,4 +1,5 @@
 """Kinds that cut purely by token count, ignoring sentences (table rows are still snapped whole)."""
+
 from __future__ import annotations
 
 from pydantic import Field
