@@ -15,8 +15,6 @@ synthetic inverse-cloze questions):
 """
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import sys
 import time
@@ -25,24 +23,21 @@ from pathlib import Path
 
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from rag.evaluation.loaders import squad_articles  # noqa: E402
-from rag.ingest import document_from_row, update_documents  # noqa: E402
-from rag.parsing import ParseSettings  # noqa: E402
-from rag.tuning.data import corpus_workspace  # noqa: E402
-from rag.tuning.evaluate import PipelineEvaluator, genome_scorer  # noqa: E402
-from rag.tuning.fitness import Evaluations, FitnessCache  # noqa: E402
-from rag.tuning.optimizers import GeneticSettings, genetic, grid  # noqa: E402
-from rag.tuning.preliminary import rank_embedders  # noqa: E402
-from rag.tuning.space import SearchSpace  # noqa: E402
-from rag.source import scan_folder  # noqa: E402
-from rag.store import data_dir  # noqa: E402
-from rag.synthetic import SynthSettings, generate_qa  # noqa: E402
-
-SHARED = REPO.parent / "shared" / "datasets"
-SQUAD = SHARED / "squad-dev" / "dev-v1.1.json.gz"
+from bench.lib import cli
+from bench.lib.datasets import PDFS, SQUAD, absent
+from bench.lib.results import write
+from rag.evaluation.loaders import squad_articles
+from rag.ingest import document_from_row, update_documents
+from rag.parsing import ParseSettings
+from rag.source import scan_folder
+from rag.store import data_dir
+from rag.synthetic import SynthSettings, generate_qa
+from rag.tuning.data import corpus_workspace
+from rag.tuning.evaluate import PipelineEvaluator, genome_scorer
+from rag.tuning.fitness import Evaluations, FitnessCache
+from rag.tuning.optimizers import GeneticSettings, genetic, grid
+from rag.tuning.preliminary import rank_embedders
+from rag.tuning.space import SearchSpace
 
 
 def bench_space(strategies: list[str], embedders: list[str], post_retrieval: bool = True) -> SearchSpace:
@@ -97,7 +92,7 @@ def finetuned_minilm(root: Path, first: int, count: int, max_pairs: int) -> str:
 
 
 def pdf_corpus(root: Path, questions: int, passages: int = 12):
-    run = update_documents(scan_folder(SHARED / "pdfs"), None, None, ParseSettings())
+    run = update_documents(scan_folder(PDFS), None, None, ParseSettings())
     docs = [document_from_row(r) for r in run.documents.to_dict("records")]
     qa = generate_qa(docs, None, SynthSettings(passages_per_document=passages))
     items = random.Random(11).sample(qa.items, min(questions, len(qa.items)))
@@ -191,7 +186,7 @@ def preliminary_figures(out: dict, space: SearchSpace, items, texts, grid_res, g
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.parser(__doc__)
     parser.add_argument("--corpus", default="both", choices=["squad", "pdfs", "both"])
     parser.add_argument("--articles", type=int, default=12)
     parser.add_argument("--questions", type=int, default=150)
@@ -204,8 +199,12 @@ def main() -> int:
     parser.add_argument("--finetune-pairs", type=int, default=800)
     parser.add_argument("--preliminary-only", action="store_true", help="the paper's grid only (chunking × embedder × "
                         "retrieval mode) and no genetic run: does the first-ranked embedder win it?")
-    parser.add_argument("--json", type=Path)
+    cli.add_output(parser, flags=("--json",))
     args = parser.parse_args()
+    if args.corpus in ("squad", "both") and absent(SQUAD, "SQuAD v1.1 dev"):
+        return 0
+    if args.corpus in ("pdfs", "both") and absent(PDFS, "the shared PDFs"):
+        return 0
     root = data_dir() / "bench" / "config_search"
     embedders = args.embedders.split(",")
     if args.finetune_articles:
@@ -222,7 +221,7 @@ def main() -> int:
         results["pdfs"] = one_corpus("shared PDFs, inverse-cloze questions", ws, items, texts, space, args.budget, seeds,
                                      not args.preliminary_only)
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2, default=str))
+        write(results, args.json, indent=2, default=str)
         print(f"\nwrote {args.json}")
     return 0
 

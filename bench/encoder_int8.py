@@ -17,27 +17,19 @@ The int8 model is exported into --cache (a temporary folder by default) before a
 """
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from bench.provenance import commit  # noqa: E402 - after the path setup
-
-SHARED = REPO.parent / "shared" / "datasets"
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+from bench.lib import cli
+from bench.lib.datasets import RESULTS, SCIFACT, scifact_absent
+from bench.lib.provenance import commit
+from bench.lib.results import log, write
 
 
 def latency(embedders: dict, queries: list[str], warmup: int) -> dict:
@@ -81,16 +73,18 @@ def quality(ds, doc_vecs: np.ndarray, query_vecs: np.ndarray) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", type=Path, default=SHARED / "scifact")
+    parser = cli.parser(__doc__)
+    parser.add_argument("--dataset", type=Path, default=SCIFACT)
     parser.add_argument("--queries", type=int, default=200, help="single queries timed per model")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--passages", type=int, default=2000, help="passages in the throughput run")
     parser.add_argument("--float-model", default="minilm")
     parser.add_argument("--int8-model", default="minilm-int8")
     parser.add_argument("--cache", type=Path, help="data dir for the int8 export (default: a temporary folder)")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "encoder-int8.json")
+    cli.add_output(parser, RESULTS / "encoder-int8.json", flags=("--out",))
     args = parser.parse_args()
+    if scifact_absent(args.dataset):
+        return
 
     import torch
 
@@ -136,8 +130,7 @@ def main() -> None:
     t, q = result["models"]["torch"], result["models"]["int8"]
     result["speedup"] = {"query_p50": round(t["query_latency"]["p50_ms"] / q["query_latency"]["p50_ms"], 2),
                          "batch": round(q["batch"]["passages_per_second"] / t["batch"]["passages_per_second"], 2)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write(result, args.out, indent=2)
     log(f"wrote {args.out}")
     if tmp is not None:
         tmp.cleanup()

@@ -9,7 +9,6 @@ hang) is a finding, saved under bench/results/fuzz/ so it can become a regressio
 """
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import random
 import sys
@@ -17,10 +16,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-SHARED = REPO.parent / "shared" / "datasets"
-FINDINGS = REPO / "bench" / "results" / "fuzz"
+from bench.lib import cli
+from bench.lib.datasets import PDFS, RESULTS, absent, parser_files
+
+FINDINGS = RESULTS / "fuzz"
 
 
 def mutate(data: bytes, other: bytes, rng: random.Random) -> bytes:
@@ -75,10 +74,9 @@ def run_case(path: Path, timeout: float) -> str:
 
 def run(cases: int = 300, seed: int = 1, timeout: float = 20.0) -> dict:
     """Fuzz `cases` mutated files; returns outcome counts and the saved findings (empty without ../shared)."""
-    seeds = sorted((SHARED / "pdfs").glob("*.pdf")) + sorted(p for p in (SHARED / "docs-mixed").iterdir() if p.name != "manifest.json") \
-        if (SHARED / "pdfs").is_dir() else []
+    seeds = parser_files()
     if not seeds:
-        print(f"shared datasets not found at {SHARED}; nothing to fuzz")
+        absent(PDFS, "the shared PDFs and mixed documents")
         return {}
     # Import the parsers once here: every forked case then starts warm instead of paying seconds of imports.
     import rag.parsing.office  # noqa: F401
@@ -86,7 +84,7 @@ def run(cases: int = 300, seed: int = 1, timeout: float = 20.0) -> dict:
     from unstructured.partition.auto import partition  # noqa: F401
 
     rng = random.Random(seed)
-    work = REPO / "bench" / "results" / "fuzz-work"
+    work = RESULTS / "fuzz-work"
     work.mkdir(parents=True, exist_ok=True)
     outcomes: Counter[str] = Counter()
     findings = []
@@ -115,9 +113,9 @@ def run(cases: int = 300, seed: int = 1, timeout: float = 20.0) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.parser(__doc__)
     parser.add_argument("--cases", type=int, default=300)
-    parser.add_argument("--seed", type=int, default=1)
+    cli.add_seed(parser, 1)
     parser.add_argument("--timeout", type=float, default=20.0)
     args = parser.parse_args()
     run(args.cases, args.seed, args.timeout)

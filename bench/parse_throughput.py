@@ -5,7 +5,6 @@ Both sides are measured in the same run, alternating, and compared by the ratio 
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -14,13 +13,10 @@ from pathlib import Path
 
 import pdfplumber
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from rag.chunking import get_chunker, load_strategies  # noqa: E402
-from rag.parsing import ParseError, parse_file  # noqa: E402
-
-SHARED = REPO.parent / "shared" / "datasets"
+from bench.lib import cli
+from bench.lib.datasets import PDFS, absent, parser_files
+from rag.chunking import get_chunker, load_strategies
+from rag.parsing import ParseError, parse_file
 
 
 def raw_pdfplumber(paths: list[Path]) -> float:
@@ -34,10 +30,9 @@ def raw_pdfplumber(paths: list[Path]) -> float:
 
 def run(repeat: int = 3) -> dict:
     """Every figure of this benchmark, printed as it goes and returned."""
-    if not (SHARED / "pdfs").is_dir():
-        print(f"shared datasets not found at {SHARED}; nothing to measure")
+    if absent(PDFS, "the shared PDFs and mixed documents"):
         return {}
-    files = sorted((SHARED / "pdfs").glob("*.pdf")) + sorted(p for p in (SHARED / "docs-mixed").iterdir() if p.name != "manifest.json")
+    files = parser_files()
     outcomes: Counter[str] = Counter()
     docs = []
     for path in files:
@@ -50,7 +45,7 @@ def run(repeat: int = 3) -> dict:
     print(f"\n{len(files)} shared files: " + ", ".join(f"{v} {k}" for k, v in sorted(outcomes.items())))
 
     # Throughput on the PDFs both sides can open (the encrypted one cannot be read without its password).
-    pdfs = [p for p in sorted((SHARED / "pdfs").glob("*.pdf")) if p.name != "password-example.pdf"]
+    pdfs = [p for p in sorted(PDFS.glob("*.pdf")) if p.name != "password-example.pdf"]
     pages = 0
     for p in pdfs:
         with pdfplumber.open(p) as pdf:
@@ -89,7 +84,7 @@ def run(repeat: int = 3) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
+    parser = cli.parser(__doc__)
     parser.add_argument("--repeat", type=int, default=3)
     run(parser.parse_args().repeat)
     return 0

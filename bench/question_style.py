@@ -16,12 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-from bench.provenance import run_record, stamp_end  # noqa: E402 - after the path setup
+from bench.lib import cli
+from bench.lib.datasets import RESULTS, SQUAD, absent
+from bench.lib.provenance import run_record, stamp_end
+from bench.lib.results import write
 
-SQUAD = REPO.parent / "shared" / "datasets" / "squad-dev" / "dev-v1.1.json.gz"
-OUT = REPO / "bench" / "results" / "question-style-squad.json"
+OUT = RESULTS / "question-style-squad.json"
 HUMAN = "squad (human)"
 COLUMNS = (("n", "questions"), ("copy_share", "copies of a sentence"),
            ("mean_overlap", "content words in the paragraph"), ("mean_words", "words"),
@@ -68,25 +68,23 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.parser(__doc__)
     parser.add_argument("--articles", type=int, default=24, help="SQuAD dev articles sampled as documents (dev has 48)")
     parser.add_argument("--passages", type=int, default=8, help="passages sampled per article (passages_per_document)")
     parser.add_argument("--seed", type=int, default=42, help="article sample and generation seed")
-    parser.add_argument("--json", type=Path, default=OUT, help="where the figures go")
+    cli.add_output(parser, OUT, flags=("--json",), help="where the figures go")
     parser.add_argument("--table", type=Path, help="print the Markdown table of this result file and stop")
     args = parser.parse_args(argv)
     if args.table:
         print(markdown_table(json.loads(args.table.read_text())))
         return 0
-    if not SQUAD.exists():
-        print(f"skipped: SQuAD dev is not at {SQUAD} (the shared datasets folder is absent)")
+    if absent(SQUAD, "SQuAD v1.1 dev"):
         return 0
     record = run_record(args)
     record.pop("args", None)
     record["args"] = {k: str(v) for k, v in vars(args).items() if k != "table"}
     record.update(measure(args))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(stamp_end(record), indent=2) + "\n")
+    write(stamp_end(record), args.json, indent=2)
     print(markdown_table(record))
     print(f"\n{record['generation']['questions']} synthetic questions in {record['generation']['seconds']} s; "
           f"written to {args.json}")

@@ -12,7 +12,6 @@ Indexes live under RAG_DATA_DIR (default ./data) and are reused by later runs.
 """
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 import statistics
@@ -23,14 +22,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.provenance import run_record, stamp_end  # noqa: E402
-from rag.embedding import load_embedder  # noqa: E402
-from rag.evaluation.beir import load_beir, open_beir_index  # noqa: E402
-from rag.index.bm25 import BM25Index  # noqa: E402
-from rag.index.qdrant import (  # noqa: E402
+from bench.lib import cli
+from bench.lib.datasets import SCIFACT, SQUAD, absent
+from bench.lib.provenance import run_record, stamp_end
+from bench.lib.results import write
+from rag.embedding import load_embedder
+from rag.evaluation.beir import load_beir, open_beir_index
+from rag.index.bm25 import BM25Index
+from rag.index.qdrant import (
     DENSE,
     CollectionName,
     create_collection,
@@ -39,13 +38,12 @@ from rag.index.qdrant import (  # noqa: E402
     point_alias_to,
     point_id,
 )
-from rag.index.sync import sync_bm25, sync_collection  # noqa: E402
-from rag.progress import cli_progress  # noqa: E402
-from rag.retrieval import Index, RetrievalParams, SearchFilter, bm25_ranking, dense_ranking, retrieve  # noqa: E402
-from rag.retrieval.fusion import convex_combination, reciprocal_rank_fusion  # noqa: E402
-from rag.store import data_dir  # noqa: E402
+from rag.index.sync import sync_bm25, sync_collection
+from rag.progress import cli_progress
+from rag.retrieval import Index, RetrievalParams, SearchFilter, bm25_ranking, dense_ranking, retrieve
+from rag.retrieval.fusion import convex_combination, reciprocal_rank_fusion
+from rag.store import data_dir
 
-SHARED = REPO.parent / "shared" / "datasets"
 ANCHORS = {"bm25": 0.665, "dense": 0.645}
 NO_FILTER = SearchFilter()
 
@@ -78,14 +76,14 @@ def scifact_slice(test, distractors: int, seed: int = 0):
 def quality(model: str, root: Path, slice_distractors: int | None = None) -> dict:
     """nDCG@10 per mode on SciFact test; α of the convex combination swept on train (full corpus only: the train
     queries' documents are not in a slice, so a slice uses α = 0.5)."""
-    test = load_beir(SHARED / "scifact", "test")
+    test = load_beir(SCIFACT, "test")
     if slice_distractors is not None:
         test = scifact_slice(test, slice_distractors)
     index, info = open_beir_index(test, "hybrid-cc", model, root, progress=cli_progress())
     print(f"  SciFact index ready ({info['index_seconds']}s; collection {info['collection']['points']} points)")
     d_test, s_test = rankings(index, test.queries)
     if slice_distractors is None:
-        train = load_beir(SHARED / "scifact", "train")
+        train = load_beir(SCIFACT, "train")
         d_train, s_train = rankings(index, train.queries)
         alphas = [round(a, 1) for a in np.arange(0.1, 1.0, 0.1)]
         sweep = {a: ndcg_at_10(train.qrels, {q: convex_combination(d_train[q], s_train[q], a) for q in train.queries}) for a in alphas}
@@ -99,7 +97,7 @@ def quality(model: str, root: Path, slice_distractors: int | None = None) -> dic
         "hybrid-cc": ndcg_at_10(test.qrels, {q: convex_combination(d_test[q], s_test[q], best) for q in test.queries}),
     }
     if sweep:
-        print(f"  α swept on train: " + ", ".join(f"{a}:{v:.4f}" for a, v in sweep.items()) + f" → α={best}")
+        print("  α swept on train: " + ", ".join(f"{a}:{v:.4f}" for a, v in sweep.items()) + f" → α={best}")
     print(f"  {'mode':12s} {'nDCG@10':>8s} {'anchor':>8s}")
     for mode, value in out.items():
         anchor = ANCHORS.get(mode)
@@ -110,7 +108,7 @@ def quality(model: str, root: Path, slice_distractors: int | None = None) -> dic
 
 def throughput(model: str, n: int, client) -> dict:
     embedder = load_embedder(model)
-    corpus = load_beir(SHARED / "scifact", "test").corpus.head(n)
+    corpus = load_beir(SCIFACT, "test").corpus.head(n)
     texts = corpus["text"].tolist()
     raw_times, pipe_times = [], []
     for round_ in range(2):
@@ -145,7 +143,7 @@ def latency(index: Index, queries: list[str], label: str, n_queries: int) -> dic
 
 
 def squad_paragraphs() -> list[str]:
-    with gzip.open(SHARED / "squad-dev" / "dev-v1.1.json.gz", "rt", encoding="utf-8") as fh:
+    with gzip.open(SQUAD, "rt", encoding="utf-8") as fh:
         data = json.load(fh)["data"]
     return [p["context"] for article in data for p in article["paragraphs"]]
 
@@ -187,7 +185,7 @@ def big_index(scifact: Index, model: str, size: int, client, root: Path, with_sq
 
 def incremental(model: str, n: int, client) -> dict:
     embedder = load_embedder(model)
-    corpus = load_beir(SHARED / "scifact", "test").corpus.head(n).copy()
+    corpus = load_beir(SCIFACT, "test").corpus.head(n).copy()
     strategy = "bench-incremental"
     for c in client.get_collections().collections:
         if c.name.startswith(strategy):
@@ -213,27 +211,24 @@ def incremental(model: str, n: int, client) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes: minutes, not the full figures")
+    parser = cli.parser(__doc__)
+    cli.add_quick(parser, "small sizes: minutes, not the full figures")
     parser.add_argument("--model", default="minilm")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    cli.add_output(parser, flags=("--json",), help="also write the figures here")
     parser.add_argument("--only", default="quality,throughput,latency,incremental",
                         help="comma-separated sections to run (latency needs the SciFact index that quality builds)")
     args = parser.parse_args()
     started = {**run_record(args), "data_dir": str(data_dir())}
     results = run(args.model, args.quick, set(args.only.split(",")))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        record = stamp_end({**started, **results})
-        args.json.write_text(json.dumps(record, indent=2, default=float) + "\n")
+        write(stamp_end({**started, **results}), args.json, indent=2, default=float)
     return 0
 
 
 def run(model: str = "minilm", quick: bool = False, only: set[str] | None = None) -> dict:
     """Every figure of this benchmark (or the sections in `only`), printed as it goes and returned."""
     only = only or {"quality", "throughput", "latency", "incremental"}
-    if not (SHARED / "scifact").is_dir():
-        print(f"shared datasets not found at {SHARED}; nothing to measure")
+    if absent(SCIFACT, "SciFact in BEIR layout"):
         return {}
     root = data_dir() / "beir"
     client = get_client()
@@ -242,7 +237,7 @@ def run(model: str = "minilm", quick: bool = False, only: set[str] | None = None
     if "quality" in only or "latency" in only:
         print("1. SciFact test nDCG@10")
         q = quality(model, root, 700 if quick else None) if "quality" in only else \
-            {"index": open_beir_index(load_beir(SHARED / "scifact"), "hybrid-cc", model, root)[0]}
+            {"index": open_beir_index(load_beir(SCIFACT), "hybrid-cc", model, root)[0]}
         scifact_index = q.pop("index")
         results["quality"] = q
     if "throughput" in only:
@@ -250,7 +245,7 @@ def run(model: str = "minilm", quick: bool = False, only: set[str] | None = None
         results["throughput"] = throughput(model, 200 if quick else 1000, client)
     if "latency" in only:
         print("3. query latency")
-        queries = list(load_beir(SHARED / "scifact", "test").queries.values())
+        queries = list(load_beir(SCIFACT, "test").queries.values())
         label = f"{max(1, round(len(scifact_index.chunks) / 1000))}k"  # 5k for all of SciFact, 1k for the quick slice
         results["latency"] = {label: latency(scifact_index, queries, label, 30 if quick else 100)}
         for size in ([20_000] if quick else [20_000, 100_000]):

@@ -5,24 +5,16 @@ summary. Each figure is measured beside its baseline in the same run; nothing he
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "bench"))
-
-import fuzz_parsers  # noqa: E402
-import parse_throughput  # noqa: E402
-import qa_eval  # noqa: E402
-import retrieval  # noqa: E402
-import load_api  # noqa: E402  (feedback loop: API load and peak RSS)
-
-RESULTS = REPO / "bench" / "results"
+from bench import fuzz_parsers, load_api, parse_throughput, qa_eval, retrieval  # load_api: the feedback loop's API load
+from bench.lib import cli
+from bench.lib.datasets import REPO, RESULTS
+from bench.lib.results import write
 
 
 def _plot_latency(latency: dict, path: Path) -> Path | None:
@@ -168,8 +160,8 @@ def summary_lines(r: dict) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="minutes, not the full figures")
+    parser = cli.parser(__doc__)
+    cli.add_quick(parser, "minutes, not the full figures")
     parser.add_argument("--skip", default="", help="comma-separated: memory, parse, retrieval, qa, serving, fuzz")
     parser.add_argument("--llm", default="local-gguf", help="LLM backend for synthetic questions (none to skip it)")
     args = parser.parse_args()
@@ -203,9 +195,8 @@ def main() -> int:
         results["canary_rollout"] = canary
     results["seconds"] = time.perf_counter() - started
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
     json_path = RESULTS / f"{stamp}.json"
-    json_path.write_text(json.dumps(results, indent=2, default=float))
+    write(results, json_path, indent=2, default=float)
     plot = _plot_latency(results.get("retrieval", {}).get("latency", {}), RESULTS / f"{stamp}-latency.png")
     lines = summary_lines(results)
     md = [f"# Benchmarks {stamp}{' (quick)' if args.quick else ''}", "", *[f"- {line}" for line in lines]]

@@ -1,7 +1,8 @@
 """Where the benchmarks' data sets live, and the one way a script says that one is absent.
 
 They sit outside the repository, in the shared folder beside it (../shared/datasets): SciFact in BEIR layout
-(corpus.jsonl, queries.jsonl, qrels/{train,test}.tsv) and SQuAD v1.1 dev (dev-v1.1.json.gz).
+(corpus.jsonl, queries.jsonl, qrels/{train,test}.tsv), SQuAD v1.1 dev (dev-v1.1.json.gz), and the parser
+benches' real files (pdfs/, docs-mixed/).
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ RESULTS = REPO / "bench" / "results"
 SHARED = REPO.parent / "shared" / "datasets"
 SCIFACT = SHARED / "scifact"
 SQUAD = SHARED / "squad-dev" / "dev-v1.1.json.gz"
+PDFS = SHARED / "pdfs"
+DOCS_MIXED = SHARED / "docs-mixed"  # office, HTML and text files beside the PDFs
 
 
 def scifact_absent(folder: Path = SCIFACT) -> bool:
@@ -25,3 +28,11 @@ def absent(needed: Path, what: str) -> bool:
         return False
     print(f"skipped: {needed} is absent ({what} is needed; put it there to measure)")
     return True
+
+
+def parser_files() -> list[Path]:
+    """The real files the parser benches read: every shared PDF, then every mixed document (its manifest aside);
+    empty when the shared PDFs are absent."""
+    if not PDFS.is_dir():
+        return []
+    return sorted(PDFS.glob("*.pdf")) + sorted(p for p in DOCS_MIXED.iterdir() if p.name != "manifest.json")
