@@ -1,6 +1,8 @@
 """The web page in real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright): ask a question
 against the real Answerer over a tiny index, rate the answer and a passage, send a correction, and find the
-rows in the feedback store; and the expert view: grade queue items from the keyboard and undo."""
+rows in the feedback store; the answer marked in its passage across line breaks, stale answers cleared on a new
+question or an error, empty and over-long questions explained; and the expert view: grade queue items from the
+keyboard and undo. Plus the API's refusal of blank and over-long questions, which the page shows as it is."""
 import socket
 import threading
 import time
@@ -9,16 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from fastapi.testclient import TestClient
+
 from rag.annotation.queue import AnnotationQueue, write_queue
 from rag.feedback import FeedbackStore
 from rag.serving.app import create_app
 from rag.serving.settings import ServeSettings
-from tests.test_api import TOKEN, FakeAnswerer, data_root, real_app  # noqa: F401 - data_root is a fixture
+from rag.retrieval import MAX_QUERY_CHARS
+from tests.test_api import AUTH, TEXTS, TOKEN, FakeAnswerer, build_index, real_app
 from tests.test_expert_labels import EXPERT_TOKEN, item
 
 CHROMIUM = Path("/usr/bin/chromium")
-
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make test-setup installs it)")
+# The cats passage wraps its first sentence over two lines, as PDF text does: the extractive answer joins the lines
+# with one space, and the page must still find (and mark) it in the passage.
+WRAPPED_TEXTS = {**TEXTS, "cats": "Cats are small domesticated felines\n   that purr and chase mice.\nThey sleep all day."}
 
 
 def free_port() -> int:
@@ -48,7 +54,17 @@ def running(app):
 
 
 @pytest.fixture
-def server(data_root, tmp_path):  # noqa: F811 - pytest passes the fixture imported above
+def data_root(tmp_path, monkeypatch):
+    root = tmp_path / "data"
+    monkeypatch.setenv("RAG_DATA_DIR", str(root))
+    monkeypatch.delenv("QDRANT_URL", raising=False)
+    monkeypatch.delenv("RAG_QDRANT_PATH", raising=False)
+    build_index(root, WRAPPED_TEXTS)
+    return root
+
+
+@pytest.fixture
+def server(data_root, tmp_path):
     store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.sqlite'}")
     with running(real_app(data_root, store)) as base:
         yield base, store
@@ -72,6 +88,8 @@ def expert_server(tmp_path):
 
 @pytest.fixture
 def page():
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's chromium is not installed (make test-setup installs it)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -127,6 +145,82 @@ def test_missing_token_shows_the_error_and_stores_nothing(server, page):
     page.wait_for_selector("#status.error")
     assert "bearer token" in page.inner_text("#status")
     assert store.counts()["queries"] == 0
+
+
+def status_of(page, old: str) -> str:
+    """The status line once it has changed from `old` (each ask first says "Searching…")."""
+    page.wait_for_function(f"!['', 'Searching…', {old!r}].includes(document.getElementById('status').textContent)")
+    return page.inner_text("#status")
+
+
+def test_page_marks_wrapped_answers_clears_stale_results_and_explains_refusals(server, page):
+    """One page session: empty questions are explained, the answer is marked across its passage's line break, the
+    rating buttons say what they do in words, and an over-long question or a wrong token takes the old answer, its
+    passages and the half-written correction off the page (rating them would rate the old query)."""
+    base, store = server
+    page.goto(f"{base}/#token={TOKEN}")
+    for blank in ("", "   "):
+        page.fill("#question", blank)
+        page.click("#ask-button")
+        page.wait_for_selector("#status.error")
+        assert "empty" in page.inner_text("#status")
+        page.evaluate("document.getElementById('status').textContent = ''")
+
+    question = "which animal does purr and chase mice"
+    page.fill("#question", question)
+    page.click("#ask-button")
+    page.wait_for_selector("#result:not([hidden])")
+    answer = page.inner_text("#answer")
+    cats = page.locator('#passages li[data-chunk-id="cats"]')
+    marked = cats.locator("mark").all_text_contents()
+    assert len(marked) == 1 and "\n" in marked[0]  # one mark, over the passage's own line break
+    assert " ".join(marked[0].split()) == " ".join(answer.split())  # ...on exactly the quoted sentence
+    assert WRAPPED_TEXTS["cats"].startswith(marked[0])
+    labels = [page.inner_text("#answer-up"), page.inner_text("#answer-down"),
+              cats.locator(".up").inner_text(), cats.locator(".down").inner_text()]
+    assert labels == ["Helpful", "Not helpful", "Relevant", "Not relevant"]  # words, not emoji a font may lack
+
+    page.click("#answer-up")
+    page.wait_for_selector("#answer-up.chosen")
+    page.click("#correction-box summary")
+    page.fill("#correction", "a correction of the first answer")
+    too_long = "w" * 10_000
+    page.fill("#question", too_long)
+    assert len(page.input_value("#question")) == 10_000  # the paste is not cut
+    old = page.inner_text("#status")
+    page.click("#ask-button")
+    said = status_of(page, old)
+    assert f"{len(too_long):,} characters" in said and f"the limit is {MAX_QUERY_CHARS:,}" in said
+    assert page.locator("#result").is_hidden() and page.locator("#passages li").count() == 0
+    assert page.input_value("#correction") == "" and page.inner_text("#answer") == ""
+
+    page.fill("#question", question)
+    page.click("#ask-button")
+    page.wait_for_selector("#result:not([hidden])")
+    assert page.locator("#result .rate button.chosen").count() == 0 and page.input_value("#correction") == ""
+    page.click("#token-box summary")
+    page.fill("#token", "a-wrong-token-0123456789")
+    page.click("#ask-button")
+    page.wait_for_selector("#status.error")
+    assert "bearer token" in page.inner_text("#status")
+    assert page.locator("#result").is_hidden() and page.locator("#passages li").count() == 0
+
+    assert store.table("queries")["text"].tolist() == [question, question]  # the refused questions stored nothing
+    assert store.table("feedback")["target"].tolist() == ["answer"]
+
+
+def test_api_refuses_blank_and_over_long_questions_saying_why(tmp_path):
+    store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.sqlite'}")
+    app = create_app(lambda: FakeAnswerer(), store, ServeSettings(api_token=TOKEN))
+    with TestClient(app) as client:
+        refusals = {q: client.post("/ask", json={"question": q}, headers=AUTH) for q in ("", " \n\t ", "q" * 9_000)}
+        fits = client.post("/ask", json={"question": "q" * MAX_QUERY_CHARS}, headers=AUTH)
+    assert {r.status_code for r in refusals.values()} == {422}
+    assert all("empty or only spaces" in refusals[q].json()["error"] for q in ("", " \n\t "))
+    assert f"9,000 characters; the limit is {MAX_QUERY_CHARS:,}" in refusals["q" * 9_000].json()["error"]
+    assert fits.status_code == 200  # the limit itself is allowed
+    assert store.counts()["queries"] == 1
+    store.close()
 
 
 def wait_until(condition, seconds: float = 10) -> None:

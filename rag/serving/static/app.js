@@ -25,7 +25,7 @@ async function post(path, body) {
     body: JSON.stringify(body),
   });
   const data = await response.json().catch(() => ({}));
-  if (!response.ok) throw new Error(data.error || response.statusText);
+  if (!response.ok) throw Object.assign(new Error(data.error || response.statusText), { status: response.status });
   return data;
 }
 
@@ -34,6 +34,7 @@ function choose(group, button) {
 }
 
 async function sendFeedback(body, group, button) {
+  if (!current) { status("Ask a question first: there is no answer to rate.", true); return; }
   try {
     const ack = await post("/feedback", { query_id: current.query_id, idempotency_key: crypto.randomUUID(), session_id: sessionId, ...body });
     if (group) choose(group, button);
@@ -41,6 +42,18 @@ async function sendFeedback(body, group, button) {
   } catch (err) {
     status("Feedback not saved: " + err.message, true);
   }
+}
+
+// Takes the last answer, its passages and any correction off the page: once a new question is asked (or asking
+// failed), rating what is still on screen would rate the old query.
+function clearResult() {
+  current = null;
+  $("result").hidden = true;
+  $("answer").textContent = "";
+  $("passages").textContent = "";
+  $("correction").value = "";
+  $("correction-box").open = false;
+  document.querySelectorAll("#result .rate button").forEach((b) => b.classList.remove("chosen"));
 }
 
 function render(data) {
@@ -72,8 +85,9 @@ function render(data) {
 
 $("ask-form").addEventListener("submit", async (event) => {
   event.preventDefault();
+  clearResult();
   const question = $("question").value.trim();
-  if (!question) return;
+  if (!question) { status("Write a question first: the box is empty.", true); return; }
   $("ask-button").disabled = true;
   status("Searching…");
   try {
@@ -81,7 +95,11 @@ $("ask-form").addEventListener("submit", async (event) => {
     render(data);
     status(`Answered in ${Math.round(data.latency_ms)} ms.`);
   } catch (err) {
-    status("Could not answer: " + err.message, true);
+    // The server says what is wrong (a question over its limit: the length and the limit); a paste too big to
+    // send at all is refused before it is read, so the page gives its length here.
+    const why = err.status === 413 ? `the question is ${question.length.toLocaleString("en")} characters, far over ` +
+      "the limit: shorten it" : err.message;
+    status("Could not answer: " + why, true);
   } finally {
     $("ask-button").disabled = false;
   }
