@@ -4,17 +4,12 @@ from __future__ import annotations
 import hashlib
 import html
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # so plain `pytest` works as well as `python -m pytest`
-    sys.path.insert(0, str(REPO))
-
-from rag.chunking import (  # noqa: E402
+from rag.chunking import (
     Chunk,
     ChunkingConfigError,
     available_kinds,
@@ -25,11 +20,13 @@ from rag.chunking import (  # noqa: E402
     parse_strategy,
     strategy_fingerprint,
 )
-from rag.chunking.layout import DocLayout  # noqa: E402
-from rag.chunking.recursive import recursive_split  # noqa: E402
-from rag.chunking.sentences import split_sentences  # noqa: E402
-from rag.chunking.tokens import get_tokenizer  # noqa: E402
-from rag.parsing.models import ElementDraft, ParsedDocument, assemble  # noqa: E402
+from rag.chunking.layout import DocLayout
+from rag.chunking.recursive import recursive_split
+from rag.chunking.sentences import split_sentences
+from rag.chunking.tokens import get_tokenizer
+from rag.parsing.models import ElementDraft, ParsedDocument, assemble
+
+REPO = Path(__file__).resolve().parents[1]
 
 SHIPPED = load_strategies(REPO / "config" / "chunking.yaml")
 SHIPPED_NAMES = list(SHIPPED)
