@@ -46,7 +46,7 @@ def num(value, digits: int = 4) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int):
-        return f"{value:,}" if abs(value) >= 10_000 else str(value)
+        return f"{value:,}" if abs(value) >= 1_000 else str(value)
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
@@ -173,6 +173,16 @@ def canary_loop(record: dict) -> dict[str, Table]:
                      num(figures.get("log_likelihood_ratio"), 2), num(figures.get("threshold"), 2)])
     views = {"canaries": (["phase", "candidate", "decision", "canary queries", "decisive", "wins / losses / ties",
                            "log-likelihood ratio", "threshold"], rows)}
+    gates = []
+    for phase, figures in record.get("phases", {}).items():
+        for gate, verdict in figures.get("gates", {}).items():
+            gates.append([phase, gate, num(verdict.get("criterion")), num(verdict.get("passed")),
+                          num(verdict.get("questions")), num(verdict.get("production_ndcg@10")),
+                          num(verdict.get("candidate_ndcg@10")), signed(verdict.get("delta_ndcg@10")),
+                          pvalue(verdict.get("p_value_ndcg@10")), num(figures.get("candidate_ndcg@10"))])
+    if gates:
+        views["gates"] = (["phase", "gate", "criterion", "passed", "held-out questions", "production nDCG@10",
+                           "candidate nDCG@10", "Δ", "p", "candidate's test nDCG@10 (if recorded)"], gates)
     served = [["dense nDCG@10 (production embedder)", num(record.get("ndcg@10_start")), num(record.get("ndcg@10_end"))]]
     if "served_ndcg@10_start" in record:
         served.append(["as served (with the production reranker)", num(record.get("served_ndcg@10_start")),
