@@ -34,7 +34,7 @@ def add_quick(p: argparse.ArgumentParser, help: str) -> None:
 
 
 def add_markdown(p: argparse.ArgumentParser) -> None:
-    """--markdown FILE: print the table of an existing result file and measure nothing (provenance.rendered_or_skipped)."""
+    """--markdown FILE: print the table of an existing result file, measure nothing (provenance.rendered_or_skipped)."""
     p.add_argument("--markdown", type=Path, help="print the table of an existing result file and exit")
 
 

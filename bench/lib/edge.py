@@ -65,7 +65,8 @@ def corpus_vectors(name: str, embedder, corpus: pd.DataFrame, cache: Path) -> tu
     log(f"encoding {len(corpus)} SciFact passages with {name} (once; cached at {path})")
     started = time.perf_counter()
     texts = corpus["text"].tolist()
-    vectors = np.vstack([embedder.encode_passages(texts[i:i + 256]) for i in range(0, len(texts), 256)]).astype(np.float32)
+    vectors = np.vstack([embedder.encode_passages(texts[i:i + 256])
+                         for i in range(0, len(texts), 256)]).astype(np.float32)
     seconds = time.perf_counter() - started
     cache.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npy")
@@ -194,5 +195,6 @@ def build(engine: str, folder: Path, table: pd.DataFrame, vectors: np.ndarray, e
     return {"bm25_terms_seconds": round(terms_seconds, 2), "upsert_seconds": round(upsert_seconds, 2),
             "optimize_seconds": round(optimize_seconds, 2),
             "build_seconds": round(upsert_seconds + optimize_seconds, 2),
-            "indexed_vectors": getattr(info, "indexed_vectors_count", None), "segments": getattr(info, "segments_count", None)}
+            "indexed_vectors": getattr(info, "indexed_vectors_count", None),
+            "segments": getattr(info, "segments_count", None)}
 

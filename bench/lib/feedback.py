@@ -47,7 +47,8 @@ def build_slice(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_
                     evidence=[Evidence(doc_id=pid, start=0, end=len(texts[pid]))], source="inverse-cloze")
              for i, (q, _, pid) in enumerate(inverse_cloze(texts, n_pseudo, seed=seed))]
     tables.write(to_frame(items), "synthetic_qa")
-    return {"train_queries": {q: train.queries[q] for q in train_q}, "train_qrels": {q: train.qrels[q] for q in train_q},
+    return {"train_queries": {q: train.queries[q] for q in train_q},
+            "train_qrels": {q: train.qrels[q] for q in train_q},
             "test_queries": {q: test.queries[q] for q in test_q}, "test_qrels": {q: test.qrels[q] for q in test_q},
             "chunks": len(chunks), "qa_items": len(items)}
 
@@ -67,7 +68,8 @@ def deploy_base(root: Path, instance) -> str:
     v1 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm", "strategy": STRATEGY})
     settings = QdrantSettings(path=str(root / "qdrant"))
     try:
-        promote("embedder", registry, v1, target=ServingTarget.of_client(TableStore(root / "tables"), get_client(settings), [STRATEGY]),
+        target = ServingTarget.of_client(TableStore(root / "tables"), get_client(settings), [STRATEGY])
+        promote("embedder", registry, v1, target=target,
                 log=lambda _: None, force_reason="the loop's starting point: the untrained base model deployed as v1")
     finally:
         close_client(settings)
@@ -84,7 +86,8 @@ def ndcg_at_10(root: Path, queries: dict[str, str], qrels: dict[str, dict[str, i
     settings = QdrantSettings(path=str(root / "qdrant"))
     try:
         index = open_index(STRATEGY, "production", root=root, qdrant=settings, need_bm25=False)
-        hits = {q: [h.chunk["chunk_id"] for h in retrieve(index, text, "dense", RetrievalParams(k=10))] for q, text in queries.items()}
+        hits = {q: [h.chunk["chunk_id"] for h in retrieve(index, text, "dense", RetrievalParams(k=10))]
+                for q, text in queries.items()}
     finally:
         close_client(settings)  # the API's replica refresh and the retrain run open it again
     return evaluate_run(qrels, run_from_hits(hits), ["ndcg@10"])[0]["ndcg@10"]
@@ -115,9 +118,10 @@ def ask_and_rate(http, qid: str, question: str, relevant: dict[str, int] | None)
     data = answer.json()
     if relevant is None or not data["passages"]:
         return 0, data["model_version"]
-    ratings = [{"chunk_id": p["chunk_id"], "score": 1 if relevant.get(p["chunk_id"], 0) > 0 else -1} for p in data["passages"]]
-    ack = http.post("/feedback", json={"query_id": data["query_id"], "idempotency_key": f"replay-{qid}", "passages": ratings},
-                    headers=headers)
+    ratings = [{"chunk_id": p["chunk_id"], "score": 1 if relevant.get(p["chunk_id"], 0) > 0 else -1}
+               for p in data["passages"]]
+    ack = http.post("/feedback", headers=headers,
+                    json={"query_id": data["query_id"], "idempotency_key": f"replay-{qid}", "passages": ratings})
     ack.raise_for_status()
     return len(ack.json()["event_ids"]), data["model_version"]
 
@@ -151,8 +155,9 @@ def retrain_definitions(root: Path, loop, rollout=None):
     return Definitions(assets=[finetuned_embedder, trained_reranker, production_embedder, production_reranker],
                        asset_checks=[finetuned_embedder_gate, trained_reranker_gate], jobs=[retrain_job],
                        executor=in_process_executor,
-                       resources={"data_store": DataStore(data_dir=str(root)), "qdrant": QdrantResource(path=str(root / "qdrant")),
-                                  "feedback_loop": loop, "rollout": rollout or Rollout(promotion="direct")})
+                       resources={"data_store": DataStore(data_dir=str(root)),
+                                  "qdrant": QdrantResource(path=str(root / "qdrant")), "feedback_loop": loop,
+                                  "rollout": rollout or Rollout(promotion="direct")})
 
 
 def answerer_ndcg_at_10(answerer, queries: dict[str, str], qrels: dict[str, dict[str, int]]):
