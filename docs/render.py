@@ -446,7 +446,7 @@ def machine_of(record: dict) -> str:
 
 
 def provenance(name: str, record: dict) -> str:
-    date = record.get("date") or "not recorded"
+    date = record.get("date") or "date not recorded"
     return f"`bench/results/{name}.json`, commit {short_commit(record.get('commit'))}, {date}"
 
 
