@@ -92,3 +92,14 @@ def test_a_block_naming_a_missing_result_file_fails(render, tmp_path):
 def test_readme_is_short():
     lines = (ROOT / "README.md").read_text().count("\n")
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail into docs/"
+
+
+def test_a_file_of_a_known_kind_but_another_shape_falls_back_to_the_generic_rendering(render, tmp_path):
+    root = copy_tree(tmp_path)
+    record = {"commit": "abcdef0123456789", "date": "2030-01-03", "runs": [{"points": 10, "figure": 0.25}],
+              "summary": {"p95_ms": 12.5}}
+    (root / "bench" / "results" / "edge-latency-zz-other-shape.json").write_text(json.dumps(record))
+    page = render.render(root)[root / "docs" / "benchmarks.md"]
+    section = page.split("\n## edge-latency-zz-other-shape\n", 1)[1].split("\n## ", 1)[0]
+    assert "edge_latency did not fit this file" in section
+    assert "| summary / p95_ms | 12.5000 |" in section
