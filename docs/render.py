@@ -109,7 +109,7 @@ def edge_latency(record: dict) -> dict[str, Table]:
                     + [num(get(recall, e, "recall@10")) for e in ("minilm", "minilm-int8")])
     if rows:
         views["build"] = (["engine", "points", "build s", "BM25 terms s", "upsert s", "HNSW s", "reopen s", "disk MB",
-                           "peak RSS MB", "recall@10 vs exact at the searches' hnsw_ef (minilm)", "(minilm-int8)"], rows)
+                           "peak RSS MB", "recall@10 vs exact at the engine's default hnsw_ef (minilm)", "(minilm-int8)"], rows)
     rows = []
     for run in runs:
         for encoder, recall in sorted((run.get("recall") or {}).items()):
