@@ -194,7 +194,7 @@ def canary_loop(record: dict) -> dict[str, Table]:
 def paired_rows(paired: dict) -> list[list[str]]:
     return [[name, num(figures.get("n")), signed(figures.get("delta")),
              f"[{signed(figures.get('ci_low'))}, {signed(figures.get('ci_high'))}]", pvalue(figures.get("p_value")),
-             f"{figures.get('better', '—')} / {figures.get('tied', '—')} / {figures.get('worse', '—')}"]
+             f"{num(figures.get('better'))} / {num(figures.get('tied'))} / {num(figures.get('worse'))}"]
             for name, figures in paired.items()]
 
 
