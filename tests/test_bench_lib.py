@@ -1,0 +1,51 @@
+"""bench.lib, the library the benchmark scripts share: installed with the package (no script edits sys.path),
+results written whole, absent data said and skipped, and the output option keeping the name result files record."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.lib import cli
+from bench.lib.datasets import absent, scifact_absent
+from bench.lib.results import write
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+# Still on bench/provenance.py and their own path setup; remove a name here once its script is converted.
+NOT_YET_CONVERTED = {"load_api.py", "answers.py", "qa_eval.py"}
+
+
+def test_no_bench_script_edits_the_import_path():
+    offenders = [p.relative_to(BENCH).as_posix() for p in sorted(BENCH.rglob("*.py"))
+                 if p.name not in NOT_YET_CONVERTED and ("sys.path" in p.read_text() or "noqa: E402" in p.read_text())]
+    assert offenders == []
+
+
+def test_bench_imports_from_any_directory(tmp_path):
+    """Installed with the package (setup.py): `python -m bench.<name>` and imports work outside the repository."""
+    done = subprocess.run([sys.executable, "-c", "import bench.lib.edge, bench.lib.feedback; print('ok')"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_write_replaces_the_file_whole(tmp_path):
+    path = tmp_path / "results" / "r.json"
+    write({"a": 1}, path)
+    write({"a": 2, "b": Path("x")}, path, indent=2, default=str)
+    assert json.loads(path.read_text()) == {"a": 2, "b": "x"} and path.read_text().endswith("\n")
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temporary file left behind
+
+
+def test_absent_data_is_said_and_skipped(tmp_path, capsys):
+    assert scifact_absent(tmp_path) is True
+    assert str(tmp_path / "corpus.jsonl") in capsys.readouterr().out
+    (tmp_path / "corpus.jsonl").write_text("")
+    assert scifact_absent(tmp_path) is False and absent(tmp_path, "anything") is False
+
+
+def test_output_option_keeps_the_first_flags_name():
+    p = cli.parser("doc")
+    cli.add_output(p, Path("default.json"))
+    assert p.parse_args(["--out", "x.json"]).json == Path("x.json")
+    q = cli.parser("doc")
+    cli.add_output(q, flags=("--out",))
+    assert q.parse_args([]).out is None
