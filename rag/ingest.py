@@ -132,7 +132,8 @@ def update_documents(
     on_progress: Callable[[str], None] | None = None,
     progress: Progress | None = None,
 ) -> ParseRun:
-    """`on_progress(doc_id)` before each file is parsed; `progress` counts the files to parse (unchanged ones are not)."""
+    """`on_progress(doc_id)` before each file is parsed; `progress` counts the files to parse (unchanged ones are
+    not)."""
     started = time.perf_counter()
     fingerprint = settings.fingerprint()
     prev_docs, prev_quar = _by_id(previous_documents), _by_id(previous_quarantine)

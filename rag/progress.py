@@ -7,8 +7,10 @@ A library function that loops over many items takes `progress: Progress | None =
 - `LogProgress(log)`: a plain line through `log` at most every `interval` seconds per task
   ("embedding paragraph|minilm: 1200/5000 chunks, 85.0/s, ETA 45 s") and a closing line for a task that printed one;
   Dagster assets pass `LogProgress(context.log.info)`, the CLI uses it when stderr is not a terminal.
-- `BarProgress()`: a tqdm bar per task (rate and ETA) on a terminal; shown only for a task that runs longer than `delay`.
-- `cli_progress()`: the bar on a terminal, periodic lines otherwise. Both write to stderr, so `--json` output stays clean.
+- `BarProgress()`: a tqdm bar per task (rate and ETA) on a terminal; shown only for a task that runs longer than
+  `delay`.
+- `cli_progress()`: the bar on a terminal, periodic lines otherwise. Both write to stderr, so `--json` output stays
+  clean.
 """
 
 from __future__ import annotations
@@ -154,7 +156,8 @@ def _columns(stream: TextIO) -> int | None:
 
 
 def cli_progress(stream: TextIO | None = None, interval: float = 10.0) -> BarProgress | LogProgress:
-    """What a command shows: a bar when `stream` (default stderr) is a terminal, else a line every `interval` seconds."""
+    """What a command shows: a bar when `stream` (default stderr) is a terminal, else a line every `interval`
+    seconds."""
     stream = stream or sys.stderr
     if stream.isatty() and _columns(stream) != 0:  # a pseudo-terminal of width 0 would show an empty bar
         return BarProgress(stream)

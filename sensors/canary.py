@@ -222,7 +222,8 @@ def canary_sensor(
                 decision,
                 decision="rollback",
                 reason=(
-                    f"{decision.reason}; production moved to {name_of(registry, kind, production.version if production else None)} "
+                    f"{decision.reason}; production moved to "
+                    f"{name_of(registry, kind, production.version if production else None)} "
                     "during the canary, roll back (gate the candidate against the new production and start again)"
                 ),
             )

@@ -133,7 +133,10 @@ def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: Feed
         labels = store.count_expert_labels(since_label_id=expert_baseline)
         new = ratings + labels
         experts = f" ({labels} of them expert labels)" if labels else ""
-        progress = f"{new}/{feedback_loop.volume_threshold} new feedback events{experts} since {production_label(feedback_loop)}"
+        progress = (
+            f"{new}/{feedback_loop.volume_threshold} new feedback events{experts} "
+            f"since {production_label(feedback_loop)}"
+        )
         running = active_retrain(context.instance)
         if running:
             return SkipReason(f"{progress}; retrain run {running} is in progress")

@@ -166,15 +166,17 @@ def test_questions_come_from_production_first_then_synthetic():
 
 
 def test_labels_since_the_last_refresh_follow_undos_and_the_previous_queue():
-    item = lambda n: QueueItem(
-        item_id=f"i{n}",
-        question="q",
-        source="synthetic",
-        chunk_id=f"c{n}",
-        doc_id="d",  # noqa: E731
-        text="t",
-        uncertainty=0.5,
-    )
+    def item(n):
+        return QueueItem(
+            item_id=f"i{n}",
+            question="q",
+            source="synthetic",
+            chunk_id=f"c{n}",
+            doc_id="d",
+            text="t",
+            uncertainty=0.5,
+        )
+
     previous = AnnotationQueue(
         created_at=pd.Timestamp("2024-05-01T00:00:00Z").to_pydatetime(),
         strategy="p",

@@ -410,7 +410,8 @@ def test_training_config_describes_lambda():
 @pytest.mark.slow  # two first stages over minilm through the registry: about a minute on 2 busy cores
 def test_retrain_logs_lambda_and_the_gate_verdict_says_experts_decided(tmp_path, monkeypatch):
     """Through the pipeline: a feedback dataset folder with expert labels reaches the learned ranker, λ and the
-    expert counts are the run's parameters, and the gate (enough held-out expert questions) records that they decided."""
+    expert counts are the run's parameters, and the gate (enough held-out expert questions) records that they
+    decided."""
     from rag.evaluation.qaset import to_frame
     from rag.registry import ModelRegistry
     from rag.store import CHUNKS_TABLE, TableStore

@@ -273,7 +273,8 @@ from qdrant_client.http import models
 from rag.index.edge import EdgeClient
 client = EdgeClient(sys.argv[1])
 client.create_collection("c", vectors_config={"dense": models.VectorParams(size=3, distance=models.Distance.DOT)})
-client.upsert("c", models.Batch(ids=list(range(1, 101)), vectors={"dense": [[float(i), 1.0, 0.0] for i in range(1, 101)]},
+client.upsert("c", models.Batch(ids=list(range(1, 101)),
+                               vectors={"dense": [[float(i), 1.0, 0.0] for i in range(1, 101)]},
                                payloads=[{"n": i} for i in range(1, 101)]))
 client.update_collection_aliases(change_aliases_operations=[
     models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name="c", alias_name="live"))])
@@ -316,7 +317,8 @@ from rag.index import edge
 client = edge.EdgeClient(sys.argv[1])
 for name in ("keep", "gone"):
     client.create_collection(name, vectors_config={"dense": models.VectorParams(size=2, distance=models.Distance.DOT)})
-    client.upsert(name, models.Batch(ids=list(range(1, 51)), vectors={"dense": [[float(i), 1.0] for i in range(1, 51)]}))
+    client.upsert(name, models.Batch(ids=list(range(1, 51)),
+                                     vectors={"dense": [[float(i), 1.0] for i in range(1, 51)]}))
 client.update_collection_aliases(change_aliases_operations=[
     models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name="keep", alias_name="live"))])
 edge.shutil.rmtree = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)  # dies between the rename and the removal

@@ -170,14 +170,16 @@ def test_a_training_run_records_what_went_in_and_links_its_version_and_gate(tmp_
     assert Path(run.info.artifact_uri.removeprefix("file://")).is_relative_to(root.resolve() / "mlartifacts")
 
     # The gate's verdict: its figures and outcome on the run, the per-question scores as an artifact.
-    scores = lambda values: pd.DataFrame(
-        {
-            "qid": [f"q{i}" for i in range(len(values))],
-            "ndcg@10": values,  # noqa: E731
-            "mrr@10": values,
-            "recall@20": [1.0] * len(values),
-        }
-    )
+    def scores(values):
+        return pd.DataFrame(
+            {
+                "qid": [f"q{i}" for i in range(len(values))],
+                "ndcg@10": values,
+                "mrr@10": values,
+                "recall@20": [1.0] * len(values),
+            }
+        )
+
     production, candidate = [0.2, 0.4, 0.5, 0.1, 0.3, 0.6], [0.6, 0.7, 0.9, 0.5, 0.8, 0.9]
     result = gate_decision(scores(production), scores(candidate), GateSettings(resamples=500))
     verdict = {**result.metadata, "candidate_version": "v1", "production_version": None, "against": "minilm (base)"}

@@ -11,7 +11,10 @@ from rag.parsing import ParseError, ParseSettings, ocr, parse_file
 
 needs_tesseract = pytest.mark.skipif(
     not ocr.available("eng"),
-    reason="tesseract with English data is not installed (make install, or apt-get install tesseract-ocr tesseract-ocr-eng)",
+    reason=(
+        "tesseract with English data is not installed "
+        "(make install, or apt-get install tesseract-ocr tesseract-ocr-eng)"
+    ),
 )
 
 

@@ -161,14 +161,13 @@ def test_extractive_overview_lists_every_document_with_its_opening_and_a_valid_c
     assert result.generator == "overview:extractive" and not result.not_in_context
     lines = result.answer.split("\n")
     assert lines[0] == "The collection holds 3 documents:"
-    assert (
-        lines[1:]
-        == [
-            "- Baking Bread (bread.pdf), page 1: Bread is baked from flour, water, yeast and salt.",  # title line skipped
-            "- notes/cats.md, page 2: Cats are small domesticated felines that purr and chase mice.",  # heading, table rows skipped
-            "- rockets.pdf, page 1: Rockets burn fuel to reach orbit and launch satellites into space.",
-        ]
-    )
+    assert lines[1:] == [
+        # title line skipped
+        "- Baking Bread (bread.pdf), page 1: Bread is baked from flour, water, yeast and salt.",
+        # heading, table rows skipped
+        "- notes/cats.md, page 2: Cats are small domesticated felines that purr and chase mice.",
+        "- rockets.pdf, page 1: Rockets burn fuel to reach orbit and launch satellites into space.",
+    ]
     assert set(result.cited_chunk_ids) <= set(index.chunks.index)  # citations are chunks that exist
     assert result.cited_chunk_ids == ["bread.pdf#0", "notes/cats.md#1", "rockets.pdf#0"]
     for chunk in result.chunks:  # the chunk records say the same: each cited, its text holding the quoted sentence

@@ -47,7 +47,8 @@ class AnnotationSettings(BaseModel):
         "(1 - the highest cosine to another question already picked)",
     )
     # A tenth of the default queue: on 16 SQuAD articles a quota of 3 per article pushed half the picks onto articles
-    # that answer none of the questions (2 relevant labels of 48, against 12 of 50 without it; bench/active_learning.py).
+    # that answer none of the questions (2 relevant labels of 48, against 12 of 50 without it;
+    # bench/active_learning.py).
     per_document: int | None = Field(5, ge=1, description="active: most items from one document (None: no quota)")
     per_question: int | None = Field(2, ge=1, description="active: most items from one question (None: no quota)")
     weights: dict[str, float] = Field(

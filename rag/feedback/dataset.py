@@ -1,9 +1,9 @@
 """Export the feedback store as a RAG-Dataset: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/train.tsv)
 plus answers, ±1 qrels for chunks, documents and answers, the raw feedback rows and stats.json.
 
-    corpus.jsonl            {_id: passage id, title: doc_id, text, metadata: {chunk_id, text_hash, doc_id, page_start, page_end}}
-                            (the text each query was shown: a passage id is the chunk id, or chunk_id@<hash> for a
-                            text served under that id before the chunk was edited)
+    corpus.jsonl            {_id: passage id, title: doc_id, text, metadata: {chunk_id, text_hash, doc_id,
+                            page_start, page_end}} (the text each query was shown: a passage id is the chunk id, or
+                            chunk_id@<hash> for a text served under that id before the chunk was edited)
     queries.jsonl           {_id: query_id, text, metadata: {created_at, session_id, model_version, retrieved,
                             reformulation_of}} (reformulation_of: the first query of the chain of rephrasings this
                             one ends, by the store's reformulation events, whether or not that one was rated; null

@@ -197,8 +197,9 @@ class FeedbackStore:
         timings_ms: dict[str, float] | None = None,
     ) -> StoredQuery:
         """Store an asked question, what was retrieved (chunk_id, doc_id, page_start, page_end, text, rank,
-        score, cited, and `team` and `shared` for an interleaved canary answer) and the system's answer. `arm`: which arm of a
-        running canary served it (production or canary), None outside a canary; `timings_ms`: the steps' times."""
+        score, cited, and `team` and `shared` for an interleaved canary answer) and the system's answer. `arm`: which
+        arm of a running canary served it (production or canary), None outside a canary; `timings_ms`: the steps'
+        times."""
         query_id, answer_id, now = str(uuid.uuid4()), str(uuid.uuid4()), _now()
         chunks = list(chunks)
         with self._writing() as conn:

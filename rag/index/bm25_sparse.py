@@ -3,7 +3,8 @@ engine ranks BM25 next to the dense vectors: one index, filtered by the same pay
 collection to a serving replica.
 
 Scores equal bm25s' "lucene" BM25 (rag.index.bm25) on the same tokens:
-    score(q, d) = sum over query terms t of  count_q(t) * idf(t) * tf(t, d) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
+    score(q, d) = sum over query terms t of
+                  count_q(t) * idf(t) * tf(t, d) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
 The passage vector holds the tf part (it needs |d| and avgdl, known at index time); the query vector holds term
 counts; the engine's IDF modifier supplies idf(t) = ln(1 + (N - n_t + 0.5) / (n_t + 0.5)) from the live points,
 as bm25s computes it at build time. Terms are the BM25 tokenizer's (rag.index.bm25.tokenize: lower case, English

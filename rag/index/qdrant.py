@@ -145,13 +145,15 @@ class QdrantSettings(BaseModel):
 
     def breadth_hint(self, points: int) -> str | None:
         """What to set when a collection is big enough that the engine's default search breadth misses much of the
-        exact top 10 (bench/hnsw_recall.py: 0.76-0.81 at 1M points, 0.95-0.97 at hnsw_ef 2048); None when nothing is needed."""
+        exact top 10 (bench/hnsw_recall.py: 0.76-0.81 at 1M points, 0.95-0.97 at hnsw_ef 2048); None when nothing is
+        needed."""
         if points < LARGE_COLLECTION_POINTS or self.hnsw_ef is not None or self.exact_search:
             return None
         return (
             f"{points:,} points searched at the engine's default HNSW breadth, which missed about a fifth "
-            "or more of the exact top 10 at 1M points in the benchmarks; set RAG_HNSW_EF=2048 (a few ms more per search) "
-            "or RAG_EXACT_SEARCH=1 (recall 1, time linear in the points). README 'At 1M points' has the trade."
+            "or more of the exact top 10 at 1M points in the benchmarks; set RAG_HNSW_EF=2048 "
+            "(a few ms more per search) or RAG_EXACT_SEARCH=1 (recall 1, time linear in the points). "
+            "README 'At 1M points' has the trade."
         )
 
 

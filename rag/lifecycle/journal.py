@@ -220,8 +220,9 @@ def recover(registry: ModelRegistry, client_opener: Callable[[], object] | None 
         if _needs_qdrant(intent):
             if client_opener is None:
                 raise PendingTransaction(
-                    f"an unfinished {intent.kind} {intent.action} (started {intent.at}) must swap Qdrant serving aliases "
-                    "to complete: it completes on the next `rag serve` start, lifecycle step or `rag models recover`"
+                    f"an unfinished {intent.kind} {intent.action} (started {intent.at}) must swap Qdrant serving "
+                    "aliases to complete: it completes on the next `rag serve` start, lifecycle step or "
+                    "`rag models recover`"
                 )
             client = client_opener()
         missing = _missing(registry, intent, client)

@@ -3,7 +3,8 @@
     <registry root>/rollout/embedder.json    the RolloutState of the embedder's latest rollout
     <registry root>/rollout/reranker.json
     <registry root>/rollout/log.jsonl        one line per step: time, kind, candidate, from → to, reason, evidence
-    <registry root>/rollout/intent.json      the step being applied (absent when none): recovery rolls it forward or back
+    <registry root>/rollout/intent.json      the step being applied (absent when none): recovery rolls it
+                                             forward or back
 
 The state file is replaced atomically, so the API (which looks at it on every request) reads the old state or the
 new one. Every step recovers an unfinished one first, then reads, checks and writes under the lock, so the
@@ -171,7 +172,8 @@ def record_step(
     with lifecycle_lock(registry):
         run(registry, intent, None, log)
     log(
-        f"rollout {kind} {after.candidate_version}: {before.stage if before else 'new'} → {after.stage} ({after.reason})"
+        f"rollout {kind} {after.candidate_version}: {before.stage if before else 'new'} → {after.stage} "
+        f"({after.reason})"
     )
 
 
@@ -266,8 +268,8 @@ def start(
             )
         else:
             log(
-                f"WARNING: no chunk sets given: no collection of {mv.name} was built, so the API cannot serve its canary "
-                "share until `<strategy>__" + mv.name + "` exists"
+                f"WARNING: no chunk sets given: no collection of {mv.name} was built, so the API cannot serve "
+                "its canary share until `<strategy>__" + mv.name + "` exists"
             )
     who = approved_by or operator()
     with lifecycle_lock(registry):
@@ -377,12 +379,13 @@ def release(
             other, state = running
             raise IllegalTransition(
                 f"refusing to promote {kind} {mv.name} directly: a canary of {other} "
-                f"{name_of(registry, other, state.candidate_version)} is running (on {state.traffic_share:.0%} of sessions "
-                f"since {state.started_at.isoformat(timespec='seconds') if state.started_at else '?'}); a direct promotion "
-                "would replace production under it and end it. Wait for canary_sensor's decision or roll it back "
-                f"(`rag models rollout rollback --kind {other}`, or rollback_canary_job), then materialize "
-                f"production_{kind} again (its gate verdict must still be against the production then), or set the "
-                "rollout resource's promotion to 'canary' to start this candidate's canary instead. Production is unchanged."
+                f"{name_of(registry, other, state.candidate_version)} is running (on {state.traffic_share:.0%} of "
+                f"sessions since {state.started_at.isoformat(timespec='seconds') if state.started_at else '?'}); "
+                "a direct promotion would replace production under it and end it. Wait for canary_sensor's decision "
+                f"or roll it back (`rag models rollout rollback --kind {other}`, or rollback_canary_job), then "
+                f"materialize production_{kind} again (its gate verdict must still be against the production then), "
+                "or set the rollout resource's promotion to 'canary' to start this candidate's canary instead. "
+                "Production is unchanged."
             )
 
     refuse_if_canary()
@@ -406,7 +409,10 @@ def release(
         "production": outcome["promoted"],
         "previous": outcome["previous"],
         "serving_aliases": outcome["serving_aliases"],
-        "summary": f"promoted: {outcome['promoted']} is production (was {outcome['previous'] or name_of(registry, kind, None)})",
+        "summary": (
+            f"promoted: {outcome['promoted']} is production "
+            f"(was {outcome['previous'] or name_of(registry, kind, None)})"
+        ),
     }
 
 
@@ -535,9 +541,9 @@ def conclude(
             if not override_reason:
                 raise PromotionRefused(
                     f"refusing to promote the canary of {kind} {mv.name}: the sequential test says {said}"
-                    f"{': ' + verdict.reason if verdict is not None else ''}. Production is unchanged; the canary keeps "
-                    "running until the test decides. An operator who promotes anyway passes an override reason "
-                    "(recorded as an override, not as a win)"
+                    f"{': ' + verdict.reason if verdict is not None else ''}. Production is unchanged; "
+                    "the canary keeps running until the test decides. An operator who promotes anyway passes an "
+                    "override reason (recorded as an override, not as a win)"
                 )
             override = {
                 "override_reason": override_reason,
@@ -588,7 +594,8 @@ def conclude(
             extend=add_rollout,
         )
         log(
-            f"rollout {kind} {mv.name}: canary → production ({why}); serving {outcome['serving_aliases'] or 'unchanged'}"
+            f"rollout {kind} {mv.name}: canary → production ({why}); "
+            f"serving {outcome['serving_aliases'] or 'unchanged'}"
         )
     return after
 
@@ -731,8 +738,11 @@ def roll_back_production(
                 candidate_version=production.version,
                 production_version=previous,
                 decided_at=at,
-                reason=f"promoted directly ({'forced: ' + promotion['force_reason'] if promotion.get('force_reason') else 'gate passed'}), "
-                "without a canary",
+                reason=(
+                    "promoted directly ("
+                    f"{'forced: ' + promotion['force_reason'] if promotion.get('force_reason') else 'gate passed'}"
+                    "), without a canary"
+                ),
             )
             record_step(
                 registry, kind, None, promoted, "direct-promotion", log, approved_by=promotion.get("approved_by", "")

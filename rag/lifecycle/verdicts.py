@@ -59,8 +59,9 @@ def promotion_refusal(kind: str, registry: ModelRegistry, candidate: ModelVersio
             )
         if gate["first_stage_embedder"] != serving:
             return (
-                f"it was gated over the first stage of embedder {gate['first_stage_embedder'] or 'minilm (implicit v0)'}, "
-                f"but production embedder is now {model_label('embedder', embedder)}: gate it again over it"
+                "it was gated over the first stage of embedder "
+                f"{gate['first_stage_embedder'] or 'minilm (implicit v0)'}, but production embedder is now "
+                f"{model_label('embedder', embedder)}: gate it again over it"
             )
     # Verdicts recorded before the two criteria existed hold only `passed`, decided by "better" (which implies
     # not worse); newer ones record both.
@@ -89,7 +90,10 @@ def _weak_settings(gate: dict) -> str | None:
         GateSettings.model_validate(settings)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        return f"its gate verdict was computed with settings below the floors ({problems}): gate it again with sound settings"
+        return (
+            f"its gate verdict was computed with settings below the floors ({problems}): "
+            "gate it again with sound settings"
+        )
     return None
 
 

@@ -179,7 +179,8 @@ def gate_report(registry: ModelRegistry, mv: ModelVersion) -> list[str]:
         if f"candidate_{metric}" not in gate:
             continue
         interval = (
-            f", {settings.get('confidence', 0.95):.0%} CI {gate[f'ci_low_{metric}']:+.4f} to {gate[f'ci_high_{metric}']:+.4f}"
+            f", {settings.get('confidence', 0.95):.0%} CI {gate[f'ci_low_{metric}']:+.4f} "
+            f"to {gate[f'ci_high_{metric}']:+.4f}"
             if f"ci_low_{metric}" in gate
             else ""
         )
@@ -210,7 +211,8 @@ def gate_report(registry: ModelRegistry, mv: ModelVersion) -> list[str]:
         lines.append(f"  -> promoted: {mv.name} is production")
     elif promotion or gate.get("passed") is True:
         lines.append(
-            f"  -> gate passed ({gate.get('outcome', 'better')}); production is {_name(registry, mv.kind, registry.aliases()[mv.kind].get('production'))}"
+            f"  -> gate passed ({gate.get('outcome', 'better')}); production is "
+            f"{_name(registry, mv.kind, registry.aliases()[mv.kind].get('production'))}"
         )
     else:
         outcome = gate.get("outcome", "rejected")
@@ -336,8 +338,9 @@ def cmd_list(args: argparse.Namespace) -> int:
             print("  no versions registered (retrain_job / `rag retrain` trains one)")
         for row in out[kind]:
             print(
-                f"  {row['version']:4s} {row['name']:18s} {', '.join(row['stages']) or '-':22s} {row['created_at']:25s} "
-                f"gate: {row['gate']}" + (f"; {row['key_metrics']}" if row["key_metrics"] else "")
+                f"  {row['version']:4s} {row['name']:18s} {', '.join(row['stages']) or '-':22s} "
+                f"{row['created_at']:25s} gate: {row['gate']}"
+                + (f"; {row['key_metrics']}" if row["key_metrics"] else "")
             )
     return 0
 
@@ -466,7 +469,8 @@ def cmd_feedback_export(args: argparse.Namespace) -> int:
         print(json.dumps({"path": str(folder), **stats}, indent=2))
         return 0
     print(
-        f"exported the feedback store to {folder} (version {stats['version']}, high-water mark {stats['high_water_mark']})"
+        f"exported the feedback store to {folder} (version {stats['version']}, "
+        f"high-water mark {stats['high_water_mark']})"
     )
     print(
         f"  {stats['queries']} queries, {stats['passages']} passages, {stats['answers']} answers, "
@@ -474,6 +478,7 @@ def cmd_feedback_export(args: argparse.Namespace) -> int:
     )
     print(
         f"  chunk qrels +{stats['chunk_qrels_positive']} / -{stats['chunk_qrels_negative']}, answer qrels "
-        f"+{stats['answer_qrels_positive']} / -{stats['answer_qrels_negative']}, {stats['document_qrels']} document qrels"
+        f"+{stats['answer_qrels_positive']} / -{stats['answer_qrels_negative']}, "
+        f"{stats['document_qrels']} document qrels"
     )
     return 0

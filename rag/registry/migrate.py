@@ -85,7 +85,8 @@ def migrate_folder_registry(
                 number = int(str(version).removeprefix("v"))
                 if number not in folder_versions(registry.root, kind):
                     log(
-                        f"{kind}: alias {alias} -> {version} of aliases.json skipped: that version has no complete folder"
+                        f"{kind}: alias {alias} -> {version} of aliases.json skipped: "
+                        "that version has no complete folder"
                     )
                     continue
                 if held.get(alias) != number:

@@ -71,7 +71,8 @@ class CrossEncoderReranker:
         self.path = Path(path)
         if not self.path.is_dir():
             raise ValueError(
-                f"no cross-encoder at {self.path}: train one (the trained_reranker asset) or pass a saved model directory"
+                f"no cross-encoder at {self.path}: train one (the trained_reranker asset) "
+                "or pass a saved model directory"
             )
         self.name = name or self.path.name
         self.batch_size = batch_size

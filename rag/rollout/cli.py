@@ -115,8 +115,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         rollout = entry.get("rollout")
         if rollout:
             print(
-                f"  rollout of {rollout['candidate']}: {rollout['stage']} (share {rollout['traffic_share']:.0%}, replaces "
-                f"{rollout['replaces']}; started {rollout['started_at'] or '-'}, decided {rollout['decided_at'] or '-'})"
+                f"  rollout of {rollout['candidate']}: {rollout['stage']} (share {rollout['traffic_share']:.0%}, "
+                f"replaces {rollout['replaces']}; started {rollout['started_at'] or '-'}, "
+                f"decided {rollout['decided_at'] or '-'})"
             )
             print(f"  {rollout['reason']}")
         if "candidate_can_start" in entry:

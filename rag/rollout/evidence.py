@@ -17,8 +17,8 @@ each shown passage of an interleaved answer (retrievals.team); this module turns
   arm's own ranking (retrieve → rerank) inside the same canary requests (queries.timings_ms rank_production and
   rank_canary, timed back to back): what the candidate would cost serving alone, under the same machine load as
   production's. The whole request (queries.latency_ms, two rankings for a canary query) is reported, not judged:
-  interleaving's second ranking is the canary's own overhead and ends with it. Only sessions in the split count: requests without a session
-  id are served by production outside it (arm NULL).
+  interleaving's second ranking is the canary's own overhead and ends with it. Only sessions in the split count:
+  requests without a session id are served by production outside it (arm NULL).
 """
 
 from __future__ import annotations

@@ -153,27 +153,42 @@ def sample_passages(doc: ParsedDocument, n: int, chars: tuple[int, int], rng: ra
 BUILTIN_EXAMPLES = [
     {
         "type": "factual",
-        "passage": "The Eiffel Tower was completed in March 1889 for the World's Fair in Paris. It is 330 metres tall and was the tallest man-made structure until 1930.",
+        "passage": (
+            "The Eiffel Tower was completed in March 1889 for the World's Fair in Paris. It is 330 metres tall and "
+            "was the tallest man-made structure until 1930."
+        ),
         "question": "In which year was the Eiffel Tower completed?",
         "answer": "1889",
     },
     {
         "type": "factual",
-        "passage": "Applicants must submit the form within 30 days of the notice. Late submissions are charged a fee of $25 per week of delay.",
+        "passage": (
+            "Applicants must submit the form within 30 days of the notice. "
+            "Late submissions are charged a fee of $25 per week of delay."
+        ),
         "question": "How much is the fee for each week a submission is late?",
         "answer": "$25 per week",
     },
     {
         "type": "interpretation",
-        "passage": "Sales fell by 12% in the second quarter, while the cost of raw materials rose sharply after the new import tariffs took effect.",
+        "passage": (
+            "Sales fell by 12% in the second quarter, "
+            "while the cost of raw materials rose sharply after the new import tariffs took effect."
+        ),
         "question": "What probably explains the weaker results of the second quarter?",
         "answer": "the cost of raw materials rose sharply after the new import tariffs took effect",
     },
     {
         "type": "long-answer",
-        "passage": "To reset the device, hold the power button for ten seconds, wait until the light blinks twice, then release the button and enter the default PIN 0000.",
+        "passage": (
+            "To reset the device, hold the power button for ten seconds, wait until the light blinks twice, "
+            "then release the button and enter the default PIN 0000."
+        ),
         "question": "What are the steps to reset the device?",
-        "answer": "hold the power button for ten seconds, wait until the light blinks twice, then release the button and enter the default PIN 0000",
+        "answer": (
+            "hold the power button for ten seconds, wait until the light blinks twice, "
+            "then release the button and enter the default PIN 0000"
+        ),
     },
 ]
 
@@ -191,7 +206,8 @@ def build_prompt(passage: str, qtype: str, examples: list[dict]) -> str:
     """Completion-style few-shot prompt: small models continue a pattern far better than they follow a chat."""
     head = "Write one question that the passage answers, and copy the answer from the passage.\n\n"
     shots = "".join(
-        f"Passage: {e['passage']}\nQuestion type: {e.get('type', 'factual')}\nQuestion: {e['question']}\nAnswer: {e['answer']}\n\n"
+        f"Passage: {e['passage']}\nQuestion type: {e.get('type', 'factual')}\n"
+        f"Question: {e['question']}\nAnswer: {e['answer']}\n\n"
         for e in examples[:5]
     )
     return f"{head}{shots}Passage: {' '.join(passage.split())}\nQuestion type: {qtype}\nQuestion:"

@@ -200,8 +200,8 @@ class GateSettings(BaseModel):
     feedback_lists: Literal["condensed", "plain"] = Field(
         "condensed",
         description="how gate questions from user feedback and expert labels are scored: condensed lists keep "
-        "only the passages someone rated (a candidate is not penalised for relevant passages nobody judged); plain counts "
-        "every unrated passage as irrelevant. Both are reported; this one decides",
+        "only the passages someone rated (a candidate is not penalised for relevant passages nobody judged); "
+        "plain counts every unrated passage as irrelevant. Both are reported; this one decides",
     )
     # Under the canary policy the gate only decides whether users may see the candidate: held-out feedback questions
     # favour production (users could rate only what it showed), and on SciFact a candidate +2.4 nDCG@10 better on

@@ -3,8 +3,8 @@
 In-batch negatives (MultipleNegativesRankingLoss, or its cached variant for a large effective batch on a CPU),
 no duplicate texts in a batch, one hard negative per pair (feedback -1 first, else mined with the base model
 under a margin so unlabeled true positives are not mined, never a known positive of the query), AdamW with linear
-warmup and decay, training at the serving sequence length, and the checkpoint with the best nDCG@10 (the gate's metric) on the selection
-dev questions (evaluated several times per epoch) kept.
+warmup and decay, training at the serving sequence length, and the checkpoint with the best nDCG@10 (the gate's
+metric) on the selection dev questions (evaluated several times per epoch) kept.
 
 Expert pairs (TrainingData.expert): MNRL has no per-example weight and no graded target, so an expert pair is
 *sampled* as often as it weighs: copies of its triplet make the experts λ (TrainingConfig.expert_weight) of the

@@ -6,8 +6,9 @@ its candidates that are known positives get label 1, the rest 0 (so every retrie
 the way the reranker will meet them). Questions whose positives the first stage missed teach nothing and are
 dropped; with enough questions of other types, so are training questions copied from the documents
 (RerankerTrainingConfig.copied_questions). Boosting stops at the round with the best nDCG@10 on the selection
-questions (early stopping: the checkpoint; what is logged for them is that maximum, not a held-out gain), and the raw margin is calibrated to a probability on those questions. No selection questions:
-a fixed number of rounds and a calibration on the training candidates.
+questions (early stopping: the checkpoint; what is logged for them is that maximum, not a held-out gain), and the
+raw margin is calibrated to a probability on those questions. No selection questions: a fixed number of rounds and
+a calibration on the training candidates.
 
 Features from feedback (up/down counts per passage text) use the training questions' ratings with each
 question's own ratings left out, and the model keeps the counts it was trained with (a version is immutable).
@@ -136,7 +137,8 @@ def train_learned_ranker(
     cloze, found = without_questions(chunks, copied)
     if found:
         log(
-            f"{found} questions were copied word for word from their chunks: cut out for the first stage (inverse cloze)"
+            f"{found} questions were copied word for word from their chunks: "
+            "cut out for the first stage (inverse cloze)"
         )
     stats = CorpusStats.build(chunks["text"].tolist())
     priors = FeedbackPriors.from_pairs(*feedback)
@@ -168,7 +170,8 @@ def train_learned_ranker(
             "to learn from (generate more questions with synthetic_qa, or check the chunk set)"
         )
     log(
-        f"{len(kept)} of {len(train_queries)} training questions have a positive in the top {depth}; {len(y)} candidates"
+        f"{len(kept)} of {len(train_queries)} training questions have a positive in the top {depth}; "
+        f"{len(y)} candidates"
     )
     weights, weighed = group_weights([experts.get(train_queries[q]) for q in kept], config.expert_weight)
     if weighed:
@@ -264,7 +267,8 @@ def training_grades(
 ) -> tuple[dict[str, dict[str, int]], dict[str, float]]:
     """question text -> {chunk id: grade}: RELEVANT for the chunks of known answers (`pairs`), the expert's grade
     where an expert graded the chunk (it replaces any other label); and the expert-labelled questions -> the mean
-    weight of their pairs. A passage whose text is in no chunk of this chunk set (edited, another chunk set) drops out."""
+    weight of their pairs. A passage whose text is in no chunk of this chunk set (edited, another chunk set) drops
+    out."""
     grades: dict[str, dict[str, int]] = {}
     for q, p in pairs:
         grades.setdefault(q, {}).update(dict.fromkeys(ids_by_text.get(text_key(p), ()), RELEVANT))

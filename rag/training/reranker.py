@@ -148,8 +148,8 @@ def train_reranker(
     experts, expert_negatives = expert_pairs(data, config)
     expert_positives = list(dict.fromkeys((e.query, e.passage) for e in experts))
     log(
-        f"mining {config.negatives_per_positive} negatives per pair for {len(pairs) + len(expert_positives)} pairs over "
-        f"{len(corpus)} passages"
+        f"mining {config.negatives_per_positive} negatives per pair for {len(pairs) + len(expert_positives)} pairs "
+        f"over {len(corpus)} passages"
     )
     known = positives_by_query(data.positives + expert_positives)
     mined = mine_negatives(
@@ -195,7 +195,8 @@ def train_reranker(
     )
     batch_size = min(config.batch_size, len(dataset))
     log(
-        f"training a cross-encoder from {config.base_model} on {len(dataset)} examples, loss {config.loss}, batch {batch_size}"
+        f"training a cross-encoder from {config.base_model} on {len(dataset)} examples, "
+        f"loss {config.loss}, batch {batch_size}"
     )
     with tempfile.TemporaryDirectory(prefix="rag-rerank-") as scratch:
         schedule = trainer_schedule(config, len(dataset), batch_size)

@@ -96,9 +96,12 @@ def run_search(
     caps = evaluator.capabilities
     cache = FitnessCache(cache_path, evaluator.context)
     advance = counter(progress, f"{method} search", budget, "candidates")
-    make = lambda sp: Evaluations(
-        sp, genome_scorer(evaluator, sp), cache, budget, genome_identity(evaluator, sp), advance=advance
-    )  # noqa: E731
+
+    def make(sp):
+        return Evaluations(
+            sp, genome_scorer(evaluator, sp), cache, budget, genome_identity(evaluator, sp), advance=advance
+        )
+
     if method == "grid":
         result = grid(space, make(space), caps)
     elif method == "genetic":
