@@ -111,7 +111,7 @@ def _engine_from_env() -> str:
     return os.environ.get("RAG_QDRANT_ENGINE") or "auto"
 
 
-# A judgment between two measurements (README 'At 1M points'): at 100k the default breadth found 0.96 of the exact
+# A judgment between two measurements (docs/indexes.md, 'Latency and recall, measured'): at 100k the default breadth found 0.96 of the exact
 # top 10, at 1M 0.76-0.81 (bench/hnsw_recall.py, bench/edge_latency.py).
 LARGE_COLLECTION_POINTS = 500_000
 
@@ -153,7 +153,7 @@ class QdrantSettings(BaseModel):
             f"{points:,} points searched at the engine's default HNSW breadth, which missed about a fifth "
             "or more of the exact top 10 at 1M points in the benchmarks; set RAG_HNSW_EF=2048 "
             "(a few ms more per search) or RAG_EXACT_SEARCH=1 (recall 1, time linear in the points). "
-            "README 'At 1M points' has the trade."
+            "docs/indexes.md ('Latency and recall, measured') has the trade."
         )
 
 
