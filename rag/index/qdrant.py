@@ -111,8 +111,8 @@ def _engine_from_env() -> str:
     return os.environ.get("RAG_QDRANT_ENGINE") or "auto"
 
 
-# A judgment between two measurements (docs/indexes.md, 'Latency and recall, measured'): at 100k the default breadth found 0.96 of the exact
-# top 10, at 1M 0.76-0.81 (bench/hnsw_recall.py, bench/edge_latency.py).
+# A judgment between two measurements (docs/indexes.md, 'Latency and recall, measured'): at 100k the default
+# breadth found 0.96 of the exact top 10, at 1M 0.76-0.81 (bench/hnsw_recall.py, bench/edge_latency.py).
 LARGE_COLLECTION_POINTS = 500_000
 
 
