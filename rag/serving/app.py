@@ -94,6 +94,7 @@ class AskResponse(BaseModel):
     latency_ms: float
     model_version: str | None
     warnings: list[str] = []  # degraded paths this answer took (e.g. attribution fell back to embeddings)
+    timings_ms: dict[str, float] = {}  # per answer stage: retrieve, rerank, generate, attribute, total (or overview)
 
 
 class EventAck(BaseModel):
@@ -212,14 +213,19 @@ class CachedCounts:
             return self._value, _monotonic() - self._at
 
 
+STAGE_WINDOW = 1000  # answers whose stage times /metrics summarises
+
+
 class Metrics:
-    """Request counts, errors and latency per route (the last 10k requests of each)."""
+    """Request counts, errors and latency per route (the last 10k requests of each); /ask's time per answer stage
+    (the last STAGE_WINDOW answers)."""
 
     def __init__(self):
         self.started = time.time()
         self._lock = threading.Lock()
         self._latency: dict[str, deque] = {}
         self._counts: dict[str, dict[str, int]] = {}
+        self._stages: dict[str, deque] = {}
 
     def observe(self, route: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -230,6 +236,17 @@ class Metrics:
                 counts["5xx"] += 1
             elif status >= 400:
                 counts["4xx"] += 1
+
+    def observe_stages(self, timings: dict[str, float]) -> None:
+        """One /ask's stage times (AnswerResult.timings_ms), kept for the last STAGE_WINDOW answers."""
+        with self._lock:
+            for stage, ms in timings.items():
+                self._stages.setdefault(stage, deque(maxlen=STAGE_WINDOW)).append(float(ms))
+
+    def stage_snapshot(self) -> dict:
+        with self._lock:
+            return {stage: {"n": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 2),
+                            "p95_ms": round(float(np.percentile(ms, 95)), 2)} for stage, ms in self._stages.items() if ms}
 
     def snapshot(self) -> dict:
         with self._lock:
@@ -326,10 +343,12 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
             store.record_query, result.question, answer=result.answer, chunks=result.chunks, session_id=body.session_id,
             model_version=version, settings=result.settings, latency_ms=result.latency_ms, not_in_context=result.not_in_context,
             arm=arm, timings_ms=getattr(result, "timings_ms", None) or None)
+        timings = getattr(result, "timings_ms", None) or {}
+        metrics.observe_stages(timings)
         return AskResponse(query_id=stored.query_id, answer_id=stored.answer_id, question=result.question,
                            answer=result.answer, not_in_context=result.not_in_context,
                            cited_chunk_ids=result.cited_chunk_ids, latency_ms=result.latency_ms, model_version=version,
-                           warnings=getattr(result, "warnings", []),
+                           warnings=getattr(result, "warnings", []), timings_ms=timings,
                            passages=[Passage(**{k: c.get(k) for k in Passage.model_fields if k in c}) for c in result.chunks])
 
     @app.post("/feedback", response_model=FeedbackAck, dependencies=[Depends(require_token)],
@@ -352,14 +371,15 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
                 **({"canary": canary.info()} if canary is not None else {})}
 
     @app.get("/metrics", dependencies=[Depends(require_token)],
-             summary="Store counts (refreshed every metrics_cache_seconds) and request latency per route")
+             summary="Store counts (refreshed every metrics_cache_seconds), request latency per route and /ask's "
+                     "time per answer stage")
     def get_metrics() -> dict:
         """Behind the API token, as the write routes: the store counts and per-route traffic say how the service is
         used, and an open route that scans tables is a cheap way to load the database. /health stays open for
         liveness probes. `store_counted_s_ago` says how old the cached counts are."""
         counts, age = store_counts.get()
         return {"uptime_s": round(time.time() - metrics.started, 1), "store": counts, "store_counted_s_ago": round(age, 1),
-                "requests": metrics.snapshot()}
+                "requests": metrics.snapshot(), "ask_stages": metrics.stage_snapshot()}
 
     @app.get("/annotation/next", response_model=AnnotationBatch, dependencies=[Depends(require_expert)],
              summary="The next unlabelled items of the annotation queue, and how far the labelling is")
