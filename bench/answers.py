@@ -3,6 +3,10 @@ and by SmolLM2 (local-gguf) for every retrieval mode plus the no-retrieval basel
 accuracy, source accuracy, coverage, latency. Then a small table-QA check on the sample corpus. Prints; asserts nothing.
 
     .venv/bin/python bench/answers.py [--questions 300] [--llm-questions 20] [--only squad,llm,tables] [--json OUT]
+    .venv/bin/python bench/answers.py --only spans [--span-articles 12] [--span-questions 600] --json OUT
+
+--only spans: the extractive answer's EM / F1 against all human answers on SQuAD dev articles, before and after the
+lead-in continuation and the index-time sentence vectors, and with the int8 encoder (squad_spans).
 
 SmolLM2-135M runs through transformers on the CPU at tens of seconds per answer on 2 shared cores, so it answers a
 seeded subset (--llm-questions) of the same questions; the extractive generator's figures on that subset are printed
@@ -98,6 +102,112 @@ def table_qa(model: str, llm_settings) -> list[dict]:
     return rows
 
 
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def squad_human_answers() -> dict[str, list[str]]:
+    """Every human answer of each SQuAD dev question, by question id (QAItem keeps only the first)."""
+    import gzip
+
+    with gzip.open(SQUAD, "rt", encoding="utf-8") as fh:
+        data = json.load(fh)["data"]
+    return {str(qa["id"]): [a["text"] for a in qa["answers"]]
+            for article in data for paragraph in article["paragraphs"] for qa in paragraph["qas"]}
+
+
+class _Unshared:
+    """An embedder behind another object: the Answerer then neither finds the data dir's sentence store for it nor
+    reuses retrieval's question vector, which is how answers were made before either existed (the 'before' run)."""
+
+    def __init__(self, embedder):
+        self.inner, self.name, self.dim, self.version = embedder, embedder.name, embedder.dim, embedder.version
+
+    def encode_queries(self, texts):
+        return self.inner.encode_queries(texts)
+
+    def encode_passages(self, texts):
+        return self.inner.encode_passages(texts)
+
+    encode = encode_passages
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    import numpy as np
+
+    return {"p50_ms": round(float(np.percentile(values, 50)), 2), "p95_ms": round(float(np.percentile(values, 95)), 2)}
+
+
+def squad_spans(model: str, int8_model: str | None, n_articles: int, n_questions: int, budget: int) -> dict:
+    """The extractive answer's EM / F1 against all human answers on SQuAD dev articles indexed through the shared
+    index step (chunk, BM25, collection and sentence vectors), before (no lead-in continuation; the sentence store and
+    retrieval's question vector unused, as answers were made before them) and after (both), and after with the int8
+    encoder (collection, sentence vectors and question all int8). Each run has its own opened index, so every
+    question is encoded for retrieval in every run; stage times are per answer."""
+    import pandas as pd
+
+    from rag.chunking import get_chunker
+    from rag.embedding import load_embedder
+    from rag.evaluation.generation import exact_match, token_f1
+    from rag.evaluation.loaders import squad_articles
+    from rag.index.qdrant import QdrantSettings, get_client
+    from rag.ingest import document_to_row
+    from rag.pipeline import bm25_step, chunk_step, embed_step
+    from rag.qa import Answerer
+    from rag.qa.encoding import CachedEmbedder
+    from rag.retrieval.service import open_index
+    from rag.store import DOCUMENTS_TABLE, TableStore
+
+    docs, items = squad_articles(SQUAD, max_articles=n_articles)
+    random.Random(7).shuffle(items)
+    items = items[:n_questions]
+    human = squad_human_answers()
+    root = data_dir() / "bench" / f"squad-spans-{n_articles}"
+    tables, qdrant = TableStore(root / "tables"), QdrantSettings(path=str(root / "qdrant"))
+    tables.write(pd.DataFrame([document_to_row(d, "bench") for d in docs]), DOCUMENTS_TABLE)
+    chunked = chunk_step(tables, get_chunker("paragraph"))
+    bm25_step(tables, root, "paragraph")
+    out: dict = {"articles": len(docs), "chunks": len(chunked.chunks), "questions": len(items), "max_answer_chars": budget,
+                 "indexing": {}, "runs": {}}
+    models = [model] + ([int8_model] if int8_model else [])
+    for name in models:
+        started = time.perf_counter()
+        run = embed_step(tables, get_client(qdrant), "paragraph", name, load_embedder(name))
+        out["indexing"][name] = {**run.summary, "wall_seconds": round(time.perf_counter() - started, 1)}
+        print(f"  indexed {len(chunked.chunks)} chunks with {name}: {out['indexing'][name]}", flush=True)
+    runs = [("before", model, False), ("after", model, True)] + ([("after-int8", int8_model, True)] if int8_model else [])
+    for label, name, after in runs:
+        settings = AnswerSettings(strategy="paragraph", model=name, reranker="none", continue_lead_ins=after,
+                                  max_answer_chars=budget)
+        index = open_index("paragraph", name, root=root, qdrant=qdrant)
+        embedder = None if after else CachedEmbedder(_Unshared(index.embedder))
+        answerer = Answerer(settings, root=root, index=index, embedder=embedder)
+        rows, stages = [], {}
+        started = time.perf_counter()
+        for item in items:
+            result = answerer.ask(item.question)
+            refs = human.get(item.qid) or [item.answer]
+            answer = "" if result.not_in_context else result.answer
+            rows.append({"em": exact_match(answer, refs), "f1": token_f1(answer, refs), "answered": not result.not_in_context,
+                         "continued": "\n\n" in answer, "chars": len(answer)})
+            for stage, ms in result.timings_ms.items():
+                stages.setdefault(stage, []).append(ms)
+        frame = pd.DataFrame(rows)
+        answered = frame[frame["answered"]]
+        out["runs"][label] = {
+            "model": name, "continue_lead_ins": after, "sentence_store": after,
+            "exact_match": round(frame["em"].mean(), 4), "f1": round(frame["f1"].mean(), 4),
+            "f1_answered": round(answered["f1"].mean(), 4) if len(answered) else None,
+            "coverage": round(frame["answered"].mean(), 4), "continued_answers": int(frame["continued"].sum()),
+            "mean_answer_chars": round(answered["chars"].mean(), 1) if len(answered) else None,
+            "stages": {stage: _quantiles(ms) for stage, ms in stages.items()},
+            "seconds": round(time.perf_counter() - started, 1)}
+        print(f"  {label:10s} {json.dumps(out['runs'][label])}", flush=True)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=300)
@@ -107,8 +217,22 @@ def main() -> int:
     parser.add_argument("--llm-modes", default=",".join(BAKEOFF_MODES), help="modes for the LLM, in the order run")
     parser.add_argument("--only", default="squad,calibration,llm,tables")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--span-articles", type=int, default=12, help="spans: SQuAD dev articles indexed")
+    parser.add_argument("--span-questions", type=int, default=600, help="spans: questions asked (seeded sample)")
+    parser.add_argument("--span-int8-model", default="minilm-int8", help="spans: the int8 encoder compared ('' skips)")
+    parser.add_argument("--max-answer-chars", type=int, default=AnswerSettings().max_answer_chars)
     args = parser.parse_args()
     only = set(args.only.split(","))
+    if only == {"spans"}:  # its own result file, with provenance
+        from bench.provenance import run_record, stamp_end
+
+        record = {"bench": "bench/answers.py --only spans", **run_record(args, torch_threads=_torch_threads())}
+        record["spans"] = squad_spans(args.model, args.span_int8_model or None, args.span_articles, args.span_questions,
+                                      args.max_answer_chars)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(stamp_end(record), indent=2, default=str))
+        return 0
     from rag.llm import LLMSettings, load_llm
 
     results: dict = {"questions": args.questions, "llm_questions": args.llm_questions}

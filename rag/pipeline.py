@@ -16,6 +16,7 @@ from rag.index.sync import BM25Run, IndexRun, sync_bm25, sync_collection
 from rag.ingest import ParseRun, update_documents
 from rag.parsing import ParseSettings
 from rag.progress import Progress
+from rag.qa.encoding import store_sentence_vectors
 from rag.registry import IMPLICIT_PRODUCTION, ModelRegistry
 from rag.retrieval.service import PRODUCTION
 from rag.source import SourceScan, scan_folder
@@ -53,18 +54,34 @@ def bm25_step(tables: TableStore, root: Path, strategy: str) -> BM25Run:
     return sync_bm25(_chunks(tables, strategy), bm25_root(root, strategy))
 
 
+@dataclass
+class EmbedRun(IndexRun):
+    """The collection's sync and the sentence vectors stored beside it (rag.qa.encoding)."""
+
+    sentence_vectors: dict = field(default_factory=dict)
+
+    @property
+    def summary(self) -> dict:
+        return super().summary | {f"sentence_vectors_{k}": v for k, v in self.sentence_vectors.items()}
+
+
 def embed_step(tables: TableStore, client, strategy: str, model: str, embedder: TextEmbedder, distance: str = "cosine",
-               progress: Progress | None = None, registry: ModelRegistry | None = None) -> IndexRun:
+               progress: Progress | None = None, registry: ModelRegistry | None = None) -> EmbedRun:
     """Bring the (strategy, model) collection up to date. For the base model, while no embedder is promoted in
     `registry` (default: the data dir's, beside `tables`), also keep `<strategy>__production` on it: serving asks
-    for `production` by default and must answer on a fresh index (see base_serving_alias)."""
-    run = sync_collection(client, _chunks(tables, strategy), embedder, strategy=strategy, model=model,
-                          distance=distance, progress=progress)
-    registry = registry or ModelRegistry(Path(tables.root).parent / "models")
+    for `production` by default and must answer on a fresh index (see base_serving_alias). Then store the vectors
+    of the chunks' sentences the data dir's sentence store lacks for this model, so answering encodes only the
+    question (rag.qa.encoding)."""
+    chunks = _chunks(tables, strategy)
+    run = sync_collection(client, chunks, embedder, strategy=strategy, model=model, distance=distance, progress=progress)
+    root = Path(tables.root).parent
+    registry = registry or ModelRegistry(root / "models")
     if base_serving_alias(client, strategy, model, run.collection, registry):
         # The collection the serving alias left may be an old version of the base model nothing else holds.
         run.dropped_collections += drop_unaliased(client, CollectionName(strategy, model_key(model)))
-    return run
+    sentences = store_sentence_vectors(root, chunks["text"].tolist(), embedder, progress=progress,
+                                       task=f"sentence vectors {strategy}|{model}")
+    return EmbedRun(**vars(run), sentence_vectors=sentences)
 
 
 def base_serving_alias(client, strategy: str, model: str, collection: str, registry: ModelRegistry) -> bool:

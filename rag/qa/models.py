@@ -72,6 +72,12 @@ class AnswerSettings(BaseModel):
     # Extractive generator: the answer must share at least this share of the question's content terms with its
     # passage, or the honest answer is NOT_IN_CONTEXT.
     min_support: float = Field(0.5, ge=0.0, le=1.0)
+    # Extractive generator: a best sentence that only announces what follows ("... would require the following
+    # actions:") is continued into the list items or the sentence completing it, reading on into the next chunks,
+    # while the answer stays within max_answer_chars (whole sentences / items only).
+    continue_lead_ins: bool = True
+    max_answer_chars: int = Field(800, ge=50, description="extractive: the longest answer a lead-in's continuation "
+                                  "makes (the chosen sentence itself is never cut)")
     attribution: bool = True
     attribution_top_k: int = Field(3, ge=1)
     attribution_threshold: float = Field(0.5, description="on [0, 1]: cosine, or the cross-encoder's sigmoid")

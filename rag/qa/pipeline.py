@@ -10,14 +10,15 @@ from pathlib import Path
 from rag.embedding import INT8_SUFFIX, TextEmbedder, load_embedder
 from rag.llm import LLM, LLMSettings, load_llm
 from rag.qa.attribution import CrossEncoderScorer, EmbeddingScorer, PairScorer, attribute
-from rag.qa.encoding import CachedEmbedder
-from rag.qa.generators import GENERATORS, Generation, Generator
+from rag.qa.encoding import CachedEmbedder, open_sentence_store
+from rag.qa.generators import GENERATORS, ExtractiveGenerator, Generation, Generator
 from rag.qa.models import AnswerResult, AnswerSettings
 from rag.qa.overview import OVERVIEW_CUES, Catalog, detect_overview, extractive_overview, llm_overview, words
 from rag.qa.prompt import Passage, fit_context, label_passages
 from rag.qa.steps import augment_prev_next, filter_hits, reorder_long_context
 from rag.rerank import rerank
 from rag.retrieval import DENSE_MODES, RETRIEVERS, Hit, Index, RetrievalError, RetrievalParams, retrieve, validate_query
+from rag.store import data_dir
 
 NO_RETRIEVAL = "none"
 log = logging.getLogger(__name__)
@@ -118,8 +119,9 @@ class Answerer:
             embedder = self.index.embedder
         if embedder is None and s.model and (s.generator == "extractive" or (s.attribution and attribution_scorer is None)):
             embedder = load_embedder(s.model)
-        # The generator and attribution encode the same passage sentences: remember them.
-        self.embedder = embedder if embedder is None or isinstance(embedder, CachedEmbedder) else CachedEmbedder(embedder)
+        # The sentence store of the data dir the index came from: root, or the default one open_index read.
+        store_root = root if root is not None else (data_dir() if index is None and self.index is not None else None)
+        self.embedder = self._sentence_vectors(embedder, store_root)
         if llm is None and s.generator == "llm":
             llm = load_llm(s.llm or llm_from_env())
         self.llm = llm
@@ -139,8 +141,26 @@ class Answerer:
             elif self.embedder is not None:
                 self.attribution_scorer = EmbeddingScorer(self.embedder)
         self.generator: Generator = GENERATORS[s.generator](s, self.embedder, llm)
+        if isinstance(self.generator, ExtractiveGenerator) and self.index is not None:
+            self.generator.next_chunk = self._chunk_record  # a lead-in's list may go on in the next chunk
         self._catalog: Catalog | None = None  # the documents, for overview questions; built on the first one
         self._served: dict[str, str | None] | None = None
+
+    def _sentence_vectors(self, embedder: TextEmbedder | None, root: Path | None) -> CachedEmbedder | None:
+        """The generator and attribution encode the same passage sentences: they read them from the data dir's
+        sentence store (filled at index time) through a CachedEmbedder, and take the question's vector from
+        retrieval when retrieval has one from the same model, so a question's only encoding is the question's."""
+        if embedder is None:
+            return None
+        if not isinstance(embedder, CachedEmbedder):
+            embedder = CachedEmbedder(embedder, store=open_sentence_store(root, embedder))
+        index_embedder = getattr(self.index, "embedder", None)
+        if embedder.query_vector is None and index_embedder is not None and embedder.embedder is index_embedder:
+            embedder.query_vector = self.index.query_vector
+        return embedder
+
+    def _chunk_record(self, chunk_id: str) -> dict | None:
+        return self.index.record(chunk_id) if chunk_id in self.index.chunks.index else None
 
     def served(self) -> dict[str, str | None]:
         """The versions this answerer serves, resolved: what /health and `rag ask --json` name. A settings value like
@@ -230,6 +250,11 @@ class Answerer:
         hits = fit_context(hits, s.max_context_chars)
         passages = None if s.mode == NO_RETRIEVAL else label_passages(hits)
         generation = self.generator.generate(question, passages)
+        if generation.continued and passages is not None:
+            # The chunks an answer read on into (a lead-in's list in the next chunk) are shown and cited with it.
+            lead = generation.parsed.cited_chunk_ids[0]
+            extra = [Hit(len(passages) + n, 0.0, {**c, "neighbour_of": lead}) for n, c in enumerate(generation.continued, 1)]
+            passages = passages + [Passage(str(h.rank), h) for h in extra]
         lap("generate")
         parsed = generation.parsed
         attributed: list[str] = []
@@ -245,11 +270,12 @@ class Answerer:
     def _result(self, question: str, passages: list[Passage] | None, generation: Generation, attributed: list[str],
                 scores: dict[str, float], generator: str, timings: dict[str, float], started: float) -> AnswerResult:
         s, parsed = self.settings, generation.parsed
+        timings["total"] = round((time.perf_counter() - started) * 1000, 2)
         chunks = [_chunk_view(p.hit, p.label, p.chunk_id in parsed.cited_chunk_ids, p.chunk_id in attributed, scores.get(p.chunk_id))
                   for p in passages or []]
         return AnswerResult(
             question=question, answer=parsed.answer, cited_chunk_ids=parsed.cited_chunk_ids, attributed_chunk_ids=attributed,
-            not_in_context=parsed.not_in_context, latency_ms=round((time.perf_counter() - started) * 1000, 2), chunks=chunks,
+            not_in_context=parsed.not_in_context, latency_ms=timings["total"], chunks=chunks,
             generator=generator, settings=s.model_dump(mode="json", exclude={"llm"}) | {"llm": _llm_name(self.llm)},
             timings_ms=timings, draft=generation.draft,
             attribution_scorer=getattr(self.attribution_scorer, "name", None) if s.attribution else None,
