@@ -49,6 +49,7 @@ nDCG@10 is on SciFact test queries nobody asked.
     nice -n 15 .venv/bin/python bench/canary_loop.py --data-dir /tmp/canary --json bench/results/canary-scifact.json
     nice -n 15 .venv/bin/python bench/canary_loop.py --quick --data-dir /tmp/canary-quick
 """
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,17 @@ from pathlib import Path
 
 from bench.lib import cli
 from bench.lib.datasets import SCIFACT, absent
-from bench.lib.feedback import (STRATEGY, TOKEN, answerer_ndcg_at_10, build_slice, candidate_ndcg_at_10, deploy_base,
-                                gate_figures, ndcg_at_10, retrain_definitions)
+from bench.lib.feedback import (
+    STRATEGY,
+    TOKEN,
+    answerer_ndcg_at_10,
+    build_slice,
+    candidate_ndcg_at_10,
+    deploy_base,
+    gate_figures,
+    ndcg_at_10,
+    retrain_definitions,
+)
 from bench.lib.provenance import commit
 from bench.lib.results import log
 from rag.rollout.drill import noisy_copy
@@ -73,8 +83,18 @@ HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 class Users:
     """Simulated users: each asked query is a fresh session; clicks and ratings from the click model above."""
 
-    def __init__(self, http, queries: dict[str, str], qrels: dict[str, dict[str, int]], *, eta: float, p_relevant: float,
-                 p_negative: float, p_click_noise: float, seed: int):
+    def __init__(
+        self,
+        http,
+        queries: dict[str, str],
+        qrels: dict[str, dict[str, int]],
+        *,
+        eta: float,
+        p_relevant: float,
+        p_negative: float,
+        p_click_noise: float,
+        seed: int,
+    ):
         self.http, self.queries, self.qrels = http, queries, qrels
         self.eta, self.p_relevant, self.p_negative, self.p_click_noise = eta, p_relevant, p_negative, p_click_noise
         self.rng = random.Random(seed)
@@ -101,7 +121,7 @@ class Users:
         relevant = self.qrels[qid]
         ratings = []
         for rank, passage in enumerate(data["passages"], start=1):
-            if self.rng.random() >= rank ** -self.eta:
+            if self.rng.random() >= rank**-self.eta:
                 continue  # not examined
             chunk = passage["chunk_id"]
             if relevant.get(chunk, 0) > 0:
@@ -113,15 +133,24 @@ class Users:
             elif self.rng.random() < self.p_click_noise:
                 self._click(data["query_id"], chunk)
         if ratings:
-            ack = self.http.post("/feedback", json={"query_id": data["query_id"], "idempotency_key": f"fb-{session}",
-                                                   "passages": ratings, "session_id": session}, headers=HEADERS)
+            ack = self.http.post(
+                "/feedback",
+                json={
+                    "query_id": data["query_id"],
+                    "idempotency_key": f"fb-{session}",
+                    "passages": ratings,
+                    "session_id": session,
+                },
+                headers=HEADERS,
+            )
             ack.raise_for_status()
             self.stats["ratings_up"] += sum(r["score"] > 0 for r in ratings)
             self.stats["ratings_down"] += sum(r["score"] < 0 for r in ratings)
 
     def _click(self, query_id: str, chunk_id: str) -> None:
-        self.http.post("/events", json={"query_id": query_id, "kind": "click", "chunk_id": chunk_id},
-                       headers=HEADERS).raise_for_status()
+        self.http.post(
+            "/events", json={"query_id": query_id, "kind": "click", "chunk_id": chunk_id}, headers=HEADERS
+        ).raise_for_status()
         self.stats["clicks"] += 1
 
     def snapshot(self) -> dict:
@@ -138,8 +167,9 @@ def delta(after: dict, before: dict) -> dict:
     return {k: after[k] - before.get(k, 0) for k in after}
 
 
-def canary_phase(root: Path, http, app, users: Users, instance, resources: dict, *, batch: int, max_asked: int,
-                 log=print) -> dict:
+def canary_phase(
+    root: Path, http, app, users: Users, instance, resources: dict, *, batch: int, max_asked: int, log=print
+) -> dict:
     """Users ask until canary_sensor decides on the running canary; the requested job runs in-process and the API
     refreshes. Returns what the decision needed."""
     from dagster import SensorResult, SkipReason, build_sensor_context
@@ -153,8 +183,13 @@ def canary_phase(root: Path, http, app, users: Users, instance, resources: dict,
     registry = ModelRegistry(root / "models")
     kind, state = running_canary(registry)
     started, before = time.perf_counter(), users.snapshot()
-    out: dict = {"kind": kind, "candidate_version": state.candidate_version, "traffic_share": state.traffic_share,
-                 "start_reason": state.reason, "forced": state.force_reason is not None}
+    out: dict = {
+        "kind": kind,
+        "candidate_version": state.candidate_version,
+        "traffic_share": state.traffic_share,
+        "start_reason": state.reason,
+        "forced": state.force_reason is not None,
+    }
     sensor_resources = {k: resources[k] for k in ("data_store", "feedback_loop", "rollout", "qdrant")}
     cursor, ticks, asked, request = None, 0, 0, None
     while request is None and asked < max_asked:
@@ -173,9 +208,13 @@ def canary_phase(root: Path, http, app, users: Users, instance, resources: dict,
             if ticks % 5 == 1:
                 log(f"  {asked} asked in the canary phase: {said}")
         if ticks == 1:  # the retrain sensor waits while the canary runs
-            with build_sensor_context(instance=instance, resources={"feedback_loop": resources["feedback_loop"]}) as context:
+            with build_sensor_context(
+                instance=instance, resources={"feedback_loop": resources["feedback_loop"]}
+            ) as context:
                 waiting = feedback_volume_sensor(context)
-            out["feedback_volume_sensor_during_canary"] = getattr(waiting, "skip_message", None) or "requested a retrain"
+            out["feedback_volume_sensor_during_canary"] = (
+                getattr(waiting, "skip_message", None) or "requested a retrain"
+            )
     out.update(asked=asked, sensor_ticks=ticks, users=delta(users.snapshot(), before))
     if request is None:
         out["decision"] = None
@@ -183,18 +222,32 @@ def canary_phase(root: Path, http, app, users: Users, instance, resources: dict,
         log(f"  no decision after {asked} asked queries (cap --max-canary-asked)")
         return out
     evidence = json.loads(next(iter(request.run_config["ops"].values()))["config"]["evidence_json"])
-    out.update(decision=evidence["decision"], evidence=evidence["reason"], canary_queries=evidence["queries_canary"],
-               decisive_canary_queries=evidence["wins"] + evidence["losses"], wins=evidence["wins"],
-               losses=evidence["losses"], ties=evidence["ties"], log_likelihood_ratio=evidence["log_likelihood_ratio"],
-               plain_team_draft=evidence.get("plain_team_draft"),
-               threshold=evidence["threshold"], production_queries=evidence["queries_production"],
-               latency_p95_ms={"production": evidence["latency_p95_ms_production"],
-                               "canary": evidence["latency_p95_ms_canary"]},
-               ranking_p95_ms={"production": evidence.get("ranking_p95_ms_production"),
-                               "canary": evidence.get("ranking_p95_ms_canary")}, breaches=evidence["breaches"])
+    out.update(
+        decision=evidence["decision"],
+        evidence=evidence["reason"],
+        canary_queries=evidence["queries_canary"],
+        decisive_canary_queries=evidence["wins"] + evidence["losses"],
+        wins=evidence["wins"],
+        losses=evidence["losses"],
+        ties=evidence["ties"],
+        log_likelihood_ratio=evidence["log_likelihood_ratio"],
+        plain_team_draft=evidence.get("plain_team_draft"),
+        threshold=evidence["threshold"],
+        production_queries=evidence["queries_production"],
+        latency_p95_ms={
+            "production": evidence["latency_p95_ms_production"],
+            "canary": evidence["latency_p95_ms_canary"],
+        },
+        ranking_p95_ms={
+            "production": evidence.get("ranking_p95_ms_production"),
+            "canary": evidence.get("ranking_p95_ms_canary"),
+        },
+        breaches=evidence["breaches"],
+    )
     job = {"promote_canary_job": promote_canary_job, "rollback_canary_job": rollback_canary_job}[request.job_name]
-    run = job.execute_in_process(run_config=request.run_config, resources=resources, instance=instance, tags=request.tags,
-                                 raise_on_error=False)
+    run = job.execute_in_process(
+        run_config=request.run_config, resources=resources, instance=instance, tags=request.tags, raise_on_error=False
+    )
     out["job"], out["job_success"] = request.job_name, run.success
     out["stage_after"] = read_state(registry, kind).stage
     app.state.serving.refresh(force=True)
@@ -203,8 +256,9 @@ def canary_phase(root: Path, http, app, users: Users, instance, resources: dict,
     return out
 
 
-def queued_canaries(root: Path, http, app, users: Users, instance, resources: dict, *, batch: int, max_asked: int,
-                    log=print) -> list[dict]:
+def queued_canaries(
+    root: Path, http, app, users: Users, instance, resources: dict, *, batch: int, max_asked: int, log=print
+) -> list[dict]:
     """After a decision, canary_sensor starts the candidate that waited behind it (retrain_job gates an embedder and a
     reranker; one canary runs at a time): its start_canary_job runs in-process, then the users decide that canary too.
     Returns one canary_phase record per started canary."""
@@ -218,28 +272,62 @@ def queued_canaries(root: Path, http, app, users: Users, instance, resources: di
     while True:
         with build_sensor_context(instance=instance, resources=sensor_resources) as context:
             result = canary_sensor(context)
-        requests = [result] if isinstance(result, RunRequest) else \
-            (result.run_requests or []) if isinstance(result, SensorResult) else []
+        requests = (
+            [result]
+            if isinstance(result, RunRequest)
+            else (result.run_requests or [])
+            if isinstance(result, SensorResult)
+            else []
+        )
         if not requests or requests[0].job_name != start_canary_job.name:
             return phases
         request = requests[0]
-        run = start_canary_job.execute_in_process(run_config=request.run_config, resources=resources, instance=instance,
-                                                  tags=request.tags, raise_on_error=False)
-        log(f"  canary_sensor started the queued {request.tags.get('rollout/kind')} canary: "
-            f"start_canary_job {'ok' if run.success else 'FAILED'}")
+        run = start_canary_job.execute_in_process(
+            run_config=request.run_config,
+            resources=resources,
+            instance=instance,
+            tags=request.tags,
+            raise_on_error=False,
+        )
+        log(
+            f"  canary_sensor started the queued {request.tags.get('rollout/kind')} canary: "
+            f"start_canary_job {'ok' if run.success else 'FAILED'}"
+        )
         if not run.success:
             phases.append({"kind": request.tags.get("rollout/kind"), "start_job_success": False})
             return phases
         app.state.serving.refresh(force=True)
-        phases.append({"started_by": f"canary_sensor -> start_canary_job (run_key {request.run_key})",
-                       **canary_phase(root, http, app, users, instance, resources, batch=batch, max_asked=max_asked,
-                                      log=log)})
+        phases.append(
+            {
+                "started_by": f"canary_sensor -> start_canary_job (run_key {request.run_key})",
+                **canary_phase(root, http, app, users, instance, resources, batch=batch, max_asked=max_asked, log=log),
+            }
+        )
 
 
-def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: int, threshold: int, batch: int,
-        canary_batch: int, training: dict, share: float, alpha: float, max_queries: int, max_latency_ratio: float,
-        click: dict, worse_noise: float, first_stage_depth: int,
-        max_canary_asked: int, seed: int, override_rejected: bool = False, log=print) -> dict:
+def run(
+    root: Path,
+    *,
+    n_train: int,
+    n_test: int,
+    n_distractors: int,
+    n_pseudo: int,
+    threshold: int,
+    batch: int,
+    canary_batch: int,
+    training: dict,
+    share: float,
+    alpha: float,
+    max_queries: int,
+    max_latency_ratio: float,
+    click: dict,
+    worse_noise: float,
+    first_stage_depth: int,
+    max_canary_asked: int,
+    seed: int,
+    override_rejected: bool = False,
+    log=print,
+) -> dict:
     from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
     from fastapi.testclient import TestClient
 
@@ -260,16 +348,38 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
     root = Path(root)
     started = time.perf_counter()
     data = build_slice(root, n_train=n_train, n_test=n_test, n_distractors=n_distractors, n_pseudo=n_pseudo, seed=seed)
-    log(f"slice: {data['chunks']} abstracts, {len(data['train_queries'])} train / {len(data['test_queries'])} test queries")
-    out: dict = {"chunks": data["chunks"], "train_queries": len(data["train_queries"]),
-                 "test_queries": len(data["test_queries"]), "threshold": threshold, "training": training,
-                 "canary": {"traffic_share": share, "alpha": alpha, "max_queries": max_queries,
-                            "max_latency_p95_ratio": max_latency_ratio}, "phases": {}}
+    log(
+        f"slice: {data['chunks']} abstracts, {len(data['train_queries'])} train / {len(data['test_queries'])} test "
+        "queries"
+    )
+    out: dict = {
+        "chunks": data["chunks"],
+        "train_queries": len(data["train_queries"]),
+        "test_queries": len(data["test_queries"]),
+        "threshold": threshold,
+        "training": training,
+        "canary": {
+            "traffic_share": share,
+            "alpha": alpha,
+            "max_queries": max_queries,
+            "max_latency_p95_ratio": max_latency_ratio,
+        },
+        "phases": {},
+    }
     loop = FeedbackLoop(data_dir=str(root), volume_threshold=threshold, retrain_run_config=training)
-    rollout = Rollout(promotion="canary", traffic_share=share, alpha=alpha, max_queries=max_queries,
-                      max_latency_p95_ratio=max_latency_ratio)
-    resources = {"data_store": DataStore(data_dir=str(root)), "qdrant": QdrantResource(url=None, path=str(root / "qdrant")),
-                 "feedback_loop": loop, "rollout": rollout}
+    rollout = Rollout(
+        promotion="canary",
+        traffic_share=share,
+        alpha=alpha,
+        max_queries=max_queries,
+        max_latency_p95_ratio=max_latency_ratio,
+    )
+    resources = {
+        "data_store": DataStore(data_dir=str(root)),
+        "qdrant": QdrantResource(url=None, path=str(root / "qdrant")),
+        "feedback_loop": loop,
+        "rollout": rollout,
+    }
     registry = ModelRegistry(root / "models")
     test = (data["test_queries"], data["test_qrels"])
 
@@ -277,24 +387,42 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
         """An operator's canary start over the gate (its collections built in the bench's embedded Qdrant)."""
         qdrant = QdrantSettings(path=str(root / "qdrant"))
         try:
-            start("embedder", registry, version, share, force_reason=reason,
-                  target=ServingTarget.of_client(TableStore(root / "tables"), get_client(qdrant), [STRATEGY]),
-                  log=lambda m: log(f"  {m}"))
+            start(
+                "embedder",
+                registry,
+                version,
+                share,
+                force_reason=reason,
+                target=ServingTarget.of_client(TableStore(root / "tables"), get_client(qdrant), [STRATEGY]),
+                log=lambda m: log(f"  {m}"),
+            )
         finally:
             close_client(qdrant)
+
     with DagsterInstance.ephemeral() as instance:
         out["deployed"] = deploy_base(root, instance)
         out["ndcg@10_start"] = ndcg_at_10(root, *test)
         store = FeedbackStore(root=root)
         # Served as a user would configure the product: the production embedder's dense top --first-stage-depth,
         # reordered by the production reranker (none until one is promoted), the top 10 shown.
-        app = build_app(ServeSettings(api_token=TOKEN, refresh_seconds=0), root=root, store=store, strategy=STRATEGY,
-                        model="production", mode="dense", k=first_stage_depth, top_k=10, reranker="production",
-                        attribution=False)
+        app = build_app(
+            ServeSettings(api_token=TOKEN, refresh_seconds=0),
+            root=root,
+            store=store,
+            strategy=STRATEGY,
+            model="production",
+            mode="dense",
+            k=first_stage_depth,
+            top_k=10,
+            reranker="production",
+            attribution=False,
+        )
         with TestClient(app) as http:
             out["served_ndcg@10_start"] = served_ndcg_at_10(app, *test)
-            log(f"deployed {out['deployed']}; test nDCG@10 at the start: dense {out['ndcg@10_start']:.4f}, served "
-                f"{out['served_ndcg@10_start']:.4f}")
+            log(
+                f"deployed {out['deployed']}; test nDCG@10 at the start: dense {out['ndcg@10_start']:.4f}, served "
+                f"{out['served_ndcg@10_start']:.4f}"
+            )
             users = Users(http, data["train_queries"], data["train_qrels"], seed=seed, **click)
 
             # Phase 1: feedback until the volume sensor fires, the retrain run, its canary, the canary's decision.
@@ -317,40 +445,72 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
                 out["phases"]["retrain_canary"] = phase
                 raise SystemExit("the feedback sensor never fired: lower --threshold")
             train_started = time.perf_counter()
-            retrain = retrain_definitions(root, loop, rollout).resolve_job_def("retrain_job").execute_in_process(
-                run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False)
+            retrain = (
+                retrain_definitions(root, loop, rollout)
+                .resolve_job_def("retrain_job")
+                .execute_in_process(
+                    run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False
+                )
+            )
             phase["retrain_seconds"] = round(time.perf_counter() - train_started, 1)
             phase["retrain_success"] = retrain.success
             phase["gates"] = gate_figures(retrain)
-            phase["released"] = {e.asset_key.to_user_string(): {k: v.value for k, v in e.materialization.metadata.items()
-                                                                if k in ("action", "summary", "production")}
-                                 for e in retrain.get_asset_materialization_events()
-                                 if e.asset_key.to_user_string() in ("production_embedder", "production_reranker")}
+            phase["released"] = {
+                e.asset_key.to_user_string(): {
+                    k: v.value
+                    for k, v in e.materialization.metadata.items()
+                    if k in ("action", "summary", "production")
+                }
+                for e in retrain.get_asset_materialization_events()
+                if e.asset_key.to_user_string() in ("production_embedder", "production_reranker")
+            }
             phase["failed_steps"] = [e.step_key for e in retrain.all_events if e.is_step_failure]
             candidate = registry.versions("embedder")[-1]
             phase["candidate"] = candidate.name
-            log(f"retrain run {'succeeded' if retrain.success else 'failed'} in {phase['retrain_seconds']} s; gates "
+            log(
+                f"retrain run {'succeeded' if retrain.success else 'failed'} in {phase['retrain_seconds']} s; gates "
                 f"{ {k: g['passed'] for k, g in phase['gates'].items()} }; released {phase['released']}; "
-                f"failed steps {phase['failed_steps']}")
+                f"failed steps {phase['failed_steps']}"
+            )
             phase["canary_started_by"] = "retrain_job (promotion policy canary)" if running_canary(registry) else None
-            if phase["canary_started_by"] is None and override_rejected and \
-                    candidate.metrics.get("gate", {}).get("passed") is False:
+            if (
+                phase["canary_started_by"] is None
+                and override_rejected
+                and candidate.metrics.get("gate", {}).get("passed") is False
+            ):
                 # Not the loop any more: an operator's override, so the online test of this candidate is measured too.
-                log(f"no canary started: the gate rejected {candidate.name}; --override-rejected starts it with force_reason")
-                forced_start(candidate.version, "benchmark --override-rejected: the offline gate rejected it; "
-                             "measure the online decision")
+                log(
+                    f"no canary started: the gate rejected {candidate.name}; --override-rejected starts it with "
+                    "force_reason"
+                )
+                forced_start(
+                    candidate.version,
+                    "benchmark --override-rejected: the offline gate rejected it; measure the online decision",
+                )
                 phase["canary_started_by"] = "operator override (--override-rejected) after the gate rejected it"
             if phase["canary_started_by"] is not None:
-                phase.update(canary_phase(root, http, app, users, instance, resources, batch=canary_batch,
-                                          max_asked=max_canary_asked, log=log))
-                phase["queued_canaries"] = queued_canaries(root, http, app, users, instance, resources,
-                                                           batch=canary_batch, max_asked=max_canary_asked, log=log)
+                phase.update(
+                    canary_phase(
+                        root,
+                        http,
+                        app,
+                        users,
+                        instance,
+                        resources,
+                        batch=canary_batch,
+                        max_asked=max_canary_asked,
+                        log=log,
+                    )
+                )
+                phase["queued_canaries"] = queued_canaries(
+                    root, http, app, users, instance, resources, batch=canary_batch, max_asked=max_canary_asked, log=log
+                )
             else:
                 phase["decision"] = None
                 log("no canary started (the gate did not pass, or the release step failed)")
             phase["production_after"] = registry.resolve("embedder", "production").name
             phase["ndcg@10_after"] = ndcg_at_10(root, *test)
-            phase["reranker_production_after"] = (mv.name if (mv := registry.resolve("reranker", "production")) else None)
+            phase["reranker_production_after"] = mv.name if (mv := registry.resolve("reranker", "production")) else None
             phase["served_ndcg@10_after"] = served_ndcg_at_10(app, *test)
             if phase["production_after"] != candidate.name:
                 phase["candidate_ndcg@10"] = candidate_ndcg_at_10(root, candidate.version, *test)
@@ -358,10 +518,12 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
                 phase["candidate_ndcg@10"] = phase["ndcg@10_after"]
             phase["seconds"] = round(time.perf_counter() - phase_started, 1)
             out["phases"]["retrain_canary"] = phase
-            log(f"phase 1: production {phase['production_after']}, test nDCG@10 {phase['ndcg@10_before']:.4f} -> "
+            log(
+                f"phase 1: production {phase['production_after']}, test nDCG@10 {phase['ndcg@10_before']:.4f} -> "
                 f"{phase['ndcg@10_after']:.4f} (candidate {candidate.name}: {phase['candidate_ndcg@10']:.4f}); served "
                 f"(reranker {phase['reranker_production_after']}) {out['served_ndcg@10_start']:.4f} -> "
-                f"{phase['served_ndcg@10_after']:.4f}")
+                f"{phase['served_ndcg@10_after']:.4f}"
+            )
 
             # Phase 2: a deliberately worse candidate, started over the gate, decided by the same users.
             worse_started = time.perf_counter()
@@ -369,31 +531,54 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
             scratch = root / "worse-model"
             shutil.rmtree(scratch, ignore_errors=True)
             noisy_copy(Path(production.path), scratch, worse_noise, seed=seed)
-            worse = registry.register("embedder", scratch, {"base_model": "minilm", "strategy": STRATEGY,
-                                                            "parent_version": production.version,
-                                                            "note": f"benchmark: {production.name} + Gaussian noise "
-                                                                    f"{worse_noise} x each tensor's std"}, move=True)
-            phase2: dict = {"candidate": worse.name, "noise": worse_noise, "production": production.name,
-                            "ndcg@10_before": ndcg_at_10(root, *test)}
+            worse = registry.register(
+                "embedder",
+                scratch,
+                {
+                    "base_model": "minilm",
+                    "strategy": STRATEGY,
+                    "parent_version": production.version,
+                    "note": f"benchmark: {production.name} + Gaussian noise {worse_noise} x each tensor's std",
+                },
+                move=True,
+            )
+            phase2: dict = {
+                "candidate": worse.name,
+                "noise": worse_noise,
+                "production": production.name,
+                "ndcg@10_before": ndcg_at_10(root, *test),
+            }
             phase2["candidate_ndcg@10"] = candidate_ndcg_at_10(root, worse.version, *test)
-            log(f"worse candidate {worse.name}: test nDCG@10 {phase2['candidate_ndcg@10']:.4f} "
-                f"(production {phase2['ndcg@10_before']:.4f})")
-            forced_start(worse.version, "benchmark: a deliberately worse candidate (production + weight noise) to "
-                         "measure the rollback")
-            phase2.update(canary_phase(root, http, app, users, instance, resources, batch=canary_batch,
-                                       max_asked=max_canary_asked, log=log))
+            log(
+                f"worse candidate {worse.name}: test nDCG@10 {phase2['candidate_ndcg@10']:.4f} "
+                f"(production {phase2['ndcg@10_before']:.4f})"
+            )
+            forced_start(
+                worse.version,
+                "benchmark: a deliberately worse candidate (production + weight noise) to measure the rollback",
+            )
+            phase2.update(
+                canary_phase(
+                    root, http, app, users, instance, resources, batch=canary_batch, max_asked=max_canary_asked, log=log
+                )
+            )
             phase2["production_after"] = registry.resolve("embedder", "production").name
             phase2["ndcg@10_after"] = ndcg_at_10(root, *test)
             phase2["seconds"] = round(time.perf_counter() - worse_started, 1)
             out["phases"]["worse_candidate"] = phase2
-            log(f"phase 2: {phase2.get('decision')} after {phase2.get('canary_queries')} canary queries "
-                f"({phase2.get('decisive_canary_queries')} decisive); production {phase2['production_after']}")
+            log(
+                f"phase 2: {phase2.get('decision')} after {phase2.get('canary_queries')} canary queries "
+                f"({phase2.get('decisive_canary_queries')} decisive); production {phase2['production_after']}"
+            )
             out["users"] = users.snapshot()
             out["served_ndcg@10_end"] = served_ndcg_at_10(app, *test)
         store.close()
-        out["rollout_log"] = [{k: e[k] for k in ("at", "kind", "step", "candidate", "from", "to", "reason")}
-                              for e in history(registry)]
-        out["final_state"] = {k: (s.stage if (s := read_state(registry, k)) else None) for k in ("embedder", "reranker")}
+        out["rollout_log"] = [
+            {k: e[k] for k in ("at", "kind", "step", "candidate", "from", "to", "reason")} for e in history(registry)
+        ]
+        out["final_state"] = {
+            k: (s.stage if (s := read_state(registry, k)) else None) for k in ("embedder", "reranker")
+        }
     out["ndcg@10_end"] = ndcg_at_10(root, *test)
     out["seconds"] = round(time.perf_counter() - started, 1)
     return out
@@ -402,35 +587,66 @@ def run(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: 
 def main() -> int:
     parser = cli.parser(__doc__)
     cli.add_quick(parser, "toy sizes (minutes): mechanics, not figures")
-    parser.add_argument("--train-queries", type=int, default=809, help="SciFact train queries the users ask (809 = all)")
+    parser.add_argument(
+        "--train-queries", type=int, default=809, help="SciFact train queries the users ask (809 = all)"
+    )
     parser.add_argument("--test-queries", type=int, default=150)
     parser.add_argument("--distractors", type=int, default=1000)
     parser.add_argument("--pseudo", type=int, default=600, help="inverse-cloze questions in the QA set")
     parser.add_argument("--threshold", type=int, default=700, help="feedback events that start a retrain")
     parser.add_argument("--batch", type=int, default=50, help="queries asked between feedback-sensor ticks")
     parser.add_argument("--canary-batch", type=int, default=20, help="queries asked between canary-sensor ticks")
-    parser.add_argument("--max-steps", type=int, default=None, help="embedder training steps of the retrain (default: "
-                        "the product's, one epoch)")
-    parser.add_argument("--max-seq-length", type=int, default=None, help="training sequence length (default: the "
-                        "product's, the model's serving length; shorter trains faster on passages it then truncates)")
-    parser.add_argument("--canary-share", type=float, default=0.5, help="share of sessions a canary serves (the "
-                        "product default is 0.1; 0.5 lets the run fit in time)")
+    parser.add_argument(
+        "--max-steps",
+        type=int,
+        default=None,
+        help="embedder training steps of the retrain (default: the product's, one epoch)",
+    )
+    parser.add_argument(
+        "--max-seq-length",
+        type=int,
+        default=None,
+        help="training sequence length (default: the "
+        "product's, the model's serving length; shorter trains faster on passages it then truncates)",
+    )
+    parser.add_argument(
+        "--canary-share",
+        type=float,
+        default=0.5,
+        help="share of sessions a canary serves (the product default is 0.1; 0.5 lets the run fit in time)",
+    )
     parser.add_argument("--alpha", type=float, default=0.05, help="the sequential test's error rate")
     parser.add_argument("--max-queries", type=int, default=2000, help="canary horizon: rolled back when undecided")
-    parser.add_argument("--max-latency-ratio", type=float, default=1.5, help="latency guardrail: canary p95 at most this "
-                        "multiple of production's (product default 1.5). A canary request ranks twice and its answerer's "
-                        "sentence-embedding cache starts cold while production's is warm from the replayed queries; a "
-                        "large value leaves the decision to the sequential test")
+    parser.add_argument(
+        "--max-latency-ratio",
+        type=float,
+        default=1.5,
+        help="latency guardrail: canary p95 at most this "
+        "multiple of production's (product default 1.5). A canary request ranks twice and its answerer's "
+        "sentence-embedding cache starts cold while production's is warm from the replayed queries; a "
+        "large value leaves the decision to the sequential test",
+    )
     parser.add_argument("--max-canary-asked", type=int, default=6000, help="cap on queries asked per canary phase")
     parser.add_argument("--eta", type=float, default=0.7, help="examination probability of rank r: r^-eta")
     parser.add_argument("--p-relevant", type=float, default=1.0, help="examined relevant passage: clicked and rated +1")
     parser.add_argument("--p-negative", type=float, default=0.1, help="examined non-relevant passage: rated -1")
-    parser.add_argument("--p-click-noise", type=float, default=0.0, help="examined non-relevant passage, not rated: clicked")
-    parser.add_argument("--first-stage-depth", type=int, default=50, help="dense hits the production reranker reorders "
-                        "before the top 10 are shown (without a reranker the top 10 are the dense top 10)")
+    parser.add_argument(
+        "--p-click-noise", type=float, default=0.0, help="examined non-relevant passage, not rated: clicked"
+    )
+    parser.add_argument(
+        "--first-stage-depth",
+        type=int,
+        default=50,
+        help="dense hits the production reranker reorders "
+        "before the top 10 are shown (without a reranker the top 10 are the dense top 10)",
+    )
     parser.add_argument("--worse-noise", type=float, default=0.3, help="phase 2: weight noise x each tensor's std")
-    parser.add_argument("--override-rejected", action="store_true", help="phase 1: when the gate rejects the candidate, "
-                        "start its canary anyway with force_reason (an operator's step, recorded) to measure the online test")
+    parser.add_argument(
+        "--override-rejected",
+        action="store_true",
+        help="phase 1: when the gate rejects the candidate, "
+        "start its canary anyway with force_reason (an operator's step, recorded) to measure the online test",
+    )
     cli.add_seed(parser)
     parser.add_argument("--data-dir", type=Path, help="default: a temporary folder (emptied first when given)")
     cli.add_output(parser, flags=("--json",))
@@ -444,34 +660,66 @@ def main() -> int:
 
     os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"})
     os.environ.pop("QDRANT_URL", None)
-    click = {"eta": args.eta, "p_relevant": args.p_relevant, "p_negative": args.p_negative,
-             "p_click_noise": args.p_click_noise}
+    click = {
+        "eta": args.eta,
+        "p_relevant": args.p_relevant,
+        "p_negative": args.p_negative,
+        "p_click_noise": args.p_click_noise,
+    }
     with tempfile.TemporaryDirectory(prefix="canary-loop-") as tmp:
         root = args.data_dir or Path(tmp)
         if args.data_dir:
             shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True, exist_ok=True)
-        os.environ["RAG_DATA_DIR"] = str(root)  # "production" and the candidate resolve through this data dir's registry
+        os.environ["RAG_DATA_DIR"] = str(
+            root
+        )  # "production" and the candidate resolve through this data dir's registry
         # The product's retrain defaults (one epoch at the serving length, cached MNRL) with batch 32, the recipe
         # bench/training.py's ceiling stage measured on SciFact (+4.9 nDCG@10 from 730 qrels pairs); --quick shrinks it.
-        training = {"max_steps": args.max_steps, "max_seq_length": args.max_seq_length if not args.quick else 64,
-                    "batch_size": 32 if not args.quick else 16, "max_pairs": 4000 if not args.quick else 300}
+        training = {
+            "max_steps": args.max_steps,
+            "max_seq_length": args.max_seq_length if not args.quick else 64,
+            "batch_size": 32 if not args.quick else 16,
+            "max_pairs": 4000 if not args.quick else 300,
+        }
         training = {k: v for k, v in training.items() if v is not None}
-        result = run(root, n_train=args.train_queries, n_test=args.test_queries, n_distractors=args.distractors,
-                     n_pseudo=args.pseudo, threshold=args.threshold, batch=args.batch, canary_batch=args.canary_batch,
-                     training=training, share=args.canary_share, alpha=args.alpha, max_queries=args.max_queries,
-                     max_latency_ratio=args.max_latency_ratio,
-                     click=click, worse_noise=args.worse_noise, first_stage_depth=args.first_stage_depth,
-                     max_canary_asked=args.max_canary_asked, seed=args.seed,
-                     override_rejected=args.override_rejected,
-                     log=log)
-    result = {"bench": "bench/canary_loop.py", "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-              "commit": commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-              "click_model": {"examination": "P(examine rank r) = r^-eta", **click,
-                              "relevant": "examined relevant passage: click + rating +1 with p_relevant",
-                              "non_relevant": "examined non-relevant passage: rating -1 with p_negative, else a click "
-                                              "without rating with p_click_noise",
-                              "sessions": "one fresh session per asked query"}, **result}
+        result = run(
+            root,
+            n_train=args.train_queries,
+            n_test=args.test_queries,
+            n_distractors=args.distractors,
+            n_pseudo=args.pseudo,
+            threshold=args.threshold,
+            batch=args.batch,
+            canary_batch=args.canary_batch,
+            training=training,
+            share=args.canary_share,
+            alpha=args.alpha,
+            max_queries=args.max_queries,
+            max_latency_ratio=args.max_latency_ratio,
+            click=click,
+            worse_noise=args.worse_noise,
+            first_stage_depth=args.first_stage_depth,
+            max_canary_asked=args.max_canary_asked,
+            seed=args.seed,
+            override_rejected=args.override_rejected,
+            log=log,
+        )
+    result = {
+        "bench": "bench/canary_loop.py",
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "commit": commit(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "click_model": {
+            "examination": "P(examine rank r) = r^-eta",
+            **click,
+            "relevant": "examined relevant passage: click + rating +1 with p_relevant",
+            "non_relevant": "examined non-relevant passage: rating -1 with p_negative, else a click "
+            "without rating with p_click_noise",
+            "sessions": "one fresh session per asked query",
+        },
+        **result,
+    }
     print(json.dumps(result, indent=2, default=str))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

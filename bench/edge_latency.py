@@ -65,6 +65,7 @@ The graph is built with --hnsw-m / --hnsw-ef-construct (rag.index.qdrant.HnswBui
 Edge's knobs (--indexing-threshold-kb, --full-scan-threshold-kb, --max-indexing-threads) default to Edge's defaults
 (the product's): segments under ~10 MB of vectors are searched exactly even when indexed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -84,8 +85,20 @@ import pandas as pd
 
 from bench.lib import cli
 from bench.lib.datasets import RESULTS, scifact_absent
-from bench.lib.edge import (COPY_KINDS, build, chunk_table, close, corpus_hash, corpus_vectors, default_cache,
-                            exact_top, folder_mb, names, open_client, points_matrix)
+from bench.lib.edge import (
+    COPY_KINDS,
+    build,
+    chunk_table,
+    close,
+    corpus_hash,
+    corpus_vectors,
+    default_cache,
+    exact_top,
+    folder_mb,
+    names,
+    open_client,
+    points_matrix,
+)
 from bench.lib.provenance import run_record
 from bench.lib.results import finish, log, stats, write
 
@@ -122,8 +135,13 @@ def build_bm25(table: pd.DataFrame, folder: Path) -> tuple[object, dict]:
     build_seconds = time.perf_counter() - started
     started = time.perf_counter()
     bm25 = BM25Index.load(folder)
-    return bm25, {"build_seconds": round(build_seconds, 2), "load_seconds": round(time.perf_counter() - started, 3),
-                  "disk_mb": folder_mb(folder), "documents": len(table), "process_peak_rss_mb_after": peak_rss_mb()}
+    return bm25, {
+        "build_seconds": round(build_seconds, 2),
+        "load_seconds": round(time.perf_counter() - started, 3),
+        "disk_mb": folder_mb(folder),
+        "documents": len(table),
+        "process_peak_rss_mb_after": peak_rss_mb(),
+    }
 
 
 # --- measurements ------------------------------------------------------------------------------------------------
@@ -133,7 +151,8 @@ EXACT_MODES = ["dense", "hybrid-rrf", "hybrid-cc"]  # the modes exact dense sear
 
 
 def label(encoder: str, source: str) -> str:
-    """A latency / quality row: the encoder alone is BM25 from the engine (the product's default), '/bm25s' the other."""
+    """A latency / quality row: the encoder alone is BM25 from the engine (the product's default), '/bm25s' the
+    other."""
     return encoder if source == "engine" else f"{encoder}/bm25s"
 
 
@@ -195,13 +214,23 @@ def timed_retrieval(indexes: dict, queries: list[str], warmup: int) -> dict:
                         full_gcs[enc][mode] += clock.full > gc_full
                         if mode != "encode" and not hits:
                             log(f"  note: {enc} {mode} found nothing for {q!r}")
-    return {enc: {m: {**stats(t), "gc_ms_mean": round(float(np.mean(in_gc[enc][m])), 3),
-                      "gc_ms_max": round(float(np.max(in_gc[enc][m])), 3), "calls_with_a_full_gc": full_gcs[enc][m]}
-                  for m, t in by.items()} for enc, by in times.items()}
+    return {
+        enc: {
+            m: {
+                **stats(t),
+                "gc_ms_mean": round(float(np.mean(in_gc[enc][m])), 3),
+                "gc_ms_max": round(float(np.max(in_gc[enc][m])), 3),
+                "calls_with_a_full_gc": full_gcs[enc][m],
+            }
+            for m, t in by.items()
+        }
+        for enc, by in times.items()
+    }
 
 
-def recall_figures(client, alias: str, query_vectors: np.ndarray, truth: np.ndarray, row_of: dict[str, int],
-                   efs: list[int]) -> dict:
+def recall_figures(
+    client, alias: str, query_vectors: np.ndarray, truth: np.ndarray, row_of: dict[str, int], efs: list[int]
+) -> dict:
     """Default (HNSW) search vs numpy's exact top-k; the engine's own exact search as a check, timed; and recall@10
     of a limit-100 search at each hnsw_ef of `efs`, timed (dense only, vector given)."""
     from qdrant_client.http import models
@@ -209,8 +238,9 @@ def recall_figures(client, alias: str, query_vectors: np.ndarray, truth: np.ndar
     from rag.index.qdrant import DENSE
 
     def search(q, limit, params=None):
-        points = client.query_points(alias, query=q.tolist(), using=DENSE, limit=limit, search_params=params,
-                                     with_payload=["chunk_id"]).points
+        points = client.query_points(
+            alias, query=q.tolist(), using=DENSE, limit=limit, search_params=params, with_payload=["chunk_id"]
+        ).points
         return [row_of[p.payload["chunk_id"]] for p in points]
 
     r10, r10_of100, r100, r10_exact, exact_ms, default_ms = [], [], [], [], [], []
@@ -237,13 +267,29 @@ def recall_figures(client, alias: str, query_vectors: np.ndarray, truth: np.ndar
             ms.append(1000 * (time.perf_counter() - started))
             found.append(len(set(top[:10].tolist()) & set(got[:10])) / 10)
         by_ef[str(ef)] = {"recall@10_of_limit100": mean(found), "dense_only_limit100": stats(ms)}
-    return {"recall@10": mean(r10), "recall@10_of_limit100": mean(r10_of100), "recall@100": mean(r100),
-            "recall@10_engine_exact": mean(r10_exact), "dense_only_default_limit10": stats(default_ms),
-            "dense_only_exact_limit10": stats(exact_ms), "by_hnsw_ef": by_ef, "n": len(r10)}
+    return {
+        "recall@10": mean(r10),
+        "recall@10_of_limit100": mean(r10_of100),
+        "recall@100": mean(r100),
+        "recall@10_engine_exact": mean(r10_exact),
+        "dense_only_default_limit10": stats(default_ms),
+        "dense_only_exact_limit10": stats(exact_ms),
+        "by_hnsw_ef": by_ef,
+        "n": len(r10),
+    }
 
 
-def quality(engine: str, folder: Path, corpus: pd.DataFrame, bm25s, embedder, encoder: str, vectors: np.ndarray,
-            test, args: argparse.Namespace) -> list[dict]:
+def quality(
+    engine: str,
+    folder: Path,
+    corpus: pd.DataFrame,
+    bm25s,
+    embedder,
+    encoder: str,
+    vectors: np.ndarray,
+    test,
+    args: argparse.Namespace,
+) -> list[dict]:
     """One row per BM25 source of --bm25: nDCG@10 and recall@100 per mode (dense is the same in every row)."""
     from rag.evaluation.metrics import evaluate_run
     from rag.index.bm25_sparse import EngineBM25
@@ -255,14 +301,27 @@ def quality(engine: str, folder: Path, corpus: pd.DataFrame, bm25s, embedder, en
     params = RetrievalParams(k=100, candidates=100)
     rows = []
     for source in args.bm25:
-        index = Index(corpus.set_index("chunk_id"), EngineBM25(client, alias) if source == "engine" else bm25s,
-                      client, alias, embedder)
+        index = Index(
+            corpus.set_index("chunk_id"),
+            EngineBM25(client, alias) if source == "engine" else bm25s,
+            client,
+            alias,
+            embedder,
+        )
         index.embed_queries(list(test.queries.values()))  # untimed here: one batch, shared by the four modes
-        out = {"engine": engine, "encoder": encoder, "bm25_source": source, "documents": len(corpus),
-               "queries": len(test.queries), "build_seconds": built["build_seconds"]}
+        out = {
+            "engine": engine,
+            "encoder": encoder,
+            "bm25_source": source,
+            "documents": len(corpus),
+            "queries": len(test.queries),
+            "build_seconds": built["build_seconds"],
+        }
         for mode in MODES:
-            run = {qid: {h.chunk["chunk_id"]: float(100 - h.rank + 1) for h in retrieve(index, text, mode, params)}
-                   for qid, text in test.queries.items()}
+            run = {
+                qid: {h.chunk["chunk_id"]: float(100 - h.rank + 1) for h in retrieve(index, text, mode, params)}
+                for qid, text in test.queries.items()
+            }
             mean, _ = evaluate_run(test.qrels, run, ["ndcg@10", "recall@100"])
             out[mode] = {m: round(float(v), 4) for m, v in mean.items()}
         rows.append(out)
@@ -274,30 +333,48 @@ def quality(engine: str, folder: Path, corpus: pd.DataFrame, bm25s, embedder, en
 
 # --- run ---------------------------------------------------------------------------------------------------------
 
+
 def print_table(out: dict) -> None:
     print("\nquality (SciFact test, no copies): nDCG@10")
     print(f"  {'engine':6s} {'encoder':18s} " + " ".join(f"{m:>10s}" for m in MODES))
     for q in out["quality"]:
-        print(f"  {q['engine']:6s} {label(q['encoder'], q['bm25_source']):18s} " + " ".join(f"{q[m]['ndcg@10']:10.4f}" for m in MODES))
+        print(
+            f"  {q['engine']:6s} {label(q['encoder'], q['bm25_source']):18s} "
+            + " ".join(f"{q[m]['ndcg@10']:10.4f}" for m in MODES)
+        )
     print("\nlatency, question -> top-10 hits with payload: p50 / p95 ms (encode: the query encoding alone)")
-    print(f"  {'engine':6s} {'points':>8s} {'encoder':18s} " + " ".join(f"{m:>15s}" for m in MODES + ['encode']))
+    print(f"  {'engine':6s} {'points':>8s} {'encoder':18s} " + " ".join(f"{m:>15s}" for m in MODES + ["encode"]))
     for r in out["runs"]:
         for enc, by in r["latency"].items():
-            cells = " ".join(f"{by[m]['p50_ms']:7.1f}/{by[m]['p95_ms']:7.1f}" if m in by else f"{'-':>15s}"
-                             for m in MODES + ["encode"])
+            cells = " ".join(
+                f"{by[m]['p50_ms']:7.1f}/{by[m]['p95_ms']:7.1f}" if m in by else f"{'-':>15s}"
+                for m in MODES + ["encode"]
+            )
             print(f"  {r['engine']:6s} {r['points']:8d} {enc:18s} {cells}")
-            full = {m: by[m]["calls_with_a_full_gc"] for m in MODES + ["encode"] if by.get(m, {}).get("calls_with_a_full_gc")}
+            full = {
+                m: by[m]["calls_with_a_full_gc"]
+                for m in MODES + ["encode"]
+                if by.get(m, {}).get("calls_with_a_full_gc")
+            }
             if full:
                 print(f"  {'':6s} {'':8s} {'':18s} calls holding a full garbage collection: {full}")
-    print("\nengine per N: build (upsert + optimize) s, reopen s, recall@10 vs exact, disk MB, RSS growth MB; BM25 build s")
+    print(
+        "\nengine per N: build (upsert + optimize) s, reopen s, recall@10 vs exact, disk MB, RSS growth MB; BM25 "
+        "build s"
+    )
     for r in out["runs"]:
         rec = " ".join(f"{enc}:{v['recall@10']:.3f}" for enc, v in r["recall"].items())
-        print(f"  {r['engine']:6s} {r['points']:8d} build {r['build']['build_seconds']:8.1f} reopen {r['reopen_seconds']:7.2f} "
-              f"recall {rec} disk {r['disk_mb']:8.1f} rss+ {r['rss_mb']['engine_growth']:7.1f} "
-              f"bm25s {r['bm25']['build_seconds'] if r['bm25'] else '-'}")
+        print(
+            f"  {r['engine']:6s} {r['points']:8d} build {r['build']['build_seconds']:8.1f} reopen "
+            f"{r['reopen_seconds']:7.2f} "
+            f"recall {rec} disk {r['disk_mb']:8.1f} rss+ {r['rss_mb']['engine_growth']:7.1f} "
+            f"bm25s {r['bm25']['build_seconds'] if r['bm25'] else '-'}"
+        )
         for enc, v in r["recall"].items():
-            sweep = ", ".join(f"ef {ef}: {x['recall@10_of_limit100']:.3f} ({x['dense_only_limit100']['p95_ms']:.1f} ms p95)"
-                              for ef, x in v.get("by_hnsw_ef", {}).items())
+            sweep = ", ".join(
+                f"ef {ef}: {x['recall@10_of_limit100']:.3f} ({x['dense_only_limit100']['p95_ms']:.1f} ms p95)"
+                for ef, x in v.get("by_hnsw_ef", {}).items()
+            )
             if sweep:
                 print(f"    {enc} recall@10 of a limit-100 search by hnsw_ef: {sweep}")
     for s in out["skipped"]:
@@ -309,31 +386,67 @@ def main() -> int:
     ap.add_argument("--points", type=int, nargs="+", default=[20_000, 100_000, 1_000_000])
     ap.add_argument("--engines", nargs="+", default=["edge", "local"], choices=["edge", "local"])
     ap.add_argument("--encoders", nargs="+", default=["minilm", "minilm-int8"])
-    ap.add_argument("--collection-encoder", help="whose passage vectors fill the big collections (default: the first of --encoders)")
-    ap.add_argument("--local-max-points", type=int, default=100_000, help="local mode only up to this N (it holds every point in memory)")
+    ap.add_argument(
+        "--collection-encoder", help="whose passage vectors fill the big collections (default: the first of --encoders)"
+    )
+    ap.add_argument(
+        "--local-max-points",
+        type=int,
+        default=100_000,
+        help="local mode only up to this N (it holds every point in memory)",
+    )
     ap.add_argument("--queries", type=int, default=300, help="SciFact test queries timed (there are 300)")
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--sigma", type=float, default=0.5, help="norm of the noise added to a copy's vector (before renormalising)")
-    ap.add_argument("--copies", choices=COPY_KINDS, default="isotropic",
-                    help="how copies are made (points_matrix): isotropic noise around the document, or a mixture "
-                         "towards a random other document plus the noise")
+    ap.add_argument(
+        "--sigma", type=float, default=0.5, help="norm of the noise added to a copy's vector (before renormalising)"
+    )
+    ap.add_argument(
+        "--copies",
+        choices=COPY_KINDS,
+        default="isotropic",
+        help="how copies are made (points_matrix): isotropic noise around the document, or a mixture "
+        "towards a random other document plus the noise",
+    )
     ap.add_argument("--mix-max", type=float, default=0.5, help="largest share of the other document in a mixture copy")
     ap.add_argument("--batch", type=int, default=512, help="points per upsert (the sync path's default)")
     ap.add_argument("--no-quality", action="store_true", help="skip the nDCG@10 section")
-    ap.add_argument("--bm25", nargs="+", default=["engine", "bm25s"], choices=["engine", "bm25s"],
-                    help="BM25 sources: the collection's sparse vectors (the product's default) and the bm25s index")
+    ap.add_argument(
+        "--bm25",
+        nargs="+",
+        default=["engine", "bm25s"],
+        choices=["engine", "bm25s"],
+        help="BM25 sources: the collection's sparse vectors (the product's default) and the bm25s index",
+    )
     ap.add_argument("--hnsw-ef", type=int, help="hnsw_ef of the timed searches (default: the engine's, as the product)")
-    ap.add_argument("--recall-ef", type=int, nargs="*", default=[128, 256, 512],
-                    help="hnsw_ef values whose recall@10 (limit 100) and dense search time are measured")
-    ap.add_argument("--hnsw-m", type=int, help="the graph's m at build (default: the engine's, 16; RAG_HNSW_M in the product)")
-    ap.add_argument("--hnsw-ef-construct", type=int,
-                    help="the graph's ef_construct at build (default: the engine's, 100; RAG_HNSW_EF_CONSTRUCT in the product)")
-    ap.add_argument("--exact", action="store_true",
-                    help="also time dense and hybrid searches with exact dense search (rows '<encoder>/exact')")
-    ap.add_argument("--gc-freeze", action="store_true",
-                    help="time every row again after gc.freeze() (rows '<label>/gc-frozen'). A second, warmer pass: "
-                         "read its gc figures beside the first pass's, not only its times")
-    ap.add_argument("--corpus-limit", type=int, help="only the first M abstracts (smoke tests: nDCG then means nothing)")
+    ap.add_argument(
+        "--recall-ef",
+        type=int,
+        nargs="*",
+        default=[128, 256, 512],
+        help="hnsw_ef values whose recall@10 (limit 100) and dense search time are measured",
+    )
+    ap.add_argument(
+        "--hnsw-m", type=int, help="the graph's m at build (default: the engine's, 16; RAG_HNSW_M in the product)"
+    )
+    ap.add_argument(
+        "--hnsw-ef-construct",
+        type=int,
+        help="the graph's ef_construct at build (default: the engine's, 100; RAG_HNSW_EF_CONSTRUCT in the product)",
+    )
+    ap.add_argument(
+        "--exact",
+        action="store_true",
+        help="also time dense and hybrid searches with exact dense search (rows '<encoder>/exact')",
+    )
+    ap.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="time every row again after gc.freeze() (rows '<label>/gc-frozen'). A second, warmer pass: "
+        "read its gc figures beside the first pass's, not only its times",
+    )
+    ap.add_argument(
+        "--corpus-limit", type=int, help="only the first M abstracts (smoke tests: nDCG then means nothing)"
+    )
     ap.add_argument("--indexing-threshold-kb", type=int)
     ap.add_argument("--full-scan-threshold-kb", type=int)
     ap.add_argument("--max-indexing-threads", type=int)
@@ -358,7 +471,7 @@ def main() -> int:
     test = load_beir(args.scifact, "test")
     corpus = test.corpus if args.corpus_limit is None else test.corpus.head(args.corpus_limit).reset_index(drop=True)
     questions = list(test.queries.values())
-    timed = questions[:args.queries]
+    timed = questions[: args.queries]
     embedders = {enc: load_embedder(enc) for enc in args.encoders}
     base_encoder = args.collection_encoder or args.encoders[0]
     if base_encoder not in embedders:
@@ -369,33 +482,56 @@ def main() -> int:
     query_vectors = {enc: e.encode_queries(timed) for enc, e in embedders.items() if enc in args.encoders}
     root = args.root or Path(tempfile.mkdtemp(prefix="edge-latency-"))
     root.mkdir(parents=True, exist_ok=True)
-    out = {**run_record(args, torch_threads=torch.get_num_threads(), onnx_threads=os.environ.get("RAG_ONNX_THREADS") or "1"),
-           "data": {"scifact": str(args.scifact), "documents": len(corpus), "corpus_hash": corpus_hash(corpus),
-                    "corpus_limited": args.corpus_limit is not None, "timed_queries": len(timed),
-                    "collection_vectors": base_encoder, "sigma": args.sigma,
-                    "copy_kind": args.copies, "mix_max": args.mix_max if args.copies == "mixture" else None,
-                    "copies": "row r = copy r // D of document r % D; copy 0 = the real vector, copy c >= 1 = "
-                              + ("the real vector" if args.copies == "isotropic" else
-                                 "(1 - t) * the real vector + t * a random document's, t ~ U(0, mix_max),")
-                              + " + N(0, sigma^2/dim) noise, renormalised; chunk_id = doc_id = '<doc>~c<c>'",
-                    "bm25": "N documents: every copy has its document's real text (sparse vectors and bm25s alike)",
-                    "vectors_cache": cache_info,
-                    "encoder_versions": {enc: e.version for enc, e in embedders.items()}},
-           "quality": [], "runs": [], "skipped": []}
+    out = {
+        **run_record(
+            args, torch_threads=torch.get_num_threads(), onnx_threads=os.environ.get("RAG_ONNX_THREADS") or "1"
+        ),
+        "data": {
+            "scifact": str(args.scifact),
+            "documents": len(corpus),
+            "corpus_hash": corpus_hash(corpus),
+            "corpus_limited": args.corpus_limit is not None,
+            "timed_queries": len(timed),
+            "collection_vectors": base_encoder,
+            "sigma": args.sigma,
+            "copy_kind": args.copies,
+            "mix_max": args.mix_max if args.copies == "mixture" else None,
+            "copies": "row r = copy r // D of document r % D; copy 0 = the real vector, copy c >= 1 = "
+            + (
+                "the real vector"
+                if args.copies == "isotropic"
+                else "(1 - t) * the real vector + t * a random document's, t ~ U(0, mix_max),"
+            )
+            + " + N(0, sigma^2/dim) noise, renormalised; chunk_id = doc_id = '<doc>~c<c>'",
+            "bm25": "N documents: every copy has its document's real text (sparse vectors and bm25s alike)",
+            "vectors_cache": cache_info,
+            "encoder_versions": {enc: e.version for enc, e in embedders.items()},
+        },
+        "quality": [],
+        "runs": [],
+        "skipped": [],
+    }
     try:
         if not args.no_quality:
             bm25 = build_bm25(corpus, root / "bm25-quality")[0] if "bm25s" in args.bm25 else None
             for engine in args.engines:
                 for enc in args.encoders:
-                    out["quality"] += quality(engine, root / f"{engine}-quality", corpus, bm25, embedders[enc],
-                                              enc, vectors[enc], test, args)
+                    out["quality"] += quality(
+                        engine, root / f"{engine}-quality", corpus, bm25, embedders[enc], enc, vectors[enc], test, args
+                    )
                     write(out, args.json)
             del bm25
         for n in args.points:
             engines = [e for e in args.engines if e != "local" or n <= args.local_max_points]
-            out["skipped"] += [{"engine": e, "points": n, "reason": f"over --local-max-points {args.local_max_points}"}
-                               for e in args.engines if e not in engines]
-            log(f"N = {n}: chunk table, vectors ({base_encoder}, {args.copies} copies, sigma {args.sigma}), exact top-100")
+            out["skipped"] += [
+                {"engine": e, "points": n, "reason": f"over --local-max-points {args.local_max_points}"}
+                for e in args.engines
+                if e not in engines
+            ]
+            log(
+                f"N = {n}: chunk table, vectors ({base_encoder}, {args.copies} copies, sigma {args.sigma}), exact "
+                "top-100"
+            )
             table = chunk_table(corpus, n)
             points = points_matrix(vectors[base_encoder], n, args.sigma, args.seed, args.copies, args.mix_max)
             truth = {enc: exact_top(points, qv, min(100, n)) for enc, qv in query_vectors.items()}
@@ -403,8 +539,9 @@ def main() -> int:
             builds = {}
             for engine in engines:
                 log(f"{engine}: building {n} points")
-                builds[engine] = build(engine, root / f"{engine}-{n}", table, points,
-                                       base_encoder, embedders[base_encoder].version, args)
+                builds[engine] = build(
+                    engine, root / f"{engine}-{n}", table, points, base_encoder, embedders[base_encoder].version, args
+                )
                 log(f"{engine}: {builds[engine]}")
             del points
             bm25 = bm25_info = None
@@ -430,25 +567,46 @@ def main() -> int:
                     if args.exact:  # the same searches scoring every dense vector (RAG_EXACT_SEARCH=1)
                         sparse = EngineBM25(client, alias) if args.bm25[0] == "engine" else bm25
                         indexes[f"{label(enc, args.bm25[0])}/exact"] = (
-                            Index(chunks, sparse, client, alias, embedders[enc], exact=True), EXACT_MODES)
+                            Index(chunks, sparse, client, alias, embedders[enc], exact=True),
+                            EXACT_MODES,
+                        )
                 log(f"{engine} {n}: reopened in {reopened['reopen_seconds']}s; timing {len(timed)} queries")
                 latency = timed_retrieval(indexes, timed, args.warmup)
                 if args.gc_freeze:  # the same calls with every object alive now out of the collector's sight
                     gc.freeze()
-                    latency |= {f"{name}/gc-frozen": row for name, row in timed_retrieval(indexes, timed, args.warmup).items()}
+                    latency |= {
+                        f"{name}/gc-frozen": row for name, row in timed_retrieval(indexes, timed, args.warmup).items()
+                    }
                     gc.unfreeze()
-                recall = {enc: recall_figures(client, alias, qv, truth[enc], row_of, args.recall_ef)
-                          for enc, qv in query_vectors.items()}
+                recall = {
+                    enc: recall_figures(client, alias, qv, truth[enc], row_of, args.recall_ef)
+                    for enc, qv in query_vectors.items()
+                }
                 rss_after = rss_mb()
                 close(engine, folder, client)
-                result = {"engine": engine, "points": n, "build": builds[engine], **reopened, "bm25": bm25_info,
-                          "disk_mb": folder_mb(folder),
-                          "rss_mb": {"before_reopen": rss_before, "after_reopen": rss_reopened, "after_queries": rss_after,
-                                     "engine_growth": round(rss_after - rss_before, 1), "process_peak": peak_rss_mb()},
-                          "latency": latency, "recall": recall}
+                result = {
+                    "engine": engine,
+                    "points": n,
+                    "build": builds[engine],
+                    **reopened,
+                    "bm25": bm25_info,
+                    "disk_mb": folder_mb(folder),
+                    "rss_mb": {
+                        "before_reopen": rss_before,
+                        "after_reopen": rss_reopened,
+                        "after_queries": rss_after,
+                        "engine_growth": round(rss_after - rss_before, 1),
+                        "process_peak": peak_rss_mb(),
+                    },
+                    "latency": latency,
+                    "recall": recall,
+                }
                 out["runs"].append(result)
                 write(out, args.json)
-                log(f"{engine} {n}: " + json.dumps({k: result[k] for k in ("reopen_seconds", "disk_mb", "rss_mb", "recall")}))
+                log(
+                    f"{engine} {n}: "
+                    + json.dumps({k: result[k] for k in ("reopen_seconds", "disk_mb", "rss_mb", "recall")})
+                )
                 if not args.keep:
                     shutil.rmtree(folder, ignore_errors=True)
             del bm25, chunks, row_of

@@ -13,8 +13,10 @@ Figures:
                    its own, exact cosine top-100 in numpy, scored by ranx (rag.evaluation.metrics.evaluate_run).
   agreement        cosine between the two models' vectors of the same abstract (min / mean).
 torch runs with its default thread count (recorded), the int8 model with RAG_ONNX_THREADS (default 1).
-The int8 model is exported into --cache (a temporary folder by default) before any timing; the int8 model's load_seconds include that export.
+The int8 model is exported into --cache (a temporary folder by default) before any timing; the int8 model's
+load_seconds include that export.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -41,8 +43,15 @@ def latency(embedders: dict, queries: list[str], warmup: int) -> dict:
             embedder.encode_queries([q])
             if i >= warmup:
                 times[label].append(1000 * (time.perf_counter() - started))
-    return {label: {"p50_ms": round(float(np.percentile(t, 50)), 2), "p95_ms": round(float(np.percentile(t, 95)), 2),
-                    "mean_ms": round(float(np.mean(t)), 2), "n": len(t)} for label, t in times.items()}
+    return {
+        label: {
+            "p50_ms": round(float(np.percentile(t, 50)), 2),
+            "p95_ms": round(float(np.percentile(t, 95)), 2),
+            "mean_ms": round(float(np.mean(t)), 2),
+            "n": len(t),
+        }
+        for label, t in times.items()
+    }
 
 
 def throughput(embedders: dict, texts: list[str], slices: int = 8) -> tuple[dict, dict]:
@@ -54,10 +63,18 @@ def throughput(embedders: dict, texts: list[str], slices: int = 8) -> tuple[dict
     for i in range(0, len(texts), step):
         for label, embedder in embedders.items():
             started = time.perf_counter()
-            parts[label].append(embedder.encode_passages(texts[i:i + step]))
+            parts[label].append(embedder.encode_passages(texts[i : i + step]))
             seconds[label] += time.perf_counter() - started
-    figures = {label: {"passages": len(texts), "seconds": round(s, 2), "passages_per_second": round(len(texts) / s, 1),
-                       "batch_size": embedders[label].batch_size, "slices": slices} for label, s in seconds.items()}
+    figures = {
+        label: {
+            "passages": len(texts),
+            "seconds": round(s, 2),
+            "passages_per_second": round(len(texts) / s, 1),
+            "batch_size": embedders[label].batch_size,
+            "slices": slices,
+        }
+        for label, s in seconds.items()
+    }
     return figures, {label: np.vstack(rows) for label, rows in parts.items()}
 
 
@@ -99,37 +116,53 @@ def main() -> None:
     ds = load_beir(args.dataset, "test")
     texts = ds.corpus["text"].tolist()
     queries = list(ds.queries.values())
-    result: dict = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "commit": commit(),
-                    "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                    "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-                                "torch_threads": torch.get_num_threads(), "onnx_threads": int(os.environ.get("RAG_ONNX_THREADS") or 1),
-                                "note": "2-core box shared with another long benchmark, run under nice -n 19: timings are noisy"},
-                    "dataset": {"name": ds.name, "corpus": len(texts), "test_queries": len(queries)}, "models": {}}
+    result: dict = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "commit": commit(),
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(),
+            "torch_threads": torch.get_num_threads(),
+            "onnx_threads": int(os.environ.get("RAG_ONNX_THREADS") or 1),
+            "note": "2-core box shared with another long benchmark, run under nice -n 19: timings are noisy",
+        },
+        "dataset": {"name": ds.name, "corpus": len(texts), "test_queries": len(queries)},
+        "models": {},
+    }
     embedders = {}
     for label, name in (("torch", args.float_model), ("int8", args.int8_model)):
         started = time.perf_counter()
         embedders[label] = load_embedder(name)
-        result["models"][label] = {"name": name, "version": embedders[label].version,
-                                   "load_seconds": round(time.perf_counter() - started, 2)}
+        result["models"][label] = {
+            "name": name,
+            "version": embedders[label].version,
+            "load_seconds": round(time.perf_counter() - started, 2),
+        }
         log(f"{name}: loaded in {result['models'][label]['load_seconds']} s (version {embedders[label].version})")
-    for label, lat in latency(embedders, queries[:args.queries], args.warmup).items():
+    for label, lat in latency(embedders, queries[: args.queries], args.warmup).items():
         result["models"][label]["query_latency"] = lat
         log(f"{label}: query p50 {lat['p50_ms']} ms, p95 {lat['p95_ms']} ms")
-    figures, head = throughput(embedders, texts[:args.passages])
+    figures, head = throughput(embedders, texts[: args.passages])
     for label, batch in figures.items():
         result["models"][label]["batch"] = batch
         log(f"{label}: {batch['passages_per_second']} passages/s")
     vectors = {}
     for label, embedder in embedders.items():  # the rest of the corpus, untimed, for the quality figures
-        vectors[label] = np.vstack([head[label], embedder.encode_passages(texts[args.passages:])])
+        vectors[label] = np.vstack([head[label], embedder.encode_passages(texts[args.passages :])])
         scores = quality(ds, vectors[label], np.vstack([embedder.encode_queries([q]) for q in queries]))
         result["models"][label]["scifact_test"] = scores
         log(f"{label}: {scores}")
     cos = (vectors["torch"] * vectors["int8"]).sum(axis=1)
-    result["agreement"] = {"passage_cosine_min": round(float(cos.min()), 4), "passage_cosine_mean": round(float(cos.mean()), 4)}
+    result["agreement"] = {
+        "passage_cosine_min": round(float(cos.min()), 4),
+        "passage_cosine_mean": round(float(cos.mean()), 4),
+    }
     t, q = result["models"]["torch"], result["models"]["int8"]
-    result["speedup"] = {"query_p50": round(t["query_latency"]["p50_ms"] / q["query_latency"]["p50_ms"], 2),
-                         "batch": round(q["batch"]["passages_per_second"] / t["batch"]["passages_per_second"], 2)}
+    result["speedup"] = {
+        "query_p50": round(t["query_latency"]["p50_ms"] / q["query_latency"]["p50_ms"], 2),
+        "batch": round(q["batch"]["passages_per_second"] / t["batch"]["passages_per_second"], 2),
+    }
     write(result, args.out, indent=2)
     log(f"wrote {args.out}")
     if tmp is not None:

@@ -15,6 +15,7 @@ them, is what the gate scores (rag.training.data.training_data).
 
 tests/test_feedback_loop.py runs the same loop at toy size.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,14 +26,33 @@ from pathlib import Path
 
 from bench.lib import cli
 from bench.lib.datasets import SCIFACT, absent
-from bench.lib.feedback import (STRATEGY, TOKEN, ask_and_rate, build_slice, candidate_ndcg_at_10, deploy_base,
-                                gate_figures, ndcg_at_10, retrain_definitions)
+from bench.lib.feedback import (
+    STRATEGY,
+    TOKEN,
+    ask_and_rate,
+    build_slice,
+    candidate_ndcg_at_10,
+    deploy_base,
+    gate_figures,
+    ndcg_at_10,
+    retrain_definitions,
+)
 from bench.lib.provenance import commit
 from bench.lib.results import log
 
 
-def run_loop(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pseudo: int, threshold: int, batch: int,
-             training: dict, log=print) -> dict:
+def run_loop(
+    root: Path,
+    *,
+    n_train: int,
+    n_test: int,
+    n_distractors: int,
+    n_pseudo: int,
+    threshold: int,
+    batch: int,
+    training: dict,
+    log=print,
+) -> dict:
     from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
     from fastapi.testclient import TestClient
 
@@ -46,10 +66,19 @@ def run_loop(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pse
     root = Path(root)
     started = time.perf_counter()
     data = build_slice(root, n_train=n_train, n_test=n_test, n_distractors=n_distractors, n_pseudo=n_pseudo)
-    log(f"slice: {data['chunks']} abstracts, {len(data['train_queries'])} train / {len(data['test_queries'])} test queries, "
-        f"{data['qa_items']} pseudo-queries in the QA set")
-    out: dict = {"chunks": data["chunks"], "train_queries": len(data["train_queries"]), "test_queries": len(data["test_queries"]),
-                 "threshold": threshold, "training": training, "ticks": []}
+    log(
+        f"slice: {data['chunks']} abstracts, {len(data['train_queries'])} train / {len(data['test_queries'])} test "
+        "queries, "
+        f"{data['qa_items']} pseudo-queries in the QA set"
+    )
+    out: dict = {
+        "chunks": data["chunks"],
+        "train_queries": len(data["train_queries"]),
+        "test_queries": len(data["test_queries"]),
+        "threshold": threshold,
+        "training": training,
+        "ticks": [],
+    }
     loop = FeedbackLoop(data_dir=str(root), volume_threshold=threshold, retrain_run_config=training)
     registry = ModelRegistry(root / "models")
     with DagsterInstance.ephemeral() as instance:
@@ -57,8 +86,17 @@ def run_loop(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pse
         out["ndcg@10_before"] = ndcg_at_10(root, data["test_queries"], data["test_qrels"])
         log(f"deployed {out['deployed']}; test nDCG@10 before: {out['ndcg@10_before']:.4f}")
         store = FeedbackStore(root=root)
-        app = build_app(ServeSettings(api_token=TOKEN, refresh_seconds=0), root=root, store=store, strategy=STRATEGY,
-                        model="production", mode="dense", k=10, top_k=10, attribution=False)
+        app = build_app(
+            ServeSettings(api_token=TOKEN, refresh_seconds=0),
+            root=root,
+            store=store,
+            strategy=STRATEGY,
+            model="production",
+            mode="dense",
+            k=10,
+            top_k=10,
+            attribution=False,
+        )
 
         def tick():
             with build_sensor_context(instance=instance, resources={"feedback_loop": loop}) as context:
@@ -69,7 +107,7 @@ def run_loop(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pse
             events, served = 0, None
             queries = list(data["train_queries"].items())
             for start in range(0, len(queries), batch):
-                for qid, question in queries[start:start + batch]:
+                for qid, question in queries[start : start + batch]:
                     n, served = ask_and_rate(http, qid, question, data["train_qrels"][qid])
                     events += n
                 result = tick()
@@ -80,33 +118,55 @@ def run_loop(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_pse
                 request = result.run_requests[0]
                 out["ticks"].append(f"RunRequest {request.run_key}")
                 break
-            out["served_before"], out["feedback_events"], out["queries_replayed"] = served, events, min(start + batch, len(queries))
-            log(f"{out['queries_replayed']} train queries replayed, {events} feedback events; sensor ticks: {out['ticks']}")
+            out["served_before"], out["feedback_events"], out["queries_replayed"] = (
+                served,
+                events,
+                min(start + batch, len(queries)),
+            )
+            log(
+                f"{out['queries_replayed']} train queries replayed, {events} feedback events; sensor ticks: "
+                f"{out['ticks']}"
+            )
             if request is None:
                 out["fired"] = False
                 return out
             out["fired"] = True
             train_started = time.perf_counter()
-            run = retrain_definitions(root, loop).resolve_job_def("retrain_job").execute_in_process(
-                run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False)
+            run = (
+                retrain_definitions(root, loop)
+                .resolve_job_def("retrain_job")
+                .execute_in_process(
+                    run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False
+                )
+            )
             out["retrain_seconds"] = round(time.perf_counter() - train_started, 1)
             out["run_success"] = run.success
             out["gates"] = gate_figures(run)
             production = registry.resolve("embedder", "production")
             out["production_after"] = production.version if production else None
-            log(f"retrain run {'succeeded' if run.success else 'failed'} in {out['retrain_seconds']} s; gates: {out['gates']}; "
-                f"production embedder now {out['production_after']}")
+            log(
+                f"retrain run {'succeeded' if run.success else 'failed'} in {out['retrain_seconds']} s; gates: "
+                f"{out['gates']}; "
+                f"production embedder now {out['production_after']}"
+            )
             app.state.serving.refresh(force=True)
-            out["served_after"] = ask_and_rate(http, "after", data["test_queries"][next(iter(data["test_queries"]))], None)[1]
+            out["served_after"] = ask_and_rate(
+                http, "after", data["test_queries"][next(iter(data["test_queries"]))], None
+            )[1]
             out["tick_after"] = tick().skip_message
         store.close()
         out["ndcg@10_after"] = ndcg_at_10(root, data["test_queries"], data["test_qrels"])
         candidate = registry.versions("embedder")[-1]
         if candidate.version != out["production_after"]:  # rejected: what it would have scored on the test queries
             out["rejected_candidate"] = candidate.name
-            out["rejected_candidate_ndcg@10"] = candidate_ndcg_at_10(root, candidate.version, data["test_queries"], data["test_qrels"])
+            out["rejected_candidate_ndcg@10"] = candidate_ndcg_at_10(
+                root, candidate.version, data["test_queries"], data["test_qrels"]
+            )
             log(f"rejected candidate {candidate.name}: test nDCG@10 {out['rejected_candidate_ndcg@10']:.4f}")
-        log(f"test nDCG@10 after: {out['ndcg@10_after']:.4f} (before {out['ndcg@10_before']:.4f}); next tick: {out['tick_after']}")
+        log(
+            f"test nDCG@10 after: {out['ndcg@10_after']:.4f} (before {out['ndcg@10_before']:.4f}); next tick: "
+            f"{out['tick_after']}"
+        )
     out["seconds"] = round(time.perf_counter() - started, 1)
     return out
 
@@ -117,7 +177,12 @@ def main() -> int:
     parser.add_argument("--test-queries", type=int, default=150)
     parser.add_argument("--distractors", type=int, default=1000)
     parser.add_argument("--pseudo", type=int, default=600, help="inverse-cloze questions in the QA set")
-    parser.add_argument("--threshold", type=int, default=2800, help="feedback events that start a retrain (about 3.6 per replayed query)")
+    parser.add_argument(
+        "--threshold",
+        type=int,
+        default=2800,
+        help="feedback events that start a retrain (about 3.6 per replayed query)",
+    )
     parser.add_argument("--batch", type=int, default=50, help="queries replayed between sensor ticks")
     parser.add_argument("--max-steps", type=int, default=150)
     parser.add_argument("--data-dir", type=Path, help="default: a temporary folder")
@@ -132,11 +197,23 @@ def main() -> int:
         root = args.data_dir or Path(tmp)
         os.environ["RAG_DATA_DIR"] = str(root)  # "production" resolves through this data dir's registry
         training = {"max_steps": args.max_steps, "max_seq_length": 128, "batch_size": 32, "max_pairs": 4000}
-        result = run_loop(root, n_train=args.train_queries, n_test=args.test_queries, n_distractors=args.distractors,
-                          n_pseudo=args.pseudo, threshold=args.threshold, batch=args.batch, training=training,
-                          log=log)
-    result = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "commit": commit(),
-              "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **result}
+        result = run_loop(
+            root,
+            n_train=args.train_queries,
+            n_test=args.test_queries,
+            n_distractors=args.distractors,
+            n_pseudo=args.pseudo,
+            threshold=args.threshold,
+            batch=args.batch,
+            training=training,
+            log=log,
+        )
+    result = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "commit": commit(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **result,
+    }
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

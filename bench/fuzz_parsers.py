@@ -7,6 +7,7 @@ spliced halves of two files) and parses it in a child process with a time limit.
 ParsedDocument or a ParseError with a reason; anything else (another exception, a crash of the process, a
 hang) is a finding, saved under bench/results/fuzz/ so it can become a regression test in tests/.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -30,7 +31,7 @@ def mutate(data: bytes, other: bytes, rng: random.Random) -> bytes:
             i = rng.randrange(len(buf))
             buf[i] ^= 1 << rng.randrange(8)
     elif kind == "truncate":
-        del buf[rng.randrange(1, len(buf)):]
+        del buf[rng.randrange(1, len(buf)) :]
     elif kind == "insert":
         at = rng.randrange(len(buf))
         buf[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 512)))
@@ -39,10 +40,10 @@ def mutate(data: bytes, other: bytes, rng: random.Random) -> bytes:
         b = min(len(buf), a + rng.randint(1, 4096))
         buf[b:b] = buf[a:b] * rng.randint(1, 8)
     elif kind == "splice":
-        buf = buf[: rng.randrange(len(buf))] + other[rng.randrange(len(other)):]
+        buf = buf[: rng.randrange(len(buf))] + other[rng.randrange(len(other)) :]
     else:
         a = rng.randrange(len(buf))
-        buf[a:a + rng.randint(1, 2048)] = b"\0" * len(buf[a:a + rng.randint(1, 2048)])
+        buf[a : a + rng.randint(1, 2048)] = b"\0" * len(buf[a : a + rng.randint(1, 2048)])
     return bytes(buf)
 
 
@@ -108,8 +109,14 @@ def run(cases: int = 300, seed: int = 1, timeout: float = 20.0) -> dict:
     for outcome, n in outcomes.most_common():
         print(f"  {n:4d}  {outcome}")
     print(f"findings: {len(findings)}")
-    return {"cases": cases, "seed": seed, "seed_files": len(seeds), "seconds": round(seconds, 1), "outcomes": dict(outcomes),
-            "findings": findings}
+    return {
+        "cases": cases,
+        "seed": seed,
+        "seed_files": len(seeds),
+        "seconds": round(seconds, 1),
+        "outcomes": dict(outcomes),
+        "findings": findings,
+    }
 
 
 def main() -> int:

@@ -17,6 +17,7 @@ embedder), each with a paired test (rag.evaluation.metrics.paired_comparison) on
 
 Writes bench/results/gate-calibration[-quick].json (arguments, commit, date, machine) after every candidate.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,7 +62,9 @@ def chunk_set(docs):
     from rag.chunking import get_chunker
     from rag.ingest import document_to_row
 
-    return update_chunk_set(None, pd.DataFrame([document_to_row(d, "bench") for d in docs]), get_chunker(STRATEGY)).chunks
+    return update_chunk_set(
+        None, pd.DataFrame([document_to_row(d, "bench") for d in docs]), get_chunker(STRATEGY)
+    ).chunks
 
 
 # --- truth on human questions ---------------------------------------------------------------------------------------
@@ -103,16 +106,31 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
 
     started = time.perf_counter()
     chunks = chunk_set(docs)
-    qa = generate_qa(docs, None, SynthSettings(passages_per_document=args.passages_per_document,
-                                               questions_per_passage=args.questions_per_passage, seed=args.seed))
+    qa = generate_qa(
+        docs,
+        None,
+        SynthSettings(
+            passages_per_document=args.passages_per_document,
+            questions_per_passage=args.questions_per_passage,
+            seed=args.seed,
+        ),
+    )
     types = pd.Series([i.qtype for i in qa.items]).value_counts().to_dict()
     human_ir = human_set(human, chunks)
-    corpus = {"documents": len(docs), "chunks": len(chunks), "human_questions": len(human_ir),
-              "human_questions_without_a_chunk": sum(not r for r in human_ir.qrels.values()),
-              "synthetic_questions": len(qa.items), "synthetic_types": types, "candidates": []}
+    corpus = {
+        "documents": len(docs),
+        "chunks": len(chunks),
+        "human_questions": len(human_ir),
+        "human_questions_without_a_chunk": sum(not r for r in human_ir.qrels.values()),
+        "synthetic_questions": len(qa.items),
+        "synthetic_types": types,
+        "candidates": [],
+    }
     record["corpora"][name] = corpus
-    log(f"{name}: {len(docs)} documents, {len(chunks)} chunks, {len(qa.items)} synthetic questions {types}, "
-        f"{len(human_ir)} human questions")
+    log(
+        f"{name}: {len(docs)} documents, {len(chunks)} chunks, {len(qa.items)} synthetic questions {types}, "
+        f"{len(human_ir)} human questions"
+    )
     work = Path(tempfile.mkdtemp(prefix=f"gate-calibration-{name}-"))
     tables = TableStore(work / "tables")
     tables.write(chunks, CHUNKS_TABLE, STRATEGY)
@@ -123,51 +141,83 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
     base_dense = per_question(human_ir, dense_run(base, human_ir))
     first_stage = hybrid_candidates(chunks, human_ir, base, settings.rerank_depth)
     base_hybrid = per_question(human_ir, reranked_run(first_stage, human_ir, None))
-    corpus["base"] = {"dense": base_dense[TRUE_METRICS].mean().round(4).to_dict(),
-                      "hybrid_rrf": base_hybrid[TRUE_METRICS].mean().round(4).to_dict()}
+    corpus["base"] = {
+        "dense": base_dense[TRUE_METRICS].mean().round(4).to_dict(),
+        "hybrid_rrf": base_hybrid[TRUE_METRICS].mean().round(4).to_dict(),
+    }
     qa_version = load_inputs(tables, EmbedderTrainingConfig(strategy=STRATEGY)).qa_version
     quiet = lambda _msg: None  # noqa: E731 - the trainers' step logs would drown the bench's own lines
 
     def judge(label: str, kind: str, mv, setting: str) -> None:
         try:
             result = gate_candidate(kind, tables, registry, mv, settings)
-            gate = {"outcome": result.outcome, "passed": bool(result.passed), "questions": result.questions,
-                    "copied_set_aside": result.copied_questions, **{k: v for k, v in result.metadata.items()
-                                                                    if k.startswith(("delta_", "ci_", "p_value", "type_"))},
-                    **result.power}
+            gate = {
+                "outcome": result.outcome,
+                "passed": bool(result.passed),
+                "questions": result.questions,
+                "copied_set_aside": result.copied_questions,
+                **{k: v for k, v in result.metadata.items() if k.startswith(("delta_", "ci_", "p_value", "type_"))},
+                **result.power,
+            }
         except ValueError as exc:  # too few gate questions: no verdict, which is itself a finding
             gate = {"outcome": "no verdict", "passed": False, "error": str(exc)}
         if kind == "embedder":
             model = per_question(human_ir, dense_run(load_embedder(str(mv.path)), human_ir))
             truth = true_effect(model, base_dense)
         else:
-            model = per_question(human_ir, reranked_run(first_stage, human_ir, load_reranker(mv.name, registry=registry)))
+            model = per_question(
+                human_ir, reranked_run(first_stage, human_ir, load_reranker(mv.name, registry=registry))
+            )
             truth = true_effect(model, base_hybrid)
-        row = {"candidate": label, "kind": kind, "setting": setting, "version": mv.name, "gate": gate,
-               "true_effect": truth}
+        row = {
+            "candidate": label,
+            "kind": kind,
+            "setting": setting,
+            "version": mv.name,
+            "gate": gate,
+            "true_effect": truth,
+        }
         corpus["candidates"].append(row)
-        log(f"{name} {label}: gate {gate['outcome']} ({gate.get('delta_ndcg@10', float('nan')):+.4f} nDCG@10 on "
+        log(
+            f"{name} {label}: gate {gate['outcome']} ({gate.get('delta_ndcg@10', float('nan')):+.4f} nDCG@10 on "
             f"{gate.get('questions', 0)} questions); true recall@5 {truth['recall@5']['delta']:+.4f} "
-            f"(p {truth['recall@5']['p_value']:.3g}), nDCG@10 {truth['ndcg@10']['delta']:+.4f}")
+            f"(p {truth['recall@5']['p_value']:.3g}), nDCG@10 {truth['ndcg@10']['delta']:+.4f}"
+        )
         save()
 
     for seed in args.seeds:
         config = EmbedderTrainingConfig(strategy=STRATEGY, seed=seed, max_pairs=args.max_pairs)
         mv, _, _ = train_candidate("embedder", tables, registry, config, log=quiet)
-        judge(f"embedder seed {seed}", "embedder", mv, config.model_dump_json(exclude={"extra_positives", "extra_negatives"}))
+        judge(
+            f"embedder seed {seed}",
+            "embedder",
+            mv,
+            config.model_dump_json(exclude={"extra_positives", "extra_negatives"}),
+        )
     noisy = noisy_copy(_minilm_dir(), work / "noisy", args.bad_noise, seed=args.seed)
-    mv = registry.register("embedder", noisy, {"base_model": "minilm", "strategy": STRATEGY, "qa_set_version": qa_version})
+    mv = registry.register(
+        "embedder", noisy, {"base_model": "minilm", "strategy": STRATEGY, "qa_set_version": qa_version}
+    )
     judge(f"embedder with noise {args.bad_noise} on its weights (deliberately bad)", "embedder", mv, "noisy_copy")
 
     for seed in args.seeds:
         config = RerankerTrainingConfig(strategy=STRATEGY, seed=seed)
         mv, _, _ = train_candidate("reranker", tables, registry, config, log=quiet)
-        judge(f"reranker seed {seed}", "reranker", mv, config.model_dump_json(exclude={"extra_positives", "extra_negatives"}))
+        judge(
+            f"reranker seed {seed}",
+            "reranker",
+            mv,
+            config.model_dump_json(exclude={"extra_positives", "extra_negatives"}),
+        )
     config = RerankerTrainingConfig(strategy=STRATEGY, seed=args.seeds[0], copied_questions="cut")
     mv, _, _ = train_candidate("reranker", tables, registry, config, log=quiet)
     judge("reranker trained on copied questions too (the older setting)", "reranker", mv, "copied_questions=cut")
-    judge("reranker trained on shuffled labels (deliberately bad)", "reranker",
-          shuffled_reranker(tables, registry, args.seeds[0], quiet), "positives shuffled across questions")
+    judge(
+        "reranker trained on shuffled labels (deliberately bad)",
+        "reranker",
+        shuffled_reranker(tables, registry, args.seeds[0], quiet),
+        "positives shuffled across questions",
+    )
     corpus["seconds"] = round(time.perf_counter() - started, 1)
     save()
 
@@ -186,8 +236,14 @@ def shuffled_reranker(tables, registry, seed: int, log):
     random.Random(seed).shuffle(passages)
     data = dataclasses.replace(inputs.data, positives=[(q, p) for (q, _), p in zip(inputs.data.positives, passages)])
     with tempfile.TemporaryDirectory() as scratch:
-        run = train_learned_ranker(data, config, Path(scratch) / "model", chunks=inputs.chunks,
-                                   embedder=aliased_embedder(registry, "production"), log=log)
+        run = train_learned_ranker(
+            data,
+            config,
+            Path(scratch) / "model",
+            chunks=inputs.chunks,
+            embedder=aliased_embedder(registry, "production"),
+            log=log,
+        )
         return registry.register("reranker", run.model_dir, _manifest("reranker", config, inputs, run, None))
 
 
@@ -196,27 +252,46 @@ def summarize(record: dict, gain: float) -> dict:
     """The calibration targets: no accepted candidate whose true effect is a significant loss; among candidates whose
     true recall@5 gain is at least `gain` (p < 0.05), the share the gate rejected."""
     rows = [r for c in record["corpora"].values() for r in c["candidates"]]
-    loss = [r["candidate"] for r in rows if r["gate"]["passed"] and r["true_effect"]["recall@5"]["delta"] < 0
-            and r["true_effect"]["recall@5"]["p_value"] < 0.05]
-    gains = [r for r in rows if r["true_effect"]["recall@5"]["delta"] >= gain and r["true_effect"]["recall@5"]["p_value"] < 0.05]
+    loss = [
+        r["candidate"]
+        for r in rows
+        if r["gate"]["passed"]
+        and r["true_effect"]["recall@5"]["delta"] < 0
+        and r["true_effect"]["recall@5"]["p_value"] < 0.05
+    ]
+    gains = [
+        r
+        for r in rows
+        if r["true_effect"]["recall@5"]["delta"] >= gain and r["true_effect"]["recall@5"]["p_value"] < 0.05
+    ]
     rejected = [r["candidate"] for r in gains if not r["gate"]["passed"]]
-    return {"candidates": len(rows), "accepted": sum(r["gate"]["passed"] for r in rows),
-            "accepted_with_a_true_loss": loss, "true_gains": len(gains), "true_gains_rejected": rejected,
-            "true_gain_threshold": gain}
+    return {
+        "candidates": len(rows),
+        "accepted": sum(r["gate"]["passed"] for r in rows),
+        "accepted_with_a_true_loss": loss,
+        "true_gains": len(gains),
+        "true_gains_rejected": rejected,
+        "true_gain_threshold": gain,
+    }
 
 
 def markdown(record: dict) -> str:
     """The README table, rendered from a result file."""
-    lines = ["| corpus | candidate | gate (questions) | gate Δ nDCG@10 [95% CI] | true Δ recall@5 (p) | true Δ nDCG@10 (p) |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| corpus | candidate | gate (questions) | gate Δ nDCG@10 [95% CI] | true Δ recall@5 (p) | true Δ nDCG@10 (p) "
+        "|",
+        "|---|---|---|---|---|---|",
+    ]
     for name, corpus in record["corpora"].items():
         for r in corpus["candidates"]:
             g, t = r["gate"], r["true_effect"]
             ci = f" [{g['ci_low_ndcg@10']:+.3f}, {g['ci_high_ndcg@10']:+.3f}]" if "ci_low_ndcg@10" in g else ""
             shown = f"{g['delta_ndcg@10']:+.3f}{ci}" if "delta_ndcg@10" in g else "—"
-            lines.append(f"| {name} | {r['candidate']} | {g['outcome']} ({g.get('questions', 0)}) | {shown} | "
-                         f"{t['recall@5']['delta']:+.3f} ({t['recall@5']['p_value']:.2g}) | "
-                         f"{t['ndcg@10']['delta']:+.3f} ({t['ndcg@10']['p_value']:.2g}) |")
+            lines.append(
+                f"| {name} | {r['candidate']} | {g['outcome']} ({g.get('questions', 0)}) | {shown} | "
+                f"{t['recall@5']['delta']:+.3f} ({t['recall@5']['p_value']:.2g}) | "
+                f"{t['ndcg@10']['delta']:+.3f} ({t['ndcg@10']['p_value']:.2g}) |"
+            )
     return "\n".join(lines)
 
 

@@ -11,13 +11,15 @@ neighbour heuristic links a copy to the hub and to no sibling, and the hub keeps
 prediction this bench tests: with isotropic copies, the misses whose document was found through another copy stay
 at any hnsw_ef while N/D > 2m, and vanish once 2m > N/D.
 
-Data: the SciFact corpus' passage vectors of --encoder (cached by bench.lib.edge.corpus_vectors, as bench/edge_latency.py does), made into N points by
-bench.lib.edge.points_matrix (--copies, --sigma, --mix-max, --seed); the SciFact test queries' vectors.
+Data: the SciFact corpus' passage vectors of --encoder (cached by bench.lib.edge.corpus_vectors, as
+bench/edge_latency.py does), made into N points by bench.lib.edge.points_matrix (--copies, --sigma, --mix-max,
+--seed); the SciFact test queries' vectors.
 Per N x m x ef_construct: build through the product's calls (rag.index.qdrant.create_collection with
 HnswBuild, upsert in batches, optimize, where Edge builds the graph), timed; then for every --ef a limit-100 search
 (what retrieve asks for) per query: recall@10 against numpy's exact top-10, the misses split into "another copy of
 the document is among the engine's 100" and "the document was not found", and the search's wall ms.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -41,8 +43,9 @@ def build(folder: Path, points: np.ndarray, m: int, ef_construct: int, batch: in
     from rag.index.qdrant import HnswBuild, create_collection
 
     client = EdgeClient(folder)
-    create_collection(client, "recall", points.shape[1], "cosine", bm25=False,
-                      graph=HnswBuild(m=m, ef_construct=ef_construct))
+    create_collection(
+        client, "recall", points.shape[1], "cosine", bm25=False, graph=HnswBuild(m=m, ef_construct=ef_construct)
+    )
     started = time.perf_counter()
     for i in range(0, len(points), batch):
         j = min(len(points), i + batch)
@@ -50,8 +53,11 @@ def build(folder: Path, points: np.ndarray, m: int, ef_construct: int, batch: in
     upserted = time.perf_counter()
     client.optimize("recall")
     done = time.perf_counter()
-    return client, {"upsert_s": round(upserted - started, 1), "optimize_s": round(done - upserted, 1),
-                    "disk_mb": folder_mb(folder)}
+    return client, {
+        "upsert_s": round(upserted - started, 1),
+        "optimize_s": round(done - upserted, 1),
+        "disk_mb": folder_mb(folder),
+    }
 
 
 def recall_by_ef(client, query_vectors: np.ndarray, truth: np.ndarray, documents: int, efs: list[int]) -> dict:
@@ -64,8 +70,12 @@ def recall_by_ef(client, query_vectors: np.ndarray, truth: np.ndarray, documents
         recall, ms, sibling_found, document_missed = [], [], 0, 0
         for q, top in zip(query_vectors, truth):
             started = time.perf_counter()
-            got = [p.id for p in client.query_points("recall", query=q.tolist(), using=DENSE, limit=100,
-                                                       search_params=models.SearchParams(hnsw_ef=ef)).points]
+            got = [
+                p.id
+                for p in client.query_points(
+                    "recall", query=q.tolist(), using=DENSE, limit=100, search_params=models.SearchParams(hnsw_ef=ef)
+                ).points
+            ]
             ms.append(1000 * (time.perf_counter() - started))
             expected, found = set(top[:10].tolist()), set(got[:10])
             recall.append(len(expected & found) / 10)
@@ -75,11 +85,17 @@ def recall_by_ef(client, query_vectors: np.ndarray, truth: np.ndarray, documents
                     sibling_found += 1
                 else:
                     document_missed += 1
-        out[str(ef)] = {"recall@10": round(float(np.mean(recall)), 4), "dense_limit100": stats(ms),
-                        "misses_document_found_through_another_copy": sibling_found,
-                        "misses_document_not_found": document_missed}
-        log(f"  hnsw_ef {ef}: recall@10 {out[str(ef)]['recall@10']:.3f}, misses with the document found "
-            f"elsewhere {sibling_found}, document not found {document_missed}, p95 {out[str(ef)]['dense_limit100']['p95_ms']} ms")
+        out[str(ef)] = {
+            "recall@10": round(float(np.mean(recall)), 4),
+            "dense_limit100": stats(ms),
+            "misses_document_found_through_another_copy": sibling_found,
+            "misses_document_not_found": document_missed,
+        }
+        log(
+            f"  hnsw_ef {ef}: recall@10 {out[str(ef)]['recall@10']:.3f}, misses with the document found "
+            f"elsewhere {sibling_found}, document not found {document_missed}, p95 "
+            f"{out[str(ef)]['dense_limit100']['p95_ms']} ms"
+        )
     return out
 
 
@@ -91,8 +107,13 @@ def main() -> int:
     ap.add_argument("--mix-max", type=float, default=0.5)
     ap.add_argument("--hnsw-m", type=int, nargs="+", default=[16])
     ap.add_argument("--hnsw-ef-construct", type=int, nargs="+", default=[100])
-    ap.add_argument("--ef", type=int, nargs="+", default=[128, 512, 2048, 8192],
-                    help="hnsw_ef values searched (a limit-100 search never goes below 100)")
+    ap.add_argument(
+        "--ef",
+        type=int,
+        nargs="+",
+        default=[128, 512, 2048, 8192],
+        help="hnsw_ef values searched (a limit-100 search never goes below 100)",
+    )
     ap.add_argument("--encoder", default="minilm")
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--batch", type=int, default=2048)
@@ -113,10 +134,13 @@ def main() -> int:
     corpus = test.corpus if args.corpus_limit is None else test.corpus.head(args.corpus_limit).reset_index(drop=True)
     embedder = load_embedder(args.encoder)
     base, cache_info = corpus_vectors(args.encoder, embedder, corpus, args.cache or default_cache())
-    query_vectors = embedder.encode_queries(list(test.queries.values())[:args.queries]).astype(np.float32)
+    query_vectors = embedder.encode_queries(list(test.queries.values())[: args.queries]).astype(np.float32)
     documents = len(corpus)
-    out = {**run_record(args), "data": {"documents": documents, "queries": len(query_vectors), "vectors_cache": cache_info},
-           "runs": []}
+    out = {
+        **run_record(args),
+        "data": {"documents": documents, "queries": len(query_vectors), "vectors_cache": cache_info},
+        "runs": [],
+    }
     root = args.root or Path(tempfile.mkdtemp(prefix="hnsw-recall-"))
     try:
         for n in args.points:
@@ -127,7 +151,10 @@ def main() -> int:
             gap = float(np.mean([(points[t[9]] - points[t[10]]) @ q for t, q in zip(top11, query_vectors)]))
             for m in args.hnsw_m:
                 for ef_construct in args.hnsw_ef_construct:
-                    log(f"N {n} ({args.copies}, {n / documents:.0f} points per document), m {m}, ef_construct {ef_construct}")
+                    log(
+                        f"N {n} ({args.copies}, {n / documents:.0f} points per document), m {m}, ef_construct "
+                        f"{ef_construct}"
+                    )
                     folder = root / f"edge-{n}-{m}-{ef_construct}"
                     shutil.rmtree(folder, ignore_errors=True)
                     client, built = build(folder, points, m, ef_construct, args.batch)
@@ -137,9 +164,18 @@ def main() -> int:
                     finally:
                         client.close()
                         shutil.rmtree(folder, ignore_errors=True)
-                    out["runs"].append({"points": n, "points_per_document": round(n / documents, 1), "m": m,
-                                        "level0_links": 2 * m, "ef_construct": ef_construct, "build": built,
-                                        "exact_gap_10th_11th": round(gap, 5), "by_hnsw_ef": by_ef})
+                    out["runs"].append(
+                        {
+                            "points": n,
+                            "points_per_document": round(n / documents, 1),
+                            "m": m,
+                            "level0_links": 2 * m,
+                            "ef_construct": ef_construct,
+                            "build": built,
+                            "exact_gap_10th_11th": round(gap, 5),
+                            "by_hnsw_ef": by_ef,
+                        }
+                    )
                     write(out, args.json)
             del points
     finally:

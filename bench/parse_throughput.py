@@ -3,6 +3,7 @@
 Prints figures; asserts nothing. Usage: .venv/bin/python bench/parse_throughput.py [--repeat N]
 Both sides are measured in the same run, alternating, and compared by the ratio of medians.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -61,8 +62,15 @@ def run(repeat: int = 3) -> dict:
                 pass
         our_times.append(time.perf_counter() - t)
     raw_med, our_med = statistics.median(raw_times), statistics.median(our_times)
-    result = {"files": dict(outcomes), "pdfs": len(pdfs), "pages": pages, "raw_pages_per_s": pages / raw_med,
-              "ours_pages_per_s": pages / our_med, "ratio": raw_med / our_med, "chunking": {}}
+    result = {
+        "files": dict(outcomes),
+        "pdfs": len(pdfs),
+        "pages": pages,
+        "raw_pages_per_s": pages / raw_med,
+        "ours_pages_per_s": pages / our_med,
+        "ratio": raw_med / our_med,
+        "chunking": {},
+    }
     print(f"\nparse throughput on {len(pdfs)} PDFs / {pages} pages (median of {repeat}):")
     print(f"  raw pdfplumber extract_text: {result['raw_pages_per_s']:7.1f} pages/s")
     print(f"  rag parse_file (layout, tables, headings): {result['ours_pages_per_s']:7.1f} pages/s")
@@ -78,7 +86,12 @@ def run(repeat: int = 3) -> dict:
         seconds = time.perf_counter() - t
         mean_chars = statistics.mean(len(c.text) for c in chunks) if chunks else 0
         mean_tokens = statistics.mean(c.n_tokens for c in chunks) if chunks else 0
-        result["chunking"][name] = {"chunks": len(chunks), "mean_chars": mean_chars, "mean_tokens": mean_tokens, "seconds": seconds}
+        result["chunking"][name] = {
+            "chunks": len(chunks),
+            "mean_chars": mean_chars,
+            "mean_tokens": mean_tokens,
+            "seconds": seconds,
+        }
         print(f"  {name:24s} {len(chunks):7d} {mean_chars:10.0f} {mean_tokens:11.0f} {seconds:8.2f}")
     return result
 

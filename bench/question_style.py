@@ -7,6 +7,7 @@ questions on the same articles (copy share, overlap with the evidence paragraph,
 
 Data: ../shared/datasets/squad-dev/dev-v1.1.json.gz; without it the run prints a message and exits 0.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,9 +24,13 @@ from bench.lib.results import write
 
 OUT = RESULTS / "question-style-squad.json"
 HUMAN = "squad (human)"
-COLUMNS = (("n", "questions"), ("copy_share", "copies of a sentence"),
-           ("mean_overlap", "content words in the paragraph"), ("mean_words", "words"),
-           ("question_form_share", "question form"))
+COLUMNS = (
+    ("n", "questions"),
+    ("copy_share", "copies of a sentence"),
+    ("mean_overlap", "content words in the paragraph"),
+    ("mean_words", "words"),
+    ("question_form_share", "question form"),
+)
 
 
 def markdown_table(record: dict) -> str:
@@ -36,8 +41,10 @@ def markdown_table(record: dict) -> str:
     rows = [head, "|" + "---|" * (len(COLUMNS) + 1)]
     for qtype in order:
         figures = style[qtype]
-        cells = [f"{figures[key]:.0%}" if key.endswith("share") or key == "mean_overlap" else f"{figures[key]:g}"
-                 for key, _ in COLUMNS]
+        cells = [
+            f"{figures[key]:.0%}" if key.endswith("share") or key == "mean_overlap" else f"{figures[key]:g}"
+            for key, _ in COLUMNS
+        ]
         rows.append(f"| {qtype} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -61,10 +68,17 @@ def measure(args: argparse.Namespace) -> dict:
     for item in result.items:
         if len(examples.setdefault(item.qtype, [])) < 4:
             examples[item.qtype].append({"question": item.question, "answer": item.answer})
-    return {"data": {"articles": [d.doc_id for d in docs], "human_questions": len(human)},
-            "generation": {**result.summary, "mix": result.mix, "seconds": round(seconds, 1),
-                           "fallbacks_by_kind": dict(result.fallbacks)},
-            "style": style, "examples": examples}
+    return {
+        "data": {"articles": [d.doc_id for d in docs], "human_questions": len(human)},
+        "generation": {
+            **result.summary,
+            "mix": result.mix,
+            "seconds": round(seconds, 1),
+            "fallbacks_by_kind": dict(result.fallbacks),
+        },
+        "style": style,
+        "examples": examples,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     record.update(measure(args))
     write(stamp_end(record), args.json, indent=2)
     print(markdown_table(record))
-    print(f"\n{record['generation']['questions']} synthetic questions in {record['generation']['seconds']} s; "
-          f"written to {args.json}")
+    print(
+        f"\n{record['generation']['questions']} synthetic questions in {record['generation']['seconds']} s; "
+        f"written to {args.json}"
+    )
     return 0
 
 

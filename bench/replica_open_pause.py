@@ -16,6 +16,7 @@ primary (rag.serving.index.replicate_collection, as the server takes one):
                   closing the replica's client, so the shard is loaded again inside it)
 Per step: seconds and the longest gap (ms); the baseline gap is the probe alone for a second before the steps.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,16 @@ from pathlib import Path
 
 from bench.lib import cli
 from bench.lib.datasets import RESULTS, scifact_absent
-from bench.lib.edge import (STRATEGY, build, build_options, chunk_table, corpus_vectors, default_cache, names,
-                            points_matrix)
+from bench.lib.edge import (
+    STRATEGY,
+    build,
+    build_options,
+    chunk_table,
+    corpus_vectors,
+    default_cache,
+    names,
+    points_matrix,
+)
 from bench.lib.provenance import run_record
 from bench.lib.results import finish, log
 
@@ -95,15 +104,29 @@ def main() -> int:
     table = chunk_table(corpus, args.points)
     TableStore(data / "tables").write(table, CHUNKS_TABLE, STRATEGY)
     log(f"building {args.points} points")
-    built = build("edge", data / "qdrant", table, points_matrix(base, args.points, args.sigma, args.seed), ENCODER,
-                  embedder.version, build_options(args.batch))
+    built = build(
+        "edge",
+        data / "qdrant",
+        table,
+        points_matrix(base, args.points, args.sigma, args.seed),
+        ENCODER,
+        embedder.version,
+        build_options(args.batch),
+    )
     del table
     alias = names(ENCODER, embedder.version)[1]
     primary = QdrantSettings(path=str(data / "qdrant"))
-    out = {**run_record(args),
-           "data": {"encoder": ENCODER, "encoder_version": embedder.version, "vectors_cache": cache_info,
-                    "strategy": STRATEGY},
-           "build": built, "repeats": []}
+    out = {
+        **run_record(args),
+        "data": {
+            "encoder": ENCODER,
+            "encoder_version": embedder.version,
+            "vectors_cache": cache_info,
+            "strategy": STRATEGY,
+        },
+        "build": built,
+        "repeats": [],
+    }
     probe = GapProbe()
     probe.start()
     try:
@@ -113,8 +136,9 @@ def main() -> int:
             replica = QdrantSettings(path=str(root / f"replica-{i}"))
             steps = {}
             _, steps["copy"] = timed(probe, lambda: replicate_collection(primary, replica, alias))
-            _, steps["chunk_table"] = timed(probe, lambda: TableStore(data / "tables").read(CHUNKS_TABLE, STRATEGY)
-                                            .set_index("chunk_id"))
+            _, steps["chunk_table"] = timed(
+                probe, lambda: TableStore(data / "tables").read(CHUNKS_TABLE, STRATEGY).set_index("chunk_id")
+            )
             client = get_client(replica)
             _, steps["shard_load"] = timed(probe, lambda: client.get_collection(alias))
             close_client(replica)
@@ -131,8 +155,10 @@ def main() -> int:
 
 
 def print_table(out: dict) -> None:
-    print(f"\nopening a serving replica of {out['args']['points']} points: seconds / longest GIL gap ms "
-          f"(probe alone: {out['baseline_max_gap_ms']} ms)")
+    print(
+        f"\nopening a serving replica of {out['args']['points']} points: seconds / longest GIL gap ms "
+        f"(probe alone: {out['baseline_max_gap_ms']} ms)"
+    )
     for i, steps in enumerate(out["repeats"], 1):
         print(f"  {i}: " + "  ".join(f"{k} {v['seconds']:.3f}/{v['max_gap_ms']:.0f}" for k, v in steps.items()))
 

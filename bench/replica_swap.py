@@ -40,12 +40,13 @@ uses for other engines, measured edge to edge by making rag.serving.index.copies
   disk_mb         du of the replica folder (allocated blocks: Edge's sparse preallocations count as what they use)
   availability    (--probe) a thread asks the served answerer (serving.current().rank(question): retrieve + filter, the
              /ask path before generation; every query encoded, Index.forget_query) one SciFact test question after
-             another, --probe-pause-ms apart: --probe-warmup queries, --baseline-seconds, then a change and a refresh, and
-             --after-seconds more. Reported: queries answered, errors (with their first messages), the longest time
+             another, --probe-pause-ms apart: --probe-warmup queries, --baseline-seconds, then a change and a refresh,
+             and --after-seconds more. Reported: queries answered, errors (with their first messages), the longest time
              between two consecutive answers overlapping the refresh vs the longest in the baseline, latency
              p50 / p95 / max of queries started in each window, and the generation served before and after. The
              refresh figures of this pass are taken under that query load, on the same 2 cores.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,18 @@ import numpy as np
 
 from bench.lib import cli
 from bench.lib.datasets import RESULTS, scifact_absent
-from bench.lib.edge import (STRATEGY, build, build_options, chunk_table, corpus_hash, corpus_vectors, default_cache,
-                            folder_mb, names, points_matrix)
+from bench.lib.edge import (
+    STRATEGY,
+    build,
+    build_options,
+    chunk_table,
+    corpus_hash,
+    corpus_vectors,
+    default_cache,
+    folder_mb,
+    names,
+    points_matrix,
+)
 from bench.lib.provenance import run_record
 from bench.lib.results import finish, log, write
 
@@ -147,16 +158,25 @@ class Probe(threading.Thread):
 
 
 def window_stats(events: list, start: float, end: float) -> dict:
-    """Longest time between consecutive answers whose interval overlaps [start, end]; latency of queries started in it."""
+    """Longest time between consecutive answers whose interval overlaps [start, end]; latency of queries started
+    in it."""
     done = sorted(e for _, e, ok, _ in events if ok)
     gaps = [b - a for a, b in zip(done, done[1:]) if b >= start and a <= end]
     lat = [(e - s) * 1000 for s, e, ok, _ in events if ok and start <= s <= end]
-    out = {"seconds": round(end - start, 3), "answered": len(lat),
-           "errors": sum(1 for s, _, ok, _ in events if not ok and start <= s <= end),
-           "max_gap_ms": round(max(gaps) * 1000, 1) if gaps else None}
+    out = {
+        "seconds": round(end - start, 3),
+        "answered": len(lat),
+        "errors": sum(1 for s, _, ok, _ in events if not ok and start <= s <= end),
+        "max_gap_ms": round(max(gaps) * 1000, 1) if gaps else None,
+    }
     if lat:
-        out.update({"latency_p50_ms": round(float(np.percentile(lat, 50)), 1),
-                    "latency_p95_ms": round(float(np.percentile(lat, 95)), 1), "latency_max_ms": round(max(lat), 1)})
+        out.update(
+            {
+                "latency_p50_ms": round(float(np.percentile(lat, 50)), 1),
+                "latency_p95_ms": round(float(np.percentile(lat, 95)), 1),
+                "latency_max_ms": round(max(lat), 1),
+            }
+        )
     return out
 
 
@@ -186,8 +206,10 @@ def apply_change(folder: str, alias: str, records: list[dict], new: np.ndarray, 
     try:
         collection = alias_target(client, alias)
         for i in range(0, len(records), batch):
-            part = records[i:i + batch]
-            client.upsert(collection, points=point_batch(part, new[i:i + len(part)], terms, avgdl, start=i), wait=True)
+            part = records[i : i + batch]
+            client.upsert(
+                collection, points=point_batch(part, new[i : i + len(part)], terms, avgdl, start=i), wait=True
+            )
         optimize(client, collection)
     finally:
         close_client(primary)
@@ -211,10 +233,18 @@ def refresh_figures(serving, watch: Stopwatch, total: float, settle_s: float | N
     replica = Path(serving.info()["qdrant"].removeprefix("replica "))
     index = serving.current().index
     info = index.client.get_collection(index.alias)
-    out = {"refresh_s": round(total, 3), "copy_s": round(copy, 3), "swap_s": round(total - copy - spent.get("fingerprint", 0.0), 3),
-           "open_s": round(spent.get("open", 0.0), 3), "fingerprint_s": round(spent.get("fingerprint", 0.0), 3),
-           "disk_mb": folder_mb(replica), "points": info.points_count, "indexed_vectors": info.indexed_vectors_count,
-           "segments": info.segments_count, "generation": serving.generation}
+    out = {
+        "refresh_s": round(total, 3),
+        "copy_s": round(copy, 3),
+        "swap_s": round(total - copy - spent.get("fingerprint", 0.0), 3),
+        "open_s": round(spent.get("open", 0.0), 3),
+        "fingerprint_s": round(spent.get("fingerprint", 0.0), 3),
+        "disk_mb": folder_mb(replica),
+        "points": info.points_count,
+        "indexed_vectors": info.indexed_vectors_count,
+        "segments": info.segments_count,
+        "generation": serving.generation,
+    }
     if settle_s is not None:
         out["settle_call_s"] = round(settle_s, 3)
     return out
@@ -230,12 +260,20 @@ def refresh_after_change(serving, watch: Stopwatch, change) -> tuple[dict, tuple
     swap_start = time.perf_counter()
     swapped = serving.refresh()
     swap_end = time.perf_counter()
-    return ({"change": changed, "settle_call_returned": settled, "refresh_returned": swapped,
-             **refresh_figures(serving, watch, swap_end - swap_start, settle_s)}, (swap_start, swap_end))
+    return (
+        {
+            "change": changed,
+            "settle_call_returned": settled,
+            "refresh_returned": swapped,
+            **refresh_figures(serving, watch, swap_end - swap_start, settle_s),
+        },
+        (swap_start, swap_end),
+    )
 
 
-def measure(path: str, root: Path, table, vectors, lengths, questions, watch: Stopwatch, writer, args,
-            repeats: int) -> dict:
+def measure(
+    path: str, root: Path, table, vectors, lengths, questions, watch: Stopwatch, writer, args, repeats: int
+) -> dict:
     from rag.qa import AnswerSettings
     from rag.serving.server import serving_index
 
@@ -246,8 +284,9 @@ def measure(path: str, root: Path, table, vectors, lengths, questions, watch: St
 
     def change():
         records, new = pick_change(table, vectors, args.change_fraction, args.sigma, rng)
-        return writer.submit(apply_change, str(root / "qdrant"), alias, records, new, float(lengths.mean()),
-                             args.batch).result()
+        return writer.submit(
+            apply_change, str(root / "qdrant"), alias, records, new, float(lengths.mean()), args.batch
+        ).result()
 
     with point_by_point(path == "point"):
         shutil.rmtree(root / "serving", ignore_errors=True)
@@ -260,7 +299,9 @@ def measure(path: str, root: Path, table, vectors, lengths, questions, watch: St
             out["refresh"] = []
             for _ in range(repeats):
                 waited = wait_retired(serving)
-                out["refresh"].append({**refresh_after_change(serving, watch, change)[0], "waited_for_retired_s": waited})
+                out["refresh"].append(
+                    {**refresh_after_change(serving, watch, change)[0], "waited_for_retired_s": waited}
+                )
                 log(f"{path} refresh: {out['refresh'][-1]}")
             if args.probe:
                 wait_retired(serving)
@@ -279,13 +320,18 @@ def measure(path: str, root: Path, table, vectors, lengths, questions, watch: St
                 events = probe.events
                 served_after = sorted({g for s, _, ok, g in events if ok and s > refresh_end})
                 out["availability"] = {
-                    "probe_pause_ms": args.probe_pause_ms, "queries": len(events), "warmup_queries": args.probe_warmup,
-                    "errors": sum(1 for *_, ok, _ in events if not ok), "error_messages": probe.errors,
+                    "probe_pause_ms": args.probe_pause_ms,
+                    "queries": len(events),
+                    "warmup_queries": args.probe_warmup,
+                    "errors": sum(1 for *_, ok, _ in events if not ok),
+                    "error_messages": probe.errors,
                     "baseline": window_stats(events, base_start, base_end),
                     "during_refresh": window_stats(events, swap_start, refresh_end),
                     "during_change_and_refresh": window_stats(events, base_end, refresh_end),
-                    "generation_before": before, "generations_served_after": served_after,
-                    "refresh_under_load": figures}
+                    "generation_before": before,
+                    "generations_served_after": served_after,
+                    "refresh_under_load": figures,
+                }
                 log(f"{path} availability: {out['availability']}")
         finally:
             serving.close()
@@ -295,8 +341,13 @@ def measure(path: str, root: Path, table, vectors, lengths, questions, watch: St
 def main() -> int:
     ap = cli.parser(__doc__)
     ap.add_argument("--points", type=int, nargs="+", default=[20_000, 100_000])
-    ap.add_argument("--point-by-point", type=int, nargs="*", default=[20_000],
-                    help="sizes (of --points) also measured with the point-by-point copy")
+    ap.add_argument(
+        "--point-by-point",
+        type=int,
+        nargs="*",
+        default=[20_000],
+        help="sizes (of --points) also measured with the point-by-point copy",
+    )
     ap.add_argument("--repeats", type=int, default=3, help="change + refresh rounds per size and path")
     ap.add_argument("--change-fraction", type=float, default=0.01)
     ap.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True, help="the availability pass")
@@ -304,10 +355,17 @@ def main() -> int:
     ap.add_argument("--probe-warmup", type=int, default=20, help="queries answered before the baseline window opens")
     ap.add_argument("--baseline-seconds", type=float, default=5.0)
     ap.add_argument("--after-seconds", type=float, default=2.0)
-    ap.add_argument("--sigma", type=float, default=0.5, help="norm of the noise of a copy's vector (before renormalising)")
+    ap.add_argument(
+        "--sigma", type=float, default=0.5, help="norm of the noise of a copy's vector (before renormalising)"
+    )
     ap.add_argument("--batch", type=int, default=512, help="points per upsert (the sync path's default)")
-    ap.add_argument("--bm25", nargs="+", default=["engine"], choices=["engine", "bm25s"],
-                    help="edge_latency.build's: with engine, points carry BM25 sparse vectors as the product writes them")
+    ap.add_argument(
+        "--bm25",
+        nargs="+",
+        default=["engine"],
+        choices=["engine", "bm25s"],
+        help="edge_latency.build's: with engine, points carry BM25 sparse vectors as the product writes them",
+    )
     cli.add_seed(ap)
     cli.add_scifact(ap)
     cli.add_vectors_cache(ap)
@@ -338,11 +396,20 @@ def main() -> int:
     root = args.root or Path(tempfile.mkdtemp(prefix="replica-swap-"))
     root.mkdir(parents=True, exist_ok=True)
     build_args = build_options(args.batch)
-    out = {**run_record(args, torch_threads=torch.get_num_threads(), loadavg_before_run=loadavg_before),
-           "data": {"scifact": str(args.scifact), "documents": len(corpus), "corpus_hash": corpus_hash(corpus),
-                    "encoder": ENCODER, "encoder_version": embedder.version, "sigma": args.sigma,
-                    "vectors_cache": cache_info, "strategy": STRATEGY},
-           "runs": []}
+    out = {
+        **run_record(args, torch_threads=torch.get_num_threads(), loadavg_before_run=loadavg_before),
+        "data": {
+            "scifact": str(args.scifact),
+            "documents": len(corpus),
+            "corpus_hash": corpus_hash(corpus),
+            "encoder": ENCODER,
+            "encoder_version": embedder.version,
+            "sigma": args.sigma,
+            "vectors_cache": cache_info,
+            "strategy": STRATEGY,
+        },
+        "runs": [],
+    }
     watch = Stopwatch()
     watch.wrap(serving_module, "replicate_collection", "copy")
     watch.wrap(serving_module, "source_fingerprint", "fingerprint")
@@ -359,14 +426,29 @@ def main() -> int:
             lengths = doc_lengths[np.arange(n) % len(corpus)]
             TableStore(data / "tables").write(table, CHUNKS_TABLE, STRATEGY)
             log(f"N = {n}: building the primary")
-            run = {"points": n, "loadavg_at_size_start": [round(x, 2) for x in os.getloadavg()],
-                   "build": build("edge", data / "qdrant", table, vectors, ENCODER, embedder.version, build_args)}
+            run = {
+                "points": n,
+                "loadavg_at_size_start": [round(x, 2) for x in os.getloadavg()],
+                "build": build("edge", data / "qdrant", table, vectors, ENCODER, embedder.version, build_args),
+            }
             run["primary_disk_mb"] = folder_mb(data / "qdrant")
             log(f"N = {n}: primary {run['build']}, {run['primary_disk_mb']} MB")
             run["paths"] = []
             for path in ["file", "point"] if n in args.point_by_point else ["file"]:
-                run["paths"].append(measure(path, data, table, vectors, lengths, questions, watch, writer, args,
-                                            args.repeats if path == "file" else 1))
+                run["paths"].append(
+                    measure(
+                        path,
+                        data,
+                        table,
+                        vectors,
+                        lengths,
+                        questions,
+                        watch,
+                        writer,
+                        args,
+                        args.repeats if path == "file" else 1,
+                    )
+                )
                 out["runs"] = [*[r for r in out["runs"] if r["points"] != n], run]
                 write(out, args.json)
             shutil.rmtree(data, ignore_errors=True)
@@ -381,16 +463,20 @@ def main() -> int:
 
 def print_table(out: dict) -> None:
     print("\nserving replica on Qdrant Edge: seconds (median over refreshes) and replica MB")
-    print(f"  {'points':>7s} {'path':5s} {'cold copy':>9s} {'cold swap':>9s} {'copy':>6s} {'swap':>6s} {'refresh':>8s} "
-          f"{'disk MB':>8s} {'max gap ms (base)':>18s} {'errors':>6s}")
+    print(
+        f"  {'points':>7s} {'path':5s} {'cold copy':>9s} {'cold swap':>9s} {'copy':>6s} {'swap':>6s} {'refresh':>8s} "
+        f"{'disk MB':>8s} {'max gap ms (base)':>18s} {'errors':>6s}"
+    )
     for run in out["runs"]:
         for p in run["paths"]:
             med = {k: float(np.median([r[k] for r in p["refresh"]])) for k in ("copy_s", "swap_s", "refresh_s")}
             a = p.get("availability")
             gap = f"{a['during_refresh']['max_gap_ms']} ({a['baseline']['max_gap_ms']})" if a else "-"
-            print(f"  {run['points']:7d} {p['path']:5s} {p['cold']['copy_s']:9.2f} {p['cold']['swap_s']:9.2f} "
-                  f"{med['copy_s']:6.2f} {med['swap_s']:6.2f} {med['refresh_s']:8.2f} {p['refresh'][-1]['disk_mb']:8.1f} "
-                  f"{gap:>18s} {a['errors'] if a else '-':>6}")
+            print(
+                f"  {run['points']:7d} {p['path']:5s} {p['cold']['copy_s']:9.2f} {p['cold']['swap_s']:9.2f} "
+                f"{med['copy_s']:6.2f} {med['swap_s']:6.2f} {med['refresh_s']:8.2f} {p['refresh'][-1]['disk_mb']:8.1f} "
+                f"{gap:>18s} {a['errors'] if a else '-':>6}"
+            )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@
 4. Incremental re-index: 1 % and 10 % of documents changed vs a full build.
 Indexes live under RAG_DATA_DIR (default ./data) and are reused by later runs.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -70,7 +71,9 @@ def scifact_slice(test, distractors: int, seed: int = 0):
     relevant = {d for rel in test.qrels.values() for d in rel}
     others = sorted(set(test.corpus["chunk_id"]) - relevant)
     keep = relevant | set(random.Random(seed).sample(others, min(distractors, len(others))))
-    return dataclasses.replace(test, name=f"{test.name}-slice{len(keep)}", corpus=test.corpus[test.corpus["chunk_id"].isin(keep)])
+    return dataclasses.replace(
+        test, name=f"{test.name}-slice{len(keep)}", corpus=test.corpus[test.corpus["chunk_id"].isin(keep)]
+    )
 
 
 def quality(model: str, root: Path, slice_distractors: int | None = None) -> dict:
@@ -86,14 +89,19 @@ def quality(model: str, root: Path, slice_distractors: int | None = None) -> dic
         train = load_beir(SCIFACT, "train")
         d_train, s_train = rankings(index, train.queries)
         alphas = [round(a, 1) for a in np.arange(0.1, 1.0, 0.1)]
-        sweep = {a: ndcg_at_10(train.qrels, {q: convex_combination(d_train[q], s_train[q], a) for q in train.queries}) for a in alphas}
+        sweep = {
+            a: ndcg_at_10(train.qrels, {q: convex_combination(d_train[q], s_train[q], a) for q in train.queries})
+            for a in alphas
+        }
         best = max(sweep, key=sweep.get)
     else:
         sweep, best = {}, 0.5
     out = {
         "bm25": ndcg_at_10(test.qrels, s_test),
         "dense": ndcg_at_10(test.qrels, d_test),
-        "hybrid-rrf": ndcg_at_10(test.qrels, {q: reciprocal_rank_fusion([d_test[q], s_test[q]], k=60) for q in test.queries}),
+        "hybrid-rrf": ndcg_at_10(
+            test.qrels, {q: reciprocal_rank_fusion([d_test[q], s_test[q]], k=60) for q in test.queries}
+        ),
         "hybrid-cc": ndcg_at_10(test.qrels, {q: convex_combination(d_test[q], s_test[q], best) for q in test.queries}),
     }
     if sweep:
@@ -102,8 +110,14 @@ def quality(model: str, root: Path, slice_distractors: int | None = None) -> dic
     for mode, value in out.items():
         anchor = ANCHORS.get(mode)
         print(f"  {mode:12s} {value:8.4f} {anchor if anchor else '':>8}")
-    return {"ndcg@10": out, "alpha_train_sweep": sweep, "alpha": best, "documents": len(test.corpus),
-            "slice": slice_distractors is not None, "index": index}
+    return {
+        "ndcg@10": out,
+        "alpha_train_sweep": sweep,
+        "alpha": best,
+        "documents": len(test.corpus),
+        "slice": slice_distractors is not None,
+        "index": index,
+    }
 
 
 def throughput(model: str, n: int, client) -> dict:
@@ -113,7 +127,9 @@ def throughput(model: str, n: int, client) -> dict:
     raw_times, pipe_times = [], []
     for round_ in range(2):
         started = time.perf_counter()
-        embedder._model.encode(texts, batch_size=embedder.batch_size, normalize_embeddings=True, show_progress_bar=False)
+        embedder._model.encode(
+            texts, batch_size=embedder.batch_size, normalize_embeddings=True, show_progress_bar=False
+        )
         raw_times.append(time.perf_counter() - started)
         strategy = f"bench-throughput-{round_}"
         started = time.perf_counter()
@@ -124,8 +140,11 @@ def throughput(model: str, n: int, client) -> dict:
                 client.delete_collection(c.name)
     raw, pipe = statistics.median(raw_times), statistics.median(pipe_times)
     result = {"texts": n, "encode_per_s": n / raw, "pipeline_per_s": n / pipe, "ratio": raw / pipe}
-    print(f"  {n} SciFact texts: model.encode {result['encode_per_s']:.1f}/s, embed+upsert {result['pipeline_per_s']:.1f}/s, "
-          f"ratio {result['ratio']:.2f} (goal ≥ 0.9)")
+    print(
+        f"  {n} SciFact texts: model.encode {result['encode_per_s']:.1f}/s, embed+upsert "
+        f"{result['pipeline_per_s']:.1f}/s, "
+        f"ratio {result['ratio']:.2f} (goal ≥ 0.9)"
+    )
     return result
 
 
@@ -155,7 +174,9 @@ def big_index(scifact: Index, model: str, size: int, client, root: Path, with_sq
     alias = CollectionName(f"bench-{size}" + ("" if with_squad else "-quick"), model).alias
     texts, vectors, offset = [], [], None
     while True:
-        points, offset = client.scroll(scifact.alias, limit=2048, offset=offset, with_payload=["text"], with_vectors=[DENSE])
+        points, offset = client.scroll(
+            scifact.alias, limit=2048, offset=offset, with_payload=["text"], with_vectors=[DENSE]
+        )
         texts += [p.payload["text"] for p in points]
         vectors += [p.vector[DENSE] for p in points]
         if offset is None:
@@ -172,12 +193,28 @@ def big_index(scifact: Index, model: str, size: int, client, root: Path, with_sq
         from qdrant_client import models
 
         for i in range(0, size, 2000):
-            client.upsert(collection, points=models.Batch(
-                ids=[point_id(c) for c in ids[i:i + 2000]], vectors={DENSE: [vectors[j % base] for j in range(i, min(size, i + 2000))]},
-                payloads=[{"chunk_id": c} for c in ids[i:i + 2000]]), wait=True)
+            client.upsert(
+                collection,
+                points=models.Batch(
+                    ids=[point_id(c) for c in ids[i : i + 2000]],
+                    vectors={DENSE: [vectors[j % base] for j in range(i, min(size, i + 2000))]},
+                    payloads=[{"chunk_id": c} for c in ids[i : i + 2000]],
+                ),
+                wait=True,
+            )
         point_alias_to(client, alias, collection)
-    chunks = pd.DataFrame({"chunk_id": ids, "doc_id": ids, "text": all_texts, "page_start": 1, "page_end": 1, "char_start": 0,
-                           "char_end": [len(t) for t in all_texts], "content_hash": [str(i % base) for i in range(size)]})
+    chunks = pd.DataFrame(
+        {
+            "chunk_id": ids,
+            "doc_id": ids,
+            "text": all_texts,
+            "page_start": 1,
+            "page_end": 1,
+            "char_start": 0,
+            "char_end": [len(t) for t in all_texts],
+            "content_hash": [str(i % base) for i in range(size)],
+        }
+    )
     bm25_dir = root / "indexes" / "bm25" / (f"bench-{size}" + ("" if with_squad else "-quick"))
     sync_bm25(chunks, bm25_dir)
     return Index(chunks.set_index("chunk_id"), BM25Index.load(bm25_dir), client, alias, embedder)
@@ -203,8 +240,10 @@ def incremental(model: str, n: int, client) -> dict:
         run = sync_collection(client, changed, embedder, strategy=strategy, model=model)
         seconds = time.perf_counter() - started
         out[f"{int(share * 100)}%"] = {"seconds": seconds, "ratio": seconds / full_s, "updated": run.updated}
-        print(f"  {int(share * 100):>3d}% of {n} changed: {seconds:.2f}s vs full build {full_s:.1f}s → ratio {seconds / full_s:.3f}"
-              + (" (goal ≤ 0.05)" if share == 0.01 else ""))
+        print(
+            f"  {int(share * 100):>3d}% of {n} changed: {seconds:.2f}s vs full build {full_s:.1f}s → ratio "
+            f"{seconds / full_s:.3f}" + (" (goal ≤ 0.05)" if share == 0.01 else "")
+        )
         corpus = changed
     out["full_build_points"] = full.points
     return out
@@ -215,8 +254,11 @@ def main() -> int:
     cli.add_quick(parser, "small sizes: minutes, not the full figures")
     parser.add_argument("--model", default="minilm")
     cli.add_output(parser, flags=("--json",), help="also write the figures here")
-    parser.add_argument("--only", default="quality,throughput,latency,incremental",
-                        help="comma-separated sections to run (latency needs the SciFact index that quality builds)")
+    parser.add_argument(
+        "--only",
+        default="quality,throughput,latency,incremental",
+        help="comma-separated sections to run (latency needs the SciFact index that quality builds)",
+    )
     args = parser.parse_args()
     started = {**run_record(args), "data_dir": str(data_dir())}
     results = run(args.model, args.quick, set(args.only.split(",")))
@@ -236,8 +278,11 @@ def run(model: str = "minilm", quick: bool = False, only: set[str] | None = None
     scifact_index = None
     if "quality" in only or "latency" in only:
         print("1. SciFact test nDCG@10")
-        q = quality(model, root, 700 if quick else None) if "quality" in only else \
-            {"index": open_beir_index(load_beir(SCIFACT), "hybrid-cc", model, root)[0]}
+        q = (
+            quality(model, root, 700 if quick else None)
+            if "quality" in only
+            else {"index": open_beir_index(load_beir(SCIFACT), "hybrid-cc", model, root)[0]}
+        )
         scifact_index = q.pop("index")
         results["quality"] = q
     if "throughput" in only:
@@ -248,7 +293,7 @@ def run(model: str = "minilm", quick: bool = False, only: set[str] | None = None
         queries = list(load_beir(SCIFACT, "test").queries.values())
         label = f"{max(1, round(len(scifact_index.chunks) / 1000))}k"  # 5k for all of SciFact, 1k for the quick slice
         results["latency"] = {label: latency(scifact_index, queries, label, 30 if quick else 100)}
-        for size in ([20_000] if quick else [20_000, 100_000]):
+        for size in [20_000] if quick else [20_000, 100_000]:
             big = big_index(scifact_index, model, size, client, data_dir() / "bench", with_squad=not quick)
             results["latency"][f"{size // 1000}k"] = latency(big, queries, f"{size // 1000}k", 20 if quick else 50)
     if "incremental" in only:

@@ -17,6 +17,7 @@ qrels judge only here). Paired tests (rag.evaluation.metrics.paired_comparison) 
 
 Writes bench/results/self-improvement-<corpus>[-quick].json (arguments, commit, date, machine).
 """
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,9 @@ def load_corpus(name: str, args):
         if args.scifact_docs:
             wanted = {e.doc_id for i in items for e in i.evidence}
             others = [d for d in docs if d.doc_id not in wanted]
-            keep = wanted | {d.doc_id for d in random.Random(args.seed).sample(others, min(args.scifact_docs, len(others)))}
+            keep = wanted | {
+                d.doc_id for d in random.Random(args.seed).sample(others, min(args.scifact_docs, len(others)))
+            }
             docs = [d for d in docs if d.doc_id in keep]
     if args.questions and len(items) > args.questions:
         items = random.Random(args.seed).sample(items, args.questions)
@@ -107,18 +110,30 @@ def one_corpus(name: str, args, record: dict, save) -> None:
     out["steps"]["index_seconds"] = round(time.perf_counter() - t, 1)
     qrels = qrels_for_chunks(items, chunks, Relevance())
     qrels = {i.qid: qrels.get(i.qid, {}) for i in items}  # questions no chunk holds stay in as misses
-    out |= {"documents": len(docs), "chunks": len(chunks), "human_questions": len(items),
-            "human_questions_without_a_chunk": sum(not r for r in qrels.values())}
+    out |= {
+        "documents": len(docs),
+        "chunks": len(chunks),
+        "human_questions": len(items),
+        "human_questions_without_a_chunk": sum(not r for r in qrels.values()),
+    }
     t = time.perf_counter()
-    qa = generate_qa(docs, None, SynthSettings(passages_per_document=args.passages_per_document,
-                                               questions_per_passage=args.questions_per_passage, seed=args.seed))
+    qa = generate_qa(
+        docs,
+        None,
+        SynthSettings(
+            passages_per_document=args.passages_per_document,
+            questions_per_passage=args.questions_per_passage,
+            seed=args.seed,
+        ),
+    )
     tables.write(to_frame(qa.items), "synthetic_qa")
     out["synthetic"] = {**qa.summary, "seconds": round(time.perf_counter() - t, 1)}
     log(f"{name}: {len(docs)} documents, {len(chunks)} chunks, {len(items)} human questions, synthetic {qa.summary}")
 
     configurations = {
-        "former default (minilm, hybrid-rrf, no reranker)": AnswerSettings(model="minilm", mode="hybrid-rrf",
-                                                                           reranker=None, top_k=10),
+        "former default (minilm, hybrid-rrf, no reranker)": AnswerSettings(
+            model="minilm", mode="hybrid-rrf", reranker=None, top_k=10
+        ),
         "default before training (production = base, hybrid-cc)": AnswerSettings(top_k=10),
     }
     tables_by_config, served = {}, {}
@@ -131,19 +146,34 @@ def one_corpus(name: str, args, record: dict, save) -> None:
     t = time.perf_counter()
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("chunking_strategy", [STRATEGY])
-    resources = {"data_store": DataStore(data_dir=str(root)), "qdrant": QdrantResource(path=qdrant.path),
-                 "rollout": Rollout(promotion="direct")}
+    resources = {
+        "data_store": DataStore(data_dir=str(root)),
+        "qdrant": QdrantResource(path=qdrant.path),
+        "rollout": Rollout(promotion="direct"),
+    }
     result = defs.resolve_job_def("retrain_job").execute_in_process(
-        instance=instance, resources=resources, raise_on_error=False,
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}})
+        instance=instance,
+        resources=resources,
+        raise_on_error=False,
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
+    )
     close_client(qdrant)
     registry = ModelRegistry(root / "models")
-    out["retrain"] = {"success": result.success, "seconds": round(time.perf_counter() - t, 1),
-                      "gates": {e.check_name: {"passed": e.passed, **{k: getattr(v, "value", v) for k, v in e.metadata.items()
-                                                                        if not k.startswith("comparison")}}
-                                for e in result.get_asset_check_evaluations()},
-                      "production": {kind: (mv.name if (mv := registry.resolve(kind, "production")) else None)
-                                     for kind in ("embedder", "reranker")}}
+    out["retrain"] = {
+        "success": result.success,
+        "seconds": round(time.perf_counter() - t, 1),
+        "gates": {
+            e.check_name: {
+                "passed": e.passed,
+                **{k: getattr(v, "value", v) for k, v in e.metadata.items() if not k.startswith("comparison")},
+            }
+            for e in result.get_asset_check_evaluations()
+        },
+        "production": {
+            kind: (mv.name if (mv := registry.resolve(kind, "production")) else None)
+            for kind in ("embedder", "reranker")
+        },
+    }
     log(f"{name} retrain_job: success {result.success}, production {out['retrain']['production']}")
     save()
 
@@ -155,7 +185,9 @@ def one_corpus(name: str, args, record: dict, save) -> None:
     former = "former default (minilm, hybrid-rrf, no reranker)"
     out["paired_vs_former_default"] = {
         other: {m: paired_comparison(tables_by_config[other][m], tables_by_config[former][m]) for m in METRICS}
-        for other in tables_by_config if other != former}
+        for other in tables_by_config
+        if other != former
+    }
     out["seconds"] = round(time.perf_counter() - started, 1)
     close_client(qdrant)
     save()
@@ -163,18 +195,25 @@ def one_corpus(name: str, args, record: dict, save) -> None:
 
 def markdown(record: dict) -> str:
     """The README table, rendered from a result file."""
-    lines = ["| corpus | served | recall@5 | nDCG@10 | MRR@10 | Δ recall@5 vs former default [95% CI], p |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| corpus | served | recall@5 | nDCG@10 | MRR@10 | Δ recall@5 vs former default [95% CI], p |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, corpus in record["corpora"].items():
         former = "former default (minilm, hybrid-rrf, no reranker)"
         for label, figures in corpus.get("served", {}).items():
             paired = corpus.get("paired_vs_former_default", {}).get(label, {}).get("recall@5")
-            delta = (f"{paired['delta']:+.4f} [{paired['ci_low']:+.4f}, {paired['ci_high']:+.4f}], p {paired['p_value']:.2g}"
-                     if paired else ("—" if label == former else "(run not finished)"))
+            delta = (
+                f"{paired['delta']:+.4f} [{paired['ci_low']:+.4f}, {paired['ci_high']:+.4f}], p {paired['p_value']:.2g}"
+                if paired
+                else ("—" if label == former else "(run not finished)")
+            )
             served = corpus.get("served_versions", {}).get(label) or {}
             who = f" — {served.get('embedder')}, {served.get('reranker')}" if served else ""
-            lines.append(f"| {name} | {label}{who} | {figures['recall@5']:.4f} | {figures['ndcg@10']:.4f} | "
-                         f"{figures['mrr@10']:.4f} | {delta} |")
+            lines.append(
+                f"| {name} | {label}{who} | {figures['recall@5']:.4f} | {figures['ndcg@10']:.4f} | "
+                f"{figures['mrr@10']:.4f} | {delta} |"
+            )
     return "\n".join(lines)
 
 
@@ -182,14 +221,17 @@ def main() -> int:
     p = cli.parser(__doc__, summary_only=True)
     p.add_argument("--corpus", choices=["squad", "scifact"], default="squad")
     p.add_argument("--articles", type=int, default=None, help="SQuAD dev articles (default: all 48)")
-    p.add_argument("--scifact-docs", type=int, default=None, help="abstracts beside the claims' relevant ones "
-                   "(default: all 5,183)")
+    p.add_argument(
+        "--scifact-docs", type=int, default=None, help="abstracts beside the claims' relevant ones (default: all 5,183)"
+    )
     p.add_argument("--questions", type=int, default=2000, help="human questions sampled (SciFact has 300)")
     p.add_argument("--passages-per-document", type=int, default=20)
     p.add_argument("--questions-per-passage", type=int, default=2)
     cli.add_seed(p, 11)
     cli.add_quick(p, "6 SQuAD articles / 300 abstracts, 300 questions")
-    cli.add_output(p, flags=("--out",), help="result JSON (default bench/results/self-improvement-<corpus>[-quick].json)")
+    cli.add_output(
+        p, flags=("--out",), help="result JSON (default bench/results/self-improvement-<corpus>[-quick].json)"
+    )
     cli.add_markdown(p)
     args = p.parse_args()
     if rendered_or_skipped(args, markdown, SHARED, "SQuAD dev and SciFact"):

@@ -3,6 +3,7 @@
 The option names and destinations are those the result files already record under "args": a script keeps its own
 spelling (--json or --out) by passing it to `add_output`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,11 +19,20 @@ def parser(doc: str | None, *, summary_only: bool = False) -> argparse.ArgumentP
     return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def add_output(p: argparse.ArgumentParser, default: Path | None = None, flags: tuple[str, ...] = ("--json", "--out"),
-               help: str | None = None) -> None:
+def add_output(
+    p: argparse.ArgumentParser,
+    default: Path | None = None,
+    flags: tuple[str, ...] = ("--json", "--out"),
+    help: str | None = None,
+) -> None:
     """Where the result JSON goes; the destination is the first flag's name (what the result files record)."""
-    p.add_argument(*flags, dest=flags[0].lstrip("-").replace("-", "_"), type=Path, default=default,
-                   help=help or (f"result JSON (default {default})" if default else "result JSON"))
+    p.add_argument(
+        *flags,
+        dest=flags[0].lstrip("-").replace("-", "_"),
+        type=Path,
+        default=default,
+        help=help or (f"result JSON (default {default})" if default else "result JSON"),
+    )
 
 
 def add_seed(p: argparse.ArgumentParser, default: int = 0) -> None:

@@ -4,6 +4,7 @@ They sit outside the repository, in the shared folder beside it (../shared/datas
 (corpus.jsonl, queries.jsonl, qrels/{train,test}.tsv), SQuAD v1.1 dev (dev-v1.1.json.gz), and the parser
 benches' real files (pdfs/, docs-mixed/).
 """
+
 from __future__ import annotations
 
 from pathlib import Path

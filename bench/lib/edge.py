@@ -4,6 +4,7 @@ Shared by bench/edge_latency.py (the engines side by side), bench/hnsw_recall.py
 bench/replica_swap.py and bench/replica_open_pause.py (the serving replica). bench/edge_latency.py's docstring
 says how the points are made and what a build does.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,9 @@ def default_cache() -> Path:
 def build_options(batch: int) -> argparse.Namespace:
     """The options `build` reads, for a build as the product makes one: BM25 sparse vectors in the engine, the
     engine's own graph and Edge's own knobs, `batch` points per upsert."""
-    return argparse.Namespace(bm25=["engine"], batch=batch, indexing_threshold_kb=None, full_scan_threshold_kb=None,
-                              max_indexing_threads=None)
+    return argparse.Namespace(
+        bm25=["engine"], batch=batch, indexing_threshold_kb=None, full_scan_threshold_kb=None, max_indexing_threads=None
+    )
 
 
 def folder_mb(folder: Path) -> float:
@@ -42,8 +44,8 @@ def folder_mb(folder: Path) -> float:
     return round(int(out.stdout.split()[0]) / 1024, 1) if out.returncode == 0 else float("nan")
 
 
-
 # --- data -----------------------------------------------------------------------------------------------------------
+
 
 def corpus_hash(corpus: pd.DataFrame) -> str:
     digest = hashlib.sha256()
@@ -65,8 +67,9 @@ def corpus_vectors(name: str, embedder, corpus: pd.DataFrame, cache: Path) -> tu
     log(f"encoding {len(corpus)} SciFact passages with {name} (once; cached at {path})")
     started = time.perf_counter()
     texts = corpus["text"].tolist()
-    vectors = np.vstack([embedder.encode_passages(texts[i:i + 256])
-                         for i in range(0, len(texts), 256)]).astype(np.float32)
+    vectors = np.vstack([embedder.encode_passages(texts[i : i + 256]) for i in range(0, len(texts), 256)]).astype(
+        np.float32
+    )
     seconds = time.perf_counter() - started
     cache.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp.npy")
@@ -84,8 +87,9 @@ def copy_ids(corpus: pd.DataFrame, n: int) -> list[str]:
 COPY_KINDS = ("isotropic", "mixture")
 
 
-def points_matrix(base: np.ndarray, n: int, sigma: float, seed: int, kind: str = "isotropic",
-                  mix_max: float = 0.5) -> np.ndarray:
+def points_matrix(
+    base: np.ndarray, n: int, sigma: float, seed: int, kind: str = "isotropic", mix_max: float = 0.5
+) -> np.ndarray:
     """N unit vectors: the D real ones, then copies of them (row r copies row r % D), renormalised.
 
     isotropic: the document's vector + N(0, sigma^2 / dim) noise. Every copy is nearer its document than any other
@@ -124,14 +128,15 @@ def exact_top(points: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
     """Row indices of the exact top-k (cosine: all rows are unit vectors), best first, per query."""
     out = np.empty((len(queries), k), dtype=np.int64)
     for i in range(0, len(queries), 16):
-        scores = queries[i:i + 16] @ points.T
+        scores = queries[i : i + 16] @ points.T
         top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
         order = np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1)
-        out[i:i + 16] = np.take_along_axis(top, order, axis=1)
+        out[i : i + 16] = np.take_along_axis(top, order, axis=1)
     return out
 
 
 # --- engines --------------------------------------------------------------------------------------------------------
+
 
 def open_client(engine: str, folder: Path, args: argparse.Namespace):
     """As the product opens a folder (get_client); Edge directly only when one of its knobs is set."""
@@ -139,9 +144,14 @@ def open_client(engine: str, folder: Path, args: argparse.Namespace):
     if engine == "edge" and any(v is not None for v in knobs):
         from rag.index.edge import EdgeClient, EdgeOptions
 
-        return EdgeClient(folder, EdgeOptions(indexing_threshold_kb=args.indexing_threshold_kb,
-                                              full_scan_threshold_kb=args.full_scan_threshold_kb,
-                                              max_indexing_threads=args.max_indexing_threads))
+        return EdgeClient(
+            folder,
+            EdgeOptions(
+                indexing_threshold_kb=args.indexing_threshold_kb,
+                full_scan_threshold_kb=args.full_scan_threshold_kb,
+                max_indexing_threads=args.max_indexing_threads,
+            ),
+        )
     from rag.index.qdrant import QdrantSettings, get_client
 
     return get_client(QdrantSettings(path=str(folder), engine=engine))
@@ -162,8 +172,15 @@ def names(encoder: str, version: str) -> tuple[str, str]:
     return name.versioned(version, "cosine"), name.alias
 
 
-def build(engine: str, folder: Path, table: pd.DataFrame, vectors: np.ndarray, encoder: str, version: str,
-          args: argparse.Namespace) -> dict:
+def build(
+    engine: str,
+    folder: Path,
+    table: pd.DataFrame,
+    vectors: np.ndarray,
+    encoder: str,
+    version: str,
+    args: argparse.Namespace,
+) -> dict:
     """create_collection + batched upserts + optimize + alias, as rag.index.sync does for a fresh collection: with
     "engine" in --bm25, each point's BM25 sparse vector too (tokenizing every text is part of the build time)."""
     from rag.index.bm25_sparse import PassageTerms
@@ -178,12 +195,22 @@ def build(engine: str, folder: Path, table: pd.DataFrame, vectors: np.ndarray, e
     terms = PassageTerms.of(table["text"].tolist()) if sparse else None
     terms_seconds = time.perf_counter() - started
     avgdl = float(terms.lengths.mean()) if sparse and len(terms) else 0.0
-    create_collection(client, collection, vectors.shape[1], "cosine", bm25=sparse,
-                      graph=HnswBuild(m=getattr(args, "hnsw_m", None),  # bench/replica_swap builds with the defaults
-                                      ef_construct=getattr(args, "hnsw_ef_construct", None)))
+    create_collection(
+        client,
+        collection,
+        vectors.shape[1],
+        "cosine",
+        bm25=sparse,
+        graph=HnswBuild(
+            m=getattr(args, "hnsw_m", None),  # bench/replica_swap builds with the defaults
+            ef_construct=getattr(args, "hnsw_ef_construct", None),
+        ),
+    )
     for i in range(0, len(table), args.batch):
-        rows = table.iloc[i:i + args.batch].to_dict("records")
-        client.upsert(collection, points=point_batch(rows, vectors[i:i + len(rows)], terms, avgdl, start=i), wait=True)
+        rows = table.iloc[i : i + args.batch].to_dict("records")
+        client.upsert(
+            collection, points=point_batch(rows, vectors[i : i + len(rows)], terms, avgdl, start=i), wait=True
+        )
     del terms
     upsert_seconds = time.perf_counter() - started
     started = time.perf_counter()
@@ -192,9 +219,11 @@ def build(engine: str, folder: Path, table: pd.DataFrame, vectors: np.ndarray, e
     point_alias_to(client, alias, collection)
     info = client.get_collection(collection)
     close(engine, folder, client)
-    return {"bm25_terms_seconds": round(terms_seconds, 2), "upsert_seconds": round(upsert_seconds, 2),
-            "optimize_seconds": round(optimize_seconds, 2),
-            "build_seconds": round(upsert_seconds + optimize_seconds, 2),
-            "indexed_vectors": getattr(info, "indexed_vectors_count", None),
-            "segments": getattr(info, "segments_count", None)}
-
+    return {
+        "bm25_terms_seconds": round(terms_seconds, 2),
+        "upsert_seconds": round(upsert_seconds, 2),
+        "optimize_seconds": round(optimize_seconds, 2),
+        "build_seconds": round(upsert_seconds + optimize_seconds, 2),
+        "indexed_vectors": getattr(info, "indexed_vectors_count", None),
+        "segments": getattr(info, "segments_count", None),
+    }

@@ -2,6 +2,7 @@
 share: the slice's data and QA set, the base model deployed as production v1, one query asked and rated through the
 API, the retrain job's definitions, and test nDCG@10 of the index, of a candidate and of an answerer.
 """
+
 from __future__ import annotations
 
 import random
@@ -43,14 +44,27 @@ def build_slice(root: Path, *, n_train: int, n_test: int, n_distractors: int, n_
     tables.write(chunks, CHUNKS_TABLE, STRATEGY)
     sync_bm25(chunks, bm25_root(root, STRATEGY))
     texts = dict(zip(chunks["chunk_id"], chunks["text"]))
-    items = [QAItem(qid=f"ic{i}", question=q, qtype="inverse-cloze", doc_id=pid, split=split_for(pid, 0.3),
-                    evidence=[Evidence(doc_id=pid, start=0, end=len(texts[pid]))], source="inverse-cloze")
-             for i, (q, _, pid) in enumerate(inverse_cloze(texts, n_pseudo, seed=seed))]
+    items = [
+        QAItem(
+            qid=f"ic{i}",
+            question=q,
+            qtype="inverse-cloze",
+            doc_id=pid,
+            split=split_for(pid, 0.3),
+            evidence=[Evidence(doc_id=pid, start=0, end=len(texts[pid]))],
+            source="inverse-cloze",
+        )
+        for i, (q, _, pid) in enumerate(inverse_cloze(texts, n_pseudo, seed=seed))
+    ]
     tables.write(to_frame(items), "synthetic_qa")
-    return {"train_queries": {q: train.queries[q] for q in train_q},
-            "train_qrels": {q: train.qrels[q] for q in train_q},
-            "test_queries": {q: test.queries[q] for q in test_q}, "test_qrels": {q: test.qrels[q] for q in test_q},
-            "chunks": len(chunks), "qa_items": len(items)}
+    return {
+        "train_queries": {q: train.queries[q] for q in train_q},
+        "train_qrels": {q: train.qrels[q] for q in train_q},
+        "test_queries": {q: test.queries[q] for q in test_q},
+        "test_qrels": {q: test.qrels[q] for q in test_q},
+        "chunks": len(chunks),
+        "qa_items": len(items),
+    }
 
 
 def deploy_base(root: Path, instance) -> str:
@@ -69,8 +83,14 @@ def deploy_base(root: Path, instance) -> str:
     settings = QdrantSettings(path=str(root / "qdrant"))
     try:
         target = ServingTarget.of_client(TableStore(root / "tables"), get_client(settings), [STRATEGY])
-        promote("embedder", registry, v1, target=target,
-                log=lambda _: None, force_reason="the loop's starting point: the untrained base model deployed as v1")
+        promote(
+            "embedder",
+            registry,
+            v1,
+            target=target,
+            log=lambda _: None,
+            force_reason="the loop's starting point: the untrained base model deployed as v1",
+        )
     finally:
         close_client(settings)
     return v1.version
@@ -86,8 +106,10 @@ def ndcg_at_10(root: Path, queries: dict[str, str], qrels: dict[str, dict[str, i
     settings = QdrantSettings(path=str(root / "qdrant"))
     try:
         index = open_index(STRATEGY, "production", root=root, qdrant=settings, need_bm25=False)
-        hits = {q: [h.chunk["chunk_id"] for h in retrieve(index, text, "dense", RetrievalParams(k=10))]
-                for q, text in queries.items()}
+        hits = {
+            q: [h.chunk["chunk_id"] for h in retrieve(index, text, "dense", RetrievalParams(k=10))]
+            for q, text in queries.items()
+        }
     finally:
         close_client(settings)  # the API's replica refresh and the retrain run open it again
     return evaluate_run(qrels, run_from_hits(hits), ["ndcg@10"])[0]["ndcg@10"]
@@ -118,20 +140,32 @@ def ask_and_rate(http, qid: str, question: str, relevant: dict[str, int] | None)
     data = answer.json()
     if relevant is None or not data["passages"]:
         return 0, data["model_version"]
-    ratings = [{"chunk_id": p["chunk_id"], "score": 1 if relevant.get(p["chunk_id"], 0) > 0 else -1}
-               for p in data["passages"]]
-    ack = http.post("/feedback", headers=headers,
-                    json={"query_id": data["query_id"], "idempotency_key": f"replay-{qid}", "passages": ratings})
+    ratings = [
+        {"chunk_id": p["chunk_id"], "score": 1 if relevant.get(p["chunk_id"], 0) > 0 else -1} for p in data["passages"]
+    ]
+    ack = http.post(
+        "/feedback",
+        headers=headers,
+        json={"query_id": data["query_id"], "idempotency_key": f"replay-{qid}", "passages": ratings},
+    )
     ack.raise_for_status()
     return len(ack.json()["event_ids"]), data["model_version"]
 
 
 def gate_figures(run) -> dict:
     """Each gate check of a retrain run: passed, description and its flat metadata figures."""
-    return {e.check_name: {"passed": e.passed, "description": e.description,
-                           **{k: v.value for k, v in e.metadata.items()
-                              if isinstance(v.value, (int, float, str)) and k != "comparison"}}
-            for e in run.get_asset_check_evaluations()}
+    return {
+        e.check_name: {
+            "passed": e.passed,
+            "description": e.description,
+            **{
+                k: v.value
+                for k, v in e.metadata.items()
+                if isinstance(v.value, (int, float, str)) and k != "comparison"
+            },
+        }
+        for e in run.get_asset_check_evaluations()
+    }
 
 
 def retrain_definitions(root: Path, loop, rollout=None):
@@ -152,12 +186,18 @@ def retrain_definitions(root: Path, loop, rollout=None):
     from resources.rollout import Rollout
     from resources.storage import DataStore
 
-    return Definitions(assets=[finetuned_embedder, trained_reranker, production_embedder, production_reranker],
-                       asset_checks=[finetuned_embedder_gate, trained_reranker_gate], jobs=[retrain_job],
-                       executor=in_process_executor,
-                       resources={"data_store": DataStore(data_dir=str(root)),
-                                  "qdrant": QdrantResource(path=str(root / "qdrant")), "feedback_loop": loop,
-                                  "rollout": rollout or Rollout(promotion="direct")})
+    return Definitions(
+        assets=[finetuned_embedder, trained_reranker, production_embedder, production_reranker],
+        asset_checks=[finetuned_embedder_gate, trained_reranker_gate],
+        jobs=[retrain_job],
+        executor=in_process_executor,
+        resources={
+            "data_store": DataStore(data_dir=str(root)),
+            "qdrant": QdrantResource(path=str(root / "qdrant")),
+            "feedback_loop": loop,
+            "rollout": rollout or Rollout(promotion="direct"),
+        },
+    )
 
 
 def answerer_ndcg_at_10(answerer, queries: dict[str, str], qrels: dict[str, dict[str, int]]):

@@ -1,4 +1,5 @@
 """What a result file records about the code and the machine that produced it."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -13,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def commit() -> str:
     """HEAD, marked -dirty when tracked files differ from it (the figures may then come from uncommitted code)."""
+
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
 
@@ -27,16 +29,24 @@ def commit() -> str:
 def machine() -> dict:
     """Where a result was measured, with the load average at the time of the call (a shared machine's load skews
     timings)."""
-    return {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
-            "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-            "nice": os.nice(0), "loadavg": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "nice": os.nice(0),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def run_record(args, **machine_extra) -> dict:
     """The head of a result file: the run's arguments, commit, start time and machine (plus `machine_extra`)."""
-    return {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "commit": commit(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "machine": {**machine(), **machine_extra}}
+    return {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "commit": commit(),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {**machine(), **machine_extra},
+    }
 
 
 def stamp_end(record: dict) -> dict:

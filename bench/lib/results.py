@@ -1,4 +1,5 @@
 """Logging, latency statistics and result writing shared by the benchmark scripts."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,12 @@ def log(msg: str) -> None:
 
 def stats(ms: list[float]) -> dict:
     """p50 / p95 / mean of a list of milliseconds, and how many there were."""
-    return {"p50_ms": round(float(np.percentile(ms, 50)), 3), "p95_ms": round(float(np.percentile(ms, 95)), 3),
-            "mean_ms": round(float(np.mean(ms)), 3), "n": len(ms)}
+    return {
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p95_ms": round(float(np.percentile(ms, 95)), 3),
+        "mean_ms": round(float(np.mean(ms)), 3),
+        "n": len(ms),
+    }
 
 
 def write(out: dict, path: Path, indent: int = 1, default=None) -> None:

@@ -1,4 +1,5 @@
 """Per-query retrieval scores, the unit every paired test in the benches compares."""
+
 from __future__ import annotations
 
 
