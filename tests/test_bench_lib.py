@@ -1,5 +1,6 @@
 """bench.lib, the library the benchmark scripts share: installed with the package (no script edits sys.path),
 results written whole, absent data said and skipped, and the output option keeping the name result files record."""
+
 import json
 import subprocess
 import sys
@@ -15,15 +16,22 @@ NOT_YET_CONVERTED = {"load_api.py", "answers.py", "qa_eval.py"}
 
 
 def test_no_bench_script_edits_the_import_path():
-    offenders = [p.relative_to(BENCH).as_posix() for p in sorted(BENCH.rglob("*.py"))
-                 if p.name not in NOT_YET_CONVERTED and ("sys.path" in p.read_text() or "noqa: E402" in p.read_text())]
+    offenders = [
+        p.relative_to(BENCH).as_posix()
+        for p in sorted(BENCH.rglob("*.py"))
+        if p.name not in NOT_YET_CONVERTED and ("sys.path" in p.read_text() or "noqa: E402" in p.read_text())
+    ]
     assert offenders == []
 
 
 def test_bench_imports_from_any_directory(tmp_path):
     """Installed with the package (setup.py): `python -m bench.<name>` and imports work outside the repository."""
-    done = subprocess.run([sys.executable, "-c", "import bench.lib.edge, bench.lib.feedback; print('ok')"],
-                          cwd=tmp_path, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "import bench.lib.edge, bench.lib.feedback; print('ok')"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
