@@ -53,11 +53,10 @@ def cmd_sync(args: argparse.Namespace) -> int:
     for name, new in added.items():
         print(f"{name}: added {', '.join(new) or 'nothing (all present)'}")
     if args.materialize and added["chunking_strategy"]:
-        from orchestration.definitions import defs
+        from orchestration.launch import run_job
 
-        job = defs.resolve_job_def("chunk_sets_job")
         for name in added["chunking_strategy"]:
-            ok = job.execute_in_process(instance=instance, partition_key=name, raise_on_error=False).success
+            ok = run_job(instance, "chunk_sets_job", partition_key=name).success
             print(f"  {name}: {'materialized' if ok else 'FAILED (see dagster logs)'}")
     return 0
 

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 
 from orchestration.cli import sync_partitions
+from orchestration.launch import run_job
 
 DEMO_QUESTION = "Which flight control computer software must be installed on the airplanes?"
 OUTSIDE_QUESTION = "Who painted the Mona Lisa?"  # not in the sample corpus: the answer must say so
@@ -18,7 +20,6 @@ def run_demo(instance) -> int:
     from rag.quiet import quiet_known_noise
 
     quiet_known_noise()  # before the Definitions load: that is when Dagster's preview/beta warnings fire
-    from orchestration.definitions import defs
     from orchestration.partitions import collection_key
     from rag.retrieval.service import search
     from resources.chunking import ChunkingStrategies
@@ -32,7 +33,8 @@ def run_demo(instance) -> int:
     print(f"documents: {source.path}\ndata:      {store.data_dir}\ndagster:   {instance.root_directory}\n")
     sync_partitions(instance)
     started = time.perf_counter()
-    failures = 0 if defs.resolve_job_def("ingest_documents_job").execute_in_process(instance=instance, run_config=quiet, raise_on_error=False).success else 1
+    with _quarantine_printed_below():
+        failures = 0 if run_job(instance, "ingest_documents_job", run_config=quiet).success else 1
     tables = store.tables
     docs, quarantine = tables.read("parsed_documents"), tables.read("document_quarantine")
     print(f"parsed {len(docs)} documents, {int(docs['n_pages'].sum())} pages, {int(docs['n_tables'].sum())} tables")
@@ -40,18 +42,17 @@ def run_demo(instance) -> int:
         print(f"  quarantined {row['doc_id']}: {row['reason']} ({row['message'][:80]})")
 
     models = EmbeddingModels().active()
-    chunk_job, index_job = defs.resolve_job_def("chunk_sets_job"), defs.resolve_job_def("embedding_collections_job")
     print(f"\n{'strategy':22s} {'chunks':>6s} {'mean chars':>10s} {'check':>5s}  " + "  ".join(f"{m} points" for m in models))
     cut = []  # (strategy × model, share of chunks longer than the model's window)
     for name in ChunkingStrategies().strategies():
-        result = chunk_job.execute_in_process(instance=instance, partition_key=name, run_config=quiet, raise_on_error=False)
+        result = run_job(instance, "chunk_sets_job", partition_key=name, run_config=quiet)
         evaluations = result.get_asset_check_evaluations()
         passed = bool(evaluations) and all(ev.passed for ev in evaluations)
         chunks = tables.read("chunk_sets", name)
         points = []
         for model in models:
-            indexed = passed and index_job.execute_in_process(instance=instance, partition_key=collection_key(name, model),
-                                                              run_config=quiet, raise_on_error=False)
+            indexed = passed and run_job(instance, "embedding_collections_job",
+                                         partition_key=collection_key(name, model), run_config=quiet)
             mats = indexed.asset_materializations_for_node("embedding_collections") if indexed and indexed.success else []
             points.append(str(mats[0].metadata["points"].value) if mats else "FAILED")
             if mats and (over := mats[0].metadata.get("truncated_chunks")) and over.value:
@@ -65,7 +66,7 @@ def run_demo(instance) -> int:
               "  Fix: a strategy sized to the window (kind: sentence-pack, max_tokens under the window, tokenizer: wordpiece) "
               "or a model with a longer window; see window_note in the embedding_collections metadata.")
     if models:
-        failures += _evaluate(defs, instance, quiet, store, models)
+        failures += _evaluate(instance, quiet, store, models)
         print(f'\nrag search "{DEMO_QUESTION}" --strategy paragraph --model {models[0]} --mode hybrid-rrf --k 3')
         for hit in search(DEMO_QUESTION, strategy="paragraph", model=models[0], mode="hybrid-rrf", k=3):
             j = hit.to_json()
@@ -76,6 +77,22 @@ def run_demo(instance) -> int:
     print("Browse lineage and runs: make dev  (then open http://127.0.0.1:3000)")
     print("Ask and rate answers in the web page: .venv/bin/rag serve --strategy paragraph  (then open http://127.0.0.1:8000)")
     return 1 if failures else 0
+
+
+@contextmanager
+def _quarantine_printed_below():
+    """rag.ingest warns of each file it quarantines; the demo prints the whole quarantine table after the run
+    (files quarantined by earlier runs too), so its warnings would print those files twice."""
+    logger = logging.getLogger("rag.ingest")
+
+    def not_a_quarantine(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("quarantined ")
+
+    logger.addFilter(not_a_quarantine)
+    try:
+        yield
+    finally:
+        logger.removeFilter(not_a_quarantine)
 
 
 def _ask(indexed: str) -> None:
@@ -102,7 +119,7 @@ def _ask(indexed: str) -> None:
             print(f"  - {src['doc_id']} p{src['page_start']} ({' + '.join(k for k in ('cited', 'attributed') if src[k])})")
 
 
-def _evaluate(defs, instance, quiet, store, models) -> int:
+def _evaluate(instance, quiet, store, models) -> int:
     """Synthetic QA set → a report per (strategy, model) → the summary; prints the summary table."""
     from orchestration.partitions import collection_key
     from rag.markdown import markdown_table
@@ -111,18 +128,18 @@ def _evaluate(defs, instance, quiet, store, models) -> int:
 
     failures = 0
     qa_config = {**quiet, "ops": {"synthetic_qa": {"config": DEMO_QA}}}
-    qa = defs.resolve_job_def("synthetic_qa_job").execute_in_process(instance=instance, run_config=qa_config, raise_on_error=False)
+    qa = run_job(instance, "synthetic_qa_job", run_config=qa_config)
     failures += 0 if qa.success else 1
     meta = qa.asset_materializations_for_node("synthetic_qa")[0].metadata if qa.success else {}
     generator = meta["generator"].value if meta else "?"
     print(f"\nsynthetic QA ({LLMResource().backend} → {generator}): {meta['questions'].value if meta else 0} questions "
           f"({', '.join(f'{k} {v}' for k, v in DEMO_QA.items())})")
-    evaluate = defs.resolve_job_def("retrieval_evaluation_job")
     for strategy in ChunkingStrategies().strategies():
         for model in models:
-            ok = evaluate.execute_in_process(instance=instance, partition_key=collection_key(strategy, model), run_config=quiet, raise_on_error=False).success
+            ok = run_job(instance, "retrieval_evaluation_job", partition_key=collection_key(strategy, model),
+                         run_config=quiet).success
             failures += 0 if ok else 1
-    summary_run = defs.resolve_job_def("evaluation_summary_job").execute_in_process(instance=instance, run_config=quiet, raise_on_error=False)
+    summary_run = run_job(instance, "evaluation_summary_job", run_config=quiet)
     summary = store.tables.read("evaluation_summary")
     if not summary_run.success or summary is None:
         print("evaluation summary FAILED (see the Dagster UI)")

@@ -23,8 +23,9 @@ def add_retrain_command(sub) -> None:
         "Each candidate is gated against production; what passes is released by the rollout resource's policy\n"
         "(RAG_PROMOTION_POLICY: 'direct' promotes, 'canary' starts a canary). Refused while a canary runs.\n\n"
         "Default: the run executes in this process (execute_in_process with the repository's Definitions and\n"
-        "resources) on the Dagster instance under $DAGSTER_HOME (default <data dir>/dagster), so `dagster dev`\n"
-        "shows it; the aliases and versions it changed are printed at the end. Training takes minutes.\n"
+        "resources) on the Dagster instance under $DAGSTER_HOME (default <data dir>/dagster), tagged with the\n"
+        "code location so `dagster dev` lists it under retrain_job; the aliases and versions it changed are\n"
+        "printed at the end. Training takes minutes.\n"
         "--print-command: export the dataset, then print the `dagster job launch` line that launches the same\n"
         "run on a running Dagster deployment instead (nothing is trained).")
     rt.add_argument("--print-command", action="store_true", help="print the `dagster job launch` line; do not run")
@@ -73,7 +74,7 @@ def cmd_retrain(args: argparse.Namespace) -> int:
         command += ["--tags", json.dumps(tags, sort_keys=True)]
         print(f"DAGSTER_HOME={shlex.quote(os.environ['DAGSTER_HOME'])} {shlex.join(command)}")
         return 0
-    from orchestration.definitions import defs
+    from orchestration.launch import run_job
     from sensors.feedback import active_retrain
 
     running = active_retrain(instance)
@@ -81,8 +82,7 @@ def cmd_retrain(args: argparse.Namespace) -> int:
         raise ValueError(f"not retraining: retrain run {running} is in progress")
     registry = _registry()
     before = snapshot(registry)
-    result = defs.resolve_job_def(retrain_job.name).execute_in_process(instance=instance, run_config=run_config, tags=tags,
-                                                                        raise_on_error=False)
+    result = run_job(instance, retrain_job.name, run_config=run_config, tags=tags)
     print(f"{retrain_job.name} run {result.run_id}: {'succeeded' if result.success else 'FAILED (see its logs in dagster dev)'}")
     for kind in KINDS:
         for mv in registry.versions(kind):

@@ -9,6 +9,7 @@ import yaml
 from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
 
 from orchestration.definitions import defs
+from orchestration.launch import run_job
 from resources.chunking import ChunkingStrategies
 from resources.documents import DocumentSource
 from resources.llm import LLMResource
@@ -45,11 +46,11 @@ def env(tmp_path, shared_pdfs, shared_mixed):
 
 
 def run(env, job_name, partition=None, config=None):
-    """config: the run config of the job's one asset, e.g. {"synthetic_qa": {"passages_per_document": 2}}."""
-    job = defs.resolve_job_def(job_name)
+    """The job run as the CLI and `rag demo` run it (orchestration.launch). config: the run config of the job's one
+    asset, e.g. {"synthetic_qa": {"passages_per_document": 2}}."""
     run_config = {**QUIET, "ops": {op: {"config": c} for op, c in config.items()}} if config else QUIET
-    return job.execute_in_process(instance=env["instance"], resources=env["resources"], partition_key=partition,
-                                  run_config=run_config, raise_on_error=False)
+    return run_job(env["instance"], job_name, partition_key=partition, run_config=run_config,
+                   resources=env["resources"])
 
 
 def test_definitions_have_groups_and_checks():
@@ -91,6 +92,22 @@ def test_ingest_then_chunk_partition_with_passing_checks(env):
     again = run(env, "chunk_sets_job", "paragraph")
     meta = again.asset_materializations_for_node("chunk_sets")[0].metadata
     assert meta["rechunked_documents"].value == 0 and meta["unchanged_documents"].value == 2
+
+    # The UI's job page asks for the job's runs tagged with its code location, named as workspace.yaml names it.
+    from dagster import RunsFilter
+    from dagster._core.remote_origin import RemoteRepositoryOrigin
+    from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
+    from dagster._core.workspace.load import location_origins_from_yaml_paths
+
+    (location,) = location_origins_from_yaml_paths([str(REPO / "workspace.yaml")])
+    label = RemoteRepositoryOrigin(location, defs.get_repository_def().name).get_label()
+
+    def job_page(job_name):
+        runs = env["instance"].get_runs(RunsFilter(job_name=job_name, tags={REPOSITORY_LABEL_TAG: label}))
+        return [r.run_id for r in runs]
+
+    assert job_page("chunk_sets_job") == [again.run_id, chunked.run_id]
+    assert job_page("ingest_documents_job") == [ingest.run_id]
 
 
 def test_blocking_check_fails_the_run_on_corrupted_chunks(env, monkeypatch):
@@ -288,6 +305,11 @@ def test_evaluation_stage_reports_and_summary(env, shared_mixed):
     summary = env["tables"].read("evaluation_summary")
     assert len(summary) == 8 and summary["best"].sum() == 1
     assert set(summary["mode"]) == {"bm25", "dense", "hybrid-rrf", "hybrid-cc"}
+    # BM25 uses no embedding model: its rows name none, the others name the model that embedded them.
+    assert set(summary.loc[summary["mode"] == "bm25", "model"]) == {""}
+    assert set(summary.loc[summary["mode"] != "bm25", "model"]) == {"wordllama"}
+    table = summary_run.asset_materializations_for_node("evaluation_summary")[0].metadata["summary"].value
+    assert not [line for line in table.splitlines() if "| bm25 |" in line and "wordllama" in line]
     assert summary["retrieval_score"].between(0, 1).all() and summary["retrieval_score"].is_monotonic_decreasing
     meta = summary_run.asset_materializations_for_node("evaluation_summary")[0].metadata
     comparison = meta["best_vs_baseline_json"].value
@@ -302,3 +324,35 @@ def test_evaluation_stage_reports_and_summary(env, shared_mixed):
     assert narrow.success and [e.passed for e in narrow.get_asset_check_evaluations()] == [True]
     report = env["tables"].read("retrieval_evaluation", "paragraph__wordllama")
     assert set(report["relevance"]) == {"any"} and "recall@5" in report and "recall@20" not in report
+
+
+def test_summary_lists_bm25_once_per_strategy_without_a_model():
+    """Every model's report of a strategy holds the same BM25 scores: the summary keeps one such row, with no model,
+    and compares it with the strongest baseline; the other modes keep their model and their own model's baseline."""
+    import pandas as pd
+
+    from rag.evaluation.retrieval_eval import BASELINE, best_vs_baseline, config_label, summarize
+
+    scores = {("paragraph", "bm25"): 0.7, ("paragraph", "dense"): 0.5, (BASELINE[0], "bm25"): 0.3, BASELINE: 0.4}
+    reports = pd.DataFrame([{"strategy": s, "model": model, "mode": mode, "n_questions": 4, "recall@5": 0.0,
+                             "ndcg@10": 0.0, "retrieval_score": score + (shift if mode != "bm25" else 0)}
+                            for model, shift in (("small", 0.0), ("large", 0.2))
+                            for (s, mode), score in scores.items()])
+    summary = summarize(reports)
+    bm25 = summary[summary["mode"] == "bm25"]
+    assert sorted(bm25["strategy"]) == sorted({s for s, _ in scores}) and set(bm25["model"]) == {""}
+    assert len(summary) == len(reports) - len(bm25)
+    baselines = reports[(reports["strategy"] == BASELINE[0]) & (reports["mode"] == BASELINE[1])]
+    strongest = baselines["retrieval_score"].max()
+    assert bm25["delta_retrieval_score"].tolist() == pytest.approx((bm25["retrieval_score"] - strongest).tolist())
+    dense = summary[(summary["mode"] == "dense") & (summary["strategy"] == "paragraph")].set_index("model")
+    assert dense.loc["small", "delta_retrieval_score"] == pytest.approx(
+        scores[("paragraph", "dense")] - scores[BASELINE])
+    assert config_label(bm25.iloc[0]) == f"{bm25.iloc[0]['strategy']} · bm25"
+    # A BM25 winner is labelled without a model and compared on the strongest baseline's per-question tables.
+    winner = summarize(reports[(reports["mode"] == "bm25") | (reports["strategy"] == BASELINE[0])])
+    asked = []
+    comparison = best_vs_baseline(winner, lambda strategy, model: asked.append((strategy, model)))
+    assert comparison["best"] == "paragraph · bm25"
+    assert comparison["baseline"] == f"{BASELINE[0]} · large · {BASELINE[1]}"
+    assert asked == [("paragraph", "large"), (BASELINE[0], "large")]
