@@ -12,7 +12,7 @@ from rag.evaluation.plots import markdown_image, metric_bars, recall_curves
 from rag.markdown import markdown_table
 from rag.evaluation.qaset import Relevance, from_frame, to_frame
 from rag.evaluation.retrieval_eval import (
-    EvaluationSettings, best_vs_baseline, current_reports, describe_comparison, evaluate_index, summarize,
+    EvaluationSettings, best_vs_baseline, config_label, current_reports, describe_comparison, evaluate_index, summarize,
 )
 from rag.ingest import document_from_row
 from rag.llm import LLMSettings, load_llm
@@ -147,7 +147,8 @@ def retrieval_evaluation(context: AssetExecutionContext, config: RetrievalEvalua
     kinds={"python", "parquet"},
     description="Every evaluated configuration side by side, best marked, with deltas against the naive baseline "
     "(recursive-1000-200 + dense) of the same model, and how sure the best beats it: a paired test over the same "
-    "questions (mean difference, bootstrap confidence interval, p-value, questions better / tied / worse).",
+    "questions (mean difference, bootstrap confidence interval, p-value, questions better / tied / worse). BM25 uses "
+    "no embedding model: it is listed once per strategy, with an empty model, against the strongest baseline.",
 )
 def evaluation_summary(context: AssetExecutionContext, data_store: DataStore) -> MaterializeResult:
     folder = data_store.tables.root / REPORTS_TABLE
@@ -171,7 +172,7 @@ def evaluation_summary(context: AssetExecutionContext, data_store: DataStore) ->
                "n_questions", "n_without_relevant_chunk"]
     return MaterializeResult(metadata={
         "configurations": len(summary), "stale_partitions_left_out": ", ".join(stale) or "none",
-        "best": f"{best['strategy']} · {best['model']} · {best['mode']}",
+        "best": config_label(best),
         "best_retrieval_score": float(best["retrieval_score"]), "path": MetadataValue.path(str(path)),
         "questions": int(best["n_questions"]), "best_vs_baseline": describe_comparison(comparison),
         "best_vs_baseline_json": MetadataValue.json(comparison),

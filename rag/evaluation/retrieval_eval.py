@@ -106,32 +106,56 @@ def current_reports(reports: dict[str, pd.DataFrame]) -> tuple[list[pd.DataFrame
     return [frame for name, frame in reports.items() if name not in stale], stale
 
 
+def config_label(row) -> str:
+    """How people read a summary row: strategy · model · mode, without a model for modes that use none (BM25)."""
+    return " · ".join(part for part in (row["strategy"], row["model"], row["mode"]) if part)
+
+
+def _strongest_baseline_model(summary: pd.DataFrame, baseline: tuple[str, str]) -> str | None:
+    """The model whose baseline scores highest: what a row without a model (BM25) is compared with, since any
+    model's baseline would do and the strongest one is the conservative choice."""
+    base = summary[(summary["strategy"] == baseline[0]) & (summary["mode"] == baseline[1]) & (summary["model"] != "")]
+    return None if base.empty else str(base.sort_values("retrieval_score", ascending=False).iloc[0]["model"])
+
+
 def summarize(reports: pd.DataFrame, baseline: tuple[str, str] = BASELINE) -> pd.DataFrame:
-    """Every configuration side by side, best first, with deltas against the naive baseline of the same model."""
+    """Every configuration side by side, best first, with deltas against the naive baseline of the same model.
+    A mode without embeddings (BM25) scores the same in every model's report of a strategy, so it is listed once per
+    strategy with an empty model, and its deltas are against the strongest baseline (see _strongest_baseline_model)."""
     if reports.empty:
         return reports
-    out = reports.sort_values("retrieval_score", ascending=False, ignore_index=True)
+    lexical = ~reports["mode"].isin(DENSE_MODES)
+    once = reports[lexical].drop_duplicates(["strategy", "mode"]).assign(model="")
+    parts = [frame for frame in (reports[~lexical], once) if not frame.empty]  # concat warns on empty frames
+    out = pd.concat(parts).sort_values("retrieval_score", ascending=False, ignore_index=True)
     out["best"] = False
     out.loc[0, "best"] = True
     base = out[(out["strategy"] == baseline[0]) & (out["mode"] == baseline[1])].set_index("model")
+    strongest = _strongest_baseline_model(out, baseline)
+
+    def delta(row: dict, metric: str) -> float | None:
+        model = row["model"] or strongest
+        return row[metric] - base.loc[model, metric] if model in base.index else None
+
     for metric in ("retrieval_score", "recall@5", "ndcg@10"):
-        out[f"delta_{metric}"] = [row[metric] - base.loc[row["model"], metric] if row["model"] in base.index else None
-                                  for row in out.to_dict("records")]
+        out[f"delta_{metric}"] = [delta(row, metric) for row in out.to_dict("records")]
     return out
 
 
 def best_vs_baseline(summary: pd.DataFrame, per_query: Callable[[str, str], pd.DataFrame | None],
                      baseline: tuple[str, str] = BASELINE) -> dict:
-    """How sure the summary's winner beats the baseline of its model: a paired comparison of per-question
-    RetrievalScore on the same questions. `per_query(strategy, model)` gives that index's per-question table.
-    The winner is the best of many configurations, so a small p-value here is optimistic (no correction for that)."""
+    """How sure the summary's winner beats the baseline of its model (a winner without a model, BM25: the strongest
+    baseline): a paired comparison of per-question RetrievalScore on the same questions. `per_query(strategy, model)`
+    gives that index's per-question table. The winner is the best of many configurations, so a small p-value here is
+    optimistic (no correction for that)."""
     best = summary.iloc[0]
-    out = {"best": f"{best['strategy']} · {best['model']} · {best['mode']}",
-           "baseline": f"{baseline[0]} · {best['model']} · {baseline[1]}", "n_questions": int(best["n_questions"]),
-           "configurations": len(summary)}
+    model = best["model"] or _strongest_baseline_model(summary, baseline)
+    out = {"best": config_label(best), "baseline": f"{baseline[0]} · {model or '(no baseline)'} · {baseline[1]}",
+           "n_questions": int(best["n_questions"]), "configurations": len(summary)}
     if (best["strategy"], best["mode"]) == baseline:
         return {**out, "note": "the best configuration is the baseline"}
-    best_table, base_table = per_query(best["strategy"], best["model"]), per_query(baseline[0], best["model"])
+    best_table = per_query(best["strategy"], model) if model else None
+    base_table = per_query(baseline[0], model) if model else None
     if best_table is None or base_table is None or baseline[1] not in set(base_table["mode"]):
         return {**out, "note": "no per-question scores of the baseline: evaluate it to compare"}
 
@@ -153,5 +177,6 @@ def describe_comparison(comparison: dict) -> str:
             "so p is optimistic")
 
 
-__all__ = ["BASELINE", "CONTEXT_CHARS", "ConfigReport", "EvaluationSettings", "best_vs_baseline", "current_reports",
-           "describe_comparison", "evaluate_index", "report_metrics", "summarize", "METRICS", "REPORT_KEYS"]
+__all__ = ["BASELINE", "CONTEXT_CHARS", "ConfigReport", "EvaluationSettings", "best_vs_baseline", "config_label",
+           "current_reports", "describe_comparison", "evaluate_index", "report_metrics", "summarize", "METRICS",
+           "REPORT_KEYS"]
