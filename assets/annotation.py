@@ -55,7 +55,7 @@ class AnnotationQueueConfig(Config):
     "defaults: production embedder and reranker), scored by uncertainty (reranker probability near 0.5, small score "
     "margin to the top passage, BM25 / dense / reranker ranks disagreeing; weights in run config) and picked "
     "for diversity (MMR or k-center over question embeddings, quotas per document and question). Written to "
-    "<data dir>/annotation/queue.json for the expert view; refreshed daily and after each retrain.",
+    "`<data dir>/annotation/queue.json` for the expert view; refreshed daily and after each retrain.",
 )
 def annotation_queue(context: AssetExecutionContext, config: AnnotationQueueConfig, data_store: DataStore,
                      qdrant: QdrantResource, feedback_loop: FeedbackLoop) -> MaterializeResult:

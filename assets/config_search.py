@@ -103,9 +103,9 @@ class ApplyConfigurationConfig(Config):
     deps=[AssetKey("config_search")],
     group_name="optimization",
     kinds={"python", "yaml"},
-    description="The configuration that serves queries (<data dir>/active_configuration.yaml, read by `rag ask` and the "
-    "API). Materializing it is the explicit step that applies a search's winner; every apply is logged with what it "
-    "replaced (active_configuration_log.jsonl).",
+    description="The configuration that serves queries (`<data dir>/active_configuration.yaml`, read by `rag ask` "
+    "and the API). Materializing it is the explicit step that applies a search's winner; every apply is logged with "
+    "what it replaced (`active_configuration_log.jsonl`).",
 )
 def active_configuration(context: AssetExecutionContext, config: ApplyConfigurationConfig, data_store: DataStore) -> MaterializeResult:
     source = Path(config.source) if config.source else data_store.root.joinpath(*SEARCH_FOLDER, "best_config.yaml")

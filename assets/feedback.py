@@ -14,7 +14,7 @@ from resources.feedback import FeedbackLoop
 @asset(group_name="feedback", kinds={"sql", "json"},
        description="BEIR-compatible RAG-Dataset of every rated query: corpus, queries, answers (system / user / expert), "
        "chunk, document and answer qrels with ±1 scores, raw feedback rows, stats.json. One folder per feedback "
-       "high-water mark under <data dir>/feedback_dataset; the training assets read its +1 passages as positives and "
+       "high-water mark under `<data dir>/feedback_dataset`; the training assets read its +1 passages as positives and "
        "its -1 retrieved passages as hard negatives.")
 def feedback_dataset(context: AssetExecutionContext, feedback_loop: FeedbackLoop) -> MaterializeResult:
     store = feedback_loop.store()

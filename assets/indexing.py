@@ -31,7 +31,7 @@ def bm25_indexes(context: AssetExecutionContext, data_store: DataStore) -> Mater
     kinds={"python", "qdrant"},
     pool="qdrant",
     description="Dense vectors of one chunk set with one embedding model in Qdrant, behind the alias "
-    "<strategy>__<model>. Incremental: only new or changed chunks are embedded, removed ones deleted. A new "
+    "`<strategy>__<model>`. Incremental: only new or changed chunks are embedded, removed ones deleted. A new "
     "model version fills a new collection and swaps the alias when complete. Metadata says how many chunks "
     "exceed the model's window (truncated_chunks, truncated_share) and how to fix it (window_note).",
 )

@@ -18,7 +18,7 @@ FINGERPRINT = "state_fingerprint"
 
 model_rollout = AssetSpec(
     ROLLOUT_ASSET, group_name="training", kinds={"json"},
-    description="The model loop (rag.rollout; state in <data dir>/models/rollout/<kind>.json): production embedder "
+    description="The model loop (rag.rollout; state in `<data dir>/models/rollout/<kind>.json`): production embedder "
     "and reranker, the running canary of a gated candidate (candidate → canary on a share of sessions, team-draft "
     "interleaved with production → production or rolled_back) and the last gate verdicts. Observed on every change "
     "(canary_sensor, gate checks, release steps); materialized by start_canary_job, promote_canary_job and "

@@ -275,9 +275,9 @@ def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
     description="Runs only when the gate passed (the candidate's manifest must hold a passing verdict against the current "
     "production, even when materialized alone). The rollout resource's `promotion` policy decides what happens: "
     "'direct' (default) builds (incrementally) the candidate's collection for every chunk set, moves the registry's "
-    "`production` alias, then swaps each serving alias <strategy>__production onto the new collection (refused while a "
-    "canary runs); 'canary' builds the collections and starts the candidate's canary on the resource's traffic share, "
-    "leaving production untouched: canary_sensor then promotes or rolls it back.",
+    "`production` alias, then swaps each serving alias `<strategy>__production` onto the new collection (refused "
+    "while a canary runs); 'canary' builds the collections and starts the candidate's canary on the resource's "
+    "traffic share, leaving production untouched: canary_sensor then promotes or rolls it back.",
 )
 def production_embedder(context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource,
                         rollout: Rollout):
