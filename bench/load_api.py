@@ -2,7 +2,8 @@
 answers) over a corpus indexed by `rag index` (the product's own index path, so whatever the index step computes is
 included). Closed-loop clients (1 and 10 by default) ask for a fixed time each, first alone, then while `rag index`
 re-indexes the same folder again and again in another process (each round edits a few documents, so every round
-parses, chunks, re-embeds and rebuilds BM25 for real, and the API swaps to the new index when it sees it).
+parses, chunks, re-embeds and rebuilds BM25 for real); a re-index phase goes on until its last run has finished and
+the API has swapped to the index it built, so the clients meet every part of a re-index, the swap included.
 
 Per phase: p50/p95/p99/mean/max of the client-side `/ask` latency, answered requests/s, errors, the index generation
 the API served before and after, the re-index runs, and the median of each pipeline stage when the /ask response
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -103,11 +105,13 @@ def stage_medians(samples: list[dict[str, float]]) -> dict[str, float]:
     return dict(sorted(medians.items(), key=lambda kv: -kv[1]))
 
 
-async def ask_loop(http, questions: list[str], deadline: float, rng: random.Random, out: dict) -> None:
-    """One closed-loop client: ask, wait for the answer, ask again, until `deadline` (time.monotonic)."""
+async def ask_loop(http, questions: list[str], deadline: float, busy: Callable[[], bool], rng: random.Random,
+                   out: dict) -> None:
+    """One closed-loop client: ask, wait for the answer, ask again, until `deadline` (time.monotonic) has passed and
+    `busy()` is false."""
     import httpx
 
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline or busy():
         started = time.perf_counter()
         try:
             r = await http.post("/ask", json={"question": rng.choice(questions), "session_id": f"load-{rng.random()}"})
@@ -126,10 +130,12 @@ async def ask_loop(http, questions: list[str], deadline: float, rng: random.Rand
             out["stages"].append(stages)
 
 
-def measure(base: str, questions: list[str], clients: int, seconds: float, seed: int = 0) -> dict:
-    """`clients` closed-loop clients asking for `seconds`: latency percentiles, answered requests/s, errors and
-    stage medians. The clock starts once every client's connection pool exists; the rate counts answered asks over
-    the whole window (until the last answer in flight at the deadline), errors are reported, not counted."""
+def measure(base: str, questions: list[str], clients: int, seconds: float, seed: int = 0,
+            busy: Callable[[], bool] = lambda: False) -> dict:
+    """`clients` closed-loop clients asking for `seconds`, and on while `busy()` (a re-index still running):
+    latency percentiles, answered requests/s, errors and stage medians. The clock starts once every client's
+    connection pool exists; the rate counts answered asks over the whole window (until the last answer in flight at
+    the end); errors are reported, not counted."""
     import httpx
 
     out = {"ms": [], "server_ms": [], "errors": [], "stages": [], "keys": set()}
@@ -142,7 +148,7 @@ def measure(base: str, questions: list[str], clients: int, seconds: float, seed:
         try:
             window["start"] = time.perf_counter()
             deadline = time.monotonic() + seconds
-            await asyncio.gather(*(ask_loop(http, questions, deadline, random.Random(rng.random()), out)
+            await asyncio.gather(*(ask_loop(http, questions, deadline, busy, random.Random(rng.random()), out)
                                    for http in pools))
             window["end"] = time.perf_counter()
         finally:
@@ -220,14 +226,18 @@ def index(docs: Path, strategy: str, env: dict) -> dict:
                             for name, c in report.get("collections", {}).items()}}
 
 
-def reindex_loop(corpus: Corpus, docs: Path, strategy: str, env: dict, stop: threading.Event, runs: list[dict],
-                 first_revision: int) -> None:
-    """Edit the churned documents and re-index, back to back, until `stop` (the run in flight finishes)."""
+def reindex_loop(corpus: Corpus, docs: Path, strategy: str, env: dict, deadline: float, runs: list[dict],
+                 first_revision: int, base: str, swap_wait: float) -> None:
+    """Edit the churned documents and re-index, back to back, starting runs until `deadline` (time.monotonic); then
+    wait until the API serves the last index built, so the clients also meet the swap to it."""
+    before = generation(base)
     revision = first_revision
-    while not stop.is_set():
+    while time.monotonic() < deadline:
         corpus.edit(docs, revision)
         runs.append({"revision": revision, **index(docs, strategy, env)})
         revision += 1
+    if any(run["ok"] for run in runs):
+        wait_for_generation(base, before, swap_wait)
 
 
 def generation(base: str) -> int | None:
@@ -319,24 +329,19 @@ def run(*, quick: bool = False, corpus: str | None = None, clients: list[int] | 
             idle_rss_mb = round(proc_kib(server.pid, "VmRSS") / 1024, 1)
             for with_reindex in ([False, True] if reindex else [False]):
                 for n in clients:
-                    before = generation(base)
-                    stop, runs = threading.Event(), []
-                    worker = threading.Thread(target=reindex_loop, args=(chosen, docs, strategy, env, stop, runs,
-                                                                         revision))
+                    before, runs = generation(base), []
+                    worker = threading.Thread(target=reindex_loop, args=(
+                        chosen, docs, strategy, env, time.monotonic() + seconds, runs, revision, base,
+                        4 * refresh_seconds + 60))
                     if with_reindex:
                         worker.start()
                     log(f"{n} client(s), {seconds:.0f} s{', re-indexing' if with_reindex else ''} ...")
-                    phase = measure(base, chosen.questions, n, seconds, seed)
+                    # With a re-index the clients ask on until its last run has finished and the API serves it.
+                    phase = measure(base, chosen.questions, n, seconds, seed, busy=worker.is_alive)
                     if with_reindex:
-                        stop.set()
                         worker.join()
                         revision += len(runs)
-                        # The next phase starts from a settled API: the last re-built index is served.
-                        rebuilt = any(r["ok"] for r in runs)
-                        after = (wait_for_generation(base, before, 4 * refresh_seconds + 60) if rebuilt
-                                 else generation(base))
-                    else:
-                        after = generation(base)
+                    after = generation(base)
                     phase = {"reindex": with_reindex, **phase, "index_generation": [before, after],
                              "reindex_runs": runs}
                     phases.append(phase)
