@@ -271,7 +271,7 @@ def test_llm_answer_with_prev_next_long_context_and_reflection(tiny_index):
     # top-1 is oven-2; its neighbours come along on either side, in reading order
     assert [(c["label"], c["chunk_id"]) for c in result.chunks] == [("1", "oven-1"), ("2", "oven-2"), ("3", "oven-3")]
     assert result.cited_chunk_ids == ["oven-2"]  # [9] was never shown
-    assert f"[1] (bread.pdf, page" in prompt and "Question: At how many degrees" in prompt
+    assert "[1] (bread.pdf, page" in prompt and "Question: At how many degrees" in prompt
     assert result.answer == "At 230 degrees, after resting two hours." and result.draft == "230 degrees"
     assert result.generator == "llm:fake:oven" and llm.call_count == 2
 
@@ -337,6 +337,18 @@ def test_sample_corpus_answer_cites_document_and_page(sample_answerer):
     assert not result.not_in_context and "flight control computer (FCC) software" in result.answer
     source = result.sources()[0]
     assert source["cited"] and source["doc_id"] == "federal-register-2020-17221.pdf" and source["page_start"] == 1
+
+
+def test_sample_corpus_lead_in_is_answered_with_its_list(sample_answerer):
+    """The issue's example: the lead-in ends its chunk and the required actions are the next chunks' list items."""
+    result = sample_answerer.ask("What does the proposed AD require?")
+    lead_in, *items = result.answer.split("\n\n")
+    assert lead_in.endswith("would require the following actions:")
+    assert items[0] == "\u2022 Installing new FCC OPS software and doing a software installation verification."
+    assert items[1].startswith("\u2022 Revising the existing AFM") and all(i.startswith("\u2022 ") for i in items)
+    shown = {c["chunk_id"]: c for c in result.chunks}
+    assert len(result.cited_chunk_ids) > 1 and all(cid in shown for cid in result.cited_chunk_ids)
+    assert all(shown[cid]["cited"] for cid in result.cited_chunk_ids)
 
 
 @pytest.mark.parametrize("question", ["What is the boiling point of liquid nitrogen?", "Who painted the Mona Lisa?",

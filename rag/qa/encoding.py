@@ -155,23 +155,33 @@ class CachedEmbedder:
         self._vectors: dict[str, np.ndarray] = {}
 
     def encode_passages(self, texts: list[str]) -> np.ndarray:
-        missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
+        # This call's vectors are collected apart from the shared dict, which another request's thread may clear.
+        found: dict[str, np.ndarray] = {}
+        for t in dict.fromkeys(texts):
+            if (v := self._vectors.get(t)) is not None:
+                found[t] = v
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing and self.store is not None:
+            keys = {t: text_hash(t) for t in missing}
+            stored = self.store.get(keys.values())
+            new = {t: stored[k] for t, k in keys.items() if k in stored}
+            found.update(new)
+            missing = [t for t in missing if t not in new]
+            self._remember(new)
         if missing:
-            if len(self._vectors) + len(missing) > self.max_entries:
-                self._vectors.clear()
+            encoded = dict(zip(missing, self.embedder.encode_passages(missing)))
+            found.update(encoded)
+            self._remember(encoded)
             if self.store is not None:
-                keys = {t: text_hash(t) for t in missing}
-                stored = self.store.get(keys.values())
-                self._vectors.update((t, stored[k]) for t, k in keys.items() if k in stored)
-                missing = [t for t in missing if keys[t] not in stored]
-            if missing:
-                encoded = self.embedder.encode_passages(missing)
-                self._vectors.update(zip(missing, encoded))
-                if self.store is not None:
-                    self.store.put({text_hash(t): v for t, v in zip(missing, encoded)})
+                self.store.put({text_hash(t): v for t, v in encoded.items()})
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return np.vstack([self._vectors[t] for t in texts])
+        return np.vstack([found[t] for t in texts])
+
+    def _remember(self, vectors: dict[str, np.ndarray]) -> None:
+        if len(self._vectors) + len(vectors) > self.max_entries:
+            self._vectors.clear()
+        self._vectors.update(vectors)
 
     encode = encode_passages
 

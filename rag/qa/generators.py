@@ -167,8 +167,8 @@ class ExtractiveGenerator:
 
     A best sentence that only announces what follows (a lead-in: ends in ":" or says "the following") is continued
     into the list items (or the sentence) completing it, within `max_answer_chars`, reading on into the next chunks
-    through `next_chunk` (chunk id -> chunk record, or None) when the lead-in ends its passage. The chunks read that
-    way come back in Generation.continued, so the answer cites them."""
+    through `next_chunk` (chunk id -> chunk record, or None) when the lead-in ends its passage. The answer cites the
+    chunks read that way; those not among the passages come back in Generation.continued, to be shown beside them."""
 
     name = "extractive"
 
@@ -206,15 +206,16 @@ class ExtractiveGenerator:
         best = candidates[int(np.argmax(cosine + lexical + np.array([c.support for c in candidates])))]
         sentence, cited, continued = best.sentence.strip(), [best.passage.chunk_id], []
         if self.continue_lead_ins and is_lead_in(sentence):
-            parts, continued = self._continue(best, {p.chunk_id for p in passages})
+            parts, read = self._continue(best)
             sentence = ANSWER_SEPARATOR.join([sentence, *parts])
-            cited += [c["chunk_id"] for c in continued]
+            cited += [c["chunk_id"] for c in read]
+            shown = {p.chunk_id for p in passages}
+            continued = [c for c in read if c["chunk_id"] not in shown]
         raw = f"{sentence} [{best.passage.label}]"
         return Generation(raw, ParsedAnswer(sentence, cited, False), support=best.support, continued=continued)
 
-    def _continue(self, best: _Candidate, shown: set[str]) -> tuple[list[str], list[dict]]:
-        """(the units completing best's lead-in, the chunks after best's passage that they were read from and that
-        are not among the passages already)."""
+    def _continue(self, best: _Candidate) -> tuple[list[str], list[dict]]:
+        """(the units completing best's lead-in, the chunks after best's passage that some of them were read from)."""
         following: list[tuple[str, dict | None]] = [(u, None) for u in best.units[best.at + 1:]]
         chunk = best.passage.chunk
         for _ in range(CONTINUATION_CHUNKS if self.next_chunk is not None else 0):
@@ -229,7 +230,7 @@ class ExtractiveGenerator:
             following += [(u, chunk) for u in passage_sentences(chunk.get("text") or "")]
         merged = _merge_bare_markers(following)
         merged = merged[:_completing(best.sentence, [u for u, _ in merged], self.max_answer_chars)]
-        sources = {c["chunk_id"]: c for _, c in merged if c is not None and c["chunk_id"] not in shown}
+        sources = {c["chunk_id"]: c for _, c in merged if c is not None}
         return [u for u, _ in merged], list(sources.values())
 
 
