@@ -1,5 +1,4 @@
 """Answer stage: the bake-off of answer quality per (retrieval mode × chunking strategy) on the QA set."""
-import pandas as pd
 from dagster import AssetExecutionContext, AssetKey, Config, Definitions, MaterializeResult, MetadataValue, asset
 from pydantic import Field
 
