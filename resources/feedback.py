@@ -19,7 +19,7 @@ def _env_int(name: str, default: int) -> int:
 
 class FeedbackLoop(ConfigurableResource):
     db_url: str | None = Field(
-        None, description="SQLAlchemy URL of the store; None: FEEDBACK_DB_URL, else <data dir>/feedback.sqlite"
+        None, description="SQLAlchemy URL of the store; None: FEEDBACK_DB_URL, else `<data dir>/feedback.sqlite`"
     )
     data_dir: str = Field(default_factory=lambda: str(data_dir()))
     volume_threshold: int = Field(

@@ -16,7 +16,7 @@ class QdrantResource(ConfigurableResource):
     api_key: str | None = Field(default_factory=lambda: os.environ.get("QDRANT_API_KEY") or None)
     path: str | None = Field(
         default_factory=lambda: os.environ.get("RAG_QDRANT_PATH") or None,
-        description="embedded folder (default <data dir>/qdrant)",
+        description="embedded folder (default `<data dir>/qdrant`)",
     )
     engine: str = Field(
         default_factory=lambda: os.environ.get("RAG_QDRANT_ENGINE") or "auto",
