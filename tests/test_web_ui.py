@@ -24,7 +24,8 @@ from tests.test_expert_labels import EXPERT_TOKEN, item
 CHROMIUM = Path("/usr/bin/chromium")
 # The cats passage wraps its first sentence over two lines, as PDF text does: the extractive answer joins the lines
 # with one space, and the page must still find (and mark) it in the passage.
-WRAPPED_TEXTS = {**TEXTS, "cats": "Cats are small domesticated felines\n   that purr and chase mice.\nThey sleep all day."}
+WRAPPED_TEXTS = {**TEXTS,
+                 "cats": "Cats are small domesticated felines\n   that purr and chase mice.\nThey sleep all day."}
 
 
 def free_port() -> int:
@@ -80,7 +81,8 @@ def expert_server(tmp_path):
     items = [item("which animals purr", "cats", "Cats <b>purr</b> & chase mice; <img src=x onerror=alert(1)>"),
              item("where do dogs sleep", "dogs", "Dogs sleep in kennels.")]
     write_queue(root, AnnotationQueue(strategy="t", selection="active", items=items))
-    app = create_app(lambda: FakeAnswerer(), store, ServeSettings(api_token=TOKEN, expert_token=EXPERT_TOKEN), root=root)
+    settings = ServeSettings(api_token=TOKEN, expert_token=EXPERT_TOKEN)
+    app = create_app(lambda: FakeAnswerer(), store, settings, root=root)
     with running(app) as base:
         yield base, store, items
     store.close()
@@ -193,6 +195,10 @@ def test_page_marks_wrapped_answers_clears_stale_results_and_explains_refusals(s
     assert f"{len(too_long):,} characters" in said and f"the limit is {MAX_QUERY_CHARS:,}" in said
     assert page.locator("#result").is_hidden() and page.locator("#passages li").count() == 0
     assert page.input_value("#correction") == "" and page.inner_text("#answer") == ""
+    huge = "w" * 70_000  # over the server's body limit (64 KiB): refused unread, so the page gives the length itself
+    page.fill("#question", huge)
+    page.click("#ask-button")
+    assert f"{len(huge):,} characters" in status_of(page, said)
 
     page.fill("#question", question)
     page.click("#ask-button")
