@@ -343,7 +343,8 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
             store.record_query, result.question, answer=result.answer, chunks=result.chunks, session_id=body.session_id,
             model_version=version, settings=result.settings, latency_ms=result.latency_ms, not_in_context=result.not_in_context,
             arm=arm, timings_ms=getattr(result, "timings_ms", None) or None)
-        timings = getattr(result, "timings_ms", None) or {}
+        # total: what the answer took as a whole (a canary's latency also covers the second arm's ranking)
+        timings = {**(getattr(result, "timings_ms", None) or {}), "total": result.latency_ms}
         metrics.observe_stages(timings)
         return AskResponse(query_id=stored.query_id, answer_id=stored.answer_id, question=result.question,
                            answer=result.answer, not_in_context=result.not_in_context,
