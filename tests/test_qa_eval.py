@@ -219,7 +219,7 @@ def test_summary_says_how_sure_the_best_beats_the_baseline():
     reports = pd.DataFrame([{"strategy": s, "model": "m", "mode": mode, "n_questions": 8, "retrieval_score": sum(xs) / 8,
                              "recall@5": 0.0, "ndcg@10": 0.0} for (s, mode), xs in scores.items()])
     comparison = best_vs_baseline(summarize(reports), lambda strategy, model: per_query.get(strategy))
-    assert comparison["best"] == "paragraph · m · bm25" and comparison["n"] == comparison["n_questions"] == 8
+    assert comparison["best"] == "paragraph · bm25" and comparison["n"] == comparison["n_questions"] == 8
     assert comparison["delta"] == pytest.approx((sum(scores[("paragraph", "bm25")]) - 2.5) / 8)
     assert (comparison["better"], comparison["tied"], comparison["worse"]) == (5, 3, 0) and 0 < comparison["p_value"] < 0.05
     line = describe_comparison(comparison)
