@@ -1,6 +1,7 @@
 """Annotation stage: the queue of (question, passage) pairs experts should label next, chosen by active learning
 over what serves (rag.annotation). The expert view serves its items from `<data dir>/annotation/queue.json`; the
 labels go to the feedback store's `expert_labels` table and from there into retraining."""
+
 from dagster import AssetExecutionContext, AssetKey, Config, Definitions, MaterializeResult, MetadataValue, asset
 from pydantic import Field
 
@@ -20,7 +21,14 @@ from resources.storage import DataStore
 QA_TABLE = "synthetic_qa"
 # Upstream: the passages and indexes the candidates come from, the QA set that stands in for traffic, and the models
 # that serve (a promotion changes what users see, so what is uncertain).
-UPSTREAM = (CHUNKS_TABLE, "bm25_indexes", "embedding_collections", QA_TABLE, "production_embedder", "production_reranker")
+UPSTREAM = (
+    CHUNKS_TABLE,
+    "bm25_indexes",
+    "embedding_collections",
+    QA_TABLE,
+    "production_embedder",
+    "production_reranker",
+)
 
 
 class AnnotationQueueConfig(Config):
@@ -39,7 +47,9 @@ class AnnotationQueueConfig(Config):
     skip_labelled: bool = library_field(AnnotationSettings, "skip_labelled")
     seed: int = library_field(AnnotationSettings, "seed")
     strategy: str | None = Field(None, description="chunk set whose passages are labelled (None: the one that serves)")
-    model: str | None = Field(None, description="embedder of the served ranking (None: the one that serves, production)")
+    model: str | None = Field(
+        None, description="embedder of the served ranking (None: the one that serves, production)"
+    )
     mode: str | None = Field(None, description="retrieval mode of the served ranking (None: the one that serves)")
 
     def settings(self) -> AnnotationSettings:
@@ -57,46 +67,75 @@ class AnnotationQueueConfig(Config):
     "for diversity (MMR or k-center over question embeddings, quotas per document and question). Written to "
     "`<data dir>/annotation/queue.json` for the expert view; refreshed daily and after each retrain.",
 )
-def annotation_queue(context: AssetExecutionContext, config: AnnotationQueueConfig, data_store: DataStore,
-                     qdrant: QdrantResource, feedback_loop: FeedbackLoop) -> MaterializeResult:
+def annotation_queue(
+    context: AssetExecutionContext,
+    config: AnnotationQueueConfig,
+    data_store: DataStore,
+    qdrant: QdrantResource,
+    feedback_loop: FeedbackLoop,
+) -> MaterializeResult:
     settings = config.settings()
-    ranking = ServedRanking(data_store.root, qdrant.settings(), k=settings.k, strategy=config.strategy,
-                            model=config.model, mode=config.mode)
+    ranking = ServedRanking(
+        data_store.root, qdrant.settings(), k=settings.k, strategy=config.strategy, model=config.model, mode=config.mode
+    )
     store = feedback_loop.store()
     try:
         recent = store.recent_queries(4 * settings.questions) if settings.source != "synthetic" else None
         labels = expert_labels(store)
     finally:
         store.close()
-    questions = pick_questions(production_questions(recent, settings.questions),
-                               synthetic_questions(data_store.tables.read(QA_TABLE), settings.questions, settings.seed),
-                               settings.questions, settings.source)
+    questions = pick_questions(
+        production_questions(recent, settings.questions),
+        synthetic_questions(data_store.tables.read(QA_TABLE), settings.questions, settings.seed),
+        settings.questions,
+        settings.source,
+    )
     if not questions:
-        raise ValueError(f"no question to build the annotation queue from (source {settings.source!r}): there is no "
-                         "production traffic and no synthetic QA set yet; materialize synthetic_qa or serve some queries")
+        raise ValueError(
+            f"no question to build the annotation queue from (source {settings.source!r}): there is no "
+            "production traffic and no synthetic QA set yet; materialize synthetic_qa or serve some queries"
+        )
     previous, labelled = read_queue(data_store.root), set(current_labels(labels)["item_id"])
     served = ranking.served()
     context.log.info(f"scoring the top {settings.k} of {len(questions)} questions as served by {served}")
-    built = build_queue(questions, ranking.rank, settings, strategy=ranking.settings.strategy, reranked=ranking.reranked,
-                        embed=ranking.encoder, labelled=labelled, depth=ranking.depth, served=served)
+    built = build_queue(
+        questions,
+        ranking.rank,
+        settings,
+        strategy=ranking.settings.strategy,
+        reranked=ranking.reranked,
+        embed=ranking.encoder,
+        labelled=labelled,
+        depth=ranking.depth,
+        served=served,
+    )
     path = write_queue(data_store.root, built.queue)
     covered = coverage(built.queue, int(ranking.chunks["doc_id"].nunique()))
     progress = since_refresh(previous, labels)
     table = preview(built.queue)
     considered = {source: sum(q.source == source for q in built.questions) for source in ("production", "synthetic")}
-    context.log.info(f"annotation queue: {covered['queue_size']} items over {covered['distinct_documents']} documents "
-                     f"({settings.method}); {progress['labels_since_refresh']} labels since the previous refresh")
-    return MaterializeResult(metadata={
-        **covered, **{k: v for k, v in progress.items() if v is not None},
-        "dagster/row_count": covered["queue_size"], "path": MetadataValue.path(str(path)),
-        "method": settings.method, "questions_considered": len(built.questions),
-        "production_questions_considered": considered["production"],
-        "synthetic_questions_considered": considered["synthetic"],
-        "candidates_scored": built.candidates, "already_labelled_skipped": built.skipped_labelled,
-        "labelled_items": len(labelled),
-        "served": MetadataValue.json(served), "settings": MetadataValue.json(settings.model_dump(mode="json")),
-        "preview": MetadataValue.md(markdown_table(table, list(table.columns))),
-    })
+    context.log.info(
+        f"annotation queue: {covered['queue_size']} items over {covered['distinct_documents']} documents "
+        f"({settings.method}); {progress['labels_since_refresh']} labels since the previous refresh"
+    )
+    return MaterializeResult(
+        metadata={
+            **covered,
+            **{k: v for k, v in progress.items() if v is not None},
+            "dagster/row_count": covered["queue_size"],
+            "path": MetadataValue.path(str(path)),
+            "method": settings.method,
+            "questions_considered": len(built.questions),
+            "production_questions_considered": considered["production"],
+            "synthetic_questions_considered": considered["synthetic"],
+            "candidates_scored": built.candidates,
+            "already_labelled_skipped": built.skipped_labelled,
+            "labelled_items": len(labelled),
+            "served": MetadataValue.json(served),
+            "settings": MetadataValue.json(settings.model_dump(mode="json")),
+            "preview": MetadataValue.md(markdown_table(table, list(table.columns))),
+        }
+    )
 
 
 defs = Definitions(assets=[annotation_queue])

@@ -1,4 +1,5 @@
 """Answer stage: the bake-off of answer quality per (retrieval mode × chunking strategy) on the QA set."""
+
 from dagster import AssetExecutionContext, AssetKey, Config, Definitions, MaterializeResult, MetadataValue, asset
 from pydantic import Field
 
@@ -21,7 +22,9 @@ ANSWERS_TABLE = "answer_evaluation"
 
 class AnswerEvaluationConfig(Config):
     max_questions: int = Field(30, description="questions of the QA set answered per configuration (dev split first)")
-    strategies: list[str] = Field(default_factory=list, description="chunking strategies (default: every one with a chunk set)")
+    strategies: list[str] = Field(
+        default_factory=list, description="chunking strategies (default: every one with a chunk set)"
+    )
     modes: list[str] = Field(default_factory=lambda: list(BAKEOFF_MODES))
     generator: str = Field("auto", description="extractive | llm | auto (llm when the LLM resource has a backend)")
     judge: bool = Field(False, description="LLM-judge faithfulness and answer relevancy with the LLM resource (slow)")
@@ -36,8 +39,15 @@ class AnswerEvaluationConfig(Config):
     "answer accuracy, source accuracy (a cited chunk overlaps the evidence), coverage (not 'not in context') and latency, "
     "plus EM / F1 / ROUGE-L / semantic similarity; judge metrics only when asked for (absent otherwise, never 0).",
 )
-def answer_evaluation(context: AssetExecutionContext, config: AnswerEvaluationConfig, data_store: DataStore, qdrant: QdrantResource,
-                      llm: LLMResource, embedding_models: EmbeddingModels, chunking: ChunkingStrategies) -> MaterializeResult:
+def answer_evaluation(
+    context: AssetExecutionContext,
+    config: AnswerEvaluationConfig,
+    data_store: DataStore,
+    qdrant: QdrantResource,
+    llm: LLMResource,
+    embedding_models: EmbeddingModels,
+    chunking: ChunkingStrategies,
+) -> MaterializeResult:
     qa = data_store.tables.read("synthetic_qa")
     if qa is None or qa.empty:
         raise FileNotFoundError("synthetic_qa is empty: materialize it first")
@@ -46,7 +56,9 @@ def answer_evaluation(context: AssetExecutionContext, config: AnswerEvaluationCo
     if not models:
         raise ValueError("no active embedding model: list one under `active:` in config/embedders.yaml")
     model = models[0]
-    strategies = config.strategies or [s for s in chunking.strategies() if data_store.tables.read(CHUNKS_TABLE, s) is not None]
+    strategies = config.strategies or [
+        s for s in chunking.strategies() if data_store.tables.read(CHUNKS_TABLE, s) is not None
+    ]
     indexes, skipped = {}, {}
     for strategy in strategies:
         try:
@@ -59,21 +71,35 @@ def answer_evaluation(context: AssetExecutionContext, config: AnswerEvaluationCo
     generator = config.generator if config.generator != "auto" else ("llm" if llm.backend != "none" else "extractive")
     model_llm = llm.load() if generator == "llm" or config.judge else None
     base = AnswerSettings(model=model, generator=generator, top_k=config.top_k)
-    result = run_bakeoff(items, indexes, base, modes=tuple(config.modes), llm=model_llm if generator == "llm" else None,
-                         judge=model_llm if config.judge else None, progress=context.log.info)
+    result = run_bakeoff(
+        items,
+        indexes,
+        base,
+        modes=tuple(config.modes),
+        llm=model_llm if generator == "llm" else None,
+        judge=model_llm if config.judge else None,
+        progress=context.log.info,
+    )
     path = data_store.tables.write(result.summary, ANSWERS_TABLE)
     data_store.tables.write(result.per_question, f"{ANSWERS_TABLE}_per_question")
     summary = result.summary
     best = summary.sort_values(["answer_accuracy", "source_accuracy"], ascending=False).iloc[0]
     columns = ["strategy", "mode", "answer_accuracy", "source_accuracy", "coverage", "latency_p50_ms", "f1", "rouge_l"]
-    return MaterializeResult(metadata={
-        "questions": len(items), "configurations": len(summary), "generator": str(summary["generator"].iloc[0]), "model": model,
-        "best": f"{best['strategy']} · {best['mode']}", "best_answer_accuracy": float(best["answer_accuracy"] or 0.0),
-        "skipped_strategies": MetadataValue.json(skipped), "path": MetadataValue.path(str(path)),
-        "report": MetadataValue.md(markdown_table(summary, columns)),
-        "bakeoff_plot": MetadataValue.md(markdown_image(bakeoff_plot(summary, f"answers · {model}"), "bake-off")),
-        "dagster/row_count": len(summary),
-    })
+    return MaterializeResult(
+        metadata={
+            "questions": len(items),
+            "configurations": len(summary),
+            "generator": str(summary["generator"].iloc[0]),
+            "model": model,
+            "best": f"{best['strategy']} · {best['mode']}",
+            "best_answer_accuracy": float(best["answer_accuracy"] or 0.0),
+            "skipped_strategies": MetadataValue.json(skipped),
+            "path": MetadataValue.path(str(path)),
+            "report": MetadataValue.md(markdown_table(summary, columns)),
+            "bakeoff_plot": MetadataValue.md(markdown_image(bakeoff_plot(summary, f"answers · {model}"), "bake-off")),
+            "dagster/row_count": len(summary),
+        }
+    )
 
 
 defs = Definitions(assets=[answer_evaluation])

@@ -4,7 +4,14 @@ They are blocking: a chunk set whose spans do not reproduce the canonical text m
 or QA sets downstream.
 """
 
-from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, Definitions, MetadataValue, asset_check
+from dagster import (
+    AssetCheckExecutionContext,
+    AssetCheckResult,
+    AssetCheckSeverity,
+    Definitions,
+    MetadataValue,
+    asset_check,
+)
 
 from assets.chunking import chunk_sets
 from orchestration.partitions import chunking_strategy_partitions, collection_partitions
@@ -49,7 +56,9 @@ def chunk_length_bounds(config: StrategyConfig) -> tuple[int, int | None]:
     return 1, None
 
 
-@asset_check(asset=DOCUMENTS_TABLE, blocking=True, description="GX: unique ids, non-empty text, pages ≥ 1, sha256 hashes.")
+@asset_check(
+    asset=DOCUMENTS_TABLE, blocking=True, description="GX: unique ids, non-empty text, pages ≥ 1, sha256 hashes."
+)
 def parsed_documents_quality(data_store: DataStore) -> AssetCheckResult:
     documents = data_store.tables.read(DOCUMENTS_TABLE)
     if documents is None:
@@ -63,7 +72,9 @@ def parsed_documents_quality(data_store: DataStore) -> AssetCheckResult:
     partitions_def=chunking_strategy_partitions,
     description="GX: unique chunk ids, canonical_text[start:end] == text, non-empty text, length bounds of the strategy, page order.",
 )
-def chunk_sets_quality(context: AssetCheckExecutionContext, data_store: DataStore, chunking: ChunkingStrategies) -> AssetCheckResult:
+def chunk_sets_quality(
+    context: AssetCheckExecutionContext, data_store: DataStore, chunking: ChunkingStrategies
+) -> AssetCheckResult:
     strategy = context.partition_key
     chunks = data_store.tables.read(CHUNKS_TABLE, strategy)
     documents = data_store.tables.read(DOCUMENTS_TABLE)
@@ -76,19 +87,33 @@ def chunk_sets_quality(context: AssetCheckExecutionContext, data_store: DataStor
     description = f"[{strategy}] {result.description}"
     if failed:
         kept = sum(int(f["kept_previous_chunks"]) for f in failed)
-        description = (f"[{strategy}] chunking failed for {len(failed)} document(s) ({kept} previous chunks kept, "
-                       f"so search still has them): {failed[0]['doc_id']}: {failed[0]['error']}; " + result.description)
+        description = (
+            f"[{strategy}] chunking failed for {len(failed)} document(s) ({kept} previous chunks kept, "
+            f"so search still has them): {failed[0]['doc_id']}: {failed[0]['error']}; " + result.description
+        )
     return AssetCheckResult(
-        passed=result.passed and not failed, severity=AssetCheckSeverity.ERROR if failed else result.severity,
+        passed=result.passed and not failed,
+        severity=AssetCheckSeverity.ERROR if failed else result.severity,
         description=description,
-        metadata={**result.metadata, "strategy": strategy, "min_chars": min_chars, "max_chars": max_chars or -1,
-                  "failed_documents": len(failed),
-                  "failures": MetadataValue.json([{k: f[k] for k in ("doc_id", "error", "kept_previous_chunks")} for f in failed[:50]])},
+        metadata={
+            **result.metadata,
+            "strategy": strategy,
+            "min_chars": min_chars,
+            "max_chars": max_chars or -1,
+            "failed_documents": len(failed),
+            "failures": MetadataValue.json(
+                [{k: f[k] for k in ("doc_id", "error", "kept_previous_chunks")} for f in failed[:50]]
+            ),
+        },
     )
 
 
-@asset_check(asset="synthetic_qa", blocking=True, description="GX: question length 5–50 words, evidence spans non-empty "
-             "and inside their document, unique ids, dev share of the 80/20 document split.")
+@asset_check(
+    asset="synthetic_qa",
+    blocking=True,
+    description="GX: question length 5–50 words, evidence spans non-empty "
+    "and inside their document, unique ids, dev share of the 80/20 document split.",
+)
 def synthetic_qa_quality(data_store: DataStore) -> AssetCheckResult:
     qa, documents = data_store.tables.read("synthetic_qa"), data_store.tables.read(DOCUMENTS_TABLE)
     if qa is None or documents is None:
@@ -96,8 +121,12 @@ def synthetic_qa_quality(data_store: DataStore) -> AssetCheckResult:
     return to_check_result(check_qa_set(qa, documents))
 
 
-@asset_check(asset="retrieval_evaluation", blocking=True, partitions_def=collection_partitions,
-             description="GX: every metric of the report is present and within [0, 1].")
+@asset_check(
+    asset="retrieval_evaluation",
+    blocking=True,
+    partitions_def=collection_partitions,
+    description="GX: every metric of the report is present and within [0, 1].",
+)
 def retrieval_evaluation_quality(context: AssetCheckExecutionContext, data_store: DataStore) -> AssetCheckResult:
     keys = context.partition_key.keys_by_dimension
     report = data_store.tables.read("retrieval_evaluation", f"{keys['strategy']}__{keys['model']}")
@@ -106,5 +135,6 @@ def retrieval_evaluation_quality(context: AssetCheckExecutionContext, data_store
     return to_check_result(check_report(report, report_metrics(report) + ["retrieval_score"]))
 
 
-defs = Definitions(asset_checks=[parsed_documents_quality, chunk_sets_quality, synthetic_qa_quality,
-                                 retrieval_evaluation_quality])
+defs = Definitions(
+    asset_checks=[parsed_documents_quality, chunk_sets_quality, synthetic_qa_quality, retrieval_evaluation_quality]
+)

@@ -24,7 +24,10 @@ def _failure_table(failures) -> str:
     if failures.empty:
         return "_no failures_"
     rows = ["| document | previous chunks kept | error |", "|---|---|---|"]
-    rows += [f"| {f['doc_id']} | {f['kept_previous_chunks']} | {f['error'].replace('|', '/')} |" for f in failures.to_dict("records")[:50]]
+    rows += [
+        f"| {f['doc_id']} | {f['kept_previous_chunks']} | {f['error'].replace('|', '/')} |"
+        for f in failures.to_dict("records")[:50]
+    ]
     return "\n".join(rows)
 
 
@@ -38,7 +41,9 @@ def _failure_table(failures) -> str:
     "chunk records its document, page span and character span in the canonical text. Incremental: only "
     "documents whose content or strategy params changed are re-chunked.",
 )
-def chunk_sets(context: AssetExecutionContext, data_store: DataStore, chunking: ChunkingStrategies) -> MaterializeResult:
+def chunk_sets(
+    context: AssetExecutionContext, data_store: DataStore, chunking: ChunkingStrategies
+) -> MaterializeResult:
     strategy = context.partition_key
     tables = data_store.tables
     chunker = chunking.chunker(strategy)

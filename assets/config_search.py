@@ -1,5 +1,6 @@
 """Optimization stage: search the best pipeline configuration for the QA set, and (explicitly) make a winner
 the configuration that serves queries."""
+
 import json
 from pathlib import Path
 
@@ -47,14 +48,21 @@ class ConfigSearchConfig(Config):
     "mode, MMR, reranker, filter, neighbours, query expansion, prompt order): grid, genetic (RAGSmith) or preliminary "
     "ranking of embedders then grid. Each (chunker, embedder) index is built once; fitness is cached by genome.",
 )
-def config_search(context: AssetExecutionContext, config: ConfigSearchConfig, data_store: DataStore,
-                  qdrant: QdrantResource, llm: LLMResource) -> MaterializeResult:
+def config_search(
+    context: AssetExecutionContext,
+    config: ConfigSearchConfig,
+    data_store: DataStore,
+    qdrant: QdrantResource,
+    llm: LLMResource,
+) -> MaterializeResult:
     if config.qa_dir:
         workspace, items = load_qa_dir(Path(config.qa_dir), data_store.root)
     else:
         table = data_store.tables.read(QA_TABLE)
         if table is None or table.empty:
-            raise FileNotFoundError("synthetic_qa is empty: materialize it first (or set qa_dir to a SQuAD JSON folder)")
+            raise FileNotFoundError(
+                "synthetic_qa is empty: materialize it first (or set qa_dir to a SQuAD JSON folder)"
+            )
         workspace, items = Workspace(data_store.root, qdrant.settings()), from_frame(table)
     items = load_items(items, config.split, config.max_questions, config.seed)
     model = llm.load()
@@ -66,32 +74,60 @@ def config_search(context: AssetExecutionContext, config: ConfigSearchConfig, da
         from rag.tuning.generation import GenerationScorer
 
         generator = GenerationScorer(model, model, load_embedder("minilm"))
-    evaluator = PipelineEvaluator(workspace, items, llm=model, generator=generator,
-                                  objective=Objective(retrieval_weight=config.retrieval_weight, generation_weight=config.generation_weight))
+    evaluator = PipelineEvaluator(
+        workspace,
+        items,
+        llm=model,
+        generator=generator,
+        objective=Objective(retrieval_weight=config.retrieval_weight, generation_weight=config.generation_weight),
+    )
     out_dir = data_store.root.joinpath(*SEARCH_FOLDER)
-    outcome = run_search(config.method, evaluator, load_space(config.space_path or None), budget=config.budget,
-                         cache_path=data_store.root / "search" / "fitness_cache.sqlite",
-                         genetic_settings=GeneticSettings(seed=config.seed), top_n=config.top_n, out_dir=out_dir)
+    outcome = run_search(
+        config.method,
+        evaluator,
+        load_space(config.space_path or None),
+        budget=config.budget,
+        cache_path=data_store.root / "search" / "fitness_cache.sqlite",
+        genetic_settings=GeneticSettings(seed=config.seed),
+        top_n=config.top_n,
+        out_dir=out_dir,
+    )
     path = data_store.tables.write(outcome.leaderboard, LEADERBOARD_TABLE)
     summary = outcome.summary()
-    context.log.info(f"best {summary['best']} fitness {summary['best_fitness']:.4f}; "
-                     f"{summary['unique_candidates']} candidates, {summary['distinct_indexes']} indexes")
+    context.log.info(
+        f"best {summary['best']} fitness {summary['best_fitness']:.4f}; "
+        f"{summary['unique_candidates']} candidates, {summary['distinct_indexes']} indexes"
+    )
     families = [f.name for f in outcome.result.space.families]
-    return MaterializeResult(metadata={
-        "method": config.method, "fitness": outcome.fitness_note, "best_fitness": float(summary["best_fitness"]),
-        "best_retrieval_score": float(summary["best_retrieval_score"]),
-        "delta_fitness_vs_baseline": float(summary.get("delta_fitness") or 0.0),
-        "unique_candidates": summary["unique_candidates"], "computed": summary["computed"], "cache_hits": summary["cache_hits"],
-        "distinct_indexes": summary["distinct_indexes"], "retrieval_runs": summary["retrieval_runs"],
-        "stopped": summary["stopped"], "questions": len(items),
-        "best_config": MetadataValue.md(f"```yaml\n{outcome.best_yaml}```"),
-        "best_config_path": MetadataValue.path(str(outcome.files["best_config"])),
-        "leaderboard": MetadataValue.md(markdown_table(outcome.leaderboard.head(30), ["rank", "fitness", "retrieval_score"] + families)),
-        "leaderboard_path": MetadataValue.path(str(path)),
-        "convergence": MetadataValue.md(markdown_image(convergence_plot(outcome.result.history, f"{config.method}: fitness per generation"), "convergence")),
-        "report": MetadataValue.md(outcome.report),
-        "summary_json": MetadataValue.json(json.loads(json.dumps(summary, default=str))),
-    })
+    return MaterializeResult(
+        metadata={
+            "method": config.method,
+            "fitness": outcome.fitness_note,
+            "best_fitness": float(summary["best_fitness"]),
+            "best_retrieval_score": float(summary["best_retrieval_score"]),
+            "delta_fitness_vs_baseline": float(summary.get("delta_fitness") or 0.0),
+            "unique_candidates": summary["unique_candidates"],
+            "computed": summary["computed"],
+            "cache_hits": summary["cache_hits"],
+            "distinct_indexes": summary["distinct_indexes"],
+            "retrieval_runs": summary["retrieval_runs"],
+            "stopped": summary["stopped"],
+            "questions": len(items),
+            "best_config": MetadataValue.md(f"```yaml\n{outcome.best_yaml}```"),
+            "best_config_path": MetadataValue.path(str(outcome.files["best_config"])),
+            "leaderboard": MetadataValue.md(
+                markdown_table(outcome.leaderboard.head(30), ["rank", "fitness", "retrieval_score"] + families)
+            ),
+            "leaderboard_path": MetadataValue.path(str(path)),
+            "convergence": MetadataValue.md(
+                markdown_image(
+                    convergence_plot(outcome.result.history, f"{config.method}: fitness per generation"), "convergence"
+                )
+            ),
+            "report": MetadataValue.md(outcome.report),
+            "summary_json": MetadataValue.json(json.loads(json.dumps(summary, default=str))),
+        }
+    )
 
 
 class ApplyConfigurationConfig(Config):
@@ -107,15 +143,23 @@ class ApplyConfigurationConfig(Config):
     "and the API). Materializing it is the explicit step that applies a search's winner; every apply is logged with "
     "what it replaced (`active_configuration_log.jsonl`).",
 )
-def active_configuration(context: AssetExecutionContext, config: ApplyConfigurationConfig, data_store: DataStore) -> MaterializeResult:
+def active_configuration(
+    context: AssetExecutionContext, config: ApplyConfigurationConfig, data_store: DataStore
+) -> MaterializeResult:
     source = Path(config.source) if config.source else data_store.root.joinpath(*SEARCH_FOLDER, "best_config.yaml")
     entry = apply_configuration(source, data_store.root, reason=config.reason)
-    context.log.info(f"active configuration replaced from {source}: {entry['settings']} (previous: {entry['previous']})")
-    return MaterializeResult(metadata={
-        "source": MetadataValue.path(str(source)), "path": MetadataValue.path(str(active_path(data_store.root))),
-        "settings": MetadataValue.json(entry["settings"]), "previous": MetadataValue.json(entry["previous"] or {}),
-        "reason": config.reason,
-    })
+    context.log.info(
+        f"active configuration replaced from {source}: {entry['settings']} (previous: {entry['previous']})"
+    )
+    return MaterializeResult(
+        metadata={
+            "source": MetadataValue.path(str(source)),
+            "path": MetadataValue.path(str(active_path(data_store.root))),
+            "settings": MetadataValue.json(entry["settings"]),
+            "previous": MetadataValue.json(entry["previous"] or {}),
+            "reason": config.reason,
+        }
+    )
 
 
 defs = Definitions(assets=[config_search, active_configuration])

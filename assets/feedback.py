@@ -1,5 +1,6 @@
 """Feedback stage: the RAG-Dataset exported from the feedback store (what retraining learns from), and the
 query-drift statistics the drift sensor observes every tick."""
+
 import json
 
 import pandas as pd
@@ -11,11 +12,14 @@ from rag.markdown import markdown_table
 from resources.feedback import FeedbackLoop
 
 
-@asset(group_name="feedback", kinds={"sql", "json"},
-       description="BEIR-compatible RAG-Dataset of every rated query: corpus, queries, answers (system / user / expert), "
-       "chunk, document and answer qrels with ±1 scores, raw feedback rows, stats.json. One folder per feedback "
-       "high-water mark under `<data dir>/feedback_dataset`; the training assets read its +1 passages as positives and "
-       "its -1 retrieved passages as hard negatives.")
+@asset(
+    group_name="feedback",
+    kinds={"sql", "json"},
+    description="BEIR-compatible RAG-Dataset of every rated query: corpus, queries, answers (system / user / expert), "
+    "chunk, document and answer qrels with ±1 scores, raw feedback rows, stats.json. One folder per feedback "
+    "high-water mark under `<data dir>/feedback_dataset`; the training assets read its +1 passages as positives and "
+    "its -1 retrieved passages as hard negatives.",
+)
 def feedback_dataset(context: AssetExecutionContext, feedback_loop: FeedbackLoop) -> MaterializeResult:
     store = feedback_loop.store()
     try:
@@ -27,16 +31,22 @@ def feedback_dataset(context: AssetExecutionContext, feedback_loop: FeedbackLoop
     context.log.info(f"feedback dataset {stats['version']} at {folder}")
     flat = {k: v for k, v in stats.items() if not isinstance(v, dict)}
     return MaterializeResult(
-        metadata={"path": MetadataValue.path(str(folder)), **flat,
-                  "store": MetadataValue.md(markdown_table(pd.DataFrame({"table": list(counts), "rows": list(counts.values())}),
-                                                                  ["table", "rows"])),
-                  "answers_by_source": MetadataValue.json(stats["answers_by_source"])},
+        metadata={
+            "path": MetadataValue.path(str(folder)),
+            **flat,
+            "store": MetadataValue.md(
+                markdown_table(pd.DataFrame({"table": list(counts), "rows": list(counts.values())}), ["table", "rows"])
+            ),
+            "answers_by_source": MetadataValue.json(stats["answers_by_source"]),
+        },
         data_version=DataVersion(stats["version"]),
     )
 
 
 query_drift = AssetSpec(
-    "query_drift", group_name="feedback", kinds={"python"},
+    "query_drift",
+    group_name="feedback",
+    kinds={"python"},
     description="Observed by drift_sensor on every tick with new queries: MMD² and its permutation p-value, classifier "
     "AUC (recent vs reference query embeddings), up-vote share of answers and passages per query, recent vs "
     "reference. Plot any of them over time on the asset page.",

@@ -1,4 +1,5 @@
 """Indexing stage: a BM25 index per chunk set and a Qdrant collection per (strategy, model)."""
+
 from dagster import AssetExecutionContext, AssetKey, Definitions, MaterializeResult, MetadataValue, asset
 
 from orchestration.partitions import chunking_strategy_partitions, collection_partitions
@@ -35,21 +36,32 @@ def bm25_indexes(context: AssetExecutionContext, data_store: DataStore) -> Mater
     "model version fills a new collection and swaps the alias when complete. Metadata says how many chunks "
     "exceed the model's window (truncated_chunks, truncated_share) and how to fix it (window_note).",
 )
-def embedding_collections(context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource,
-                          embedding_models: EmbeddingModels) -> MaterializeResult:
+def embedding_collections(
+    context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource, embedding_models: EmbeddingModels
+) -> MaterializeResult:
     keys = context.partition_key.keys_by_dimension
     strategy, model = keys["strategy"], keys["model"]
     embedder = embedding_models.load(model)
-    run = embed_step(data_store.tables, qdrant.client(), strategy, model, embedder, qdrant.distance, LogProgress(context.log.info))
+    run = embed_step(
+        data_store.tables, qdrant.client(), strategy, model, embedder, qdrant.distance, LogProgress(context.log.info)
+    )
     context.log.info(f"{strategy} × {model}: {run.summary}")
     # Chunks longer than the model's window are embedded from their start only: count them with its tokenizer.
     fit = window_fit(embedder, data_store.tables.read(CHUNKS_TABLE, strategy)["text"].tolist())
     note = fit.message(strategy) if fit else None
     if note:
         context.log.info(note)
-    return MaterializeResult(metadata={**run.summary, **(fit.summary if fit else {}), **({"window_note": note} if note else {}),
-                                       "model_version": embedder.version, "dimension": embedder.dim,
-                                       "qdrant": qdrant.url or "embedded (local folder)", "dagster/row_count": run.points})
+    return MaterializeResult(
+        metadata={
+            **run.summary,
+            **(fit.summary if fit else {}),
+            **({"window_note": note} if note else {}),
+            "model_version": embedder.version,
+            "dimension": embedder.dim,
+            "qdrant": qdrant.url or "embedded (local folder)",
+            "dagster/row_count": run.points,
+        }
+    )
 
 
 defs = Definitions(assets=[bm25_indexes, embedding_collections])

@@ -10,7 +10,6 @@ from resources.documents import DocumentSource
 from resources.storage import DataStore
 
 
-
 @multi_asset(
     specs=[
         AssetSpec(
@@ -32,8 +31,13 @@ from resources.storage import DataStore
 )
 def ingest_documents(context: AssetExecutionContext, document_source: DocumentSource, data_store: DataStore):
     tables = data_store.tables
-    run = ingest_step(tables, document_source.scan(), document_source.parse_settings(),
-                      on_progress=lambda doc_id: context.log.debug(f"parsing {doc_id}"), progress=LogProgress(context.log.info))
+    run = ingest_step(
+        tables,
+        document_source.scan(),
+        document_source.parse_settings(),
+        on_progress=lambda doc_id: context.log.debug(f"parsing {doc_id}"),
+        progress=LogProgress(context.log.info),
+    )
     docs_path, quarantine_path = tables.path(DOCUMENTS_TABLE), tables.path(QUARANTINE_TABLE)
     summary = run.summary
     parsed_pages = int(run.documents[run.documents["doc_id"].isin(run.parsed)]["n_pages"].sum()) if run.parsed else 0
@@ -46,7 +50,9 @@ def ingest_documents(context: AssetExecutionContext, document_source: DocumentSo
             "path": MetadataValue.path(str(docs_path)),
             "source": MetadataValue.path(document_source.path),
             "parsed_pages_per_second": round(parsed_pages / run.seconds, 2) if run.seconds else 0.0,
-            "documents_preview": MetadataValue.md(markdown_table(run.documents, ["doc_id", "parser", "n_pages", "n_elements", "n_tables", "n_chars"])),
+            "documents_preview": MetadataValue.md(
+                markdown_table(run.documents, ["doc_id", "parser", "n_pages", "n_elements", "n_tables", "n_chars"])
+            ),
         },
     )
     yield MaterializeResult(
@@ -56,7 +62,9 @@ def ingest_documents(context: AssetExecutionContext, document_source: DocumentSo
             "quarantined_new": len(run.quarantined),
             **{k: v for k, v in summary.items() if k.startswith("quarantine_")},
             "path": MetadataValue.path(str(quarantine_path)),
-            "quarantine": MetadataValue.md(markdown_table(run.quarantine, ["doc_id", "reason", "exception_class", "message"])),
+            "quarantine": MetadataValue.md(
+                markdown_table(run.quarantine, ["doc_id", "reason", "exception_class", "message"])
+            ),
         },
     )
 

@@ -6,6 +6,7 @@ It is observed on every change of that state: by canary_sensor (its cursor holds
 canary's evidence: an unchanged tick observes nothing), by each gate check and release step of retrain_job, and
 materialized by each rollout job (start, promote, rollback). Every event carries `state_fingerprint`, so the sensor
 does not observe again what a job has just reported (and works stopped: the jobs report on their own)."""
+
 from collections.abc import Callable
 
 from dagster import AssetObservation, AssetSpec, Definitions, MetadataValue
@@ -17,7 +18,9 @@ ROLLOUT_ASSET = "model_rollout"
 FINGERPRINT = "state_fingerprint"
 
 model_rollout = AssetSpec(
-    ROLLOUT_ASSET, group_name="training", kinds={"json"},
+    ROLLOUT_ASSET,
+    group_name="training",
+    kinds={"json"},
     description="The model loop (rag.rollout; state in `<data dir>/models/rollout/<kind>.json`): production embedder "
     "and reranker, the running canary of a gated candidate (candidate → canary on a share of sessions, team-draft "
     "interleaved with production → production or rolled_back) and the last gate verdicts. Observed on every change "
@@ -30,8 +33,9 @@ def _number(value):
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def mlflow_link(registry: ModelRegistry, kind: str, version: str | None,
-                warn: Callable[[str], None] | None = None) -> MetadataValue | None:
+def mlflow_link(
+    registry: ModelRegistry, kind: str, version: str | None, warn: Callable[[str], None] | None = None
+) -> MetadataValue | None:
     """The version's MLflow run as a URL metadata value, or None (no run, no tracking, or the lookup failed: a link
     must never fail the step or the sensor that shows it; the failure is logged through `warn`)."""
     try:
@@ -55,8 +59,12 @@ def rollout_metadata(registry: ModelRegistry, warn: Callable[[str], None] | None
         if link is not None:
             metadata[f"{kind}_production_mlflow"] = link
         rollout = entry["rollout"]
-        metadata[f"{kind}_rollout"] = (f"{rollout['candidate']} {rollout['stage']} (replacing {rollout['replaces']}, "
-                                       f"{rollout['traffic_share']:.0%} of sessions)" if rollout else "none yet")
+        metadata[f"{kind}_rollout"] = (
+            f"{rollout['candidate']} {rollout['stage']} (replacing {rollout['replaces']}, "
+            f"{rollout['traffic_share']:.0%} of sessions)"
+            if rollout
+            else "none yet"
+        )
         gate = entry["gate"]
         if gate is None:
             metadata[f"{kind}_gate"] = "no gate verdict yet"
@@ -70,20 +78,30 @@ def rollout_metadata(registry: ModelRegistry, warn: Callable[[str], None] | None
         if gate.get("reasons"):
             metadata[f"{kind}_gate_reasons"] = str(gate["reasons"])
     canary = state["canary"]
-    metadata["canary"] = (f"{canary['kind']} {canary['candidate']} on {canary['traffic_share']:.0%} of sessions since "
-                          f"{canary['started_at']} (production {canary['replaces']})" if canary else "none running")
+    metadata["canary"] = (
+        f"{canary['kind']} {canary['candidate']} on {canary['traffic_share']:.0%} of sessions since "
+        f"{canary['started_at']} (production {canary['replaces']})"
+        if canary
+        else "none running"
+    )
     step = state["last_step"]
-    metadata["last_step"] = (f"{step.get('at')}: {step.get('kind')} {step.get('step')} {step.get('candidate')} "
-                             f"({step.get('from') or 'new'} → {step.get('to')}): {step.get('reason')}"
-                             if step else "no rollout step yet")
+    metadata["last_step"] = (
+        f"{step.get('at')}: {step.get('kind')} {step.get('step')} {step.get('candidate')} "
+        f"({step.get('from') or 'new'} → {step.get('to')}): {step.get('reason')}"
+        if step
+        else "no rollout step yet"
+    )
     metadata[FINGERPRINT] = fingerprint(state)
     return metadata
 
 
-def rollout_observation(registry: ModelRegistry, description: str, warn: Callable[[str], None] | None = None,
-                        **extra) -> AssetObservation:
+def rollout_observation(
+    registry: ModelRegistry, description: str, warn: Callable[[str], None] | None = None, **extra
+) -> AssetObservation:
     """An observation of model_rollout with the loop's state now (plus `extra`, e.g. the canary's evidence)."""
-    return AssetObservation(ROLLOUT_ASSET, description=description, metadata={**rollout_metadata(registry, warn), **extra})
+    return AssetObservation(
+        ROLLOUT_ASSET, description=description, metadata={**rollout_metadata(registry, warn), **extra}
+    )
 
 
 defs = Definitions(assets=[model_rollout])

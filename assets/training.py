@@ -3,6 +3,7 @@ model registry, gated by a blocking significance check against `production`, and
 promoted directly (for the embedder: collections of the new model built, then the serving alias
 `<strategy>__production` swapped), or, under the rollout resource's promotion policy "canary", started as a canary
 that canary_sensor promotes or rolls back (rag.lifecycle.rollout.release)."""
+
 from pathlib import Path
 
 from dagster import (
@@ -52,22 +53,38 @@ class TrainingRunConfig(Config):
     max_seq_length: int | None = None
     learning_rate: float | None = None
     seed: int = 42
-    feedback_dataset: str | None = Field(None, description="exported feedback RAG-Dataset folder: its +1 pairs and "
-                                         "-1 hard negatives join the training data, a held-out share of its questions the gate")
-    feedback_dev_fraction: float = Field(0.3, description="share of rated questions held out of training for selection and the gate")
+    feedback_dataset: str | None = Field(
+        None,
+        description="exported feedback RAG-Dataset folder: its +1 pairs and "
+        "-1 hard negatives join the training data, a held-out share of its questions the gate",
+    )
+    feedback_dev_fraction: float = Field(
+        0.3, description="share of rated questions held out of training for selection and the gate"
+    )
     # None = rag.training.config's defaults (one place): λ 0.2, 20 expert questions.
-    expert_weight: float | None = Field(None, description="λ: the expert-labelled pairs' share of the training signal "
-                                        "(0 leaves them out; default 0.2)")
-    min_expert_gate_questions: int | None = Field(None, description="held-out expert-labelled questions needed for the "
-                                                  "gate to decide on them alone (default 20)")
+    expert_weight: float | None = Field(
+        None, description="λ: the expert-labelled pairs' share of the training signal (0 leaves them out; default 0.2)"
+    )
+    min_expert_gate_questions: int | None = Field(
+        None, description="held-out expert-labelled questions needed for the gate to decide on them alone (default 20)"
+    )
 
     def overrides(self) -> dict:
         feedback = self.feedback_dataset if self.feedback_dataset and Path(self.feedback_dataset).exists() else None
-        fields = {"base_model": self.base_model, "strategy": self.strategy, "epochs": self.epochs, "max_steps": self.max_steps,
-                  "max_pairs": self.max_pairs, "seed": self.seed, "feedback_dataset": feedback,
-                  "feedback_dev_fraction": self.feedback_dev_fraction, "max_seq_length": self.max_seq_length,
-                  "learning_rate": self.learning_rate, "expert_weight": self.expert_weight,
-                  "min_expert_gate_questions": self.min_expert_gate_questions}
+        fields = {
+            "base_model": self.base_model,
+            "strategy": self.strategy,
+            "epochs": self.epochs,
+            "max_steps": self.max_steps,
+            "max_pairs": self.max_pairs,
+            "seed": self.seed,
+            "feedback_dataset": feedback,
+            "feedback_dev_fraction": self.feedback_dev_fraction,
+            "max_seq_length": self.max_seq_length,
+            "learning_rate": self.learning_rate,
+            "expert_weight": self.expert_weight,
+            "min_expert_gate_questions": self.min_expert_gate_questions,
+        }
         return {k: v for k, v in fields.items() if v is not None}
 
 
@@ -77,8 +94,11 @@ class EmbedderTrainingRunConfig(TrainingRunConfig):
 
 
 class RerankerTrainingRunConfig(TrainingRunConfig):
-    kind: str = Field("lambdamart", description="lambdamart (LightGBM LambdaRank over first-stage, lexical and feedback "
-                      "features; seconds) | cross-encoder (from the base model's weights; learns little on a CPU)")
+    kind: str = Field(
+        "lambdamart",
+        description="lambdamart (LightGBM LambdaRank over first-stage, lexical and feedback "
+        "features; seconds) | cross-encoder (from the base model's weights; learns little on a CPU)",
+    )
     rerank_depth: int = Field(50, description="first-stage candidates per question the reranker re-orders")
     loss: str = Field("bce", description="cross-encoder only: bce | lambda")
     batch_size: int = 16
@@ -88,10 +108,16 @@ class GateConfig(Config):
     p_value: float = 0.05
     test: str = Field("permutation", description="permutation | bootstrap")
     recall_tolerance: float = 0.01
-    min_questions: int = Field(5, description="fewest held-out gate questions to decide on; fewer fails the check "
-                               "with 'generate a larger QA set'")
-    max_drop: float = Field(0.02, description="promotion policy 'canary' (the gate asks 'no worse'): largest allowed drop "
-                            "of nDCG@10 / MRR@10, significant or not")
+    min_questions: int = Field(
+        5,
+        description="fewest held-out gate questions to decide on; fewer fails the check "
+        "with 'generate a larger QA set'",
+    )
+    max_drop: float = Field(
+        0.02,
+        description="promotion policy 'canary' (the gate asks 'no worse'): largest allowed drop "
+        "of nDCG@10 / MRR@10, significant or not",
+    )
 
 
 def _registry(data_store: DataStore) -> ModelRegistry:
@@ -102,14 +128,24 @@ def _train(kind: str, settings, context: AssetExecutionContext, data_store: Data
     """Train, register as candidate; the materialization shows the data, the run (with its MLflow link), the
     manifest and the loss curve."""
     registry = _registry(data_store)
-    mv, run, inputs = train_candidate(kind, data_store.tables, registry, settings, log=context.log.info,
-                                      mining_cache=data_store.root / "training" / "mining-cache",
-                                      progress=LogProgress(context.log.info))
+    mv, run, inputs = train_candidate(
+        kind,
+        data_store.tables,
+        registry,
+        settings,
+        log=context.log.info,
+        mining_cache=data_store.root / "training" / "mining-cache",
+        progress=LogProgress(context.log.info),
+    )
     url = run_url(registry, mv)
     return mv, {
         **({"mlflow_run": MetadataValue.url(url)} if url else {}),
-        "version": mv.version, "name": mv.name, "path": MetadataValue.path(str(mv.path)), "strategy": inputs.strategy,
-        **inputs.data.summary, **run.summary,
+        "version": mv.version,
+        "name": mv.name,
+        "path": MetadataValue.path(str(mv.path)),
+        "strategy": inputs.strategy,
+        **inputs.data.summary,
+        **run.summary,
         "manifest": MetadataValue.json(mv.manifest()),
         "loss_curve": MetadataValue.md(markdown_image(loss_curve(run.log_history, f"{kind} {mv.name}"), "loss")),
     }
@@ -123,10 +159,14 @@ def _train(kind: str, settings, context: AssetExecutionContext, data_store: Data
     "AdamW with linear warmup/decay, checkpoint by nDCG@10 on synth-dev) on the QA set's train split plus feedback pairs; "
     "registered as `candidate` and added as an embedding_model partition.",
 )
-def finetuned_embedder(context: AssetExecutionContext, config: EmbedderTrainingRunConfig, data_store: DataStore) -> MaterializeResult:
+def finetuned_embedder(
+    context: AssetExecutionContext, config: EmbedderTrainingRunConfig, data_store: DataStore
+) -> MaterializeResult:
     settings = EmbedderTrainingConfig(**config.overrides(), loss=config.loss, batch_size=config.batch_size)
     mv, metadata = _train("embedder", settings, context, data_store)
-    context.instance.add_dynamic_partitions(embedding_model_partitions.name, [mv.name])  # its collections can be backfilled
+    context.instance.add_dynamic_partitions(
+        embedding_model_partitions.name, [mv.name]
+    )  # its collections can be backfilled
     return MaterializeResult(metadata=metadata)
 
 
@@ -139,9 +179,16 @@ def finetuned_embedder(context: AssetExecutionContext, config: EmbedderTrainingR
     "length, position, feedback priors), early-stopped on selection nDCG@10 and calibrated to a relevance probability; "
     "kind=cross-encoder trains a CrossEncoder instead. Registered as `candidate`.",
 )
-def trained_reranker(context: AssetExecutionContext, config: RerankerTrainingRunConfig, data_store: DataStore) -> MaterializeResult:
-    settings = RerankerTrainingConfig(**config.overrides(), kind=config.kind, rerank_depth=config.rerank_depth, loss=config.loss,
-                                      batch_size=config.batch_size)
+def trained_reranker(
+    context: AssetExecutionContext, config: RerankerTrainingRunConfig, data_store: DataStore
+) -> MaterializeResult:
+    settings = RerankerTrainingConfig(
+        **config.overrides(),
+        kind=config.kind,
+        rerank_depth=config.rerank_depth,
+        loss=config.loss,
+        batch_size=config.batch_size,
+    )
     return MaterializeResult(metadata=_train("reranker", settings, context, data_store)[1])
 
 
@@ -149,68 +196,110 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout
     registry = _registry(data_store)
     candidate = registry.resolve(kind, "candidate")
     if candidate is None:  # ERROR: the blocking check stops the release step, which would have nothing to release
-        return AssetCheckResult(passed=False, severity=AssetCheckSeverity.ERROR,
-                                description=f"no {kind} candidate in the registry: materialize the training asset first",
-                                metadata={"verdict": f"no verdict: no {kind} candidate in the registry to gate"})
+        return AssetCheckResult(
+            passed=False,
+            severity=AssetCheckSeverity.ERROR,
+            description=f"no {kind} candidate in the registry: materialize the training asset first",
+            metadata={"verdict": f"no verdict: no {kind} candidate in the registry to gate"},
+        )
     against = production_label(registry, kind)
-    settings = GateSettings(p_value=config.p_value, test=config.test, recall_tolerance=config.recall_tolerance,
-                            min_questions=config.min_questions, criterion=rollout.gate_criterion, max_drop=config.max_drop)
+    settings = GateSettings(
+        p_value=config.p_value,
+        test=config.test,
+        recall_tolerance=config.recall_tolerance,
+        min_questions=config.min_questions,
+        criterion=rollout.gate_criterion,
+        max_drop=config.max_drop,
+    )
     try:
         result = gate_candidate(kind, data_store.tables, registry, candidate, settings)
     except TooFewGateQuestions as exc:  # no verdict, recorded as such: production stays, the run goes on
-        return AssetCheckResult(passed=False, severity=AssetCheckSeverity.WARN,
-                                description=f"{candidate.name} vs {against}: no verdict, keep production. {exc}",
-                                metadata={"verdict": f"no verdict: {exc}", "outcome": "no verdict",
-                                          "candidate": candidate.name, "production": against})
+        return AssetCheckResult(
+            passed=False,
+            severity=AssetCheckSeverity.WARN,
+            description=f"{candidate.name} vs {against}: no verdict, keep production. {exc}",
+            metadata={
+                "verdict": f"no verdict: {exc}",
+                "outcome": "no verdict",
+                "candidate": candidate.name,
+                "production": against,
+            },
+        )
     if settings.criterion == "not_worse":
-        verdict = ("no worse: start its canary (the online test decides)" if result.passed else "worse: keep production") + (
-            "; significantly better too" if result.better else "")
+        verdict = (
+            "no worse: start its canary (the online test decides)" if result.passed else "worse: keep production"
+        ) + ("; significantly better too" if result.better else "")
     else:
         verdict = "promote" if result.passed else f"keep production ({result.outcome})"
     # A rejected candidate is a normal outcome of retraining, not a broken run: WARN lets the run succeed, and the
     # production asset downstream reads the recorded verdict and keeps production (it never promotes without one).
     return AssetCheckResult(
-        passed=result.passed, severity=AssetCheckSeverity.WARN,
+        passed=result.passed,
+        severity=AssetCheckSeverity.WARN,
         description=f"{candidate.name} vs {against} on {result.questions} held-out dev questions "
-                    f"({result.copied_questions} copied ones set aside): {verdict}",
-        metadata={"verdict": verdict, **result.metadata, "candidate": candidate.name, "production": against,
-                  "comparison": MetadataValue.md(gate_table(result))},
+        f"({result.copied_questions} copied ones set aside): {verdict}",
+        metadata={
+            "verdict": verdict,
+            **result.metadata,
+            "candidate": candidate.name,
+            "production": against,
+            "comparison": MetadataValue.md(gate_table(result)),
+        },
     )
 
 
-def _gate_observed(context: AssetCheckExecutionContext, result: AssetCheckResult, data_store: DataStore) -> AssetCheckResult:
+def _gate_observed(
+    context: AssetCheckExecutionContext, result: AssetCheckResult, data_store: DataStore
+) -> AssetCheckResult:
     """The check's result, after observing model_rollout: the loop's last gate verdict changed."""
     verdict = result.metadata.get("verdict") if result.metadata else None
-    context.op_execution_context.log_event(rollout_observation(
-        _registry(data_store), f"gate: {getattr(verdict, 'value', verdict) or result.description}"))
+    context.op_execution_context.log_event(
+        rollout_observation(_registry(data_store), f"gate: {getattr(verdict, 'value', verdict) or result.description}")
+    )
     return result
 
 
-_POLICY = ("By the rollout resource's promotion policy: 'direct' needs a significant gain; 'canary' needs only 'no worse' "
-           "(neither metric significantly lower nor lower by more than max_drop, recall kept) and the canary's online test "
-           "then decides. Both verdicts are in the metadata.")
+_POLICY = (
+    "By the rollout resource's promotion policy: 'direct' needs a significant gain; 'canary' needs only 'no worse' "
+    "(neither metric significantly lower nor lower by more than max_drop, recall kept) and the canary's online test "
+    "then decides. Both verdicts are in the metadata."
+)
 
 
-@asset_check(asset=finetuned_embedder, blocking=True, description="Promotion gate: nDCG@10 and MRR@10 significantly better "
-             "than production (paired test, p < 0.05) and recall@20 not lower by more than the tolerance, on held-out dev "
-             "questions. " + _POLICY)
-def finetuned_embedder_gate(context: AssetCheckExecutionContext, config: GateConfig, data_store: DataStore,
-                            rollout: Rollout) -> AssetCheckResult:
+@asset_check(
+    asset=finetuned_embedder,
+    blocking=True,
+    description="Promotion gate: nDCG@10 and MRR@10 significantly better "
+    "than production (paired test, p < 0.05) and recall@20 not lower by more than the tolerance, on held-out dev "
+    "questions. " + _POLICY,
+)
+def finetuned_embedder_gate(
+    context: AssetCheckExecutionContext, config: GateConfig, data_store: DataStore, rollout: Rollout
+) -> AssetCheckResult:
     return _gate_observed(context, _gate("embedder", config, data_store, rollout), data_store)
 
 
-@asset_check(asset=trained_reranker, blocking=True, description="Promotion gate: re-ranking the serving mode's top 50 with the candidate "
-             "beats production (or no reranker) on nDCG@10 and MRR@10 (paired test) without losing recall@20. " + _POLICY)
-def trained_reranker_gate(context: AssetCheckExecutionContext, config: GateConfig, data_store: DataStore,
-                          rollout: Rollout) -> AssetCheckResult:
+@asset_check(
+    asset=trained_reranker,
+    blocking=True,
+    description="Promotion gate: re-ranking the serving mode's top 50 with the candidate "
+    "beats production (or no reranker) on nDCG@10 and MRR@10 (paired test) without losing recall@20. " + _POLICY,
+)
+def trained_reranker_gate(
+    context: AssetCheckExecutionContext, config: GateConfig, data_store: DataStore, rollout: Rollout
+) -> AssetCheckResult:
     return _gate_observed(context, _gate("reranker", config, data_store, rollout), data_store)
 
 
-GATE_CHECKS = {"embedder": AssetCheckKey(AssetKey("finetuned_embedder"), "finetuned_embedder_gate"),
-               "reranker": AssetCheckKey(AssetKey("trained_reranker"), "trained_reranker_gate")}
+GATE_CHECKS = {
+    "embedder": AssetCheckKey(AssetKey("finetuned_embedder"), "finetuned_embedder_gate"),
+    "reranker": AssetCheckKey(AssetKey("trained_reranker"), "trained_reranker_gate"),
+}
 
 
-def _recorded_gate(context: AssetExecutionContext, kind: str, registry: ModelRegistry, candidate, rollout: Rollout) -> None:
+def _recorded_gate(
+    context: AssetExecutionContext, kind: str, registry: ModelRegistry, candidate, rollout: Rollout
+) -> None:
     """When the gate check did not run in this run (this asset materialized alone), report the candidate's recorded
     verdict as the check's result, so the training asset's card shows the verdict this step acts on, or says that
     there is none, instead of a check that never ran."""
@@ -220,26 +309,50 @@ def _recorded_gate(context: AssetExecutionContext, kind: str, registry: ModelReg
         return  # the check ran in this run: its own result stands
     against = production_label(registry, kind)
     gate = current_verdict(registry, kind, candidate.version)
-    metadata = {"candidate": candidate.name, "production": against,
-                "reported_by": f"production_{kind}: the check did not run in this run; this is the verdict recorded in "
-                               "the candidate's manifest"}
+    metadata = {
+        "candidate": candidate.name,
+        "production": against,
+        "reported_by": f"production_{kind}: the check did not run in this run; this is the verdict recorded in "
+        "the candidate's manifest",
+    }
     if gate is None:
         recorded = candidate.metrics.get("gate")
-        why = (f"gated against {recorded.get('against') or recorded.get('production_version')} "
-               f"({recorded.get('gated_at', '?')}), not today's production {against}"
-               if isinstance(recorded, dict) and recorded.get("candidate_version") == candidate.version
-               else "the gate never ran on it")
-        passed, verdict = False, (f"no verdict: {candidate.name} vs {against}: {why}; run {key.name} (Execute check "
-                                  f"on {key.asset_key.to_user_string()}) or retrain_job")
+        why = (
+            f"gated against {recorded.get('against') or recorded.get('production_version')} "
+            f"({recorded.get('gated_at', '?')}), not today's production {against}"
+            if isinstance(recorded, dict) and recorded.get("candidate_version") == candidate.version
+            else "the gate never ran on it"
+        )
+        passed, verdict = (
+            False,
+            (
+                f"no verdict: {candidate.name} vs {against}: {why}; run {key.name} (Execute check "
+                f"on {key.asset_key.to_user_string()}) or retrain_job"
+            ),
+        )
     else:
         refusal = rejected_by_gate(kind, registry, candidate, rollout.gate_criterion)
         passed = refusal is None
         verdict = f"{gate_outcome(gate)}: " + (f"passes ({rollout.gate_criterion})" if passed else refusal)
-        metadata |= {"outcome": gate_outcome(gate), "gated_at": gate.get("gated_at", "?"),
-                     **{k: gate[k] for k in ("delta_ndcg@10", "p_value_ndcg@10", "questions") if isinstance(gate.get(k), (int, float))}}
-    context.log_event(AssetCheckEvaluation(asset_key=key.asset_key, check_name=key.name, passed=passed,
-                                           severity=AssetCheckSeverity.WARN, description=verdict,
-                                           metadata={"verdict": verdict, **metadata}))
+        metadata |= {
+            "outcome": gate_outcome(gate),
+            "gated_at": gate.get("gated_at", "?"),
+            **{
+                k: gate[k]
+                for k in ("delta_ndcg@10", "p_value_ndcg@10", "questions")
+                if isinstance(gate.get(k), (int, float))
+            },
+        }
+    context.log_event(
+        AssetCheckEvaluation(
+            asset_key=key.asset_key,
+            check_name=key.name,
+            passed=passed,
+            severity=AssetCheckSeverity.WARN,
+            description=verdict,
+            metadata={"verdict": verdict, **metadata},
+        )
+    )
 
 
 def _kept(context: AssetExecutionContext, kind: str, registry: ModelRegistry, candidate, rollout: Rollout) -> bool:
@@ -254,7 +367,12 @@ def _kept(context: AssetExecutionContext, kind: str, registry: ModelRegistry, ca
 
 def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
     """The release step's metadata: what it did (promoted, or a canary started) in `action` and `summary`."""
-    metadata = {"action": outcome["action"], "summary": outcome["summary"], "production": outcome["production"], **extra}
+    metadata = {
+        "action": outcome["action"],
+        "summary": outcome["summary"],
+        "production": outcome["production"],
+        **extra,
+    }
     if outcome["action"] == "promoted":
         metadata["previous"] = outcome["previous"] or ("minilm (base)" if kind == "embedder" else "none")
         if kind == "embedder":
@@ -262,7 +380,9 @@ def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
     elif outcome["action"] == "waiting":
         metadata["waiting_behind"] = outcome["behind"]
     else:
-        metadata.update(canary=outcome["summary"], traffic_share=outcome["traffic_share"], started_at=outcome["started_at"])
+        metadata.update(
+            canary=outcome["summary"], traffic_share=outcome["traffic_share"], started_at=outcome["started_at"]
+        )
     return MaterializeResult(metadata=metadata)
 
 
@@ -279,8 +399,9 @@ def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
     "while a canary runs); 'canary' builds the collections and starts the candidate's canary on the resource's "
     "traffic share, leaving production untouched: canary_sensor then promotes or rolls it back.",
 )
-def production_embedder(context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource,
-                        rollout: Rollout):
+def production_embedder(
+    context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource, rollout: Rollout
+):
     registry = _registry(data_store)
     candidate = registry.resolve("embedder", "candidate")
     if candidate is None:
@@ -291,14 +412,26 @@ def production_embedder(context: AssetExecutionContext, data_store: DataStore, q
     # The gate verdict is checked here, not only by the blocking check upstream: materializing this asset alone
     # must not promote an ungated or rejected model. Before the Qdrant client opens: a refusal changes nothing.
     check_promotable("embedder", registry, candidate, rollout.gate_criterion)
-    strategies = [s for s in context.instance.get_dynamic_partitions(chunking_strategy_partitions.name)
-                  if data_store.tables.exists(CHUNKS_TABLE, s)]
-    outcome = release("embedder", registry, candidate, policy=rollout.promotion, traffic_share=rollout.traffic_share,
-                      target=qdrant.serving_target(data_store.tables, strategies), approved_by=f"dagster run {context.run_id}",
-                      log=context.log.info)
+    strategies = [
+        s
+        for s in context.instance.get_dynamic_partitions(chunking_strategy_partitions.name)
+        if data_store.tables.exists(CHUNKS_TABLE, s)
+    ]
+    outcome = release(
+        "embedder",
+        registry,
+        candidate,
+        policy=rollout.promotion,
+        traffic_share=rollout.traffic_share,
+        target=qdrant.serving_target(data_store.tables, strategies),
+        approved_by=f"dagster run {context.run_id}",
+        log=context.log.info,
+    )
     context.log.info(outcome["summary"])
     context.log_event(rollout_observation(registry, f"production_embedder: {outcome['summary']}", context.log.warning))
-    yield _released("embedder", outcome, {"strategies": len(strategies), "path": MetadataValue.path(str(Path(candidate.path)))})
+    yield _released(
+        "embedder", outcome, {"strategies": len(strategies), "path": MetadataValue.path(str(Path(candidate.path)))}
+    )
 
 
 @asset(
@@ -320,12 +453,21 @@ def production_reranker(context: AssetExecutionContext, data_store: DataStore, r
     if _kept(context, "reranker", registry, candidate, rollout):
         return
     # refuses without a passing gate verdict
-    outcome = release("reranker", registry, candidate, policy=rollout.promotion, traffic_share=rollout.traffic_share,
-                      approved_by=f"dagster run {context.run_id}", log=context.log.info)
+    outcome = release(
+        "reranker",
+        registry,
+        candidate,
+        policy=rollout.promotion,
+        traffic_share=rollout.traffic_share,
+        approved_by=f"dagster run {context.run_id}",
+        log=context.log.info,
+    )
     context.log.info(outcome["summary"])
     context.log_event(rollout_observation(registry, f"production_reranker: {outcome['summary']}", context.log.warning))
     yield _released("reranker", outcome, {})
 
 
-defs = Definitions(assets=[finetuned_embedder, trained_reranker, production_embedder, production_reranker],
-                   asset_checks=[finetuned_embedder_gate, trained_reranker_gate])
+defs = Definitions(
+    assets=[finetuned_embedder, trained_reranker, production_embedder, production_reranker],
+    asset_checks=[finetuned_embedder_gate, trained_reranker_gate],
+)

@@ -15,6 +15,7 @@ A result file of a kind this script does not know gets the generic rendering (it
 table), so a new benchmark shows up without a code change; a kind earns its own render function once its figures
 deserve a real table. Output is deterministic (sorted files, fixed number formats): a re-render is byte-identical.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,13 +33,25 @@ BENCHMARKS = "benchmarks.md"
 # Pages outside docs/ whose figure blocks are filled too.
 EXTRA_PAGES = ("README.md",)
 BLOCK = re.compile(r"(<!-- figures:(?P<name>[A-Za-z0-9._:@-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
-PROVENANCE_KEYS = {"args", "argv", "commit", "date", "finished", "machine", "bench", "cpu_cores", "loop_commit",
-                   "data_dir", "loadavg_at_end"}
+PROVENANCE_KEYS = {
+    "args",
+    "argv",
+    "commit",
+    "date",
+    "finished",
+    "machine",
+    "bench",
+    "cpu_cores",
+    "loop_commit",
+    "data_dir",
+    "loadavg_at_end",
+}
 
 Table = tuple[list[str], list[list[str]]]
 
 
 # --- number formats -------------------------------------------------------------------------------------------------
+
 
 def num(value, digits: int = 4) -> str:
     if value is None:
@@ -88,6 +101,7 @@ def get(record, *path, default=None):
 # --- one render function per kind of result file -----------------------------------------------------------------------
 # Each returns {view name: table}, in the order they should appear.
 
+
 def edge_latency(record: dict) -> dict[str, Table]:
     views: dict[str, Table] = {}
     runs = record.get("runs", [])
@@ -102,32 +116,68 @@ def edge_latency(record: dict) -> dict[str, Table]:
     for run in runs:
         build = run.get("build", {})
         recall = run.get("recall") or {}
-        rows.append([run["engine"], num(run["points"]), num(build.get("build_seconds"), 1),
-                     num(build.get("bm25_terms_seconds"), 1), num(build.get("upsert_seconds"), 1),
-                     num(build.get("optimize_seconds"), 1), num(run.get("reopen_seconds"), 2),
-                     num(run.get("disk_mb"), 1), num(get(run, "rss_mb", "process_peak"), 1)]
-                    + [num(get(recall, e, "recall@10")) for e in ("minilm", "minilm-int8")])
+        rows.append(
+            [
+                run["engine"],
+                num(run["points"]),
+                num(build.get("build_seconds"), 1),
+                num(build.get("bm25_terms_seconds"), 1),
+                num(build.get("upsert_seconds"), 1),
+                num(build.get("optimize_seconds"), 1),
+                num(run.get("reopen_seconds"), 2),
+                num(run.get("disk_mb"), 1),
+                num(get(run, "rss_mb", "process_peak"), 1),
+            ]
+            + [num(get(recall, e, "recall@10")) for e in ("minilm", "minilm-int8")]
+        )
     if rows:
-        views["build"] = (["engine", "points", "build s", "BM25 terms s", "upsert s", "HNSW s", "reopen s", "disk MB",
-                           "peak RSS MB", "recall@10 vs exact at the engine's default hnsw_ef (minilm)", "(minilm-int8)"], rows)
+        views["build"] = (
+            [
+                "engine",
+                "points",
+                "build s",
+                "BM25 terms s",
+                "upsert s",
+                "HNSW s",
+                "reopen s",
+                "disk MB",
+                "peak RSS MB",
+                "recall@10 vs exact at the engine's default hnsw_ef (minilm)",
+                "(minilm-int8)",
+            ],
+            rows,
+        )
     rows = []
     for run in runs:
         for encoder, recall in sorted((run.get("recall") or {}).items()):
             for ef, figures in sorted(recall.get("by_hnsw_ef", {}).items(), key=lambda kv: int(kv[0])):
-                rows.append([run["engine"], num(run["points"]), encoder, ef, num(figures.get("recall@10_of_limit100")),
-                             p50_p95(figures.get("dense_only_limit100"))])
+                rows.append(
+                    [
+                        run["engine"],
+                        num(run["points"]),
+                        encoder,
+                        ef,
+                        num(figures.get("recall@10_of_limit100")),
+                        p50_p95(figures.get("dense_only_limit100")),
+                    ]
+                )
     if rows:
-        views["recall"] = (["engine", "points", "query encoder", "hnsw_ef", "recall@10 vs exact",
-                            "dense-only p50/p95 ms"], rows)
+        views["recall"] = (
+            ["engine", "points", "query encoder", "hnsw_ef", "recall@10 vs exact", "dense-only p50/p95 ms"],
+            rows,
+        )
     rows = []
     for quality in record.get("quality", []):
-        rows.append([quality["engine"], quality["encoder"], quality.get("bm25_source", "—")]
-                    + [num(get(quality, m, "ndcg@10")) for m in modes[:4]])
+        rows.append(
+            [quality["engine"], quality["encoder"], quality.get("bm25_source", "—")]
+            + [num(get(quality, m, "ndcg@10")) for m in modes[:4]]
+        )
     if rows:
         views["quality"] = (["engine", "encoder", "BM25 source"] + [f"{m} nDCG@10" for m in modes[:4]], rows)
     for skipped in record.get("skipped", []):
         views.setdefault("skipped", (["engine", "points", "why not measured"], []))[1].append(
-            [skipped.get("engine", "—"), num(skipped.get("points")), skipped.get("reason", "—")])
+            [skipped.get("engine", "—"), num(skipped.get("points")), skipped.get("reason", "—")]
+        )
     return views
 
 
@@ -135,30 +185,80 @@ def hnsw_recall(record: dict) -> dict[str, Table]:
     rows = []
     for run in record.get("runs", []):
         for ef, figures in sorted(run.get("by_hnsw_ef", {}).items(), key=lambda kv: int(kv[0])):
-            rows.append([num(run["points"]), num(run.get("points_per_document"), 1), str(run["m"]),
-                         str(run.get("level0_links", "—")), ef, num(figures["recall@10"]),
-                         p50_p95(figures.get("dense_limit100")),
-                         str(figures.get("misses_document_found_through_another_copy", "—")),
-                         str(figures.get("misses_document_not_found", "—")),
-                         num(get(run, "build", "optimize_s"), 1)])
-    return {"recall": (["points", "copies per document", "m", "level-0 links", "hnsw_ef", "recall@10 vs exact",
-                        "dense p50/p95 ms", "misses: another copy found", "misses: document not found",
-                        "HNSW build s"], rows)}
+            rows.append(
+                [
+                    num(run["points"]),
+                    num(run.get("points_per_document"), 1),
+                    str(run["m"]),
+                    str(run.get("level0_links", "—")),
+                    ef,
+                    num(figures["recall@10"]),
+                    p50_p95(figures.get("dense_limit100")),
+                    str(figures.get("misses_document_found_through_another_copy", "—")),
+                    str(figures.get("misses_document_not_found", "—")),
+                    num(get(run, "build", "optimize_s"), 1),
+                ]
+            )
+    return {
+        "recall": (
+            [
+                "points",
+                "copies per document",
+                "m",
+                "level-0 links",
+                "hnsw_ef",
+                "recall@10 vs exact",
+                "dense p50/p95 ms",
+                "misses: another copy found",
+                "misses: document not found",
+                "HNSW build s",
+            ],
+            rows,
+        )
+    }
 
 
 def training(record: dict) -> dict[str, Table]:
     rows = []
     for stage, figures in record.get("stages", {}).items():
         test = figures.get("test", {})
-        rows.append([stage, str(figures.get("model", "—")), str(figures.get("kind", "—")),
-                     num(figures.get("training_pairs")), str(test.get("compared_with", "—")),
-                     num(test.get("base_ndcg@10")), num(test.get("ndcg@10")), signed(test.get("delta_ndcg@10")),
-                     pvalue(test.get("p_value_ndcg@10")), num(figures.get("train_wall_seconds"), 1),
-                     num(figures.get("rerank_ms_per_query"), 1)])
-    views = {"stages": (["stage", "model", "kind", "training pairs", "compared with", "before nDCG@10", "after",
-                         "Δ", "p", "train s", "rerank ms/query"], rows)}
-    base = [[mode] + [num(figures.get(m)) for m in ("ndcg@10", "mrr@10", "recall@10")]
-            for mode, figures in record.get("base", {}).items()]
+        rows.append(
+            [
+                stage,
+                str(figures.get("model", "—")),
+                str(figures.get("kind", "—")),
+                num(figures.get("training_pairs")),
+                str(test.get("compared_with", "—")),
+                num(test.get("base_ndcg@10")),
+                num(test.get("ndcg@10")),
+                signed(test.get("delta_ndcg@10")),
+                pvalue(test.get("p_value_ndcg@10")),
+                num(figures.get("train_wall_seconds"), 1),
+                num(figures.get("rerank_ms_per_query"), 1),
+            ]
+        )
+    views = {
+        "stages": (
+            [
+                "stage",
+                "model",
+                "kind",
+                "training pairs",
+                "compared with",
+                "before nDCG@10",
+                "after",
+                "Δ",
+                "p",
+                "train s",
+                "rerank ms/query",
+            ],
+            rows,
+        )
+    }
+    base = [
+        [mode] + [num(figures.get(m)) for m in ("ndcg@10", "mrr@10", "recall@10")]
+        for mode, figures in record.get("base", {}).items()
+    ]
     if base:
         views["base"] = (["untrained start", "nDCG@10", "MRR@10", "recall@10"], base)
     return views
@@ -167,35 +267,91 @@ def training(record: dict) -> dict[str, Table]:
 def canary_loop(record: dict) -> dict[str, Table]:
     rows = []
     for phase, figures in record.get("phases", {}).items():
-        rows.append([phase, num(figures.get("candidate")), num(figures.get("decision")),
-                     num(figures.get("canary_queries")), num(figures.get("decisive_canary_queries")),
-                     f"{figures.get('wins', '—')} / {figures.get('losses', '—')} / {figures.get('ties', '—')}",
-                     num(figures.get("log_likelihood_ratio"), 2), num(figures.get("threshold"), 2)])
-    views = {"canaries": (["phase", "candidate", "decision", "canary queries", "decisive", "wins / losses / ties",
-                           "log-likelihood ratio", "threshold"], rows)}
+        rows.append(
+            [
+                phase,
+                num(figures.get("candidate")),
+                num(figures.get("decision")),
+                num(figures.get("canary_queries")),
+                num(figures.get("decisive_canary_queries")),
+                f"{figures.get('wins', '—')} / {figures.get('losses', '—')} / {figures.get('ties', '—')}",
+                num(figures.get("log_likelihood_ratio"), 2),
+                num(figures.get("threshold"), 2),
+            ]
+        )
+    views = {
+        "canaries": (
+            [
+                "phase",
+                "candidate",
+                "decision",
+                "canary queries",
+                "decisive",
+                "wins / losses / ties",
+                "log-likelihood ratio",
+                "threshold",
+            ],
+            rows,
+        )
+    }
     gates = []
     for phase, figures in record.get("phases", {}).items():
         for gate, verdict in figures.get("gates", {}).items():
-            gates.append([phase, gate, num(verdict.get("criterion")), num(verdict.get("passed")),
-                          num(verdict.get("questions")), num(verdict.get("production_ndcg@10")),
-                          num(verdict.get("candidate_ndcg@10")), signed(verdict.get("delta_ndcg@10")),
-                          pvalue(verdict.get("p_value_ndcg@10")), num(figures.get("candidate_ndcg@10"))])
+            gates.append(
+                [
+                    phase,
+                    gate,
+                    num(verdict.get("criterion")),
+                    num(verdict.get("passed")),
+                    num(verdict.get("questions")),
+                    num(verdict.get("production_ndcg@10")),
+                    num(verdict.get("candidate_ndcg@10")),
+                    signed(verdict.get("delta_ndcg@10")),
+                    pvalue(verdict.get("p_value_ndcg@10")),
+                    num(figures.get("candidate_ndcg@10")),
+                ]
+            )
     if gates:
-        views["gates"] = (["phase", "gate", "criterion", "passed", "held-out questions", "production nDCG@10",
-                           "candidate nDCG@10", "Δ", "p", "candidate's test nDCG@10 (if recorded)"], gates)
+        views["gates"] = (
+            [
+                "phase",
+                "gate",
+                "criterion",
+                "passed",
+                "held-out questions",
+                "production nDCG@10",
+                "candidate nDCG@10",
+                "Δ",
+                "p",
+                "candidate's test nDCG@10 (if recorded)",
+            ],
+            gates,
+        )
     served = [["dense nDCG@10 (production embedder)", num(record.get("ndcg@10_start")), num(record.get("ndcg@10_end"))]]
     if "served_ndcg@10_start" in record:
-        served.append(["as served (with the production reranker)", num(record.get("served_ndcg@10_start")),
-                       num(record.get("served_ndcg@10_end"))])
+        served.append(
+            [
+                "as served (with the production reranker)",
+                num(record.get("served_ndcg@10_start")),
+                num(record.get("served_ndcg@10_end")),
+            ]
+        )
     views["test"] = (["SciFact test queries nobody asked", "start", "end"], served)
     return views
 
 
 def paired_rows(paired: dict) -> list[list[str]]:
-    return [[name, num(figures.get("n")), signed(figures.get("delta")),
-             f"[{signed(figures.get('ci_low'))}, {signed(figures.get('ci_high'))}]", pvalue(figures.get("p_value")),
-             f"{num(figures.get('better'))} / {num(figures.get('tied'))} / {num(figures.get('worse'))}"]
-            for name, figures in paired.items()]
+    return [
+        [
+            name,
+            num(figures.get("n")),
+            signed(figures.get("delta")),
+            f"[{signed(figures.get('ci_low'))}, {signed(figures.get('ci_high'))}]",
+            pvalue(figures.get("p_value")),
+            f"{num(figures.get('better'))} / {num(figures.get('tied'))} / {num(figures.get('worse'))}",
+        ]
+        for name, figures in paired.items()
+    ]
 
 
 PAIRED_HEAD = ["comparison", "questions", "Δ", "95% CI", "p", "better / tied / worse"]
@@ -210,30 +366,48 @@ def qa_chunking(record: dict) -> dict[str, Table]:
     rows = record.get("chunking", [])
     modes = [key.split(" ", 1)[1] for key in (rows[0] if rows else {}) if key.startswith("retrieval_score ")]
     views = {}
-    for metric, label, digits in (("retrieval_score", "RetrievalScore", 3), ("recall@5", "recall@5", 3),
-                                  ("context_chars@5", "context chars@5", 0)):
-        views[metric] = (["strategy", "chunks", "mean chars"] + [f"{label} {m}" for m in modes],
-                         [[r["strategy"], num(r.get("chunks")), num(r.get("mean_chars"))]
-                          + [num(r.get(f"{metric} {m}"), digits) for m in modes] for r in rows])
+    for metric, label, digits in (
+        ("retrieval_score", "RetrievalScore", 3),
+        ("recall@5", "recall@5", 3),
+        ("context_chars@5", "context chars@5", 0),
+    ):
+        views[metric] = (
+            ["strategy", "chunks", "mean chars"] + [f"{label} {m}" for m in modes],
+            [
+                [r["strategy"], num(r.get("chunks")), num(r.get("mean_chars"))]
+                + [num(r.get(f"{metric} {m}"), digits) for m in modes]
+                for r in rows
+            ],
+        )
     return views
 
 
 def question_style(record: dict) -> dict[str, Table]:
-    columns = (("n", "questions"), ("copy_share", "copies of a sentence"),
-               ("mean_overlap", "content words in the paragraph"), ("mean_words", "words"),
-               ("question_form_share", "question form"))
+    columns = (
+        ("n", "questions"),
+        ("copy_share", "copies of a sentence"),
+        ("mean_overlap", "content words in the paragraph"),
+        ("mean_words", "words"),
+        ("question_form_share", "question form"),
+    )
     style = record.get("style", {})
     human = [k for k in style if "human" in k]
     rows = []
     for kind in [k for k in style if k not in human] + human:
         figures = style[kind]
-        rows.append([kind] + [f"{figures[key]:.0%}" if key.endswith("share") or key == "mean_overlap"
-                              else num(figures[key], 1) for key, _ in columns])
+        rows.append(
+            [kind]
+            + [
+                f"{figures[key]:.0%}" if key.endswith("share") or key == "mean_overlap" else num(figures[key], 1)
+                for key, _ in columns
+            ]
+        )
     generation = record.get("generation", {})
     views = {"style": (["kind"] + [label for _, label in columns], rows)}
-    views["generation"] = (["generated", "attempted", "fell back to another kind"],
-                           [[num(generation.get("questions")), num(generation.get("attempted")),
-                             num(generation.get("fallbacks"))]])
+    views["generation"] = (
+        ["generated", "attempted", "fell back to another kind"],
+        [[num(generation.get("questions")), num(generation.get("attempted")), num(generation.get("fallbacks"))]],
+    )
     return views
 
 
@@ -242,15 +416,31 @@ def self_improvement(record: dict) -> dict[str, Table]:
     for name, corpus in record.get("corpora", {}).items():
         for label, figures in corpus.get("served", {}).items():
             who = corpus.get("served_versions", {}).get(label) or {}
-            served_rows.append([name, label, str(who.get("embedder", "—")), str(who.get("reranker", "—")),
-                                num(figures.get("recall@5")), num(figures.get("ndcg@10")), num(figures.get("mrr@10"))])
+            served_rows.append(
+                [
+                    name,
+                    label,
+                    str(who.get("embedder", "—")),
+                    str(who.get("reranker", "—")),
+                    num(figures.get("recall@5")),
+                    num(figures.get("ndcg@10")),
+                    num(figures.get("mrr@10")),
+                ]
+            )
         for label, metrics in corpus.get("paired_vs_former_default", {}).items():
-            paired += [[f"{name}: {label}, {metric}"] + row[1:]
-                       for metric, row in zip(metrics, paired_rows(metrics))]
+            paired += [[f"{name}: {label}, {metric}"] + row[1:] for metric, row in zip(metrics, paired_rows(metrics))]
         for gate, verdict in get(corpus, "retrain", "gates", default={}).items():
-            gates.append([name, gate, str(verdict.get("outcome", verdict.get("passed"))), num(verdict.get("questions")),
-                          num(verdict.get("copied_questions_set_aside")), signed(verdict.get("delta_ndcg@10")),
-                          pvalue(verdict.get("p_value_ndcg@10"))])
+            gates.append(
+                [
+                    name,
+                    gate,
+                    str(verdict.get("outcome", verdict.get("passed"))),
+                    num(verdict.get("questions")),
+                    num(verdict.get("copied_questions_set_aside")),
+                    signed(verdict.get("delta_ndcg@10")),
+                    pvalue(verdict.get("p_value_ndcg@10")),
+                ]
+            )
     views = {"served": (["corpus", "served", "embedder", "reranker", "recall@5", "nDCG@10", "MRR@10"], served_rows)}
     if paired:
         views["paired"] = (["vs the former default"] + PAIRED_HEAD[1:], paired)
@@ -264,14 +454,34 @@ def gate_calibration(record: dict) -> dict[str, Table]:
     for name, corpus in record.get("corpora", {}).items():
         for candidate in corpus.get("candidates", []):
             gate, true = candidate["gate"], candidate["true_effect"]
-            ci = (f" [{signed(gate['ci_low_ndcg@10'], 3)}, {signed(gate['ci_high_ndcg@10'], 3)}]"
-                  if "ci_low_ndcg@10" in gate else "")
-            rows.append([name, candidate["candidate"], f"{gate['outcome']} ({gate.get('questions', 0)})",
-                         signed(gate.get("delta_ndcg@10"), 3) + ci,
-                         f"{signed(true['recall@5']['delta'], 3)} ({pvalue(true['recall@5']['p_value'])})",
-                         f"{signed(true['ndcg@10']['delta'], 3)} ({pvalue(true['ndcg@10']['p_value'])})"])
-    return {"candidates": (["corpus", "candidate", "gate (questions)", "gate Δ nDCG@10 [95% CI]",
-                            "true Δ recall@5 (p)", "true Δ nDCG@10 (p)"], rows)}
+            ci = (
+                f" [{signed(gate['ci_low_ndcg@10'], 3)}, {signed(gate['ci_high_ndcg@10'], 3)}]"
+                if "ci_low_ndcg@10" in gate
+                else ""
+            )
+            rows.append(
+                [
+                    name,
+                    candidate["candidate"],
+                    f"{gate['outcome']} ({gate.get('questions', 0)})",
+                    signed(gate.get("delta_ndcg@10"), 3) + ci,
+                    f"{signed(true['recall@5']['delta'], 3)} ({pvalue(true['recall@5']['p_value'])})",
+                    f"{signed(true['ndcg@10']['delta'], 3)} ({pvalue(true['ndcg@10']['p_value'])})",
+                ]
+            )
+    return {
+        "candidates": (
+            [
+                "corpus",
+                "candidate",
+                "gate (questions)",
+                "gate Δ nDCG@10 [95% CI]",
+                "true Δ recall@5 (p)",
+                "true Δ nDCG@10 (p)",
+            ],
+            rows,
+        )
+    }
 
 
 def replica_swap(record: dict) -> dict[str, Table]:
@@ -281,28 +491,62 @@ def replica_swap(record: dict) -> dict[str, Table]:
             refreshes = path.get("refresh", [])
             seconds = [r["refresh_s"] for r in refreshes if "refresh_s" in r]
             availability = path.get("availability", {})
-            rows.append([num(run["points"]), path["path"], num(get(path, "cold", "refresh_s"), 2),
-                         f"{min(seconds):.2f}–{max(seconds):.2f}" if seconds else "—",
-                         f"{min(r['copy_s'] for r in refreshes):.2f}–{max(r['copy_s'] for r in refreshes):.2f}"
-                         if refreshes else "—",
-                         f"{min(r['open_s'] for r in refreshes):.2f}–{max(r['open_s'] for r in refreshes):.2f}"
-                         if refreshes else "—",
-                         num(availability.get("errors")), ms(get(availability, "baseline", "max_gap_ms")),
-                         ms(get(availability, "during_refresh", "max_gap_ms"))])
-    return {"refresh": (["points", "copy path", "first copy s", "refresh s", "of it: file copy s", "open s",
-                         "probe errors", "longest gap between answers, idle ms", "during a refresh ms"], rows)}
+            rows.append(
+                [
+                    num(run["points"]),
+                    path["path"],
+                    num(get(path, "cold", "refresh_s"), 2),
+                    f"{min(seconds):.2f}–{max(seconds):.2f}" if seconds else "—",
+                    f"{min(r['copy_s'] for r in refreshes):.2f}–{max(r['copy_s'] for r in refreshes):.2f}"
+                    if refreshes
+                    else "—",
+                    f"{min(r['open_s'] for r in refreshes):.2f}–{max(r['open_s'] for r in refreshes):.2f}"
+                    if refreshes
+                    else "—",
+                    num(availability.get("errors")),
+                    ms(get(availability, "baseline", "max_gap_ms")),
+                    ms(get(availability, "during_refresh", "max_gap_ms")),
+                ]
+            )
+    return {
+        "refresh": (
+            [
+                "points",
+                "copy path",
+                "first copy s",
+                "refresh s",
+                "of it: file copy s",
+                "open s",
+                "probe errors",
+                "longest gap between answers, idle ms",
+                "during a refresh ms",
+            ],
+            rows,
+        )
+    }
 
 
 def replica_open_pause(record: dict) -> dict[str, Table]:
     steps = []
     for repeat in record.get("repeats", []):
         steps += [s for s in repeat if s not in steps]
-    rows = [[step] + [f"{get(r, step, 'seconds', default=0):.3f} s / {get(r, step, 'max_gap_ms', default=0):.1f} ms"
-                      for r in record.get("repeats", [])] for step in steps]
-    rows.append(["no step (baseline)"] + [f"— / {ms(record.get('baseline_max_gap_ms'))} ms"]
-                * len(record.get("repeats", [])))
-    return {"steps": (["step"] + [f"repeat {i + 1}: seconds / longest gap" for i in range(len(record.get("repeats", [])))],
-                      rows)}
+    rows = [
+        [step]
+        + [
+            f"{get(r, step, 'seconds', default=0):.3f} s / {get(r, step, 'max_gap_ms', default=0):.1f} ms"
+            for r in record.get("repeats", [])
+        ]
+        for step in steps
+    ]
+    rows.append(
+        ["no step (baseline)"] + [f"— / {ms(record.get('baseline_max_gap_ms'))} ms"] * len(record.get("repeats", []))
+    )
+    return {
+        "steps": (
+            ["step"] + [f"repeat {i + 1}: seconds / longest gap" for i in range(len(record.get("repeats", [])))],
+            rows,
+        )
+    }
 
 
 def retrieval(record: dict) -> dict[str, Table]:
@@ -312,22 +556,42 @@ def retrieval(record: dict) -> dict[str, Table]:
         views["ndcg"] = (["mode", "SciFact test nDCG@10"], [[mode, num(value)] for mode, value in ndcg.items()])
     sweep = get(record, "quality", "alpha_train_sweep")
     if sweep:
-        views["alpha"] = (["α (dense weight)", "hybrid-cc nDCG@10 on SciFact train"],
-                          [[alpha, num(value)] for alpha, value in sweep.items()])
+        views["alpha"] = (
+            ["α (dense weight)", "hybrid-cc nDCG@10 on SciFact train"],
+            [[alpha, num(value)] for alpha, value in sweep.items()],
+        )
     throughput = record.get("throughput")
     if throughput:
-        views["throughput"] = (["texts", "pipeline chunks/s", "model.encode texts/s", "ratio"],
-                               [[num(throughput.get("texts")), num(throughput.get("pipeline_per_s"), 1),
-                                 num(throughput.get("encode_per_s"), 1), num(throughput.get("ratio"), 2)]])
+        views["throughput"] = (
+            ["texts", "pipeline chunks/s", "model.encode texts/s", "ratio"],
+            [
+                [
+                    num(throughput.get("texts")),
+                    num(throughput.get("pipeline_per_s"), 1),
+                    num(throughput.get("encode_per_s"), 1),
+                    num(throughput.get("ratio"), 2),
+                ]
+            ],
+        )
     latency = record.get("latency")
     if latency:
         modes = sorted({m for figures in latency.values() for m in figures})
-        views["latency"] = (["points"] + [f"{m} p50/p95 ms" for m in modes],
-                            [[size] + [p50_p95(figures.get(m)) for m in modes] for size, figures in latency.items()])
+        views["latency"] = (
+            ["points"] + [f"{m} p50/p95 ms" for m in modes],
+            [[size] + [p50_p95(figures.get(m)) for m in modes] for size, figures in latency.items()],
+        )
     incremental = record.get("incremental")
     if incremental:
-        rows = [[share, num(get(incremental, share, "updated")), num(get(incremental, share, "seconds"), 2),
-                 num(get(incremental, share, "ratio"), 4)] for share in ("1%", "10%") if share in incremental]
+        rows = [
+            [
+                share,
+                num(get(incremental, share, "updated")),
+                num(get(incremental, share, "seconds"), 2),
+                num(get(incremental, share, "ratio"), 4),
+            ]
+            for share in ("1%", "10%")
+            if share in incremental
+        ]
         rows.append(["full build", num(incremental.get("documents")), num(incremental.get("full_build_s"), 1), "1"])
         views["incremental"] = (["documents changed", "documents", "seconds", "share of a full build"], rows)
     return views
@@ -339,17 +603,24 @@ def active_learning(record: dict) -> dict[str, Table]:
         by_budget = get(corpus, "comparison", "by_budget", default={})
         budgets = list(by_budget)
         methods = sorted({m for b in budgets for m in by_budget[b].get("mean_ndcg@10", {})})
-        rows = [[f"{method} (test nDCG@10, mean over seeds)"]
-                + [num(by_budget[b]["mean_ndcg@10"].get(method)) for b in budgets] for method in methods]
+        rows = [
+            [f"{method} (test nDCG@10, mean over seeds)"]
+            + [num(by_budget[b]["mean_ndcg@10"].get(method)) for b in budgets]
+            for method in methods
+        ]
         for method in methods:
             found = [get(by_budget[b], "relevant_labels", method) for b in budgets]
             if any(f is not None for f in found):
                 rows.append([f"{method}: relevant labels"] + [num(f, 1) for f in found])
         versus = [by_budget[b].get("active_vs_random") for b in budgets]
         if any(versus):
-            rows.append(["active − random [95% CI]"] + [
-                "—" if v is None else f"{signed(v['delta'])} [{signed(v['ci_low'])}, {signed(v['ci_high'])}]"
-                for v in versus])
+            rows.append(
+                ["active − random [95% CI]"]
+                + [
+                    "—" if v is None else f"{signed(v['delta'])} [{signed(v['ci_low'])}, {signed(v['ci_high'])}]"
+                    for v in versus
+                ]
+            )
         rows.append(["base (no labels)"] + [num(get(corpus, "base", "ndcg@10"))] * len(budgets))
         views[name] = ([f"{name}: {corpus.get('note', '')}".replace("|", "/")] + [f"{b} labels" for b in budgets], rows)
     return views
@@ -378,32 +649,80 @@ def generic(record: dict) -> dict[str, Table]:
 
 # (file-name pattern, what the file answers, render function); the first match wins.
 KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
-    ("edge-latency*", "How fast is a search end to end on each engine and size, and how much of the exact top 10 "
-     "does HNSW find? (`bench/edge_latency.py`)", edge_latency),
-    ("hnsw-recall*", "Why does HNSW recall stall on copies of the same vectors, and which graph setting cures it? "
-     "(`bench/hnsw_recall.py`)", hnsw_recall),
-    ("training-scifact*", "Do the trained embedder and learned reranker beat their untrained start on SciFact's test "
-     "queries? (`bench/training.py`)", training),
-    ("canary-*-paired", "Is the canary loop's end-to-end gain significant per test query? (`bench/canary_paired.py`)",
-     canary_paired),
-    ("canary-*", "Does feedback → retrain → gate → canary → promotion or rollback run with no manual step, and does "
-     "what is served get better? (`bench/canary_loop.py`)", canary_loop),
-    ("qa-chunking*", "Which chunking strategy finds SQuAD's answers within the prompt's character budget? "
-     "(`bench/qa_eval.py --only chunking`)", qa_chunking),
-    ("question-style*", "How do the rule-based synthetic questions compare with people's questions? "
-     "(`bench/question_style.py`)", question_style),
-    ("self-improvement*", "Does the product, from the documents alone, answer people's questions better after "
-     "`retrain_job`? (`bench/self_improvement.py`)", self_improvement),
-    ("gate-calibration*", "Does the promotion gate's verdict agree with each candidate's true effect on human "
-     "questions? (`bench/gate_calibration.py`)", gate_calibration),
-    ("replica-swap*", "How long does the serving replica's refresh take, and does serving pause meanwhile? "
-     "(`bench/replica_swap.py`)", replica_swap),
-    ("replica-open-pause*", "Which step of a replica refresh stops the request threads? "
-     "(`bench/replica_open_pause.py`)", replica_open_pause),
-    ("retrieval-*", "Retrieval quality per mode on SciFact, indexing throughput against plain `model.encode`, "
-     "query latency and incremental re-indexing (`bench/retrieval.py`)", retrieval),
-    ("active-learning*", "How much do expert labels lift the retrained pipeline, per label budget and selection "
-     "method? (`bench/active_learning.py`)", active_learning),
+    (
+        "edge-latency*",
+        "How fast is a search end to end on each engine and size, and how much of the exact top 10 "
+        "does HNSW find? (`bench/edge_latency.py`)",
+        edge_latency,
+    ),
+    (
+        "hnsw-recall*",
+        "Why does HNSW recall stall on copies of the same vectors, and which graph setting cures it? "
+        "(`bench/hnsw_recall.py`)",
+        hnsw_recall,
+    ),
+    (
+        "training-scifact*",
+        "Do the trained embedder and learned reranker beat their untrained start on SciFact's test "
+        "queries? (`bench/training.py`)",
+        training,
+    ),
+    (
+        "canary-*-paired",
+        "Is the canary loop's end-to-end gain significant per test query? (`bench/canary_paired.py`)",
+        canary_paired,
+    ),
+    (
+        "canary-*",
+        "Does feedback → retrain → gate → canary → promotion or rollback run with no manual step, and does "
+        "what is served get better? (`bench/canary_loop.py`)",
+        canary_loop,
+    ),
+    (
+        "qa-chunking*",
+        "Which chunking strategy finds SQuAD's answers within the prompt's character budget? "
+        "(`bench/qa_eval.py --only chunking`)",
+        qa_chunking,
+    ),
+    (
+        "question-style*",
+        "How do the rule-based synthetic questions compare with people's questions? (`bench/question_style.py`)",
+        question_style,
+    ),
+    (
+        "self-improvement*",
+        "Does the product, from the documents alone, answer people's questions better after "
+        "`retrain_job`? (`bench/self_improvement.py`)",
+        self_improvement,
+    ),
+    (
+        "gate-calibration*",
+        "Does the promotion gate's verdict agree with each candidate's true effect on human "
+        "questions? (`bench/gate_calibration.py`)",
+        gate_calibration,
+    ),
+    (
+        "replica-swap*",
+        "How long does the serving replica's refresh take, and does serving pause meanwhile? (`bench/replica_swap.py`)",
+        replica_swap,
+    ),
+    (
+        "replica-open-pause*",
+        "Which step of a replica refresh stops the request threads? (`bench/replica_open_pause.py`)",
+        replica_open_pause,
+    ),
+    (
+        "retrieval-*",
+        "Retrieval quality per mode on SciFact, indexing throughput against plain `model.encode`, "
+        "query latency and incremental re-indexing (`bench/retrieval.py`)",
+        retrieval,
+    ),
+    (
+        "active-learning*",
+        "How much do expert labels lift the retrained pipeline, per label budget and selection "
+        "method? (`bench/active_learning.py`)",
+        active_learning,
+    ),
 ]
 
 
@@ -415,6 +734,7 @@ def kind_of(name: str) -> tuple[str, Callable[[dict], dict[str, Table]]]:
 
 
 # --- provenance ---------------------------------------------------------------------------------------------------------
+
 
 def short_commit(commit: str | None) -> str:
     if not commit:
@@ -434,11 +754,13 @@ def command_of(record: dict) -> str:
 def machine_of(record: dict) -> str:
     machine = record.get("machine")
     if isinstance(machine, dict):
-        parts = [f"{machine['cpus']} CPUs" if "cpus" in machine else None,
-                 f"{machine['memory_gb']} GB" if "memory_gb" in machine else None,
-                 f"Python {machine['python']}" if "python" in machine else None,
-                 f"load average at start {machine['loadavg'][0]:.1f}" if machine.get("loadavg") else None,
-                 f"nice {machine['nice']}" if machine.get("nice") else None]
+        parts = [
+            f"{machine['cpus']} CPUs" if "cpus" in machine else None,
+            f"{machine['memory_gb']} GB" if "memory_gb" in machine else None,
+            f"Python {machine['python']}" if "python" in machine else None,
+            f"load average at start {machine['loadavg'][0]:.1f}" if machine.get("loadavg") else None,
+            f"nice {machine['nice']}" if machine.get("nice") else None,
+        ]
         return ", ".join(p for p in parts if p)
     if "cpu_cores" in record:
         return f"{record['cpu_cores']} CPU cores"
@@ -451,18 +773,20 @@ def provenance(name: str, record: dict) -> str:
 
 
 def provenance_lines(record: dict) -> list[str]:
-    lines = [f"- commit: {short_commit(record.get('commit'))}" + (f" (the loop it scores: "
-                                                                  f"{short_commit(record['loop_commit'])})"
-                                                                  if record.get("loop_commit") else ""),
-             f"- date: {record.get('date') or 'not recorded'}"
-             + (f", finished {record['finished']}" if record.get("finished") else "")
-             + (f" ({record['seconds']} s)" if isinstance(record.get("seconds"), (int, float)) else ""),
-             f"- arguments: `{command_of(record)}`",
-             f"- machine: {machine_of(record)}"]
+    lines = [
+        f"- commit: {short_commit(record.get('commit'))}"
+        + (f" (the loop it scores: {short_commit(record['loop_commit'])})" if record.get("loop_commit") else ""),
+        f"- date: {record.get('date') or 'not recorded'}"
+        + (f", finished {record['finished']}" if record.get("finished") else "")
+        + (f" ({record['seconds']} s)" if isinstance(record.get("seconds"), (int, float)) else ""),
+        f"- arguments: `{command_of(record)}`",
+        f"- machine: {machine_of(record)}",
+    ]
     return lines
 
 
 # --- pages --------------------------------------------------------------------------------------------------------------
+
 
 def load_results(results: Path) -> dict[str, dict]:
     return {path.stem: json.loads(path.read_text()) for path in sorted(results.glob("*.json"))}
@@ -491,15 +815,22 @@ def block(records: dict[str, dict], spec: str) -> str:
 
 
 def benchmarks_page(records: dict[str, dict]) -> str:
-    out = ["# Benchmarks", "",
-           "Rendered by `docs/render.py` (`make docs`) from `bench/results/*.json`; do not edit by hand. Every "
-           "figure below is in the result file named above it, which its benchmark script wrote with the commit, "
-           "date, arguments and machine of the run. The machines were 2 shared CPU cores unless the machine line "
-           "says otherwise: compare ratios and figures measured in the same run, not absolute times across files.",
-           "", "| result file | question |", "|---|---|"]
+    out = [
+        "# Benchmarks",
+        "",
+        "Rendered by `docs/render.py` (`make docs`) from `bench/results/*.json`; do not edit by hand. Every "
+        "figure below is in the result file named above it, which its benchmark script wrote with the commit, "
+        "date, arguments and machine of the run. The machines were 2 shared CPU cores unless the machine line "
+        "says otherwise: compare ratios and figures measured in the same run, not absolute times across files.",
+        "",
+        "| result file | question |",
+        "|---|---|",
+    ]
     for name, record in records.items():
         question, _ = kind_of(name)
-        out.append(f"| [`{name}`](#{name.replace('.', '')}) | {question or 'figures of ' + str(record.get('bench', name))} |")
+        out.append(
+            f"| [`{name}`](#{name.replace('.', '')}) | {question or 'figures of ' + str(record.get('bench', name))} |"
+        )
     for name, record in records.items():
         question, render = kind_of(name)
         views = views_of(record, name)

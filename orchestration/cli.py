@@ -1,4 +1,5 @@
 """The `rag` command: library commands plus the ones that drive Dagster (demo, strategy sync)."""
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,10 @@ def sync_partitions(instance) -> dict[str, list[str]]:
     from resources.models import EmbeddingModels
 
     added = {}
-    for partitions, wanted in ((chunking_strategy_partitions, list(ChunkingStrategies().strategies())),
-                               (embedding_model_partitions, EmbeddingModels().active())):
+    for partitions, wanted in (
+        (chunking_strategy_partitions, list(ChunkingStrategies().strategies())),
+        (embedding_model_partitions, EmbeddingModels().active()),
+    ):
         existing = set(instance.get_dynamic_partitions(partitions.name))
         new = [name for name in wanted if name not in existing]
         if new:
@@ -71,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rag", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     add_library_commands(sub)
-    s = sub.add_parser("sync-strategies", help="add partitions for new strategies (chunking YAML) and active models (embedders YAML)")
+    s = sub.add_parser(
+        "sync-strategies", help="add partitions for new strategies (chunking YAML) and active models (embedders YAML)"
+    )
     s.add_argument("--materialize", action="store_true", help="also build the new partitions now")
     s.set_defaults(func=cmd_sync)
     d = sub.add_parser("demo", help="materialize the whole asset graph on the document source and summarize")

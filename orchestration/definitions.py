@@ -4,11 +4,24 @@ Each stage module ends with its own `defs = Definitions(...)` (its assets, check
 module merges them and adds what they share: the resources (defined once, here) and the executor. A new stage adds
 its module to STAGES. Only modules are imported here: Dagster refuses a module with two Definitions objects in scope.
 """
+
 import os
 
 from dagster import Definitions, in_process_executor, multiprocess_executor
 
-from assets import annotation, answers, checks, chunking, config_search, evaluation, feedback, indexing, ingestion, rollout, training
+from assets import (
+    annotation,
+    answers,
+    checks,
+    chunking,
+    config_search,
+    evaluation,
+    feedback,
+    indexing,
+    ingestion,
+    rollout,
+    training,
+)
 from orchestration import jobs, nightly
 from orchestration import rollout as rollout_jobs
 from orchestration import training as training_jobs
@@ -26,13 +39,27 @@ from sensors import feedback as feedback_sensors
 
 STAGES = (
     # core pipeline: parse → chunk → index → synthetic QA → retrieval evaluation, its checks, jobs and sensors
-    ingestion, chunking, indexing, evaluation, checks, jobs, nightly, documents, strategies,
-    training, training_jobs,  # training: fine-tuned embedder, reranker, blocking promotion gates, retrain_job
+    ingestion,
+    chunking,
+    indexing,
+    evaluation,
+    checks,
+    jobs,
+    nightly,
+    documents,
+    strategies,
+    training,
+    training_jobs,  # training: fine-tuned embedder, reranker, blocking promotion gates, retrain_job
     config_search,  # optimization: configuration search and the active configuration (jobs in orchestration/jobs.py)
-    feedback, feedback_sensors, drift,  # feedback loop: dataset, drift observations, retrain sensors, weekly fallback
+    feedback,
+    feedback_sensors,
+    drift,  # feedback loop: dataset, drift observations, retrain sensors, weekly fallback
     answers,  # answer stage: bake-off of answers per mode × strategy (job in orchestration/jobs.py)
-    rollout, rollout_jobs, canary,  # gradual rollout: canary of a gated candidate, promotion and rollback
-    annotation, annotation_sensors,  # annotation: the expert queue (active learning), rebuilt daily and after retrains
+    rollout,
+    rollout_jobs,
+    canary,  # gradual rollout: canary of a gated candidate, promotion and rollback
+    annotation,
+    annotation_sensors,  # annotation: the expert queue (active learning), rebuilt daily and after retrains
 )
 
 # Embedded Qdrant locks its folder to one process, so steps run in the run's own process unless a

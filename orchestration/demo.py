@@ -1,4 +1,5 @@
 """`make demo`: ingest the document folder, build every chunk set and index, search once, print where results are."""
+
 from __future__ import annotations
 
 import logging
@@ -42,7 +43,10 @@ def run_demo(instance) -> int:
         print(f"  quarantined {row['doc_id']}: {row['reason']} ({row['message'][:80]})")
 
     models = EmbeddingModels().active()
-    print(f"\n{'strategy':22s} {'chunks':>6s} {'mean chars':>10s} {'check':>5s}  " + "  ".join(f"{m} points" for m in models))
+    print(
+        f"\n{'strategy':22s} {'chunks':>6s} {'mean chars':>10s} {'check':>5s}  "
+        + "  ".join(f"{m} points" for m in models)
+    )
     cut = []  # (strategy × model, share of chunks longer than the model's window)
     for name in ChunkingStrategies().strategies():
         result = run_job(instance, "chunk_sets_job", partition_key=name, run_config=quiet)
@@ -51,31 +55,45 @@ def run_demo(instance) -> int:
         chunks = tables.read("chunk_sets", name)
         points = []
         for model in models:
-            indexed = passed and run_job(instance, "embedding_collections_job",
-                                         partition_key=collection_key(name, model), run_config=quiet)
-            mats = indexed.asset_materializations_for_node("embedding_collections") if indexed and indexed.success else []
+            indexed = passed and run_job(
+                instance, "embedding_collections_job", partition_key=collection_key(name, model), run_config=quiet
+            )
+            mats = (
+                indexed.asset_materializations_for_node("embedding_collections") if indexed and indexed.success else []
+            )
             points.append(str(mats[0].metadata["points"].value) if mats else "FAILED")
             if mats and (over := mats[0].metadata.get("truncated_chunks")) and over.value:
                 cut.append(f"{name} × {model} {mats[0].metadata['truncated_share'].value:.0%}")
         failures += 0 if result.success and passed and "FAILED" not in points else 1
         mean = chunks["text"].str.len().mean() if chunks is not None and len(chunks) else 0
-        print(f"{name:22s} {0 if chunks is None else len(chunks):6d} {mean:10.0f} {'ok' if passed else 'FAIL':>5s}  " + "  ".join(f"{p:>{len(m) + 7}s}" for p, m in zip(points, models)))
+        print(
+            f"{name:22s} {0 if chunks is None else len(chunks):6d} {mean:10.0f} {'ok' if passed else 'FAIL':>5s}  "
+            + "  ".join(f"{p:>{len(m) + 7}s}" for p, m in zip(points, models))
+        )
 
     if cut:
-        print(f"\nchunks longer than the model's window (embedded from their start only): {', '.join(cut)}.\n"
-              "  Fix: a strategy sized to the window (kind: sentence-pack, max_tokens under the window, tokenizer: wordpiece) "
-              "or a model with a longer window; see window_note in the embedding_collections metadata.")
+        print(
+            f"\nchunks longer than the model's window (embedded from their start only): {', '.join(cut)}.\n"
+            "  Fix: a strategy sized to the window (kind: sentence-pack, max_tokens under the window, tokenizer: wordpiece) "
+            "or a model with a longer window; see window_note in the embedding_collections metadata."
+        )
     if models:
         failures += _evaluate(instance, quiet, store, models)
         print(f'\nrag search "{DEMO_QUESTION}" --strategy paragraph --model {models[0]} --mode hybrid-rrf --k 3')
         for hit in search(DEMO_QUESTION, strategy="paragraph", model=models[0], mode="hybrid-rrf", k=3):
             j = hit.to_json()
-            print(f"  {j['rank']}. {j['doc_id']} p{j['page_start']} [{j['char_start']}:{j['char_end']}] {j['text'][:90]!r}")
+            print(
+                f"  {j['rank']}. {j['doc_id']} p{j['page_start']} [{j['char_start']}:{j['char_end']}] {j['text'][:90]!r}"
+            )
         _ask(models[0])
-    print(f"\ndone in {time.perf_counter() - started:.1f}s. Tables: {tables.root}/<table>[/<strategy>]/data.parquet; "
-          f"BM25: {store.data_dir}/indexes/bm25; Qdrant: {store.data_dir}/qdrant")
+    print(
+        f"\ndone in {time.perf_counter() - started:.1f}s. Tables: {tables.root}/<table>[/<strategy>]/data.parquet; "
+        f"BM25: {store.data_dir}/indexes/bm25; Qdrant: {store.data_dir}/qdrant"
+    )
     print("Browse lineage and runs: make dev  (then open http://127.0.0.1:3000)")
-    print("Ask and rate answers in the web page: .venv/bin/rag serve --strategy paragraph  (then open http://127.0.0.1:8000)")
+    print(
+        "Ask and rate answers in the web page: .venv/bin/rag serve --strategy paragraph  (then open http://127.0.0.1:8000)"
+    )
     return 1 if failures else 0
 
 
@@ -116,7 +134,9 @@ def _ask(indexed: str) -> None:
         result = answerer.ask(question)
         print(f'\nrag ask "{question}"\n  {result.answer}')
         for src in result.sources():
-            print(f"  - {src['doc_id']} p{src['page_start']} ({' + '.join(k for k in ('cited', 'attributed') if src[k])})")
+            print(
+                f"  - {src['doc_id']} p{src['page_start']} ({' + '.join(k for k in ('cited', 'attributed') if src[k])})"
+            )
 
 
 def _evaluate(instance, quiet, store, models) -> int:
@@ -132,12 +152,15 @@ def _evaluate(instance, quiet, store, models) -> int:
     failures += 0 if qa.success else 1
     meta = qa.asset_materializations_for_node("synthetic_qa")[0].metadata if qa.success else {}
     generator = meta["generator"].value if meta else "?"
-    print(f"\nsynthetic QA ({LLMResource().backend} → {generator}): {meta['questions'].value if meta else 0} questions "
-          f"({', '.join(f'{k} {v}' for k, v in DEMO_QA.items())})")
+    print(
+        f"\nsynthetic QA ({LLMResource().backend} → {generator}): {meta['questions'].value if meta else 0} questions "
+        f"({', '.join(f'{k} {v}' for k, v in DEMO_QA.items())})"
+    )
     for strategy in ChunkingStrategies().strategies():
         for model in models:
-            ok = run_job(instance, "retrieval_evaluation_job", partition_key=collection_key(strategy, model),
-                         run_config=quiet).success
+            ok = run_job(
+                instance, "retrieval_evaluation_job", partition_key=collection_key(strategy, model), run_config=quiet
+            ).success
             failures += 0 if ok else 1
     summary_run = run_job(instance, "evaluation_summary_job", run_config=quiet)
     summary = store.tables.read("evaluation_summary")

@@ -1,4 +1,5 @@
 """Jobs: ingestion (parse the folder) and chunking (one strategy partition per run)."""
+
 from dagster import AssetSelection, Definitions, define_asset_job
 
 from orchestration.partitions import chunking_strategy_partitions, collection_partitions
@@ -63,5 +64,16 @@ answer_evaluation_job = define_asset_job(
 )
 
 
-defs = Definitions(jobs=[ingest_job, chunk_job, index_job, qa_job, evaluation_job, summary_job, config_search_job,
-                         apply_configuration_job, answer_evaluation_job])
+defs = Definitions(
+    jobs=[
+        ingest_job,
+        chunk_job,
+        index_job,
+        qa_job,
+        evaluation_job,
+        summary_job,
+        config_search_job,
+        apply_configuration_job,
+        answer_evaluation_job,
+    ]
+)

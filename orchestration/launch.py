@@ -6,6 +6,7 @@ The UI's job page asks for the runs of the job tagged with its code location (`.
 `execute_in_process` creates runs without an origin, so /runs listed the CLI's runs while the job page said "No runs
 found". The tag is added here, with the code location named as workspace.yaml names it for `dagster dev`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -28,17 +29,26 @@ def code_location_label() -> str:
 
     from orchestration.definitions import defs
 
-    origins = [origin for origin in location_origins_from_yaml_paths([str(WORKSPACE)])
-               if getattr(origin, "loadable_target_origin", None)
-               and origin.loadable_target_origin.module_name == CODE_LOCATION_MODULE]
+    origins = [
+        origin
+        for origin in location_origins_from_yaml_paths([str(WORKSPACE)])
+        if getattr(origin, "loadable_target_origin", None)
+        and origin.loadable_target_origin.module_name == CODE_LOCATION_MODULE
+    ]
     if len(origins) != 1:
         raise ValueError(f"{WORKSPACE} must load the module {CODE_LOCATION_MODULE} once (found {len(origins)} entries)")
     return RemoteRepositoryOrigin(origins[0], defs.get_repository_def().name).get_label()
 
 
-def run_job(instance: DagsterInstance, name: str, *, partition_key: str | None = None,
-            run_config: Mapping[str, Any] | None = None, tags: Mapping[str, str] | None = None,
-            resources: Mapping[str, object] | None = None) -> ExecuteInProcessResult:
+def run_job(
+    instance: DagsterInstance,
+    name: str,
+    *,
+    partition_key: str | None = None,
+    run_config: Mapping[str, Any] | None = None,
+    tags: Mapping[str, str] | None = None,
+    resources: Mapping[str, object] | None = None,
+) -> ExecuteInProcessResult:
     """Execute the code location's job `name` here, on `instance`, as a run of that job in the UI. Failures are in
     the result (`success`), not raised. `resources` replace the code location's (tests)."""
     from dagster._core.storage.tags import REPOSITORY_LABEL_TAG
@@ -46,5 +56,10 @@ def run_job(instance: DagsterInstance, name: str, *, partition_key: str | None =
     from orchestration.definitions import defs
 
     return defs.resolve_job_def(name).execute_in_process(
-        instance=instance, partition_key=partition_key, run_config=run_config, resources=resources,
-        tags={**(tags or {}), REPOSITORY_LABEL_TAG: code_location_label()}, raise_on_error=False)
+        instance=instance,
+        partition_key=partition_key,
+        run_config=run_config,
+        resources=resources,
+        tags={**(tags or {}), REPOSITORY_LABEL_TAG: code_location_label()},
+        raise_on_error=False,
+    )

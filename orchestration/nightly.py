@@ -1,5 +1,6 @@
 """Nightly incremental re-index: parse → chunk → BM25 → embed for every active partition, in order,
 in one process (so an embedded Qdrant folder has a single writer)."""
+
 import os
 
 from dagster import (
@@ -26,13 +27,25 @@ from resources.qdrant import QdrantResource
 from resources.storage import DataStore
 
 
-@op(description="Incrementally re-index every (strategy, model) partition that exists; records a materialization per partition.")
-def reindex_everything(context: OpExecutionContext, document_source: DocumentSource, data_store: DataStore,
-                       chunking: ChunkingStrategies, embedding_models: EmbeddingModels, qdrant: QdrantResource):
+@op(
+    description="Incrementally re-index every (strategy, model) partition that exists; records a materialization per partition."
+)
+def reindex_everything(
+    context: OpExecutionContext,
+    document_source: DocumentSource,
+    data_store: DataStore,
+    chunking: ChunkingStrategies,
+    embedding_models: EmbeddingModels,
+    qdrant: QdrantResource,
+):
     tables, instance = data_store.tables, context.instance
     progress = LogProgress(context.log.info)
     parsed = ingest_step(tables, document_source.scan(), document_source.parse_settings(), progress=progress)
-    context.log_event(AssetMaterialization(DOCUMENTS_TABLE, metadata={k: v for k, v in parsed.summary.items() if not k.startswith("quarantine")}))
+    context.log_event(
+        AssetMaterialization(
+            DOCUMENTS_TABLE, metadata={k: v for k, v in parsed.summary.items() if not k.startswith("quarantine")}
+        )
+    )
     context.log_event(AssetMaterialization(QUARANTINE_TABLE, metadata={"rows": len(parsed.quarantine)}))
 
     configured = chunking.strategies()
@@ -47,10 +60,20 @@ def reindex_everything(context: OpExecutionContext, document_source: DocumentSou
             failed.append(strategy)
             context.log.error(f"{strategy}: chunk checks failed: {[e.expectation for e in quality.failed]}")
             continue
-        context.log_event(AssetMaterialization("bm25_indexes", partition=strategy, metadata=bm25_step(tables, data_store.root, strategy).summary))
+        context.log_event(
+            AssetMaterialization(
+                "bm25_indexes", partition=strategy, metadata=bm25_step(tables, data_store.root, strategy).summary
+            )
+        )
         for model in models:
-            run = embed_step(tables, qdrant.client(), strategy, model, embedding_models.load(model), qdrant.distance, progress)
-            context.log_event(AssetMaterialization("embedding_collections", partition=collection_key(strategy, model), metadata=run.summary))
+            run = embed_step(
+                tables, qdrant.client(), strategy, model, embedding_models.load(model), qdrant.distance, progress
+            )
+            context.log_event(
+                AssetMaterialization(
+                    "embedding_collections", partition=collection_key(strategy, model), metadata=run.summary
+                )
+            )
     if failed:
         raise Failure(f"chunk checks failed for {failed}; their indexes were left as they were")
     yield Output(len(strategies) * max(1, len(models)))

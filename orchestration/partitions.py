@@ -1,4 +1,5 @@
 """Partitions shared by assets, jobs and sensors."""
+
 from dagster import DynamicPartitionsDefinition, MultiPartitionKey, MultiPartitionsDefinition
 
 # One partition per chunking strategy named in config/chunking.yaml; added by the strategy sensor

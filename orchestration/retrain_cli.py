@@ -1,6 +1,7 @@
 """`rag retrain`: launch retrain_job as the feedback sensors request it, then print each trained model's gate
 report and what changed. It drives Dagster, so it lives here, not in rag/ (rag.registry.cli has the rest of the
 model commands and the report it prints)."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,7 +16,8 @@ from rag.registry.cli import _print_changes, _registry, gate_report, snapshot
 
 def add_retrain_command(sub) -> None:
     rt = sub.add_parser(
-        "retrain", help="run retrain_job (fine-tune → gate → release) as the feedback sensors request it",
+        "retrain",
+        help="run retrain_job (fine-tune → gate → release) as the feedback sensors request it",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Launch retrain_job, the job feedback_volume_sensor, drift_sensor and weekly_retrain request:\n"
         "the feedback store is exported first (a versioned RAG-Dataset under <data dir>/feedback_dataset/) and\n"
@@ -27,7 +29,8 @@ def add_retrain_command(sub) -> None:
         "code location so `dagster dev` lists it under retrain_job; the aliases and versions it changed are\n"
         "printed at the end. Training takes minutes.\n"
         "--print-command: export the dataset, then print the `dagster job launch` line that launches the same\n"
-        "run on a running Dagster deployment instead (nothing is trained).")
+        "run on a running Dagster deployment instead (nothing is trained).",
+    )
     rt.add_argument("--print-command", action="store_true", help="print the `dagster job launch` line; do not run")
     rt.add_argument("--no-feedback", action="store_true", help="train on the QA set only (no feedback export)")
     rt.set_defaults(func=cmd_retrain)
@@ -53,8 +56,11 @@ def _retrain_request(no_feedback: bool):
         store.close()
     folder = Path(request.run_config["ops"][TRAINING_ASSETS[0]]["config"]["feedback_dataset"])
     stats = json.loads((folder / "stats.json").read_text())
-    print(f"exported the feedback dataset to {folder} ({stats['queries']} queries, {stats['feedback_events']} feedback "
-          f"events, version {stats['version']})", file=sys.stderr)
+    print(
+        f"exported the feedback dataset to {folder} ({stats['queries']} queries, {stats['feedback_events']} feedback "
+        f"events, version {stats['version']})",
+        file=sys.stderr,
+    )
     return request.run_config, request.tags
 
 
@@ -83,7 +89,9 @@ def cmd_retrain(args: argparse.Namespace) -> int:
     registry = _registry()
     before = snapshot(registry)
     result = run_job(instance, retrain_job.name, run_config=run_config, tags=tags)
-    print(f"{retrain_job.name} run {result.run_id}: {'succeeded' if result.success else 'FAILED (see its logs in dagster dev)'}")
+    print(
+        f"{retrain_job.name} run {result.run_id}: {'succeeded' if result.success else 'FAILED (see its logs in dagster dev)'}"
+    )
     for kind in KINDS:
         for mv in registry.versions(kind):
             if mv.version not in before[kind]["versions"]:

@@ -4,6 +4,7 @@ Each gate is a blocking asset check, so a candidate that is not significantly be
 promotion: production, its collections and the serving aliases stay as they were. Sensors and users launch it
 by name ("retrain_job"), e.g. after new feedback or a new QA set.
 """
+
 from dagster import AssetSelection, Definitions, define_asset_job
 
 TRAINING_ASSETS = ("finetuned_embedder", "production_embedder", "trained_reranker", "production_reranker")

@@ -1,4 +1,5 @@
 """Library commands that run without Dagster: `rag parse` and `rag chunk` (for debugging and harnesses)."""
+
 from __future__ import annotations
 
 import argparse
@@ -40,9 +41,14 @@ def add_library_commands(sub: argparse._SubParsersAction) -> None:
     q.add_argument("query")
     q.add_argument("--strategy", required=True)
     # The defaults search what `rag serve` answers from: production's collection and the default retrieval mode.
-    q.add_argument("--model", default=SERVED_MODEL, help=f"embedder (default {SERVED_MODEL}: what serves, the base "
-                   "model until a promotion)")
-    q.add_argument("--mode", default=DEFAULT_MODE, help=f"bm25 | dense | hybrid-rrf | hybrid-cc (default {DEFAULT_MODE})")
+    q.add_argument(
+        "--model",
+        default=SERVED_MODEL,
+        help=f"embedder (default {SERVED_MODEL}: what serves, the base model until a promotion)",
+    )
+    q.add_argument(
+        "--mode", default=DEFAULT_MODE, help=f"bm25 | dense | hybrid-rrf | hybrid-cc (default {DEFAULT_MODE})"
+    )
     q.add_argument("--k", type=int, default=10)
     q.add_argument("--alpha", type=float, default=0.5, help="hybrid-cc weight of the dense score")
     q.add_argument("--mmr", type=float, metavar="LAMBDA", help="diversify with MMR (λ in [0, 1])")
@@ -61,8 +67,11 @@ def add_library_commands(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_eval_beir)
 
-    m = sub.add_parser("migrate-engine", help="move an embedded Qdrant folder from qdrant-client's local mode to "
-                       "Qdrant Edge (the default engine), keeping the old folder beside it")
+    m = sub.add_parser(
+        "migrate-engine",
+        help="move an embedded Qdrant folder from qdrant-client's local mode to "
+        "Qdrant Edge (the default engine), keeping the old folder beside it",
+    )
     m.add_argument("--path", type=Path, default=None, help="the folder (default: RAG_QDRANT_PATH or <data dir>/qdrant)")
     m.set_defaults(func=cmd_migrate_engine)
 
@@ -96,7 +105,10 @@ def _parse(path: Path, password: str | None):
     try:
         return parse_file(path, settings, doc_id=path.name)
     except ParseError as exc:
-        print(json.dumps({"error": exc.reason.value, "exception_class": exc.exception_class, "message": exc.message}), file=sys.stderr)
+        print(
+            json.dumps({"error": exc.reason.value, "exception_class": exc.exception_class, "message": exc.message}),
+            file=sys.stderr,
+        )
         raise SystemExit(2) from exc
 
 
@@ -105,7 +117,9 @@ def cmd_parse(args: argparse.Namespace) -> int:
     if args.json:
         print(doc.model_dump_json(indent=2))
     else:
-        print(f"{doc.doc_id}: {doc.n_pages} pages, {len(doc.elements)} elements, {doc.n_tables} tables, {len(doc.canonical_text)} chars ({doc.parser})")
+        print(
+            f"{doc.doc_id}: {doc.n_pages} pages, {len(doc.elements)} elements, {doc.n_tables} tables, {len(doc.canonical_text)} chars ({doc.parser})"
+        )
         for e in doc.elements:
             print(f"  p{e.page} [{e.char_start}:{e.char_end}] {e.type}: {e.text[:90]!r}")
     return 0
@@ -121,7 +135,9 @@ def cmd_chunk(args: argparse.Namespace) -> int:
     else:
         print(f"{doc.doc_id}: {len(chunks)} chunks with {args.strategy}")
         for c in chunks:
-            print(f"  p{c.page_start}-{c.page_end} [{c.char_start}:{c.char_end}] {c.n_tokens} tok {' > '.join(c.section_path)[:40]!r}: {c.text[:70]!r}")
+            print(
+                f"  p{c.page_start}-{c.page_end} [{c.char_start}:{c.char_end}] {c.n_tokens} tok {' > '.join(c.section_path)[:40]!r}: {c.text[:70]!r}"
+            )
     return 0
 
 
@@ -176,8 +192,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     from rag.store import data_dir
 
     with cli_progress() as progress:
-        report = index_folder(args.docs_dir, data_dir(), strategies=args.strategy, models=args.model or ["minilm"],
-                              progress=progress)
+        report = index_folder(
+            args.docs_dir, data_dir(), strategies=args.strategy, models=args.model or ["minilm"], progress=progress
+        )
     fits = _window_fits(data_dir(), report.collections)
     for name, fit in fits.items():
         report.collections[name] |= fit.summary
@@ -186,12 +203,17 @@ def cmd_index(args: argparse.Namespace) -> int:
         _print(out, True)
     else:
         p = report.parse
-        print(f"documents: {p['documents']} ({p['parsed']} parsed, {p['unchanged']} unchanged, {p['removed']} removed), "
-              f"quarantined: {p['quarantined_total']}")
+        print(
+            f"documents: {p['documents']} ({p['parsed']} parsed, {p['unchanged']} unchanged, {p['removed']} removed), "
+            f"quarantined: {p['quarantined_total']}"
+        )
         for strategy, c in report.chunks.items():
             for f in c["failures"]:
-                print(f"  chunking {strategy} failed for {f['doc_id']}: {f['error']} "
-                      f"(kept its {f['kept_previous_chunks']} previous chunks; retried on the next run)", file=sys.stderr)
+                print(
+                    f"  chunking {strategy} failed for {f['doc_id']}: {f['error']} "
+                    f"(kept its {f['kept_previous_chunks']} previous chunks; retried on the next run)",
+                    file=sys.stderr,
+                )
         for name, c in report.collections.items():
             print(f"  {name}: {c['points']} points (+{c['added']} ~{c['updated']} -{c['deleted']}) in {c['seconds']}s")
             if name in fits and (note := fits[name].message(name.split("|", 1)[0])):
@@ -214,15 +236,21 @@ def cmd_search(args: argparse.Namespace) -> int:
     from rag.retrieval.service import search
 
     page_from, page_to = _page_range(args.pages)
-    params = RetrievalParams(k=args.k, alpha=args.alpha, mmr_lambda=args.mmr,
-                             filters=SearchFilter(doc_ids=args.doc_id, page_from=page_from, page_to=page_to))
+    params = RetrievalParams(
+        k=args.k,
+        alpha=args.alpha,
+        mmr_lambda=args.mmr,
+        filters=SearchFilter(doc_ids=args.doc_id, page_from=page_from, page_to=page_to),
+    )
     hits = search(args.query, strategy=args.strategy, model=args.model, mode=args.mode, k=args.k, params=params)
     if args.json:
         print(json.dumps([h.to_json() for h in hits], indent=2, ensure_ascii=False))
     else:
         for h in hits:
             j = h.to_json()
-            print(f"{j['rank']:3d}. {j['score']:.4f} {j['doc_id']} p{j['page_start']}-{j['page_end']} [{j['char_start']}:{j['char_end']}] {j['text'][:100]!r}")
+            print(
+                f"{j['rank']:3d}. {j['score']:.4f} {j['doc_id']} p{j['page_start']}-{j['page_end']} [{j['char_start']}:{j['char_end']}] {j['text'][:100]!r}"
+            )
     return 0
 
 
@@ -233,8 +261,16 @@ def cmd_eval_beir(args: argparse.Namespace) -> int:
     from rag.store import data_dir
 
     with cli_progress() as progress:
-        result = evaluate_beir(args.dataset_dir, mode=args.mode, model=args.model, split=args.split, k=args.k,
-                               root=data_dir() / "beir", params=RetrievalParams(alpha=args.alpha), progress=progress)
+        result = evaluate_beir(
+            args.dataset_dir,
+            mode=args.mode,
+            model=args.model,
+            split=args.split,
+            k=args.k,
+            root=data_dir() / "beir",
+            params=RetrievalParams(alpha=args.alpha),
+            progress=progress,
+        )
     _print(result, args.json)
     return 0
 

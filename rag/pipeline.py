@@ -2,6 +2,7 @@
 
 The Dagster assets, the nightly job and `rag index` all call these, so there is one implementation.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,10 +24,21 @@ from rag.source import SourceScan, scan_folder
 from rag.store import CHUNK_FAILURES_TABLE, CHUNKS_TABLE, DOCUMENTS_TABLE, QUARANTINE_TABLE, TableStore, bm25_root
 
 
-def ingest_step(tables: TableStore, scan: SourceScan, settings: ParseSettings,
-                on_progress: Callable[[str], None] | None = None, progress: Progress | None = None) -> ParseRun:
-    run = update_documents(scan, tables.read(DOCUMENTS_TABLE), tables.read(QUARANTINE_TABLE), settings, on_progress=on_progress,
-                           progress=progress)
+def ingest_step(
+    tables: TableStore,
+    scan: SourceScan,
+    settings: ParseSettings,
+    on_progress: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
+) -> ParseRun:
+    run = update_documents(
+        scan,
+        tables.read(DOCUMENTS_TABLE),
+        tables.read(QUARANTINE_TABLE),
+        settings,
+        on_progress=on_progress,
+        progress=progress,
+    )
     tables.write(run.documents, DOCUMENTS_TABLE)
     tables.write(run.quarantine, QUARANTINE_TABLE)
     return run
@@ -65,22 +77,33 @@ class EmbedRun(IndexRun):
         return super().summary | {f"sentence_vectors_{k}": v for k, v in self.sentence_vectors.items()}
 
 
-def embed_step(tables: TableStore, client, strategy: str, model: str, embedder: TextEmbedder, distance: str = "cosine",
-               progress: Progress | None = None, registry: ModelRegistry | None = None) -> EmbedRun:
+def embed_step(
+    tables: TableStore,
+    client,
+    strategy: str,
+    model: str,
+    embedder: TextEmbedder,
+    distance: str = "cosine",
+    progress: Progress | None = None,
+    registry: ModelRegistry | None = None,
+) -> EmbedRun:
     """Bring the (strategy, model) collection up to date. For the base model, while no embedder is promoted in
     `registry` (default: the data dir's, beside `tables`), also keep `<strategy>__production` on it: serving asks
     for `production` by default and must answer on a fresh index (see base_serving_alias). Then store the vectors
     of the chunks' sentences the data dir's sentence store lacks for this model, so answering encodes only the
     question (rag.qa.encoding)."""
     chunks = _chunks(tables, strategy)
-    run = sync_collection(client, chunks, embedder, strategy=strategy, model=model, distance=distance, progress=progress)
+    run = sync_collection(
+        client, chunks, embedder, strategy=strategy, model=model, distance=distance, progress=progress
+    )
     root = Path(tables.root).parent
     registry = registry or ModelRegistry(root / "models")
     if base_serving_alias(client, strategy, model, run.collection, registry):
         # The collection the serving alias left may be an old version of the base model nothing else holds.
         run.dropped_collections += drop_unaliased(client, CollectionName(strategy, model_key(model)))
-    sentences = store_sentence_vectors(root, chunks["text"].tolist(), embedder, progress=progress,
-                                       task=f"sentence vectors {strategy}|{model}")
+    sentences = store_sentence_vectors(
+        root, chunks["text"].tolist(), embedder, progress=progress, task=f"sentence vectors {strategy}|{model}"
+    )
     return EmbedRun(**vars(run), sentence_vectors=sentences)
 
 
@@ -109,9 +132,17 @@ class PipelineReport:
     collections: dict[str, dict] = field(default_factory=dict)
 
 
-def index_folder(docs_dir: Path, root: Path, *, strategies: list[str] | None = None, models: list[str] | None = None,
-                 parse_settings: ParseSettings | None = None, qdrant: QdrantSettings | None = None,
-                 distance: str = "cosine", progress: Progress | None = None) -> PipelineReport:
+def index_folder(
+    docs_dir: Path,
+    root: Path,
+    *,
+    strategies: list[str] | None = None,
+    models: list[str] | None = None,
+    parse_settings: ParseSettings | None = None,
+    qdrant: QdrantSettings | None = None,
+    distance: str = "cosine",
+    progress: Progress | None = None,
+) -> PipelineReport:
     """Everything for one folder, without Dagster: what `rag index` runs. `progress` hears every step's counts."""
     tables = TableStore(Path(root) / "tables")
     configs = load_strategies()
@@ -122,12 +153,16 @@ def index_folder(docs_dir: Path, root: Path, *, strategies: list[str] | None = N
     embedders = {m: load_embedder(m) for m in (models or [])}  # fail fast on an unknown model
     report = PipelineReport()
     parsed = ingest_step(tables, scan_folder(docs_dir), parse_settings or ParseSettings(), progress=progress)
-    report.parse = parsed.summary | {"quarantine": parsed.quarantine[["doc_id", "reason", "message"]].to_dict("records")}
+    report.parse = parsed.summary | {
+        "quarantine": parsed.quarantine[["doc_id", "reason", "message"]].to_dict("records")
+    }
     client = get_client(qdrant) if embedders else None
     for strategy in strategies:
         chunked = chunk_step(tables, get_chunker(strategy, configs), progress)
         report.chunks[strategy] = chunked.summary | {"failures": chunked.failures.to_dict("records")}
         report.bm25[strategy] = bm25_step(tables, root, strategy).summary
         for name, embedder in embedders.items():
-            report.collections[f"{strategy}|{name}"] = embed_step(tables, client, strategy, name, embedder, distance, progress).summary
+            report.collections[f"{strategy}|{name}"] = embed_step(
+                tables, client, strategy, name, embedder, distance, progress
+            ).summary
     return report

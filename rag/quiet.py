@@ -14,6 +14,7 @@ Each filter names one library's own category or message, never a whole class of 
 
 Dagster's telemetry banner is not a warning: `orchestration.cli` turns telemetry off in the instance's dagster.yaml.
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,8 +22,12 @@ import warnings
 
 # Loggers held at WARNING. GX's `...types.base` sets its own level to INFO when imported, so a filter on that
 # logger (kept across setLevel) drops its INFO records whenever GX is imported.
-QUIET_LOGGERS = ("great_expectations", "great_expectations.data_context.types.base", "alembic",
-                 "matplotlib.font_manager")
+QUIET_LOGGERS = (
+    "great_expectations",
+    "great_expectations.data_context.types.base",
+    "alembic",
+    "matplotlib.font_manager",
+)
 # ranx's modules as warnings name them: "ranx.metrics.ndcg", or the path ".../ranx/metrics/ndcg" when numba re-issues
 # a warning with only the file.
 RANX_MODULE = r"(.*[/\\])?ranx[/\\.]"

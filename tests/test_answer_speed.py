@@ -2,6 +2,7 @@
 question is encoded when answering, across restarts; a corrupt store falls back to encoding), lead-ins continued
 into the list items or sentence completing them (also across a chunk boundary), and the stage times /ask and
 /metrics report."""
+
 import logging
 
 import numpy as np
@@ -27,28 +28,41 @@ LEAD_IN = "Proposed AD Requirements This proposed AD would require the following
 
 
 # --- span continuation -----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("sentence, expected", [
-    (LEAD_IN, True),
-    ("This proposed AD would also require the following actions.", True),
-    ("The procedure is as follows:", True),
-    ("Costs were estimated as follows", True),
-    ("The dough rests for two hours before it goes into the oven.", False),
-    ("Labor cost | Parts cost", False),
-])
+@pytest.mark.parametrize(
+    "sentence, expected",
+    [
+        (LEAD_IN, True),
+        ("This proposed AD would also require the following actions.", True),
+        ("The procedure is as follows:", True),
+        ("Costs were estimated as follows", True),
+        ("The dough rests for two hours before it goes into the oven.", False),
+        ("Labor cost | Parts cost", False),
+    ],
+)
 def test_lead_ins_are_recognised(sentence, expected):
     assert is_lead_in(sentence) is expected
 
 
 def test_a_lead_in_continues_into_its_list_items_and_stops_after_them():
-    following = ["\u2022", "Installing new FCC OPS software.", "\u2022 Revising the existing AFM.",
-                 "(c) Changing the wire routing.", "For information on those procedures, see the docket."]
+    following = [
+        "\u2022",
+        "Installing new FCC OPS software.",
+        "\u2022 Revising the existing AFM.",
+        "(c) Changing the wire routing.",
+        "For information on those procedures, see the docket.",
+    ]
     assert continuation(LEAD_IN, following, budget=800) == [
-        "\u2022 Installing new FCC OPS software.", "\u2022 Revising the existing AFM.", "(c) Changing the wire routing."]
+        "\u2022 Installing new FCC OPS software.",
+        "\u2022 Revising the existing AFM.",
+        "(c) Changing the wire routing.",
+    ]
     assert is_list_item("1. First") and is_list_item("(iv) Fourth") and not is_list_item("In 1990 it rained.")
 
 
 def test_a_colon_without_a_list_takes_the_one_sentence_after_it():
-    assert continuation("The court held:", ["The statute applies.", "It was argued later."], 800) == ["The statute applies."]
+    assert continuation("The court held:", ["The statute applies.", "It was argued later."], 800) == [
+        "The statute applies."
+    ]
     # "the following" without a colon announces a list; prose after it is not part of the answer
     assert continuation("It would also require the following actions.", ["For details see the docket."], 800) == []
 
@@ -85,15 +99,42 @@ def wordllama():
 
 def ad_chunks() -> dict[str, dict]:
     """A lead-in ending its chunk and its list in the next one (as the sample corpus's AD notice is chunked)."""
-    first = {"chunk_id": "ad-1", "doc_id": "ad.pdf", "text": "FAA's Determination\nThe FAA is proposing this AD because "
-             "the unsafe condition is likely to exist.\n" + LEAD_IN, "page_start": 5, "page_end": 5, "char_start": 0,
-             "char_end": 100, "table_html": None, "next_chunk_id": "ad-2"}
-    second = {"chunk_id": "ad-2", "doc_id": "ad.pdf", "text": "\u2022\n\nInstalling new FCC OPS software and doing a "
-              "software installation verification.\n\n\u2022 Revising the existing AFM to incorporate new procedures.",
-              "page_start": 5, "page_end": 5, "char_start": 100, "char_end": 300, "table_html": None, "next_chunk_id": "ad-3"}
-    third = {"chunk_id": "ad-3", "doc_id": "ad.pdf", "text": "\u2022 Changing the horizontal stabilizer trim wire routing.\n"
-             "This proposed AD would also require the following actions. For information see the docket.",
-             "page_start": 5, "page_end": 6, "char_start": 300, "char_end": 450, "table_html": None, "next_chunk_id": None}
+    first = {
+        "chunk_id": "ad-1",
+        "doc_id": "ad.pdf",
+        "text": "FAA's Determination\nThe FAA is proposing this AD because "
+        "the unsafe condition is likely to exist.\n" + LEAD_IN,
+        "page_start": 5,
+        "page_end": 5,
+        "char_start": 0,
+        "char_end": 100,
+        "table_html": None,
+        "next_chunk_id": "ad-2",
+    }
+    second = {
+        "chunk_id": "ad-2",
+        "doc_id": "ad.pdf",
+        "text": "\u2022\n\nInstalling new FCC OPS software and doing a "
+        "software installation verification.\n\n\u2022 Revising the existing AFM to incorporate new procedures.",
+        "page_start": 5,
+        "page_end": 5,
+        "char_start": 100,
+        "char_end": 300,
+        "table_html": None,
+        "next_chunk_id": "ad-3",
+    }
+    third = {
+        "chunk_id": "ad-3",
+        "doc_id": "ad.pdf",
+        "text": "\u2022 Changing the horizontal stabilizer trim wire routing.\n"
+        "This proposed AD would also require the following actions. For information see the docket.",
+        "page_start": 5,
+        "page_end": 6,
+        "char_start": 300,
+        "char_end": 450,
+        "table_html": None,
+        "next_chunk_id": None,
+    }
     return {c["chunk_id"]: c for c in (first, second, third)}
 
 
@@ -110,7 +151,9 @@ def test_the_extractive_answer_reads_on_into_the_next_chunks(wordllama):
     assert [c["chunk_id"] for c in generation.continued] == ["ad-2", "ad-3"]  # to be shown: no passage holds them
     among = label_passages([Hit(1, 1.0, chunks["ad-1"]), Hit(2, 0.5, chunks["ad-3"])])
     shown = generator.generate("What does the proposed AD require?", among)
-    assert shown.parsed.cited_chunk_ids == ["ad-1", "ad-2", "ad-3"] and [c["chunk_id"] for c in shown.continued] == ["ad-2"]
+    assert shown.parsed.cited_chunk_ids == ["ad-1", "ad-2", "ad-3"] and [c["chunk_id"] for c in shown.continued] == [
+        "ad-2"
+    ]
     # the budget ends the list early; turned off, the answer is the lead-in alone (as before)
     short = ExtractiveGenerator(CachedEmbedder(wordllama), next_chunk=chunks.get, max_answer_chars=len(LEAD_IN) + 100)
     assert short.generate("What does the proposed AD require?", passages).parsed.cited_chunk_ids == ["ad-1", "ad-2"]
@@ -207,8 +250,18 @@ class TimedAnswerer:
         self.n += 1
         timings = {"retrieve": 10.0 * self.n, "rerank": 0.0, "generate": 2.0, "attribute": 1.0}
         timings["total"] = sum(timings.values())
-        return AnswerResult(question=question, answer="a", cited_chunk_ids=[], attributed_chunk_ids=[], not_in_context=False,
-                            latency_ms=timings["total"], chunks=[], generator="fake", settings={}, timings_ms=timings)
+        return AnswerResult(
+            question=question,
+            answer="a",
+            cited_chunk_ids=[],
+            attributed_chunk_ids=[],
+            not_in_context=False,
+            latency_ms=timings["total"],
+            chunks=[],
+            generator="fake",
+            settings={},
+            timings_ms=timings,
+        )
 
 
 def test_ask_returns_its_stage_times_and_metrics_summarises_them(tmp_path):

@@ -1,6 +1,7 @@
 """HTTP API: ask → feedback round trip, bad input (unknown ids, duplicates, 1 MB comments, missing token) gets
 a clear 4xx and leaves the store unchanged, metrics, OpenAPI; and the real Answerer over a serving replica of an
 embedded Qdrant index that a concurrent re-index does not disturb."""
+
 import hashlib
 
 import pandas as pd
@@ -34,11 +35,31 @@ class FakeAnswerer:
     def ask(self, question: str) -> AnswerResult:
         words = set(question.lower().split())
         ranked = sorted(TEXTS.items(), key=lambda kv: -len(words & set(kv[1].lower().rstrip(".").split())))[:3]
-        chunks = [{"chunk_id": cid, "doc_id": f"{cid}.md", "page_start": 1, "page_end": 1, "text": text, "rank": rank,
-                   "score": 1.0 / rank, "cited": rank == 1, "attributed": False}
-                  for rank, (cid, text) in enumerate(ranked, start=1)]
-        return AnswerResult(question=question, answer=ranked[0][1], cited_chunk_ids=[ranked[0][0]], attributed_chunk_ids=[],
-                            not_in_context=False, latency_ms=1.0, chunks=chunks, generator="fake", settings={"fake": True})
+        chunks = [
+            {
+                "chunk_id": cid,
+                "doc_id": f"{cid}.md",
+                "page_start": 1,
+                "page_end": 1,
+                "text": text,
+                "rank": rank,
+                "score": 1.0 / rank,
+                "cited": rank == 1,
+                "attributed": False,
+            }
+            for rank, (cid, text) in enumerate(ranked, start=1)
+        ]
+        return AnswerResult(
+            question=question,
+            answer=ranked[0][1],
+            cited_chunk_ids=[ranked[0][0]],
+            attributed_chunk_ids=[],
+            not_in_context=False,
+            latency_ms=1.0,
+            chunks=chunks,
+            generator="fake",
+            settings={"fake": True},
+        )
 
 
 @pytest.fixture
@@ -67,17 +88,28 @@ def ask(client, question="which animal does purr"):
 
 def test_ask_then_feedback_lands_in_the_store(client, store):
     data = ask(client)
-    assert data["answer"] == TEXTS["cats"] and data["passages"][0]["chunk_id"] == "cats" and data["model_version"] == "fake@1"
-    body = {"query_id": data["query_id"], "idempotency_key": "k1", "answer_score": 1,
-            "passages": [{"chunk_id": "cats", "score": 1}, {"chunk_id": data["passages"][1]["chunk_id"], "score": -1}],
-            "correction": "Cats purr.", "comment": "nice"}
+    assert (
+        data["answer"] == TEXTS["cats"]
+        and data["passages"][0]["chunk_id"] == "cats"
+        and data["model_version"] == "fake@1"
+    )
+    body = {
+        "query_id": data["query_id"],
+        "idempotency_key": "k1",
+        "answer_score": 1,
+        "passages": [{"chunk_id": "cats", "score": 1}, {"chunk_id": data["passages"][1]["chunk_id"], "score": -1}],
+        "correction": "Cats purr.",
+        "comment": "nice",
+    }
     response = client.post("/feedback", json=body, headers=AUTH)
     assert response.status_code == 201 and len(response.json()["event_ids"]) == 4
     feedback = store.table("feedback").sort_values("event_id")
     assert list(feedback["target"]) == ["answer", "passage", "passage", "correction"]
     assert list(feedback["score"]) == [1, 1, -1, 1]
     assert store.table("queries").loc[0, "text"] == "which animal does purr"
-    click = client.post("/events", json={"query_id": data["query_id"], "kind": "click", "chunk_id": "cats"}, headers=AUTH)
+    click = client.post(
+        "/events", json={"query_id": data["query_id"], "kind": "click", "chunk_id": "cats"}, headers=AUTH
+    )
     assert click.status_code == 200 and click.json()["event_id"] >= 1
     metrics = client.get("/metrics", headers=AUTH).json()
     assert metrics["store"]["feedback_events"] == 4 and metrics["store"]["queries"] == 1
@@ -91,18 +123,40 @@ def test_bad_input_is_a_clear_4xx_and_changes_nothing(client, store):
     good = {"query_id": data["query_id"], "idempotency_key": "dup", "answer_score": -1}
     cases = [
         (client.post("/feedback", json=good), 401, "bearer token"),
-        (client.post("/feedback", json=good, headers={"Authorization": "Bearer wrong-token-xxxxxxxx"}), 401, "bearer token"),
+        (
+            client.post("/feedback", json=good, headers={"Authorization": "Bearer wrong-token-xxxxxxxx"}),
+            401,
+            "bearer token",
+        ),
         (client.post("/ask", json={"question": "x"}), 401, "bearer token"),
         (client.post("/feedback", json={**good, "query_id": "nope"}, headers=AUTH), 404, "unknown query_id"),
-        (client.post("/feedback", json={**good, "passages": [{"chunk_id": "ghost", "score": 1}]}, headers=AUTH), 422, "not retrieved"),
+        (
+            client.post("/feedback", json={**good, "passages": [{"chunk_id": "ghost", "score": 1}]}, headers=AUTH),
+            422,
+            "not retrieved",
+        ),
         (client.post("/feedback", json={**good, "comment": "x" * 1_000_000}, headers=AUTH), 413, "bytes"),
         (client.post("/feedback", json={**good, "comment": "x" * 5_000}, headers=AUTH), 422, "comment"),
         (client.post("/feedback", json={**good, "answer_score": 5}, headers=AUTH), 422, "answer_score"),
-        (client.post("/feedback", json={"query_id": data["query_id"], "idempotency_key": "e"}, headers=AUTH), 422, "empty feedback"),
-        (client.post("/feedback", content=b"{not json", headers={**AUTH, "Content-Type": "application/json"}), 422, "JSON"),
+        (
+            client.post("/feedback", json={"query_id": data["query_id"], "idempotency_key": "e"}, headers=AUTH),
+            422,
+            "empty feedback",
+        ),
+        (
+            client.post("/feedback", content=b"{not json", headers={**AUTH, "Content-Type": "application/json"}),
+            422,
+            "JSON",
+        ),
         (client.post("/ask", json={"question": ""}, headers=AUTH), 422, "question"),
         (client.post("/ask", json={"question": "q" * 9000}, headers=AUTH), 422, "question"),
-        (client.post("/events", json={"query_id": data["query_id"], "kind": "click", "chunk_id": "ghost"}, headers=AUTH), 422, "not retrieved"),
+        (
+            client.post(
+                "/events", json={"query_id": data["query_id"], "kind": "click", "chunk_id": "ghost"}, headers=AUTH
+            ),
+            422,
+            "not retrieved",
+        ),
     ]
     for response, status, words in cases:
         assert response.status_code == status, response.text
@@ -163,11 +217,27 @@ def test_openapi_schema_is_published(client):
 
 
 def chunk_table(texts: dict[str, str]) -> pd.DataFrame:
-    return pd.DataFrame([{"chunk_id": cid, "doc_id": f"{cid}.md", "strategy": "t", "text": text, "char_start": 0,
-                          "char_end": len(text), "page_start": 1, "page_end": 1, "section_path": [], "prev_chunk_id": None,
-                          "next_chunk_id": None, "n_tokens": len(text.split()),
-                          "content_hash": hashlib.sha256(text.encode()).hexdigest(), "table_html": None}
-                         for cid, text in texts.items()])
+    return pd.DataFrame(
+        [
+            {
+                "chunk_id": cid,
+                "doc_id": f"{cid}.md",
+                "strategy": "t",
+                "text": text,
+                "char_start": 0,
+                "char_end": len(text),
+                "page_start": 1,
+                "page_end": 1,
+                "section_path": [],
+                "prev_chunk_id": None,
+                "next_chunk_id": None,
+                "n_tokens": len(text.split()),
+                "content_hash": hashlib.sha256(text.encode()).hexdigest(),
+                "table_html": None,
+            }
+            for cid, text in texts.items()
+        ]
+    )
 
 
 def build_index(root, texts: dict[str, str], strategy: str = "t") -> None:

@@ -1,4 +1,5 @@
 """Chunking strategies: shared invariants for every shipped strategy, then per-kind behaviour."""
+
 from __future__ import annotations
 
 import hashlib
@@ -58,8 +59,7 @@ def make_doc(doc_id: str = "doc-1") -> ParsedDocument:
     rng = random.Random(7)
     D = ElementDraft
     table = [["Year", "Region", "Revenue", "Notes"]] + [
-        [str(2000 + i), f"Region {i % 5}", f"{1000 + 37 * i:,}", f"note {i} " + "x" * (i % 13)]
-        for i in range(60)
+        [str(2000 + i), f"Region {i % 5}", f"{1000 + 37 * i:,}", f"note {i} " + "x" * (i % 13)] for i in range(60)
     ]
     drafts = [
         D(type="title", text="Introduction", heading_level=1, page=1),
@@ -82,16 +82,20 @@ def make_doc(doc_id: str = "doc-1") -> ParsedDocument:
         D(type="narrative", text=_prose(rng, 45), page=4),
         D(type="narrative", text=_prose(rng, 20), page=4),
     ]
-    return assemble(drafts, doc_id=doc_id, source_path=f"/x/{doc_id}.pdf", content_hash="h",
-                    parser="test", n_pages=4)
+    return assemble(drafts, doc_id=doc_id, source_path=f"/x/{doc_id}.pdf", content_hash="h", parser="test", n_pages=4)
 
 
 def make_prose_doc(n_paragraphs: int = 12, sentences: int = 25) -> ParsedDocument:
     rng = random.Random(3)
-    drafts = [ElementDraft(type="narrative", text=_prose(rng, sentences), page=1 + i // 4)
-              for i in range(n_paragraphs)]
-    return assemble(drafts, doc_id="prose", source_path="/x/prose.pdf", content_hash="h",
-                    parser="test", n_pages=1 + (n_paragraphs - 1) // 4)
+    drafts = [ElementDraft(type="narrative", text=_prose(rng, sentences), page=1 + i // 4) for i in range(n_paragraphs)]
+    return assemble(
+        drafts,
+        doc_id="prose",
+        source_path="/x/prose.pdf",
+        content_hash="h",
+        parser="test",
+        n_pages=1 + (n_paragraphs - 1) // 4,
+    )
 
 
 def doc_from(*texts: str, doc_id: str = "small") -> ParsedDocument:
@@ -132,7 +136,7 @@ def check_invariants(doc: ParsedDocument, chunks: list[Chunk], strategy: str) ->
     assert [(c.char_start, c.char_end) for c in chunks] == sorted((c.char_start, c.char_end) for c in chunks)
     for k, c in enumerate(chunks):
         assert c.strategy == strategy and c.doc_id == doc.doc_id
-        assert text[c.char_start:c.char_end] == c.text
+        assert text[c.char_start : c.char_end] == c.text
         assert c.text and c.text == c.text.strip()
         assert c.content_hash == hashlib.sha256(c.text.encode()).hexdigest()
         assert c.n_tokens > 0
@@ -159,10 +163,16 @@ def check_invariants(doc: ParsedDocument, chunks: list[Chunk], strategy: str) ->
 
 def test_shipped_config_has_required_strategies():
     required = {
-        "fixed-512": "sentence-pack", "recursive-1000-200": "recursive",
-        "sentence-window-4-2": "sentence-window", "sliding-1024": "sliding-window",
-        "paragraph": "paragraph", "section-low": "section", "section-high": "section",
-        "page": "page", "semantic": "semantic", "whole-document": "whole-document",
+        "fixed-512": "sentence-pack",
+        "recursive-1000-200": "recursive",
+        "sentence-window-4-2": "sentence-window",
+        "sliding-1024": "sliding-window",
+        "paragraph": "paragraph",
+        "section-low": "section",
+        "section-high": "section",
+        "page": "page",
+        "semantic": "semantic",
+        "whole-document": "whole-document",
     }
     assert {n: SHIPPED[n].kind for n in required} == required
     p = {n: SHIPPED[n].params for n in required}
@@ -208,7 +218,7 @@ def test_chunks_cover_the_document(doc, chunks_by_strategy):
             continue  # drops windows by design
         covered = np.zeros(len(doc.canonical_text), dtype=bool)
         for c in chunks_by_strategy[name]:
-            covered[c.char_start:c.char_end] = True
+            covered[c.char_start : c.char_end] = True
         missing = [i for i, ch in enumerate(doc.canonical_text) if not covered[i] and not ch.isspace()]
         assert not missing, f"{name} leaves text uncovered"
 
@@ -295,7 +305,7 @@ def test_sliding_window_overlap_is_half():
     assert all(c.n_tokens <= 1024 for c in chunks)
     assert all(c.n_tokens == 1024 for c in chunks[:-1])
     for a, b in zip(chunks, chunks[1:]):
-        shared = tok.count(prose.canonical_text[b.char_start:a.char_end])
+        shared = tok.count(prose.canonical_text[b.char_start : a.char_end])
         assert 0.45 <= shared / a.n_tokens <= 0.55
 
 
@@ -332,9 +342,14 @@ def test_section_low_vs_high(doc, chunks_by_strategy):
 
 def test_section_high_uses_smallest_level_present():
     D = ElementDraft
-    drafts = [D(type="title", text="A", heading_level=2), D(type="narrative", text="Alpha text here."),
-              D(type="title", text="A.1", heading_level=3), D(type="narrative", text="Sub text here."),
-              D(type="title", text="B", heading_level=2), D(type="narrative", text="Beta text here.")]
+    drafts = [
+        D(type="title", text="A", heading_level=2),
+        D(type="narrative", text="Alpha text here."),
+        D(type="title", text="A.1", heading_level=3),
+        D(type="narrative", text="Sub text here."),
+        D(type="title", text="B", heading_level=2),
+        D(type="narrative", text="Beta text here."),
+    ]
     d = assemble(drafts, doc_id="lv", source_path="/x", content_hash="h", parser="t", n_pages=1)
     assert [c.text.split("\n")[0] for c in chunk_document(d, "section-high", SHIPPED)] == ["A", "B"]
     assert len(chunk_document(d, "section-low", SHIPPED)) == 3
@@ -435,14 +450,15 @@ def test_build_chunks_ids_tables_and_headers(doc):
 def test_split_sentences():
     text = "Dr. Smith paid $3.50 today. It rained! Did it? Yes, e.g. twice. 2020 was odd. the end"
     got = [text[s:e] for s, e in split_sentences(text)]
-    assert got == ["Dr. Smith paid $3.50 today.", "It rained!", "Did it?", "Yes, e.g. twice.",
-                   "2020 was odd. the end"]
+    assert got == ["Dr. Smith paid $3.50 today.", "It rained!", "Did it?", "Yes, e.g. twice.", "2020 was odd. the end"]
     assert split_sentences("  Hello world.  ", offset=10) == [(12, 24)]
     text = "See No. 5 and Fig. 2 here. The answer was no. Then:\n\u2022 first item\n\u2022 second."
     got = [text[s:e] for s, e in split_sentences(text)]
-    assert got == ["See No. 5 and Fig. 2 here.", "The answer was no.", "Then:",
-                   "\u2022 first item", "\u2022 second."]
-    assert split_sentences("\ud55c\uad6d\uc5b4 \ubb38\uc7a5\uc785\ub2c8\ub2e4. \ub2e4\uc74c \ubb38\uc7a5.") == [(0, 10), (11, 17)]
+    assert got == ["See No. 5 and Fig. 2 here.", "The answer was no.", "Then:", "\u2022 first item", "\u2022 second."]
+    assert split_sentences("\ud55c\uad6d\uc5b4 \ubb38\uc7a5\uc785\ub2c8\ub2e4. \ub2e4\uc74c \ubb38\uc7a5.") == [
+        (0, 10),
+        (11, 17),
+    ]
 
 
 def test_tokenizers():
@@ -453,7 +469,7 @@ def test_tokenizers():
     text = "Tokenization of unbelievable words " * 100  # longer than the model's 128 limit
     spans = wp.spans(text)
     assert wp.count(text) == len(spans) > 128
-    assert text[spans[0][0]:spans[0][1]].lower() == "token"
+    assert text[spans[0][0] : spans[0][1]].lower() == "token"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -476,8 +492,14 @@ def test_unknown_strategy_name_is_clear():
     "body, pattern",
     [
         ("strategies:\n  s1:\n    kind: bogus\n", r"strategy 's1': unknown kind 'bogus' \(known: .*sentence-pack"),
-        ("strategies:\n  s2:\n    kind: sentence-pack\n    max_tokenz: 5\n", r"strategy 's2'.*max_tokenz: Extra inputs"),
-        ("strategies:\n  s3:\n    kind: recursive\n    chunk_size: 100\n    chunk_overlap: 100\n", r"'s3'.*chunk_overlap \(100\) must be smaller"),
+        (
+            "strategies:\n  s2:\n    kind: sentence-pack\n    max_tokenz: 5\n",
+            r"strategy 's2'.*max_tokenz: Extra inputs",
+        ),
+        (
+            "strategies:\n  s3:\n    kind: recursive\n    chunk_size: 100\n    chunk_overlap: 100\n",
+            r"'s3'.*chunk_overlap \(100\) must be smaller",
+        ),
         ("strategies:\n  s4:\n    kind: sliding-window\n    window_tokens: lots\n", r"'s4'.*window_tokens"),
         ("strategies:\n  s5:\n    max_tokens: 5\n", r"'s5': missing 'kind'"),
         ("strategies:\n  s6:\n    kind: semantic\n    embedder: gpt\n", r"'s6'.*unknown embedder 'gpt'"),

@@ -1,4 +1,5 @@
 """The code location end to end: jobs in-process on a temporary instance, checks, sensors, CLI."""
+
 import json
 import shutil
 import subprocess
@@ -41,37 +42,66 @@ def env(tmp_path, shared_pdfs, shared_mixed):
     }
     (tmp_path / "embedders.yaml").write_text("active: [wordllama]\n")
     instance = DagsterInstance.ephemeral()
-    return {"docs": docs, "config": config, "resources": resources, "instance": instance,
-            "tables": TableStore(tmp_path / "data" / "tables")}
+    return {
+        "docs": docs,
+        "config": config,
+        "resources": resources,
+        "instance": instance,
+        "tables": TableStore(tmp_path / "data" / "tables"),
+    }
 
 
 def run(env, job_name, partition=None, config=None):
     """The job run as the CLI and `rag demo` run it (orchestration.launch). config: the run config of the job's one
     asset, e.g. {"synthetic_qa": {"passages_per_document": 2}}."""
     run_config = {**QUIET, "ops": {op: {"config": c} for op, c in config.items()}} if config else QUIET
-    return run_job(env["instance"], job_name, partition_key=partition, run_config=run_config,
-                   resources=env["resources"])
+    return run_job(
+        env["instance"], job_name, partition_key=partition, run_config=run_config, resources=env["resources"]
+    )
 
 
 def test_definitions_have_groups_and_checks():
     graph = defs.resolve_asset_graph()
     groups = {key.to_user_string(): graph.get(key).group_name for key in graph.get_all_asset_keys()}
-    assert groups == {"parsed_documents": "ingestion", "document_quarantine": "ingestion", "chunk_sets": "chunking",
-                      "bm25_indexes": "indexing", "embedding_collections": "indexing", "synthetic_qa": "evaluation",
-                      "retrieval_evaluation": "evaluation", "evaluation_summary": "evaluation",
-                      "answer_evaluation": "evaluation", "finetuned_embedder": "training", "trained_reranker": "training",
-                      "production_embedder": "training", "production_reranker": "training",
-                      "feedback_dataset": "feedback", "query_drift": "feedback", "model_rollout": "training",
-                      "config_search": "optimization", "active_configuration": "optimization",
-                      "annotation_queue": "annotation"}
+    assert groups == {
+        "parsed_documents": "ingestion",
+        "document_quarantine": "ingestion",
+        "chunk_sets": "chunking",
+        "bm25_indexes": "indexing",
+        "embedding_collections": "indexing",
+        "synthetic_qa": "evaluation",
+        "retrieval_evaluation": "evaluation",
+        "evaluation_summary": "evaluation",
+        "answer_evaluation": "evaluation",
+        "finetuned_embedder": "training",
+        "trained_reranker": "training",
+        "production_embedder": "training",
+        "production_reranker": "training",
+        "feedback_dataset": "feedback",
+        "query_drift": "feedback",
+        "model_rollout": "training",
+        "config_search": "optimization",
+        "active_configuration": "optimization",
+        "annotation_queue": "annotation",
+    }
     assert defs.resolve_schedule_def("nightly_reindex").cron_schedule == "0 2 * * *"
-    assert {k.name for k in graph.asset_check_keys} == {"parsed_documents_quality", "chunk_sets_quality", "synthetic_qa_quality",
-                                                        "retrieval_evaluation_quality", "finetuned_embedder_gate",
-                                                        "trained_reranker_gate"}
+    assert {k.name for k in graph.asset_check_keys} == {
+        "parsed_documents_quality",
+        "chunk_sets_quality",
+        "synthetic_qa_quality",
+        "retrieval_evaluation_quality",
+        "finetuned_embedder_gate",
+        "trained_reranker_gate",
+    }
     # The promotion gates must stop the promotion assets downstream of them.
     gates = {k.name: graph.get_check_spec(k) for k in graph.asset_check_keys if k.name.endswith("_gate")}
     assert all(spec.blocking for spec in gates.values())
-    assert {s.name for s in defs.sensors} >= {"feedback_volume_sensor", "drift_sensor", "new_documents_sensor", "canary_sensor"}
+    assert {s.name for s in defs.sensors} >= {
+        "feedback_volume_sensor",
+        "drift_sensor",
+        "new_documents_sensor",
+        "canary_sensor",
+    }
     assert {s.name for s in defs.schedules} == {"nightly_reindex", "weekly_retrain", "annotation_queue_daily"}
 
 
@@ -79,7 +109,9 @@ def test_ingest_then_chunk_partition_with_passing_checks(env):
     env["instance"].add_dynamic_partitions("chunking_strategy", ["paragraph"])
     ingest = run(env, "ingest_documents_job")
     assert ingest.success
-    mats = {m.asset_key.to_user_string(): m.metadata for m in ingest.asset_materializations_for_node("ingest_documents")}
+    mats = {
+        m.asset_key.to_user_string(): m.metadata for m in ingest.asset_materializations_for_node("ingest_documents")
+    }
     assert mats["parsed_documents"]["parsed"].value == 2
     assert mats["document_quarantine"]["quarantine_malformed"].value == 1
     assert all(e.passed for e in ingest.get_asset_check_evaluations())
@@ -168,13 +200,17 @@ def test_strategy_sensor_adds_a_partition_for_a_new_yaml_entry(env):
     assert sorted(r.partition_key for r in first.run_requests) == ["page", "paragraph"]
     instance.add_dynamic_partitions("chunking_strategy", ["page", "paragraph"])
 
-    ctx = build_sensor_context(instance=instance, cursor=first.cursor, resources={"chunking": env["resources"]["chunking"]})
+    ctx = build_sensor_context(
+        instance=instance, cursor=first.cursor, resources={"chunking": env["resources"]["chunking"]}
+    )
     assert isinstance(chunking_strategy_sensor(ctx), SkipReason)
 
     raw = yaml.safe_load(env["config"].read_text())
     raw["strategies"]["sentence-window-6-3"] = {"kind": "sentence-window", "window": 6, "stride": 3}
     env["config"].write_text(yaml.safe_dump(raw))
-    ctx = build_sensor_context(instance=instance, cursor=first.cursor, resources={"chunking": env["resources"]["chunking"]})
+    ctx = build_sensor_context(
+        instance=instance, cursor=first.cursor, resources={"chunking": env["resources"]["chunking"]}
+    )
     third = chunking_strategy_sensor(ctx)
     assert third.dynamic_partitions_requests[0].partition_keys == ["sentence-window-6-3"]
     assert [r.partition_key for r in third.run_requests] == ["sentence-window-6-3"]
@@ -199,10 +235,26 @@ def test_new_documents_sensor_requests_reindex_only_on_change(env):
 
 def test_cli_parse_and_chunk_json(shared_mixed):
     rag = [sys.executable, "-m", "orchestration.cli"]
-    parsed = json.loads(subprocess.run(rag + ["parse", str(shared_mixed / "fake-html.html"), "--json"], capture_output=True, text=True, check=True, cwd=REPO).stdout)
+    parsed = json.loads(
+        subprocess.run(
+            rag + ["parse", str(shared_mixed / "fake-html.html"), "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO,
+        ).stdout
+    )
     assert parsed["elements"] and parsed["canonical_text"]
-    chunks = json.loads(subprocess.run(rag + ["chunk", str(shared_mixed / "fake-html.html"), "--strategy", "paragraph", "--json"], capture_output=True, text=True, check=True, cwd=REPO).stdout)
-    assert all(parsed["canonical_text"][c["char_start"]:c["char_end"]] == c["text"] for c in chunks)
+    chunks = json.loads(
+        subprocess.run(
+            rag + ["chunk", str(shared_mixed / "fake-html.html"), "--strategy", "paragraph", "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO,
+        ).stdout
+    )
+    assert all(parsed["canonical_text"][c["char_start"] : c["char_end"]] == c["text"] for c in chunks)
     bad = subprocess.run(rag + ["parse", "/dev/null"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "empty" in bad.stderr
 
@@ -219,10 +271,16 @@ def test_collection_partition_and_nightly_reindex(env):
     assert run(env, "chunk_sets_job", "paragraph").success
     built = run(env, "embedding_collections_job", MultiPartitionKey({"strategy": "paragraph", "model": "wordllama"}))
     meta = built.asset_materializations_for_node("embedding_collections")[0].metadata
-    assert built.success and meta["rebuilt"].value and meta["points"].value == len(env["tables"].read("chunk_sets", "paragraph"))
+    assert (
+        built.success
+        and meta["rebuilt"].value
+        and meta["points"].value == len(env["tables"].read("chunk_sets", "paragraph"))
+    )
 
     (env["docs"] / "new-note.txt").write_text("The nightly job indexes this brand new note about lighthouses.")
-    nightly = defs.resolve_job_def("nightly_reindex_job").execute_in_process(instance=instance, resources=env["resources"], run_config=QUIET)
+    nightly = defs.resolve_job_def("nightly_reindex_job").execute_in_process(
+        instance=instance, resources=env["resources"], run_config=QUIET
+    )
     assert nightly.success
     events = [e.event_specific_data.materialization for e in nightly.get_asset_materialization_events()]
     mats = {(m.asset_key.to_user_string(), m.partition): m.metadata for m in events}
@@ -231,8 +289,15 @@ def test_collection_partition_and_nightly_reindex(env):
     assert mats[("chunk_sets", "paragraph")]["rechunked_documents"].value == 1
 
     qdrant = env["resources"]["qdrant"].settings()
-    hits = search("lighthouses", strategy="paragraph", model="wordllama", mode="hybrid-rrf", k=1,
-                  root=env["tables"].root.parent, qdrant=qdrant)
+    hits = search(
+        "lighthouses",
+        strategy="paragraph",
+        model="wordllama",
+        mode="hybrid-rrf",
+        k=1,
+        root=env["tables"].root.parent,
+        qdrant=qdrant,
+    )
     assert hits[0].chunk["doc_id"] == "new-note.txt"
 
 
@@ -243,7 +308,10 @@ def test_run_config_defaults_are_the_library_settings(monkeypatch):
     from rag.evaluation.retrieval_eval import EvaluationSettings
     from rag.synthetic import SynthSettings
 
-    assert SyntheticQAConfig().settings() == SynthSettings() and RetrievalEvaluationConfig().settings() == EvaluationSettings()
+    assert (
+        SyntheticQAConfig().settings() == SynthSettings()
+        and RetrievalEvaluationConfig().settings() == EvaluationSettings()
+    )
     # One place: another library default becomes the run config's default and the launchpad's.
     monkeypatch.setattr(SynthSettings.model_fields["passages_per_document"], "default", 9)
     monkeypatch.setattr(EvaluationSettings.model_fields["ks"], "default_factory", lambda: [5, 10])
@@ -274,8 +342,16 @@ def test_evaluation_stage_reports_and_summary(env, shared_mixed):
     for name in ["fake-html.html", "handbook-1p.docx", "norwich-city.txt"]:
         shutil.copy(shared_mixed / name, env["docs"])
     # paragraph against the naive baseline, so the summary has a best-vs-baseline test to report
-    env["config"].write_text(yaml.safe_dump({"strategies": {"paragraph": {"kind": "paragraph"}, "recursive-1000-200": {
-        "kind": "recursive", "chunk_size": 1000, "chunk_overlap": 200}}}))
+    env["config"].write_text(
+        yaml.safe_dump(
+            {
+                "strategies": {
+                    "paragraph": {"kind": "paragraph"},
+                    "recursive-1000-200": {"kind": "recursive", "chunk_size": 1000, "chunk_overlap": 200},
+                }
+            }
+        )
+    )
     instance = env["instance"]
     instance.add_dynamic_partitions("chunking_strategy", ["paragraph", "recursive-1000-200"])
     instance.add_dynamic_partitions("embedding_model", ["wordllama"])
@@ -283,7 +359,11 @@ def test_evaluation_stage_reports_and_summary(env, shared_mixed):
     # The run config reaches the generator: more passages per document, more questions.
     sizes = {}
     for passages in (2, 6):
-        qa = run(env, "synthetic_qa_job", config={"synthetic_qa": {"passages_per_document": passages, "questions_per_passage": 2}})
+        qa = run(
+            env,
+            "synthetic_qa_job",
+            config={"synthetic_qa": {"passages_per_document": passages, "questions_per_passage": 2}},
+        )
         meta = qa.asset_materializations_for_node("synthetic_qa")[0].metadata
         assert meta["settings"].value["passages_per_document"] == passages and meta["llm_backend"].value == "none"
         sizes[passages] = meta["questions"].value
@@ -315,12 +395,16 @@ def test_evaluation_stage_reports_and_summary(env, shared_mixed):
     comparison = meta["best_vs_baseline_json"].value
     assert meta["questions"].value == sizes[6] == comparison["n_questions"]
     assert comparison["baseline"] == "recursive-1000-200 · wordllama · dense" and "note" not in comparison
-    assert comparison["n"] == sizes[6] and 0 < comparison["p_value"] <= 1 and comparison["ci_low"] <= comparison["delta"]
+    assert (
+        comparison["n"] == sizes[6] and 0 < comparison["p_value"] <= 1 and comparison["ci_low"] <= comparison["delta"]
+    )
     assert comparison["better"] + comparison["tied"] + comparison["worse"] == sizes[6]
     assert f"on {sizes[6]} paired questions" in meta["best_vs_baseline"].value
     # The evaluation's run config reaches the report and its blocking check: other cutoffs, another relevance rule.
     key = MultiPartitionKey({"strategy": "paragraph", "model": "wordllama"})
-    narrow = run(env, "retrieval_evaluation_job", key, config={"retrieval_evaluation": {"ks": [5, 10], "relevance": "any"}})
+    narrow = run(
+        env, "retrieval_evaluation_job", key, config={"retrieval_evaluation": {"ks": [5, 10], "relevance": "any"}}
+    )
     assert narrow.success and [e.passed for e in narrow.get_asset_check_evaluations()] == [True]
     report = env["tables"].read("retrieval_evaluation", "paragraph__wordllama")
     assert set(report["relevance"]) == {"any"} and "recall@5" in report and "recall@20" not in report
@@ -334,10 +418,21 @@ def test_summary_lists_bm25_once_per_strategy_without_a_model():
     from rag.evaluation.retrieval_eval import BASELINE, best_vs_baseline, config_label, summarize
 
     scores = {("paragraph", "bm25"): 0.7, ("paragraph", "dense"): 0.5, (BASELINE[0], "bm25"): 0.3, BASELINE: 0.4}
-    reports = pd.DataFrame([{"strategy": s, "model": model, "mode": mode, "n_questions": 4, "recall@5": 0.0,
-                             "ndcg@10": 0.0, "retrieval_score": score + (shift if mode != "bm25" else 0)}
-                            for model, shift in (("small", 0.0), ("large", 0.2))
-                            for (s, mode), score in scores.items()])
+    reports = pd.DataFrame(
+        [
+            {
+                "strategy": s,
+                "model": model,
+                "mode": mode,
+                "n_questions": 4,
+                "recall@5": 0.0,
+                "ndcg@10": 0.0,
+                "retrieval_score": score + (shift if mode != "bm25" else 0),
+            }
+            for model, shift in (("small", 0.0), ("large", 0.2))
+            for (s, mode), score in scores.items()
+        ]
+    )
     summary = summarize(reports)
     bm25 = summary[summary["mode"] == "bm25"]
     assert sorted(bm25["strategy"]) == sorted({s for s, _ in scores}) and set(bm25["model"]) == {""}
@@ -347,7 +442,8 @@ def test_summary_lists_bm25_once_per_strategy_without_a_model():
     assert bm25["delta_retrieval_score"].tolist() == pytest.approx((bm25["retrieval_score"] - strongest).tolist())
     dense = summary[(summary["mode"] == "dense") & (summary["strategy"] == "paragraph")].set_index("model")
     assert dense.loc["small", "delta_retrieval_score"] == pytest.approx(
-        scores[("paragraph", "dense")] - scores[BASELINE])
+        scores[("paragraph", "dense")] - scores[BASELINE]
+    )
     assert config_label(bm25.iloc[0]) == f"{bm25.iloc[0]['strategy']} · bm25"
     # A BM25 winner is labelled without a model and compared on the strongest baseline's per-question tables.
     winner = summarize(reports[(reports["mode"] == "bm25") | (reports["strategy"] == BASELINE[0])])

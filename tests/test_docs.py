@@ -1,5 +1,6 @@
 """The docs' figures are rendered from bench/results/*.json, never typed: the committed pages must equal a fresh
 render (`make docs` rewrites them), and README.md stays short enough to read."""
+
 import importlib.util
 import json
 import shutil
@@ -58,9 +59,14 @@ def test_every_result_file_has_a_section_with_its_provenance(render):
 
 def test_an_unknown_kind_of_result_file_renders_generically(render, tmp_path):
     root = copy_tree(tmp_path)
-    record = {"commit": "0123456789abcdef", "date": "2030-01-01T00:00:00+00:00", "args": {"clients": 10},
-              "machine": {"cpus": 4}, "summary": {"requests_per_s": 12.5, "errors": 0},
-              "per_query": {str(i): 1.0 for i in range(100)}}
+    record = {
+        "commit": "0123456789abcdef",
+        "date": "2030-01-01T00:00:00+00:00",
+        "args": {"clients": 10},
+        "machine": {"cpus": 4},
+        "summary": {"requests_per_s": 12.5, "errors": 0},
+        "per_query": {str(i): 1.0 for i in range(100)},
+    }
     (root / "bench" / "results" / "zz-new-benchmark.json").write_text(json.dumps(record))
     page = render.render(root)[root / "docs" / "benchmarks.md"]
     section = page.split("\n## zz-new-benchmark\n", 1)[1]
@@ -96,8 +102,12 @@ def test_readme_is_short():
 
 def test_a_file_of_a_known_kind_but_another_shape_falls_back_to_the_generic_rendering(render, tmp_path):
     root = copy_tree(tmp_path)
-    record = {"commit": "abcdef0123456789", "date": "2030-01-03", "runs": [{"points": 10, "figure": 0.25}],
-              "summary": {"p95_ms": 12.5}}
+    record = {
+        "commit": "abcdef0123456789",
+        "date": "2030-01-03",
+        "runs": [{"points": 10, "figure": 0.25}],
+        "summary": {"p95_ms": 12.5},
+    }
     (root / "bench" / "results" / "edge-latency-zz-other-shape.json").write_text(json.dumps(record))
     page = render.render(root)[root / "docs" / "benchmarks.md"]
     section = page.split("\n## edge-latency-zz-other-shape\n", 1)[1].split("\n## ", 1)[0]

@@ -1,5 +1,6 @@
 """bench.lib.edge's data helpers: N rows of noise copies with unique ids and the real texts, unit vectors,
 and the numpy exact top-k that recall is measured against."""
+
 import numpy as np
 import pandas as pd
 
@@ -37,7 +38,9 @@ def test_mixture_copies_lie_between_their_document_and_another():
     assert np.all(own >= cos.max(axis=1) - 1e-5)  # t <= 0.5: its own document stays the nearest
     assert float(np.mean(own < 0.999)) > 0.7  # and most copies moved off it (a partner can be the document itself)
     # without a share of another document, a mixture copy is its document
-    assert np.allclose(points_matrix(base, 60, sigma=0.0, seed=0, kind="mixture", mix_max=0.0), base[np.arange(60) % 20])
+    assert np.allclose(
+        points_matrix(base, 60, sigma=0.0, seed=0, kind="mixture", mix_max=0.0), base[np.arange(60) % 20]
+    )
 
 
 def test_isotropic_copies_are_nearer_their_document_than_each_other():

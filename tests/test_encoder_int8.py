@@ -1,4 +1,5 @@
 """minilm-int8: MiniLM exported to ONNX, int8 weights, onnxruntime; exported once per weights version into the data dir."""
+
 import os
 
 import numpy as np
@@ -80,7 +81,9 @@ def test_shapes_normalisation_and_window(int8, minilm):
     base = int8.encode_queries([filler])[0]
     assert float(base @ int8.encode_queries([filler + "galaxy rocket orbit " * 10])[0]) < 0.999
     long = "protein " * 300
-    assert float(int8.encode_queries([long])[0] @ int8.encode_queries([long + "galaxy rocket orbit " * 10])[0]) > 0.99999
+    assert (
+        float(int8.encode_queries([long])[0] @ int8.encode_queries([long + "galaxy rocket orbit " * 10])[0]) > 0.99999
+    )
     assert int8.count_tokens(["", filler, long]) == minilm.count_tokens(["", filler, long]) == [2, 152, 302]
 
 

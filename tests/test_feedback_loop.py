@@ -2,6 +2,7 @@
 replayed through /ask with feedback from their qrels until feedback_volume_sensor requests retrain_job; the run
 executes in-process (fine-tune, gate, promote only on a pass); the API serves whatever production is afterwards;
 test nDCG@10 before and after are measured, and the sensor counts from the new mark."""
+
 import math
 
 import pytest
@@ -19,8 +20,17 @@ def test_sensor_driven_retrain_from_replayed_feedback(tmp_path, monkeypatch):
     monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path))  # "production" resolves through this data dir's registry
     monkeypatch.delenv("QDRANT_URL", raising=False)
     threshold = 100
-    out = run_loop(tmp_path, n_train=30, n_test=20, n_distractors=40, n_pseudo=80, threshold=threshold, batch=8,
-                   training={"max_steps": 4, "max_seq_length": 64, "batch_size": 16, "max_pairs": 300}, log=print)
+    out = run_loop(
+        tmp_path,
+        n_train=30,
+        n_test=20,
+        n_distractors=40,
+        n_pseudo=80,
+        threshold=threshold,
+        batch=8,
+        training={"max_steps": 4, "max_seq_length": 64, "batch_size": 16, "max_pairs": 300},
+        log=print,
+    )
 
     # The sensor said how far it was until it fired, and fired once the threshold was reached.
     *skips, fired = out["ticks"]

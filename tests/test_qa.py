@@ -1,5 +1,6 @@
 """Answer pipeline: steps, prompt assembly, citation parsing, attribution windows, generators, the Answerer on a
 tiny index and on the sample corpus (citations with document and page; "not in context"), table QA, `rag ask`."""
+
 import hashlib
 import json
 import re
@@ -39,17 +40,43 @@ def chunk_table(texts: dict[str, str]) -> pd.DataFrame:
     rows = []
     for cid, text in texts.items():
         i = order.index(cid) if cid in order else None
-        rows.append({"chunk_id": cid, "doc_id": "bread.pdf" if i is not None else f"{cid}.pdf", "strategy": "t", "text": text,
-                     "char_start": 0 if i is None else i * 100, "char_end": len(text) if i is None else i * 100 + len(text),
-                     "page_start": 1 if i is None else i + 1, "page_end": 1 if i is None else i + 1, "section_path": [],
-                     "prev_chunk_id": order[i - 1] if i else None, "next_chunk_id": order[i + 1] if i is not None and i < 2 else None,
-                     "n_tokens": len(text.split()), "content_hash": hashlib.sha256(text.encode()).hexdigest(), "table_html": None})
+        rows.append(
+            {
+                "chunk_id": cid,
+                "doc_id": "bread.pdf" if i is not None else f"{cid}.pdf",
+                "strategy": "t",
+                "text": text,
+                "char_start": 0 if i is None else i * 100,
+                "char_end": len(text) if i is None else i * 100 + len(text),
+                "page_start": 1 if i is None else i + 1,
+                "page_end": 1 if i is None else i + 1,
+                "section_path": [],
+                "prev_chunk_id": order[i - 1] if i else None,
+                "next_chunk_id": order[i + 1] if i is not None and i < 2 else None,
+                "n_tokens": len(text.split()),
+                "content_hash": hashlib.sha256(text.encode()).hexdigest(),
+                "table_html": None,
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def hit(cid: str, rank: int, score: float = 1.0, **extra) -> Hit:
-    return Hit(rank, score, {"chunk_id": cid, "doc_id": "d.pdf", "text": TEXTS.get(cid, cid), "page_start": 1, "page_end": 1,
-                             "char_start": 0, "char_end": 10, "table_html": None, **extra})
+    return Hit(
+        rank,
+        score,
+        {
+            "chunk_id": cid,
+            "doc_id": "d.pdf",
+            "text": TEXTS.get(cid, cid),
+            "page_start": 1,
+            "page_end": 1,
+            "char_start": 0,
+            "char_end": 10,
+            "table_html": None,
+            **extra,
+        },
+    )
 
 
 # --- steps -----------------------------------------------------------------------------------------------------
@@ -92,9 +119,14 @@ def test_prompt_has_role_task_context_with_ids_question_and_the_fixed_fallback()
 
 
 def test_table_rows_reach_the_prompt_as_html():
-    chunk = {"chunk_id": "t", "doc_id": "x.pdf", "page_start": 6, "page_end": 6,
-             "text": "Estimated costs\nLabor cost | Parts cost\n$85 | $3,790\nSee above.",
-             "table_html": "<table><tr><th>Labor cost</th><th>Parts cost</th></tr><tr><td>$85</td><td>$3,790</td></tr></table>"}
+    chunk = {
+        "chunk_id": "t",
+        "doc_id": "x.pdf",
+        "page_start": 6,
+        "page_end": 6,
+        "text": "Estimated costs\nLabor cost | Parts cost\n$85 | $3,790\nSee above.",
+        "table_html": "<table><tr><th>Labor cost</th><th>Parts cost</th></tr><tr><td>$85</td><td>$3,790</td></tr></table>",
+    }
     assert passage_text(chunk) == "Estimated costs\n" + chunk["table_html"] + "\nSee above."
     assert "Labor cost | Parts cost" not in build_messages("q", label_passages([Hit(1, 1.0, chunk)]))[1]["content"]
 
@@ -103,7 +135,11 @@ def test_context_budget_drops_the_lowest_ranked_whole_passages():
     hits = [hit("x" * 50, 2), hit("y" * 50, 1), hit("z" * 50, 3)]
     kept = fit_context(hits, max_chars=110)
     assert [h.rank for h in kept] == [2, 1]  # order kept, the lowest-scoring (all tie: rank 3) dropped
-    scored = [Hit(1, 0.9, {**hit("a" * 50, 1).chunk}), Hit(2, 0.9, {**hit("b" * 50, 2).chunk}), Hit(3, 0.5, {**hit("c" * 50, 3).chunk})]
+    scored = [
+        Hit(1, 0.9, {**hit("a" * 50, 1).chunk}),
+        Hit(2, 0.9, {**hit("b" * 50, 2).chunk}),
+        Hit(3, 0.5, {**hit("c" * 50, 3).chunk}),
+    ]
     assert [h.rank for h in fit_context(scored, max_chars=110)] == [1, 2]
     alone = fit_context([hit("w" * 500, 1)], max_chars=200)
     assert len(alone[0].chunk["text"]) == 200
@@ -113,23 +149,39 @@ def test_context_budget_drops_the_lowest_ranked_whole_passages():
 LABELS = {"1": "c-one", "2": "c-two", "3": "c-three"}
 
 
-@pytest.mark.parametrize("raw, answer, cited", [
-    ("Answer: Paris is the capital [1][3].\nQuestion: and Rome?", "Paris is the capital.", ["c-one", "c-three"]),
-    ("  It is 5 (2). [Passage 2, 3]", "It is 5.", ["c-two", "c-three"]),
-    ("Bob [1 and 2].", "Bob.", ["c-one", "c-two"]),
-    ("It was built in (1990) [sic] [7].", "It was built in (1990) [sic].", []),  # [7] was never shown
-    ("The loaf [c-two] cools.", "The loaf cools.", ["c-two"]),  # a full chunk id
-    ('"Forty minutes [source: 3]"', "Forty minutes", ["c-three"]),
-    ("[3] (Amazon_rainforest#5, page 1)\nThe answer is 5 million [2].", "The answer is 5 million.", ["c-three", "c-two"]),
-    ("The answer is: It cools [1] (bread.pdf, pages 2-3).", "It cools.", ["c-one"]),
-])
+@pytest.mark.parametrize(
+    "raw, answer, cited",
+    [
+        ("Answer: Paris is the capital [1][3].\nQuestion: and Rome?", "Paris is the capital.", ["c-one", "c-three"]),
+        ("  It is 5 (2). [Passage 2, 3]", "It is 5.", ["c-two", "c-three"]),
+        ("Bob [1 and 2].", "Bob.", ["c-one", "c-two"]),
+        ("It was built in (1990) [sic] [7].", "It was built in (1990) [sic].", []),  # [7] was never shown
+        ("The loaf [c-two] cools.", "The loaf cools.", ["c-two"]),  # a full chunk id
+        ('"Forty minutes [source: 3]"', "Forty minutes", ["c-three"]),
+        (
+            "[3] (Amazon_rainforest#5, page 1)\nThe answer is 5 million [2].",
+            "The answer is 5 million.",
+            ["c-three", "c-two"],
+        ),
+        ("The answer is: It cools [1] (bread.pdf, pages 2-3).", "It cools.", ["c-one"]),
+    ],
+)
 def test_citations_are_parsed_from_messy_output(raw, answer, cited):
     parsed = parse_answer(raw, LABELS)
     assert (parsed.answer, parsed.cited_chunk_ids, parsed.not_in_context) == (answer, cited, False)
 
 
-@pytest.mark.parametrize("raw", [NOT_IN_CONTEXT, "the answer is not in the provided documents [1]", "", "The answer is: [1] [2]",
-                                 "The context does not mention the oven.", "I don't know."])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        NOT_IN_CONTEXT,
+        "the answer is not in the provided documents [1]",
+        "",
+        "The answer is: [1] [2]",
+        "The context does not mention the oven.",
+        "I don't know.",
+    ],
+)
 def test_not_in_context_in_its_variants(raw):
     parsed = parse_answer(raw, LABELS)
     assert parsed.not_in_context and parsed.answer == NOT_IN_CONTEXT and parsed.cited_chunk_ids == []
@@ -156,13 +208,21 @@ class WordOverlap:
 
     def score_pairs(self, queries, passages, pairs):
         words = lambda w: set(" ".join(w).lower().replace(".", "").split())  # noqa: E731
-        return np.array([len(words(queries[i]) & words(passages[j])) / len(words(queries[i]) | words(passages[j])) for i, j in pairs])
+        return np.array(
+            [
+                len(words(queries[i]) & words(passages[j])) / len(words(queries[i]) | words(passages[j]))
+                for i, j in pairs
+            ]
+        )
 
 
 def test_attribution_scores_the_best_window_and_keeps_top_k_above_threshold():
     answer = "The dough rests two hours. It bakes at 230 degrees."
-    passages = ["Salt is added. The dough rests two hours. It bakes at 230 degrees. Nothing else.",
-                "Cats purr.", "It bakes at 230 degrees."]
+    passages = [
+        "Salt is added. The dough rests two hours. It bakes at 230 degrees. Nothing else.",
+        "Cats purr.",
+        "It bakes at 230 degrees.",
+    ]
     scores = passage_scores(answer, passages, WordOverlap())
     assert scores[0] == pytest.approx(1.0)  # the 2-sentence window matching the answer exactly
     assert scores[1] == 0.0
@@ -184,7 +244,9 @@ def test_cross_encoder_scorer_uses_the_reranker_protocol_and_squashes_logits():
             return np.array([4.0 if "230" in p else -4.0 for p in passages])
 
     reranker = FakeReranker()
-    picked, scores = attribute("It bakes at 230 degrees.", ["It bakes at 230 degrees.", "Cats purr."], CrossEncoderScorer(reranker))
+    picked, scores = attribute(
+        "It bakes at 230 degrees.", ["It bakes at 230 degrees.", "Cats purr."], CrossEncoderScorer(reranker)
+    )
     assert picked == [0] and scores[0] == pytest.approx(1 / (1 + np.exp(-4.0))) and scores[1] < 0.5
     assert reranker.calls[0][0] == "It bakes at 230 degrees."
 
@@ -208,8 +270,12 @@ def test_logits_are_squashed_in_every_batch_and_probabilities_never():
 
 def test_passage_sentences_join_wrapped_lines_and_keep_table_rows_apart():
     text = "The proposed AD would require\ninstalling new software. It costs\nmoney.\nLabor | Parts\n$85 | $0"
-    assert passage_sentences(text) == ["The proposed AD would require installing new software.", "It costs money.",
-                                       "Labor | Parts", "$85 | $0"]
+    assert passage_sentences(text) == [
+        "The proposed AD would require installing new software.",
+        "It costs money.",
+        "Labor | Parts",
+        "$85 | $0",
+    ]
 
 
 # --- the Answerer on a tiny index ------------------------------------------------------------------------------
@@ -278,7 +344,9 @@ def test_llm_answer_with_prev_next_long_context_and_reflection(tiny_index):
 
 def test_long_context_order_reaches_the_prompt(tiny_index):
     llm = FakeLLM("Forty minutes [1].")
-    result = Answerer(tiny_settings(generator="llm", prompt_order="long-context"), llm=llm, index=tiny_index).ask("bread dough oven loaf")
+    result = Answerer(tiny_settings(generator="llm", prompt_order="long-context"), llm=llm, index=tiny_index).ask(
+        "bread dough oven loaf"
+    )
     assert [c["rank"] for c in result.chunks] == [1, 3, 2]
     prompt = llm.calls[0]["input"][-1]["content"]
     first, last = result.chunks[0]["text"], result.chunks[-1]["text"]
@@ -300,8 +368,9 @@ def test_reranker_reorders_before_filtering(tiny_index):
         def score(self, query, passages):
             return np.array([1.0 if "Rockets" in p else 0.0 for p in passages])
 
-    result = Answerer(tiny_settings(top_k=1, generator="llm"), llm=FakeLLM("Orbit [1]."), index=tiny_index,
-                      reranker=PreferRockets()).ask("What is baked from flour?")
+    result = Answerer(
+        tiny_settings(top_k=1, generator="llm"), llm=FakeLLM("Orbit [1]."), index=tiny_index, reranker=PreferRockets()
+    ).ask("What is baked from flour?")
     assert [c["chunk_id"] for c in result.chunks] == ["rockets"]
 
 
@@ -351,8 +420,14 @@ def test_sample_corpus_lead_in_is_answered_with_its_list(sample_answerer):
     assert all(shown[cid]["cited"] for cid in result.cited_chunk_ids)
 
 
-@pytest.mark.parametrize("question", ["What is the boiling point of liquid nitrogen?", "Who painted the Mona Lisa?",
-                                      "How do I bake sourdough bread at home?"])
+@pytest.mark.parametrize(
+    "question",
+    [
+        "What is the boiling point of liquid nitrogen?",
+        "Who painted the Mona Lisa?",
+        "How do I bake sourdough bread at home?",
+    ],
+)
 def test_sample_corpus_out_of_corpus_questions_get_not_in_context(sample_answerer, question):
     result = sample_answerer.ask(question)
     assert result.not_in_context and result.answer == NOT_IN_CONTEXT
@@ -360,8 +435,10 @@ def test_sample_corpus_out_of_corpus_questions_get_not_in_context(sample_answere
 
 # Hand-verified against federal-register-2020-17221.pdf pages 5-6 (the "Estimated costs" tables): labour is
 # billed at $85 per work-hour; the row of the page-6 table gives parts up to $3,790 and up to $10,505 per product.
-@pytest.mark.parametrize("question, expected", [("What is the labor rate per hour?", "$85 per hour"),
-                                                ("What is the parts cost per product?", "Up to $3,790")])
+@pytest.mark.parametrize(
+    "question, expected",
+    [("What is the labor rate per hour?", "$85 per hour"), ("What is the parts cost per product?", "Up to $3,790")],
+)
 def test_table_qa_extractive_finds_the_row(sample_answerer, question, expected):
     result = sample_answerer.ask(question)
     assert expected in result.answer
@@ -373,7 +450,9 @@ def test_table_chunks_reach_the_llm_as_html(sample_root):
     root, qdrant = sample_root
     llm = FakeLLM("The total is 2,236,457 [1].")
     settings = AnswerSettings(strategy="paragraph", model="wordllama", mode="bm25", generator="llm", top_k=3)
-    result = Answerer(settings, llm=llm, root=root, qdrant=qdrant).ask("NICS firearm background checks totals November 2015")
+    result = Answerer(settings, llm=llm, root=root, qdrant=qdrant).ask(
+        "NICS firearm background checks totals November 2015"
+    )
     prompt = llm.calls[0]["input"][-1]["content"]
     tables = [c for c in result.chunks if c["table_html"]]
     assert tables and "<table><tr><th>NICS Firearm Background Checks November - 2015</th></tr>" in prompt
@@ -389,16 +468,30 @@ def test_rag_ask_cli(sample_root, monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("RAG_QDRANT_PATH", qdrant.path)
     config = tmp_path / "answer.yaml"
     config.write_text("strategy: paragraph\nmodel: wordllama\ntop_k: 4\n")
-    args = argparse.Namespace(question="Which flight control computer software must be installed on the airplanes?",
-                              config=config, strategy=None, model=None, mode=None, reranker=None, generator=None,
-                              top_k=None, json=True)
+    args = argparse.Namespace(
+        question="Which flight control computer software must be installed on the airplanes?",
+        config=config,
+        strategy=None,
+        model=None,
+        mode=None,
+        reranker=None,
+        generator=None,
+        top_k=None,
+        json=True,
+    )
     assert cmd_ask(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["cited_chunk_ids"] and out["settings"]["top_k"] == 4 and not out["not_in_context"]
     # --json names what answered; the config sets no mode, so the default (hybrid-cc) and the production reranker
     # (none promoted: retrieval order) serve.
-    assert out["served"] == {"embedder": "wordllama", "reranker": "none", "mode": "hybrid-cc", "strategy": "paragraph",
-                             "model": "wordllama", "reranker_spec": "production"}
+    assert out["served"] == {
+        "embedder": "wordllama",
+        "reranker": "none",
+        "mode": "hybrid-cc",
+        "strategy": "paragraph",
+        "model": "wordllama",
+        "reranker_spec": "production",
+    }
     config.write_text("strategy: paragraph\nmodel: wordllama\ntypo_field: 1\n")
     with pytest.raises(ValueError, match="invalid answer settings"):
         cmd_ask(args)
@@ -469,13 +562,26 @@ def test_answer_evaluation_asset_bakeoff(sample_root, monkeypatch):
     answer = "new flight control computer (FCC) software"
     found = re.search(r"\s+".join(re.escape(w) for w in answer.split()), text)  # the PDF wraps lines
     start = found.start()
-    item = QAItem(qid="q-fcc", question="Which flight control computer software must be installed on the airplanes?",
-                  qtype="factual", doc_id=doc_id, evidence=[Evidence(doc_id=doc_id, start=start, end=found.end())], answer=answer)
+    item = QAItem(
+        qid="q-fcc",
+        question="Which flight control computer software must be installed on the airplanes?",
+        qtype="factual",
+        doc_id=doc_id,
+        evidence=[Evidence(doc_id=doc_id, start=start, end=found.end())],
+        answer=answer,
+    )
     tables.write(to_frame([item]), "synthetic_qa")
-    result = materialize([answer_evaluation], resources={
-        "data_store": DataStore(data_dir=str(root)), "qdrant": QdrantResource(path=qdrant.path), "llm": LLMResource(backend="none"),
-        "embedding_models": EmbeddingModels(), "chunking": ChunkingStrategies()},
-        run_config={"ops": {"answer_evaluation": {"config": {"modes": ["none", "bm25", "hybrid-rrf"]}}}})
+    result = materialize(
+        [answer_evaluation],
+        resources={
+            "data_store": DataStore(data_dir=str(root)),
+            "qdrant": QdrantResource(path=qdrant.path),
+            "llm": LLMResource(backend="none"),
+            "embedding_models": EmbeddingModels(),
+            "chunking": ChunkingStrategies(),
+        },
+        run_config={"ops": {"answer_evaluation": {"config": {"modes": ["none", "bm25", "hybrid-rrf"]}}}},
+    )
     assert result.success
     summary = tables.read("answer_evaluation").set_index("mode")
     assert list(summary.index) == ["none", "bm25", "hybrid-rrf"] and set(summary["strategy"]) == {"-", "paragraph"}

@@ -1,4 +1,5 @@
 """Span-anchored QA sets, loaders, synthetic filters, and a retrieval report checked by hand."""
+
 import json
 
 import pandas as pd
@@ -31,8 +32,15 @@ PARAS = [
 
 
 def make_doc(doc_id="cape.txt"):
-    return assemble([ElementDraft(type="title", text="Cape Wrath", heading_level=1)] + [ElementDraft(type="narrative", text=p) for p in PARAS],
-                    doc_id=doc_id, source_path=doc_id, content_hash="0" * 64, parser="test", n_pages=1)
+    return assemble(
+        [ElementDraft(type="title", text="Cape Wrath", heading_level=1)]
+        + [ElementDraft(type="narrative", text=p) for p in PARAS],
+        doc_id=doc_id,
+        source_path=doc_id,
+        content_hash="0" * 64,
+        parser="test",
+        n_pages=1,
+    )
 
 
 def chunks_frame(chunks):
@@ -42,8 +50,14 @@ def chunks_frame(chunks):
 def test_one_qa_set_scores_two_strategies_by_span_overlap():
     doc = make_doc()
     start = doc.canonical_text.index("1998")
-    item = QAItem(qid="q1", question="When was the Cape Wrath light automated?", qtype="factual", doc_id=doc.doc_id,
-                  evidence=[Evidence(doc_id=doc.doc_id, start=start, end=start + 4)], answer="1998")
+    item = QAItem(
+        qid="q1",
+        question="When was the Cape Wrath light automated?",
+        qtype="factual",
+        doc_id=doc.doc_id,
+        evidence=[Evidence(doc_id=doc.doc_id, start=start, end=start + 4)],
+        answer="1998",
+    )
     whole = chunks_frame(chunk_document(doc, "whole-document"))
     para = chunks_frame(chunk_document(doc, "paragraph"))
     assert qrels_for_chunks([item], whole) == {"q1": {whole.chunk_id[0]: 1}}
@@ -51,8 +65,13 @@ def test_one_qa_set_scores_two_strategies_by_span_overlap():
     hit = para[para.chunk_id.isin(rel)]
     assert len(hit) == 1 and "1998" in hit.text.iloc[0]
     # Coverage mode: a chunk covering only part of a long evidence span no longer counts.
-    long_ev = QAItem(qid="q2", question="What happened at the station?", qtype="long-answer", doc_id=doc.doc_id,
-                     evidence=[Evidence(doc_id=doc.doc_id, start=doc.elements[1].char_start, end=doc.elements[3].char_end)])
+    long_ev = QAItem(
+        qid="q2",
+        question="What happened at the station?",
+        qtype="long-answer",
+        doc_id=doc.doc_id,
+        evidence=[Evidence(doc_id=doc.doc_id, start=doc.elements[1].char_start, end=doc.elements[3].char_end)],
+    )
     assert len(qrels_for_chunks([long_ev], para, Relevance(mode="any"))["q2"]) >= 2
     assert qrels_for_chunks([long_ev], para, Relevance(mode="coverage", min_coverage=0.9)) == {}
 
@@ -60,8 +79,17 @@ def test_one_qa_set_scores_two_strategies_by_span_overlap():
 def test_qa_table_roundtrip_and_beir_squad_exports(tmp_path):
     doc = make_doc()
     s = doc.canonical_text.index("1828")
-    items = [QAItem(qid="q1", question="When was the lighthouse at Cape Wrath built?", qtype="factual", doc_id=doc.doc_id,
-                    evidence=[Evidence(doc_id=doc.doc_id, start=s, end=s + 4)], answer="1828", split="train")]
+    items = [
+        QAItem(
+            qid="q1",
+            question="When was the lighthouse at Cape Wrath built?",
+            qtype="factual",
+            doc_id=doc.doc_id,
+            evidence=[Evidence(doc_id=doc.doc_id, start=s, end=s + 4)],
+            answer="1828",
+            split="train",
+        )
+    ]
     assert from_frame(to_frame(items)) == items
     chunks = chunks_frame(chunk_document(doc, "paragraph"))
     folder = export_beir(items, chunks, tmp_path / "beir")
@@ -88,7 +116,10 @@ def test_filters_and_answer_location():
     assert not f.accept("Keepers lived at the station until 1998 when the light was automated", passage)
     assert f.rejected["verbatim"] == 1
     assert f.accept("Until which year did keepers live at the lighthouse station?", passage)
-    assert not f.accept("until WHICH year did keepers live at the lighthouse station", passage) and f.rejected["duplicate"] == 1
+    assert (
+        not f.accept("until WHICH year did keepers live at the lighthouse station", passage)
+        and f.rejected["duplicate"] == 1
+    )
     assert not f.accept("Bis zu welchem Jahr wohnten die Wärter auf der Station am Leuchtturm?", passage)
     assert f.rejected["language"] == 1
     assert is_verbatim("the light was automated by the board", passage)
@@ -113,43 +144,69 @@ class ScriptedLLM:
 
 def test_generation_with_an_llm_keeps_answerable_questions_and_counts_rejections():
     docs = [make_doc("a.txt"), make_doc("b.txt")]
-    llm = ScriptedLLM([" When was the lighthouse at Cape Wrath built?", " 1828",
-                       " What is the capital city of the country of France?", " Paris",
-                       " Short?", " x",
-                       " Answer: the model lost the pattern"])
+    llm = ScriptedLLM(
+        [
+            " When was the lighthouse at Cape Wrath built?",
+            " 1828",
+            " What is the capital city of the country of France?",
+            " Paris",
+            " Short?",
+            " x",
+            " Answer: the model lost the pattern",
+        ]
+    )
     result = generate_qa(docs, llm, SynthSettings(passages_per_document=2, passage_chars=(50, 400)))
     assert result.attempted == 4 and [i.answer for i in result.items] == ["1828"]
-    assert result.rejected["unanswerable"] == 1 and result.rejected["length"] == 1 and result.rejected["unparseable"] == 1
+    assert (
+        result.rejected["unanswerable"] == 1 and result.rejected["length"] == 1 and result.rejected["unparseable"] == 1
+    )
     item = result.items[0]
-    assert docs[0].canonical_text[item.evidence[0].start:item.evidence[0].end] == "1828"
+    assert docs[0].canonical_text[item.evidence[0].start : item.evidence[0].end] == "1828"
     assert llm.prompts[0].endswith("Question type: factual\nQuestion:") and llm.prompts[0].count("Passage:") == 5
     assert llm.prompts[1].endswith("Question: When was the lighthouse at Cape Wrath built?\nAnswer:")
 
 
 def test_inverse_cloze_fallback_without_llm():
     docs = [make_doc(f"d{i}.txt") for i in range(5)]
-    result = generate_qa(docs, None, SynthSettings(passages_per_document=1, passage_chars=(50, 400),
-                                                   question_mix={"inverse-cloze": 1.0}))
+    result = generate_qa(
+        docs, None, SynthSettings(passages_per_document=1, passage_chars=(50, 400), question_mix={"inverse-cloze": 1.0})
+    )
     assert result.generator == "inverse-cloze" and result.items
     for item in result.items:
         ev = item.evidence[0]
-        assert item.question in " ".join(docs[0].canonical_text[ev.start:ev.end].split())
+        assert item.question in " ".join(docs[0].canonical_text[ev.start : ev.end].split())
     assert {i.split for i in result.items} == {"train", "dev"}
 
 
 def record_doc(doc_id: str, n: int = 8):
     """n paragraphs of two distinct sentences each: n passages of 100-400 characters."""
     name = doc_id.split(".")[0]
-    paras = [f"Record {i} of station {name} notes that {i + 2} keepers served there in winter. "
-             f"The supply boat number {i} reached station {name} every {i + 3} days in the summer." for i in range(n)]
-    return assemble([ElementDraft(type="narrative", text=p) for p in paras], doc_id=doc_id, source_path=doc_id,
-                    content_hash="0" * 64, parser="test", n_pages=1)
+    paras = [
+        f"Record {i} of station {name} notes that {i + 2} keepers served there in winter. "
+        f"The supply boat number {i} reached station {name} every {i + 3} days in the summer."
+        for i in range(n)
+    ]
+    return assemble(
+        [ElementDraft(type="narrative", text=p) for p in paras],
+        doc_id=doc_id,
+        source_path=doc_id,
+        content_hash="0" * 64,
+        parser="test",
+        n_pages=1,
+    )
 
 
 def test_run_settings_size_the_qa_set():
     docs = [record_doc("a.txt"), record_doc("b.txt")]
-    size = lambda **kw: generate_qa(docs, None, SynthSettings(passage_chars=(100, 400),  # noqa: E731
-                                                              question_mix={"inverse-cloze": 1.0}, **kw))
+    size = lambda **kw: generate_qa(
+        docs,
+        None,
+        SynthSettings(
+            passage_chars=(100, 400),  # noqa: E731
+            question_mix={"inverse-cloze": 1.0},
+            **kw,
+        ),
+    )
     assert len(size(passages_per_document=2).items) == 4 and len(size(passages_per_document=6).items) == 12
     pairs = size(passages_per_document=6, questions_per_passage=2)
     assert len(pairs.items) == 24 and pairs.attempted == 24 and len({i.question for i in pairs.items}) == 24
@@ -165,8 +222,15 @@ def test_run_settings_size_the_qa_set():
 
 def test_llm_questions_per_passage_take_the_question_types_in_turn():
     llm = ScriptedLLM([])
-    generate_qa([record_doc("a.txt", 2)], llm, SynthSettings(passage_chars=(100, 400), questions_per_passage=2,
-                                                             question_types=["factual", "interpretation", "long-answer"]))
+    generate_qa(
+        [record_doc("a.txt", 2)],
+        llm,
+        SynthSettings(
+            passage_chars=(100, 400),
+            questions_per_passage=2,
+            question_types=["factual", "interpretation", "long-answer"],
+        ),
+    )
     asked = [p.rsplit("Question type: ", 1)[1].split("\n")[0] for p in llm.prompts if p.endswith("Question:")]
     assert asked == ["factual", "interpretation", "long-answer", "factual"]
 
@@ -212,16 +276,41 @@ def test_summary_says_how_sure_the_best_beats_the_baseline():
     from rag.evaluation.retrieval_eval import best_vs_baseline, describe_comparison, summarize
 
     qids = [f"q{i}" for i in range(8)]
-    scores = {("paragraph", "bm25"): [1, 1, 1, 1, 1, 1, 0.5, 0], ("recursive-1000-200", "dense"): [0, 0.5, 0.2, 1, 0, 0.3, 0.5, 0]}
-    per_query = {s: pd.DataFrame([{"mode": mode, "qid": q, **{f"{m}@5": x for m in ("recall", "map", "ndcg", "mrr")}}
-                                  for (strategy, mode), xs in scores.items() if strategy == s for q, x in zip(qids, xs)])
-                 for s in ("paragraph", "recursive-1000-200")}
-    reports = pd.DataFrame([{"strategy": s, "model": "m", "mode": mode, "n_questions": 8, "retrieval_score": sum(xs) / 8,
-                             "recall@5": 0.0, "ndcg@10": 0.0} for (s, mode), xs in scores.items()])
+    scores = {
+        ("paragraph", "bm25"): [1, 1, 1, 1, 1, 1, 0.5, 0],
+        ("recursive-1000-200", "dense"): [0, 0.5, 0.2, 1, 0, 0.3, 0.5, 0],
+    }
+    per_query = {
+        s: pd.DataFrame(
+            [
+                {"mode": mode, "qid": q, **{f"{m}@5": x for m in ("recall", "map", "ndcg", "mrr")}}
+                for (strategy, mode), xs in scores.items()
+                if strategy == s
+                for q, x in zip(qids, xs)
+            ]
+        )
+        for s in ("paragraph", "recursive-1000-200")
+    }
+    reports = pd.DataFrame(
+        [
+            {
+                "strategy": s,
+                "model": "m",
+                "mode": mode,
+                "n_questions": 8,
+                "retrieval_score": sum(xs) / 8,
+                "recall@5": 0.0,
+                "ndcg@10": 0.0,
+            }
+            for (s, mode), xs in scores.items()
+        ]
+    )
     comparison = best_vs_baseline(summarize(reports), lambda strategy, model: per_query.get(strategy))
     assert comparison["best"] == "paragraph · bm25" and comparison["n"] == comparison["n_questions"] == 8
     assert comparison["delta"] == pytest.approx((sum(scores[("paragraph", "bm25")]) - 2.5) / 8)
-    assert (comparison["better"], comparison["tied"], comparison["worse"]) == (5, 3, 0) and 0 < comparison["p_value"] < 0.05
+    assert (comparison["better"], comparison["tied"], comparison["worse"]) == (5, 3, 0) and 0 < comparison[
+        "p_value"
+    ] < 0.05
     line = describe_comparison(comparison)
     assert "on 8 paired questions" in line and f"p = {comparison['p_value']:.2g}" in line and "95% CI" in line
     # The baseline winning, or missing per-question scores, is said instead of a test.
@@ -234,14 +323,16 @@ def test_report_metrics_match_a_hand_computation():
     qrels = {"q1": {"a": 1}, "q2": {"b": 1, "c": 1}, "q3": {"z": 1}}
     run = {"q1": {"a": 3.0, "x": 2.0, "y": 1.0}, "q2": {"x": 3.0, "b": 2.0, "y": 1.0}}
     mean, per_query = evaluate_run(qrels, run)
-    assert mean["recall@1"] == pytest.approx(1 / 3)            # q1 only
+    assert mean["recall@1"] == pytest.approx(1 / 3)  # q1 only
     assert mean["recall@3"] == pytest.approx((1 + 0.5 + 0) / 3)
     assert mean["mrr@3"] == pytest.approx((1 + 0.5 + 0) / 3)
     assert mean["precision@3"] == pytest.approx((1 / 3 + 1 / 3 + 0) / 3)
     assert mean["hit_rate@3"] == pytest.approx(2 / 3)
-    assert mean["map@3"] == pytest.approx((1 + 0.25 + 0) / 3)   # q2: (1/2) / 2 relevant
+    assert mean["map@3"] == pytest.approx((1 + 0.25 + 0) / 3)  # q2: (1/2) / 2 relevant
     assert set(per_query.qid) == {"q1", "q2", "q3"}
-    assert retrieval_score(mean) == pytest.approx((mean["recall@5"] + mean["map@5"] + mean["ndcg@5"] + mean["mrr@5"]) / 4)
+    assert retrieval_score(mean) == pytest.approx(
+        (mean["recall@5"] + mean["map@5"] + mean["ndcg@5"] + mean["mrr@5"]) / 4
+    )
 
 
 @pytest.mark.skipif(not (SHARED / "squad-dev").is_dir(), reason="shared SQuAD dev not available")
@@ -251,8 +342,8 @@ def test_squad_loader_reanchors_every_answer():
     texts = {d.doc_id: d.canonical_text for d in docs}
     for item in items:
         for ev in item.evidence:
-            assert texts[ev.doc_id][ev.start:ev.end].strip()
-        assert texts[item.doc_id][item.evidence[0].start:item.evidence[0].end] == item.answer
+            assert texts[ev.doc_id][ev.start : ev.end].strip()
+        assert texts[item.doc_id][item.evidence[0].start : item.evidence[0].end] == item.answer
 
 
 @pytest.mark.skipif(not (SHARED / "scifact").is_dir(), reason="shared SciFact not available")
@@ -265,20 +356,55 @@ def test_beir_loader_gives_whole_document_evidence():
 
 def test_evaluate_index_report_on_a_tiny_corpus_by_hand():
     from rag.evaluation.metrics import METRICS, metrics_at
-    from rag.evaluation.retrieval_eval import EvaluationSettings, current_reports, evaluate_index, report_metrics, summarize
+    from rag.evaluation.retrieval_eval import (
+        EvaluationSettings,
+        current_reports,
+        evaluate_index,
+        report_metrics,
+        summarize,
+    )
     from rag.index.bm25 import BM25Index
     from rag.retrieval import Index
 
-    texts = {"c1": "lighthouse keepers lived at the station", "c2": "the minibus runs in summer to the cape",
-             "c3": "military training range near the cape", "c4": "robert stevenson built the lighthouse in 1828"}
-    chunks = pd.DataFrame([{"chunk_id": c, "doc_id": "d", "text": t, "char_start": 100 * i, "char_end": 100 * i + 50,
-                            "page_start": 1, "page_end": 1} for i, (c, t) in enumerate(texts.items())])
+    texts = {
+        "c1": "lighthouse keepers lived at the station",
+        "c2": "the minibus runs in summer to the cape",
+        "c3": "military training range near the cape",
+        "c4": "robert stevenson built the lighthouse in 1828",
+    }
+    chunks = pd.DataFrame(
+        [
+            {
+                "chunk_id": c,
+                "doc_id": "d",
+                "text": t,
+                "char_start": 100 * i,
+                "char_end": 100 * i + 50,
+                "page_start": 1,
+                "page_end": 1,
+            }
+            for i, (c, t) in enumerate(texts.items())
+        ]
+    )
     ev = lambda i: [Evidence(doc_id="d", start=100 * i + 10, end=100 * i + 20)]  # noqa: E731 (inside chunk i only)
-    items = [QAItem(qid="q1", question="who built the lighthouse", qtype="factual", doc_id="d", evidence=ev(3)),     # c4 ranks 1st
-             QAItem(qid="q2", question="when does the minibus run", qtype="factual", doc_id="d", evidence=ev(1)),    # c2 ranks 1st
-             QAItem(qid="q3", question="where did keepers train", qtype="factual", doc_id="d", evidence=ev(2)),      # rank of c3 read off BM25 below
-             QAItem(qid="q4", question="evidence outside every chunk", qtype="factual", doc_id="d",
-                    evidence=[Evidence(doc_id="d", start=60, end=70)])]
+    items = [
+        QAItem(
+            qid="q1", question="who built the lighthouse", qtype="factual", doc_id="d", evidence=ev(3)
+        ),  # c4 ranks 1st
+        QAItem(
+            qid="q2", question="when does the minibus run", qtype="factual", doc_id="d", evidence=ev(1)
+        ),  # c2 ranks 1st
+        QAItem(
+            qid="q3", question="where did keepers train", qtype="factual", doc_id="d", evidence=ev(2)
+        ),  # rank of c3 read off BM25 below
+        QAItem(
+            qid="q4",
+            question="evidence outside every chunk",
+            qtype="factual",
+            doc_id="d",
+            evidence=[Evidence(doc_id="d", start=60, end=70)],
+        ),
+    ]
     index = Index(chunks.set_index("chunk_id"), BM25Index.build(list(texts), list(texts.values())), None, None, None)
     report = evaluate_index(index, items, chunks, strategy="s", model="-", modes=["bm25"])
     row = report.summary.iloc[0]
@@ -286,8 +412,10 @@ def test_evaluate_index_report_on_a_tiny_corpus_by_hand():
     assert row["n_questions"] == 4 and row["n_without_relevant_chunk"] == 1
     per_q = report.per_query.set_index("qid")
     ranks = {q: index.bm25.search(i.question, 5) for q, i in zip(["q1", "q2", "q3"], items)}
-    first_hit = {q: next((r for r, (cid, _) in enumerate(hits, start=1) if cid == {"q1": "c4", "q2": "c2", "q3": "c3"}[q]), None)
-                 for q, hits in ranks.items()}
+    first_hit = {
+        q: next((r for r, (cid, _) in enumerate(hits, start=1) if cid == {"q1": "c4", "q2": "c2", "q3": "c3"}[q]), None)
+        for q, hits in ranks.items()
+    }
     assert first_hit["q1"] == 1 and first_hit["q2"] == 1
     expected_mrr = sum(1 / r if r else 0 for r in first_hit.values()) / 4
     assert row["mrr@10"] == pytest.approx(expected_mrr)
@@ -312,12 +440,21 @@ def test_span_relevance_ignores_a_grazing_chunk_and_keeps_pieces_of_a_long_span(
     doc = make_doc()
     sentence = "Keepers lived at the station until 1998, when the light was automated."
     start = doc.canonical_text.index(sentence)
-    item = QAItem(qid="q", question="Until when did keepers live at the station?", qtype="factual", doc_id=doc.doc_id,
-                  evidence=[Evidence(doc_id=doc.doc_id, start=start, end=start + len(sentence))])
-    spans = {"grazing": (0, start + 5),                   # a big chunk whose end touches 5 of the sentence's 70 characters
-             "piece": (start + 10, start + 30),           # a small chunk that is all evidence, 20 of the 70 characters
-             "holds-it": (start - 40, start + len(sentence) + 40)}
-    chunks = pd.DataFrame([{"chunk_id": c, "doc_id": doc.doc_id, "char_start": a, "char_end": b} for c, (a, b) in spans.items()])
+    item = QAItem(
+        qid="q",
+        question="Until when did keepers live at the station?",
+        qtype="factual",
+        doc_id=doc.doc_id,
+        evidence=[Evidence(doc_id=doc.doc_id, start=start, end=start + len(sentence))],
+    )
+    spans = {
+        "grazing": (0, start + 5),  # a big chunk whose end touches 5 of the sentence's 70 characters
+        "piece": (start + 10, start + 30),  # a small chunk that is all evidence, 20 of the 70 characters
+        "holds-it": (start - 40, start + len(sentence) + 40),
+    }
+    chunks = pd.DataFrame(
+        [{"chunk_id": c, "doc_id": doc.doc_id, "char_start": a, "char_end": b} for c, (a, b) in spans.items()]
+    )
     assert set(qrels_for_chunks([item], chunks)["q"]) == {"piece", "holds-it"}  # the default: span
     assert set(qrels_for_chunks([item], chunks, Relevance(mode="any"))["q"]) == {"grazing", "piece", "holds-it"}
     assert set(qrels_for_chunks([item], chunks, Relevance(mode="coverage"))["q"]) == {"holds-it"}
@@ -328,18 +465,33 @@ def ledger(n_docs=3, n_paras=60):
     whose answer lies inside that entry."""
     docs, items = [], []
     for d in range(n_docs):
-        paras = [f"Entry {i} of ledger {d}: the keeper wrote that crate zq{d}x{i} held {i + 3} barrels of lamp oil, stored in "
-                 f"the north shed beside the old signal mast until the autumn supply boat came to collect the empties."
-                 for i in range(n_paras)]
-        doc = assemble([ElementDraft(type="narrative", text=p) for p in paras], doc_id=f"ledger{d}", source_path=f"ledger{d}",
-                       content_hash=f"{d}" * 64, parser="test", n_pages=1)
+        paras = [
+            f"Entry {i} of ledger {d}: the keeper wrote that crate zq{d}x{i} held {i + 3} barrels of lamp oil, stored in "
+            f"the north shed beside the old signal mast until the autumn supply boat came to collect the empties."
+            for i in range(n_paras)
+        ]
+        doc = assemble(
+            [ElementDraft(type="narrative", text=p) for p in paras],
+            doc_id=f"ledger{d}",
+            source_path=f"ledger{d}",
+            content_hash=f"{d}" * 64,
+            parser="test",
+            n_pages=1,
+        )
         docs.append(doc)
         for i in (1, 20, 40, 55):
             answer = f"{i + 3} barrels"
             at = doc.canonical_text.index(answer, doc.elements[i].char_start)
-            items.append(QAItem(qid=f"q{d}-{i}", question=f"How many barrels did crate zq{d}x{i} hold?", qtype="factual",
-                                doc_id=doc.doc_id, evidence=[Evidence(doc_id=doc.doc_id, start=at, end=at + len(answer))],
-                                answer=answer))
+            items.append(
+                QAItem(
+                    qid=f"q{d}-{i}",
+                    question=f"How many barrels did crate zq{d}x{i} hold?",
+                    qtype="factual",
+                    doc_id=doc.doc_id,
+                    evidence=[Evidence(doc_id=doc.doc_id, start=at, end=at + len(answer))],
+                    answer=answer,
+                )
+            )
     return docs, items
 
 
@@ -347,8 +499,18 @@ def chunk_table(docs, per_element: bool):
     rows = []
     for doc in docs:
         spans = [(e.char_start, e.char_end) for e in doc.elements] if per_element else [(0, len(doc.canonical_text))]
-        rows += [{"chunk_id": f"{doc.doc_id}:{a}", "doc_id": doc.doc_id, "text": doc.canonical_text[a:b], "char_start": a,
-                  "char_end": b, "page_start": 1, "page_end": 1} for a, b in spans]
+        rows += [
+            {
+                "chunk_id": f"{doc.doc_id}:{a}",
+                "doc_id": doc.doc_id,
+                "text": doc.canonical_text[a:b],
+                "char_start": a,
+                "char_end": b,
+                "page_start": 1,
+                "page_end": 1,
+            }
+            for a, b in spans
+        ]
     return pd.DataFrame(rows)
 
 
@@ -356,7 +518,13 @@ def bm25_index(chunks):
     from rag.index.bm25 import BM25Index
     from rag.retrieval import Index
 
-    return Index(chunks.set_index("chunk_id"), BM25Index.build(chunks["chunk_id"].tolist(), chunks["text"].tolist()), None, None, None)
+    return Index(
+        chunks.set_index("chunk_id"),
+        BM25Index.build(chunks["chunk_id"].tolist(), chunks["text"].tolist()),
+        None,
+        None,
+        None,
+    )
 
 
 def test_a_whole_document_chunk_scores_only_the_evidence_a_prompt_would_hold():
@@ -365,8 +533,15 @@ def test_a_whole_document_chunk_scores_only_the_evidence_a_prompt_would_hold():
     docs, items = ledger()
     assert all(len(d.canonical_text) > 1.5 * CONTEXT_CHARS for d in docs)
     focused, whole = chunk_table(docs, per_element=True), chunk_table(docs, per_element=False)
-    score = lambda chunks, **kw: evaluate_index(bm25_index(chunks), items, chunks, strategy="s", model="-", modes=["bm25"],  # noqa: E731
-                                                **kw).summary.iloc[0]
+    score = lambda chunks, **kw: evaluate_index(
+        bm25_index(chunks),
+        items,
+        chunks,
+        strategy="s",
+        model="-",
+        modes=["bm25"],  # noqa: E731
+        **kw,
+    ).summary.iloc[0]
     f, w = score(focused), score(whole)
     assert f["recall@5"] == 1.0 and f["n_questions"] == w["n_questions"] == len(items)
     # Each whole document holds every answer in it, but a prompt holds its first CONTEXT_CHARS characters only: the
@@ -386,10 +561,15 @@ def test_strategies_are_scored_on_the_same_questions():
     docs, items = ledger(n_docs=1)
     full = chunk_table(docs, per_element=True)
     lost = full[~full["text"].str.contains("crate zq0x40 ")]  # a strategy that dropped one entry's text
-    reports = {name: evaluate_index(bm25_index(c), items, c, strategy=name, model="-", modes=["bm25"]) for name, c in
-               (("full", full), ("lost", lost))}
+    reports = {
+        name: evaluate_index(bm25_index(c), items, c, strategy=name, model="-", modes=["bm25"])
+        for name, c in (("full", full), ("lost", lost))
+    }
     a, b = reports["full"].summary.iloc[0], reports["lost"].summary.iloc[0]
-    assert a["n_questions"] == b["n_questions"] == 4 and (a["n_without_relevant_chunk"], b["n_without_relevant_chunk"]) == (0, 1)
+    assert a["n_questions"] == b["n_questions"] == 4 and (
+        a["n_without_relevant_chunk"],
+        b["n_without_relevant_chunk"],
+    ) == (0, 1)
     assert a["recall@5"] == 1.0 and b["recall@5"] == pytest.approx(3 / 4)  # the uncovered question is a miss
     per_q = reports["lost"].per_query.set_index("qid")
     assert len(per_q) == 4 and per_q.loc["q0-40", "recall@20"] == 0.0
@@ -403,8 +583,11 @@ def test_evaluate_run_scores_queries_without_hits_as_zeros():
     mean, _ = evaluate_run({"q1": {}, "q2": {}}, {"q1": {"a": 1.0}})  # no query has a relevant chunk
     assert set(mean.values()) == {0.0}
     # A query with no relevant chunk is a miss beside scored ones; rows stay with their query whatever ranx's order.
-    mean, per_query = evaluate_run({"z": {"a": 1}, "e": {}, "b": {"c": 1}}, {"z": {"a": 1.0}, "e": {"a": 1.0}, "b": {"x": 2.0, "c": 1.0}},
-                                   ["mrr@5", "recall@5"])
+    mean, per_query = evaluate_run(
+        {"z": {"a": 1}, "e": {}, "b": {"c": 1}},
+        {"z": {"a": 1.0}, "e": {"a": 1.0}, "b": {"x": 2.0, "c": 1.0}},
+        ["mrr@5", "recall@5"],
+    )
     assert per_query.set_index("qid")["mrr@5"].to_dict() == {"z": 1.0, "e": 0.0, "b": 0.5}
     assert mean["mrr@5"] == pytest.approx(0.5) and mean["recall@5"] == pytest.approx(2 / 3)
     with pytest.raises(ValueError, match="no queries"):

@@ -1,4 +1,5 @@
 """CLI output without the libraries' known noise, while real warnings and errors still show."""
+
 import importlib.util
 import logging
 import subprocess
@@ -52,14 +53,18 @@ def test_great_expectations_info_is_dropped_but_its_warnings_shown(quiet, caplog
     fonts.info("generated new fontManager")
     fonts.warning("findfont: Font family 'x' not found.")
     assert [(r.name, r.getMessage()) for r in caplog.records] == [
-        ("great_expectations.data_context.types.base", "expectation suite is missing"), ("rag.ingest", "our own info"),
-        ("matplotlib.font_manager", "findfont: Font family 'x' not found.")]
+        ("great_expectations.data_context.types.base", "expectation suite is missing"),
+        ("rag.ingest", "our own info"),
+        ("matplotlib.font_manager", "findfont: Font family 'x' not found."),
+    ]
 
 
 def test_loading_the_definitions_prints_no_dagster_warnings_but_real_ones():
     # Loading the Definitions warns PreviewWarning (partitioned checks), resolving a job BetaWarning (sensor owners).
-    code = ("from rag.quiet import quiet_known_noise; quiet_known_noise(); from orchestration.definitions import defs; "
-            "defs.resolve_job_def('ingest_documents_job'); import warnings; warnings.warn('a real problem')")
+    code = (
+        "from rag.quiet import quiet_known_noise; quiet_known_noise(); from orchestration.definitions import defs; "
+        "defs.resolve_job_def('ingest_documents_job'); import warnings; warnings.warn('a real problem')"
+    )
     run = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, cwd=REPO)
     assert run.returncode == 0, run.stderr
     assert "PreviewWarning" not in run.stderr and "BetaWarning" not in run.stderr

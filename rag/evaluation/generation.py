@@ -4,6 +4,7 @@ accuracy, coverage, latency; and, with a judge LLM, faithfulness and answer rele
 A metric that could not be computed (no judge, no reference, a "not in context" answer to judge) is None, never 0:
 absent is not the same as bad.
 """
+
 from __future__ import annotations
 
 import re
@@ -89,8 +90,10 @@ def semantic_similarity(embedder, predictions: list[str], references: list[str])
 
 
 def overlaps(chunk: dict, evidence: Iterable[Evidence]) -> bool:
-    return any(chunk["doc_id"] == ev.doc_id and min(int(chunk["char_end"]), ev.end) > max(int(chunk["char_start"]), ev.start)
-               for ev in evidence)
+    return any(
+        chunk["doc_id"] == ev.doc_id and min(int(chunk["char_end"]), ev.end) > max(int(chunk["char_start"]), ev.start)
+        for ev in evidence
+    )
 
 
 def source_hit(chunks: list[dict], chunk_ids: Iterable[str], evidence: list[Evidence]) -> float:
@@ -124,9 +127,14 @@ def faithfulness(judge, answer: str, contexts: list[str]) -> float | None:
     if not claims or not contexts:
         return None
     context = "\n\n".join(contexts)
-    verdicts = [_verdict(judge, f"Context:\n{context}\n\nClaim: {claim}\n\nDoes the context support the claim? Answer yes if it "
-                                "does, no if it contradicts it, idk if it says nothing about it. Reply with one word: yes, no or idk.")
-                for claim in claims]
+    verdicts = [
+        _verdict(
+            judge,
+            f"Context:\n{context}\n\nClaim: {claim}\n\nDoes the context support the claim? Answer yes if it "
+            "does, no if it contradicts it, idk if it says nothing about it. Reply with one word: yes, no or idk.",
+        )
+        for claim in claims
+    ]
     return sum(v != "no" for v in verdicts) / len(verdicts)
 
 
@@ -135,8 +143,14 @@ def answer_relevancy(judge, question: str, answer: str) -> float | None:
     claims = statements(answer)
     if not claims:
         return None
-    verdicts = [_verdict(judge, f"Question: {question}\nStatement: {claim}\n\nIs the statement relevant to answering the question? "
-                                "Reply with one word: yes, no or idk.") for claim in claims]
+    verdicts = [
+        _verdict(
+            judge,
+            f"Question: {question}\nStatement: {claim}\n\nIs the statement relevant to answering the question? "
+            "Reply with one word: yes, no or idk.",
+        )
+        for claim in claims
+    ]
     return sum(v != "no" for v in verdicts) / len(verdicts)
 
 
@@ -150,33 +164,52 @@ def score_answers(items: list[QAItem], results: list, *, embedder=None, judge=No
     sims = {}
     with_ref = [(i, it, r) for i, (it, r) in enumerate(zip(items, results)) if references_of(it)]
     if embedder is not None and with_ref:
-        values = semantic_similarity(embedder, [r.answer for _, _, r in with_ref], [references_of(it)[0] for _, it, _ in with_ref])
+        values = semantic_similarity(
+            embedder, [r.answer for _, _, r in with_ref], [references_of(it)[0] for _, it, _ in with_ref]
+        )
         sims = {i: float(v) for (i, _, _), v in zip(with_ref, values)}
     rows = []
     for i, (item, res) in enumerate(zip(items, results)):
         refs = references_of(item)
         answered = not res.not_in_context
         contexts = [c["text"] for c in res.chunks]
-        rows.append({
-            "qid": item.qid, "question": item.question, "reference": item.answer, "answer": res.answer,
-            "not_in_context": res.not_in_context,
-            "exact_match": exact_match(res.answer, refs) if refs and answered else (0.0 if refs else None),
-            "f1": token_f1(res.answer, refs) if refs and answered else (0.0 if refs else None),
-            "rouge_l": rouge_l(res.answer, refs) if refs and answered else (0.0 if refs else None),
-            "semantic_similarity": sims.get(i),
-            "answer_accuracy": answer_accuracy(res.answer, refs) if refs and answered else (0.0 if refs else None),
-            "source_accuracy": source_hit(res.chunks, res.cited_chunk_ids, item.evidence),
-            "attributed_source_accuracy": source_hit(res.chunks, res.attributed_chunk_ids, item.evidence),
-            "retrieved_evidence": float(any(overlaps(c, item.evidence) for c in res.chunks)),
-            "latency_ms": res.latency_ms,
-            "faithfulness": faithfulness(judge, res.answer, contexts) if judge is not None and answered else None,
-            "answer_relevancy": answer_relevancy(judge, item.question, res.answer) if judge is not None and answered else None,
-        })
+        rows.append(
+            {
+                "qid": item.qid,
+                "question": item.question,
+                "reference": item.answer,
+                "answer": res.answer,
+                "not_in_context": res.not_in_context,
+                "exact_match": exact_match(res.answer, refs) if refs and answered else (0.0 if refs else None),
+                "f1": token_f1(res.answer, refs) if refs and answered else (0.0 if refs else None),
+                "rouge_l": rouge_l(res.answer, refs) if refs and answered else (0.0 if refs else None),
+                "semantic_similarity": sims.get(i),
+                "answer_accuracy": answer_accuracy(res.answer, refs) if refs and answered else (0.0 if refs else None),
+                "source_accuracy": source_hit(res.chunks, res.cited_chunk_ids, item.evidence),
+                "attributed_source_accuracy": source_hit(res.chunks, res.attributed_chunk_ids, item.evidence),
+                "retrieved_evidence": float(any(overlaps(c, item.evidence) for c in res.chunks)),
+                "latency_ms": res.latency_ms,
+                "faithfulness": faithfulness(judge, res.answer, contexts) if judge is not None and answered else None,
+                "answer_relevancy": answer_relevancy(judge, item.question, res.answer)
+                if judge is not None and answered
+                else None,
+            }
+        )
     return pd.DataFrame(rows)
 
 
-METRICS = ["exact_match", "f1", "rouge_l", "semantic_similarity", "answer_accuracy", "source_accuracy",
-           "attributed_source_accuracy", "retrieved_evidence", "faithfulness", "answer_relevancy"]
+METRICS = [
+    "exact_match",
+    "f1",
+    "rouge_l",
+    "semantic_similarity",
+    "answer_accuracy",
+    "source_accuracy",
+    "attributed_source_accuracy",
+    "retrieved_evidence",
+    "faithfulness",
+    "answer_relevancy",
+]
 
 
 def summarize_answers(per_question: pd.DataFrame) -> dict:
@@ -184,7 +217,9 @@ def summarize_answers(per_question: pd.DataFrame) -> dict:
     accuracy and source accuracy), coverage, latency p50/p95; a metric no question had is None."""
     out: dict = {"n_questions": int(len(per_question))}
     for metric in METRICS:
-        values = pd.to_numeric(per_question[metric], errors="coerce") if metric in per_question else pd.Series(dtype=float)
+        values = (
+            pd.to_numeric(per_question[metric], errors="coerce") if metric in per_question else pd.Series(dtype=float)
+        )
         out[metric] = round(float(values.mean()), 4) if values.notna().any() else None
     out["coverage"] = round(float(1 - per_question["not_in_context"].mean()), 4) if len(per_question) else None
     latency = per_question["latency_ms"] if len(per_question) else pd.Series(dtype=float)

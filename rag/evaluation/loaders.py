@@ -1,4 +1,5 @@
 """Real datasets as documents + span-anchored questions, in the same shapes the pipeline produces."""
+
 from __future__ import annotations
 
 import gzip
@@ -35,7 +36,14 @@ def squad_articles(path: Path, *, max_articles: int | None = None) -> tuple[list
         doc_id = f"squad/{article['title']}"
         drafts = [ElementDraft(type="title", text=article["title"].replace("_", " "), heading_level=1)]
         drafts += [ElementDraft(type="narrative", text=p["context"]) for p in article["paragraphs"]]
-        doc = assemble(drafts, doc_id=doc_id, source_path=str(path), content_hash=_sha(json.dumps(article)), parser="squad", n_pages=1)
+        doc = assemble(
+            drafts,
+            doc_id=doc_id,
+            source_path=str(path),
+            content_hash=_sha(json.dumps(article)),
+            parser="squad",
+            n_pages=1,
+        )
         docs.append(doc)
         paragraphs = [e for e in doc.elements if e.type == "narrative"]
         for para_el, para in zip(paragraphs, article["paragraphs"]):
@@ -46,8 +54,18 @@ def squad_articles(path: Path, *, max_articles: int | None = None) -> tuple[list
                     if at is not None and para_el.char_start <= at < para_el.char_end:
                         spans.append(Evidence(doc_id=doc_id, start=at, end=at + len(ans["text"])))
                 if spans:
-                    items.append(QAItem(qid=str(qa["id"]), question=qa["question"], qtype="dataset", doc_id=doc_id,
-                                        evidence=spans, answer=qa["answers"][0]["text"], split=split_for(doc_id), source="squad"))
+                    items.append(
+                        QAItem(
+                            qid=str(qa["id"]),
+                            question=qa["question"],
+                            qtype="dataset",
+                            doc_id=doc_id,
+                            evidence=spans,
+                            answer=qa["answers"][0]["text"],
+                            split=split_for(doc_id),
+                            source="squad",
+                        )
+                    )
     return docs, items
 
 
@@ -57,12 +75,31 @@ def beir_documents(folder: Path, split: str = "test") -> tuple[list[ParsedDocume
     docs = {}
     for row in ds.corpus.to_dict("records"):
         raw = json.loads(json.dumps(row["text"]))
-        docs[row["doc_id"]] = assemble([ElementDraft(type="narrative", text=raw)], doc_id=row["doc_id"], source_path=str(folder),
-                                       content_hash=row["content_hash"], parser="beir", n_pages=1)
+        docs[row["doc_id"]] = assemble(
+            [ElementDraft(type="narrative", text=raw)],
+            doc_id=row["doc_id"],
+            source_path=str(folder),
+            content_hash=row["content_hash"],
+            parser="beir",
+            n_pages=1,
+        )
     items = []
     for qid, rel in ds.qrels.items():
-        evidence = [Evidence(doc_id=d, start=0, end=len(docs[d].canonical_text)) for d, score in rel.items() if score > 0 and d in docs]
+        evidence = [
+            Evidence(doc_id=d, start=0, end=len(docs[d].canonical_text))
+            for d, score in rel.items()
+            if score > 0 and d in docs
+        ]
         if evidence and qid in ds.queries:
-            items.append(QAItem(qid=qid, question=ds.queries[qid], qtype="dataset", doc_id=evidence[0].doc_id,
-                                evidence=evidence, split="test" if split == "test" else "train", source="beir"))
+            items.append(
+                QAItem(
+                    qid=qid,
+                    question=ds.queries[qid],
+                    qtype="dataset",
+                    doc_id=evidence[0].doc_id,
+                    evidence=evidence,
+                    split="test" if split == "test" else "train",
+                    source="beir",
+                )
+            )
     return list(docs.values()), items

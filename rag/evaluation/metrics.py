@@ -1,4 +1,5 @@
 """IR metrics with ranx, mean and per query, plus the research's aggregate scores."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,13 +18,17 @@ def metrics_at(ks) -> list[str]:
 METRICS = metrics_at(KS)
 
 
-def evaluate_run(qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], metrics: list[str] = METRICS) -> tuple[dict[str, float], pd.DataFrame]:
+def evaluate_run(
+    qrels: dict[str, dict[str, int]], run: dict[str, dict[str, float]], metrics: list[str] = METRICS
+) -> tuple[dict[str, float], pd.DataFrame]:
     """Mean metrics and a per-query table over every query of `qrels`. A query the run lacks or returns nothing for,
     and a query with no relevant id (evidence no chunk holds), scores 0 on every metric."""
     from ranx import Qrels, Run, evaluate
 
     if not qrels:
-        raise ValueError("no queries to evaluate: pass the questions' qrels (an empty dict per question without a relevant chunk)")
+        raise ValueError(
+            "no queries to evaluate: pass the questions' qrels (an empty dict per question without a relevant chunk)"
+        )
     # ranx cannot build Qrels or a Run whose every query is empty (max() of nothing), and how it scores a query
     # with no relevant id is its own convention; such queries are 0 by definition here, so only the rest go to it.
     scored = [q for q in qrels if qrels[q] and run.get(q)]
@@ -47,7 +52,12 @@ def retrieval_score(mean: dict[str, float], k: int = 5) -> float:
     return (mean[f"recall@{k}"] + mean[f"map@{k}"] + mean[f"ndcg@{k}"] + mean[f"mrr@{k}"]) / 4
 
 
-WA_WEIGHTS = {"context_recall": 0.35, "faithfulness": 0.30, "context_precision_ref": 0.25, "context_precision_noref": 0.10}
+WA_WEIGHTS = {
+    "context_recall": 0.35,
+    "faithfulness": 0.30,
+    "context_precision_ref": 0.25,
+    "context_precision_noref": 0.10,
+}
 
 
 def weighted_average(components: dict[str, float | None]) -> float | None:
@@ -57,8 +67,9 @@ def weighted_average(components: dict[str, float | None]) -> float | None:
     return sum(w * float(components[name]) for name, w in WA_WEIGHTS.items())
 
 
-def paired_comparison(treatment: pd.Series, control: pd.Series, *, confidence: float = 0.95, resamples: int = 10_000,
-                      seed: int = 0) -> dict:
+def paired_comparison(
+    treatment: pd.Series, control: pd.Series, *, confidence: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> dict:
     """treatment − control on the questions both were scored on (two per-question score Series indexed by question id):
     the mean difference, its paired-bootstrap confidence interval, the two-sided p-value of ranx's paired Student
     t-test, and how many questions got better, stayed tied or got worse. Deterministic for a seed."""
@@ -73,6 +84,15 @@ def paired_comparison(treatment: pd.Series, control: pd.Series, *, confidence: f
     p_value = float(paired_student_t_test(c, t)[0]) if np.ptp(diff) > 0 else (1.0 if not diff.any() else 0.0)
     idx = np.random.default_rng(seed).integers(0, len(diff), size=(resamples, len(diff)))
     low, high = np.quantile(diff[idx].mean(axis=1), [(1 - confidence) / 2, (1 + confidence) / 2])
-    return {"n": len(diff), "delta": float(diff.mean()), "ci_low": float(low), "ci_high": float(high), "confidence": confidence,
-            "p_value": p_value, "test": "paired t-test (ranx), paired bootstrap CI",
-            "better": int((diff > 0).sum()), "tied": int((diff == 0).sum()), "worse": int((diff < 0).sum())}
+    return {
+        "n": len(diff),
+        "delta": float(diff.mean()),
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "confidence": confidence,
+        "p_value": p_value,
+        "test": "paired t-test (ranx), paired bootstrap CI",
+        "better": int((diff > 0).sum()),
+        "tied": int((diff == 0).sum()),
+        "worse": int((diff < 0).sum()),
+    }

@@ -3,6 +3,7 @@
 Relevance of a chunk of *any* strategy follows from its span and the evidence spans, so one QA set scores every
 chunk set.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -15,8 +16,9 @@ import pandas as pd
 from pydantic import BaseModel, Field, model_validator
 
 # answer-aware and keyword: rule-based synthetic kinds (rag.synthetic.answer_aware, rag.synthetic.keywords).
-QuestionType = Literal["factual", "interpretation", "long-answer", "multi-document", "inverse-cloze", "answer-aware",
-                       "keyword", "dataset"]
+QuestionType = Literal[
+    "factual", "interpretation", "long-answer", "multi-document", "inverse-cloze", "answer-aware", "keyword", "dataset"
+]
 Split = Literal["train", "dev", "test"]
 
 
@@ -97,17 +99,24 @@ QA_COLUMNS = ["qid", "question", "qtype", "doc_id", "evidence_json", "answer", "
 
 
 def to_frame(items: list[QAItem]) -> pd.DataFrame:
-    rows = [{**item.model_dump(exclude={"evidence"}), "evidence_json": json.dumps([e.model_dump() for e in item.evidence])} for item in items]
+    rows = [
+        {**item.model_dump(exclude={"evidence"}), "evidence_json": json.dumps([e.model_dump() for e in item.evidence])}
+        for item in items
+    ]
     return pd.DataFrame(rows, columns=QA_COLUMNS)
 
 
 def from_frame(df: pd.DataFrame) -> list[QAItem]:
-    return [QAItem(**{k: r[k] for k in QA_COLUMNS if k != "evidence_json"}, evidence=json.loads(r["evidence_json"]))
-            for r in df.to_dict("records")]
+    return [
+        QAItem(**{k: r[k] for k in QA_COLUMNS if k != "evidence_json"}, evidence=json.loads(r["evidence_json"]))
+        for r in df.to_dict("records")
+    ]
 
 
 # --- relevance -------------------------------------------------------------------------------------
-def qrels_for_chunks(items: list[QAItem], chunks: pd.DataFrame, relevance: Relevance | None = None) -> dict[str, dict[str, int]]:
+def qrels_for_chunks(
+    items: list[QAItem], chunks: pd.DataFrame, relevance: Relevance | None = None
+) -> dict[str, dict[str, int]]:
     """qid -> {chunk_id: 1} for every chunk relevant to an evidence span of the question; questions without any
     relevant chunk are left out (evaluations put them back as misses: rag.evaluation.retrieval_eval)."""
     relevance = relevance or Relevance()
@@ -137,8 +146,12 @@ def visible_span(chunk: dict) -> tuple[int, int]:
     return start, min(int(chunk["char_end"]), start + len(chunk["text"]))
 
 
-def context_run(items: list[QAItem], contexts: dict[str, list[dict]], qrels: dict[str, dict[str, int]],
-                relevance: Relevance | None = None) -> dict[str, list[str]]:
+def context_run(
+    items: list[QAItem],
+    contexts: dict[str, list[dict]],
+    qrels: dict[str, dict[str, int]],
+    relevance: Relevance | None = None,
+) -> dict[str, list[str]]:
     """qid -> ranked ids for ranx from each question's context passages (chunk records, possibly cut to a budget):
     a chunk in the question's qrels stays a hit only when the part of it in the context is still relevant."""
     relevance = relevance or Relevance()
@@ -149,7 +162,9 @@ def context_run(items: list[QAItem], contexts: dict[str, list[dict]], qrels: dic
         ids = []
         for chunk in passages:
             cid = chunk["chunk_id"]
-            if cid in rel and not any(relevance.holds(ev, chunk["doc_id"], *visible_span(chunk)) for ev in evidence[qid]):
+            if cid in rel and not any(
+                relevance.holds(ev, chunk["doc_id"], *visible_span(chunk)) for ev in evidence[qid]
+            ):
                 cid += NOT_RELEVANT_IN_CONTEXT
             ids.append(cid)
         out[qid] = ids
@@ -165,7 +180,9 @@ def context_chars(contexts: dict[str, list[dict]], k: int | None = None) -> floa
 
 
 # --- export ----------------------------------------------------------------------------------------
-def export_beir(items: list[QAItem], chunks: pd.DataFrame, folder: Path, split: str = "test", relevance: Relevance | None = None) -> Path:
+def export_beir(
+    items: list[QAItem], chunks: pd.DataFrame, folder: Path, split: str = "test", relevance: Relevance | None = None
+) -> Path:
     """A BEIR folder for one chunk set: the chunks as corpus, the questions as queries, span-derived qrels."""
     folder = Path(folder)
     (folder / "qrels").mkdir(parents=True, exist_ok=True)
@@ -192,9 +209,18 @@ def export_squad(items: list[QAItem], documents: dict[str, str], path: Path) -> 
     data = []
     for doc_id, qs in by_doc.items():
         context = documents[doc_id]
-        qas = [{"id": q.qid, "question": q.question,
-                "answers": [{"answer_start": e.start, "text": context[e.start:e.end]} for e in q.evidence if e.doc_id == doc_id]}
-               for q in qs]
+        qas = [
+            {
+                "id": q.qid,
+                "question": q.question,
+                "answers": [
+                    {"answer_start": e.start, "text": context[e.start : e.end]}
+                    for e in q.evidence
+                    if e.doc_id == doc_id
+                ],
+            }
+            for q in qs
+        ]
         data.append({"title": doc_id, "paragraphs": [{"context": context, "qas": qas}]})
     Path(path).write_text(json.dumps({"version": "1.1", "data": data}, ensure_ascii=False))
     return Path(path)
@@ -211,11 +237,29 @@ def import_squad(path: Path, split: Split = "dev") -> tuple[dict[str, str], list
     items: list[QAItem] = []
     for a_i, article in enumerate(data):
         for p_i, para in enumerate(article["paragraphs"]):
-            doc_id = f"{article.get('title', a_i)}#{p_i}" if len(article["paragraphs"]) > 1 else str(article.get("title", a_i))
+            doc_id = (
+                f"{article.get('title', a_i)}#{p_i}"
+                if len(article["paragraphs"]) > 1
+                else str(article.get("title", a_i))
+            )
             documents[doc_id] = para["context"]
             for qa in para["qas"]:
-                spans = [Evidence(doc_id=doc_id, start=a["answer_start"], end=a["answer_start"] + len(a["text"])) for a in qa["answers"] if a["text"]]
+                spans = [
+                    Evidence(doc_id=doc_id, start=a["answer_start"], end=a["answer_start"] + len(a["text"]))
+                    for a in qa["answers"]
+                    if a["text"]
+                ]
                 if spans:
-                    items.append(QAItem(qid=str(qa["id"]), question=qa["question"], qtype="dataset", doc_id=doc_id, evidence=spans,
-                                        answer=qa["answers"][0]["text"], split=split, source="squad"))
+                    items.append(
+                        QAItem(
+                            qid=str(qa["id"]),
+                            question=qa["question"],
+                            qtype="dataset",
+                            doc_id=doc_id,
+                            evidence=spans,
+                            answer=qa["answers"][0]["text"],
+                            split=split,
+                            source="squad",
+                        )
+                    )
     return documents, items

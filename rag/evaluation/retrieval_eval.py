@@ -6,6 +6,7 @@ scored as the answer pipeline hands them to the generator, cut to its character 
 a chunk the size of a whole article is then a hit only when its evidence lies in the part the prompt holds, and
 the characters that context costs are reported beside the metrics.
 """
+
 from __future__ import annotations
 
 import time
@@ -16,7 +17,14 @@ import pandas as pd
 from pydantic import BaseModel, Field, field_validator
 
 from rag.evaluation.metrics import (
-    KS, METRICS, evaluate_run, metrics_at, paired_comparison, retrieval_score, run_from_hits, weighted_average,
+    KS,
+    METRICS,
+    evaluate_run,
+    metrics_at,
+    paired_comparison,
+    retrieval_score,
+    run_from_hits,
+    weighted_average,
 )
 from rag.evaluation.qaset import QAItem, Relevance, context_chars, context_run, qrels_for_chunks
 from rag.qa.models import AnswerSettings
@@ -34,16 +42,24 @@ class EvaluationSettings(BaseModel):
     """How retrieval_evaluation scores; the single home of these defaults (the asset's run config reads them)."""
 
     relevance: Relevance = Field(default_factory=Relevance)
-    ks: list[int] = Field(default_factory=lambda: list(KS), description="cutoffs of every metric (recall, precision, "
-                          f"MRR, nDCG, MAP, hit rate); must include {' and '.join(map(str, HEADLINE_KS))}")
-    max_context_chars: int | None = Field(CONTEXT_CHARS, description="score the passages a prompt of this many characters "
-                                          "holds (the answer pipeline's default); None = whole chunks, no budget")
+    ks: list[int] = Field(
+        default_factory=lambda: list(KS),
+        description="cutoffs of every metric (recall, precision, "
+        f"MRR, nDCG, MAP, hit rate); must include {' and '.join(map(str, HEADLINE_KS))}",
+    )
+    max_context_chars: int | None = Field(
+        CONTEXT_CHARS,
+        description="score the passages a prompt of this many characters "
+        "holds (the answer pipeline's default); None = whole chunks, no budget",
+    )
 
     @field_validator("ks")
     @classmethod
     def _headline_ks(cls, ks: list[int]) -> list[int]:
         if any(k < 1 for k in ks) or not set(HEADLINE_KS) <= set(ks):
-            raise ValueError(f"ks {ks}: cutoffs are positive and include {list(HEADLINE_KS)} (RetrievalScore and the summary use them)")
+            raise ValueError(
+                f"ks {ks}: cutoffs are positive and include {list(HEADLINE_KS)} (RetrievalScore and the summary use them)"
+            )
         return sorted(set(ks))
 
 
@@ -53,9 +69,20 @@ class ConfigReport:
     per_query: pd.DataFrame  # one row per (mode, question)
 
 
-def evaluate_index(index: Index, items: list[QAItem], chunks: pd.DataFrame, *, strategy: str, model: str, modes: list[str],
-                   split: str = "all", relevance: Relevance | None = None, params: RetrievalParams | None = None,
-                   max_context_chars: int | None = CONTEXT_CHARS, ks: list[int] | tuple[int, ...] = KS) -> ConfigReport:
+def evaluate_index(
+    index: Index,
+    items: list[QAItem],
+    chunks: pd.DataFrame,
+    *,
+    strategy: str,
+    model: str,
+    modes: list[str],
+    split: str = "all",
+    relevance: Relevance | None = None,
+    params: RetrievalParams | None = None,
+    max_context_chars: int | None = CONTEXT_CHARS,
+    ks: list[int] | tuple[int, ...] = KS,
+) -> ConfigReport:
     """Metrics at each k of `ks` over the first k passages of the context within `max_context_chars` (None: whole
     chunks, no budget), and `context_chars@5`, the mean characters of the first five."""
     relevance = relevance or Relevance()
@@ -73,21 +100,47 @@ def evaluate_index(index: Index, items: list[QAItem], chunks: pd.DataFrame, *, s
         started = time.perf_counter()
         hits = {q.qid: retrieve(index, q.question, mode, params) for q in selected}
         seconds = time.perf_counter() - started
-        contexts = {qid: [h.chunk for h in (fit_context(hs, max_context_chars) if max_context_chars else hs)] for qid, hs in hits.items()}
+        contexts = {
+            qid: [h.chunk for h in (fit_context(hs, max_context_chars) if max_context_chars else hs)]
+            for qid, hs in hits.items()
+        }
         mean, per_query = evaluate_run(qrels, run_from_hits(context_run(selected, contexts, qrels, relevance)), metrics)
         # The thesis's WA also needs faithfulness and reference-free precision, which come from generated
         # answers; until those exist it stays empty rather than being computed from half its terms.
-        wa = weighted_average({"context_recall": mean["recall@5"], "context_precision_ref": mean["precision@5"],
-                               "faithfulness": None, "context_precision_noref": None})
-        rows.append({"strategy": strategy, "model": model, "mode": mode, "split": split, "n_questions": len(selected),
-                     "n_without_relevant_chunk": len(selected) - len(found), "relevance": relevance.mode,
-                     "ks": ",".join(map(str, ks)), "max_context_chars": max_context_chars, "context_chars@5": context_chars(contexts, 5),
-                     "retrieval_score": retrieval_score(mean), "weighted_average": wa,
-                     "query_ms": 1000 * seconds / len(selected), **mean})
+        wa = weighted_average(
+            {
+                "context_recall": mean["recall@5"],
+                "context_precision_ref": mean["precision@5"],
+                "faithfulness": None,
+                "context_precision_noref": None,
+            }
+        )
+        rows.append(
+            {
+                "strategy": strategy,
+                "model": model,
+                "mode": mode,
+                "split": split,
+                "n_questions": len(selected),
+                "n_without_relevant_chunk": len(selected) - len(found),
+                "relevance": relevance.mode,
+                "ks": ",".join(map(str, ks)),
+                "max_context_chars": max_context_chars,
+                "context_chars@5": context_chars(contexts, 5),
+                "retrieval_score": retrieval_score(mean),
+                "weighted_average": wa,
+                "query_ms": 1000 * seconds / len(selected),
+                **mean,
+            }
+        )
         per_query.insert(0, "mode", mode)
         per_query["question"] = per_query["qid"].map({q.qid: q.question for q in selected})
-        per_query["top_chunk"] = per_query["qid"].map({q: (hs[0].chunk["chunk_id"] if hs else None) for q, hs in hits.items()})
-        per_query["context_chars@5"] = per_query["qid"].map({q: sum(len(c["text"]) for c in cs[:5]) for q, cs in contexts.items()})
+        per_query["top_chunk"] = per_query["qid"].map(
+            {q: (hs[0].chunk["chunk_id"] if hs else None) for q, hs in hits.items()}
+        )
+        per_query["context_chars@5"] = per_query["qid"].map(
+            {q: sum(len(c["text"]) for c in cs[:5]) for q, cs in contexts.items()}
+        )
         tables.append(per_query)
     return ConfigReport(pd.DataFrame(rows), pd.concat(tables, ignore_index=True))
 
@@ -142,16 +195,21 @@ def summarize(reports: pd.DataFrame, baseline: tuple[str, str] = BASELINE) -> pd
     return out
 
 
-def best_vs_baseline(summary: pd.DataFrame, per_query: Callable[[str, str], pd.DataFrame | None],
-                     baseline: tuple[str, str] = BASELINE) -> dict:
+def best_vs_baseline(
+    summary: pd.DataFrame, per_query: Callable[[str, str], pd.DataFrame | None], baseline: tuple[str, str] = BASELINE
+) -> dict:
     """How sure the summary's winner beats the baseline of its model (a winner without a model, BM25: the strongest
     baseline): a paired comparison of per-question RetrievalScore on the same questions. `per_query(strategy, model)`
     gives that index's per-question table. The winner is the best of many configurations, so a small p-value here is
     optimistic (no correction for that)."""
     best = summary.iloc[0]
     model = best["model"] or _strongest_baseline_model(summary, baseline)
-    out = {"best": config_label(best), "baseline": f"{baseline[0]} · {model or '(no baseline)'} · {baseline[1]}",
-           "n_questions": int(best["n_questions"]), "configurations": len(summary)}
+    out = {
+        "best": config_label(best),
+        "baseline": f"{baseline[0]} · {model or '(no baseline)'} · {baseline[1]}",
+        "n_questions": int(best["n_questions"]),
+        "configurations": len(summary),
+    }
     if (best["strategy"], best["mode"]) == baseline:
         return {**out, "note": "the best configuration is the baseline"}
     best_table = per_query(best["strategy"], model) if model else None
@@ -171,12 +229,26 @@ def describe_comparison(comparison: dict) -> str:
     if "note" in comparison:
         return f"{head}: {comparison['note']} ({comparison['n_questions']} questions)"
     c = comparison
-    return (f"{head}: RetrievalScore {c['delta']:+.3f} ({c['confidence']:.0%} CI {c['ci_low']:+.3f} to {c['ci_high']:+.3f}) "
-            f"on {c['n']} paired questions, two-sided p = {c['p_value']:.2g} ({c['test']}); "
-            f"{c['better']} better, {c['tied']} tied, {c['worse']} worse; best of {c['configurations']} configurations, "
-            "so p is optimistic")
+    return (
+        f"{head}: RetrievalScore {c['delta']:+.3f} ({c['confidence']:.0%} CI {c['ci_low']:+.3f} to {c['ci_high']:+.3f}) "
+        f"on {c['n']} paired questions, two-sided p = {c['p_value']:.2g} ({c['test']}); "
+        f"{c['better']} better, {c['tied']} tied, {c['worse']} worse; best of {c['configurations']} configurations, "
+        "so p is optimistic"
+    )
 
 
-__all__ = ["BASELINE", "CONTEXT_CHARS", "ConfigReport", "EvaluationSettings", "best_vs_baseline", "config_label",
-           "current_reports", "describe_comparison", "evaluate_index", "report_metrics", "summarize", "METRICS",
-           "REPORT_KEYS"]
+__all__ = [
+    "BASELINE",
+    "CONTEXT_CHARS",
+    "ConfigReport",
+    "EvaluationSettings",
+    "best_vs_baseline",
+    "config_label",
+    "current_reports",
+    "describe_comparison",
+    "evaluate_index",
+    "report_metrics",
+    "summarize",
+    "METRICS",
+    "REPORT_KEYS",
+]

@@ -5,6 +5,7 @@
 
 `Answerer` keeps the index (and models) open for a long-lived process such as the HTTP API.
 """
+
 from rag.qa.models import NOT_IN_CONTEXT, AnswerResult, AnswerSettings
 from rag.qa.pipeline import Answerer, answer_question
 

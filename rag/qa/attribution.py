@@ -6,6 +6,7 @@ best pair. Texts shorter than a window are taken whole. The scorer is the traine
 registered (rag.rerank "production"), else embedding cosine. The top k passages scoring at least the threshold
 are the attributed ones.
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -24,7 +25,9 @@ MAX_PASSAGE_WINDOW = 8
 class PairScorer(Protocol):
     name: str
 
-    def score_pairs(self, queries: list[list[str]], passages: list[list[str]], pairs: list[tuple[int, int]]) -> np.ndarray:
+    def score_pairs(
+        self, queries: list[list[str]], passages: list[list[str]], pairs: list[tuple[int, int]]
+    ) -> np.ndarray:
         """One score in [0, 1] per (query window, passage window) pair; a window is a list of sentences."""
         ...
 
@@ -88,10 +91,10 @@ def passage_scores(answer: str, passages: list[str], scorer: PairScorer) -> list
         for a, p in window_pairs(len(answer_units), len(units)) if units else ():
             if a not in a_index:
                 a_index[a] = len(queries)
-                queries.append(answer_units[a[0]:a[1]])
+                queries.append(answer_units[a[0] : a[1]])
             if (j, p) not in p_index:
                 p_index[(j, p)] = len(docs)
-                docs.append(units[p[0]:p[1]])
+                docs.append(units[p[0] : p[1]])
             pairs.append((a_index[a], p_index[(j, p)]))
             owner.append(j)
     best = [0.0] * len(passages)
@@ -101,7 +104,9 @@ def passage_scores(answer: str, passages: list[str], scorer: PairScorer) -> list
     return best
 
 
-def attribute(answer: str, passages: list[str], scorer: PairScorer, *, top_k: int = 3, threshold: float = 0.5) -> tuple[list[int], list[float]]:
+def attribute(
+    answer: str, passages: list[str], scorer: PairScorer, *, top_k: int = 3, threshold: float = 0.5
+) -> tuple[list[int], list[float]]:
     """Indices of the attributed passages (best first) and every passage's score."""
     scores = passage_scores(answer, passages, scorer)
     order = sorted((i for i, s in enumerate(scores) if s >= threshold), key=lambda i: -scores[i])
@@ -117,7 +122,9 @@ class EmbeddingScorer:
         self.embedder = embedder
         self.name = f"embedding:{getattr(embedder, 'name', '?')}"
 
-    def score_pairs(self, queries: list[list[str]], passages: list[list[str]], pairs: list[tuple[int, int]]) -> np.ndarray:
+    def score_pairs(
+        self, queries: list[list[str]], passages: list[list[str]], pairs: list[tuple[int, int]]
+    ) -> np.ndarray:
         texts = sorted({t for window in queries + passages for t in window})
         position = {t: i for i, t in enumerate(texts)}
         vectors = self.embedder.encode_passages(texts)  # the answer is a statement, not a query: no query prefix
@@ -138,7 +145,9 @@ class CrossEncoderScorer:
         self.reranker = reranker
         self.name = f"cross-encoder:{getattr(reranker, 'name', '?')}"
 
-    def score_pairs(self, queries: list[list[str]], passages: list[list[str]], pairs: list[tuple[int, int]]) -> np.ndarray:
+    def score_pairs(
+        self, queries: list[list[str]], passages: list[list[str]], pairs: list[tuple[int, int]]
+    ) -> np.ndarray:
         by_query: dict[int, list[int]] = {}
         for n, (i, _) in enumerate(pairs):
             by_query.setdefault(i, []).append(n)

@@ -1,6 +1,7 @@
 """The bake-off: answer a QA set with every (retrieval mode × chunking strategy) and score each with the
 generation metrics. Rows: mode (none = no retrieval, the closed-book baseline) × strategy; columns: answer
 accuracy, source accuracy, coverage, latency (and EM / F1 / ROUGE-L / semantic similarity / judge metrics)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -18,9 +19,25 @@ from rag.retrieval import Index
 
 # hybrid-cc is the serving default (rag.qa.models.DEFAULT_MODE): the bake-off scores what users are answered with.
 BAKEOFF_MODES = (NO_RETRIEVAL, "bm25", "dense", "hybrid-rrf", "hybrid-cc")
-COLUMNS = ["strategy", "mode", "generator", "answer_accuracy", "source_accuracy", "coverage", "latency_p50_ms", "latency_p95_ms",
-           "exact_match", "f1", "rouge_l", "semantic_similarity", "attributed_source_accuracy", "retrieved_evidence",
-           "faithfulness", "answer_relevancy", "n_questions"]
+COLUMNS = [
+    "strategy",
+    "mode",
+    "generator",
+    "answer_accuracy",
+    "source_accuracy",
+    "coverage",
+    "latency_p50_ms",
+    "latency_p95_ms",
+    "exact_match",
+    "f1",
+    "rouge_l",
+    "semantic_similarity",
+    "attributed_source_accuracy",
+    "retrieved_evidence",
+    "faithfulness",
+    "answer_relevancy",
+    "n_questions",
+]
 
 
 @dataclass
@@ -29,9 +46,16 @@ class BakeoffResult:
     per_question: pd.DataFrame
 
 
-def run_bakeoff(items: list[QAItem], indexes: dict[str, Index], base: AnswerSettings, *, modes: tuple[str, ...] = BAKEOFF_MODES,
-                llm: LLM | None = None, judge: LLM | None = None,
-                progress: Callable[[str], None] | None = None) -> BakeoffResult:
+def run_bakeoff(
+    items: list[QAItem],
+    indexes: dict[str, Index],
+    base: AnswerSettings,
+    *,
+    modes: tuple[str, ...] = BAKEOFF_MODES,
+    llm: LLM | None = None,
+    judge: LLM | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> BakeoffResult:
     """`indexes` maps strategy → an open Index (BM25 and dense parts). The no-retrieval row does not depend on the
     chunking, so it is run once (strategy "-")."""
     summaries, details = [], []
@@ -51,9 +75,14 @@ def run_bakeoff(items: list[QAItem], indexes: dict[str, Index], base: AnswerSett
         summaries.append({"strategy": strategy, "mode": mode, "generator": answerer.generator.name, **summary})
         details.append(per_q.assign(strategy=strategy, mode=mode))
         if progress:
-            progress(f"{strategy} · {mode}: accuracy {summary['answer_accuracy']}, source {summary['source_accuracy']}, "
-                     f"coverage {summary['coverage']}, p50 {summary['latency_p50_ms']} ms")
-    return BakeoffResult(pd.DataFrame(summaries).reindex(columns=COLUMNS), pd.concat(details, ignore_index=True) if details else pd.DataFrame())
+            progress(
+                f"{strategy} · {mode}: accuracy {summary['answer_accuracy']}, source {summary['source_accuracy']}, "
+                f"coverage {summary['coverage']}, p50 {summary['latency_p50_ms']} ms"
+            )
+    return BakeoffResult(
+        pd.DataFrame(summaries).reindex(columns=COLUMNS),
+        pd.concat(details, ignore_index=True) if details else pd.DataFrame(),
+    )
 
 
 def bakeoff_plot(summary: pd.DataFrame, title: str) -> bytes:
@@ -62,13 +91,21 @@ def bakeoff_plot(summary: pd.DataFrame, title: str) -> bytes:
 
     plt = _pyplot()
     labels = [f"{r['strategy']} · {r['mode']}" for r in summary.to_dict("records")]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, max(2.2, 0.32 * len(summary) + 1.2)), gridspec_kw={"width_ratios": [3, 1]})
+    fig, (left, right) = plt.subplots(
+        1, 2, figsize=(10, max(2.2, 0.32 * len(summary) + 1.2)), gridspec_kw={"width_ratios": [3, 1]}
+    )
     height = 0.27
     for n, metric in enumerate(["answer_accuracy", "source_accuracy", "coverage"]):
         values = pd.to_numeric(summary[metric], errors="coerce").fillna(0.0)
         left.barh([i + (n - 1) * height for i in range(len(summary))], values, height=height, label=metric)
     left.set_yticks(range(len(summary)), labels, fontsize=7), left.set_xlim(0, 1), left.invert_yaxis()
     left.legend(fontsize=7, loc="lower right"), left.set_title(title, fontsize=9)
-    right.barh(range(len(summary)), pd.to_numeric(summary["latency_p50_ms"], errors="coerce").fillna(0.0), color="tab:gray")
-    right.set_yticks(range(len(summary)), [""] * len(summary)), right.invert_yaxis(), right.set_xlabel("p50 latency (ms)")
+    right.barh(
+        range(len(summary)), pd.to_numeric(summary["latency_p50_ms"], errors="coerce").fillna(0.0), color="tab:gray"
+    )
+    (
+        right.set_yticks(range(len(summary)), [""] * len(summary)),
+        right.invert_yaxis(),
+        right.set_xlabel("p50 latency (ms)"),
+    )
     return _png(fig)

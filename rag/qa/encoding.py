@@ -7,6 +7,7 @@ hash), filled when a chunk set is indexed (rag.pipeline.embed_step) so no chunk 
 time, and surviving restarts; the embedder itself for any text neither knows (then remembered in both). The store
 is an accelerator only: a missing, corrupt or read-only one is logged once and answering goes on by encoding.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -62,8 +63,10 @@ class SentenceVectorStore:
                 conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
-                conn.execute("CREATE TABLE IF NOT EXISTS sentence_vectors (model TEXT NOT NULL, text_hash TEXT NOT NULL, "
-                             "vector BLOB NOT NULL, PRIMARY KEY (model, text_hash))")
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS sentence_vectors (model TEXT NOT NULL, text_hash TEXT NOT NULL, "
+                    "vector BLOB NOT NULL, PRIMARY KEY (model, text_hash))"
+                )
                 conn.commit()
                 self._conn = conn
             except (sqlite3.Error, OSError) as exc:
@@ -72,9 +75,12 @@ class SentenceVectorStore:
 
     def _fail(self, exc: Exception) -> None:
         self.broken = f"{type(exc).__name__}: {exc}"
-        log.warning("sentence vector store %s is unusable (%s): sentences are encoded at question time instead; "
-                    "delete the file and re-index (`rag index` or the embedding_collections asset) to rebuild it",
-                    self.path, self.broken)
+        log.warning(
+            "sentence vector store %s is unusable (%s): sentences are encoded at question time instead; "
+            "delete the file and re-index (`rag index` or the embedding_collections asset) to rebuild it",
+            self.path,
+            self.broken,
+        )
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -92,9 +98,12 @@ class SentenceVectorStore:
                 return found
             try:
                 for i in range(0, len(wanted), LOOKUP_BATCH):
-                    batch = wanted[i:i + LOOKUP_BATCH]
-                    rows = conn.execute(f"SELECT text_hash, vector FROM sentence_vectors WHERE model = ? AND text_hash "
-                                        f"IN ({','.join('?' * len(batch))})", [self.model, *batch]).fetchall()
+                    batch = wanted[i : i + LOOKUP_BATCH]
+                    rows = conn.execute(
+                        f"SELECT text_hash, vector FROM sentence_vectors WHERE model = ? AND text_hash "
+                        f"IN ({','.join('?' * len(batch))})",
+                        [self.model, *batch],
+                    ).fetchall()
                     for key, blob in rows:
                         if len(blob) == 4 * self.dim:
                             found[key] = np.frombuffer(blob, dtype=np.float32)
@@ -111,8 +120,10 @@ class SentenceVectorStore:
             if conn is None:
                 return
             try:
-                conn.executemany("INSERT OR REPLACE INTO sentence_vectors (model, text_hash, vector) VALUES (?, ?, ?)",
-                                 [(self.model, key, np.asarray(v, dtype=np.float32).tobytes()) for key, v in vectors.items()])
+                conn.executemany(
+                    "INSERT OR REPLACE INTO sentence_vectors (model, text_hash, vector) VALUES (?, ?, ?)",
+                    [(self.model, key, np.asarray(v, dtype=np.float32).tobytes()) for key, v in vectors.items()],
+                )
                 conn.commit()
             except sqlite3.Error as exc:
                 self._fail(exc)
@@ -123,7 +134,9 @@ class SentenceVectorStore:
             if conn is None:
                 return 0
             try:
-                return int(conn.execute("SELECT COUNT(*) FROM sentence_vectors WHERE model = ?", [self.model]).fetchone()[0])
+                return int(
+                    conn.execute("SELECT COUNT(*) FROM sentence_vectors WHERE model = ?", [self.model]).fetchone()[0]
+                )
             except sqlite3.Error as exc:
                 self._fail(exc)
                 return 0
@@ -148,8 +161,14 @@ class CachedEmbedder:
     question vectors come from when retrieval already has them (rag.retrieval.Index.query_vector), so a question
     is encoded once per answer, not once for retrieval and again for the answer."""
 
-    def __init__(self, embedder: TextEmbedder, max_entries: int = 50_000, *, store: SentenceVectorStore | None = None,
-                 query_vector: Callable[[str], np.ndarray] | None = None):
+    def __init__(
+        self,
+        embedder: TextEmbedder,
+        max_entries: int = 50_000,
+        *,
+        store: SentenceVectorStore | None = None,
+        query_vector: Callable[[str], np.ndarray] | None = None,
+    ):
         self.embedder, self.max_entries, self.store, self.query_vector = embedder, max_entries, store, query_vector
         self.name, self.dim, self.version = embedder.name, embedder.dim, embedder.version
         self._vectors: dict[str, np.ndarray] = {}
@@ -191,8 +210,14 @@ class CachedEmbedder:
         return self.embedder.encode_queries(texts)
 
 
-def store_sentence_vectors(root: Path, texts: Iterable[str], embedder: TextEmbedder, batch_size: int = 256,
-                           progress: Progress | None = None, task: str = "sentence vectors") -> dict[str, int | float]:
+def store_sentence_vectors(
+    root: Path,
+    texts: Iterable[str],
+    embedder: TextEmbedder,
+    batch_size: int = 256,
+    progress: Progress | None = None,
+    task: str = "sentence vectors",
+) -> dict[str, int | float]:
     """Encode and store the sentences of `texts` (chunk texts) the store does not hold yet for `embedder`: the
     index-time half of CachedEmbedder's store. Returns {"sentences": distinct ones, "encoded": newly encoded}."""
     from rag.qa.generators import sentence_units
@@ -202,12 +227,12 @@ def store_sentence_vectors(root: Path, texts: Iterable[str], embedder: TextEmbed
     keys = [text_hash(u) for u in units]
     known: set[str] = set()
     for i in range(0, len(keys), 5000):
-        known.update(store.get(keys[i:i + 5000]))
+        known.update(store.get(keys[i : i + 5000]))
     todo = [(u, k) for u, k in zip(units, keys) if k not in known]
     advance = counter(progress, task, len(todo), "sentences")
     started = time.perf_counter()
     for i in range(0, len(todo), batch_size):
-        batch = todo[i:i + batch_size]
+        batch = todo[i : i + batch_size]
         vectors = embedder.encode_passages([u for u, _ in batch])
         store.put({k: v for (_, k), v in zip(batch, vectors)})
         advance(len(batch))

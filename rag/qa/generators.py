@@ -3,6 +3,7 @@
 A generator takes the question and the labelled passages (None: closed book, no retrieval) and returns a
 `Generation`: the raw reply, what `parse_answer` made of it, and the messages sent (for inspection).
 """
+
 from __future__ import annotations
 
 import re
@@ -28,7 +29,9 @@ class Generation:
     messages: list[Message] = field(default_factory=list)
     draft: str | None = None  # the reply before reflection, when reflection changed it
     support: float | None = None  # extractive: share of the question's terms found in the answer's passage
-    continued: list[dict] = field(default_factory=list)  # extractive: chunks after the cited one the answer read on into
+    continued: list[dict] = field(
+        default_factory=list
+    )  # extractive: chunks after the cited one the answer read on into
 
 
 class Generator(Protocol):
@@ -38,7 +41,9 @@ class Generator(Protocol):
 
 
 # Words that shape a question without saying what it is about (BM25's stopword list keeps most of them).
-QUESTION_WORDS = "what which who whom whose when where why how many much does did do is are was were can could name".split()
+QUESTION_WORDS = (
+    "what which who whom whose when where why how many much does did do is are was were can could name".split()
+)
 
 
 @lru_cache(maxsize=1)
@@ -66,7 +71,9 @@ def share(question_terms: set[str], terms: set[str]) -> float:
 
 _WANTS_NUMBER = re.compile(
     r"\bhow (?:many|much|long|old|far|often|large|big|tall)\b|\bwhen\b|\bwhat (?:year|date|percentage|number|amount|time)\b"
-    r"|\b(?:total|number of|amount|cost|price|rate|percent|percentage|salar(?:y|ies)|sum|count|spen[dt])s?\b", re.IGNORECASE)
+    r"|\b(?:total|number of|amount|cost|price|rate|percent|percentage|salar(?:y|ies)|sum|count|spen[dt])s?\b",
+    re.IGNORECASE,
+)
 _DIGIT = re.compile(r"\d")
 
 
@@ -78,8 +85,11 @@ def _wants_number(question: str) -> bool:
 # by itself: the answer is the list items or the sentence after it.
 _LEAD_IN = re.compile(r"(?::|\b(?:the following|as follows)\b[^.;:]{0,40}[.:]?)\s*$", re.IGNORECASE)
 # A list item: a bullet, "1." / "2)" / "(a)" / "(iv)".
-_LIST_MARKER = re.compile(r"^\s*(?:[\u2022\u25e6\u25aa\u25cf\u25a0\u2023\u2043\u2013\u2014*-]|\(?\d{1,2}[.)]|\([a-z]{1,3}\)|[a-z][.)])"
-                          r"(?:\s+|$)", re.IGNORECASE)
+_LIST_MARKER = re.compile(
+    r"^\s*(?:[\u2022\u25e6\u25aa\u25cf\u25a0\u2023\u2043\u2013\u2014*-]|\(?\d{1,2}[.)]|\([a-z]{1,3}\)|[a-z][.)])"
+    r"(?:\s+|$)",
+    re.IGNORECASE,
+)
 T = TypeVar("T")
 # Chunks after the answer's own that a continuation may read (a lead-in often ends a chunk, its list the next).
 CONTINUATION_CHUNKS = 3
@@ -140,7 +150,7 @@ def _completing(lead_in: str, following: list[str], budget: int) -> int:
 def continuation(lead_in: str, following: list[str], budget: int) -> list[str]:
     """The units completing a lead-in, from the units after it in reading order (see _completing)."""
     merged = [u for u, _ in _merge_bare_markers([(u, None) for u in following])]
-    return merged[:_completing(lead_in, merged, budget)]
+    return merged[: _completing(lead_in, merged, budget)]
 
 
 @dataclass
@@ -172,9 +182,16 @@ class ExtractiveGenerator:
 
     name = "extractive"
 
-    def __init__(self, embedder: TextEmbedder, min_support: float = 0.5, max_passages: int = 5, *,
-                 continue_lead_ins: bool = True, max_answer_chars: int = 800,
-                 next_chunk: Callable[[str], dict | None] | None = None):
+    def __init__(
+        self,
+        embedder: TextEmbedder,
+        min_support: float = 0.5,
+        max_passages: int = 5,
+        *,
+        continue_lead_ins: bool = True,
+        max_answer_chars: int = 800,
+        next_chunk: Callable[[str], dict | None] | None = None,
+    ):
         self.embedder, self.min_support, self.max_passages = embedder, min_support, max_passages
         self.continue_lead_ins, self.max_answer_chars, self.next_chunk = continue_lead_ins, max_answer_chars, next_chunk
 
@@ -216,7 +233,7 @@ class ExtractiveGenerator:
 
     def _continue(self, best: _Candidate) -> tuple[list[str], list[dict]]:
         """(the units completing best's lead-in, the chunks after best's passage that some of them were read from)."""
-        following: list[tuple[str, dict | None]] = [(u, None) for u in best.units[best.at + 1:]]
+        following: list[tuple[str, dict | None]] = [(u, None) for u in best.units[best.at + 1 :]]
         chunk = best.passage.chunk
         for _ in range(CONTINUATION_CHUNKS if self.next_chunk is not None else 0):
             merged = _merge_bare_markers(following)
@@ -229,7 +246,7 @@ class ExtractiveGenerator:
                 break
             following += [(u, chunk) for u in passage_sentences(chunk.get("text") or "")]
         merged = _merge_bare_markers(following)
-        merged = merged[:_completing(best.sentence, [u for u, _ in merged], self.max_answer_chars)]
+        merged = merged[: _completing(best.sentence, [u for u, _ in merged], self.max_answer_chars)]
         sources = {c["chunk_id"]: c for _, c in merged if c is not None}
         return [u for u, _ in merged], list(sources.values())
 
@@ -261,8 +278,10 @@ GeneratorFactory = Callable[[AnswerSettings, TextEmbedder | None, LLM | None], G
 
 def _llm_generator(settings: AnswerSettings, embedder: TextEmbedder | None, llm: LLM | None) -> Generator:
     if llm is None:
-        raise ValueError('generator "llm" needs an LLM: set `llm: {backend: local-gguf, model: smollm2}` in the answer '
-                         'config (or RAG_LLM_BACKEND), or use generator "extractive"')
+        raise ValueError(
+            'generator "llm" needs an LLM: set `llm: {backend: local-gguf, model: smollm2}` in the answer '
+            'config (or RAG_LLM_BACKEND), or use generator "extractive"'
+        )
     max_new_tokens = settings.llm.max_new_tokens if settings.llm else 128
     return LLMGenerator(llm, max_new_tokens=max_new_tokens, reflect=settings.reflect)
 
@@ -270,8 +289,12 @@ def _llm_generator(settings: AnswerSettings, embedder: TextEmbedder | None, llm:
 def _extractive_generator(settings: AnswerSettings, embedder: TextEmbedder | None, llm: LLM | None) -> Generator:
     if embedder is None:
         raise ValueError('generator "extractive" needs an embedding model: set `model` in the answer settings')
-    return ExtractiveGenerator(embedder, min_support=settings.min_support, continue_lead_ins=settings.continue_lead_ins,
-                               max_answer_chars=settings.max_answer_chars)
+    return ExtractiveGenerator(
+        embedder,
+        min_support=settings.min_support,
+        continue_lead_ins=settings.continue_lead_ins,
+        max_answer_chars=settings.max_answer_chars,
+    )
 
 
 # One entry per generator; the key is AnswerSettings.generator.

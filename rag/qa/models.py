@@ -1,4 +1,5 @@
 """What an answer is asked with (AnswerSettings, plain data for YAML configs) and what comes back (AnswerResult)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,8 +55,13 @@ class AnswerSettings(BaseModel):
     candidates: int = Field(100, ge=1, description="per-retriever depth before fusion")
     # 0.5: the best of the SciFact train sweep (alpha_train_sweep in bench/results/retrieval-full.json)
     alpha: float = Field(0.5, ge=0.0, le=1.0, description="hybrid-cc weight of the dense score")
-    rerank_depth: int = Field(50, ge=1, le=1000, description="with a reranker: first-stage hits it re-orders (its gate "
-                              "re-orders hybrid top 50), of which the best k go on")
+    rerank_depth: int = Field(
+        50,
+        ge=1,
+        le=1000,
+        description="with a reranker: first-stage hits it re-orders (its gate "
+        "re-orders hybrid top 50), of which the best k go on",
+    )
     # rag.rerank spec: None / "none", "production" (retrieval order until one is promoted), "candidate", a registered
     # version or a model directory
     reranker: str | None = SERVED_RERANKER
@@ -76,8 +82,12 @@ class AnswerSettings(BaseModel):
     # actions:") is continued into the list items or the sentence completing it, reading on into the next chunks,
     # while the answer stays within max_answer_chars (whole sentences / items only).
     continue_lead_ins: bool = True
-    max_answer_chars: int = Field(800, ge=50, description="extractive: the longest answer a lead-in's continuation "
-                                  "makes (the chosen sentence itself is never cut)")
+    max_answer_chars: int = Field(
+        800,
+        ge=50,
+        description="extractive: the longest answer a lead-in's continuation "
+        "makes (the chosen sentence itself is never cut)",
+    )
     attribution: bool = True
     attribution_top_k: int = Field(3, ge=1)
     attribution_threshold: float = Field(0.5, description="on [0, 1]: cosine, or the cross-encoder's sigmoid")
@@ -117,7 +127,15 @@ class AnswerResult(BaseModel):
 
     def sources(self) -> list[dict]:
         """(document, pages) of every cited or attributed chunk, cited first."""
-        return [{"chunk_id": c["chunk_id"], "doc_id": c["doc_id"], "page_start": c["page_start"], "page_end": c["page_end"],
-                 "cited": c["cited"], "attributed": c["attributed"]}
-                for c in sorted(self.chunks, key=lambda c: (not c["cited"], not c["attributed"], c["rank"]))
-                if c["cited"] or c["attributed"]]
+        return [
+            {
+                "chunk_id": c["chunk_id"],
+                "doc_id": c["doc_id"],
+                "page_start": c["page_start"],
+                "page_end": c["page_end"],
+                "cited": c["cited"],
+                "attributed": c["attributed"],
+            }
+            for c in sorted(self.chunks, key=lambda c: (not c["cited"], not c["attributed"], c["rank"]))
+            if c["cited"] or c["attributed"]
+        ]

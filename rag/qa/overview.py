@@ -17,6 +17,7 @@ Such a question is detected by a small explicit rule set and answered from the d
 
 Documents, titles and opening chunks come from the index's chunk table (`Catalog.from_chunks`).
 """
+
 from __future__ import annotations
 
 import re
@@ -38,15 +39,19 @@ from rag.retrieval import Hit
 # A cue that alone asks for an overview ("Summarize.", "Give me an overview").
 STRONG_CUES = frozenset(
     "summary summaries summarize summarise summarizes summarises summarizing summarising summarization summarisation "
-    "overview overviews gist topics themes outline".split())
+    "overview overviews gist topics themes outline".split()
+)
 # A cue that needs the documents named ("What are these files about?", "What does the handbook cover?").
-WEAK_CUES = frozenset("about cover covers covered covering contain contains discuss discusses describe describes".split())
+WEAK_CUES = frozenset(
+    "about cover covers covered covering contain contains discuss discusses describe describes".split()
+)
 OVERVIEW_CUES = STRONG_CUES | WEAK_CUES  # a question holding none of these is never an overview question
 # Words naming the collection or a document in general.
 REFERENCE_WORDS = frozenset(
     "document documents doc docs file files collection collections corpus library pdf pdfs source sources material "
     "materials text texts paper papers report reports book books article articles content contents dataset archive "
-    "knowledge base set".split())
+    "knowledge base set".split()
+)
 # "What is this about?": a pronoun stands in for the documents.
 POINTERS = frozenset("this these it they".split())
 # Words that shape the request without saying what it is about.
@@ -55,7 +60,8 @@ FILLER = frozenset(
     "i we us it its they their them can could would will please give tell provide show do does did all each every "
     "whole entire main key general brief briefly short quick quickly high level and or with there here available "
     "have has s so far list kind kinds type types sort sorts overall broad big picture let know want like some any "
-    "mostly mainly generally".split())
+    "mostly mainly generally".split()
+)
 _WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -165,7 +171,9 @@ def _not_found() -> tuple[list[Passage], Generation]:
     return [], Generation("", ParsedAnswer(NOT_IN_CONTEXT, [], True))
 
 
-def extractive_overview(request: OverviewRequest, catalog: Catalog, settings: OverviewSettings) -> tuple[list[Passage], Generation]:
+def extractive_overview(
+    request: OverviewRequest, catalog: Catalog, settings: OverviewSettings
+) -> tuple[list[Passage], Generation]:
     """Titles and opening sentences, each citing its chunk. The answer text carries no citation marks (like every
     answer of the pipeline); each line names its document and pages, and the cited chunks come back as passages."""
     documents = catalog.select(request)
@@ -183,20 +191,34 @@ def extractive_overview(request: OverviewRequest, catalog: Catalog, settings: Ov
         raw = text + "".join(f" [{label_of[c['chunk_id']]}]" for c in {c["chunk_id"]: c for c, _ in quoted}.values())
     else:
         plural = "s" if len(documents) != 1 else ""
-        head = (f"The collection holds {len(documents)} document{plural}" if request.rule == "collection"
-                else f"{len(documents)} document{plural} match") + (f" ({len(shown)} listed)" if len(shown) < len(documents) else "") + ":"
-        body = [(f"- {d.label}, {pages(quoted[0][0])}: {quoted[0][1]}", label_of[quoted[0][0]["chunk_id"]]) for d, quoted in lines]
+        head = (
+            (
+                f"The collection holds {len(documents)} document{plural}"
+                if request.rule == "collection"
+                else f"{len(documents)} document{plural} match"
+            )
+            + (f" ({len(shown)} listed)" if len(shown) < len(documents) else "")
+            + ":"
+        )
+        body = [
+            (f"- {d.label}, {pages(quoted[0][0])}: {quoted[0][1]}", label_of[quoted[0][0]["chunk_id"]])
+            for d, quoted in lines
+        ]
         text = "\n".join([head] + [line for line, _ in body])
         raw = "\n".join([head] + [f"{line} [{label}]" for line, label in body])
     cited = list(label_of)
     return passages, Generation(raw, ParsedAnswer(text, cited, False))
 
 
-MAP_TASK = ("Summarise what the document below is about in one to three sentences, using only its passages. Cite the "
-            "passages you use by their ids in square brackets, e.g. [1] or [2][3].")
-REDUCE_TASK = ("Below are summaries of documents from a collection, with passage ids in square brackets. Answer the "
-               "question with an overview of the documents using only these summaries, keeping the passage ids of "
-               "every statement in square brackets.")
+MAP_TASK = (
+    "Summarise what the document below is about in one to three sentences, using only its passages. Cite the "
+    "passages you use by their ids in square brackets, e.g. [1] or [2][3]."
+)
+REDUCE_TASK = (
+    "Below are summaries of documents from a collection, with passage ids in square brackets. Answer the "
+    "question with an overview of the documents using only these summaries, keeping the passage ids of "
+    "every statement in square brackets."
+)
 
 
 def map_messages(document: Document, passages: list[Passage]) -> list[Message]:
@@ -210,8 +232,14 @@ def reduce_messages(question: str, summaries: list[tuple[Document, str]]) -> lis
     return [{"role": "system", "content": ROLE}, {"role": "user", "content": user}]
 
 
-def llm_overview(question: str, request: OverviewRequest, catalog: Catalog, settings: OverviewSettings, llm: LLM,
-                 max_new_tokens: int = 128) -> tuple[list[Passage], Generation]:
+def llm_overview(
+    question: str,
+    request: OverviewRequest,
+    catalog: Catalog,
+    settings: OverviewSettings,
+    llm: LLM,
+    max_new_tokens: int = 128,
+) -> tuple[list[Passage], Generation]:
     """Map: one LLM call per document on its first `map_chunks` chunks; reduce: one call combining the summaries.
     Passages are labelled across all documents, so the reduce step's citations resolve to chunks. A map reply that
     says the passages hold nothing is left out of the reduce step; when the reduce reply cites nothing, the answer
@@ -233,7 +261,9 @@ def llm_overview(question: str, request: OverviewRequest, catalog: Catalog, sett
             continue
         sent = map_messages(document, own)
         messages += sent
-        parsed = parse_answer(llm.chat(sent, max_new_tokens=max_new_tokens, stop=stop), {p.label: p.chunk_id for p in own})
+        parsed = parse_answer(
+            llm.chat(sent, max_new_tokens=max_new_tokens, stop=stop), {p.label: p.chunk_id for p in own}
+        )
         if parsed.not_in_context:
             continue
         cited = parsed.cited_chunk_ids or [p.chunk_id for p in own]

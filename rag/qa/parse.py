@@ -1,6 +1,7 @@
 """Turn a model's raw reply into (answer, cited chunk ids, not-in-context), tolerating what small models write:
 "Answer:" prefixes, a run-on next "Question:", citations as [1], [1, 2], [1][3], [Passage 2], (2), or full chunk
 ids, labels that were never shown, and paraphrases of the fixed not-in-context reply."""
+
 from __future__ import annotations
 
 import re
@@ -34,7 +35,9 @@ class ParsedAnswer:
 
 
 def _citation_tokens(inner: str) -> list[str]:
-    inner = re.sub(r"^\s*(?:passages?|sources?|chunks?|docs?|documents?|refs?|ids?)\s*[:#]?\s*", "", inner, flags=re.IGNORECASE)
+    inner = re.sub(
+        r"^\s*(?:passages?|sources?|chunks?|docs?|documents?|refs?|ids?)\s*[:#]?\s*", "", inner, flags=re.IGNORECASE
+    )
     return [t.strip(".:") for t in re.split(r"\s*(?:,|;|\band\b|&|\]\s*\[)\s*|\s+", inner) if t.strip(".:")]
 
 
@@ -51,7 +54,7 @@ def parse_answer(raw: str, labels: dict[str, str]) -> ParsedAnswer:
     text = raw or ""
     cut = _RUN_ON.search(text)
     if cut:
-        text = text[:cut.start()]
+        text = text[: cut.start()]
     text = _ECHOED_HEADER.sub("", text)
     text = _PREFIX.sub("", text.strip()).strip().strip('"').strip()
     chunk_ids = set(labels.values())
@@ -67,11 +70,21 @@ def parse_answer(raw: str, labels: dict[str, str]) -> ParsedAnswer:
         return match.group(0)  # e.g. "[sic]": part of the answer
 
     text = _BRACKETED.sub(lambda m: take(m, _citation_tokens(m.group(1))), text)
-    text = _PAREN_NUMBERS.sub(lambda m: m.group(0) if not any(_resolve(t, labels, chunk_ids) for t in _citation_tokens(m.group(1)))
-                              else take(m, _citation_tokens(m.group(1))), text)  # "(1990)" stays unless it names a passage
+    text = _PAREN_NUMBERS.sub(
+        lambda m: (
+            m.group(0)
+            if not any(_resolve(t, labels, chunk_ids) for t in _citation_tokens(m.group(1)))
+            else take(m, _citation_tokens(m.group(1)))
+        ),
+        text,
+    )  # "(1990)" stays unless it names a passage
     text = re.sub(r"\s+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", text)).strip()
     text = _PREFIX.sub("", text).strip()  # again: a reply may open with citations, then "The answer is:"
     # Citations with no statement ("The answer is: [1] [2]") answer nothing: counted as not answered.
-    if not re.search(r"\w", text) or text.rstrip(".").lower() == NOT_IN_CONTEXT.rstrip(".").lower() or _NOT_IN_CONTEXT.search(text):
+    if (
+        not re.search(r"\w", text)
+        or text.rstrip(".").lower() == NOT_IN_CONTEXT.rstrip(".").lower()
+        or _NOT_IN_CONTEXT.search(text)
+    ):
         return ParsedAnswer(NOT_IN_CONTEXT, [], True)
     return ParsedAnswer(text, cited, False)

@@ -1,5 +1,6 @@
 """The answer pipeline: retrieve → (rerank) → filter → (neighbours) → fit the context budget → order →
 generate → parse → attribute. `Answerer` opens the index, models and LLM once; `ask` is cheap after that."""
+
 from __future__ import annotations
 
 import logging
@@ -42,8 +43,10 @@ def load_reranker_spec(spec: str | None, root: Path | None = None):
         # answerer when the registry's aliases change, so the first promoted reranker is served without a restart.
         return None
     if reranker is None:
-        raise ValueError(f"no reranker {spec!r} is registered yet: train one (retrain_job), or set `reranker: "
-                         "production` (retrieval order until one is promoted) or `reranker: none`")
+        raise ValueError(
+            f"no reranker {spec!r} is registered yet: train one (retrain_job), or set `reranker: "
+            "production` (retrieval order until one is promoted) or `reranker: none`"
+        )
     return reranker
 
 
@@ -56,14 +59,17 @@ def load_production_reranker(root: Path | None = None) -> tuple[object | None, s
     try:
         return load_reranker("production", registry=_registry(root)), None
     except Exception as exc:  # noqa: BLE001 - any load failure; reported, never silent
-        note = (f"the production reranker failed to load ({type(exc).__name__}: {str(exc)[:200]}): retrieval order "
-                "where it would rerank, and attribution uses embedding similarity")
+        note = (
+            f"the production reranker failed to load ({type(exc).__name__}: {str(exc)[:200]}): retrieval order "
+            "where it would rerank, and attribution uses embedding similarity"
+        )
         log.warning("%s", note)
         return None, note
 
 
-def production_cross_encoder(root: Path | None = None, loaded: tuple[object | None, str | None] | None = None
-                             ) -> tuple[object | None, str | None]:
+def production_cross_encoder(
+    root: Path | None = None, loaded: tuple[object | None, str | None] | None = None
+) -> tuple[object | None, str | None]:
     """(the registered production reranker when it reads text pairs (a cross-encoder), or None; why attribution cannot
     use it, or None). A learned ranker scores question -> passage with first-stage signals; an (answer, passage) pair
     has none, so attribution uses embedding cosine with it. `loaded`: load_production_reranker's result when the
@@ -74,8 +80,9 @@ def production_cross_encoder(root: Path | None = None, loaded: tuple[object | No
     return reranker, None
 
 
-def served_embedder(index: Index | None, embedder: TextEmbedder | None, model: str | None,
-                    root: Path | None) -> str | None:
+def served_embedder(
+    index: Index | None, embedder: TextEmbedder | None, model: str | None, root: Path | None
+) -> str | None:
     """The embedder's served name: a registered version ("ft-minilm-v2"), "minilm (base)" for `production` before
     any promotion (the implicit v0), or the name asked for; None when nothing embeds."""
     loaded = getattr(index, "embedder", None) or embedder
@@ -92,7 +99,9 @@ def served_embedder(index: Index | None, embedder: TextEmbedder | None, model: s
 
 
 def llm_from_env() -> LLMSettings:
-    return LLMSettings(backend=os.environ.get("RAG_LLM_BACKEND", "none"), model=os.environ.get("RAG_LLM_MODEL", "smollm2"))
+    return LLMSettings(
+        backend=os.environ.get("RAG_LLM_BACKEND", "none"), model=os.environ.get("RAG_LLM_MODEL", "smollm2")
+    )
 
 
 class Answerer:
@@ -100,9 +109,18 @@ class Answerer:
     CachedEmbedder for many Answerers) to reuse ones already open; otherwise they come from the settings and the
     data dir."""
 
-    def __init__(self, settings: AnswerSettings | None = None, llm: LLM | None = None, *, root: Path | None = None, qdrant=None,
-                 index: Index | None = None, reranker=None, attribution_scorer: PairScorer | None = None,
-                 embedder: TextEmbedder | None = None):
+    def __init__(
+        self,
+        settings: AnswerSettings | None = None,
+        llm: LLM | None = None,
+        *,
+        root: Path | None = None,
+        qdrant=None,
+        index: Index | None = None,
+        reranker=None,
+        attribution_scorer: PairScorer | None = None,
+        embedder: TextEmbedder | None = None,
+    ):
         self.settings = s = settings or AnswerSettings()
         self.root = root
         if s.mode != NO_RETRIEVAL and s.mode not in RETRIEVERS:
@@ -113,11 +131,21 @@ class Answerer:
         if index is None and s.mode != NO_RETRIEVAL:
             from rag.retrieval.service import open_index
 
-            self.index = open_index(s.strategy, s.model, root=root, qdrant=qdrant, need_dense=s.mode in DENSE_MODES,
-                                    need_bm25=s.mode in {"bm25", "hybrid-rrf", "hybrid-cc"})
+            self.index = open_index(
+                s.strategy,
+                s.model,
+                root=root,
+                qdrant=qdrant,
+                need_dense=s.mode in DENSE_MODES,
+                need_bm25=s.mode in {"bm25", "hybrid-rrf", "hybrid-cc"},
+            )
         if embedder is None and self.index is not None and self.index.embedder is not None:
             embedder = self.index.embedder
-        if embedder is None and s.model and (s.generator == "extractive" or (s.attribution and attribution_scorer is None)):
+        if (
+            embedder is None
+            and s.model
+            and (s.generator == "extractive" or (s.attribution and attribution_scorer is None))
+        ):
             embedder = load_embedder(s.model)
         # The sentence store of the data dir the index came from: root, or the default one open_index read.
         store_root = root if root is not None else (data_dir() if index is None and self.index is not None else None)
@@ -168,10 +196,14 @@ class Answerer:
         if self._served is None:  # the models are loaded once, so what they are cannot change after the first call
             s, reranker = self.settings, self.reranker
             reranker_name = "none" if reranker is None else getattr(reranker, "name", type(reranker).__name__)
-            self._served = {"embedder": served_embedder(self.index, self.embedder, s.model, self.root),
-                            "reranker": reranker_name,
-                            "mode": s.mode, "strategy": None if s.mode == NO_RETRIEVAL else s.strategy,
-                            "model": s.model, "reranker_spec": s.reranker}
+            self._served = {
+                "embedder": served_embedder(self.index, self.embedder, s.model, self.root),
+                "reranker": reranker_name,
+                "mode": s.mode,
+                "strategy": None if s.mode == NO_RETRIEVAL else s.strategy,
+                "model": s.model,
+                "reranker_spec": s.reranker,
+            }
         return dict(self._served)
 
     def catalog(self) -> Catalog | None:
@@ -200,7 +232,9 @@ class Answerer:
         # A reranker re-orders the first stage's top rerank_depth, as its gate measured it (GateSettings.rerank_depth):
         # re-ordering only the top k would serve a narrower model than the one that was promoted.
         k = max(s.k, s.rerank_depth) if self.reranker is not None else s.k
-        return retrieve(self.index, question, s.mode, RetrievalParams(k=k, candidates=max(s.candidates, k), alpha=s.alpha))
+        return retrieve(
+            self.index, question, s.mode, RetrievalParams(k=k, candidates=max(s.candidates, k), alpha=s.alpha)
+        )
 
     def _rerank(self, question: str, hits: list[Hit]) -> list[Hit]:
         if self.reranker is None or not hits:
@@ -234,7 +268,9 @@ class Answerer:
             # the lines quote (extractive) or summarise (LLM) the cited chunks, so attribution is not run.
             passages, generation = overview
             lap("overview")
-            return self._result(question, passages, generation, [], {}, f"overview:{self.generator.name}", timings, started)
+            return self._result(
+                question, passages, generation, [], {}, f"overview:{self.generator.name}", timings, started
+            )
         if ranked is None:
             hits = self._retrieve(question)
             lap("retrieve")
@@ -253,33 +289,61 @@ class Answerer:
         if generation.continued and passages is not None:
             # The chunks an answer read on into (a lead-in's list in the next chunk) are shown and cited with it.
             lead = generation.parsed.cited_chunk_ids[0]
-            extra = [Hit(len(passages) + n, 0.0, {**c, "neighbour_of": lead}) for n, c in enumerate(generation.continued, 1)]
+            extra = [
+                Hit(len(passages) + n, 0.0, {**c, "neighbour_of": lead}) for n, c in enumerate(generation.continued, 1)
+            ]
             passages = passages + [Passage(str(h.rank), h) for h in extra]
         lap("generate")
         parsed = generation.parsed
         attributed: list[str] = []
         scores: dict[str, float] = {}
         if self.attribution_scorer is not None and passages and not parsed.not_in_context:
-            picked, all_scores = attribute(parsed.answer, [p.chunk["text"] for p in passages], self.attribution_scorer,
-                                           top_k=s.attribution_top_k, threshold=s.attribution_threshold)
+            picked, all_scores = attribute(
+                parsed.answer,
+                [p.chunk["text"] for p in passages],
+                self.attribution_scorer,
+                top_k=s.attribution_top_k,
+                threshold=s.attribution_threshold,
+            )
             attributed = [passages[i].chunk_id for i in picked]
             scores = {p.chunk_id: round(sc, 4) for p, sc in zip(passages, all_scores)}
         lap("attribute")
         return self._result(question, passages, generation, attributed, scores, self.generator.name, timings, started)
 
-    def _result(self, question: str, passages: list[Passage] | None, generation: Generation, attributed: list[str],
-                scores: dict[str, float], generator: str, timings: dict[str, float], started: float) -> AnswerResult:
+    def _result(
+        self,
+        question: str,
+        passages: list[Passage] | None,
+        generation: Generation,
+        attributed: list[str],
+        scores: dict[str, float],
+        generator: str,
+        timings: dict[str, float],
+        started: float,
+    ) -> AnswerResult:
         s, parsed = self.settings, generation.parsed
         timings["total"] = round((time.perf_counter() - started) * 1000, 2)
-        chunks = [_chunk_view(p.hit, p.label, p.chunk_id in parsed.cited_chunk_ids, p.chunk_id in attributed, scores.get(p.chunk_id))
-                  for p in passages or []]
+        chunks = [
+            _chunk_view(
+                p.hit, p.label, p.chunk_id in parsed.cited_chunk_ids, p.chunk_id in attributed, scores.get(p.chunk_id)
+            )
+            for p in passages or []
+        ]
         return AnswerResult(
-            question=question, answer=parsed.answer, cited_chunk_ids=parsed.cited_chunk_ids, attributed_chunk_ids=attributed,
-            not_in_context=parsed.not_in_context, latency_ms=timings["total"], chunks=chunks,
-            generator=generator, settings=s.model_dump(mode="json", exclude={"llm"}) | {"llm": _llm_name(self.llm)},
-            timings_ms=timings, draft=generation.draft,
+            question=question,
+            answer=parsed.answer,
+            cited_chunk_ids=parsed.cited_chunk_ids,
+            attributed_chunk_ids=attributed,
+            not_in_context=parsed.not_in_context,
+            latency_ms=timings["total"],
+            chunks=chunks,
+            generator=generator,
+            settings=s.model_dump(mode="json", exclude={"llm"}) | {"llm": _llm_name(self.llm)},
+            timings_ms=timings,
+            draft=generation.draft,
             attribution_scorer=getattr(self.attribution_scorer, "name", None) if s.attribution else None,
-            warnings=[self.attribution_note] if self.attribution_note else [], served=self.served(),
+            warnings=[self.attribution_note] if self.attribution_note else [],
+            served=self.served(),
         )
 
 
@@ -291,12 +355,24 @@ def _chunk_view(hit: Hit, label: str, cited: bool, attributed: bool, attribution
     c = hit.chunk
     html = c.get("table_html")
     neighbour = c.get("neighbour_of")
-    return {"chunk_id": c["chunk_id"], "doc_id": c["doc_id"], "page_start": int(c["page_start"]), "page_end": int(c["page_end"]),
-            "char_start": int(c["char_start"]), "char_end": int(c["char_end"]), "text": c["text"],
-            "table_html": html if isinstance(html, str) else None, "score": round(float(hit.score), 6), "rank": hit.rank,
-            "label": label, "cited": cited, "attributed": attributed, "attribution_score": attribution_score,
-            "neighbour_of": neighbour if isinstance(neighbour, str) else None,
-            **({"team": c["team"], "shared": bool(c.get("shared"))} if c.get("team") else {})}  # interleaved canary answers only
+    return {
+        "chunk_id": c["chunk_id"],
+        "doc_id": c["doc_id"],
+        "page_start": int(c["page_start"]),
+        "page_end": int(c["page_end"]),
+        "char_start": int(c["char_start"]),
+        "char_end": int(c["char_end"]),
+        "text": c["text"],
+        "table_html": html if isinstance(html, str) else None,
+        "score": round(float(hit.score), 6),
+        "rank": hit.rank,
+        "label": label,
+        "cited": cited,
+        "attributed": attributed,
+        "attribution_score": attribution_score,
+        "neighbour_of": neighbour if isinstance(neighbour, str) else None,
+        **({"team": c["team"], "shared": bool(c.get("shared"))} if c.get("team") else {}),
+    }  # interleaved canary answers only
 
 
 def answer_question(question: str, settings: AnswerSettings | None = None, **kw) -> AnswerResult:

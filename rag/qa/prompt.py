@@ -4,6 +4,7 @@ the question; the fixed reply when the context lacks the answer) and its inputs,
 Passages are labelled [1], [2], ... in prompt order rather than by chunk id: a 32-hex id is beyond what a small
 model copies faithfully, and `parse.parse_answer` maps labels (or full chunk ids) back to chunks.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,8 +21,7 @@ TASK = (
     f'If the context does not contain the answer, reply exactly: "{NOT_IN_CONTEXT}"'
 )
 TASK_CLOSED_BOOK = (
-    "Answer the question in one to three sentences. "
-    f'If you do not know the answer, reply exactly: "{NOT_IN_CONTEXT}"'
+    f'Answer the question in one to three sentences. If you do not know the answer, reply exactly: "{NOT_IN_CONTEXT}"'
 )
 
 
@@ -69,7 +69,9 @@ def pages(chunk: dict) -> str:
 
 
 def format_context(passages: list[Passage]) -> str:
-    return "\n\n".join(f"[{p.label}] ({p.chunk.get('doc_id', '?')}, {pages(p.chunk)})\n{passage_text(p.chunk)}" for p in passages)
+    return "\n\n".join(
+        f"[{p.label}] ({p.chunk.get('doc_id', '?')}, {pages(p.chunk)})\n{passage_text(p.chunk)}" for p in passages
+    )
 
 
 def fit_context(hits: list[Hit], max_chars: int) -> list[Hit]:

@@ -2,6 +2,7 @@
 
 Each step takes and returns `Hit`s, so a pipeline is a list of steps and any of them can be left out.
 """
+
 from __future__ import annotations
 
 from rag.retrieval import Hit, Index

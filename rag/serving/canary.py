@@ -15,6 +15,7 @@ With no canary running a request costs two stat() calls of the state files more 
 (for an embedder: a serving replica of its collection <strategy>__<name>, built when the canary started) is opened
 when a canary appears, in the background refresh or by the first request that needs it, and closed when it ends.
 """
+
 from __future__ import annotations
 
 import logging
@@ -80,15 +81,22 @@ def interleaved_answer(production, candidate, question: str, seed: int):
     # As many passages as one arm alone would show: the user sees a list of the usual length.
     k = max(len(ranked_a), len(ranked_b))
     shown = team_draft_interleave(list(hits["a"]), list(hits["b"]), k, seed)
-    drafted = [replace(hits[team][doc], rank=rank, chunk={**hits[team][doc].chunk, "team": TEAM_ARM[team], "shared": shared})
-               for rank, (doc, team, shared) in enumerate(shown, start=1)]
+    drafted = [
+        replace(hits[team][doc], rank=rank, chunk={**hits[team][doc].chunk, "team": TEAM_ARM[team], "shared": shared})
+        for rank, (doc, team, shared) in enumerate(shown, start=1)
+    ]
     try:
         result = candidate.ask(question, ranked=drafted)
     except Exception as exc:
         raise CanaryFailed(f"the candidate could not answer: {type(exc).__name__}: {exc}") from exc
-    timings = {"rank_production": round((lap - started) * 1000, 2), "rank_canary": round((ranked_at - lap) * 1000, 2),
-               **result.timings_ms}
-    return result.model_copy(update={"latency_ms": round((time.perf_counter() - started) * 1000, 2), "timings_ms": timings})
+    timings = {
+        "rank_production": round((lap - started) * 1000, 2),
+        "rank_canary": round((ranked_at - lap) * 1000, 2),
+        **result.timings_ms,
+    }
+    return result.model_copy(
+        update={"latency_ms": round((time.perf_counter() - started) * 1000, 2), "timings_ms": timings}
+    )
 
 
 @dataclass
@@ -110,8 +118,12 @@ class CanaryRouter:
     configuration cannot run that canary (None when it can): e.g. an embedder canary needs the dense index of
     model "production", or the comparison would not be with production; such a canary is logged and ignored."""
 
-    def __init__(self, registry: ModelRegistry, open_arm: Callable[[str, ModelVersion], object],
-                 refuses: Callable[[str, RolloutState], str | None] | None = None):
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        open_arm: Callable[[str, ModelVersion], object],
+        refuses: Callable[[str, RolloutState], str | None] | None = None,
+    ):
         self.registry, self.open_arm, self.refuses = registry, open_arm, refuses or (lambda kind, state: None)
         self._lock = threading.Lock()
         self._marks: tuple | None = None
@@ -177,8 +189,13 @@ class CanaryRouter:
                     log.info("canary of %s %s: candidate index opened", active.kind, active.candidate.name)
                 except Exception as exc:  # noqa: BLE001 - production keeps serving; /health and the log say why
                     active.error, active.failed_at = f"{type(exc).__name__}: {exc}", time.monotonic()
-                    log.exception("canary of %s %s: cannot open the candidate's index; production serves everyone "
-                                  "until it opens (retried every %.0f s)", active.kind, active.candidate.name, RETRY_SECONDS)
+                    log.exception(
+                        "canary of %s %s: cannot open the candidate's index; production serves everyone "
+                        "until it opens (retried every %.0f s)",
+                        active.kind,
+                        active.candidate.name,
+                        RETRY_SECONDS,
+                    )
         return active.arm
 
     def refresh(self) -> bool:
@@ -210,7 +227,9 @@ class CanaryRouter:
             # failures are counted where an operator looks (/health, the log).
             active.failures += 1
             active.error = str(exc)
-            log.exception("canary of %s %s failed on a request; production answered it", active.kind, active.candidate.name)
+            log.exception(
+                "canary of %s %s failed on a request; production answered it", active.kind, active.candidate.name
+            )
             return Served(production.ask(question), None, model_version(production))
         return Served(result, "canary", f"interleaved({model_version(production)}, {model_version(candidate)})")
 
@@ -218,9 +237,15 @@ class CanaryRouter:
         active = self._active
         if active is None:
             return {"running": False, **({"ignored": self._ignored} if self._ignored else {})}
-        return {"running": True, "kind": active.kind, "candidate": active.candidate.name,
-                "traffic_share": active.state.traffic_share, "index_open": active.arm is not None,
-                "error": active.error, "failed_requests": active.failures}
+        return {
+            "running": True,
+            "kind": active.kind,
+            "candidate": active.candidate.name,
+            "traffic_share": active.state.traffic_share,
+            "index_open": active.arm is not None,
+            "error": active.error,
+            "failed_requests": active.failures,
+        }
 
     def close(self) -> None:
         active, self._active = self._active, None

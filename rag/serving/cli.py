@@ -1,4 +1,5 @@
 """`rag serve` arguments; the server and its libraries are imported only when the command runs."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,12 +11,20 @@ def add_serve_command(sub) -> None:
     p.add_argument("--host", default=None, help="default 127.0.0.1")
     p.add_argument("--port", type=int, default=None, help="default 8000")
     p.add_argument("--strategy", default=None, help="chunk set to answer from (default: the answer config's)")
-    p.add_argument("--model", default=None, help="embedding model of the dense index (default: the answer config's, "
-                   "else production: what a promotion swaps, the base minilm until then)")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="embedding model of the dense index (default: the answer config's, "
+        "else production: what a promotion swaps, the base minilm until then)",
+    )
     p.add_argument("--mode", default=None, help="retrieval mode (default: the answer config's, else hybrid-cc)")
-    p.add_argument("--reranker", default=None, help="production (what a promotion swaps; retrieval order until the "
-                   "first reranker is promoted), none, or a registered version (default: the answer config's, else "
-                   "production)")
+    p.add_argument(
+        "--reranker",
+        default=None,
+        help="production (what a promotion swaps; retrieval order until the "
+        "first reranker is promoted), none, or a registered version (default: the answer config's, else "
+        "production)",
+    )
     p.add_argument("--answer-config", type=Path, default=None, help="YAML of AnswerSettings (or RAG_ANSWER_CONFIG)")
     p.set_defaults(func=cmd_serve)
 

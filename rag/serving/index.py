@@ -9,6 +9,7 @@ engines copy point by point and the replica indexes on its own. The chunk table 
 atomically on disk, so they are read directly. With a Qdrant server (QDRANT_URL) there is no replica: the server
 serves readers and writers at once.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -37,8 +38,9 @@ log = logging.getLogger(__name__)
 COPY_BATCH = 512
 
 
-def replicate_collection(source: QdrantSettings, target: QdrantSettings, alias: str,
-                         fallback: str | None = None) -> str:
+def replicate_collection(
+    source: QdrantSettings, target: QdrantSettings, alias: str, fallback: str | None = None
+) -> str:
     """Copy the collection behind `alias` (points, vectors, payloads, and between edge folders the HNSW graph)
     from source to target and point the same alias at it there. Returns the collection's name. Holds the
     source's lock only for the copy and releases it afterwards. A file copy that fails leaves no target folder
@@ -52,8 +54,10 @@ def replicate_collection(source: QdrantSettings, target: QdrantSettings, alias: 
         if live is None and fallback is not None and (live := alias_target(src, fallback)) is not None:
             alias = fallback
         if live is None:
-            raise FileNotFoundError(f"no collection behind alias {alias!r} in {source.location}: index first "
-                                    "(`rag index` or materialize embedding_collections)")
+            raise FileNotFoundError(
+                f"no collection behind alias {alias!r} in {source.location}: index first "
+                "(`rag index` or materialize embedding_collections)"
+            )
         if copies_files(src, target):
             src.export_collection(live, target.location, alias=alias)
             get_client(target)  # opened here, as the point-by-point path leaves it
@@ -92,8 +96,17 @@ class ServingIndex:
 
     `build(index)` makes an answerer from an opened rag.retrieval Index; `open_index(qdrant)` opens one."""
 
-    def __init__(self, *, root: Path, strategy: str, model: str | None, build: Callable, open_index: Callable,
-                 qdrant: QdrantSettings | None = None, lock_wait_seconds: float = 120.0):
+    def __init__(
+        self,
+        *,
+        root: Path,
+        strategy: str,
+        model: str | None,
+        build: Callable,
+        open_index: Callable,
+        qdrant: QdrantSettings | None = None,
+        lock_wait_seconds: float = 120.0,
+    ):
         self.root, self.strategy, self.model = Path(root), strategy, model
         self.build, self.open_index = build, open_index
         self.primary = qdrant or QdrantSettings.from_env()
@@ -110,17 +123,23 @@ class ServingIndex:
         deadline = time.monotonic() + lock_wait_seconds
         while not self.refresh(force=True):
             if time.monotonic() > deadline:
-                raise QdrantLockedError(f"{self.primary.location} stayed locked for {lock_wait_seconds:.0f} s (a re-index "
-                                        "running?): start `rag serve` when it is done, or use a Qdrant server (QDRANT_URL)")
+                raise QdrantLockedError(
+                    f"{self.primary.location} stayed locked for {lock_wait_seconds:.0f} s (a re-index "
+                    "running?): start `rag serve` when it is done, or use a Qdrant server (QDRANT_URL)"
+                )
             time.sleep(2)
 
     def current(self):
         return self._current
 
     def info(self) -> dict:
-        return {"strategy": self.strategy, "model": self.model, "generation": self.generation,
-                "qdrant": "replica " + self._replica.location if self._replica else self.primary.location,
-                "last_refresh_error": self.last_refresh_error}
+        return {
+            "strategy": self.strategy,
+            "model": self.model,
+            "generation": self.generation,
+            "qdrant": "replica " + self._replica.location if self._replica else self.primary.location,
+            "last_refresh_error": self.last_refresh_error,
+        }
 
     def refresh(self, force: bool = False) -> bool:
         """Re-open when the source changed and has been stable since the previous call. True when what is
@@ -217,4 +236,3 @@ def refresh_forever(serving: ServingIndex, every_seconds: float, stop: threading
         except Exception as exc:  # noqa: BLE001 - keep serving the old index; /health shows the error
             serving.last_refresh_error = f"{type(exc).__name__}: {exc}"
             log.exception("index refresh failed; still serving the previous one")
-

@@ -1,4 +1,5 @@
 """`rag serve`: the API and web page over the data dir's index, with the feedback store beside it."""
+
 from __future__ import annotations
 
 import logging
@@ -29,13 +30,24 @@ def serving_index(answer, *, root: Path, lock_wait_seconds: float = 120.0) -> Se
     from rag.retrieval.service import open_index
 
     def opened(qdrant):
-        return open_index(answer.strategy, answer.model, root=root, qdrant=qdrant, need_dense=answer.mode in DENSE_MODES,
-                          need_bm25=answer.mode in {"bm25", "hybrid-rrf", "hybrid-cc"})
+        return open_index(
+            answer.strategy,
+            answer.model,
+            root=root,
+            qdrant=qdrant,
+            need_dense=answer.mode in DENSE_MODES,
+            need_bm25=answer.mode in {"bm25", "hybrid-rrf", "hybrid-cc"},
+        )
 
     dense = answer.mode in DENSE_MODES
-    return ServingIndex(root=root, strategy=answer.strategy, model=answer.model if dense else None,
-                        build=lambda index: Answerer(answer, root=root, index=index), open_index=opened,
-                        lock_wait_seconds=lock_wait_seconds)
+    return ServingIndex(
+        root=root,
+        strategy=answer.strategy,
+        model=answer.model if dense else None,
+        build=lambda index: Answerer(answer, root=root, index=index),
+        open_index=opened,
+        lock_wait_seconds=lock_wait_seconds,
+    )
 
 
 class RerankerArm:
@@ -54,9 +66,15 @@ class RerankerArm:
 
         production = self.production()
         if production is not self._for:
-            self._answerer = Answerer(production.settings.model_copy(update={"reranker": self.name}), production.llm,
-                                      root=self.root, index=production.index, reranker=self.reranker,
-                                      attribution_scorer=production.attribution_scorer, embedder=production.embedder)
+            self._answerer = Answerer(
+                production.settings.model_copy(update={"reranker": self.name}),
+                production.llm,
+                root=self.root,
+                index=production.index,
+                reranker=self.reranker,
+                attribution_scorer=production.attribution_scorer,
+                embedder=production.embedder,
+            )
             self._for = production
         return self._answerer
 
@@ -75,13 +93,17 @@ def canary_router(answer, serving: ServingIndex, *, root: Path) -> CanaryRouter:
             if answer.mode not in DENSE_MODES:
                 return f"retrieval mode {answer.mode!r} uses no embedder"
             if answer.model != "production":
-                return (f"the API serves embedding model {answer.model!r}, not 'production': serve with --model production "
-                        "(what promotion swaps) to compare the candidate with production")
+                return (
+                    f"the API serves embedding model {answer.model!r}, not 'production': serve with --model production "
+                    "(what promotion swaps) to compare the candidate with production"
+                )
         elif answer.reranker != "production":
             # Even before the first reranker promotion: a server without `reranker: production` would not serve the
             # candidate once it is promoted, so its users' clicks would judge a ranking they will never get.
-            return (f"the API serves reranker {answer.reranker!r}, not 'production': set `reranker: production` in the "
-                    "answer config (retrieval order until a reranker is promoted)")
+            return (
+                f"the API serves reranker {answer.reranker!r}, not 'production': set `reranker: production` in the "
+                "answer config (retrieval order until a reranker is promoted)"
+            )
         return None
 
     def open_arm(kind: str, candidate):
@@ -121,7 +143,9 @@ def recover_lifecycle(root: Path, lock_wait_seconds: float = 120.0) -> str | Non
                 close_client(qdrant)
 
 
-def build_app(settings: ServeSettings, *, root: Path | None = None, store: FeedbackStore | None = None, **answer_overrides):
+def build_app(
+    settings: ServeSettings, *, root: Path | None = None, store: FeedbackStore | None = None, **answer_overrides
+):
     """The production app: Answerer over a serving replica, refreshed in the background, and the feedback store."""
     root = Path(root or data_dir())
     answer = answer_settings(settings, **answer_overrides)
@@ -135,7 +159,9 @@ def build_app(settings: ServeSettings, *, root: Path | None = None, store: Feedb
     async def lifespan(_app):
         if settings.refresh_seconds > 0:
             for target in (serving, router):  # the canary's index follows the rollout state and its own re-index
-                threading.Thread(target=refresh_forever, args=(target, settings.refresh_seconds, stop), daemon=True).start()
+                threading.Thread(
+                    target=refresh_forever, args=(target, settings.refresh_seconds, stop), daemon=True
+                ).start()
         yield
         stop.set()
         router.close()
@@ -161,14 +187,22 @@ def serve(settings: ServeSettings, **answer_overrides) -> None:
     logging.basicConfig(level=logging.INFO)
     app = build_app(settings, **answer_overrides)
     served = app.state.serving.current().served()
-    print(f"answering with embedder {served['embedder'] or 'none'}, reranker {served['reranker']}, "
-          f"mode {served['mode']}, chunk set {served['strategy']} (GET /health names them after a promotion swaps "
-          "them in)", flush=True)
+    print(
+        f"answering with embedder {served['embedder'] or 'none'}, reranker {served['reranker']}, "
+        f"mode {served['mode']}, chunk set {served['strategy']} (GET /health names them after a promotion swaps "
+        "them in)",
+        flush=True,
+    )
     print(f"web page: http://{settings.host}:{settings.port}/#token={settings.api_token}", flush=True)
-    print(f"API: POST /ask, /feedback, /events with `Authorization: Bearer {settings.api_token}`; "
-          f"schema at http://{settings.host}:{settings.port}/openapi.json", flush=True)
+    print(
+        f"API: POST /ask, /feedback, /events with `Authorization: Bearer {settings.api_token}`; "
+        f"schema at http://{settings.host}:{settings.port}/openapi.json",
+        flush=True,
+    )
     # A separate token: whoever holds the user token must not be able to write the labels training trusts most.
-    print(f"expert view (label the annotation queue): http://{settings.host}:{settings.port}/expert#token="
-          f"{settings.expert_token} (RAG_EXPERT_TOKEN)", flush=True)
+    print(
+        f"expert view (label the annotation queue): http://{settings.host}:{settings.port}/expert#token="
+        f"{settings.expert_token} (RAG_EXPERT_TOKEN)",
+        flush=True,
+    )
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
-

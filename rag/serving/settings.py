@@ -1,4 +1,5 @@
 """How `rag serve` runs: token, limits, what it answers with, how often it looks for a re-built index."""
+
 from __future__ import annotations
 
 import os
@@ -10,23 +11,32 @@ from pydantic import BaseModel, Field, model_validator
 
 class ServeSettings(BaseModel):
     api_token: str = Field(min_length=16, description="bearer token for POST /ask, /feedback, /events and GET /metrics")
-    expert_token: str = Field(default_factory=lambda: secrets.token_urlsafe(24), min_length=16,
-                              description="bearer token of the expert view and /annotation/*: only it writes expert "
-                              "labels (the api token cannot); random unless given")
+    expert_token: str = Field(
+        default_factory=lambda: secrets.token_urlsafe(24),
+        min_length=16,
+        description="bearer token of the expert view and /annotation/*: only it writes expert "
+        "labels (the api token cannot); random unless given",
+    )
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     max_body_bytes: int = Field(64 * 1024, ge=1024, description="bigger requests get 413 before they are parsed")
     ask_concurrency: int = Field(1, ge=1, description="answers computed at once (the CPU is the limit; others queue)")
     answer_config: Path | None = Field(None, description="YAML of rag.qa.AnswerSettings; None = the defaults")
     refresh_seconds: float = Field(30.0, ge=0, description="how often to look for a re-built index (0 = never)")
-    metrics_cache_seconds: float = Field(30.0, ge=0, description="GET /metrics counts the store's tables at most this "
-                                         "often (each count scans a table); 0 = on every call")
+    metrics_cache_seconds: float = Field(
+        30.0,
+        ge=0,
+        description="GET /metrics counts the store's tables at most this "
+        "often (each count scans a table); 0 = on every call",
+    )
 
     @model_validator(mode="after")
     def _tokens_differ(self) -> ServeSettings:
         if self.expert_token == self.api_token:
-            raise ValueError("the expert token must differ from the api token, or every user could write expert labels: "
-                             "set RAG_EXPERT_TOKEN to another value (or unset it for a random one)")
+            raise ValueError(
+                "the expert token must differ from the api token, or every user could write expert labels: "
+                "set RAG_EXPERT_TOKEN to another value (or unset it for a random one)"
+            )
         return self
 
     @classmethod
