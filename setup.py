@@ -5,7 +5,8 @@ setup(
     version="0.1.0",
     description="Self-improving document question answering on Dagster",
     python_requires=">=3.11",
-    # bench: the benchmark scripts and their shared library (bench.lib), importable from anywhere without sys.path edits.
+    # bench: the benchmark scripts and their shared library (bench.lib), importable from anywhere without sys.path
+    # edits.
     packages=find_packages(include=["rag*", "assets*", "resources*", "sensors*", "orchestration*", "bench*"]),
     include_package_data=True,
     # rag.progress draws terminal bars with tqdm: it comes with sentence-transformers, declared because rag imports it.

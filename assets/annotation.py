@@ -61,8 +61,8 @@ class AnnotationQueueConfig(Config):
     group_name="annotation",
     kinds={"python", "json"},
     description="Pairs (question, passage) for experts to label, most useful first: the newest production queries (the "
-    "synthetic QA set's questions until there is traffic), each with the served ranking's top k (active configuration or "
-    "defaults: production embedder and reranker), scored by uncertainty (reranker probability near 0.5, small score "
+    "synthetic QA set's questions until there is traffic), each with the served ranking's top k (active configuration "
+    "or defaults: production embedder and reranker), scored by uncertainty (reranker probability near 0.5, small score "
     "margin to the top passage, BM25 / dense / reranker ranks disagreeing; weights in run config) and picked "
     "for diversity (MMR or k-center over question embeddings, quotas per document and question). Written to "
     "`<data dir>/annotation/queue.json` for the expert view; refreshed daily and after each retrain.",

@@ -35,9 +35,10 @@ class AnswerEvaluationConfig(Config):
     deps=[AssetKey("synthetic_qa"), AssetKey("embedding_collections"), AssetKey("bm25_indexes")],
     group_name="evaluation",
     kinds={"python", "parquet"},
-    description="Answers the QA set with every retrieval mode (none / bm25 / dense / hybrid) × chunking strategy and scores "
-    "answer accuracy, source accuracy (a cited chunk overlaps the evidence), coverage (not 'not in context') and latency, "
-    "plus EM / F1 / ROUGE-L / semantic similarity; judge metrics only when asked for (absent otherwise, never 0).",
+    description="Answers the QA set with every retrieval mode (none / bm25 / dense / hybrid) × chunking strategy and "
+    "scores answer accuracy, source accuracy (a cited chunk overlaps the evidence), coverage (not 'not in context') "
+    "and latency, plus EM / F1 / ROUGE-L / semantic similarity; judge metrics only when asked for (absent otherwise, "
+    "never 0).",
 )
 def answer_evaluation(
     context: AssetExecutionContext,

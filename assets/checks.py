@@ -37,7 +37,10 @@ def to_check_result(outcome: SuiteOutcome) -> AssetCheckResult:
     return AssetCheckResult(
         passed=outcome.success,
         severity=AssetCheckSeverity.ERROR,
-        description=f"{len(outcome.expectations) - len(outcome.failed)}/{len(outcome.expectations)} expectations met on {outcome.rows} rows",
+        description=(
+            f"{len(outcome.expectations) - len(outcome.failed)}/{len(outcome.expectations)} expectations met on "
+            f"{outcome.rows} rows"
+        ),
         metadata={
             "rows": outcome.rows,
             "failed_expectations": MetadataValue.json([f"{e.expectation}[{e.column}]" for e in outcome.failed]),
@@ -70,7 +73,10 @@ def parsed_documents_quality(data_store: DataStore) -> AssetCheckResult:
     asset=chunk_sets,
     blocking=True,
     partitions_def=chunking_strategy_partitions,
-    description="GX: unique chunk ids, canonical_text[start:end] == text, non-empty text, length bounds of the strategy, page order.",
+    description=(
+        "GX: unique chunk ids, canonical_text[start:end] == text, non-empty text, length bounds of the strategy, "
+        "page order."
+    ),
 )
 def chunk_sets_quality(
     context: AssetCheckExecutionContext, data_store: DataStore, chunking: ChunkingStrategies

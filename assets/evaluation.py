@@ -204,7 +204,8 @@ def evaluation_summary(context: AssetExecutionContext, data_store: DataStore) ->
     frames, stale = current_reports(reports)
     if stale:
         context.log.warning(
-            f"left out, scored under the old overlap rule: {', '.join(stale)}; re-materialize retrieval_evaluation for them"
+            f"left out, scored under the old overlap rule: {', '.join(stale)}; "
+            "re-materialize retrieval_evaluation for them"
         )
     if not frames:
         raise FileNotFoundError(

@@ -155,9 +155,9 @@ def _train(kind: str, settings, context: AssetExecutionContext, data_store: Data
     deps=[AssetKey(QA_TABLE), AssetKey(CHUNKS_TABLE)],
     group_name="training",
     kinds={"python", "pytorch"},
-    description="Fine-tuned embedder (sentence-transformers, MNRL / cached MNRL with hard negatives, no-duplicate batches, "
-    "AdamW with linear warmup/decay, checkpoint by nDCG@10 on synth-dev) on the QA set's train split plus feedback pairs; "
-    "registered as `candidate` and added as an embedding_model partition.",
+    description="Fine-tuned embedder (sentence-transformers, MNRL / cached MNRL with hard negatives, no-duplicate "
+    "batches, AdamW with linear warmup/decay, checkpoint by nDCG@10 on synth-dev) on the QA set's train split plus "
+    "feedback pairs; registered as `candidate` and added as an embedding_model partition.",
 )
 def finetuned_embedder(
     context: AssetExecutionContext, config: EmbedderTrainingRunConfig, data_store: DataStore
@@ -174,10 +174,11 @@ def finetuned_embedder(
     deps=[AssetKey(QA_TABLE), AssetKey(CHUNKS_TABLE)],
     group_name="training",
     kinds={"python", "pytorch"},
-    description="Reranker trained on the QA set's train split (+ feedback): by default a LightGBM LambdaRank model over the "
-    "first stage's candidates (top 50 of the serving mode, hybrid-cc by default: dense and BM25 scores and ranks, query-term coverage, phrase matches, "
-    "length, position, feedback priors), early-stopped on selection nDCG@10 and calibrated to a relevance probability; "
-    "kind=cross-encoder trains a CrossEncoder instead. Registered as `candidate`.",
+    description="Reranker trained on the QA set's train split (+ feedback): by default a LightGBM LambdaRank model "
+    "over the first stage's candidates (top 50 of the serving mode, hybrid-cc by default: dense and BM25 scores and "
+    "ranks, query-term coverage, phrase matches, length, position, feedback priors), early-stopped on selection "
+    "nDCG@10 and calibrated to a relevance probability; kind=cross-encoder trains a CrossEncoder instead. Registered "
+    "as `candidate`.",
 )
 def trained_reranker(
     context: AssetExecutionContext, config: RerankerTrainingRunConfig, data_store: DataStore
@@ -392,12 +393,12 @@ def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
     kinds={"python", "qdrant"},
     pool="qdrant",
     output_required=False,  # not materialized when the gate kept production
-    description="Runs only when the gate passed (the candidate's manifest must hold a passing verdict against the current "
-    "production, even when materialized alone). The rollout resource's `promotion` policy decides what happens: "
-    "'direct' (default) builds (incrementally) the candidate's collection for every chunk set, moves the registry's "
-    "`production` alias, then swaps each serving alias `<strategy>__production` onto the new collection (refused "
-    "while a canary runs); 'canary' builds the collections and starts the candidate's canary on the resource's "
-    "traffic share, leaving production untouched: canary_sensor then promotes or rolls it back.",
+    description="Runs only when the gate passed (the candidate's manifest must hold a passing verdict against the "
+    "current production, even when materialized alone). The rollout resource's `promotion` policy decides what "
+    "happens: 'direct' (default) builds (incrementally) the candidate's collection for every chunk set, moves the "
+    "registry's `production` alias, then swaps each serving alias `<strategy>__production` onto the new collection "
+    "(refused while a canary runs); 'canary' builds the collections and starts the candidate's canary on the "
+    "resource's traffic share, leaving production untouched: canary_sensor then promotes or rolls it back.",
 )
 def production_embedder(
     context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource, rollout: Rollout

@@ -98,7 +98,7 @@ def get(record, *path, default=None):
     return record
 
 
-# --- one render function per kind of result file -----------------------------------------------------------------------
+# --- one render function per kind of result file ----------------------------------------------------------------------
 # Each returns {view name: table}, in the order they should appear.
 
 
@@ -733,7 +733,7 @@ def kind_of(name: str) -> tuple[str, Callable[[dict], dict[str, Table]]]:
     return "", generic
 
 
-# --- provenance ---------------------------------------------------------------------------------------------------------
+# --- provenance -------------------------------------------------------------------------------------------------------
 
 
 def short_commit(commit: str | None) -> str:
@@ -785,7 +785,7 @@ def provenance_lines(record: dict) -> list[str]:
     return lines
 
 
-# --- pages --------------------------------------------------------------------------------------------------------------
+# --- pages ------------------------------------------------------------------------------------------------------------
 
 
 def load_results(results: Path) -> dict[str, dict]:

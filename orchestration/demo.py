@@ -74,8 +74,8 @@ def run_demo(instance) -> int:
     if cut:
         print(
             f"\nchunks longer than the model's window (embedded from their start only): {', '.join(cut)}.\n"
-            "  Fix: a strategy sized to the window (kind: sentence-pack, max_tokens under the window, tokenizer: wordpiece) "
-            "or a model with a longer window; see window_note in the embedding_collections metadata."
+            "  Fix: a strategy sized to the window (kind: sentence-pack, max_tokens under the window, tokenizer: "
+            "wordpiece) or a model with a longer window; see window_note in the embedding_collections metadata."
         )
     if models:
         failures += _evaluate(instance, quiet, store, models)
@@ -83,7 +83,8 @@ def run_demo(instance) -> int:
         for hit in search(DEMO_QUESTION, strategy="paragraph", model=models[0], mode="hybrid-rrf", k=3):
             j = hit.to_json()
             print(
-                f"  {j['rank']}. {j['doc_id']} p{j['page_start']} [{j['char_start']}:{j['char_end']}] {j['text'][:90]!r}"
+                f"  {j['rank']}. {j['doc_id']} p{j['page_start']} [{j['char_start']}:{j['char_end']}] "
+                f"{j['text'][:90]!r}"
             )
         _ask(models[0])
     print(

@@ -60,7 +60,10 @@ apply_configuration_job = define_asset_job(
 answer_evaluation_job = define_asset_job(
     "answer_evaluation_job",
     selection=AssetSelection.assets("answer_evaluation"),
-    description="Answer the QA set with every retrieval mode × chunking strategy and score accuracy, sources, coverage, latency.",
+    description=(
+        "Answer the QA set with every retrieval mode × chunking strategy and score accuracy, sources, coverage, "
+        "latency."
+    ),
 )
 
 

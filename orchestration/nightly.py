@@ -28,7 +28,9 @@ from resources.storage import DataStore
 
 
 @op(
-    description="Incrementally re-index every (strategy, model) partition that exists; records a materialization per partition."
+    description=(
+        "Incrementally re-index every (strategy, model) partition that exists; records a materialization per partition."
+    )
 )
 def reindex_everything(
     context: OpExecutionContext,

@@ -90,7 +90,8 @@ def cmd_retrain(args: argparse.Namespace) -> int:
     before = snapshot(registry)
     result = run_job(instance, retrain_job.name, run_config=run_config, tags=tags)
     print(
-        f"{retrain_job.name} run {result.run_id}: {'succeeded' if result.success else 'FAILED (see its logs in dagster dev)'}"
+        f"{retrain_job.name} run {result.run_id}: "
+        f"{'succeeded' if result.success else 'FAILED (see its logs in dagster dev)'}"
     )
     for kind in KINDS:
         for mv in registry.versions(kind):

@@ -12,8 +12,8 @@ TRAINING_ASSETS = ("finetuned_embedder", "production_embedder", "trained_reranke
 retrain_job = define_asset_job(
     "retrain_job",
     selection=AssetSelection.assets(*TRAINING_ASSETS),
-    description="Fine-tune the embedder and train the reranker on the QA set (+ feedback), gate each against production "
-    "with a paired significance test, and promote + re-index only what passed.",
+    description="Fine-tune the embedder and train the reranker on the QA set (+ feedback), gate each against "
+    "production with a paired significance test, and promote + re-index only what passed.",
 )
 
 

@@ -118,7 +118,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
         print(doc.model_dump_json(indent=2))
     else:
         print(
-            f"{doc.doc_id}: {doc.n_pages} pages, {len(doc.elements)} elements, {doc.n_tables} tables, {len(doc.canonical_text)} chars ({doc.parser})"
+            f"{doc.doc_id}: {doc.n_pages} pages, {len(doc.elements)} elements, {doc.n_tables} tables, "
+            f"{len(doc.canonical_text)} chars ({doc.parser})"
         )
         for e in doc.elements:
             print(f"  p{e.page} [{e.char_start}:{e.char_end}] {e.type}: {e.text[:90]!r}")
@@ -136,7 +137,8 @@ def cmd_chunk(args: argparse.Namespace) -> int:
         print(f"{doc.doc_id}: {len(chunks)} chunks with {args.strategy}")
         for c in chunks:
             print(
-                f"  p{c.page_start}-{c.page_end} [{c.char_start}:{c.char_end}] {c.n_tokens} tok {' > '.join(c.section_path)[:40]!r}: {c.text[:70]!r}"
+                f"  p{c.page_start}-{c.page_end} [{c.char_start}:{c.char_end}] {c.n_tokens} tok "
+                f"{' > '.join(c.section_path)[:40]!r}: {c.text[:70]!r}"
             )
     return 0
 
@@ -249,7 +251,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         for h in hits:
             j = h.to_json()
             print(
-                f"{j['rank']:3d}. {j['score']:.4f} {j['doc_id']} p{j['page_start']}-{j['page_end']} [{j['char_start']}:{j['char_end']}] {j['text'][:100]!r}"
+                f"{j['rank']:3d}. {j['score']:.4f} {j['doc_id']} p{j['page_start']}-{j['page_end']} "
+                f"[{j['char_start']}:{j['char_end']}] {j['text'][:100]!r}"
             )
     return 0
 

@@ -1,4 +1,5 @@
-"""minilm-int8: MiniLM exported to ONNX, int8 weights, onnxruntime; exported once per weights version into the data dir."""
+"""minilm-int8: MiniLM exported to ONNX, int8 weights, onnxruntime; exported once per weights version into the data
+dir."""
 
 import os
 

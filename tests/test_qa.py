@@ -125,7 +125,9 @@ def test_table_rows_reach_the_prompt_as_html():
         "page_start": 6,
         "page_end": 6,
         "text": "Estimated costs\nLabor cost | Parts cost\n$85 | $3,790\nSee above.",
-        "table_html": "<table><tr><th>Labor cost</th><th>Parts cost</th></tr><tr><td>$85</td><td>$3,790</td></tr></table>",
+        "table_html": (
+            "<table><tr><th>Labor cost</th><th>Parts cost</th></tr><tr><td>$85</td><td>$3,790</td></tr></table>"
+        ),
     }
     assert passage_text(chunk) == "Estimated costs\n" + chunk["table_html"] + "\nSee above."
     assert "Labor cost | Parts cost" not in build_messages("q", label_passages([Hit(1, 1.0, chunk)]))[1]["content"]

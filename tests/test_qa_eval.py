@@ -198,15 +198,12 @@ def record_doc(doc_id: str, n: int = 8):
 
 def test_run_settings_size_the_qa_set():
     docs = [record_doc("a.txt"), record_doc("b.txt")]
-    size = lambda **kw: generate_qa(
-        docs,
-        None,
-        SynthSettings(
-            passage_chars=(100, 400),  # noqa: E731
-            question_mix={"inverse-cloze": 1.0},
-            **kw,
-        ),
-    )
+
+    def size(**kw):
+        return generate_qa(
+            docs, None, SynthSettings(passage_chars=(100, 400), question_mix={"inverse-cloze": 1.0}, **kw)
+        )
+
     assert len(size(passages_per_document=2).items) == 4 and len(size(passages_per_document=6).items) == 12
     pairs = size(passages_per_document=6, questions_per_passage=2)
     assert len(pairs.items) == 24 and pairs.attempted == 24 and len({i.question for i in pairs.items}) == 24
@@ -466,8 +463,8 @@ def ledger(n_docs=3, n_paras=60):
     docs, items = [], []
     for d in range(n_docs):
         paras = [
-            f"Entry {i} of ledger {d}: the keeper wrote that crate zq{d}x{i} held {i + 3} barrels of lamp oil, stored in "
-            f"the north shed beside the old signal mast until the autumn supply boat came to collect the empties."
+            f"Entry {i} of ledger {d}: the keeper wrote that crate zq{d}x{i} held {i + 3} barrels of lamp oil, stored "
+            f"in the north shed beside the old signal mast until the autumn supply boat came to collect the empties."
             for i in range(n_paras)
         ]
         doc = assemble(
@@ -533,15 +530,12 @@ def test_a_whole_document_chunk_scores_only_the_evidence_a_prompt_would_hold():
     docs, items = ledger()
     assert all(len(d.canonical_text) > 1.5 * CONTEXT_CHARS for d in docs)
     focused, whole = chunk_table(docs, per_element=True), chunk_table(docs, per_element=False)
-    score = lambda chunks, **kw: evaluate_index(
-        bm25_index(chunks),
-        items,
-        chunks,
-        strategy="s",
-        model="-",
-        modes=["bm25"],  # noqa: E731
-        **kw,
-    ).summary.iloc[0]
+
+    def score(chunks, **kw):
+        return evaluate_index(
+            bm25_index(chunks), items, chunks, strategy="s", model="-", modes=["bm25"], **kw
+        ).summary.iloc[0]
+
     f, w = score(focused), score(whole)
     assert f["recall@5"] == 1.0 and f["n_questions"] == w["n_questions"] == len(items)
     # Each whole document holds every answer in it, but a prompt holds its first CONTEXT_CHARS characters only: the

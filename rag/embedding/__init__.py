@@ -232,10 +232,10 @@ class WindowFit:
             return None
         budget = self.window - self.overhead
         return (
-            f"{self.truncated} of {self.chunks} chunks ({self.share:.0%}) of {strategy!r} exceed {self.model}'s window of "
-            f"{self.window} tokens (longest {self.longest}): only their first {self.window} tokens are embedded. Fix: a "
-            f"strategy sized to the window (e.g. kind: sentence-pack, max_tokens: {budget}, tokenizer: wordpiece in "
-            f"config/chunking.yaml) or a model with a longer window."
+            f"{self.truncated} of {self.chunks} chunks ({self.share:.0%}) of {strategy!r} exceed {self.model}'s window "
+            f"of {self.window} tokens (longest {self.longest}): only their first {self.window} tokens are embedded. "
+            f"Fix: a strategy sized to the window (e.g. kind: sentence-pack, max_tokens: {budget}, tokenizer: "
+            f"wordpiece in config/chunking.yaml) or a model with a longer window."
         )
 
 

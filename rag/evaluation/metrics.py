@@ -80,7 +80,8 @@ def paired_comparison(
         raise ValueError("no question was scored by both configurations: a paired comparison needs the same questions")
     t, c = both["t"].to_numpy(np.float64), both["c"].to_numpy(np.float64)
     diff = t - c
-    # All differences equal (e.g. every question tied): the t statistic is undefined; there is no evidence of a difference.
+    # All differences equal (e.g. every question tied): the t statistic is undefined; there is no evidence of a
+    # difference.
     p_value = float(paired_student_t_test(c, t)[0]) if np.ptp(diff) > 0 else (1.0 if not diff.any() else 0.0)
     idx = np.random.default_rng(seed).integers(0, len(diff), size=(resamples, len(diff)))
     low, high = np.quantile(diff[idx].mean(axis=1), [(1 - confidence) / 2, (1 + confidence) / 2])

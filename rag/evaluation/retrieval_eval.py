@@ -58,7 +58,8 @@ class EvaluationSettings(BaseModel):
     def _headline_ks(cls, ks: list[int]) -> list[int]:
         if any(k < 1 for k in ks) or not set(HEADLINE_KS) <= set(ks):
             raise ValueError(
-                f"ks {ks}: cutoffs are positive and include {list(HEADLINE_KS)} (RetrievalScore and the summary use them)"
+                f"ks {ks}: cutoffs are positive and include {list(HEADLINE_KS)} "
+                "(RetrievalScore and the summary use them)"
             )
         return sorted(set(ks))
 
@@ -230,7 +231,8 @@ def describe_comparison(comparison: dict) -> str:
         return f"{head}: {comparison['note']} ({comparison['n_questions']} questions)"
     c = comparison
     return (
-        f"{head}: RetrievalScore {c['delta']:+.3f} ({c['confidence']:.0%} CI {c['ci_low']:+.3f} to {c['ci_high']:+.3f}) "
+        f"{head}: RetrievalScore {c['delta']:+.3f} "
+        f"({c['confidence']:.0%} CI {c['ci_low']:+.3f} to {c['ci_high']:+.3f}) "
         f"on {c['n']} paired questions, two-sided p = {c['p_value']:.2g} ({c['test']}); "
         f"{c['better']} better, {c['tied']} tied, {c['worse']} worse; best of {c['configurations']} configurations, "
         "so p is optimistic"

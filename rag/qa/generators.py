@@ -70,7 +70,8 @@ def share(question_terms: set[str], terms: set[str]) -> float:
 
 
 _WANTS_NUMBER = re.compile(
-    r"\bhow (?:many|much|long|old|far|often|large|big|tall)\b|\bwhen\b|\bwhat (?:year|date|percentage|number|amount|time)\b"
+    r"\bhow (?:many|much|long|old|far|often|large|big|tall)\b|\bwhen\b"
+    r"|\bwhat (?:year|date|percentage|number|amount|time)\b"
     r"|\b(?:total|number of|amount|cost|price|rate|percent|percentage|salar(?:y|ies)|sum|count|spen[dt])s?\b",
     re.IGNORECASE,
 )

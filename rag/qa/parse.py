@@ -19,7 +19,8 @@ _BRACKETED = re.compile(r"\[([^\[\]\n]{1,200})\]")
 _PAREN_NUMBERS = re.compile(r"\((\s*\d+(?:\s*(?:,|;|and|&)\s*\d+)*\s*)\)")
 _TOKEN = re.compile(r"[A-Za-z0-9_\-:.]+")
 _NOT_IN_CONTEXT = re.compile(
-    r"not (?:in|found in|present in|mentioned in|contained in|included in) the (?:provided |given )?(?:context|documents?|passages?|text)"
+    r"not (?:in|found in|present in|mentioned in|contained in|included in) the (?:provided |given )?"
+    r"(?:context|documents?|passages?|text)"
     r"|(?:context|documents?|passages?|text) (?:does|do) not (?:contain|mention|provide|say|include|specify)"
     r"|(?:no|not enough) information (?:about|on|in|to)"
     r"|\bi (?:do not|don't) know\b|\bcannot be (?:answered|determined|found)\b",

@@ -14,7 +14,10 @@ from rag.parsing.models import TABLE_CELL_SEPARATOR
 from rag.qa.models import NOT_IN_CONTEXT
 from rag.retrieval import Hit
 
-ROLE = "You are a careful assistant that answers questions about a collection of documents, using only the passages given to you."
+ROLE = (
+    "You are a careful assistant that answers questions about a collection of documents, using only the passages "
+    "given to you."
+)
 TASK = (
     "Answer the question using only the context passages below. Write a short answer (one to three sentences) and "
     "cite the passages that support it by their ids in square brackets right after the statement, e.g. [1] or [2][3]. "
