@@ -11,29 +11,45 @@ lead-in continuation and the index-time sentence vectors, and with the int8 enco
 SmolLM2-135M runs through transformers on the CPU at tens of seconds per answer on 2 shared cores, so it answers a
 seeded subset (--llm-questions) of the same questions; the extractive generator's figures on that subset are printed
 beside it so the two are comparable. The LLM response cache makes a re-run cheap.
+
+Data: ../shared/datasets/squad-dev/dev-v1.1.json.gz (every section but tables); without it those sections print a
+message and are skipped.
 """
+
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.lib import cli
+from bench.lib.datasets import REPO, SQUAD, absent
+from bench.lib.provenance import run_record, stamp_end
+from bench.lib.results import write
+from bench.qa_eval import squad_as_beir
+from rag.evaluation.beir import load_beir, open_beir_index
+from rag.evaluation.qaset import import_squad
+from rag.markdown import markdown_table
+from rag.qa import AnswerSettings
+from rag.qa.bakeoff import BAKEOFF_MODES, run_bakeoff
+from rag.store import data_dir
 
-from bench.qa_eval import SQUAD, squad_as_beir  # noqa: E402
-from rag.evaluation.beir import load_beir, open_beir_index  # noqa: E402
-from rag.evaluation.qaset import import_squad  # noqa: E402
-from rag.markdown import markdown_table  # noqa: E402
-from rag.qa import AnswerSettings  # noqa: E402
-from rag.qa.bakeoff import BAKEOFF_MODES, run_bakeoff  # noqa: E402
-from rag.store import data_dir  # noqa: E402
-
-COLUMNS = ["mode", "generator", "exact_match", "f1", "rouge_l", "answer_accuracy", "source_accuracy",
-           "attributed_source_accuracy", "coverage", "retrieved_evidence", "latency_p50_ms", "latency_p95_ms", "n_questions"]
+COLUMNS = [
+    "mode",
+    "generator",
+    "exact_match",
+    "f1",
+    "rouge_l",
+    "answer_accuracy",
+    "source_accuracy",
+    "attributed_source_accuracy",
+    "coverage",
+    "retrieved_evidence",
+    "latency_p50_ms",
+    "latency_p95_ms",
+    "n_questions",
+]
 
 
 def squad_setup(model: str, n_questions: int):
@@ -42,14 +58,20 @@ def squad_setup(model: str, n_questions: int):
     index, _ = open_beir_index(load_beir(folder, "test"), "hybrid-rrf", model, data_dir() / "beir")
     _, items = import_squad(SQUAD)
     random.Random(7).shuffle(items)
-    print(f"  {len(index.chunks)} paragraphs indexed (bm25 + {model}) in {time.perf_counter() - started:.1f}s; "
-          f"{n_questions} of {len(items)} questions (seeded sample)")
+    print(
+        f"  {len(index.chunks)} paragraphs indexed (bm25 + {model}) in {time.perf_counter() - started:.1f}s; "
+        f"{n_questions} of {len(items)} questions (seeded sample)"
+    )
     return index, items[:n_questions]
 
 
-def squad_figures(index, items, base: AnswerSettings, llm=None, label: str = "", modes: tuple[str, ...] = BAKEOFF_MODES) -> list[dict]:
+def squad_figures(
+    index, items, base: AnswerSettings, llm=None, label: str = "", modes: tuple[str, ...] = BAKEOFF_MODES
+) -> list[dict]:
     started = time.perf_counter()
-    result = run_bakeoff(items, {"squad": index}, base, modes=modes, llm=llm, progress=lambda m: print(f"    {label}{m}", flush=True))
+    result = run_bakeoff(
+        items, {"squad": index}, base, modes=modes, llm=llm, progress=lambda m: print(f"    {label}{m}", flush=True)
+    )
     print(f"  {label}done in {time.perf_counter() - started:.0f}s")
     print(markdown_table(result.summary, COLUMNS))
     return result.summary.to_dict("records")
@@ -59,8 +81,15 @@ def calibration(index, items, base: AnswerSettings) -> list[dict]:
     """The extractive generator's min_support threshold: coverage against accuracy (hybrid-rrf)."""
     rows = []
     for threshold in (0.0, 0.3, 0.5, 0.7):
-        summary = run_bakeoff(items, {"squad": index}, base.model_copy(update={"min_support": threshold}), modes=("hybrid-rrf",)).summary
-        rows.append({"min_support": threshold, **summary.iloc[0][["answer_accuracy", "f1", "source_accuracy", "coverage"]].to_dict()})
+        summary = run_bakeoff(
+            items, {"squad": index}, base.model_copy(update={"min_support": threshold}), modes=("hybrid-rrf",)
+        ).summary
+        rows.append(
+            {
+                "min_support": threshold,
+                **summary.iloc[0][["answer_accuracy", "f1", "source_accuracy", "coverage"]].to_dict(),
+            }
+        )
     import pandas as pd
 
     print(markdown_table(pd.DataFrame(rows), ["min_support", "answer_accuracy", "f1", "source_accuracy", "coverage"]))
@@ -87,18 +116,31 @@ def table_qa(model: str, llm_settings) -> list[dict]:
     for generator in ("extractive", "llm"):
         if generator == "llm" and llm_settings is None:
             continue
-        settings = AnswerSettings(strategy="paragraph", model=model, generator=generator, top_k=3, llm=llm_settings,
-                                  max_context_chars=3000)
+        settings = AnswerSettings(
+            strategy="paragraph", model=model, generator=generator, top_k=3, llm=llm_settings, max_context_chars=3000
+        )
         answerer = Answerer(settings, root=root)
         for question, expected in TABLE_QUESTIONS:
             r = answerer.ask(question)
             tables = sum(1 for c in r.chunks if c["table_html"])
             cited_table = any(c["cited"] and c["table_html"] for c in r.chunks)
-            rows.append({"generator": generator, "question": question, "expected": expected, "correct": expected in r.answer,
-                         "answer": r.answer[:120], "table_chunks_in_prompt": tables, "cited_a_table": cited_table,
-                         "seconds": round(r.latency_ms / 1000, 1)})
-            print(f"  {generator:10s} {'OK ' if expected in r.answer else 'no '} {question} → {r.answer[:100]!r} "
-                  f"(tables in context: {tables}, {r.latency_ms / 1000:.1f}s)", flush=True)
+            rows.append(
+                {
+                    "generator": generator,
+                    "question": question,
+                    "expected": expected,
+                    "correct": expected in r.answer,
+                    "answer": r.answer[:120],
+                    "table_chunks_in_prompt": tables,
+                    "cited_a_table": cited_table,
+                    "seconds": round(r.latency_ms / 1000, 1),
+                }
+            )
+            print(
+                f"  {generator:10s} {'OK ' if expected in r.answer else 'no '} {question} → {r.answer[:100]!r} "
+                f"(tables in context: {tables}, {r.latency_ms / 1000:.1f}s)",
+                flush=True,
+            )
     return rows
 
 
@@ -114,8 +156,12 @@ def squad_human_answers() -> dict[str, list[str]]:
 
     with gzip.open(SQUAD, "rt", encoding="utf-8") as fh:
         data = json.load(fh)["data"]
-    return {str(qa["id"]): [a["text"] for a in qa["answers"]]
-            for article in data for paragraph in article["paragraphs"] for qa in paragraph["qas"]}
+    return {
+        str(qa["id"]): [a["text"] for a in qa["answers"]]
+        for article in data
+        for paragraph in article["paragraphs"]
+        for qa in paragraph["qas"]
+    }
 
 
 class _Unshared:
@@ -169,18 +215,27 @@ def squad_spans(model: str, int8_model: str | None, n_articles: int, n_questions
     tables.write(pd.DataFrame([document_to_row(d, "bench") for d in docs]), DOCUMENTS_TABLE)
     chunked = chunk_step(tables, get_chunker("paragraph"))
     bm25_step(tables, root, "paragraph")
-    out: dict = {"articles": len(docs), "chunks": len(chunked.chunks), "questions": len(items), "max_answer_chars": budget,
-                 "indexing": {}, "runs": {}}
+    out: dict = {
+        "articles": len(docs),
+        "chunks": len(chunked.chunks),
+        "questions": len(items),
+        "max_answer_chars": budget,
+        "indexing": {},
+        "runs": {},
+    }
     models = [model] + ([int8_model] if int8_model else [])
     for name in models:
         started = time.perf_counter()
         run = embed_step(tables, get_client(qdrant), "paragraph", name, load_embedder(name))
         out["indexing"][name] = {**run.summary, "wall_seconds": round(time.perf_counter() - started, 1)}
         print(f"  indexed {len(chunked.chunks)} chunks with {name}: {out['indexing'][name]}", flush=True)
-    runs = [("before", model, False), ("after", model, True)] + ([("after-int8", int8_model, True)] if int8_model else [])
+    runs = [("before", model, False), ("after", model, True)] + (
+        [("after-int8", int8_model, True)] if int8_model else []
+    )
     for label, name, after in runs:
-        settings = AnswerSettings(strategy="paragraph", model=name, reranker="none", continue_lead_ins=after,
-                                  max_answer_chars=budget)
+        settings = AnswerSettings(
+            strategy="paragraph", model=name, reranker="none", continue_lead_ins=after, max_answer_chars=budget
+        )
         index = open_index("paragraph", name, root=root, qdrant=qdrant)
         embedder = None if after else CachedEmbedder(_Unshared(index.embedder))
         answerer = Answerer(settings, root=root, index=index, embedder=embedder)
@@ -190,48 +245,60 @@ def squad_spans(model: str, int8_model: str | None, n_articles: int, n_questions
             result = answerer.ask(item.question)
             refs = human.get(item.qid) or [item.answer]
             answer = "" if result.not_in_context else result.answer
-            rows.append({"em": exact_match(answer, refs), "f1": token_f1(answer, refs), "answered": not result.not_in_context,
-                         "continued": "\n\n" in answer, "chars": len(answer)})
+            rows.append(
+                {
+                    "em": exact_match(answer, refs),
+                    "f1": token_f1(answer, refs),
+                    "answered": not result.not_in_context,
+                    "continued": "\n\n" in answer,
+                    "chars": len(answer),
+                }
+            )
             for stage, ms in result.timings_ms.items():
                 stages.setdefault(stage, []).append(ms)
         frame = pd.DataFrame(rows)
         answered = frame[frame["answered"]]
         out["runs"][label] = {
-            "model": name, "continue_lead_ins": after, "sentence_store": after,
-            "exact_match": round(frame["em"].mean(), 4), "f1": round(frame["f1"].mean(), 4),
+            "model": name,
+            "continue_lead_ins": after,
+            "sentence_store": after,
+            "exact_match": round(frame["em"].mean(), 4),
+            "f1": round(frame["f1"].mean(), 4),
             "f1_answered": round(answered["f1"].mean(), 4) if len(answered) else None,
-            "coverage": round(frame["answered"].mean(), 4), "continued_answers": int(frame["continued"].sum()),
+            "coverage": round(frame["answered"].mean(), 4),
+            "continued_answers": int(frame["continued"].sum()),
             "mean_answer_chars": round(answered["chars"].mean(), 1) if len(answered) else None,
             "stages": {stage: _quantiles(ms) for stage, ms in stages.items()},
-            "seconds": round(time.perf_counter() - started, 1)}
+            "seconds": round(time.perf_counter() - started, 1),
+        }
         print(f"  {label:10s} {json.dumps(out['runs'][label])}", flush=True)
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None) -> int:
+    parser = cli.parser(__doc__)
     parser.add_argument("--questions", type=int, default=300)
     parser.add_argument("--llm-questions", type=int, default=20)
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--llm-model", default="smollm2")
     parser.add_argument("--llm-modes", default=",".join(BAKEOFF_MODES), help="modes for the LLM, in the order run")
     parser.add_argument("--only", default="squad,calibration,llm,tables")
-    parser.add_argument("--json", type=Path)
+    cli.add_output(parser, flags=("--json",))
     parser.add_argument("--span-articles", type=int, default=12, help="spans: SQuAD dev articles indexed")
     parser.add_argument("--span-questions", type=int, default=600, help="spans: questions asked (seeded sample)")
     parser.add_argument("--span-int8-model", default="minilm-int8", help="spans: the int8 encoder compared ('' skips)")
     parser.add_argument("--max-answer-chars", type=int, default=AnswerSettings().max_answer_chars)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     only = set(args.only.split(","))
     if only == {"spans"}:  # its own result file, with provenance
-        from bench.provenance import run_record, stamp_end
-
+        if absent(SQUAD, "SQuAD v1.1 dev"):
+            return 0
         record = {"bench": "bench/answers.py --only spans", **run_record(args, torch_threads=_torch_threads())}
-        record["spans"] = squad_spans(args.model, args.span_int8_model or None, args.span_articles, args.span_questions,
-                                      args.max_answer_chars)
+        record["spans"] = squad_spans(
+            args.model, args.span_int8_model or None, args.span_articles, args.span_questions, args.max_answer_chars
+        )
         if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(stamp_end(record), indent=2, default=str))
+            write(stamp_end(record), args.json, indent=2, default=str)
         return 0
     from rag.llm import LLMSettings, load_llm
 
@@ -239,8 +306,10 @@ def main() -> int:
     llm_settings = LLMSettings(backend="local-gguf", model=args.llm_model, max_new_tokens=48)
     # Small passages for a 135M model: two SQuAD paragraphs fit its useful context and keep CPU time bounded.
     extractive = AnswerSettings(strategy="squad", model=args.model, generator="extractive", top_k=5)
-    llm_base = AnswerSettings(strategy="squad", model=args.model, generator="llm", top_k=2, max_context_chars=2500, llm=llm_settings)
-    if SQUAD.exists() and only & {"squad", "calibration", "llm"}:
+    llm_base = AnswerSettings(
+        strategy="squad", model=args.model, generator="llm", top_k=2, max_context_chars=2500, llm=llm_settings
+    )
+    if only & {"squad", "calibration", "llm"} and not absent(SQUAD, "SQuAD v1.1 dev"):
         print("1. SQuAD dev: paragraphs as the corpus")
         index, items = squad_setup(args.model, args.questions)
         if "squad" in only:
@@ -254,16 +323,19 @@ def main() -> int:
             print(f"\n  extractive on the {len(subset)}-question subset (for comparison)")
             results["squad_extractive_subset"] = squad_figures(index, subset, extractive, label="extractive · ")
             print(f"\n  SmolLM2 ({args.llm_model}, local-gguf), {len(subset)} questions, top-2 passages")
-            results["squad_llm"] = squad_figures(index, subset, llm_base, llm=load_llm(llm_settings), label="smollm2 · ",
-                                                 modes=tuple(args.llm_modes.split(",")))
-    elif not SQUAD.exists():
-        print(f"SQuAD not found at {SQUAD}; skipping the SQuAD figures")
+            results["squad_llm"] = squad_figures(
+                index,
+                subset,
+                llm_base,
+                llm=load_llm(llm_settings),
+                label="smollm2 · ",
+                modes=tuple(args.llm_modes.split(",")),
+            )
     if "tables" in only:
         print("\n2. Table QA on the sample corpus (hand-verified answers)")
         results["tables"] = table_qa(args.model, llm_settings if "llm" in only else None)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2, default=str))
+        write(results, args.json, indent=2, default=str)
     return 0
 
 
