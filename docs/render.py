@@ -626,6 +626,37 @@ def active_learning(record: dict) -> dict[str, Table]:
     return views
 
 
+def answers(record: dict) -> dict[str, Table]:
+    spans = record.get("spans", {})
+    stages = ("retrieve", "generate", "attribute", "total")
+    quality, timing = [], []
+    for label, run in spans.get("runs", {}).items():
+        setting = (
+            f"{run.get('model', '—')}, lead-ins {'continued' if run.get('continue_lead_ins') else 'not continued'}, "
+            f"sentence vectors {'stored' if run.get('sentence_store') else 'encoded per question'}"
+        )
+        quality.append(
+            [
+                label,
+                setting,
+                num(run.get("exact_match")),
+                num(run.get("f1")),
+                num(run.get("coverage"), 2),
+                num(run.get("continued_answers")),
+                num(run.get("mean_answer_chars"), 0),
+            ]
+        )
+        timing.append([label] + [p50_p95(run.get("stages", {}).get(stage)) for stage in stages])
+    views = {
+        "spans": (
+            ["run", "setting", "exact match", "F1", "answered", "continued answers", "mean answer characters"],
+            quality,
+        ),
+        "stages": (["run"] + [f"{stage} p50/p95 ms" for stage in stages], timing),
+    }
+    return views
+
+
 def generic(record: dict) -> dict[str, Table]:
     """Scalar figures outside the provenance, by their path in the file (lists and per-query maps left out)."""
     rows: list[list[str]] = []
@@ -716,6 +747,12 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
         "Retrieval quality per mode on SciFact, indexing throughput against plain `model.encode`, "
         "query latency and incremental re-indexing (`bench/retrieval.py`)",
         retrieval,
+    ),
+    (
+        "answers-*",
+        "How good and how fast is the extractive answer on SQuAD dev questions, against the human answers? "
+        "(`bench/answers.py --only spans`)",
+        answers,
     ),
     (
         "active-learning*",
