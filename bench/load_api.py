@@ -288,7 +288,7 @@ def stop_server(server: subprocess.Popen) -> None:
 
 def run(*, quick: bool = False, corpus: str | None = None, clients: list[int] | None = None,
         seconds: float | None = None, data_dir: Path | None = None, refresh_seconds: float = 5.0,
-        scifact: Path = SCIFACT, seed: int = 0, reindex: bool = True) -> dict:
+        scifact: Path = SCIFACT, seed: int = 0, reindex: bool = True, warmup: int = 20) -> dict:
     """The measurement; returns the result (without provenance). `quick`: the sample corpus and 10 s phases."""
     corpus = corpus or ("sample" if quick else "scifact")
     if corpus == "scifact" and scifact_absent(scifact):
@@ -323,7 +323,7 @@ def run(*, quick: bool = False, corpus: str | None = None, clients: list[int] | 
         try:
             import httpx
 
-            for question in chosen.questions[:3]:  # warm-up: first-request costs are not the steady state
+            for question in chosen.questions[:warmup]:  # first asks load caches: not the steady state
                 httpx.post(f"{base}/ask", json={"question": question}, headers={"Authorization": f"Bearer {TOKEN}"},
                            timeout=300).raise_for_status()
             idle_rss_mb = round(proc_kib(server.pid, "VmRSS") / 1024, 1)
@@ -361,7 +361,7 @@ def run(*, quick: bool = False, corpus: str | None = None, clients: list[int] | 
             queries, problems = store.counts()["queries"], store.integrity_problems()
         finally:
             store.close()
-    answered = sum(p["answered"] for p in phases) + min(3, len(chosen.questions))
+    answered = sum(p["answered"] for p in phases) + min(warmup, len(chosen.questions))
     return {
         "corpus": {"name": corpus, "documents": len(chosen.files), "questions": len(chosen.questions),
                    "churned_per_reindex": len(chosen.churnable)},
@@ -395,12 +395,13 @@ def main() -> int:
                    help="how often the API looks for a re-built index (RAG_SERVE_REFRESH_SECONDS)")
     p.add_argument("--no-reindex", action="store_true", help="only the phases without a concurrent re-index")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--warmup", type=int, default=20, help="asks before the first phase, not measured (default 20)")
     add_output(p, flags=("--json",))
     args = p.parse_args()
     record = run_record(args)
     result = run(quick=args.quick, corpus=args.corpus, clients=args.clients, seconds=args.seconds,
                  data_dir=args.data_dir, refresh_seconds=args.refresh_seconds, scifact=args.scifact, seed=args.seed,
-                 reindex=not args.no_reindex)
+                 reindex=not args.no_reindex, warmup=args.warmup)
     out = args.json or RESULTS / ("load-api-quick.json" if args.quick else "load-api.json")
     write(stamp_end({**record, **result}), out)
     log(f"wrote {out}")
