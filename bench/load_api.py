@@ -17,6 +17,7 @@ store must hold one query per answered ask (nothing lost under load) and pass it
 The data dir is reused when given: its docs/ folder is brought back to the pristine corpus and `rag index` runs
 incrementally (a few seconds when nothing changed; the first time it is the full build, timed in the result).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -35,14 +36,10 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench.lib.cli import add_output, add_quick, add_scifact, parser  # noqa: E402 - after the path fix above
-from bench.lib.datasets import RESULTS, SCIFACT, scifact_absent  # noqa: E402
-from bench.lib.provenance import run_record, stamp_end  # noqa: E402
-from bench.lib.results import log, write  # noqa: E402
+from bench.lib.cli import add_output, add_quick, add_scifact, parser
+from bench.lib.datasets import REPO, RESULTS, SCIFACT, scifact_absent
+from bench.lib.provenance import run_record, stamp_end
+from bench.lib.results import log, write
 
 TOKEN = "load-test-token-0123456789"
 SAMPLE_CORPUS = REPO / "sample_corpus"
@@ -82,8 +79,12 @@ def latency_summary(ms: list[float]) -> dict:
     if not ms:
         return {"n": 0}
     a = np.asarray(ms, dtype=float)
-    return {"n": len(ms), **{f"p{q}_ms": round(float(np.percentile(a, q)), 1) for q in (50, 95, 99)},
-            "mean_ms": round(float(a.mean()), 1), "max_ms": round(float(a.max()), 1)}
+    return {
+        "n": len(ms),
+        **{f"p{q}_ms": round(float(np.percentile(a, q)), 1) for q in (50, 95, 99)},
+        "mean_ms": round(float(a.mean()), 1),
+        "max_ms": round(float(a.max()), 1),
+    }
 
 
 def stage_timings(response: dict) -> dict[str, float] | None:
@@ -91,8 +92,9 @@ def stage_timings(response: dict) -> dict[str, float] | None:
     ...): the first dict-valued key naming timings whose values are numbers. None when the response has none."""
     for key, value in response.items():
         if "timing" in key.lower() and isinstance(value, dict):
-            stages = {str(k): float(v) for k, v in value.items()
-                      if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            stages = {
+                str(k): float(v) for k, v in value.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            }
             if stages:
                 return stages
     return None
@@ -105,8 +107,9 @@ def stage_medians(samples: list[dict[str, float]]) -> dict[str, float]:
     return dict(sorted(medians.items(), key=lambda kv: -kv[1]))
 
 
-async def ask_loop(http, questions: list[str], deadline: float, busy: Callable[[], bool], rng: random.Random,
-                   out: dict) -> None:
+async def ask_loop(
+    http, questions: list[str], deadline: float, busy: Callable[[], bool], rng: random.Random, out: dict
+) -> None:
     """One closed-loop client: ask, wait for the answer, ask again, until `deadline` (time.monotonic) has passed and
     `busy()` is false."""
     import httpx
@@ -130,8 +133,14 @@ async def ask_loop(http, questions: list[str], deadline: float, busy: Callable[[
             out["stages"].append(stages)
 
 
-def measure(base: str, questions: list[str], clients: int, seconds: float, seed: int = 0,
-            busy: Callable[[], bool] = lambda: False) -> dict:
+def measure(
+    base: str,
+    questions: list[str],
+    clients: int,
+    seconds: float,
+    seed: int = 0,
+    busy: Callable[[], bool] = lambda: False,
+) -> dict:
     """`clients` closed-loop clients asking for `seconds`, and on while `busy()` (a re-index still running):
     latency percentiles, answered requests/s, errors and stage medians. The clock starts once every client's
     connection pool exists; the rate counts answered asks over the whole window (until the last answer in flight at
@@ -143,25 +152,34 @@ def measure(base: str, questions: list[str], clients: int, seconds: float, seed:
 
     async def load() -> None:
         rng = random.Random(seed)
-        pools = [httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=300)
-                 for _ in range(clients)]
+        pools = [
+            httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=300)
+            for _ in range(clients)
+        ]
         try:
             window["start"] = time.perf_counter()
             deadline = time.monotonic() + seconds
-            await asyncio.gather(*(ask_loop(http, questions, deadline, busy, random.Random(rng.random()), out)
-                                   for http in pools))
+            await asyncio.gather(
+                *(ask_loop(http, questions, deadline, busy, random.Random(rng.random()), out) for http in pools)
+            )
             window["end"] = time.perf_counter()
         finally:
             await asyncio.gather(*(http.aclose() for http in pools))
 
     asyncio.run(load())
     elapsed = window["end"] - window["start"]
-    return {"clients": clients, "seconds": round(elapsed, 2), "answered": len(out["ms"]),
-            "requests_per_s": round(len(out["ms"]) / elapsed, 2), "ask": latency_summary(out["ms"]),
-            "server_latency_ms_p50": round(float(np.median(out["server_ms"])), 1) if out["server_ms"] else None,
-            "errors": len(out["errors"]), "error_samples": sorted(set(out["errors"]))[:5],
-            "stage_medians_ms": stage_medians(out["stages"]) if out["stages"] else None,
-            "response_keys": sorted(out["keys"])}
+    return {
+        "clients": clients,
+        "seconds": round(elapsed, 2),
+        "answered": len(out["ms"]),
+        "requests_per_s": round(len(out["ms"]) / elapsed, 2),
+        "ask": latency_summary(out["ms"]),
+        "server_latency_ms_p50": round(float(np.median(out["server_ms"])), 1) if out["server_ms"] else None,
+        "errors": len(out["errors"]),
+        "error_samples": sorted(set(out["errors"]))[:5],
+        "stage_medians_ms": stage_medians(out["stages"]) if out["stages"] else None,
+        "response_keys": sorted(out["keys"]),
+    }
 
 
 class Corpus:
@@ -177,8 +195,11 @@ class Corpus:
             self.files = {f"{d['_id']}.md": f"# {d['title']}\n\n{d['text']}\n".encode() for d in docs}
         else:
             self.questions = SAMPLE_QUESTIONS
-            self.files = {str(p.relative_to(SAMPLE_CORPUS)): p.read_bytes() for p in sorted(SAMPLE_CORPUS.rglob("*"))
-                          if p.is_file() and p.name != "LICENSES.md"}
+            self.files = {
+                str(p.relative_to(SAMPLE_CORPUS)): p.read_bytes()
+                for p in sorted(SAMPLE_CORPUS.rglob("*"))
+                if p.is_file() and p.name != "LICENSES.md"
+            }
         # Only text files are edited by the re-index rounds (appending a line to a PDF would break it).
         self.churnable = [name for name in self.files if name.endswith((".md", ".txt"))][:CHURN_DOCS]
 
@@ -204,8 +225,9 @@ class Corpus:
 
 
 def rag(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestration.cli", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", *args], cwd=REPO, env=env, capture_output=True, text=True
+    )
 
 
 def index(docs: Path, strategy: str, env: dict) -> dict:
@@ -216,18 +238,33 @@ def index(docs: Path, strategy: str, env: dict) -> dict:
     if proc.returncode:
         return {"seconds": seconds, "ok": False, "error": (proc.stderr.strip().splitlines() or ["?"])[-1][:300]}
     try:
-        report = json.loads(proc.stdout[proc.stdout.index("{"):])
+        report = json.loads(proc.stdout[proc.stdout.index("{") :])
     except ValueError:
         report = {}
     parse = report.get("parse", {})
     counts = {k: parse.get(k) for k in ("documents", "parsed", "unchanged", "removed")}
-    return {"seconds": seconds, "ok": True, **counts,
-            "collections": {name: {k: c.get(k) for k in ("points", "added", "updated", "deleted", "seconds")}
-                            for name, c in report.get("collections", {}).items()}}
+    return {
+        "seconds": seconds,
+        "ok": True,
+        **counts,
+        "collections": {
+            name: {k: c.get(k) for k in ("points", "added", "updated", "deleted", "seconds")}
+            for name, c in report.get("collections", {}).items()
+        },
+    }
 
 
-def reindex_loop(corpus: Corpus, docs: Path, strategy: str, env: dict, deadline: float, runs: list[dict],
-                 first_revision: int, base: str, swap_wait: float) -> None:
+def reindex_loop(
+    corpus: Corpus,
+    docs: Path,
+    strategy: str,
+    env: dict,
+    deadline: float,
+    runs: list[dict],
+    first_revision: int,
+    base: str,
+    swap_wait: float,
+) -> None:
     """Edit the churned documents and re-index, back to back, starting runs until `deadline` (time.monotonic); then
     wait until the API serves the last index built, so the clients also meet the swap to it."""
     before = generation(base)
@@ -262,8 +299,14 @@ def start_server(env: dict) -> tuple[subprocess.Popen, str, float]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     log_file = tempfile.TemporaryFile(mode="w+")
-    server = subprocess.Popen([sys.executable, "-m", "orchestration.cli", "serve", "--port", str(port)], cwd=REPO,
-                              env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "orchestration.cli", "serve", "--port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     started = time.monotonic()
     while True:
         try:
@@ -286,9 +329,19 @@ def stop_server(server: subprocess.Popen) -> None:
         server.kill()
 
 
-def run(*, quick: bool = False, corpus: str | None = None, clients: list[int] | None = None,
-        seconds: float | None = None, data_dir: Path | None = None, refresh_seconds: float = 5.0,
-        scifact: Path = SCIFACT, seed: int = 0, reindex: bool = True, warmup: int = 20) -> dict:
+def run(
+    *,
+    quick: bool = False,
+    corpus: str | None = None,
+    clients: list[int] | None = None,
+    seconds: float | None = None,
+    data_dir: Path | None = None,
+    refresh_seconds: float = 5.0,
+    scifact: Path = SCIFACT,
+    seed: int = 0,
+    reindex: bool = True,
+    warmup: int = 20,
+) -> dict:
     """The measurement; returns the result (without provenance). `quick`: the sample corpus and 10 s phases."""
     corpus = corpus or ("sample" if quick else "scifact")
     if corpus == "scifact" and scifact_absent(scifact):
@@ -306,9 +359,15 @@ def run(*, quick: bool = False, corpus: str | None = None, clients: list[int] | 
         docs.mkdir(parents=True, exist_ok=True)
         store_file = root / "feedback.sqlite"
         store_file.unlink(missing_ok=True)  # the store check counts this run's queries only
-        env = {**os.environ, "RAG_DATA_DIR": str(root), "RAG_API_TOKEN": TOKEN,
-               "RAG_SERVE_REFRESH_SECONDS": str(refresh_seconds), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "DAGSTER_HOME": str(root / "dagster")}
+        env = {
+            **os.environ,
+            "RAG_DATA_DIR": str(root),
+            "RAG_API_TOKEN": TOKEN,
+            "RAG_SERVE_REFRESH_SECONDS": str(refresh_seconds),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "DAGSTER_HOME": str(root / "dagster"),
+        }
         for name in ("QDRANT_URL", "RAG_QDRANT_PATH", "RAG_ANSWER_CONFIG", "RAG_FEEDBACK_DB"):
             env.pop(name, None)
         rewritten = chosen.write_pristine(docs)
@@ -324,15 +383,30 @@ def run(*, quick: bool = False, corpus: str | None = None, clients: list[int] | 
             import httpx
 
             for question in chosen.questions[:warmup]:  # first asks load caches: not the steady state
-                httpx.post(f"{base}/ask", json={"question": question}, headers={"Authorization": f"Bearer {TOKEN}"},
-                           timeout=300).raise_for_status()
+                httpx.post(
+                    f"{base}/ask",
+                    json={"question": question},
+                    headers={"Authorization": f"Bearer {TOKEN}"},
+                    timeout=300,
+                ).raise_for_status()
             idle_rss_mb = round(proc_kib(server.pid, "VmRSS") / 1024, 1)
-            for with_reindex in ([False, True] if reindex else [False]):
+            for with_reindex in [False, True] if reindex else [False]:
                 for n in clients:
                     before, runs = generation(base), []
-                    worker = threading.Thread(target=reindex_loop, args=(
-                        chosen, docs, strategy, env, time.monotonic() + seconds, runs, revision, base,
-                        4 * refresh_seconds + 60))
+                    worker = threading.Thread(
+                        target=reindex_loop,
+                        args=(
+                            chosen,
+                            docs,
+                            strategy,
+                            env,
+                            time.monotonic() + seconds,
+                            runs,
+                            revision,
+                            base,
+                            4 * refresh_seconds + 60,
+                        ),
+                    )
                     if with_reindex:
                         worker.start()
                     log(f"{n} client(s), {seconds:.0f} s{', re-indexing' if with_reindex else ''} ...")
@@ -342,13 +416,19 @@ def run(*, quick: bool = False, corpus: str | None = None, clients: list[int] | 
                         worker.join()
                         revision += len(runs)
                     after = generation(base)
-                    phase = {"reindex": with_reindex, **phase, "index_generation": [before, after],
-                             "reindex_runs": runs}
+                    phase = {
+                        "reindex": with_reindex,
+                        **phase,
+                        "index_generation": [before, after],
+                        "reindex_runs": runs,
+                    }
                     phases.append(phase)
                     ask = phase["ask"]
-                    log(f"  {phase['requests_per_s']} req/s, p50 {ask.get('p50_ms')} ms, p95 {ask.get('p95_ms')} ms, "
+                    log(
+                        f"  {phase['requests_per_s']} req/s, p50 {ask.get('p50_ms')} ms, p95 {ask.get('p95_ms')} ms, "
                         f"p99 {ask.get('p99_ms')} ms, errors {phase['errors']}"
-                        + (f", re-index runs {[r['seconds'] for r in runs]}" if with_reindex else ""))
+                        + (f", re-index runs {[r['seconds'] for r in runs]}" if with_reindex else "")
+                    )
             peak_rss_mb = round(proc_kib(server.pid, "VmHWM") / 1024, 1)
         finally:
             stop_server(server)
@@ -363,15 +443,32 @@ def run(*, quick: bool = False, corpus: str | None = None, clients: list[int] | 
             store.close()
     answered = sum(p["answered"] for p in phases) + min(warmup, len(chosen.questions))
     return {
-        "corpus": {"name": corpus, "documents": len(chosen.files), "questions": len(chosen.questions),
-                   "churned_per_reindex": len(chosen.churnable)},
-        "serving": {"command": "rag serve --port <free port> (default answer settings)", "strategy": strategy,
-                    "model": "minilm (production before any promotion)", "refresh_seconds": refresh_seconds,
-                    "startup_s": startup_s, "idle_rss_mb": idle_rss_mb, "peak_rss_mb": peak_rss_mb},
-        "index_build": built, "data_dir": str(root) if data_dir else None, "phases": phases,
-        "store_check": {"queries_stored": queries, "asks_answered": answered, "lost": answered - queries,
-                        "integrity_problems": problems},
-        "targets": TARGETS, "meets_targets": meets_targets(phases),
+        "corpus": {
+            "name": corpus,
+            "documents": len(chosen.files),
+            "questions": len(chosen.questions),
+            "churned_per_reindex": len(chosen.churnable),
+        },
+        "serving": {
+            "command": "rag serve --port <free port> (default answer settings)",
+            "strategy": strategy,
+            "model": "minilm (production before any promotion)",
+            "refresh_seconds": refresh_seconds,
+            "startup_s": startup_s,
+            "idle_rss_mb": idle_rss_mb,
+            "peak_rss_mb": peak_rss_mb,
+        },
+        "index_build": built,
+        "data_dir": str(root) if data_dir else None,
+        "phases": phases,
+        "store_check": {
+            "queries_stored": queries,
+            "asks_answered": answered,
+            "lost": answered - queries,
+            "integrity_problems": problems,
+        },
+        "targets": TARGETS,
+        "meets_targets": meets_targets(phases),
     }
 
 
@@ -379,8 +476,10 @@ def meets_targets(phases: list[dict]) -> dict:
     """The issue's figures, checked on the phases without a re-index (None when that phase was not run)."""
     quiet = {p["clients"]: p for p in phases if not p["reindex"]}
     one, ten = quiet.get(1), quiet.get(10)
-    return {"ask_p95_ms_at_1_client": None if one is None else one["ask"].get("p95_ms", float("inf")) <= 50.0,
-            "requests_per_s_at_10_clients": None if ten is None else ten["requests_per_s"] >= 40.0}
+    return {
+        "ask_p95_ms_at_1_client": None if one is None else one["ask"].get("p95_ms", float("inf")) <= 50.0,
+        "requests_per_s_at_10_clients": None if ten is None else ten["requests_per_s"] >= 40.0,
+    }
 
 
 def main() -> int:
@@ -391,17 +490,30 @@ def main() -> int:
     p.add_argument("--clients", type=int, nargs="+", default=[1, 10], help="concurrent clients, one phase each")
     p.add_argument("--seconds", type=float, help="length of each phase (default 60, 10 with --quick)")
     p.add_argument("--data-dir", type=Path, help="keep (and reuse) the index here instead of a temporary folder")
-    p.add_argument("--refresh-seconds", type=float, default=5.0,
-                   help="how often the API looks for a re-built index (RAG_SERVE_REFRESH_SECONDS)")
+    p.add_argument(
+        "--refresh-seconds",
+        type=float,
+        default=5.0,
+        help="how often the API looks for a re-built index (RAG_SERVE_REFRESH_SECONDS)",
+    )
     p.add_argument("--no-reindex", action="store_true", help="only the phases without a concurrent re-index")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=int, default=20, help="asks before the first phase, not measured (default 20)")
     add_output(p, flags=("--json",))
     args = p.parse_args()
     record = run_record(args)
-    result = run(quick=args.quick, corpus=args.corpus, clients=args.clients, seconds=args.seconds,
-                 data_dir=args.data_dir, refresh_seconds=args.refresh_seconds, scifact=args.scifact, seed=args.seed,
-                 reindex=not args.no_reindex, warmup=args.warmup)
+    result = run(
+        quick=args.quick,
+        corpus=args.corpus,
+        clients=args.clients,
+        seconds=args.seconds,
+        data_dir=args.data_dir,
+        refresh_seconds=args.refresh_seconds,
+        scifact=args.scifact,
+        seed=args.seed,
+        reindex=not args.no_reindex,
+        warmup=args.warmup,
+    )
     out = args.json or RESULTS / ("load-api-quick.json" if args.quick else "load-api.json")
     write(stamp_end({**record, **result}), out)
     log(f"wrote {out}")

@@ -207,13 +207,17 @@ def summary_lines(r: dict) -> list[str]:
             )
             lines.append(f"synthetic QA ({label}): {s['questions']} of {s['attempted']} kept, {rate}")
     serving = r.get("serving", {})
-    if "requests_per_s" in serving:  # feedback loop: `rag serve` under load while re-indexing
+    for phase in serving.get("phases", []):  # `rag serve` under load, alone and while `rag index` re-indexes
         lines.append(
-            f"API: {serving['clients']} clients {serving['requests_per_s']} req/s, ask p95 "
-            f"{serving['ask'].get('p95_ms')} ms, "
-            f"feedback p95 {serving['feedback'].get('p95_ms')} ms, errors {serving['errors']}, acknowledged rows lost "
-            f"{serving['acknowledged_missing_from_store']}/{serving['acknowledged_feedback_rows']}, peak RSS "
-            f"{serving['api_peak_rss_mb']:.0f} MB (MiniLM)"
+            f"API: {phase['clients']} clients{' while re-indexing' if phase['reindex'] else ''}: "
+            f"{phase['requests_per_s']} req/s, /ask p50/p95 {phase['ask'].get('p50_ms')}/{phase['ask'].get('p95_ms')} "
+            f"ms, errors {phase['errors']}"
+        )
+    if "store_check" in serving:
+        check = serving["store_check"]
+        lines.append(
+            f"API store: {check['queries_stored']} of {check['asks_answered']} answered asks stored, "
+            f"{check['lost']} lost"
         )
     fuzz = r.get("fuzz", {})
     if "cases" in fuzz:

@@ -11,15 +11,13 @@ from bench.lib.datasets import absent, scifact_absent
 from bench.lib.results import write
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-# Still on bench/provenance.py and their own path setup; remove a name here once its script is converted.
-NOT_YET_CONVERTED = {"load_api.py"}
 
 
 def test_no_bench_script_edits_the_import_path():
     offenders = [
         p.relative_to(BENCH).as_posix()
         for p in sorted(BENCH.rglob("*.py"))
-        if p.name not in NOT_YET_CONVERTED and ("sys.path" in p.read_text() or "noqa: E402" in p.read_text())
+        if ("sys.path" in p.read_text() or "noqa: E402" in p.read_text())
     ]
     assert offenders == []
 

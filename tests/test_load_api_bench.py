@@ -2,6 +2,7 @@
 answered ask counted once, in the store too; refused asks are errors, not throughput), the per-stage timings read
 from whatever /ask returns, the percentiles, the target check, and the corpus edits a re-index round makes and
 undoes."""
+
 import time
 
 import pytest
@@ -35,8 +36,9 @@ def test_clients_count_each_answered_ask_once_and_refusals_as_errors(store):
         phase = measure(base, ["which animal does purr", "how is bread baked"], clients=3, seconds=1.0)
         stored = store.counts()["queries"]
         busy_until = time.monotonic() + 1.5  # a re-index still running: the clients ask on past the phase's seconds
-        longer = measure(base, ["which animal does purr"], clients=1, seconds=0.1,
-                         busy=lambda: time.monotonic() < busy_until)
+        longer = measure(
+            base, ["which animal does purr"], clients=1, seconds=0.1, busy=lambda: time.monotonic() < busy_until
+        )
     assert phase["errors"] == 0 and phase["answered"] >= 1
     assert phase["answered"] == phase["ask"]["n"] == stored
     assert phase["requests_per_s"] == pytest.approx(phase["answered"] / phase["seconds"], rel=0.02, abs=0.01)
@@ -52,8 +54,10 @@ def test_clients_count_each_answered_ask_once_and_refusals_as_errors(store):
 
 
 def test_stage_timings_are_read_from_any_timings_field():
-    assert stage_timings({"answer": "x", "timings_ms": {"retrieve": 3, "generate": 1.5, "ok": True, "why": "x"}}) == \
-        {"retrieve": 3.0, "generate": 1.5}
+    assert stage_timings({"answer": "x", "timings_ms": {"retrieve": 3, "generate": 1.5, "ok": True, "why": "x"}}) == {
+        "retrieve": 3.0,
+        "generate": 1.5,
+    }
     assert stage_timings({"answer": "x", "timings": {"embed": 2}}) == {"embed": 2.0}
     assert stage_timings({"answer": "x", "latency_ms": 4.0}) is None
     medians = stage_medians([{"retrieve": 1.0, "generate": 9.0}, {"retrieve": 3.0}, {"retrieve": 2.0, "generate": 7.0}])
@@ -64,9 +68,11 @@ def test_latency_summary_and_targets():
     summary = latency_summary([float(ms) for ms in range(1, 101)])
     assert summary["n"] == 100 and summary["p50_ms"] == 50.5 and summary["p99_ms"] == 99.0 and summary["max_ms"] == 100
     assert latency_summary([]) == {"n": 0}
-    phases = [{"clients": 1, "reindex": False, "ask": {"p95_ms": 42.0}, "requests_per_s": 20.0},
-              {"clients": 10, "reindex": False, "ask": {"p95_ms": 300.0}, "requests_per_s": 39.9},
-              {"clients": 10, "reindex": True, "ask": {"p95_ms": 900.0}, "requests_per_s": 80.0}]
+    phases = [
+        {"clients": 1, "reindex": False, "ask": {"p95_ms": 42.0}, "requests_per_s": 20.0},
+        {"clients": 10, "reindex": False, "ask": {"p95_ms": 300.0}, "requests_per_s": 39.9},
+        {"clients": 10, "reindex": True, "ask": {"p95_ms": 900.0}, "requests_per_s": 80.0},
+    ]
     assert meets_targets(phases) == {"ask_p95_ms_at_1_client": True, "requests_per_s_at_10_clients": False}
     assert meets_targets(phases[:1]) == {"ask_p95_ms_at_1_client": True, "requests_per_s_at_10_clients": None}
 

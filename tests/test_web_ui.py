@@ -3,6 +3,7 @@ against the real Answerer over a tiny index, rate the answer and a passage, send
 rows in the feedback store; the answer marked in its passage across line breaks, stale answers cleared on a new
 question or an error, empty and over-long questions explained; and the expert view: grade queue items from the
 keyboard and undo. Plus the API's refusal of blank and over-long questions, which the page shows as it is."""
+
 import socket
 import threading
 import time
@@ -24,8 +25,10 @@ from tests.test_expert_labels import EXPERT_TOKEN, item
 CHROMIUM = Path("/usr/bin/chromium")
 # The cats passage wraps its first sentence over two lines, as PDF text does: the extractive answer joins the lines
 # with one space, and the page must still find (and mark) it in the passage.
-WRAPPED_TEXTS = {**TEXTS,
-                 "cats": "Cats are small domesticated felines\n   that purr and chase mice.\nThey sleep all day."}
+WRAPPED_TEXTS = {
+    **TEXTS,
+    "cats": "Cats are small domesticated felines\n   that purr and chase mice.\nThey sleep all day.",
+}
 
 
 def free_port() -> int:
@@ -78,8 +81,10 @@ def expert_server(tmp_path):
     passage holds HTML, which the page must show as text."""
     store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.sqlite'}")
     root = tmp_path / "data"
-    items = [item("which animals purr", "cats", "Cats <b>purr</b> & chase mice; <img src=x onerror=alert(1)>"),
-             item("where do dogs sleep", "dogs", "Dogs sleep in kennels.")]
+    items = [
+        item("which animals purr", "cats", "Cats <b>purr</b> & chase mice; <img src=x onerror=alert(1)>"),
+        item("where do dogs sleep", "dogs", "Dogs sleep in kennels."),
+    ]
     write_queue(root, AnnotationQueue(strategy="t", selection="active", items=items))
     settings = ServeSettings(api_token=TOKEN, expert_token=EXPERT_TOKEN)
     app = create_app(lambda: FakeAnswerer(), store, settings, root=root)
@@ -97,8 +102,10 @@ def page():
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"])
         context = browser.new_context()
-        context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("http://127.0.0.1")
-                      else route.abort())  # offline: the page must need nothing from elsewhere
+        context.route(
+            "**/*",
+            lambda route: route.continue_() if route.request.url.startswith("http://127.0.0.1") else route.abort(),
+        )  # offline: the page must need nothing from elsewhere
         yield context.new_page()
         browser.close()
 
@@ -178,8 +185,12 @@ def test_page_marks_wrapped_answers_clears_stale_results_and_explains_refusals(s
     assert len(marked) == 1 and "\n" in marked[0]  # one mark, over the passage's own line break
     assert " ".join(marked[0].split()) == " ".join(answer.split())  # ...on exactly the quoted sentence
     assert WRAPPED_TEXTS["cats"].startswith(marked[0])
-    labels = [page.inner_text("#answer-up"), page.inner_text("#answer-down"),
-              cats.locator(".up").inner_text(), cats.locator(".down").inner_text()]
+    labels = [
+        page.inner_text("#answer-up"),
+        page.inner_text("#answer-down"),
+        cats.locator(".up").inner_text(),
+        cats.locator(".down").inner_text(),
+    ]
     assert labels == ["Helpful", "Not helpful", "Relevant", "Not relevant"]  # words, not emoji a font may lack
 
     page.click("#answer-up")
@@ -262,8 +273,10 @@ def test_expert_view_grades_with_the_keyboard_and_undoes(expert_server, page):
     page.wait_for_function("document.getElementById('status').textContent.includes('Every item')")
     assert page.locator("#item").is_hidden()
     labels = store.current_expert_labels()
-    assert {k: (v["grade"], v["expert"], v["expert_answer"]) for k, v in labels.items()} == \
-        {cats.item_id: (2, "ann", None), dogs.item_id: (0, "ann", "in kennels")}
+    assert {k: (v["grade"], v["expert"], v["expert_answer"]) for k, v in labels.items()} == {
+        cats.item_id: (2, "ann", None),
+        dogs.item_id: (0, "ann", "in kennels"),
+    }
 
     page.keyboard.press("u")  # undo the last label: its item is back on screen
     page.wait_for_function("document.getElementById('status').textContent.startsWith('Undone')")

@@ -8,6 +8,7 @@ rag.serving.index) without restarting; tests pass a fake one. Write endpoints an
 /annotation/* needs the expert token (the user token gets 403: experts' labels are graded judgments that
 training trusts more than ratings). The annotation queue is read from `root` (rag.annotation.queue).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -60,8 +61,11 @@ def askable(question: str) -> str:
     if not question.strip():
         raise PydanticCustomError("blank_question", "the question is empty or only spaces: write a question")
     if len(question) > MAX_QUERY_CHARS:
-        raise PydanticCustomError("question_too_long", "the question is {length} characters; the limit is {limit}: "
-                                  "shorten it", {"length": f"{len(question):,}", "limit": f"{MAX_QUERY_CHARS:,}"})
+        raise PydanticCustomError(
+            "question_too_long",
+            "the question is {length} characters; the limit is {limit}: shorten it",
+            {"length": f"{len(question):,}", "limit": f"{MAX_QUERY_CHARS:,}"},
+        )
     return question
 
 
@@ -118,8 +122,9 @@ class AnnotationBatch(BaseModel):
 
 class NoQueueError(StarletteHTTPException):
     def __init__(self, root: Path):
-        super().__init__(409, f"no annotation queue yet: materialize the `annotation_queue` asset (it writes "
-                              f"{queue_path(root)})")
+        super().__init__(
+            409, f"no annotation queue yet: materialize the `annotation_queue` asset (it writes {queue_path(root)})"
+        )
 
 
 class QueueFile:
@@ -245,26 +250,49 @@ class Metrics:
 
     def stage_snapshot(self) -> dict:
         with self._lock:
-            return {stage: {"n": len(ms), "p50_ms": round(float(np.percentile(ms, 50)), 2),
-                            "p95_ms": round(float(np.percentile(ms, 95)), 2)} for stage, ms in self._stages.items() if ms}
+            return {
+                stage: {
+                    "n": len(ms),
+                    "p50_ms": round(float(np.percentile(ms, 50)), 2),
+                    "p95_ms": round(float(np.percentile(ms, 95)), 2),
+                }
+                for stage, ms in self._stages.items()
+                if ms
+            }
 
     def snapshot(self) -> dict:
         with self._lock:
             out = {}
             for route, counts in self._counts.items():
                 ms = np.asarray(self._latency[route])
-                out[route] = {**counts, "p50_ms": round(float(np.percentile(ms, 50)), 2),
-                              "p95_ms": round(float(np.percentile(ms, 95)), 2)}
+                out[route] = {
+                    **counts,
+                    "p50_ms": round(float(np.percentile(ms, 50)), 2),
+                    "p95_ms": round(float(np.percentile(ms, 95)), 2),
+                }
             return out
 
 
-def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, settings: ServeSettings,
-               *, health_extra: Callable[[], dict] | None = None, canary=None, root: Path | None = None) -> FastAPI:
+def create_app(
+    answerer_provider: Callable[[], Asker],
+    store: FeedbackStore,
+    settings: ServeSettings,
+    *,
+    health_extra: Callable[[], dict] | None = None,
+    canary=None,
+    root: Path | None = None,
+) -> FastAPI:
     """`canary`: a rag.serving.canary.CanaryRouter; while a canary runs it picks each session's arm and answers
     canary sessions from interleaved rankings. None: production answers everything (no arm is recorded).
     `root`: the data dir holding the annotation queue (None: rag.store.data_dir(), looked up per request)."""
-    app = FastAPI(title="Document QA", version="1", description="Ask questions about the indexed documents and rate "
-                  "the answers and passages; ratings train the next models.", docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="Document QA",
+        version="1",
+        description="Ask questions about the indexed documents and rate "
+        "the answers and passages; ratings train the next models.",
+        docs_url=None,
+        redoc_url=None,
+    )
     metrics = Metrics()
     store_counts = CachedCounts(store.counts, settings.metrics_cache_seconds)
     ask_slots = asyncio.Semaphore(settings.ask_concurrency)
@@ -276,18 +304,27 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
 
     def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
         if not given(credentials, settings.api_token):
-            raise StarletteHTTPException(401, "missing or wrong bearer token: send `Authorization: Bearer <token>` "
-                                              "(the token `rag serve` printed, or RAG_API_TOKEN)")
+            raise StarletteHTTPException(
+                401,
+                "missing or wrong bearer token: send `Authorization: Bearer <token>` "
+                "(the token `rag serve` printed, or RAG_API_TOKEN)",
+            )
 
     def require_expert(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
         if given(credentials, settings.expert_token):
             return
         if given(credentials, settings.api_token):
-            raise StarletteHTTPException(403, "expert labels need the expert token, not the user token: send "
-                                              "`Authorization: Bearer <expert token>` (printed by `rag serve`, or "
-                                              "RAG_EXPERT_TOKEN)")
-        raise StarletteHTTPException(401, "missing or wrong bearer token: the expert view needs `Authorization: Bearer "
-                                          "<expert token>` (the expert token `rag serve` printed, or RAG_EXPERT_TOKEN)")
+            raise StarletteHTTPException(
+                403,
+                "expert labels need the expert token, not the user token: send "
+                "`Authorization: Bearer <expert token>` (printed by `rag serve`, or "
+                "RAG_EXPERT_TOKEN)",
+            )
+        raise StarletteHTTPException(
+            401,
+            "missing or wrong bearer token: the expert view needs `Authorization: Bearer "
+            "<expert token>` (the expert token `rag serve` printed, or RAG_EXPERT_TOKEN)",
+        )
 
     @app.middleware("http")
     async def _measure(request: Request, call_next):
@@ -326,8 +363,12 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
     async def _retrieval_error(_request: Request, exc: RetrievalError):
         return JSONResponse({"error": str(exc)}, status_code=422)
 
-    @app.post("/ask", response_model=AskResponse, dependencies=[Depends(require_token)],
-              summary="Answer a question from the documents and record it for feedback")
+    @app.post(
+        "/ask",
+        response_model=AskResponse,
+        dependencies=[Depends(require_token)],
+        summary="Answer a question from the documents and record it for feedback",
+    )
     async def ask(body: AskRequest) -> AskResponse:
         # Waiting for a slot happens on the event loop, not in a worker thread: queued questions must not take
         # the threads that /feedback and /health are served from.
@@ -340,82 +381,151 @@ def create_app(answerer_provider: Callable[[], Asker], store: FeedbackStore, set
                 served = await run_in_threadpool(canary.answer, answerer, body.question, body.session_id)
                 result, arm, version = served.result, served.arm, served.model_version
         stored = await run_in_threadpool(
-            store.record_query, result.question, answer=result.answer, chunks=result.chunks, session_id=body.session_id,
-            model_version=version, settings=result.settings, latency_ms=result.latency_ms, not_in_context=result.not_in_context,
-            arm=arm, timings_ms=getattr(result, "timings_ms", None) or None)
+            store.record_query,
+            result.question,
+            answer=result.answer,
+            chunks=result.chunks,
+            session_id=body.session_id,
+            model_version=version,
+            settings=result.settings,
+            latency_ms=result.latency_ms,
+            not_in_context=result.not_in_context,
+            arm=arm,
+            timings_ms=getattr(result, "timings_ms", None) or None,
+        )
         # total: what the answer took as a whole (a canary's latency also covers the second arm's ranking)
         timings = {**(getattr(result, "timings_ms", None) or {}), "total": result.latency_ms}
         metrics.observe_stages(timings)
-        return AskResponse(query_id=stored.query_id, answer_id=stored.answer_id, question=result.question,
-                           answer=result.answer, not_in_context=result.not_in_context,
-                           cited_chunk_ids=result.cited_chunk_ids, latency_ms=result.latency_ms, model_version=version,
-                           warnings=getattr(result, "warnings", []), timings_ms=timings,
-                           passages=[Passage(**{k: c.get(k) for k in Passage.model_fields if k in c}) for c in result.chunks])
+        return AskResponse(
+            query_id=stored.query_id,
+            answer_id=stored.answer_id,
+            question=result.question,
+            answer=result.answer,
+            not_in_context=result.not_in_context,
+            cited_chunk_ids=result.cited_chunk_ids,
+            latency_ms=result.latency_ms,
+            model_version=version,
+            warnings=getattr(result, "warnings", []),
+            timings_ms=timings,
+            passages=[Passage(**{k: c.get(k) for k in Passage.model_fields if k in c}) for c in result.chunks],
+        )
 
-    @app.post("/feedback", response_model=FeedbackAck, dependencies=[Depends(require_token)],
-              summary="Rate an answer (+1/-1), its passages, or correct it; idempotent per idempotency_key",
-              responses={201: {"model": FeedbackAck}, 404: {"description": "unknown query_id"},
-                         409: {"description": "idempotency key reused for other feedback"}})
+    @app.post(
+        "/feedback",
+        response_model=FeedbackAck,
+        dependencies=[Depends(require_token)],
+        summary="Rate an answer (+1/-1), its passages, or correct it; idempotent per idempotency_key",
+        responses={
+            201: {"model": FeedbackAck},
+            404: {"description": "unknown query_id"},
+            409: {"description": "idempotency key reused for other feedback"},
+        },
+    )
     def feedback(body: FeedbackSubmission):
         ack = store.submit_feedback(body)
         return JSONResponse(ack.model_dump(), status_code=200 if ack.duplicate else 201)
 
-    @app.post("/events", response_model=EventAck, dependencies=[Depends(require_token)],
-              summary="Record an implicit signal (a passage was opened)")
+    @app.post(
+        "/events",
+        response_model=EventAck,
+        dependencies=[Depends(require_token)],
+        summary="Record an implicit signal (a passage was opened)",
+    )
     def events(body: ImplicitEvent) -> EventAck:
         return EventAck(event_id=store.record_event(body))
 
     @app.get("/health", summary="Liveness and what is being served")
     def health() -> dict:
         store.high_water_mark()  # fails loudly when the store is unreachable
-        return {"status": "ok", "store": store.engine.dialect.name, **(health_extra() if health_extra else {}),
-                **({"canary": canary.info()} if canary is not None else {})}
+        return {
+            "status": "ok",
+            "store": store.engine.dialect.name,
+            **(health_extra() if health_extra else {}),
+            **({"canary": canary.info()} if canary is not None else {}),
+        }
 
-    @app.get("/metrics", dependencies=[Depends(require_token)],
-             summary="Store counts (refreshed every metrics_cache_seconds), request latency per route and /ask's "
-                     "time per answer stage")
+    @app.get(
+        "/metrics",
+        dependencies=[Depends(require_token)],
+        summary="Store counts (refreshed every metrics_cache_seconds), request latency per route and /ask's "
+        "time per answer stage",
+    )
     def get_metrics() -> dict:
         """Behind the API token, as the write routes: the store counts and per-route traffic say how the service is
         used, and an open route that scans tables is a cheap way to load the database. /health stays open for
         liveness probes. `store_counted_s_ago` says how old the cached counts are."""
         counts, age = store_counts.get()
-        return {"uptime_s": round(time.time() - metrics.started, 1), "store": counts, "store_counted_s_ago": round(age, 1),
-                "requests": metrics.snapshot(), "ask_stages": metrics.stage_snapshot()}
+        return {
+            "uptime_s": round(time.time() - metrics.started, 1),
+            "store": counts,
+            "store_counted_s_ago": round(age, 1),
+            "requests": metrics.snapshot(),
+            "ask_stages": metrics.stage_snapshot(),
+        }
 
-    @app.get("/annotation/next", response_model=AnnotationBatch, dependencies=[Depends(require_expert)],
-             summary="The next unlabelled items of the annotation queue, and how far the labelling is")
-    def annotation_next(expert: Annotated[str, Query(min_length=1, max_length=MAX_EXPERT_CHARS,
-                                                     description="who asks (counts `by_you`)")],
-                        limit: Annotated[int, Query(ge=1, le=100)] = 1) -> AnnotationBatch:
+    @app.get(
+        "/annotation/next",
+        response_model=AnnotationBatch,
+        dependencies=[Depends(require_expert)],
+        summary="The next unlabelled items of the annotation queue, and how far the labelling is",
+    )
+    def annotation_next(
+        expert: Annotated[
+            str, Query(min_length=1, max_length=MAX_EXPERT_CHARS, description="who asks (counts `by_you`)")
+        ],
+        limit: Annotated[int, Query(ge=1, le=100)] = 1,
+    ) -> AnnotationBatch:
         queue, _items = queue_file.get()
         labelled = store.current_expert_labels()
         ids = [item.item_id for item in queue.items]
         done = store.expert_progress(ids, since=queue.created_at, expert=expert.strip())
         return AnnotationBatch(
-            queue_created_at=queue.created_at, strategy=queue.strategy, selection=queue.selection,
+            queue_created_at=queue.created_at,
+            strategy=queue.strategy,
+            selection=queue.selection,
             items=[item for item in queue.items if item.item_id not in labelled][:limit],
-            progress=AnnotationProgress(total=done["total"], labelled=done["labelled"],
-                                        labelled_since_queue=done["labelled_since"], by_you=done["by_expert"]))
+            progress=AnnotationProgress(
+                total=done["total"],
+                labelled=done["labelled"],
+                labelled_since_queue=done["labelled_since"],
+                by_you=done["by_expert"],
+            ),
+        )
 
-    @app.post("/annotation/labels", response_model=ExpertAck, dependencies=[Depends(require_expert)],
-              summary="Grade an item of the annotation queue: 2 relevant, 1 partially, 0 irrelevant; idempotent",
-              responses={201: {"model": ExpertAck}, 404: {"description": "the item is not in the current queue"},
-                         409: {"description": "no queue yet, or the idempotency key was used for another label"}})
+    @app.post(
+        "/annotation/labels",
+        response_model=ExpertAck,
+        dependencies=[Depends(require_expert)],
+        summary="Grade an item of the annotation queue: 2 relevant, 1 partially, 0 irrelevant; idempotent",
+        responses={
+            201: {"model": ExpertAck},
+            404: {"description": "the item is not in the current queue"},
+            409: {"description": "no queue yet, or the idempotency key was used for another label"},
+        },
+    )
     def annotation_label(body: ExpertLabel):
         replay = store.expert_replay(body)  # a retry is answered even when a refresh has dropped its item since
         if replay is None:
             _queue, items = queue_file.get()
             item = items.get(body.item_id)
             if item is None:
-                raise StarletteHTTPException(404, f"item {body.item_id!r} is not in the current annotation queue (it "
-                                                  "may have been rebuilt): take the items GET /annotation/next returns")
-            replay = store.record_expert_label(body, question=item.question, passage=item.model_dump(),
-                                               query_id=item.query_id)
+                raise StarletteHTTPException(
+                    404,
+                    f"item {body.item_id!r} is not in the current annotation queue (it "
+                    "may have been rebuilt): take the items GET /annotation/next returns",
+                )
+            replay = store.record_expert_label(
+                body, question=item.question, passage=item.model_dump(), query_id=item.query_id
+            )
         return JSONResponse(replay.model_dump(), status_code=200 if replay.duplicate else 201)
 
-    @app.post("/annotation/undo", response_model=ExpertAck, dependencies=[Depends(require_expert)],
-              summary="Retract your current label of an item (it is unlabelled again); idempotent",
-              responses={409: {"description": "nothing to undo (no label, or another expert's)"}})
+    @app.post(
+        "/annotation/undo",
+        response_model=ExpertAck,
+        dependencies=[Depends(require_expert)],
+        summary="Retract your current label of an item (it is unlabelled again); idempotent",
+        responses={409: {"description": "nothing to undo (no label, or another expert's)"}},
+    )
     def annotation_undo(body: ExpertUndo):
         ack = store.undo_expert_label(body)
         return JSONResponse(ack.model_dump(), status_code=200 if ack.duplicate else 201)
