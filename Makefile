@@ -13,7 +13,7 @@ export DAGSTER_DISABLE_TELEMETRY ?= 1
 export RAG_DATA_DIR ?= $(CURDIR)/data
 export DAGSTER_HOME ?= $(RAG_DATA_DIR)/dagster
 
-.PHONY: install demo test test-all dev mlflow validate bench bench-quick bench-training bench-training-quick clean browser ocr
+.PHONY: install demo test lint test-all dev mlflow validate bench bench-quick bench-training bench-training-quick clean browser ocr
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -57,8 +57,11 @@ ocr:
 
 # One worker per core: most tests wait on one thread (model loads, subprocesses, SQLite), so two share 2 cores well.
 TEST_WORKERS ?= 2
-test: install browser
+test: install browser lint
 	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
+
+lint: install
+	$(VENV)/bin/ruff check .
 
 test-all: install browser
 	$(PY) -m pytest -q
