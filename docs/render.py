@@ -657,6 +657,48 @@ def answers(record: dict) -> dict[str, Table]:
     return views
 
 
+def load_api(record: dict) -> dict[str, Table]:
+    stages = ("retrieve", "generate", "attribute", "total")
+    rows = []
+    for phase in record.get("phases", []):
+        ask = phase.get("ask", {})
+        medians = phase.get("stage_medians_ms", {})
+        rows.append(
+            [
+                str(phase.get("clients")),
+                "yes" if phase.get("reindex") else "no",
+                num(phase.get("requests_per_s"), 1),
+                ms(ask.get("p50_ms")),
+                ms(ask.get("p95_ms")),
+                ms(ask.get("p99_ms")),
+                ms(ask.get("max_ms")),
+                num(phase.get("errors")),
+            ]
+            + [ms(medians.get(stage)) for stage in stages]
+        )
+    head = ["clients", "re-indexing", "req/s", "p50 ms", "p95 ms", "p99 ms", "max ms", "errors"]
+    views = {"phases": (head + [f"server {stage} median ms" for stage in stages], rows)}
+    targets, met = record.get("targets", {}), record.get("meets_targets", {})
+    views["targets"] = (
+        ["target", "value", "met"],
+        [[key.replace("_", " "), num(value, 1), num(met.get(key))] for key, value in sorted(targets.items())],
+    )
+    check = record.get("store_check")
+    if check:
+        views["store"] = (
+            ["answered asks", "queries stored", "lost", "integrity problems"],
+            [
+                [
+                    num(check.get("asks_answered")),
+                    num(check.get("queries_stored")),
+                    num(check.get("lost")),
+                    num(len(check.get("integrity_problems", []))),
+                ]
+            ],
+        )
+    return views
+
+
 def generic(record: dict) -> dict[str, Table]:
     """Scalar figures outside the provenance, by their path in the file (lists and per-query maps left out)."""
     rows: list[list[str]] = []
@@ -753,6 +795,12 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
         "How good and how fast is the extractive answer on SQuAD dev questions, against the human answers? "
         "(`bench/answers.py --only spans`)",
         answers,
+    ),
+    (
+        "load-api*",
+        "How fast does `rag serve` answer `/ask` with 1 and 10 clients, alone and while `rag index` re-indexes, and "
+        "is every answered ask stored? (`bench/load_api.py`)",
+        load_api,
     ),
     (
         "active-learning*",
