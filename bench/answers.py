@@ -24,10 +24,9 @@ import sys
 import time
 
 from bench.lib import cli
-from bench.lib.datasets import REPO, SQUAD, absent
+from bench.lib.datasets import REPO, SQUAD, absent, squad_as_beir
 from bench.lib.provenance import run_record, stamp_end
 from bench.lib.results import write
-from bench.qa_eval import squad_as_beir
 from rag.evaluation.beir import load_beir, open_beir_index
 from rag.evaluation.qaset import import_squad
 from rag.markdown import markdown_table

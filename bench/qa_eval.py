@@ -18,18 +18,16 @@ section whose data is absent prints a message and is skipped.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import sys
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pandas as pd
 
 from bench.lib import cli
-from bench.lib.datasets import PDFS, SQUAD, absent
+from bench.lib.datasets import PDFS, SQUAD, absent, squad_as_beir
 from bench.lib.provenance import commit
 from bench.lib.results import write
 from rag.chunk_sets import update_chunk_set
@@ -38,7 +36,6 @@ from rag.embedding import load_embedder
 from rag.evaluation.beir import load_beir, open_beir_index
 from rag.evaluation.loaders import squad_articles
 from rag.evaluation.metrics import evaluate_run, run_from_hits
-from rag.evaluation.qaset import import_squad
 from rag.index.bm25 import BM25Index
 from rag.index.qdrant import get_client
 from rag.index.sync import sync_collection
@@ -51,23 +48,6 @@ from rag.store import data_dir
 from rag.synthetic import SynthSettings, generate_qa
 
 NONE = SearchFilter()
-
-
-def squad_as_beir(folder: Path) -> Path:
-    """SQuAD dev paragraphs as a BEIR corpus, its questions as queries (written once)."""
-    if (folder / "qrels" / "test.tsv").exists():
-        return folder
-    documents, items = import_squad(SQUAD)
-    (folder / "qrels").mkdir(parents=True, exist_ok=True)
-    with open(folder / "corpus.jsonl", "w") as fh:
-        for doc_id, text in documents.items():
-            fh.write(json.dumps({"_id": doc_id, "title": "", "text": text}) + "\n")
-    with open(folder / "queries.jsonl", "w") as fh:
-        for item in items:
-            fh.write(json.dumps({"_id": item.qid, "text": item.question}) + "\n")
-    with open(folder / "qrels" / "test.tsv", "w") as fh:
-        fh.write("query-id\tcorpus-id\tscore\n" + "".join(f"{i.qid}\t{i.doc_id}\t1\n" for i in items))
-    return folder
 
 
 def modes_from(dense: dict, sparse: dict) -> dict[str, dict[str, list[str]]]:

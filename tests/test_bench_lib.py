@@ -55,3 +55,19 @@ def test_output_option_keeps_the_first_flags_name():
     q = cli.parser("doc")
     cli.add_output(q, flags=("--out",))
     assert q.parse_args([]).out is None
+
+
+def test_no_bench_script_imports_another_script():
+    # What scripts share lives in bench.lib; only bench/run.py (`make bench`) runs the others by design.
+    import re
+
+    scripts = {p.stem for p in BENCH.glob("*.py")} - {"__init__"}
+    pattern = re.compile(r"^\s*(?:from bench(?:\.(\w+))? import ([\w, ]+)|import bench\.(\w+))", re.M)
+    offenders = []
+    for path in sorted(BENCH.glob("*.py")):
+        if path.name == "run.py":
+            continue
+        for module, names, imported in pattern.findall(path.read_text()):
+            used = {module or imported} if (module or imported) else {n.strip() for n in names.split(",")}
+            offenders += [f"{path.name} imports bench.{name}" for name in used & scripts]
+    assert offenders == []

@@ -7,6 +7,7 @@ benches' real files (pdfs/, docs-mixed/).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,3 +38,22 @@ def parser_files() -> list[Path]:
     if not PDFS.is_dir():
         return []
     return sorted(PDFS.glob("*.pdf")) + sorted(p for p in DOCS_MIXED.iterdir() if p.name != "manifest.json")
+
+
+def squad_as_beir(folder: Path) -> Path:
+    """SQuAD dev paragraphs as a BEIR corpus, its questions as queries (written once)."""
+    if (folder / "qrels" / "test.tsv").exists():
+        return folder
+    from rag.evaluation.qaset import import_squad
+
+    documents, items = import_squad(SQUAD)
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    with open(folder / "corpus.jsonl", "w") as fh:
+        for doc_id, text in documents.items():
+            fh.write(json.dumps({"_id": doc_id, "title": "", "text": text}) + "\n")
+    with open(folder / "queries.jsonl", "w") as fh:
+        for item in items:
+            fh.write(json.dumps({"_id": item.qid, "text": item.question}) + "\n")
+    with open(folder / "qrels" / "test.tsv", "w") as fh:
+        fh.write("query-id\tcorpus-id\tscore\n" + "".join(f"{i.qid}\t{i.doc_id}\t1\n" for i in items))
+    return folder
