@@ -3,55 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from pathlib import Path
 
+from orchestration.launch import cli_instance, sync_partitions
 from rag.cli import add_library_commands, run_command
-from rag.store import data_dir
-
-
-def _instance():
-    """The persistent Dagster instance under the data dir, so `dagster dev` shows what the CLI ran."""
-    home = Path(os.environ.setdefault("DAGSTER_HOME", str(data_dir() / "dagster")))
-    home.mkdir(parents=True, exist_ok=True)
-    disable_telemetry(home / "dagster.yaml")
-    from dagster import DagsterInstance
-
-    return DagsterInstance.get()
-
-
-def disable_telemetry(config: Path) -> None:
-    """Telemetry off in the instance's dagster.yaml (which also drops Dagster's telemetry banner), unless the file
-    already says either way."""
-    import yaml
-
-    text = config.read_text() if config.exists() else ""
-    if "telemetry" not in (yaml.safe_load(text) or {}):
-        config.write_text(text + ("" if not text or text.endswith("\n") else "\n") + "telemetry:\n  enabled: false\n")
-
-
-def sync_partitions(instance) -> dict[str, list[str]]:
-    """Add partitions for strategies in the chunking YAML and active models that have none yet."""
-    from orchestration.partitions import chunking_strategy_partitions, embedding_model_partitions
-    from resources.chunking import ChunkingStrategies
-    from resources.models import EmbeddingModels
-
-    added = {}
-    for partitions, wanted in (
-        (chunking_strategy_partitions, list(ChunkingStrategies().strategies())),
-        (embedding_model_partitions, EmbeddingModels().active()),
-    ):
-        existing = set(instance.get_dynamic_partitions(partitions.name))
-        new = [name for name in wanted if name not in existing]
-        if new:
-            instance.add_dynamic_partitions(partitions.name, new)
-        added[partitions.name] = new
-    return added
 
 
 def cmd_sync(args: argparse.Namespace) -> int:
-    instance = _instance()
+    instance = cli_instance()
     added = sync_partitions(instance)
     for name, new in added.items():
         print(f"{name}: added {', '.join(new) or 'nothing (all present)'}")
@@ -67,7 +26,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from orchestration.demo import run_demo
 
-    return run_demo(_instance())
+    return run_demo(cli_instance())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,7 @@ import logging
 import time
 from contextlib import contextmanager
 
-from orchestration.cli import sync_partitions
+from orchestration.launch import sync_partitions
 from orchestration.launch import run_job
 
 DEMO_QUESTION = "Which flight control computer software must be installed on the airplanes?"

@@ -1,5 +1,6 @@
-"""Run a job of the code location in this process (`rag demo`, `rag retrain`, `rag sync-strategies --materialize`)
-so that the Dagster UI lists the run on that job's page.
+"""How the CLI (`rag demo`, `rag retrain`, `rag sync-strategies`) drives Dagster: the persistent instance under the
+data dir, the dynamic partitions it adds, and jobs of the code location run in this process so that the Dagster UI
+lists each run on its job's page.
 
 The UI's job page asks for the runs of the job tagged with its code location (`.dagster/repository` =
 `<repository>@<location>`). Dagster adds that tag to the runs it launches from the workspace, from their job origin;
@@ -9,16 +10,58 @@ found". The tag is added here, with the code location named as workspace.yaml na
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from rag.store import data_dir
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance, ExecuteInProcessResult
 
 WORKSPACE = Path(__file__).resolve().parents[1] / "workspace.yaml"
 CODE_LOCATION_MODULE = "orchestration.definitions"
+
+
+def cli_instance():
+    """The persistent Dagster instance under the data dir, so `dagster dev` shows what the CLI ran."""
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(data_dir() / "dagster")))
+    home.mkdir(parents=True, exist_ok=True)
+    disable_telemetry(home / "dagster.yaml")
+    from dagster import DagsterInstance
+
+    return DagsterInstance.get()
+
+
+def disable_telemetry(config: Path) -> None:
+    """Telemetry off in the instance's dagster.yaml (which also drops Dagster's telemetry banner), unless the file
+    already says either way."""
+    import yaml
+
+    text = config.read_text() if config.exists() else ""
+    if "telemetry" not in (yaml.safe_load(text) or {}):
+        config.write_text(text + ("" if not text or text.endswith("\n") else "\n") + "telemetry:\n  enabled: false\n")
+
+
+def sync_partitions(instance) -> dict[str, list[str]]:
+    """Add partitions for strategies in the chunking YAML and active models that have none yet."""
+    from orchestration.partitions import chunking_strategy_partitions, embedding_model_partitions
+    from resources.chunking import ChunkingStrategies
+    from resources.models import EmbeddingModels
+
+    added = {}
+    for partitions, wanted in (
+        (chunking_strategy_partitions, list(ChunkingStrategies().strategies())),
+        (embedding_model_partitions, EmbeddingModels().active()),
+    ):
+        existing = set(instance.get_dynamic_partitions(partitions.name))
+        new = [name for name in wanted if name not in existing]
+        if new:
+            instance.add_dynamic_partitions(partitions.name, new)
+        added[partitions.name] = new
+    return added
 
 
 @cache

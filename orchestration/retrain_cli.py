@@ -65,11 +65,11 @@ def _retrain_request(no_feedback: bool):
 
 
 def cmd_retrain(args: argparse.Namespace) -> int:
-    from orchestration.cli import _instance
+    from orchestration.launch import cli_instance
     from orchestration.training import retrain_job
 
     run_config, tags = _retrain_request(args.no_feedback)
-    instance = _instance()  # sets DAGSTER_HOME (default <data dir>/dagster) for the printed command too
+    instance = cli_instance()  # sets DAGSTER_HOME (default <data dir>/dagster) for the printed command too
     if args.print_command:
         import os
 

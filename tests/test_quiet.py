@@ -74,10 +74,10 @@ def test_loading_the_definitions_prints_no_dagster_warnings_but_real_ones():
 def test_cli_instance_has_telemetry_off_and_prints_no_banner(tmp_path, monkeypatch, capfd):
     from dagster import asset, materialize
 
-    from orchestration.cli import _instance
+    from orchestration.launch import cli_instance
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
-    instance = _instance()
+    instance = cli_instance()
 
     @asset
     def tiny() -> int:
@@ -89,7 +89,7 @@ def test_cli_instance_has_telemetry_off_and_prints_no_banner(tmp_path, monkeypat
 
 
 def test_telemetry_setting_keeps_what_the_file_says(tmp_path):
-    from orchestration.cli import disable_telemetry
+    from orchestration.launch import disable_telemetry
 
     own = tmp_path / "own.yaml"
     own.write_text("telemetry:\n  enabled: true\n")
