@@ -352,27 +352,19 @@ def _llm_name(llm: LLM | None) -> str | None:
 
 
 def _chunk_view(hit: Hit, label: str, cited: bool, attributed: bool, attribution_score: float | None) -> dict:
+    """A passage as the answer shows it: the hit's own JSON (rag.retrieval.Hit.to_json) plus how the answer used it."""
     c = hit.chunk
     html = c.get("table_html")
     neighbour = c.get("neighbour_of")
-    return {
-        "chunk_id": c["chunk_id"],
-        "doc_id": c["doc_id"],
-        "page_start": int(c["page_start"]),
-        "page_end": int(c["page_end"]),
-        "char_start": int(c["char_start"]),
-        "char_end": int(c["char_end"]),
-        "text": c["text"],
+    return hit.to_json() | {
         "table_html": html if isinstance(html, str) else None,
-        "score": round(float(hit.score), 6),
-        "rank": hit.rank,
         "label": label,
         "cited": cited,
         "attributed": attributed,
         "attribution_score": attribution_score,
         "neighbour_of": neighbour if isinstance(neighbour, str) else None,
         **({"team": c["team"], "shared": bool(c.get("shared"))} if c.get("team") else {}),
-    }  # interleaved canary answers only
+    }  # team/shared: interleaved canary answers only
 
 
 def answer_question(question: str, settings: AnswerSettings | None = None, **kw) -> AnswerResult:
