@@ -17,7 +17,6 @@ from rag.index.sync import BM25Run, IndexRun, sync_bm25, sync_collection
 from rag.ingest import ParseRun, update_documents
 from rag.parsing import ParseSettings
 from rag.progress import Progress
-from rag.qa.encoding import store_sentence_vectors
 from rag.registry import IMPLICIT_PRODUCTION, ModelRegistry
 from rag.retrieval.service import PRODUCTION
 from rag.source import SourceScan, scan_folder
@@ -101,6 +100,9 @@ def embed_step(
     if base_serving_alias(client, strategy, model, run.collection, registry):
         # The collection the serving alias left may be an old version of the base model nothing else holds.
         run.dropped_collections += drop_unaliased(client, CollectionName(strategy, model_key(model)))
+    # Imported when used: rag.qa brings the answer stack (LLM backends), which importing the pipeline should not load.
+    from rag.qa.encoding import store_sentence_vectors
+
     sentences = store_sentence_vectors(
         root, chunks["text"].tolist(), embedder, progress=progress, task=f"sentence vectors {strategy}|{model}"
     )
