@@ -19,6 +19,10 @@ for _name in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "datasets"
+# Answers encode questions with the model's int8 twin, exported at first use into the data dir: every test's fresh
+# data dir would export again (seconds each). The exports are keyed by weights version, so all tests (and all xdist
+# workers, and later runs) share one folder.
+os.environ.setdefault("RAG_ONNX_CACHE", str(REPO / ".pytest_cache" / "onnx-int8"))
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ def data_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("int8-data")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAG_DATA_DIR", str(folder))
+        mp.delenv("RAG_ONNX_CACHE", raising=False)  # the default place, under the data dir
         load_embedder.cache_clear()
         yield folder
         load_embedder.cache_clear()
@@ -129,3 +130,56 @@ def test_a_collection_built_with_it_has_its_own_version(int8, minilm):
         assert hits[0].chunk["chunk_id"] == "planets"
     finally:
         close_client(settings)
+
+
+class Counting:
+    """An embedder wrapper that records which texts it encoded as questions."""
+
+    def __init__(self, inner):
+        self.inner, self.questions = inner, []
+        self.name, self.version, self.dim = inner.name, inner.version, inner.dim
+
+    def encode_queries(self, texts):
+        self.questions.extend(texts)
+        return self.inner.encode_queries(texts)
+
+
+def test_questions_are_encoded_by_the_int8_twin_against_the_float_passages(int8, minilm):
+    from rag.embedding.onnx_int8 import int8_query_encoder
+
+    twin, why_not = int8_query_encoder("minilm", minilm)
+    assert twin is int8 and why_not is None
+    settings = QdrantSettings(path=":memory:")
+    client = get_client(settings)
+    try:
+        chunks = chunk_table(TEXTS)
+        full = sync_collection(client, chunks, minilm, strategy="t", model="minilm")
+        passages, questions = Counting(minilm), Counting(int8)
+        index = Index(chunks.set_index("chunk_id"), None, client, full.alias, passages, query_encoder=questions)
+        plain = Index(chunks.set_index("chunk_id"), None, client, full.alias, minilm)
+        for question, relevant in (("which planet is the biggest?", "planets"), ("how do cats behave", "cats")):
+            served = retrieve(index, question, "dense", RetrievalParams(k=3))
+            reference = retrieve(plain, question, "dense", RetrievalParams(k=3))
+            assert served[0].chunk["chunk_id"] == reference[0].chunk["chunk_id"] == relevant
+            assert abs(served[0].score - reference[0].score) < 0.02  # the same similarity, up to int8's rounding
+        assert questions.questions == ["which planet is the biggest?", "how do cats behave"]
+        assert passages.questions == []  # the float model encoded no question
+    finally:
+        close_client(settings)
+
+
+def test_an_int8_twin_that_disagrees_or_cannot_load_is_refused(minilm, int8):
+    from rag.embedding.onnx_int8 import int8_query_encoder
+
+    class OtherWeights:  # same dimension, unrelated vectors: what a twin of other weights would give
+        name, version, dim = "other", "x", 384
+
+        def encode_queries(self, texts):
+            rng = np.random.default_rng(0)
+            rows = rng.normal(size=(len(texts), 384)).astype(np.float32)
+            return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+    twin, why_not = int8_query_encoder("minilm", OtherWeights())
+    assert twin is None and "disagrees" in why_not
+    twin, why_not = int8_query_encoder("wordllama", load_embedder("wordllama"))
+    assert twin is None and "cannot be quantized" in why_not

@@ -488,6 +488,7 @@ def test_rag_ask_cli(sample_root, monkeypatch, capsys, tmp_path):
     # (none promoted: retrieval order) serve.
     assert out["served"] == {
         "embedder": "wordllama",
+        "query_encoder": "embedder",  # WordLlama has no int8 twin: it encodes its questions itself
         "reranker": "none",
         "mode": "hybrid-cc",
         "strategy": "paragraph",

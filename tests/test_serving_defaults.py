@@ -169,6 +169,8 @@ def test_rag_serve_with_no_flags_serves_production_and_follows_a_promotion(root,
     question = "which animal does purr and chase mice"
     with TestClient(app) as client:
         served = client.get("/health").json()["served"]
+        # Questions are encoded by MiniLM's int8 twin (AnswerSettings.query_encoder), passages stay float.
+        assert served.pop("query_encoder").startswith("minilm-int8 (")
         assert served == {
             "embedder": "minilm (base)",
             "reranker": "none",
@@ -186,6 +188,7 @@ def test_rag_serve_with_no_flags_serves_production_and_follows_a_promotion(root,
         assert serving.refresh() is False and serving.refresh() is True  # seen, then stable: swapped in
         served = client.get("/health").json()["served"]
         assert served["embedder"] == "ft-minilm-v1" and served["reranker"] == "ce-ltr-v1"
+        assert served["query_encoder"].startswith("ft-minilm-v1-int8 (")  # the promoted weights' own twin
         assert serving.current().reranker.name == "ce-ltr-v1"
         answer = client.post("/ask", json={"question": question}, headers=AUTH).json()
         assert answer["model_version"].startswith("ft-minilm-v1@")

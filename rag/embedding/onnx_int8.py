@@ -34,7 +34,9 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def cache_root() -> Path:
-    return data_dir() / "onnx-int8"
+    """`RAG_ONNX_CACHE` (exports are keyed by weights version and recipe, so data dirs can share one), else
+    `<data dir>/onnx-int8`."""
+    return Path(os.environ.get("RAG_ONNX_CACHE") or data_dir() / "onnx-int8")
 
 
 def _read_json(path: Path) -> dict:
@@ -242,3 +244,38 @@ class OnnxInt8Embedder(_Prefixed):
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         return [len(e.ids) for e in self._counter.encode_batch([self.passage_prefix + t for t in texts])]
+
+
+# Questions of the kinds people ask, to check that an int8 query encoder agrees with the float model it stands in for.
+PROBE_QUESTIONS = (
+    "What does the proposed rule require operators to do?",
+    "How many patients were enrolled in the trial?",
+    "Who signed the treaty in 1648?",
+    "vitamin d hip fracture risk elderly",
+)
+# Per-channel int8 MiniLM stays at cosine >= ~0.98 to the float vectors; far below means other weights or a broken
+# export, whose question vectors would rank the float index's passages badly without any error.
+MIN_PROBE_COSINE = 0.95
+
+
+def int8_query_encoder(model: str, embedder) -> tuple[OnnxInt8Embedder | None, str | None]:
+    """The int8 ONNX twin of `embedder` (loaded as `model`) for encoding questions against the float model's passage
+    vectors, or (None, why not): the float model then encodes questions too. Accepted only when its vectors of a few
+    probe questions agree with the float model's (cosine >= MIN_PROBE_COSINE)."""
+    from rag.embedding import load_embedder
+
+    try:
+        encoder = load_embedder(f"{model}{'' if model.endswith('-int8') else '-int8'}")
+    except Exception as exc:  # no onnxruntime, a model the exporter cannot handle, a hub id without tokenizer.json
+        return None, f"no int8 query encoder for {model!r} ({type(exc).__name__}: {exc}); questions use the float model"
+    if encoder is embedder or not isinstance(encoder, OnnxInt8Embedder) or encoder.dim != embedder.dim:
+        return None, f"{model!r} has no int8 twin of the same dimension; questions use the float model"
+    cosine = float(
+        (encoder.encode_queries(list(PROBE_QUESTIONS)) * embedder.encode_queries(list(PROBE_QUESTIONS))).sum(1).min()
+    )
+    if cosine < MIN_PROBE_COSINE:
+        return None, (
+            f"the int8 query encoder of {model!r} disagrees with its float model (probe cosine {cosine:.3f} < "
+            f"{MIN_PROBE_COSINE}): questions use the float model"
+        )
+    return encoder, None

@@ -50,6 +50,10 @@ class AnswerSettings(BaseModel):
     # Embedding model of the dense index (and of the extractive generator): a registry alias or version, a built-in
     # or a directory. "production" follows promotions.
     model: str | None = SERVED_MODEL
+    # Who encodes the question on every request: "int8", the model's int8 ONNX twin, against the same float passage
+    # vectors (a few times faster on a CPU; falls back to the model, with a warning, when no twin loads or it
+    # disagrees with the model); "model", the model itself. bench/encoder_int8.py measures both on human questions.
+    query_encoder: Literal["model", "int8"] = "int8"
     mode: str = DEFAULT_MODE  # a retrieval mode of rag.retrieval.RETRIEVERS, or "none" (no context: closed book)
     k: int = Field(10, ge=1, le=1000, description="hits retrieved (and reranked) before filtering")
     candidates: int = Field(100, ge=1, description="per-retriever depth before fusion")

@@ -138,6 +138,7 @@ class Answerer:
                 qdrant=qdrant,
                 need_dense=s.mode in DENSE_MODES,
                 need_bm25=s.mode in {"bm25", "hybrid-rrf", "hybrid-cc"},
+                query_encoder=s.query_encoder,
             )
         if embedder is None and self.index is not None and self.index.embedder is not None:
             embedder = self.index.embedder
@@ -198,6 +199,8 @@ class Answerer:
             reranker_name = "none" if reranker is None else getattr(reranker, "name", type(reranker).__name__)
             self._served = {
                 "embedder": served_embedder(self.index, self.embedder, s.model, self.root),
+                # what encodes the questions: the embedder itself, or its int8 twin (rag.embedding.onnx_int8)
+                "query_encoder": _query_encoder_name(self.index),
                 "reranker": reranker_name,
                 "mode": s.mode,
                 "strategy": None if s.mode == NO_RETRIEVAL else s.strategy,
@@ -345,6 +348,13 @@ class Answerer:
             warnings=[self.attribution_note] if self.attribution_note else [],
             served=self.served(),
         )
+
+
+def _query_encoder_name(index: Index | None) -> str | None:
+    if index is None or index.embedder is None:
+        return None
+    twin = index.query_encoder
+    return "embedder" if twin is None else f"{twin.name} ({twin.version})"
 
 
 def _llm_name(llm: LLM | None) -> str | None:

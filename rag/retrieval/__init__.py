@@ -98,6 +98,14 @@ class Index:
     # Exact dense search (every vector scored) instead of the graph: the exact top k whatever the data, for time
     # linear in the collection (bench/edge_latency.py --exact times it at scale).
     exact: bool = False
+    # Encodes the questions when set (the int8 twin of `embedder`, rag.embedding.onnx_int8.int8_query_encoder): a
+    # question is encoded on every request, the passages once at index time by `embedder`, whose weights the
+    # collection was checked against.
+    query_encoder: TextEmbedder | None = None
+
+    @property
+    def question_encoder(self) -> TextEmbedder | None:
+        return self.query_encoder or self.embedder
 
     def query_vector(self, query: str) -> np.ndarray:
         if query not in self._query_vectors:
@@ -105,7 +113,7 @@ class Index:
                 len(self._query_vectors) >= QUERY_VECTORS_KEPT
             ):  # bounded: a long-lived API process sees endless new queries
                 self._query_vectors.clear()
-            self._query_vectors[query] = self.embedder.encode_queries([query])[0]
+            self._query_vectors[query] = self.question_encoder.encode_queries([query])[0]
         return self._query_vectors[query]
 
     def dense_distance(self) -> str:
@@ -126,7 +134,10 @@ class Index:
             return
         if len(self._query_vectors) + len(todo) > QUERY_VECTORS_KEPT:
             self._query_vectors.clear()
-        self._query_vectors.update(zip(todo, self.embedder.encode_queries(todo)))
+        if self.query_encoder is not None:  # one at a time, as query_vector does: int8 scales are set per batch
+            self._query_vectors.update((q, self.query_encoder.encode_queries([q])[0]) for q in todo)
+        else:
+            self._query_vectors.update(zip(todo, self.embedder.encode_queries(todo)))
 
     def record(self, chunk_id: str) -> dict:
         return {"chunk_id": chunk_id, **self.chunks.loc[chunk_id].to_dict()}

@@ -18,6 +18,8 @@ from rag.store import CHUNKS_TABLE, TableStore, bm25_root, data_dir
 BM25Source = Literal["auto", "engine", "bm25s"]
 PRODUCTION = "production"  # the registry alias serving follows (rag.training.pipeline.SERVING names the same)
 log = logging.getLogger(__name__)
+# Who encodes a question: the index's embedding model itself, or its int8 twin (rag.embedding.onnx_int8).
+QueryEncoder = Literal["model", "int8"]
 
 
 def bm25_source_from_env() -> BM25Source:
@@ -74,7 +76,10 @@ def open_index(
     need_dense: bool = True,
     need_bm25: bool = True,
     bm25: BM25Source | None = None,
+    query_encoder: QueryEncoder = "model",
 ) -> Index:
+    """`query_encoder` "int8": questions are encoded by the model's int8 twin (a few times faster on a CPU) against
+    the float passage vectors, when that twin loads and agrees with the model; else by the model, with a warning."""
     root = Path(root or data_dir())
     chunks = TableStore(root / "tables").read(CHUNKS_TABLE, strategy)
     if chunks is None:
@@ -82,7 +87,7 @@ def open_index(
             f"no chunk set for strategy {strategy!r} under {root}: run `rag index DOCS --strategy {strategy}` "
             "or materialize chunk_sets for that partition"
         )
-    client = alias = embedder = None
+    client = alias = embedder = twin = None
     qdrant = qdrant or QdrantSettings.from_env()
     if need_dense:
         if not model:
@@ -109,6 +114,12 @@ def open_index(
                 f"the collection {live} was built with other weights than model {model!r} has now "
                 f"({embedder.version}): re-index it (materialize embedding_collections or `rag index`)"
             )
+        if query_encoder == "int8":
+            from rag.embedding.onnx_int8 import int8_query_encoder
+
+            twin, why_not = int8_query_encoder(model, embedder)
+            if why_not:
+                log.warning(why_not)
         hint = None if is_local(client) else qdrant.breadth_hint(len(chunks))  # local mode always scans exactly
         if hint:
             log.warning("%s: %s", live, hint)
@@ -119,6 +130,7 @@ def open_index(
         client=client,
         alias=alias,
         embedder=embedder,
+        query_encoder=twin,
         hnsw_ef=qdrant.hnsw_ef,
         exact=qdrant.exact_search,
     )

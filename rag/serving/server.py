@@ -37,6 +37,7 @@ def serving_index(answer, *, root: Path, lock_wait_seconds: float = 120.0) -> Se
             qdrant=qdrant,
             need_dense=answer.mode in DENSE_MODES,
             need_bm25=answer.mode in {"bm25", "hybrid-rrf", "hybrid-cc"},
+            query_encoder=answer.query_encoder,
         )
 
     dense = answer.mode in DENSE_MODES
