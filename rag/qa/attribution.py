@@ -9,6 +9,7 @@ are the attributed ones.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Protocol
 
 import numpy as np
@@ -35,6 +36,12 @@ class PairScorer(Protocol):
 def passage_sentences(text: str) -> list[str]:
     """Sentences of a passage. PDF text wraps lines mid-sentence, so lines are joined before splitting, except
     table rows (cells joined by " | "), each of which is a unit of its own."""
+    return list(_passage_sentences(text))
+
+
+# The same passages come back question after question (the generator and attribution each split them too).
+@lru_cache(maxsize=8192)
+def _passage_sentences(text: str) -> tuple[str, ...]:
     units: list[str] = []
     block: list[str] = []
 
@@ -52,7 +59,7 @@ def passage_sentences(text: str) -> list[str]:
         else:
             flush()
     flush()
-    return [u for u in units if u]
+    return tuple(u for u in units if u)
 
 
 def windows(units: list[str], size: int) -> list[tuple[int, int]]:
@@ -130,7 +137,15 @@ class EmbeddingScorer:
         vectors = self.embedder.encode_passages(texts)  # the answer is a statement, not a query: no query prefix
 
         def pooled(windows: list[list[str]]) -> np.ndarray:
-            return normalize_rows(np.vstack([vectors[[position[t] for t in w]].mean(axis=0) for w in windows]))
+            # Every window's mean in one product: (windows x sentences) weights 1/len(window), times the vectors.
+            sizes = [len(w) for w in windows]
+            weights = np.zeros((len(windows), len(texts)), dtype=np.float32)
+            np.add.at(
+                weights,
+                (np.repeat(np.arange(len(windows)), sizes), [position[t] for w in windows for t in w]),
+                np.repeat(1.0 / np.asarray(sizes, dtype=np.float32), sizes),
+            )
+            return normalize_rows(weights @ vectors)
 
         q, p = pooled(queries), pooled(passages)
         return np.clip(np.einsum("ij,ij->i", q[[i for i, _ in pairs]], p[[j for _, j in pairs]]), 0.0, 1.0)

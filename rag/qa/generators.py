@@ -64,6 +64,27 @@ def content_terms(texts: list[str]) -> list[set[str]]:
     return [set(tokens) - stems for tokens in tokenize(texts)]
 
 
+class TermCache:
+    """content_terms of texts seen before, bounded (cleared when full): the passages and their sentences come back
+    question after question, and tokenizing them was most of an extractive answer's own time. Misses are tokenized
+    in one call (the tokenizer's cost per call is fixed)."""
+
+    def __init__(self, max_entries: int = 50_000):
+        self.max_entries = max_entries
+        self._terms: dict[str, frozenset[str]] = {}
+
+    def __call__(self, texts: list[str]) -> list[set[str]]:
+        found = {t: terms for t in dict.fromkeys(texts) if (terms := self._terms.get(t)) is not None}
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing:
+            new = {t: frozenset(terms) for t, terms in zip(missing, content_terms(missing))}
+            found.update(new)
+            if len(self._terms) + len(new) > self.max_entries:
+                self._terms.clear()
+            self._terms.update(new)
+        return [set(found[t]) for t in texts]
+
+
 def share(question_terms: set[str], terms: set[str]) -> float:
     # A question with no content word cannot be checked against any text: it gets no support.
     return len(question_terms & terms) / len(question_terms) if question_terms else 0.0
@@ -195,12 +216,13 @@ class ExtractiveGenerator:
     ):
         self.embedder, self.min_support, self.max_passages = embedder, min_support, max_passages
         self.continue_lead_ins, self.max_answer_chars, self.next_chunk = continue_lead_ins, max_answer_chars, next_chunk
+        self._terms = TermCache()
 
     def generate(self, question: str, passages: list[Passage] | None) -> Generation:
         if not passages:
             return Generation("", ParsedAnswer(NOT_IN_CONTEXT, [], True), support=0.0)
         ranked = sorted(passages, key=lambda p: p.hit.rank)[: self.max_passages]
-        q_terms, *passage_terms = content_terms([question] + [p.chunk.get("text") or "" for p in ranked])
+        q_terms, *passage_terms = self._terms([question] + [p.chunk.get("text") or "" for p in ranked])
         supports = [(p, share(q_terms, terms)) for p, terms in zip(ranked, passage_terms)]
         # Only supported passages may answer; when none is, nothing needs encoding.
         candidates = []
@@ -211,7 +233,7 @@ class ExtractiveGenerator:
         best_support = max(sup for _, sup in supports)
         if not candidates:
             return Generation("", ParsedAnswer(NOT_IN_CONTEXT, [], True), support=best_support)
-        sentence_terms = content_terms([c.sentence for c in candidates])
+        sentence_terms = self._terms([c.sentence for c in candidates])
         # A sentence saying nothing the question does not (a table's header row, a title) cannot be the answer.
         informative = [i for i, terms in enumerate(sentence_terms) if terms - q_terms] or list(range(len(candidates)))
         # Answer type: a question after a quantity or a date is answered by a sentence holding a number.

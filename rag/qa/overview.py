@@ -129,11 +129,16 @@ class Catalog:
             return cls([])
         table = chunks.reset_index().rename(columns={"index": "chunk_id"})
         table = table.sort_values(["doc_id", "char_start", "char_end"], kind="stable")
+        # One to_dict over every kept row, grouped in Python: a to_dict per document took 14 s on SciFact's 5,183
+        # documents, paid by the first overview question an API process answered.
+        by_doc: dict[str, list[dict]] = {}
+        for record in table.groupby("doc_id", sort=True).head(per_document).to_dict("records"):
+            by_doc.setdefault(str(record["doc_id"]), []).append(record)
         documents = []
-        for doc_id, group in table.groupby("doc_id", sort=True):
-            records = group.head(per_document).to_dict("records")
-            title = _title(str(doc_id), records)
-            documents.append(Document(str(doc_id), title, records, frozenset(words(str(doc_id)) + words(title))))
+        for doc_id in sorted(by_doc):
+            records = by_doc[doc_id]
+            title = _title(doc_id, records)
+            documents.append(Document(doc_id, title, records, frozenset(words(doc_id) + words(title))))
         return cls(documents)
 
     def select(self, request: OverviewRequest) -> list[Document]:
