@@ -188,8 +188,10 @@ def _quantiles(values: list[float]) -> dict[str, float]:
 def squad_spans(model: str, int8_model: str | None, n_articles: int, n_questions: int, budget: int) -> dict:
     """The extractive answer's EM / F1 against all human answers on SQuAD dev articles indexed through the shared
     index step (chunk, BM25, collection and sentence vectors), before (no lead-in continuation; the sentence store and
-    retrieval's question vector unused, as answers were made before them) and after (both), and after with the int8
-    encoder (collection, sentence vectors and question all int8). Each run has its own opened index, so every
+    retrieval's question vector unused, as answers were made before them; the question encoded by the model) and
+    after (both; the question encoded as AnswerSettings' default query_encoder says), and after with the int8
+    encoder (collection, sentence vectors and question all int8); each after-run's per-question F1 beside before's
+    in a paired test. Each run has its own opened index, so every
     question is encoded for retrieval in every run; stage times are per answer."""
     import pandas as pd
 
@@ -228,14 +230,21 @@ def squad_spans(model: str, int8_model: str | None, n_articles: int, n_questions
         run = embed_step(tables, get_client(qdrant), "paragraph", name, load_embedder(name))
         out["indexing"][name] = {**run.summary, "wall_seconds": round(time.perf_counter() - started, 1)}
         print(f"  indexed {len(chunked.chunks)} chunks with {name}: {out['indexing'][name]}", flush=True)
-    runs = [("before", model, False), ("after", model, True)] + (
-        [("after-int8", int8_model, True)] if int8_model else []
+    # (label, model, lead-ins and stored sentences, who encodes the question)
+    runs = [("before", model, False, "model"), ("after", model, True, AnswerSettings().query_encoder)] + (
+        [("after-int8", int8_model, True, "model")] if int8_model else []
     )
-    for label, name, after in runs:
+    per_question: dict[str, pd.Series] = {}
+    for label, name, after, query_encoder in runs:
         settings = AnswerSettings(
-            strategy="paragraph", model=name, reranker="none", continue_lead_ins=after, max_answer_chars=budget
+            strategy="paragraph",
+            model=name,
+            reranker="none",
+            continue_lead_ins=after,
+            max_answer_chars=budget,
+            query_encoder=query_encoder,
         )
-        index = open_index("paragraph", name, root=root, qdrant=qdrant)
+        index = open_index("paragraph", name, root=root, qdrant=qdrant, query_encoder=query_encoder)
         embedder = None if after else CachedEmbedder(_Unshared(index.embedder))
         answerer = Answerer(settings, root=root, index=index, embedder=embedder)
         rows, stages = [], {}
@@ -256,9 +265,11 @@ def squad_spans(model: str, int8_model: str | None, n_articles: int, n_questions
             for stage, ms in result.timings_ms.items():
                 stages.setdefault(stage, []).append(ms)
         frame = pd.DataFrame(rows)
+        per_question[label] = frame["f1"].set_axis([item.qid for item in items])
         answered = frame[frame["answered"]]
         out["runs"][label] = {
             "model": name,
+            "query_encoder": query_encoder,
             "continue_lead_ins": after,
             "sentence_store": after,
             "exact_match": round(frame["em"].mean(), 4),
@@ -271,6 +282,16 @@ def squad_spans(model: str, int8_model: str | None, n_articles: int, n_questions
             "seconds": round(time.perf_counter() - started, 1),
         }
         print(f"  {label:10s} {json.dumps(out['runs'][label])}", flush=True)
+    from rag.evaluation.metrics import paired_comparison
+
+    out["paired_f1_vs_before"] = {
+        label: {
+            k: round(v, 4) if isinstance(v, float) else v
+            for k, v in paired_comparison(f1, per_question["before"]).items()
+        }
+        for label, f1 in per_question.items()
+        if label != "before"
+    }
     return out
 
 

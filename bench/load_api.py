@@ -341,6 +341,7 @@ def run(
     seed: int = 0,
     reindex: bool = True,
     warmup: int = 20,
+    ask_concurrency: int | None = None,
 ) -> dict:
     """The measurement; returns the result (without provenance). `quick`: the sample corpus and 10 s phases."""
     corpus = corpus or ("sample" if quick else "scifact")
@@ -368,8 +369,10 @@ def run(
             "TRANSFORMERS_OFFLINE": "1",
             "DAGSTER_HOME": str(root / "dagster"),
         }
-        for name in ("QDRANT_URL", "RAG_QDRANT_PATH", "RAG_ANSWER_CONFIG", "RAG_FEEDBACK_DB"):
+        for name in ("QDRANT_URL", "RAG_QDRANT_PATH", "RAG_ANSWER_CONFIG", "RAG_FEEDBACK_DB", "RAG_ASK_CONCURRENCY"):
             env.pop(name, None)
+        if ask_concurrency is not None:
+            env["RAG_ASK_CONCURRENCY"] = str(ask_concurrency)
         rewritten = chosen.write_pristine(docs)
         log(f"{corpus}: {len(chosen.files)} documents in {docs} ({rewritten} written); rag index ...")
         built = index(docs, strategy, env)
@@ -390,6 +393,7 @@ def run(
                     timeout=300,
                 ).raise_for_status()
             idle_rss_mb = round(proc_kib(server.pid, "VmRSS") / 1024, 1)
+            served = httpx.get(f"{base}/health", timeout=30).json().get("served")
             for with_reindex in [False, True] if reindex else [False]:
                 for n in clients:
                     before, runs = generation(base), []
@@ -452,7 +456,8 @@ def run(
         "serving": {
             "command": "rag serve --port <free port> (default answer settings)",
             "strategy": strategy,
-            "model": "minilm (production before any promotion)",
+            "served": served,
+            "ask_concurrency": ask_concurrency or "default",
             "refresh_seconds": refresh_seconds,
             "startup_s": startup_s,
             "idle_rss_mb": idle_rss_mb,
@@ -499,6 +504,7 @@ def main() -> int:
     p.add_argument("--no-reindex", action="store_true", help="only the phases without a concurrent re-index")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--warmup", type=int, default=20, help="asks before the first phase, not measured (default 20)")
+    p.add_argument("--ask-concurrency", type=int, help="answers the API computes at once (default: rag serve's)")
     add_output(p, flags=("--json",))
     args = p.parse_args()
     record = run_record(args)
@@ -513,6 +519,7 @@ def main() -> int:
         seed=args.seed,
         reindex=not args.no_reindex,
         warmup=args.warmup,
+        ask_concurrency=args.ask_concurrency,
     )
     out = args.json or RESULTS / ("load-api-quick.json" if args.quick else "load-api.json")
     write(stamp_end({**record, **result}), out)

@@ -635,12 +635,17 @@ def answers(record: dict) -> dict[str, Table]:
             f"{run.get('model', '—')}, lead-ins {'continued' if run.get('continue_lead_ins') else 'not continued'}, "
             f"sentence vectors {'stored' if run.get('sentence_store') else 'encoded per question'}"
         )
+        if run.get("query_encoder") == "int8":
+            setting += ", question encoded by the int8 twin"
+        paired = spans.get("paired_f1_vs_before", {}).get(label)
+        versus = "—" if not paired else f"{signed(paired['delta'])} (p {num(paired['p_value'], 3)})"
         quality.append(
             [
                 label,
                 setting,
                 num(run.get("exact_match")),
                 num(run.get("f1")),
+                versus,
                 num(run.get("coverage"), 2),
                 num(run.get("continued_answers")),
                 num(run.get("mean_answer_chars"), 0),
@@ -649,7 +654,16 @@ def answers(record: dict) -> dict[str, Table]:
         timing.append([label] + [p50_p95(run.get("stages", {}).get(stage)) for stage in stages])
     views = {
         "spans": (
-            ["run", "setting", "exact match", "F1", "answered", "continued answers", "mean answer characters"],
+            [
+                "run",
+                "setting",
+                "exact match",
+                "F1",
+                "F1 − before (paired t-test)",
+                "answered",
+                "continued answers",
+                "mean answer characters",
+            ],
             quality,
         ),
         "stages": (["run"] + [f"{stage} p50/p95 ms" for stage in stages], timing),

@@ -117,12 +117,22 @@ class EngineBM25:
     def __init__(self, client, collection: str):
         self.client, self.collection = client, collection
 
-    def search(self, query: str, k: int, query_filter=None) -> list[tuple[str, float]]:
-        """(chunk_id, score) best first; chunks sharing no term with the query are not returned."""
+    def search(self, query: str, k: int, query_filter=None, chunk_ranking=None) -> list[tuple[str, float]]:
+        """(chunk_id, score) best first; chunks sharing no term with the query are not returned. `chunk_ranking`:
+        turns scored points into (chunk_id, score) from their ids alone (rag.retrieval.Index.chunk_ranking), so
+        no payload is fetched; without it each hit's chunk_id payload is."""
         vector = query_vector(query)
         if vector is None or k <= 0:
             return []
         points = self.client.query_points(
-            self.collection, query=vector, using=SPARSE, limit=k, query_filter=query_filter, with_payload=["chunk_id"]
+            self.collection,
+            query=vector,
+            using=SPARSE,
+            limit=k,
+            query_filter=query_filter,
+            with_payload=False if chunk_ranking is not None else ["chunk_id"],
         ).points
-        return [(p.payload["chunk_id"], float(p.score)) for p in points if p.score > 0]
+        points = [p for p in points if p.score > 0]
+        if chunk_ranking is not None:
+            return chunk_ranking(points)
+        return [(p.payload["chunk_id"], float(p.score)) for p in points]

@@ -102,6 +102,9 @@ class Index:
     # question is encoded on every request, the passages once at index time by `embedder`, whose weights the
     # collection was checked against.
     query_encoder: TextEmbedder | None = None
+    # Chunk ids by point id (a point's id is derived from its chunk's: rag.index.qdrant.point_id), built on first use:
+    # searches ask the engine for ids only, as fetching each hit's payload took half of a search's time.
+    _point_chunks: dict[str, str] | None = field(default=None, repr=False)
 
     @property
     def question_encoder(self) -> TextEmbedder | None:
@@ -115,6 +118,17 @@ class Index:
                 self._query_vectors.clear()
             self._query_vectors[query] = self.question_encoder.encode_queries([query])[0]
         return self._query_vectors[query]
+
+    def point_chunks(self) -> dict[str, str]:
+        if self._point_chunks is None:
+            self._point_chunks = {point_id(cid): cid for cid in self.chunks.index}
+        return self._point_chunks
+
+    def chunk_ranking(self, points) -> list[tuple[str, float]]:
+        """(chunk_id, engine score) of scored points, best first; points of chunks this chunk table does not hold
+        (between a re-chunk and its re-embed) are left out, as retrieve() would drop them."""
+        chunks = self.point_chunks()
+        return [(chunks[pid], float(p.score)) for p in points if (pid := str(p.id)) in chunks]
 
     def dense_distance(self) -> str:
         if self._distance is None:
@@ -186,7 +200,7 @@ def bm25_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> lis
     if index.bm25 is None:
         raise RetrievalError("this index has no BM25 part: build it (materialize bm25_indexes or run `rag index`)")
     if isinstance(index.bm25, EngineBM25):
-        return index.bm25.search(query, depth, _qdrant_filter(flt))
+        return index.bm25.search(query, depth, _qdrant_filter(flt), chunk_ranking=index.chunk_ranking)
     mask = index.bm25.mask_for(index.allowed_ids(flt)) if flt.active else None
     return index.bm25.search(query, depth, mask)
 
@@ -207,11 +221,11 @@ def dense_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> li
         limit=depth,
         query_filter=_qdrant_filter(flt),
         search_params=search_params,
-        with_payload=["chunk_id"],
+        with_payload=False,
     ).points
     # Similarities for every distance (l2 scores are distances): hybrid-cc and min_score expect higher = better.
     distance = index.dense_distance()
-    return [(p.payload["chunk_id"], similarity(float(p.score), distance)) for p in points]
+    return [(cid, similarity(score, distance)) for cid, score in index.chunk_ranking(points)]
 
 
 class Ranking(list):

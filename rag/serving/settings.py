@@ -42,7 +42,7 @@ class ServeSettings(BaseModel):
     @classmethod
     def from_env(cls, **overrides) -> ServeSettings:
         """RAG_API_TOKEN and RAG_EXPERT_TOKEN (random ones when unset: `rag serve` prints them), RAG_ANSWER_CONFIG
-        (default: the active configuration when one was applied), RAG_SERVE_REFRESH_SECONDS."""
+        (default: the active configuration when one was applied), RAG_SERVE_REFRESH_SECONDS, RAG_ASK_CONCURRENCY."""
         tokens = {}
         for field, name in (("api_token", "RAG_API_TOKEN"), ("expert_token", "RAG_EXPERT_TOKEN")):
             token = os.environ.get(name)
@@ -55,4 +55,6 @@ class ServeSettings(BaseModel):
         env = {**tokens, "answer_config": os.environ.get("RAG_ANSWER_CONFIG") or active_file()}
         if os.environ.get("RAG_SERVE_REFRESH_SECONDS"):
             env["refresh_seconds"] = float(os.environ["RAG_SERVE_REFRESH_SECONDS"])
+        if os.environ.get("RAG_ASK_CONCURRENCY"):
+            env["ask_concurrency"] = int(os.environ["RAG_ASK_CONCURRENCY"])
         return cls(**{**env, **{k: v for k, v in overrides.items() if v is not None}})
