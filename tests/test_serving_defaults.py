@@ -234,3 +234,17 @@ def test_rag_search_with_no_flags_searches_what_serves(root, capsys):
     finally:
         close_client(qdrant(root))
     assert by_default == explicit and len(by_default) == 3
+
+
+def test_answers_computed_at_once_default_to_the_cores_up_to_two(monkeypatch):
+    import os
+
+    from rag.serving.settings import ServeSettings
+
+    monkeypatch.delenv("RAG_ASK_CONCURRENCY", raising=False)
+    assert ServeSettings.from_env().ask_concurrency == min(2, os.cpu_count() or 1)
+    monkeypatch.setenv("RAG_ASK_CONCURRENCY", "3")
+    assert ServeSettings.from_env().ask_concurrency == 3
+    monkeypatch.setenv("RAG_ASK_CONCURRENCY", "0")
+    with pytest.raises(ValueError, match="ask_concurrency"):
+        ServeSettings.from_env()

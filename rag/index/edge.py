@@ -539,8 +539,13 @@ class EdgeClient:
     def _shard(self, name: str) -> tuple[str, qe.EdgeShard]:
         self._check_open()
         with self._mutex:
-            collection = self._resolve(name)
+            # An open shard's collection exists (this process holds the folder; deleting or exporting a collection
+            # closes its shard first): only a shard still to be opened needs the folder checked, not every query.
+            collection = self._aliases.get(name, name)
             shard = self._shards.get(collection)
+            if shard is None:
+                collection = self._resolve(name)
+                shard = self._shards.get(collection)
             if shard is None:
                 config = self._config(collection)
                 try:

@@ -163,6 +163,37 @@ def model_version(answerer) -> str | None:
     return f"{embedder.name}@{embedder.version}"
 
 
+class _Measure:
+    """Counts every routed request's status and latency into `metrics` (/metrics itself aside). Plain ASGI: Starlette's
+    @app.middleware("http") wraps each request in a task group and streams, a millisecond or more per request."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, status = time.perf_counter(), 500
+
+        async def send_status(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        except Exception:
+            # An unhandled error propagates past this middleware (Starlette's outermost handler turns it into the
+            # 500): count it here, or /metrics would never show a server error.
+            status = 500
+            raise
+        finally:
+            route = scope.get("route")  # set by the router on the shared scope once a route matched
+            if route is not None and scope.get("path") != "/metrics":
+                self.metrics.observe(f"{scope['method']} {route.path}", status, time.perf_counter() - started)
+
+
 class _BodyLimit:
     """Refuses bodies over the limit with 413 before anything parses them (declared or streamed length)."""
 
@@ -325,25 +356,6 @@ def create_app(
             "missing or wrong bearer token: the expert view needs `Authorization: Bearer "
             "<expert token>` (the expert token `rag serve` printed, or RAG_EXPERT_TOKEN)",
         )
-
-    @app.middleware("http")
-    async def _measure(request: Request, call_next):
-        started = time.perf_counter()
-
-        def observe(status: int) -> None:
-            route = request.scope.get("route")
-            if route is not None and request.url.path not in {"/metrics"}:
-                metrics.observe(f"{request.method} {route.path}", status, time.perf_counter() - started)
-
-        try:
-            response = await call_next(request)
-        except Exception:
-            # An unhandled error propagates past this middleware (Starlette's outermost handler turns it into the
-            # 500): count it here, or /metrics would never show a server error.
-            observe(500)
-            raise
-        observe(response.status_code)
-        return response
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError):
@@ -539,5 +551,6 @@ def create_app(
         return FileResponse(STATIC / "expert.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(_Measure, metrics=metrics)
     app.add_middleware(_BodyLimit, max_bytes=settings.max_body_bytes)
     return app

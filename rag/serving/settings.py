@@ -20,7 +20,14 @@ class ServeSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     max_body_bytes: int = Field(64 * 1024, ge=1024, description="bigger requests get 413 before they are parsed")
-    ask_concurrency: int = Field(1, ge=1, description="answers computed at once (the CPU is the limit; others queue)")
+    # Two at once: on 2 cores, with questions encoded by the single-threaded int8 encoder, bench/load_api.py served
+    # 10 clients 38 requests/s one at a time and 42-49 two at once (the engine's searches, SQLite and onnxruntime
+    # run without the GIL; more would only queue for it and for the cores).
+    ask_concurrency: int = Field(
+        default_factory=lambda: min(2, os.cpu_count() or 1),
+        ge=1,
+        description="answers computed at once (the CPU is the limit; others queue); RAG_ASK_CONCURRENCY",
+    )
     answer_config: Path | None = Field(None, description="YAML of rag.qa.AnswerSettings; None = the defaults")
     refresh_seconds: float = Field(30.0, ge=0, description="how often to look for a re-built index (0 = never)")
     metrics_cache_seconds: float = Field(
