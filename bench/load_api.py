@@ -108,16 +108,26 @@ def stage_medians(samples: list[dict[str, float]]) -> dict[str, float]:
 
 
 async def ask_loop(
-    http, questions: list[str], deadline: float, busy: Callable[[], bool], rng: random.Random, out: dict
+    http,
+    questions: list[str],
+    deadline: float,
+    busy: Callable[[], bool],
+    rng: random.Random,
+    out: dict,
+    asked: set[str],
 ) -> None:
     """One closed-loop client: ask, wait for the answer, ask again, until `deadline` (time.monotonic) has passed and
-    `busy()` is false."""
+    `busy()` is false. `asked`: the questions this server was asked before (shared by all clients and phases): a
+    question asked again finds its vector in the server's cache, so its latency is also reported apart."""
     import httpx
 
     while time.monotonic() < deadline or busy():
+        question = rng.choice(questions)
+        new = question not in asked
+        asked.add(question)
         started = time.perf_counter()
         try:
-            r = await http.post("/ask", json={"question": rng.choice(questions), "session_id": f"load-{rng.random()}"})
+            r = await http.post("/ask", json={"question": question, "session_id": f"load-{rng.random()}"})
         except httpx.HTTPError as exc:
             out["errors"].append(f"ask: {type(exc).__name__}: {exc}"[:160])
             continue
@@ -127,6 +137,7 @@ async def ask_loop(
             continue
         data = r.json()
         out["ms"].append(elapsed_ms)
+        out["new_ms" if new else "repeat_ms"].append(elapsed_ms)
         out["server_ms"].append(float(data.get("latency_ms") or 0))
         out["keys"].update(data)
         if (stages := stage_timings(data)) is not None:
@@ -140,6 +151,7 @@ def measure(
     seconds: float,
     seed: int = 0,
     busy: Callable[[], bool] = lambda: False,
+    asked: set[str] | None = None,
 ) -> dict:
     """`clients` closed-loop clients asking for `seconds`, and on while `busy()` (a re-index still running):
     latency percentiles, answered requests/s, errors and stage medians. The clock starts once every client's
@@ -147,7 +159,8 @@ def measure(
     the end); errors are reported, not counted."""
     import httpx
 
-    out = {"ms": [], "server_ms": [], "errors": [], "stages": [], "keys": set()}
+    out = {"ms": [], "new_ms": [], "repeat_ms": [], "server_ms": [], "errors": [], "stages": [], "keys": set()}
+    asked = set() if asked is None else asked
     window = {}
 
     async def load() -> None:
@@ -160,7 +173,7 @@ def measure(
             window["start"] = time.perf_counter()
             deadline = time.monotonic() + seconds
             await asyncio.gather(
-                *(ask_loop(http, questions, deadline, busy, random.Random(rng.random()), out) for http in pools)
+                *(ask_loop(http, questions, deadline, busy, random.Random(rng.random()), out, asked) for http in pools)
             )
             window["end"] = time.perf_counter()
         finally:
@@ -174,6 +187,9 @@ def measure(
         "answered": len(out["ms"]),
         "requests_per_s": round(len(out["ms"]) / elapsed, 2),
         "ask": latency_summary(out["ms"]),
+        # first asks of a question in this server vs asked before (its vector cached, unless a swap emptied it)
+        "ask_new_questions": latency_summary(out["new_ms"]),
+        "ask_repeated_questions": latency_summary(out["repeat_ms"]),
         "server_latency_ms_p50": round(float(np.median(out["server_ms"])), 1) if out["server_ms"] else None,
         "errors": len(out["errors"]),
         "error_samples": sorted(set(out["errors"]))[:5],
@@ -385,6 +401,7 @@ def run(
         try:
             import httpx
 
+            asked = set(chosen.questions[:warmup])
             for question in chosen.questions[:warmup]:  # first asks load caches: not the steady state
                 httpx.post(
                     f"{base}/ask",
@@ -415,7 +432,7 @@ def run(
                         worker.start()
                     log(f"{n} client(s), {seconds:.0f} s{', re-indexing' if with_reindex else ''} ...")
                     # With a re-index the clients ask on until its last run has finished and the API serves it.
-                    phase = measure(base, chosen.questions, n, seconds, seed, busy=worker.is_alive)
+                    phase = measure(base, chosen.questions, n, seconds, seed, busy=worker.is_alive, asked=asked)
                     if with_reindex:
                         worker.join()
                         revision += len(runs)

@@ -692,6 +692,34 @@ def load_api(record: dict) -> dict[str, Table]:
         )
     head = ["clients", "re-indexing", "req/s", "p50 ms", "p95 ms", "p99 ms", "max ms", "errors"]
     views = {"phases": (head + [f"server {stage} median ms" for stage in stages], rows)}
+    split = [
+        [str(phase.get("clients")), "yes" if phase.get("reindex") else "no"]
+        + [
+            cell
+            for key in ("ask_new_questions", "ask_repeated_questions")
+            for cell in (
+                num(get(phase, key, "n")),
+                ms(get(phase, key, "p50_ms")),
+                ms(get(phase, key, "p95_ms")),
+            )
+        ]
+        for phase in record.get("phases", [])
+        if "ask_new_questions" in phase
+    ]
+    if split:
+        views["questions"] = (
+            [
+                "clients",
+                "re-indexing",
+                "first asks",
+                "first asks p50 ms",
+                "first asks p95 ms",
+                "repeated asks",
+                "repeated p50 ms",
+                "repeated p95 ms",
+            ],
+            split,
+        )
     targets, met = record.get("targets", {}), record.get("meets_targets", {})
     views["targets"] = (
         ["target", "value", "met"],
@@ -710,6 +738,51 @@ def load_api(record: dict) -> dict[str, Table]:
                 ]
             ],
         )
+    return views
+
+
+def encoder_int8(record: dict) -> dict[str, Table]:
+    arms = (
+        ("float", "float queries, float passages"),
+        ("int8_queries_over_float_passages", "int8 queries, float passages (query_encoder: int8)"),
+        ("int8", "int8 queries, int8 passages (minilm-int8 collections)"),
+    )
+    rows = []
+    for dataset, figures in record.get("quality", {}).items():
+        paired = figures.get("paired_ndcg@10_vs_float", {})
+        for key, label in arms:
+            versus = paired.get(key)
+            rows.append(
+                [
+                    f"{dataset} ({num(figures.get('queries'))} questions, {num(figures.get('passages'))} passages)",
+                    label,
+                    num(get(figures, key, "ndcg@10")),
+                    num(get(figures, key, "recall@100")),
+                    "—"
+                    if not versus
+                    else f"{signed(versus['delta'])} [{signed(versus['ci_low'])}, {signed(versus['ci_high'])}], "
+                    f"p {num(versus['p_value'], 3)}",
+                ]
+            )
+    views = {
+        "quality": (
+            ["dataset", "vectors", "dense nDCG@10", "recall@100", "nDCG@10 − float [95% CI], paired t-test"],
+            rows,
+        )
+    }
+    models = record.get("models", {})
+    views["speed"] = (
+        ["model", "one question p50 ms", "p95 ms", "passages/s (batches)"],
+        [
+            [
+                str(m.get("name")),
+                ms(get(m, "query_latency", "p50_ms")),
+                ms(get(m, "query_latency", "p95_ms")),
+                num(get(m, "batch", "passages_per_second"), 1),
+            ]
+            for m in models.values()
+        ],
+    )
     return views
 
 
@@ -809,6 +882,12 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
         "How good and how fast is the extractive answer on SQuAD dev questions, against the human answers? "
         "(`bench/answers.py --only spans`)",
         answers,
+    ),
+    (
+        "encoder-int8*",
+        "Does encoding questions (and passages) with MiniLM's int8 ONNX twin keep retrieval quality on human "
+        "questions, and how much faster is it? (`bench/encoder_int8.py`)",
+        encoder_int8,
     ),
     (
         "load-api*",

@@ -45,6 +45,13 @@ def test_clients_count_each_answered_ask_once_and_refusals_as_errors(store):
     assert phase["ask"]["p50_ms"] <= phase["ask"]["p95_ms"] <= phase["ask"]["p99_ms"] <= phase["ask"]["max_ms"]
     assert "query_id" in phase["response_keys"]
     assert longer["seconds"] >= 1.4 and longer["answered"] >= 1
+    # Each question's first ask is new, every later one a repeat (its vector cached in the server).
+    assert phase["ask_new_questions"]["n"] <= 2 and phase["ask_new_questions"]["n"] >= 1
+    assert phase["ask_new_questions"]["n"] + phase["ask_repeated_questions"]["n"] == phase["answered"]
+    asked = {"which animal does purr"}
+    with running(app) as base:
+        again = measure(base, ["which animal does purr"], clients=1, seconds=0.3, asked=asked)
+    assert again["ask_new_questions"]["n"] == 0 and again["ask_repeated_questions"]["n"] == again["answered"] >= 1
 
     other = create_app(lambda: FakeAnswerer(), store, ServeSettings(api_token="another-token-0123456789"))
     with running(other) as base:
