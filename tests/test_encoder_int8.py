@@ -148,7 +148,9 @@ def test_questions_are_encoded_by_the_int8_twin_against_the_float_passages(int8,
     from rag.embedding.onnx_int8 import int8_query_encoder
 
     twin, why_not = int8_query_encoder("minilm", minilm)
-    assert twin is int8 and why_not is None
+    assert why_not is None and twin.name == "minilm-int8" and twin.model_path == int8.model_path
+    assert int8_query_encoder("minilm", minilm)[0] is twin  # one session per model folder and process
+    assert int8_query_encoder("minilm-int8", int8) == (None, None)  # already int8: nothing to pair
     settings = QdrantSettings(path=":memory:")
     client = get_client(settings)
     try:
@@ -172,7 +174,8 @@ def test_an_int8_twin_that_disagrees_or_cannot_load_is_refused(minilm, int8):
     from rag.embedding.onnx_int8 import int8_query_encoder
 
     class OtherWeights:  # same dimension, unrelated vectors: what a twin of other weights would give
-        name, version, dim = "other", "x", 384
+        name, version, dim, batch_size = "other", "x", 384, 64
+        source, query_prefix, passage_prefix = str(_minilm_dir()), "", ""
 
         def encode_queries(self, texts):
             rng = np.random.default_rng(0)
@@ -182,4 +185,4 @@ def test_an_int8_twin_that_disagrees_or_cannot_load_is_refused(minilm, int8):
     twin, why_not = int8_query_encoder("minilm", OtherWeights())
     assert twin is None and "disagrees" in why_not
     twin, why_not = int8_query_encoder("wordllama", load_embedder("wordllama"))
-    assert twin is None and "cannot be quantized" in why_not
+    assert twin is None and "no int8 twin" in why_not

@@ -174,6 +174,7 @@ class SentenceTransformerEmbedder(_Prefixed):
         path = Path(source)
         local = path.is_dir()
         self._model = SentenceTransformer(str(path) if local else source, device="cpu", local_files_only=local)
+        self.source = str(path) if local else source  # where the weights came from (an int8 twin is exported from it)
         self.name, self.batch_size = name, batch_size
         self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
         get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import warnings
 from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -260,16 +261,26 @@ MIN_PROBE_COSINE = 0.95
 
 def int8_query_encoder(model: str, embedder) -> tuple[OnnxInt8Embedder | None, str | None]:
     """The int8 ONNX twin of `embedder` (loaded as `model`) for encoding questions against the float model's passage
-    vectors, or (None, why not): the float model then encodes questions too. Accepted only when its vectors of a few
-    probe questions agree with the float model's (cosine >= MIN_PROBE_COSINE)."""
-    from rag.embedding import load_embedder
-
+    vectors, or (None, why not): the float model then encodes questions too. The twin is exported from the very
+    folder the float model was loaded from (no name is resolved again, so a promotion in between cannot pair other
+    weights, and no hub id is looked up), and accepted only when its vectors of a few probe questions agree with the
+    float model's (cosine >= MIN_PROBE_COSINE)."""
+    if isinstance(embedder, OnnxInt8Embedder):
+        return None, None  # already int8: it encodes its own questions
+    source = getattr(embedder, "source", None)
+    if source is None or not (Path(source) / "tokenizer.json").exists():
+        return None, (
+            f"{model!r} was not loaded from a local sentence-transformers folder with a tokenizer.json, so it has no "
+            "int8 twin: questions use the float model"
+        )
     try:
-        encoder = load_embedder(f"{model}{'' if model.endswith('-int8') else '-int8'}")
-    except Exception as exc:  # no onnxruntime, a model the exporter cannot handle, a hub id without tokenizer.json
+        encoder = _twin(
+            f"{embedder.name}-int8", str(source), embedder.query_prefix, embedder.passage_prefix, embedder.batch_size
+        )
+    except Exception as exc:  # no onnxruntime, a model the exporter cannot handle
         return None, f"no int8 query encoder for {model!r} ({type(exc).__name__}: {exc}); questions use the float model"
-    if encoder is embedder or not isinstance(encoder, OnnxInt8Embedder) or encoder.dim != embedder.dim:
-        return None, f"{model!r} has no int8 twin of the same dimension; questions use the float model"
+    if encoder.dim != embedder.dim:
+        return None, f"the int8 twin of {model!r} has another dimension; questions use the float model"
     cosine = float(
         (encoder.encode_queries(list(PROBE_QUESTIONS)) * embedder.encode_queries(list(PROBE_QUESTIONS))).sum(1).min()
     )
@@ -279,3 +290,9 @@ def int8_query_encoder(model: str, embedder) -> tuple[OnnxInt8Embedder | None, s
             f"{MIN_PROBE_COSINE}): questions use the float model"
         )
     return encoder, None
+
+
+@lru_cache(maxsize=16)
+def _twin(name: str, source: str, query_prefix: str, passage_prefix: str, batch_size: int) -> OnnxInt8Embedder:
+    """One session per model folder and process: every index a server opens (each re-index swap) shares it."""
+    return OnnxInt8Embedder(name, source, query_prefix, passage_prefix, batch_size)
