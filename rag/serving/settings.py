@@ -20,9 +20,10 @@ class ServeSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
     max_body_bytes: int = Field(64 * 1024, ge=1024, description="bigger requests get 413 before they are parsed")
-    # Two at once: on 2 cores, with questions encoded by the single-threaded int8 encoder, bench/load_api.py served
-    # 10 clients 38 requests/s one at a time and 42-49 two at once (the engine's searches, SQLite and onnxruntime
-    # run without the GIL; more would only queue for it and for the cores).
+    # Two at once: while one answer waits in onnxruntime or SQLite (both release the GIL), the other runs; the
+    # engine's searches and the Python around them hold the GIL, so more would only queue. Exploratory 30-45 s runs
+    # of `bench/load_api.py --ask-concurrency 1|2` on 2 cores gave 10 clients about 38 requests/s one at a time and
+    # 35-49 (noisy) two at once; the committed run with this default is bench/results/load-api.json.
     ask_concurrency: int = Field(
         default_factory=lambda: min(2, os.cpu_count() or 1),
         ge=1,
