@@ -118,6 +118,7 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
     types = pd.Series([i.qtype for i in qa.items]).value_counts().to_dict()
     human_ir = human_set(human, chunks)
     corpus = {
+        "setup_seconds": None,
         "documents": len(docs),
         "chunks": len(chunks),
         "human_questions": len(human_ir),
@@ -146,9 +147,11 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
         "hybrid_rrf": base_hybrid[TRUE_METRICS].mean().round(4).to_dict(),
     }
     qa_version = load_inputs(tables, EmbedderTrainingConfig(strategy=STRATEGY)).qa_version
+    corpus["setup_seconds"] = round(time.perf_counter() - started, 1)
     quiet = lambda _msg: None  # noqa: E731 - the trainers' step logs would drown the bench's own lines
 
-    def judge(label: str, kind: str, mv, setting: str) -> None:
+    def judge(label: str, kind: str, mv, setting: str, trained_seconds: float | None = None) -> None:
+        began = time.perf_counter()
         try:
             result = gate_candidate(kind, tables, registry, mv, settings)
             gate = {
@@ -176,23 +179,28 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
             "version": mv.name,
             "gate": gate,
             "true_effect": truth,
+            # what a reader needs to size a run: training, then gate plus truth
+            "seconds": {"train": trained_seconds, "gate_and_truth": round(time.perf_counter() - began, 1)},
         }
         corpus["candidates"].append(row)
         log(
             f"{name} {label}: gate {gate['outcome']} ({gate.get('delta_ndcg@10', float('nan')):+.4f} nDCG@10 on "
             f"{gate.get('questions', 0)} questions); true recall@5 {truth['recall@5']['delta']:+.4f} "
-            f"(p {truth['recall@5']['p_value']:.3g}), nDCG@10 {truth['ndcg@10']['delta']:+.4f}"
+            f"(p {truth['recall@5']['p_value']:.3g}), nDCG@10 {truth['ndcg@10']['delta']:+.4f}; "
+            f"seconds {row['seconds']}"
         )
         save()
 
     for seed in args.seeds:
         config = EmbedderTrainingConfig(strategy=STRATEGY, seed=seed, max_pairs=args.max_pairs)
+        began = time.perf_counter()
         mv, _, _ = train_candidate("embedder", tables, registry, config, log=quiet)
         judge(
             f"embedder seed {seed}",
             "embedder",
             mv,
             config.model_dump_json(exclude={"extra_positives", "extra_negatives"}),
+            round(time.perf_counter() - began, 1),
         )
     noisy = noisy_copy(_minilm_dir(), work / "noisy", args.bad_noise, seed=args.seed)
     mv = registry.register(
@@ -202,16 +210,25 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
 
     for seed in args.seeds:
         config = RerankerTrainingConfig(strategy=STRATEGY, seed=seed)
+        began = time.perf_counter()
         mv, _, _ = train_candidate("reranker", tables, registry, config, log=quiet)
         judge(
             f"reranker seed {seed}",
             "reranker",
             mv,
             config.model_dump_json(exclude={"extra_positives", "extra_negatives"}),
+            round(time.perf_counter() - began, 1),
         )
     config = RerankerTrainingConfig(strategy=STRATEGY, seed=args.seeds[0], copied_questions="cut")
+    began = time.perf_counter()
     mv, _, _ = train_candidate("reranker", tables, registry, config, log=quiet)
-    judge("reranker trained on copied questions too (the older setting)", "reranker", mv, "copied_questions=cut")
+    judge(
+        "reranker trained on copied questions too (the older setting)",
+        "reranker",
+        mv,
+        "copied_questions=cut",
+        round(time.perf_counter() - began, 1),
+    )
     judge(
         "reranker trained on shuffled labels (deliberately bad)",
         "reranker",
