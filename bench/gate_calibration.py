@@ -9,8 +9,9 @@ and deliberately bad ones (an embedder with noise on its weights, a reranker tra
 
 The true effect is measured on the corpus's human questions, which nothing trains or gates on: SQuAD dev questions
 over its articles (span relevance), SciFact test claims over their abstracts and distractors (qrels used only here).
-Embedders are compared on dense retrieval, rerankers on the first stage they re-order (hybrid-rrf top 50 of the base
-embedder), each with a paired test (rag.evaluation.metrics.paired_comparison) on recall@5 and nDCG@10.
+Embedders are compared on dense retrieval, rerankers on the first stage they re-order (the training first stage,
+rag.training.first_stage.FIRST_STAGE_MODE, top 50 of the base embedder), each with a paired test
+(rag.evaluation.metrics.paired_comparison) on recall@5 and nDCG@10.
 
     .venv/bin/python bench/gate_calibration.py                      # both corpora, default sizes
     .venv/bin/python bench/gate_calibration.py --quick              # a few articles / abstracts, one seed each
@@ -101,6 +102,7 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
     from rag.store import CHUNKS_TABLE, TableStore
     from rag.synthetic import SynthSettings, generate_qa
     from rag.training import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig
+    from rag.training.first_stage import FIRST_STAGE_MODE
     from rag.training.gate import dense_run, reranked_run
     from rag.training.pipeline import gate_candidate, hybrid_candidates, load_inputs, train_candidate
 
@@ -144,7 +146,8 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
     base_hybrid = per_question(human_ir, reranked_run(first_stage, human_ir, None))
     corpus["base"] = {
         "dense": base_dense[TRUE_METRICS].mean().round(4).to_dict(),
-        "hybrid_rrf": base_hybrid[TRUE_METRICS].mean().round(4).to_dict(),
+        "first_stage": FIRST_STAGE_MODE,
+        "hybrid": base_hybrid[TRUE_METRICS].mean().round(4).to_dict(),
     }
     qa_version = load_inputs(tables, EmbedderTrainingConfig(strategy=STRATEGY)).qa_version
     corpus["setup_seconds"] = round(time.perf_counter() - started, 1)
