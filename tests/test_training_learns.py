@@ -91,6 +91,8 @@ def test_finetuned_embedder_beats_its_untrained_self_on_held_out_questions(tmp_p
         max_seq_length=32,
         hard_negatives=False,
         warmup_ratio=0.0,
+        # once per epoch: the default (4 a epoch, at least one a step) would save 18 checkpoints of 90 MB here
+        evaluations_per_epoch=1,
     )
     mv, run, inputs = train_candidate("embedder", tables, registry, config, log=lambda _: None)
     assert inputs.data.gate and len(inputs.data.gate) >= 5
