@@ -58,6 +58,7 @@ class SyntheticQAConfig(Config):
     question_mix: dict[str, float] | None = library_field(SynthSettings, "question_mix")
     multi_document_questions: int = library_field(SynthSettings, "multi_document_questions")
     dev_fraction: float = library_field(SynthSettings, "dev_fraction")
+    dev_questions: int | None = library_field(SynthSettings, "dev_questions")
     seed: int = library_field(SynthSettings, "seed")
     seed_examples_path: str | None = library_field(SynthSettings, "seed_examples_path")
     llm_backend: str = Field(

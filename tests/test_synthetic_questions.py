@@ -255,3 +255,39 @@ def test_the_qa_set_check_lets_keyword_queries_be_short_and_no_other_kind():
     assert check_qa_set(qa_set("keyword", "cape wrath foghorn"), documents).success
     assert not check_qa_set(qa_set("answer-aware", "who tested it?"), documents).success
     assert not check_qa_set(qa_set("keyword", "foghorn"), documents).success
+
+
+def test_dev_documents_get_more_questions_for_the_gate_and_the_training_documents_none():
+    """A gate cut from a few dozen dev questions cannot see a 3-point change: the dev documents get more passages
+    (no copies: copies never decide) until `dev_questions` are not copies; the training questions stay the same."""
+    places = "Oban Durness Wick Thurso Lerwick Portree Ullapool Mallaig Tobermory Stornoway".split()
+    boards = ["Harbour Trust", "Northern Board", "Island Council", "Marine Office", "Ferry Company"]
+
+    def paragraphs(doc: int) -> list[str]:
+        return [
+            f"The {places[k]} station of district {doc} opened in {1800 + 7 * k + doc}. About {20 + k + doc} "
+            f"engineers from {places[(k + 3) % 10]} worked there for {2 + k % 5} years. It was rebuilt by the "
+            f"{boards[(k + doc) % 5]} in {1900 + 3 * k + doc}."
+            for k in range(10)
+        ]
+
+    docs = [make_doc(f"g{i}.txt", paragraphs(i)) for i in range(5)]
+    settings = SynthSettings(passages_per_document=2, passage_chars=(100, 400), dev_questions=None)
+    plain = generate_qa(docs, None, settings)
+    more = generate_qa(docs, None, settings.model_copy(update={"dev_questions": 8}))
+
+    def of(result, split):
+        return [(i.qid, i.qtype, i.question) for i in result.items if i.split == split]
+
+    assert of(more, "train") == of(plain, "train") and of(plain, "train")
+    before, after = of(plain, "dev"), of(more, "dev")
+    added = after[len(before) :]
+    assert after[: len(before)] == before and plain.dev_added == 0
+    assert len(added) == more.dev_added == more.summary["dev_added"] > 0
+    assert not any(qtype == "inverse-cloze" for _, qtype, _ in added)
+    assert sum(qtype != "inverse-cloze" for _, qtype, _ in after) == 8  # up to the target, not beyond
+    # The added questions come from passages the first sample did not take.
+    first = [i.evidence[0] for i in plain.items if i.split == "dev"]
+    for item in more.items[len(plain.items) :]:
+        ev = item.evidence[0]
+        assert not any(ev.start < f.end and f.start < ev.end for f in first)

@@ -77,6 +77,17 @@ class SynthSettings(BaseModel):
     dev_fraction: float = Field(
         0.2, ge=0.0, le=1.0, description="share of documents whose questions form the dev split"
     )
+    # The checkpoint-selection and gate sets are cut from the dev questions that are not copies. Sized by passages
+    # per document alone, a corpus of a few long papers gave its gate a few dozen questions: too few to tell a
+    # 3-point change from noise. Only the dev documents get more (training is unchanged); copies are not made for
+    # them, since copies never decide.
+    dev_questions: int | None = Field(
+        400,
+        ge=1,
+        description="dev-split questions that are not copies to aim for: the dev documents get more passages, "
+        "in the mix without inverse-cloze, until this many or their passages run out (not with max_questions); "
+        "None = the same passages per document as the training documents",
+    )
     seed: int = Field(42, description="passage sampling and sentence choice")
     seed_examples_path: str | None = Field(
         None, description="YAML list of {passage, question, answer, type}; None = built-in generic examples"
@@ -105,6 +116,7 @@ class SynthResult:
     samples: list[dict] = field(default_factory=list)
     mix: dict[str, float] = field(default_factory=dict)  # the shares this run resolved to
     fallbacks: Counter = field(default_factory=Counter)  # "wanted->given": slots a passage filled with another kind
+    dev_added: int = 0  # questions the dev documents got beyond passages_per_document (SynthSettings.dev_questions)
 
     @property
     def by_type(self) -> dict[str, int]:
@@ -119,6 +131,7 @@ class SynthResult:
             "attempted": self.attempted,
             "generator": self.generator,
             "fallbacks": sum(self.fallbacks.values()),
+            "dev_added": self.dev_added,
             **{f"type_{k}": v for k, v in sorted(by_type.items())},
             **{f"split_{k}": v for k, v in sorted(by_split.items())},
             **{f"rejected_{k}": v for k, v in sorted(self.rejected.items())},
@@ -306,23 +319,15 @@ def generate_qa(
     order = _passage_order(passages_by_doc, interleave=cap is not None)
     kinds = question_mix.slot_kinds(mix, len(order) * n, settings.seed)
     makers = _RuleBased(settings, filters, result, rng, [p for _, p in order], set(mix))
-    for slot, (i, passage) in enumerate(order):
+    slot = _Slots(settings, mix, llm, examples, filters, result, makers)
+    for number, (i, passage) in enumerate(order):
         if cap is not None and len(result.items) >= cap:
             break
         result.attempted += n
         for j in range(n):
-            wanted = kinds[slot * n + j]
-            for kind in question_mix.fallbacks(wanted, mix):
-                if kind == question_mix.LLM:
-                    qtype = settings.question_types[(i * n + j) % len(settings.question_types)]
-                    item = _llm_question(llm, passage, qtype, examples, filters, result)
-                else:
-                    item = makers.next(kind, passage)
-                if item is not None:
-                    result.items.append(item)
-                    if kind != wanted:
-                        result.fallbacks[f"{wanted}->{kind}"] += 1
-                    break
+            item = slot.fill(kinds[number * n + j], passage, i * n + j)
+            if item is not None:
+                result.items.append(item)
     if cap is not None:
         result.items = result.items[:cap]
     extra = (
@@ -336,6 +341,8 @@ def generate_qa(
     splits = assign_splits([i.doc_id for i in result.items], settings.dev_fraction)
     for item in result.items:
         item.split = splits[item.doc_id]
+    if settings.dev_questions is not None and cap is None:
+        _more_dev_questions(documents, passages_by_doc, splits, settings, slot, rng)
     result.rejected.update(filters.rejected)
     per_type: Counter = Counter()
     for item in result.items:  # a few of every kind, so a mixed set shows each
@@ -345,6 +352,68 @@ def generate_qa(
                 {"type": item.qtype, "question": item.question, "answer": item.answer, "doc_id": item.doc_id}
             )
     return result
+
+
+class _Slots:
+    """One question slot filled with its wanted kind, or the mix's next kind where the passage yields none of it."""
+
+    def __init__(self, settings, mix, llm, examples, filters, result, makers):
+        self.settings, self.mix, self.llm, self.examples = settings, mix, llm, examples
+        self.filters, self.result, self.makers = filters, result, makers
+
+    def fill(self, wanted: str, passage: Passage, number: int, mix: dict[str, float] | None = None) -> QAItem | None:
+        for kind in question_mix.fallbacks(wanted, mix or self.mix):
+            if kind == question_mix.LLM:
+                qtype = self.settings.question_types[number % len(self.settings.question_types)]
+                item = _llm_question(self.llm, passage, qtype, self.examples, self.filters, self.result)
+            else:
+                item = self.makers.next(kind, passage)
+            if item is not None:
+                if kind != wanted:
+                    self.result.fallbacks[f"{wanted}->{kind}"] += 1
+                return item
+        return None
+
+
+def _more_dev_questions(
+    documents: list[ParsedDocument],
+    taken: dict[str, list[Passage]],
+    splits: dict[str, str],
+    settings: SynthSettings,
+    slot: _Slots,
+    rng: random.Random,
+) -> None:
+    """Questions on the dev documents' other passages, round-robin over the documents, until the dev split holds
+    `settings.dev_questions` that are not copies or the passages run out."""
+    result = slot.result
+    missing = settings.dev_questions - sum(i.split == "dev" and i.qtype != "inverse-cloze" for i in result.items)
+    mix = {k: w for k, w in slot.mix.items() if k != "inverse-cloze"}
+    if missing <= 0 or not mix:
+        return
+    mix = {k: w / sum(mix.values()) for k, w in mix.items()}
+    more: dict[str, list[Passage]] = {}
+    for doc in documents:
+        if splits.get(doc.doc_id) != "dev":
+            continue
+        used = taken.get(doc.doc_id, [])
+        every = sample_passages(doc, len(doc.canonical_text), settings.passage_chars, rng)  # all of its windows
+        rest = [p for p in every if not any(p.start < u.end and u.start < p.end for u in used)]
+        more[doc.doc_id] = rng.sample(rest, len(rest))
+    order = _passage_order(more, interleave=True)
+    if slot.makers.keywords is not None:
+        slot.makers.keywords.add(p.text for _, p in order)
+    n = settings.questions_per_passage
+    kinds = question_mix.slot_kinds(mix, len(order) * n, settings.seed + 1)
+    for number, (i, passage) in enumerate(order):
+        if result.dev_added >= missing:
+            break
+        result.attempted += n
+        for j in range(n):
+            item = slot.fill(kinds[number * n + j], passage, i * n + j, mix)
+            if item is not None:
+                item.split = "dev"
+                result.items.append(item)
+                result.dev_added += 1
 
 
 def _passage_order(passages_by_doc: dict[str, list[Passage]], interleave: bool) -> list[tuple[int, Passage]]:

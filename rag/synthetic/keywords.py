@@ -27,6 +27,10 @@ class KeywordQueries:
     def __init__(self, passages: Iterable[str]):
         self.df: Counter[str] = Counter()
         self.n = 0
+        self.add(passages)
+
+    def add(self, passages: Iterable[str]) -> None:
+        """Count more passages of the run (drawn later, e.g. the dev documents' extra ones)."""
         for text in passages:
             self.df.update(set(content_tokens(text)))
             self.n += 1
