@@ -291,3 +291,8 @@ def test_dev_documents_get_more_questions_for_the_gate_and_the_training_document
     for item in more.items[len(plain.items) :]:
         ev = item.evidence[0]
         assert not any(ev.start < f.end and f.start < ev.end for f in first)
+    # Past the target of what the passages hold: up to three passes over the 8 passages left, then it stops.
+    (dev_doc,) = {i.doc_id for i in plain.items if i.split == "dev"}
+    most = generate_qa(docs, None, settings.model_copy(update={"dev_questions": 1000}))
+    assert 8 < most.dev_added <= 3 * 8 and {i.doc_id for i in most.items if i.split == "dev"} == {dev_doc}
+    assert len({i.question for i in most.items}) == len(most.items)

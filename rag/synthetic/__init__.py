@@ -375,6 +375,11 @@ class _Slots:
         return None
 
 
+# Passes over the dev documents' other passages: a passage's questions share its words, so each further pass tells
+# the gate less than the first; three at most.
+DEV_ROUNDS = 3
+
+
 def _more_dev_questions(
     documents: list[ParsedDocument],
     taken: dict[str, list[Passage]],
@@ -383,8 +388,9 @@ def _more_dev_questions(
     slot: _Slots,
     rng: random.Random,
 ) -> None:
-    """Questions on the dev documents' other passages, round-robin over the documents, until the dev split holds
-    `settings.dev_questions` that are not copies or the passages run out."""
+    """Questions on the dev documents' other passages, round-robin over the documents, then further questions of
+    the same passages, until the dev split holds `settings.dev_questions` that are not copies or the passages give
+    no more (DEV_ROUNDS passes)."""
     result = slot.result
     missing = settings.dev_questions - sum(i.split == "dev" and i.qtype != "inverse-cloze" for i in result.items)
     mix = {k: w for k, w in slot.mix.items() if k != "inverse-cloze"}
@@ -403,17 +409,21 @@ def _more_dev_questions(
     if slot.makers.keywords is not None:
         slot.makers.keywords.add(p.text for _, p in order)
     n = settings.questions_per_passage
-    kinds = question_mix.slot_kinds(mix, len(order) * n, settings.seed + 1)
-    for number, (i, passage) in enumerate(order):
-        if result.dev_added >= missing:
-            break
-        result.attempted += n
-        for j in range(n):
-            item = slot.fill(kinds[number * n + j], passage, i * n + j, mix)
-            if item is not None:
-                item.split = "dev"
-                result.items.append(item)
-                result.dev_added += 1
+    for rounds in range(DEV_ROUNDS):  # then another question of each passage (a different one: the streams go on)
+        added = result.dev_added
+        kinds = question_mix.slot_kinds(mix, len(order) * n, settings.seed + 1 + rounds)
+        for number, (i, passage) in enumerate(order):
+            if result.dev_added >= missing:
+                return
+            result.attempted += n
+            for j in range(n):
+                item = slot.fill(kinds[number * n + j], passage, (rounds + i) * n + j, mix)
+                if item is not None:
+                    item.split = "dev"
+                    result.items.append(item)
+                    result.dev_added += 1
+        if result.dev_added == added:
+            return
 
 
 def _passage_order(passages_by_doc: dict[str, list[Passage]], interleave: bool) -> list[tuple[int, Passage]]:
