@@ -469,7 +469,7 @@ def gate_calibration(record: dict) -> dict[str, Table]:
                     f"{signed(true['ndcg@10']['delta'], 3)} ({pvalue(true['ndcg@10']['p_value'])})",
                 ]
             )
-    return {
+    views = {
         "candidates": (
             [
                 "corpus",
@@ -482,6 +482,28 @@ def gate_calibration(record: dict) -> dict[str, Table]:
             rows,
         )
     }
+    summary = record.get("summary")
+    if summary:
+        threshold = signed(summary.get("true_gain_threshold"), 2)
+        views["summary"] = (
+            [
+                "candidates",
+                "passed the gate",
+                "passed with a true loss (p < 0.05)",
+                f"true recall@5 gains ≥ {threshold} (p < 0.05)",
+                "of them rejected",
+            ],
+            [
+                [
+                    str(summary.get("candidates", 0)),
+                    str(summary.get("accepted", 0)),
+                    ", ".join(summary.get("accepted_with_a_true_loss", [])) or "none",
+                    str(summary.get("true_gains", 0)),
+                    ", ".join(summary.get("true_gains_rejected", [])) or "none",
+                ]
+            ],
+        )
+    return views
 
 
 def replica_swap(record: dict) -> dict[str, Table]:
