@@ -85,8 +85,8 @@ class SynthSettings(BaseModel):
         400,
         ge=1,
         description="dev-split questions that are not copies to aim for: the dev documents get more passages, "
-        "in the mix without inverse-cloze, until this many or their passages run out (not with max_questions); "
-        "None = the same passages per document as the training documents",
+        "in the mix without inverse-cloze, then up to three questions of each, until this many or the passages "
+        "give no more (not with max_questions); None = the same passages per document as the training documents",
     )
     seed: int = Field(42, description="passage sampling and sentence choice")
     seed_examples_path: str | None = Field(
