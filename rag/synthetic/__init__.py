@@ -140,7 +140,13 @@ class SynthResult:
 
 # --- passages --------------------------------------------------------------------------------------
 def sample_passages(doc: ParsedDocument, n: int, chars: tuple[int, int], rng: random.Random) -> list[Passage]:
-    """Runs of consecutive elements between min and max characters; a deterministic sample of n."""
+    """A deterministic sample of n of the document's passages (passage_windows), in text order."""
+    windows = passage_windows(doc, chars)
+    return sorted(rng.sample(windows, min(n, len(windows))), key=lambda p: p.start)
+
+
+def passage_windows(doc: ParsedDocument, chars: tuple[int, int]) -> list[Passage]:
+    """Every run of consecutive elements between min and max characters, in text order, none overlapping."""
     lo, hi = chars
     windows, start, end = [], None, None
     for el in doc.elements:
@@ -158,8 +164,7 @@ def sample_passages(doc: ParsedDocument, n: int, chars: tuple[int, int], rng: ra
             start, end = None, None
     if start is not None and end is not None and end - start >= lo:
         windows.append((start, end))
-    picked = sorted(rng.sample(windows, min(n, len(windows))))
-    return [Passage(doc.doc_id, s, e, doc.canonical_text[s:e]) for s, e in picked]
+    return [Passage(doc.doc_id, s, e, doc.canonical_text[s:e]) for s, e in windows]
 
 
 # --- prompts ---------------------------------------------------------------------------------------
@@ -402,8 +407,11 @@ def _more_dev_questions(
         if splits.get(doc.doc_id) != "dev":
             continue
         used = taken.get(doc.doc_id, [])
-        every = sample_passages(doc, len(doc.canonical_text), settings.passage_chars, rng)  # all of its windows
-        rest = [p for p in every if not any(p.start < u.end and u.start < p.end for u in used)]
+        rest = [
+            p
+            for p in passage_windows(doc, settings.passage_chars)
+            if not any(p.start < u.end and u.start < p.end for u in used)
+        ]
         more[doc.doc_id] = rng.sample(rest, len(rest))
     order = _passage_order(more, interleave=True)
     if slot.makers.keywords is not None:
