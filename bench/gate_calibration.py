@@ -162,6 +162,7 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
                 "passed": bool(result.passed),
                 "questions": result.questions,
                 "copied_set_aside": result.copied_questions,
+                "better_on_generated": result.better_on_generated,
                 **{k: v for k, v in result.metadata.items() if k.startswith(("delta_", "ci_", "p_value", "type_"))},
                 **result.power,
             }
@@ -194,7 +195,7 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
         )
         save()
 
-    for seed in args.seeds:
+    for seed in args.seeds if "embedder" in args.kinds else []:
         config = EmbedderTrainingConfig(strategy=STRATEGY, seed=seed, max_pairs=args.max_pairs)
         began = time.perf_counter()
         mv, _, _ = train_candidate("embedder", tables, registry, config, log=quiet)
@@ -205,11 +206,16 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
             config.model_dump_json(exclude={"extra_positives", "extra_negatives"}),
             round(time.perf_counter() - began, 1),
         )
-    noisy = noisy_copy(_minilm_dir(), work / "noisy", args.bad_noise, seed=args.seed)
-    mv = registry.register(
-        "embedder", noisy, {"base_model": "minilm", "strategy": STRATEGY, "qa_set_version": qa_version}
-    )
-    judge(f"embedder with noise {args.bad_noise} on its weights (deliberately bad)", "embedder", mv, "noisy_copy")
+    if "embedder" in args.kinds:
+        noisy = noisy_copy(_minilm_dir(), work / "noisy", args.bad_noise, seed=args.seed)
+        mv = registry.register(
+            "embedder", noisy, {"base_model": "minilm", "strategy": STRATEGY, "qa_set_version": qa_version}
+        )
+        judge(f"embedder with noise {args.bad_noise} on its weights (deliberately bad)", "embedder", mv, "noisy_copy")
+    if "reranker" not in args.kinds:
+        corpus["seconds"] = round(time.perf_counter() - started, 1)
+        save()
+        return
 
     for seed in args.seeds:
         config = RerankerTrainingConfig(strategy=STRATEGY, seed=seed)
@@ -324,6 +330,9 @@ def main() -> int:
     p.add_argument("--scifact-questions", type=int, default=300)
     p.add_argument("--passages-per-document", type=int, default=40)
     p.add_argument("--questions-per-passage", type=int, default=2)
+    p.add_argument(
+        "--kinds", nargs="+", choices=["embedder", "reranker"], default=["embedder", "reranker"], help="candidates"
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--max-pairs", type=int, default=2000, help="embedder training pairs")
     p.add_argument("--bad-noise", type=float, default=0.4, help="noise scale of the deliberately bad embedder")

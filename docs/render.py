@@ -449,6 +449,9 @@ def self_improvement(record: dict) -> dict[str, Table]:
     return views
 
 
+GENERATED_ONLY = " (better on generated questions only)"  # GateSettings.generated_reranker_gain held it back
+
+
 def gate_calibration(record: dict) -> dict[str, Table]:
     rows = []
     for name, corpus in record.get("corpora", {}).items():
@@ -463,7 +466,8 @@ def gate_calibration(record: dict) -> dict[str, Table]:
                 [
                     name,
                     candidate["candidate"],
-                    f"{gate['outcome']} ({gate.get('questions', 0)})",
+                    f"{gate['outcome']}{GENERATED_ONLY if gate.get('better_on_generated') else ''}"
+                    f" ({gate.get('questions', 0)})",
                     signed(gate.get("delta_ndcg@10"), 3) + ci,
                     f"{signed(true['recall@5']['delta'], 3)} ({pvalue(true['recall@5']['p_value'])})",
                     f"{signed(true['ndcg@10']['delta'], 3)} ({pvalue(true['ndcg@10']['p_value'])})",

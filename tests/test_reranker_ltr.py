@@ -154,8 +154,15 @@ def test_trained_ranker_beats_its_untrained_self_on_held_out_questions(phrase_ta
     )  # the distractor outranks the answer in the first stage
 
     # The gate's questions were neither trained nor used for selection; the untrained self (no reranker) is production.
-    result = gate_candidate("reranker", tables, registry, mv, GateSettings(resamples=2000))
-    assert result.passed, result.reasons
+    # Its gain on generated questions alone is recorded but does not promote it: a canary's online test must.
+    held = gate_candidate("reranker", tables, registry, mv, GateSettings(resamples=2000))
+    assert held.better_on_generated and held.outcome == "inconclusive" and not held.passed
+    assert "generated questions alone" in "; ".join(held.reasons)
+    assert registry.resolve("reranker", mv.version).metrics["gate"]["better_on_generated"] is True
+    result = gate_candidate(
+        "reranker", tables, registry, mv, GateSettings(resamples=2000, generated_reranker_gain="promote")
+    )
+    assert result.passed and result.outcome == "better", result.reasons
     assert result.metadata["delta_ndcg@10"] > 0.1 and result.metadata["p_value_ndcg@10"] < 0.05
 
     # Serving path: the first stage's hits (with their signals) through rag.rerank.rerank.

@@ -184,6 +184,17 @@ class GateSettings(BaseModel):
         description="exclude: gate questions copied word for word from the documents (inverse cloze) are "
         "reported but do not decide; include: they decide too (their sentence cut out of its chunk)",
     )
+    # A learned reranker's gain on generated questions is no evidence for people: its features read the lexical cues
+    # those questions are made of (their terms stand in the passage: 94-100% against 72% for SQuAD's human questions,
+    # bench/results/question-style-squad.json). On bench/results/gate-calibration.json SciFact's reranker passed as
+    # better while it lost 3.9 recall@5 points on the claims, and on a corpus outside the repository one read worse
+    # while it helped people: no corpus where its verdict on generated questions told what people would see.
+    generated_reranker_gain: Literal["canary", "promote"] = Field(
+        "canary",
+        description="canary: a reranker the gate found better on generated questions alone (no users' or experts' "
+        "questions among those that decided) is not promoted directly: the verdict counts it no worse, and only a "
+        "canary's online test (promotion policy 'canary') can promote it; promote: such a gain promotes directly",
+    )
     confidence: float = Field(
         0.95,
         gt=0.5,

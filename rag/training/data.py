@@ -457,10 +457,18 @@ def training_data(
     )
 
 
+PEOPLE_TYPES = ("expert", "feedback")  # question types asked by people; every other type was generated
+
+
+def generated_only(types: dict[str, str]) -> bool:
+    """Whether no question of these (a gate set's types) was asked by a person."""
+    return bool(types) and not any(t in PEOPLE_TYPES for t in types.values())
+
+
 def gate_set_line(types: dict[str, str], min_expert_gate: int) -> str:
     """What the gate decides on, in a line for the verdict: its first word is the kind of question that decides
     (expert, feedback, synthetic, or mixed)."""
-    kinds = Counter(t if t in ("expert", "feedback") else "synthetic" for t in types.values())
+    kinds = Counter(t if t in PEOPLE_TYPES else "synthetic" for t in types.values())
     if not kinds:
         return "none: no held-out gate questions"
     if set(kinds) == {"expert"} and kinds["expert"] >= min_expert_gate:

@@ -118,9 +118,23 @@ class GateResult:
     by_type: dict[str, dict] = field(default_factory=dict)  # question type -> questions, production, candidate, delta
     power: dict = field(default_factory=dict)  # min_detectable_effect, questions_needed (of the first metric)
     copied_questions: int = 0  # gate questions copied from the documents, set aside (GateSettings.copied_questions)
+    # found better on generated questions alone, a gain that does not promote (GateSettings.generated_reranker_gain)
+    better_on_generated: bool = False
     # One row per question: qid, production_<metric> and candidate_<metric> (what the test was computed from; the
     # audit trail rag.registry.tracking.record_gate stores), plus its type and text when compare_runs made it.
     per_question: pd.DataFrame | None = None
+
+    def without_direct_promotion(self, reason: str) -> None:
+        """Keep a gain on record (better_on_generated) without letting it promote: the verdict becomes no worse, so
+        only a canary's online test can promote the candidate."""
+        if not self.better:
+            return
+        self.better, self.better_on_generated = False, True
+        why_not = dict(self.why_not or {})
+        why_not["better"] = [*why_not.get("better", []), reason]
+        self.why_not = why_not
+        if self.criterion == "better":
+            self.passed, self.reasons = False, [*self.reasons, reason]
 
     @property
     def outcome(self) -> str:
@@ -135,6 +149,7 @@ class GateResult:
             "criterion": self.criterion,
             "better": self.better,
             "not_worse": self.not_worse,
+            "better_on_generated": self.better_on_generated,
             "outcome": self.outcome,
             "questions": self.questions,
             "copied_questions_set_aside": self.copied_questions,
