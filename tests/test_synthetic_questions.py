@@ -160,7 +160,10 @@ def test_the_mix_is_honoured_and_deterministic():
 
     docs = [make_doc(f"m{i}.txt") for i in range(6)]
     settings = SynthSettings(
-        passages_per_document=3, passage_chars=(100, 400), question_mix={"keyword": 0.5, "inverse-cloze": 0.5}
+        passages_per_document=3,
+        passage_chars=(100, 400),
+        question_mix={"keyword": 0.5, "inverse-cloze": 0.5},
+        dev_questions=None,  # the dev top-up has its own test
     )
     result = generate_qa(docs, None, settings)
     by_type, slots = result.by_type, result.attempted
@@ -291,8 +294,17 @@ def test_dev_documents_get_more_questions_for_the_gate_and_the_training_document
     for item in more.items[len(plain.items) :]:
         ev = item.evidence[0]
         assert not any(ev.start < f.end and f.start < ev.end for f in first)
-    # Past the target of what the passages hold: up to three passes over the 8 passages left, then it stops.
+    # Past the target of what the passages hold: up to three passes over the 8 passages left and the 2 already asked,
+    # then it stops.
     (dev_doc,) = {i.doc_id for i in plain.items if i.split == "dev"}
     most = generate_qa(docs, None, settings.model_copy(update={"dev_questions": 1000}))
-    assert 8 < most.dev_added <= 3 * 8 and {i.doc_id for i in most.items if i.split == "dev"} == {dev_doc}
+    n = settings.questions_per_passage
+    assert 8 < most.dev_added <= 3 * 10 * n and {i.doc_id for i in most.items if i.split == "dev"} == {dev_doc}
     assert len({i.question for i in most.items}) == len(most.items)
+    # A document of one passage (an abstract) has no other: its own passage gives the gate further questions.
+    short = [make_doc(f"s{i}.txt", paragraphs(i)[:1]) for i in range(10)]
+    one = SynthSettings(passages_per_document=2, passage_chars=(100, 400), dev_questions=None)
+    few, topped = generate_qa(short, None, one), generate_qa(short, None, one.model_copy(update={"dev_questions": 50}))
+    assert topped.dev_added > 0 and few.dev_added == 0
+    assert {i.doc_id for i in topped.items[len(few.items) :]} <= {i.doc_id for i in few.items if i.split == "dev"}
+    assert len({i.question for i in topped.items}) == len(topped.items)

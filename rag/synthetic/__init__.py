@@ -393,9 +393,9 @@ def _more_dev_questions(
     slot: _Slots,
     rng: random.Random,
 ) -> None:
-    """Questions on the dev documents' other passages, round-robin over the documents, then further questions of
-    the same passages, until the dev split holds `settings.dev_questions` that are not copies or the passages give
-    no more (DEV_ROUNDS passes)."""
+    """Questions on the dev documents' other passages, round-robin over the documents, then on the passages already
+    asked, then further questions of all of them, until the dev split holds `settings.dev_questions` that are not
+    copies or the passages give no more (DEV_ROUNDS passes)."""
     result = slot.result
     missing = settings.dev_questions - sum(i.split == "dev" and i.qtype != "inverse-cloze" for i in result.items)
     mix = {k: w for k, w in slot.mix.items() if k != "inverse-cloze"}
@@ -403,6 +403,7 @@ def _more_dev_questions(
         return
     mix = {k: w / sum(mix.values()) for k, w in mix.items()}
     more: dict[str, list[Passage]] = {}
+    new: list[Passage] = []
     for doc in documents:
         if splits.get(doc.doc_id) != "dev":
             continue
@@ -412,10 +413,13 @@ def _more_dev_questions(
             for p in passage_windows(doc, settings.passage_chars)
             if not any(p.start < u.end and u.start < p.end for u in used)
         ]
-        more[doc.doc_id] = rng.sample(rest, len(rest))
+        # The passages already asked come after the new ones: a short document (an abstract) has no other passage,
+        # and further questions of its own are all it can give the gate.
+        new += rest
+        more[doc.doc_id] = rng.sample(rest, len(rest)) + list(used)
     order = _passage_order(more, interleave=True)
     if slot.makers.keywords is not None:
-        slot.makers.keywords.add(p.text for _, p in order)
+        slot.makers.keywords.add(p.text for p in new)  # the passages already asked are counted
     n = settings.questions_per_passage
     for rounds in range(DEV_ROUNDS):  # then another question of each passage (a different one: the streams go on)
         added = result.dev_added
