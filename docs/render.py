@@ -493,7 +493,7 @@ def gate_calibration(record: dict) -> dict[str, Table]:
             [
                 "candidates",
                 "passed the gate",
-                "passed with a true loss (p < 0.05)",
+                "passed with a true recall@5 loss (p < 0.05)",
                 f"true recall@5 gains ≥ {threshold} (p < 0.05)",
                 "of them rejected",
             ],
