@@ -274,16 +274,22 @@ def shuffled_reranker(tables, registry, seed: int, log):
 
 
 # --- summary ---------------------------------------------------------------------------------------------------------
+def significant_loss(row: dict, metric: str) -> bool:
+    effect = row["true_effect"][metric]
+    return effect["delta"] < 0 and effect["p_value"] < 0.05
+
+
 def summarize(record: dict, gain: float) -> dict:
-    """The calibration targets: no accepted candidate whose true effect is a significant loss; among candidates whose
-    true recall@5 gain is at least `gain` (p < 0.05), the share the gate rejected."""
+    """The calibration targets: no accepted candidate whose true effect is a significant loss (recall@5, the
+    target's metric; nDCG@10 listed beside it, since a candidate can keep recall@5 and still rank worse); among
+    candidates whose true recall@5 gain is at least `gain` (p < 0.05), the share the gate rejected."""
     rows = [r for c in record["corpora"].values() for r in c["candidates"]]
-    loss = [
-        r["candidate"]
-        for r in rows
-        if r["gate"]["passed"]
-        and r["true_effect"]["recall@5"]["delta"] < 0
-        and r["true_effect"]["recall@5"]["p_value"] < 0.05
+    loss = [r["candidate"] for r in rows if r["gate"]["passed"] and significant_loss(r, "recall@5")]
+    ndcg_loss = [
+        f"{name}: {r['candidate']}"
+        for name, c in record["corpora"].items()
+        for r in c["candidates"]
+        if r["gate"]["passed"] and significant_loss(r, "ndcg@10")
     ]
     gains = [
         r
@@ -295,6 +301,7 @@ def summarize(record: dict, gain: float) -> dict:
         "candidates": len(rows),
         "accepted": sum(r["gate"]["passed"] for r in rows),
         "accepted_with_a_true_loss": loss,
+        "accepted_with_a_true_ndcg_loss": ndcg_loss,
         "true_gains": len(gains),
         "true_gains_rejected": rejected,
         "true_gain_threshold": gain,
