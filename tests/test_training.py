@@ -166,6 +166,13 @@ def test_reranker_gate_promotes_a_better_and_rejects_a_worse_reranker():
     assert reranker_gate(first, None, OracleReranker(ir), ir, settings).passed  # vs no reranker (implicit v0)
     worse = reranker_gate(first, None, OracleReranker(ir, reverse=True), ir, settings)
     assert not worse.passed and worse.metadata["delta_mrr@10"] < 0 and worse.metadata["candidate_recall@20"] == 1.0
+    # Generated questions alone: the gain is recorded, not promoted (only a canary can); with people's questions among
+    # those that decide, it promotes.
+    ir.types = dict.fromkeys(ir.queries, "keyword")
+    held = reranker_gate(first, None, OracleReranker(ir), ir, settings)
+    assert held.better_on_generated and not held.passed and held.not_worse and held.outcome == "inconclusive"
+    ir.types["q0"] = "feedback"
+    assert reranker_gate(first, None, OracleReranker(ir), ir, settings).passed
 
 
 # --- training data -------------------------------------------------------------------------------------------

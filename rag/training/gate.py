@@ -19,7 +19,7 @@ import pandas as pd
 
 from rag.evaluation.metrics import evaluate_run
 from rag.training.config import GateSettings
-from rag.training.data import IRSet
+from rag.training.data import IRSet, generated_only
 
 
 class TooFewGateQuestions(ValueError):
@@ -390,6 +390,13 @@ def reranked_run(first_stage: dict[str, list], ir: IRSet, reranker) -> dict[str,
     return run
 
 
+GENERATED_RERANKER_GAIN = (
+    "a reranker's gain on generated questions alone does not promote it (GateSettings.generated_reranker_gain): on "
+    "the calibration bench such verdicts did not tell what people's questions would show; a canary's online test "
+    "(promotion policy 'canary') or gate questions from users' feedback or experts' labels can promote it"
+)
+
+
 def reranker_gate(
     first_stage: dict[str, list],
     production,
@@ -399,11 +406,14 @@ def reranker_gate(
     *,
     copied: int = 0,
 ) -> GateResult:
-    """Both rerankers re-score the same first-stage candidates (hybrid top-`rerank_depth`) of every gate question."""
+    """Both rerankers re-score the same first-stage candidates (hybrid top-`rerank_depth`) of every gate question. A
+    gain on generated questions alone is held back from direct promotion (GateSettings.generated_reranker_gain)."""
     settings = settings or GateSettings()
     check_gate_questions(ir, settings, copied)
     result = compare_runs(
         ir, reranked_run(first_stage, ir, production), reranked_run(first_stage, ir, candidate), settings
     )
+    if settings.generated_reranker_gain == "canary" and generated_only(ir.types):
+        result.without_direct_promotion(GENERATED_RERANKER_GAIN)
     result.copied_questions = copied
     return result

@@ -18,7 +18,7 @@ from rag.progress import Progress
 from rag.registry import IMPLICIT_PRODUCTION, ModelRegistry, ModelVersion, library_versions
 from rag.store import CHUNKS_TABLE, TableStore
 from rag.training.config import GateSettings, TrainingConfig
-from rag.training.data import COPIED_TYPES, IRSet, TrainingData, generated_only, split_feedback, training_data
+from rag.training.data import COPIED_TYPES, IRSet, TrainingData, split_feedback, training_data
 from rag.training.embedder import TrainingRun, base_source, train_embedder
 from rag.training.gate import GateResult, TooFewGateQuestions, embedder_gate, reranker_gate
 from rag.training.first_stage import (
@@ -208,13 +208,6 @@ def production_label(registry: ModelRegistry, kind: Kind) -> str:
     return model_label(kind, registry.resolve(kind, "production"))
 
 
-GENERATED_RERANKER_GAIN = (
-    "a reranker's gain on generated questions alone does not promote it (GateSettings.generated_reranker_gain): on "
-    "the calibration bench such verdicts did not tell what people's questions would show; a canary's online test "
-    "(promotion policy 'canary') or gate questions from users' feedback or experts' labels can promote it"
-)
-
-
 def gate_candidate(
     kind: Kind,
     tables: TableStore,
@@ -288,8 +281,6 @@ def gate_candidate(
             result = reranker_gate(
                 first, current, load_reranker(candidate.name, registry=registry), gate, settings, copied=copied
             )
-            if settings.generated_reranker_gain == "canary" and gate is not None and generated_only(gate.types):
-                result.without_direct_promotion(GENERATED_RERANKER_GAIN)
     except TooFewGateQuestions as exc:
         # No verdict either way, recorded as such: production stays, and the message says what to generate.
         verdict = {
