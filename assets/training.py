@@ -118,6 +118,12 @@ class GateConfig(Config):
         description="promotion policy 'canary' (the gate asks 'no worse'): largest allowed drop "
         "of nDCG@10 / MRR@10, significant or not",
     )
+    generated_gain: str = Field(
+        "canary",
+        description="canary | promote: does a gain found on generated questions alone (no users' or experts' "
+        "questions among those that decide) promote directly? canary: no, it counts as no worse and only a canary "
+        "or people's questions can promote (GateSettings.generated_embedder_gain / generated_reranker_gain)",
+    )
 
 
 def _registry(data_store: DataStore) -> ModelRegistry:
@@ -211,6 +217,7 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout
         min_questions=config.min_questions,
         criterion=rollout.gate_criterion,
         max_drop=config.max_drop,
+        **{f"generated_{kind}_gain": config.generated_gain},
     )
     try:
         result = gate_candidate(kind, data_store.tables, registry, candidate, settings)

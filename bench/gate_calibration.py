@@ -5,7 +5,9 @@ For each corpus the pipeline's own path runs from the documents alone: a paragra
 default question mix (no LLM), then candidates trained through `train_candidate` and gated by `gate_candidate`
 against the base model (production stays the implicit v0, nothing is promoted). Candidates: embedders and learned
 rerankers over several seeds, the older reranker setting that trains on copied questions (`copied_questions: cut`),
-and deliberately bad ones (an embedder with noise on its weights, a reranker trained on shuffled labels).
+deliberately bad ones (an embedder with noise on its weights, a reranker trained on shuffled labels) and a
+deliberately good one: the base embedder gated against a production damaged with a little noise (`--good-noise`), a
+candidate known to help people, to see whether the gate lets a real gain through.
 
 The true effect is measured on the corpus's human questions, which nothing trains or gates on: SQuAD dev questions
 over its articles (span relevance), SciFact test claims over their abstracts and distractors (qrels used only here).
@@ -153,10 +155,14 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
     corpus["setup_seconds"] = round(time.perf_counter() - started, 1)
     quiet = lambda _msg: None  # noqa: E731 - the trainers' step logs would drown the bench's own lines
 
-    def judge(label: str, kind: str, mv, setting: str, trained_seconds: float | None = None) -> None:
+    def judge(label: str, kind: str, mv, setting: str, trained_seconds: float | None = None, *, against=None) -> None:
+        """`against`: the registry whose production the candidate is gated and measured against (default: the
+        base model, production's implicit v0)."""
         began = time.perf_counter()
+        models = against or registry
+        production = models.resolve(kind, "production")
         try:
-            result = gate_candidate(kind, tables, registry, mv, settings)
+            result = gate_candidate(kind, tables, models, mv, settings)
             gate = {
                 "outcome": result.outcome,
                 "passed": bool(result.passed),
@@ -170,7 +176,12 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
             gate = {"outcome": "no verdict", "passed": False, "error": str(exc)}
         if kind == "embedder":
             model = per_question(human_ir, dense_run(load_embedder(str(mv.path)), human_ir))
-            truth = true_effect(model, base_dense)
+            served = (
+                base_dense
+                if production is None
+                else per_question(human_ir, dense_run(load_embedder(str(production.path)), human_ir))
+            )
+            truth = true_effect(model, served)
         else:
             model = per_question(
                 human_ir, reranked_run(first_stage, human_ir, load_reranker(mv.name, registry=registry))
@@ -181,6 +192,7 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
             "kind": kind,
             "setting": setting,
             "version": mv.name,
+            "against": production.name if production else "base",
             "gate": gate,
             "true_effect": truth,
             # what a reader needs to size a run: training, then gate plus truth
@@ -195,6 +207,24 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
         )
         save()
 
+    if "embedder" in args.kinds:
+        noisy = noisy_copy(_minilm_dir(), work / "noisy", args.bad_noise, seed=args.seed)
+        mv = registry.register(
+            "embedder", noisy, {"base_model": "minilm", "strategy": STRATEGY, "qa_set_version": qa_version}
+        )
+        judge(f"embedder with noise {args.bad_noise} on its weights (deliberately bad)", "embedder", mv, "noisy_copy")
+    for scale in args.good_noise if "embedder" in args.kinds else []:
+        restoring = ModelRegistry(work / f"models-restoring-{scale}")
+        damaged = noisy_copy(_minilm_dir(), work / f"damaged-{scale}", scale, seed=args.seed)
+        meta = {"base_model": "minilm", "strategy": STRATEGY, "qa_set_version": qa_version}
+        restoring.set_alias("embedder", "production", restoring.register("embedder", damaged, meta).version)
+        judge(
+            f"base embedder against a production with noise {scale} on its weights (deliberately good)",
+            "embedder",
+            restoring.register("embedder", Path(_minilm_dir()), meta),
+            "base model vs noisy_copy production",
+            against=restoring,
+        )
     for seed in args.seeds if "embedder" in args.kinds else []:
         config = EmbedderTrainingConfig(strategy=STRATEGY, seed=seed, max_pairs=args.max_pairs)
         began = time.perf_counter()
@@ -206,12 +236,6 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
             config.model_dump_json(exclude={"extra_positives", "extra_negatives"}),
             round(time.perf_counter() - began, 1),
         )
-    if "embedder" in args.kinds:
-        noisy = noisy_copy(_minilm_dir(), work / "noisy", args.bad_noise, seed=args.seed)
-        mv = registry.register(
-            "embedder", noisy, {"base_model": "minilm", "strategy": STRATEGY, "qa_set_version": qa_version}
-        )
-        judge(f"embedder with noise {args.bad_noise} on its weights (deliberately bad)", "embedder", mv, "noisy_copy")
     if "reranker" not in args.kinds:
         corpus["seconds"] = round(time.perf_counter() - started, 1)
         save()
@@ -282,7 +306,9 @@ def significant_loss(row: dict, metric: str) -> bool:
 def summarize(record: dict, gain: float) -> dict:
     """The calibration targets: no accepted candidate whose true effect is a significant loss (recall@5, the
     target's metric; nDCG@10 listed beside it, since a candidate can keep recall@5 and still rank worse); among
-    candidates whose true recall@5 gain is at least `gain` (p < 0.05), the share the gate rejected."""
+    candidates whose true recall@5 gain is at least `gain` (p < 0.05), those the gate rejected (judged worse, or no
+    verdict: the candidate is dropped) and those it held for the canary (no worse but not promoted directly: only
+    people's evidence can promote them)."""
     rows = [r for c in record["corpora"].values() for r in c["candidates"]]
     loss = [r["candidate"] for r in rows if r["gate"]["passed"] and significant_loss(r, "recall@5")]
     ndcg_loss = [
@@ -296,14 +322,15 @@ def summarize(record: dict, gain: float) -> dict:
         for r in rows
         if r["true_effect"]["recall@5"]["delta"] >= gain and r["true_effect"]["recall@5"]["p_value"] < 0.05
     ]
-    rejected = [r["candidate"] for r in gains if not r["gate"]["passed"]]
+    held = [r for r in gains if not r["gate"]["passed"] and r["gate"].get("outcome") == "inconclusive"]
     return {
         "candidates": len(rows),
         "accepted": sum(r["gate"]["passed"] for r in rows),
         "accepted_with_a_true_loss": loss,
         "accepted_with_a_true_ndcg_loss": ndcg_loss,
         "true_gains": len(gains),
-        "true_gains_rejected": rejected,
+        "true_gains_rejected": [r["candidate"] for r in gains if not r["gate"]["passed"] and r not in held],
+        "true_gains_held_for_the_canary": [r["candidate"] for r in held],
         "true_gain_threshold": gain,
     }
 
@@ -343,6 +370,15 @@ def main() -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--max-pairs", type=int, default=2000, help="embedder training pairs")
     p.add_argument("--bad-noise", type=float, default=0.4, help="noise scale of the deliberately bad embedder")
+    p.add_argument(
+        "--good-noise",
+        type=float,
+        nargs="*",
+        default=[0.15, 0.2],
+        help="noise scales of the damaged productions the deliberately good embedder (the base model) is gated "
+        "against, one candidate each (its true effect is what the damage costs on the human questions); none "
+        "leaves them out",
+    )
     p.add_argument("--resamples", type=int, default=10_000)
     p.add_argument("--gain", type=float, default=0.03, help="a true recall@5 gain at least this large should pass")
     cli.add_seed(p, 11)

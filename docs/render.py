@@ -449,7 +449,7 @@ def self_improvement(record: dict) -> dict[str, Table]:
     return views
 
 
-GENERATED_ONLY = " (better on generated questions only)"  # GateSettings.generated_reranker_gain held it back
+GENERATED_ONLY = " (better on generated questions only)"  # GateSettings.generated_<kind>_gain held it back
 
 
 def gate_calibration(record: dict) -> dict[str, Table]:
@@ -500,6 +500,9 @@ def gate_calibration(record: dict) -> dict[str, Table]:
             row.append(", ".join(summary["accepted_with_a_true_ndcg_loss"]) or "none")
         header += [f"true recall@5 gains ≥ {threshold} (p < 0.05)", "of them rejected"]
         row += [str(summary.get("true_gains", 0)), ", ".join(summary.get("true_gains_rejected", [])) or "none"]
+        if "true_gains_held_for_the_canary" in summary:  # runs before it was summarised show no such column
+            header.append("of them held for the canary")
+            row.append(", ".join(summary["true_gains_held_for_the_canary"]) or "none")
         views["summary"] = (header, [row])
     return views
 

@@ -666,8 +666,15 @@ def test_gate_rejects_a_worse_embedder_then_promotes_a_better_one_and_swaps_the_
     # candidate: a deliberately better model, which the gate must promote.
     registry.set_alias("embedder", "production", worse.version)
     better = registry.register("embedder", _minilm_dir(), {"base_model": "minilm", "strategy": STRATEGY})
-    result = gate_candidate("embedder", tables, registry, better, GateSettings(resamples=2000))
-    assert result.passed, result.reasons
+    # Its gain shows on generated questions alone: by default that does not promote (a canary or people decide) ...
+    held = gate_candidate("embedder", tables, registry, better, GateSettings(resamples=2000))
+    assert held.better_on_generated and held.outcome == "inconclusive" and not held.passed
+    assert registry.resolve("embedder", better.version).metrics["gate"]["better_on_generated"] is True
+    # ... unless the settings let such a gain promote directly.
+    result = gate_candidate(
+        "embedder", tables, registry, better, GateSettings(resamples=2000, generated_embedder_gain="promote")
+    )
+    assert result.passed and not result.better_on_generated, result.reasons
     assert result.metadata["delta_ndcg@10"] > 0 and result.metadata["p_value_ndcg@10"] < 0.05
 
     settings = QdrantSettings(path=str(tmp_path / "qdrant"))
@@ -797,7 +804,8 @@ def test_retrain_job_rejects_then_promotes_and_reindexes(scifact_tables, monkeyp
         "embedding_model"
     )
 
-    # With a deliberately worse production (noisy weights), the same candidate passes, is promoted and indexed.
+    # With a deliberately worse production (noisy weights), the same candidate passes, is promoted and indexed, once
+    # the gate lets a gain on generated questions alone promote (by default only a canary or people's questions can).
     noisy = registry.register("embedder", noisy_copy(_minilm_dir(), tmp_path / "noisy", 0.6), {"base_model": "minilm"})
     registry.set_alias("embedder", "production", noisy.version)
     second = materialize(
@@ -805,7 +813,13 @@ def test_retrain_job_rejects_then_promotes_and_reindexes(scifact_tables, monkeyp
         instance=instance,
         resources=resources,
         raise_on_error=False,
-        run_config={"ops": {"finetuned_embedder": {"config": tiny}}, "loggers": run_config["loggers"]},
+        run_config={
+            "ops": {
+                "finetuned_embedder": {"config": tiny},
+                "finetuned_embedder_finetuned_embedder_gate": {"config": {"generated_gain": "promote"}},
+            },
+            "loggers": run_config["loggers"],
+        },
     )
     gate = {e.check_name: e for e in second.get_asset_check_evaluations()}["finetuned_embedder_gate"]
     assert gate.passed and gate.metadata["production"].value == noisy.name

@@ -195,6 +195,15 @@ class GateSettings(BaseModel):
         "questions among those that decided) is not promoted directly: the verdict counts it no worse, and only a "
         "canary's online test (promotion policy 'canary') can promote it; promote: such a gain promotes directly",
     )
+    # The same holds for embedders fine-tuned on generated questions and gated on more of them (held out, but from
+    # the same generator): on bench/results/gate-calibration*.json none of the embedders found better there had a
+    # true gain on the human questions (SciFact: 3 of 3, one ranking the claims worse, nDCG@10 -0.019, p 0.042; SQuAD:
+    # none found better), and on a corpus outside the repository the embedder that helped people read inconclusive.
+    generated_embedder_gain: Literal["canary", "promote"] = Field(
+        "canary",
+        description="canary: an embedder the gate found better on generated questions alone is not promoted "
+        "directly (as generated_reranker_gain); promote: such a gain promotes directly",
+    )
     confidence: float = Field(
         0.95,
         gt=0.5,

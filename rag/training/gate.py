@@ -118,7 +118,7 @@ class GateResult:
     by_type: dict[str, dict] = field(default_factory=dict)  # question type -> questions, production, candidate, delta
     power: dict = field(default_factory=dict)  # min_detectable_effect, questions_needed (of the first metric)
     copied_questions: int = 0  # gate questions copied from the documents, set aside (GateSettings.copied_questions)
-    # found better on generated questions alone, a gain that does not promote (GateSettings.generated_reranker_gain)
+    # found better on generated questions alone, a gain that does not promote (GateSettings.generated_<kind>_gain)
     better_on_generated: bool = False
     # One row per question: qid, production_<metric> and candidate_<metric> (what the test was computed from; the
     # audit trail rag.registry.tracking.record_gate stores), plus its type and text when compare_runs made it.
@@ -351,14 +351,36 @@ def compare_runs(ir: IRSet, production_run: dict, candidate_run: dict, settings:
     return decided
 
 
+def generated_gain_reason(kind: str) -> str:
+    """Why a gain on generated questions alone did not promote a candidate of `kind`: the verdict's own words."""
+    article = "an" if kind[0] in "aeiou" else "a"
+    return (
+        f"{article} {kind}'s gain on generated questions alone does not promote it "
+        f"(GateSettings.generated_{kind}_gain): on the calibration bench such verdicts did not tell what people's "
+        "questions would show; a canary's online test (promotion policy 'canary') or gate questions from users' "
+        "feedback or experts' labels can promote it"
+    )
+
+
+def hold_generated_gain(result: GateResult, kind: str, ir: IRSet, settings: GateSettings) -> GateResult:
+    """A gain shown on generated questions alone counts as no worse unless the settings let it promote
+    (GateSettings.generated_embedder_gain / generated_reranker_gain)."""
+    rule = settings.generated_embedder_gain if kind == "embedder" else settings.generated_reranker_gain
+    if rule == "canary" and generated_only(ir.types):
+        result.without_direct_promotion(generated_gain_reason(kind))
+    return result
+
+
 def embedder_gate(
     production, candidate, ir: IRSet, settings: GateSettings | None = None, *, copied: int = 0
 ) -> GateResult:
     """Dense retrieval of the gate questions with each embedder, compared per question. `copied`: how many copied
-    questions were set aside before (reported, and named in a too-few-questions error)."""
+    questions were set aside before (reported, and named in a too-few-questions error). A gain on generated
+    questions alone is held back from direct promotion (GateSettings.generated_embedder_gain)."""
     settings = settings or GateSettings()
     check_gate_questions(ir, settings, copied)
     result = compare_runs(ir, dense_run(production, ir), dense_run(candidate, ir), settings)
+    hold_generated_gain(result, "embedder", ir, settings)
     result.copied_questions = copied
     return result
 
@@ -390,13 +412,6 @@ def reranked_run(first_stage: dict[str, list], ir: IRSet, reranker) -> dict[str,
     return run
 
 
-GENERATED_RERANKER_GAIN = (
-    "a reranker's gain on generated questions alone does not promote it (GateSettings.generated_reranker_gain): on "
-    "the calibration bench such verdicts did not tell what people's questions would show; a canary's online test "
-    "(promotion policy 'canary') or gate questions from users' feedback or experts' labels can promote it"
-)
-
-
 def reranker_gate(
     first_stage: dict[str, list],
     production,
@@ -413,7 +428,6 @@ def reranker_gate(
     result = compare_runs(
         ir, reranked_run(first_stage, ir, production), reranked_run(first_stage, ir, candidate), settings
     )
-    if settings.generated_reranker_gain == "canary" and generated_only(ir.types):
-        result.without_direct_promotion(GENERATED_RERANKER_GAIN)
+    hold_generated_gain(result, "reranker", ir, settings)
     result.copied_questions = copied
     return result
