@@ -106,7 +106,10 @@ def test_a_verdict_reports_its_interval_power_and_types_and_rag_retrain_prints_t
     assert "  gate set (before copies are set aside): feedback: 40 users' questions" in report
     assert "ndcg@10    0.5000 -> 0.5100 (+0.0100, 95% CI" in report, report
     assert "answer-aware 20 questions -0.1800; keyword 20 questions +0.2000" in report
-    assert "kept production (inconclusive)" in report and "canary" in report
+    assert (
+        "kept production (inconclusive)" in report
+        and "rag models rollout start --kind embedder --candidate v1" in report
+    )
 
 
 def test_the_not_worse_gate_admits_an_unproven_candidate_and_refuses_a_worse_one():

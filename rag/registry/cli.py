@@ -218,7 +218,9 @@ def gate_report(registry: ModelRegistry, mv: ModelVersion) -> list[str]:
         outcome = gate.get("outcome", "rejected")
         why = gate.get("reasons", "")
         hint = (
-            "; only online evidence can decide: a canary (rollout resource's promotion policy 'canary')"
+            f"; only online evidence can decide: start its canary (`rag models rollout start --kind {mv.kind} "
+            f"--candidate {mv.version}`), "
+            "or let retrain_job start canaries (RAG_PROMOTION_POLICY=canary)"
             if outcome == "inconclusive"
             else ""
         )
