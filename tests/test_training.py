@@ -169,11 +169,13 @@ def test_reranker_gate_promotes_a_better_and_rejects_a_worse_reranker():
     assert reranker_gate(first, None, OracleReranker(ir), ir, settings).passed  # vs no reranker (implicit v0)
     worse = reranker_gate(first, None, OracleReranker(ir, reverse=True), ir, settings)
     assert not worse.passed and worse.metadata["delta_mrr@10"] < 0 and worse.metadata["candidate_recall@20"] == 1.0
-    # Generated questions alone: the gain is recorded, not promoted (only a canary can); with people's questions among
-    # those that decide, it promotes.
+    # Generated questions alone: the gain of a reranker trained on such questions is recorded, not promoted (only a
+    # canary can); with people's questions among those that decide, it promotes.
     ir.types = dict.fromkeys(ir.queries, "keyword")
     held = reranker_gate(first, None, OracleReranker(ir), ir, settings)
     assert held.better_on_generated and not held.passed and held.not_worse and held.outcome == "inconclusive"
+    # A reranker that never trained on generated questions is not flattered by them: its gain there stands.
+    assert reranker_gate(first, None, OracleReranker(ir), ir, settings, trained_on_generated=False).passed
     ir.types["q0"] = "feedback"
     assert reranker_gate(first, None, OracleReranker(ir), ir, settings).passed
 
@@ -668,15 +670,16 @@ def test_gate_rejects_a_worse_embedder_then_promotes_a_better_one_and_swaps_the_
     # Now the noisy model is production (e.g. a bad promotion in the past) and the untouched base weights are the
     # candidate: a deliberately better model, which the gate must promote.
     registry.set_alias("embedder", "production", worse.version)
-    better = registry.register("embedder", _minilm_dir(), {"base_model": "minilm", "strategy": STRATEGY})
-    # Its gain shows on generated questions alone: by default that does not promote (a canary or people decide) ...
-    held = gate_candidate("embedder", tables, registry, better, GateSettings(resamples=2000))
-    assert held.better_on_generated and held.outcome == "inconclusive" and not held.passed
-    assert registry.resolve("embedder", better.version).metrics["gate"]["better_on_generated"] is True
-    # ... unless the settings let such a gain promote directly.
-    result = gate_candidate(
-        "embedder", tables, registry, better, GateSettings(resamples=2000, generated_embedder_gain="promote")
+    # Had it been trained on the QA set (a training-data hash in its manifest), its gain on generated questions alone
+    # would not promote it: the gate's questions share the quirks it learned. Registered as it is, it never saw them.
+    trained_look = registry.register(
+        "embedder", _minilm_dir(), {"base_model": "minilm", "strategy": STRATEGY, "training_data_hash": "f00d"}
     )
+    held = gate_candidate("embedder", tables, registry, trained_look, GateSettings(resamples=2000))
+    assert held.better_on_generated and held.outcome == "inconclusive" and not held.passed
+    assert registry.resolve("embedder", trained_look.version).metrics["gate"]["better_on_generated"] is True
+    better = registry.register("embedder", _minilm_dir(), {"base_model": "minilm", "strategy": STRATEGY})
+    result = gate_candidate("embedder", tables, registry, better, GateSettings(resamples=2000))
     assert result.passed and not result.better_on_generated, result.reasons
     assert result.metadata["delta_ndcg@10"] > 0 and result.metadata["p_value_ndcg@10"] < 0.05
 

@@ -355,32 +355,43 @@ def generated_gain_reason(kind: str) -> str:
     """Why a gain on generated questions alone did not promote a candidate of `kind`: the verdict's own words."""
     article = "an" if kind[0] in "aeiou" else "a"
     return (
-        f"{article} {kind}'s gain on generated questions alone does not promote it "
+        f"{article} {kind} trained on generated questions is not promoted by a gain on more of them alone "
         f"(GateSettings.generated_{kind}_gain): on the calibration bench such verdicts did not tell what people's "
         "questions would show; a canary's online test (promotion policy 'canary') or gate questions from users' "
         "feedback or experts' labels can promote it"
     )
 
 
-def hold_generated_gain(result: GateResult, kind: str, ir: IRSet, settings: GateSettings) -> GateResult:
-    """A gain shown on generated questions alone counts as no worse unless the settings let it promote
-    (GateSettings.generated_embedder_gain / generated_reranker_gain)."""
+def hold_generated_gain(
+    result: GateResult, kind: str, ir: IRSet, settings: GateSettings, *, trained_on_generated: bool = True
+) -> GateResult:
+    """A gain shown on generated questions alone counts as no worse when the candidate learned from questions of the
+    same generator (held out or not, they share its quirks, which such a candidate has learned and people's
+    questions lack) unless the settings let it promote (GateSettings.generated_embedder_gain /
+    generated_reranker_gain). A candidate that never saw them (a pretrained model registered as it is) gains
+    nothing from their quirks: its gain there stands."""
     rule = settings.generated_embedder_gain if kind == "embedder" else settings.generated_reranker_gain
-    if rule == "canary" and generated_only(ir.types):
+    if rule == "canary" and trained_on_generated and generated_only(ir.types):
         result.without_direct_promotion(generated_gain_reason(kind))
     return result
 
 
 def embedder_gate(
-    production, candidate, ir: IRSet, settings: GateSettings | None = None, *, copied: int = 0
+    production,
+    candidate,
+    ir: IRSet,
+    settings: GateSettings | None = None,
+    *,
+    copied: int = 0,
+    trained_on_generated: bool = True,
 ) -> GateResult:
     """Dense retrieval of the gate questions with each embedder, compared per question. `copied`: how many copied
     questions were set aside before (reported, and named in a too-few-questions error). A gain on generated
-    questions alone is held back from direct promotion (GateSettings.generated_embedder_gain)."""
+    questions alone does not promote a candidate `trained_on_generated` (hold_generated_gain)."""
     settings = settings or GateSettings()
     check_gate_questions(ir, settings, copied)
     result = compare_runs(ir, dense_run(production, ir), dense_run(candidate, ir), settings)
-    hold_generated_gain(result, "embedder", ir, settings)
+    hold_generated_gain(result, "embedder", ir, settings, trained_on_generated=trained_on_generated)
     result.copied_questions = copied
     return result
 
@@ -420,14 +431,15 @@ def reranker_gate(
     settings: GateSettings | None = None,
     *,
     copied: int = 0,
+    trained_on_generated: bool = True,
 ) -> GateResult:
     """Both rerankers re-score the same first-stage candidates (hybrid top-`rerank_depth`) of every gate question. A
-    gain on generated questions alone is held back from direct promotion (GateSettings.generated_reranker_gain)."""
+    gain on generated questions alone does not promote a candidate `trained_on_generated` (hold_generated_gain)."""
     settings = settings or GateSettings()
     check_gate_questions(ir, settings, copied)
     result = compare_runs(
         ir, reranked_run(first_stage, ir, production), reranked_run(first_stage, ir, candidate), settings
     )
-    hold_generated_gain(result, "reranker", ir, settings)
+    hold_generated_gain(result, "reranker", ir, settings, trained_on_generated=trained_on_generated)
     result.copied_questions = copied
     return result

@@ -260,10 +260,17 @@ def gate_candidate(
     if kind == "reranker":  # what it re-ranked: a verdict over another embedder's candidates does not carry over
         first_stage = registry.resolve("embedder", "production")
         recorded["first_stage_embedder"] = first_stage.version if first_stage else None
+    # Trained by this pipeline, it learned from the QA set's generated questions (hold_generated_gain).
+    trained = bool(candidate.training_data_hash)
     try:
         if kind == "embedder":
             result = embedder_gate(
-                _production_embedder(production), load_embedder(str(candidate.path)), gate, settings, copied=copied
+                _production_embedder(production),
+                load_embedder(str(candidate.path)),
+                gate,
+                settings,
+                copied=copied,
+                trained_on_generated=trained,
             )
         else:
             first = (
@@ -279,7 +286,13 @@ def gate_candidate(
             )
             current = load_reranker(production.name, registry=registry) if production is not None else None
             result = reranker_gate(
-                first, current, load_reranker(candidate.name, registry=registry), gate, settings, copied=copied
+                first,
+                current,
+                load_reranker(candidate.name, registry=registry),
+                gate,
+                settings,
+                copied=copied,
+                trained_on_generated=trained,
             )
     except TooFewGateQuestions as exc:
         # No verdict either way, recorded as such: production stays, and the message says what to generate.
