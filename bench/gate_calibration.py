@@ -311,28 +311,24 @@ def summarize(record: dict, gain: float) -> dict:
     candidates whose true recall@5 gain is at least `gain` (p < 0.05), those the gate rejected (judged worse, or no
     verdict: the candidate is dropped) and those it held for the canary (no worse but not promoted directly: only
     people's evidence can promote them)."""
-    rows = [r for c in record["corpora"].values() for r in c["candidates"]]
+    named = [(f"{name}: {r['candidate']}", r) for name, c in record["corpora"].items() for r in c["candidates"]]
+    rows = [r for _, r in named]
     loss = [r["candidate"] for r in rows if r["gate"]["passed"] and significant_loss(r, "recall@5")]
-    ndcg_loss = [
-        f"{name}: {r['candidate']}"
-        for name, c in record["corpora"].items()
-        for r in c["candidates"]
-        if r["gate"]["passed"] and significant_loss(r, "ndcg@10")
-    ]
+    ndcg_loss = [label for label, r in named if r["gate"]["passed"] and significant_loss(r, "ndcg@10")]
     gains = [
-        r
-        for r in rows
+        (label, r)
+        for label, r in named
         if r["true_effect"]["recall@5"]["delta"] >= gain and r["true_effect"]["recall@5"]["p_value"] < 0.05
     ]
-    held = [r for r in gains if not r["gate"]["passed"] and r["gate"].get("outcome") == "inconclusive"]
+    held = [label for label, r in gains if not r["gate"]["passed"] and r["gate"].get("outcome") == "inconclusive"]
     return {
         "candidates": len(rows),
         "accepted": sum(r["gate"]["passed"] for r in rows),
         "accepted_with_a_true_loss": loss,
         "accepted_with_a_true_ndcg_loss": ndcg_loss,
         "true_gains": len(gains),
-        "true_gains_rejected": [r["candidate"] for r in gains if not r["gate"]["passed"] and r not in held],
-        "true_gains_held_for_the_canary": [r["candidate"] for r in held],
+        "true_gains_rejected": [label for label, r in gains if not r["gate"]["passed"] and label not in held],
+        "true_gains_held_for_the_canary": held,
         "true_gain_threshold": gain,
     }
 

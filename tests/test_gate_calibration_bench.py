@@ -35,5 +35,5 @@ def test_summary_counts_accepted_losses_on_either_metric_and_rejected_or_held_ga
         "scifact: keeps recall, ranks worse",
         "scifact: loses recall",
     ]
-    assert summary["true_gains"] == 3 and summary["true_gains_rejected"] == ["real gain rejected"]
-    assert summary["true_gains_held_for_the_canary"] == ["real gain for the canary"]
+    assert summary["true_gains"] == 3 and summary["true_gains_rejected"] == ["scifact: real gain rejected"]
+    assert summary["true_gains_held_for_the_canary"] == ["scifact: real gain for the canary"]
