@@ -120,9 +120,10 @@ class GateConfig(Config):
     )
     generated_gain: str = Field(
         "canary",
-        description="canary | promote: does a gain found on generated questions alone (no users' or experts' "
-        "questions among those that decide) promote directly? canary: no, it counts as no worse and only a canary "
-        "or people's questions can promote (GateSettings.generated_embedder_gain / generated_reranker_gain)",
+        description="canary | promote: does a candidate trained on generated questions get promoted directly by a "
+        "gain on generated questions alone (no users' or experts' questions among those that decide)? canary: no, "
+        "it counts as no worse and only a canary or people's questions can promote it "
+        "(GateSettings.generated_embedder_gain / generated_reranker_gain)",
     )
 
 
