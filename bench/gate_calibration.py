@@ -158,9 +158,11 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
     quiet = lambda _msg: None  # noqa: E731 - the trainers' step logs would drown the bench's own lines
 
     def judge(label: str, kind: str, mv, setting: str, trained_seconds: float | None = None, *, against=None) -> None:
-        """`against`: the registry whose production the candidate is gated and measured against (default: the
-        base model, production's implicit v0)."""
+        """`against` (embedders only: rerankers are measured against the plain first stage): the registry whose
+        production the candidate is gated and measured against (default: the base model, production's implicit v0)."""
         began = time.perf_counter()
+        if against is not None and kind != "embedder":
+            raise ValueError("only embedders are gated against another production here")
         models = against or registry
         production = models.resolve(kind, "production")
         try:
