@@ -1,8 +1,9 @@
 """Training stage: a fine-tuned embedder and a cross-encoder reranker, each registered as `candidate` in the
 model registry, gated by a blocking significance check against `production`, and released only when it passes:
 promoted directly (for the embedder: collections of the new model built, then the serving alias
-`<strategy>__production` swapped), or, under the rollout resource's promotion policy "canary", started as a canary
-that canary_sensor promotes or rolls back (rag.lifecycle.rollout.release)."""
+`<strategy>__production` swapped), or started as a canary that canary_sensor promotes or rolls back, as the rollout
+resource's promotion policy says (rag.lifecycle.rollout.release; by default 'auto': a significant gain is promoted,
+a candidate found no worse gets a canary)."""
 
 from pathlib import Path
 
@@ -234,7 +235,15 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout
                 "production": against,
             },
         )
-    if settings.criterion == "not_worse":
+    if rollout.promotion == "auto":
+        verdict = (
+            "significantly better: promote"
+            if result.better
+            else "no worse, not shown better: start its canary (the online test decides)"
+            if result.passed
+            else f"keep production ({result.outcome})"
+        )
+    elif settings.criterion == "not_worse":
         verdict = (
             "no worse: start its canary (the online test decides)" if result.passed else "worse: keep production"
         ) + ("; significantly better too" if result.better else "")
@@ -269,9 +278,10 @@ def _gate_observed(
 
 
 _POLICY = (
-    "By the rollout resource's promotion policy: 'direct' needs a significant gain; 'canary' needs only 'no worse' "
-    "(neither metric significantly lower nor lower by more than max_drop, recall kept) and the canary's online test "
-    "then decides. Both verdicts are in the metadata."
+    "By the rollout resource's promotion policy: 'direct' needs a significant gain; 'canary' and 'auto' (default) "
+    "need only 'no worse' (neither metric significantly lower nor lower by more than max_drop, recall kept), and the "
+    "canary's online test then decides, except that 'auto' promotes a significant gain directly. Both verdicts are "
+    "in the metadata."
 )
 
 
@@ -403,10 +413,12 @@ def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
     output_required=False,  # not materialized when the gate kept production
     description="Runs only when the gate passed (the candidate's manifest must hold a passing verdict against the "
     "current production, even when materialized alone). The rollout resource's `promotion` policy decides what "
-    "happens: 'direct' (default) builds (incrementally) the candidate's collection for every chunk set, moves the "
+    "happens: 'direct' builds (incrementally) the candidate's collection for every chunk set, moves the "
     "registry's `production` alias, then swaps each serving alias `<strategy>__production` onto the new collection "
     "(refused while a canary runs); 'canary' builds the collections and starts the candidate's canary on the "
-    "resource's traffic share, leaving production untouched: canary_sensor then promotes or rolls it back.",
+    "resource's traffic share, leaving production untouched: canary_sensor then promotes or rolls it back; 'auto' "
+    "(default) does the first for a candidate the gate found significantly better, the second for one it found no "
+    "worse.",
 )
 def production_embedder(
     context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource, rollout: Rollout
@@ -449,9 +461,10 @@ def production_embedder(
     kinds={"python"},
     output_required=False,  # not materialized when the gate kept production
     description="Runs only when the reranker gate passed (checked again from the candidate's manifest). By the rollout "
-    "resource's `promotion` policy: 'direct' (default) moves the registry's `production` reranker alias (what "
+    "resource's `promotion` policy: 'direct' moves the registry's `production` reranker alias (what "
     "load_reranker('production') serves; refused while a canary runs), 'canary' starts the candidate's canary "
-    "(one canary at a time: while the embedder's runs, the candidate waits and canary_sensor starts it afterwards).",
+    "(one canary at a time: while the embedder's runs, the candidate waits and canary_sensor starts it afterwards), "
+    "'auto' (default) promotes a significant gain directly and starts a canary for a candidate found no worse.",
 )
 def production_reranker(context: AssetExecutionContext, data_store: DataStore, rollout: Rollout):
     registry = _registry(data_store)

@@ -5,11 +5,18 @@ For each corpus, from the documents alone and through the product's own steps:
 2. synthetic QA: `generate_qa` with the default question mix (no LLM), written as the synthetic_qa table;
 3. before: today's former default serving (base minilm, hybrid-rrf, no reranker) and the new defaults before any
    training (production = base, hybrid-cc) answer every human question through `Answerer.rank`;
-4. retrain_job in Dagster (ephemeral instance, promotion policy direct): trains, gates and promotes what passed;
-5. after: the default serving settings (production embedder and reranker, hybrid-cc) answer them again.
+4. retrain_job in Dagster (ephemeral instance, the product's default promotion policy `auto`): trains, gates,
+   promotes what the gate found significantly better and starts a canary for what it found only no worse;
+5. users (--users-share of the human questions, never among those judged below) ask through the API with the
+   defaults `rag serve` uses, one fresh session per question, and react with bench/canary_loop.py's click model
+   (bench.lib.canary.Users: clicks and ratings on the passages the questions' qrels mark relevant); canary_sensor
+   ticks after every batch and its promote or rollback job runs in-process, then a queued candidate's canary the same
+   way (no manual step anywhere);
+6. after: the default serving settings (production embedder and reranker, hybrid-cc) answer the judged questions.
 
 Human questions: SQuAD dev questions over its articles (span relevance), SciFact test claims over its abstracts (their
-qrels judge only here). Paired tests (rag.evaluation.metrics.paired_comparison) of after vs the former default.
+qrels judge only here: the judged questions score every configuration, the users' questions only drive the canary).
+Paired tests (rag.evaluation.metrics.paired_comparison) of after vs the former default, on the judged questions.
 
     .venv/bin/python bench/self_improvement.py --corpus squad               # all 48 SQuAD dev articles
     .venv/bin/python bench/self_improvement.py --corpus scifact             # all 5,183 abstracts, 300 claims
@@ -55,6 +62,15 @@ def load_corpus(name: str, args):
     return docs, items
 
 
+def split_users(items, share: float, seed: int):
+    """(users' questions, judged questions): a random `share` of the human questions drives the canary and is
+    never scored; the rest is scored."""
+    order = sorted(items, key=lambda i: i.qid)
+    random.Random(seed).shuffle(order)
+    cut = round(len(order) * share)
+    return order[:cut], order[cut:]
+
+
 def rankings(root: Path, qdrant, items, settings) -> dict[str, dict[str, float]]:
     """Every human question through the answer pipeline's ranking (retrieve, rerank, filter), as a ranx run."""
     from rag.qa import Answerer
@@ -90,6 +106,8 @@ def one_corpus(name: str, args, record: dict, save) -> None:
     from rag.registry import ModelRegistry
     from rag.store import DOCUMENTS_TABLE, TableStore
     from rag.synthetic import SynthSettings, generate_qa
+    from rag.lifecycle.rollout import running_canary
+    from resources.feedback import FeedbackLoop
     from resources.qdrant import QdrantResource
     from resources.rollout import Rollout
     from resources.storage import DataStore
@@ -108,13 +126,15 @@ def one_corpus(name: str, args, record: dict, save) -> None:
     t = time.perf_counter()
     embed_step(tables, get_client(qdrant), STRATEGY, "minilm", load_embedder("minilm"))
     out["steps"]["index_seconds"] = round(time.perf_counter() - t, 1)
-    qrels = qrels_for_chunks(items, chunks, Relevance())
-    qrels = {i.qid: qrels.get(i.qid, {}) for i in items}  # questions no chunk holds stay in as misses
+    all_qrels = qrels_for_chunks(items, chunks, Relevance())
+    users_items, items = split_users(items, args.users_share, args.seed)
+    qrels = {i.qid: all_qrels.get(i.qid, {}) for i in items}  # questions no chunk holds stay in as misses
     out |= {
         "documents": len(docs),
         "chunks": len(chunks),
         "human_questions": len(items),
         "human_questions_without_a_chunk": sum(not r for r in qrels.values()),
+        "users_questions": len(users_items),
     }
     t = time.perf_counter()
     qa = generate_qa(
@@ -149,7 +169,8 @@ def one_corpus(name: str, args, record: dict, save) -> None:
     resources = {
         "data_store": DataStore(data_dir=str(root)),
         "qdrant": QdrantResource(path=qdrant.path),
-        "rollout": Rollout(promotion="direct"),
+        "rollout": Rollout(promotion="auto", traffic_share=args.canary_share),
+        "feedback_loop": FeedbackLoop(data_dir=str(root)),
     }
     result = defs.resolve_job_def("retrain_job").execute_in_process(
         instance=instance,
@@ -169,15 +190,29 @@ def one_corpus(name: str, args, record: dict, save) -> None:
             }
             for e in result.get_asset_check_evaluations()
         },
-        "production": {
-            kind: (mv.name if (mv := registry.resolve(kind, "production")) else None)
-            for kind in ("embedder", "reranker")
+        "released": {
+            e.asset_key.to_user_string(): {
+                k: getattr(v, "value", v) for k, v in e.materialization.metadata.items() if k in ("action", "summary")
+            }
+            for e in result.get_asset_materialization_events()
+            if e.asset_key.to_user_string() in ("production_embedder", "production_reranker")
         },
+        "production": production_names(registry),
     }
-    log(f"{name} retrain_job: success {result.success}, production {out['retrain']['production']}")
+    log(f"{name} retrain_job: success {result.success}, released {out['retrain']['released']}")
     save()
 
-    label = "default after retrain_job (production embedder and reranker, hybrid-cc)"
+    if users_items and running_canary(registry) is not None:
+        users_decide(root, users_items, all_qrels, instance, resources, args, save_into=out)
+        out["production_after_canaries"] = production_names(registry)
+        close_client(qdrant)
+        save()
+
+    label = (
+        "default after retrain_job and the canaries users decided (production embedder and reranker, hybrid-cc)"
+        if out.get("canaries")
+        else "default after retrain_job (production embedder and reranker, hybrid-cc)"
+    )
     run, served[label] = rankings(root, qdrant, items, AnswerSettings(top_k=10))
     out["served"][label], tables_by_config[label] = scores(qrels, run)
     out["served_versions"] = served
@@ -191,6 +226,51 @@ def one_corpus(name: str, args, record: dict, save) -> None:
     out["seconds"] = round(time.perf_counter() - started, 1)
     close_client(qdrant)
     save()
+
+
+def production_names(registry) -> dict:
+    return {
+        kind: (mv.name if (mv := registry.resolve(kind, "production")) else None) for kind in ("embedder", "reranker")
+    }
+
+
+def users_decide(root: Path, users_items, qrels, instance, resources: dict, args, save_into: dict) -> None:
+    """The users' questions through the API (the defaults `rag serve` uses) until canary_sensor decides the running
+    canary, then each queued one: one bench.lib.canary.canary_phase record per canary in save_into["canaries"]."""
+    from fastapi.testclient import TestClient
+
+    from bench.lib.canary import Users, canary_phase, queued_canaries
+    from bench.lib.feedback import TOKEN
+    from rag.feedback import FeedbackStore
+    from rag.serving.server import build_app
+    from rag.serving.settings import ServeSettings
+
+    queries = {i.qid: i.question for i in users_items}
+    app = build_app(
+        ServeSettings(api_token=TOKEN, refresh_seconds=0),
+        root=root,
+        store=FeedbackStore(root=root),
+        strategy=STRATEGY,
+        top_k=10,
+        attribution=False,
+    )
+    phases: list[dict] = save_into.setdefault("canaries", [])
+    started = time.perf_counter()
+    with TestClient(app) as http:
+        users = Users(
+            http,
+            queries,
+            {q: qrels.get(q, {}) for q in queries},
+            eta=args.eta,
+            p_relevant=args.p_relevant,
+            p_negative=args.p_negative,
+            p_click_noise=args.p_click_noise,
+            seed=args.seed,
+        )
+        kwargs = dict(batch=args.canary_batch, max_asked=args.max_canary_asked, log=lambda m: log(f"  {m}"))
+        phases.append(canary_phase(root, http, app, users, instance, resources, **kwargs))
+        phases.extend(queued_canaries(root, http, app, users, instance, resources, **kwargs))
+        save_into["users"] = {**users.snapshot(), "seconds": round(time.perf_counter() - started, 1)}
 
 
 def markdown(record: dict) -> str:
@@ -227,6 +307,19 @@ def main() -> int:
     p.add_argument("--questions", type=int, default=2000, help="human questions sampled (SciFact has 300)")
     p.add_argument("--passages-per-document", type=int, default=20)
     p.add_argument("--questions-per-passage", type=int, default=2)
+    p.add_argument(
+        "--users-share",
+        type=float,
+        default=0.5,
+        help="share of the human questions that simulated users ask to decide a canary (never scored; 0: no users)",
+    )
+    p.add_argument("--canary-share", type=float, default=0.5, help="share of sessions a canary serves")
+    p.add_argument("--canary-batch", type=int, default=50, help="questions asked between canary_sensor ticks")
+    p.add_argument("--max-canary-asked", type=int, default=20000, help="questions asked per canary at most")
+    p.add_argument("--eta", type=float, default=0.7, help="click model: rank r is examined with probability r^-eta")
+    p.add_argument("--p-relevant", type=float, default=1.0, help="click model: an examined relevant passage is clicked")
+    p.add_argument("--p-negative", type=float, default=0.1, help="click model: examined non-relevant rated -1")
+    p.add_argument("--p-click-noise", type=float, default=0.0, help="click model: examined non-relevant clicked")
     cli.add_seed(p, 11)
     cli.add_quick(p, "6 SQuAD articles / 300 abstracts, 300 questions")
     cli.add_output(

@@ -441,7 +441,35 @@ def self_improvement(record: dict) -> dict[str, Table]:
                     pvalue(verdict.get("p_value_ndcg@10")),
                 ]
             )
+    canaries = [
+        [
+            name,
+            str(phase.get("kind")),
+            str(phase.get("candidate_version")),
+            str(phase.get("decision") or "no decision"),
+            num(phase.get("asked")),
+            num(phase.get("canary_queries")),
+            f"{num(phase.get('wins'))} / {num(phase.get('losses'))}",
+            str(phase.get("evidence") or phase.get("last_evidence") or "—"),
+        ]
+        for name, corpus in record.get("corpora", {}).items()
+        for phase in corpus.get("canaries", [])
+    ]
     views = {"served": (["corpus", "served", "embedder", "reranker", "recall@5", "nDCG@10", "MRR@10"], served_rows)}
+    if canaries:
+        views["canaries"] = (
+            [
+                "corpus",
+                "kind",
+                "candidate",
+                "decision",
+                "users' questions asked",
+                "canary queries",
+                "wins / losses",
+                "why",
+            ],
+            canaries,
+        )
     if paired:
         views["paired"] = (["vs the former default"] + PAIRED_HEAD[1:], paired)
     if gates:

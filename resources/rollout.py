@@ -14,12 +14,13 @@ _DEFAULTS = CanarySettings()
 
 
 class Rollout(ConfigurableResource):
-    promotion: Literal["direct", "canary"] = Field(
+    promotion: Literal["auto", "direct", "canary"] = Field(
         default_factory=promotion_policy,
-        description="what production_embedder / production_reranker do with a gated candidate: 'direct' promotes it "
-        "when the gate found it significantly better (refused while a canary runs); 'canary' starts its canary on "
-        "traffic_share of sessions when the gate found it no worse, and canary_sensor promotes it only on a "
-        "significant online win (env RAG_PROMOTION_POLICY)",
+        description="what production_embedder / production_reranker do with a gated candidate: 'auto' (default) "
+        "promotes it when the gate found it significantly better and starts its canary when the gate found it no "
+        "worse but could not show it better; 'direct' only promotes, when the gate found it significantly better "
+        "(refused while a canary runs); 'canary' starts its canary on traffic_share of sessions when the gate found "
+        "it no worse. canary_sensor promotes a canary only on a significant online win (env RAG_PROMOTION_POLICY)",
     )
     traffic_share: float = Field(_DEFAULTS.traffic_share, description="share of sessions a new canary serves")
     alpha: float = Field(
@@ -40,8 +41,9 @@ class Rollout(ConfigurableResource):
 
     @property
     def gate_criterion(self) -> Literal["better", "not_worse"]:
-        """What the offline gate must find before release: under 'canary' the online test decides "better"."""
-        return "not_worse" if self.promotion == "canary" else "better"
+        """What the offline gate must find before release: under 'canary' and 'auto' a candidate it finds no worse is
+        released (to a canary when the gate did not find it better), and the online test decides "better"."""
+        return "better" if self.promotion == "direct" else "not_worse"
 
     def settings(self) -> CanarySettings:
         return CanarySettings(**self.model_dump(include=set(CanarySettings.model_fields)))

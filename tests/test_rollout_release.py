@@ -1,7 +1,8 @@
 """What retrain_job does with a candidate whose gate passed, by the rollout resource's promotion policy:
 "canary" starts its canary (collections built, state canary, production and its serving alias untouched) and says so
-in production_embedder's metadata; "direct" (the default) promotes as before, but is refused while a canary runs
-instead of replacing production under it. A retrain waits while a canary runs. An operator can start a canary over
+in production_embedder's metadata; "direct" promotes as before, but is refused while a canary runs
+instead of replacing production under it; "auto" (the default) promotes what the gate found significantly better and
+starts a canary for what it found only no worse (or queues either behind a running canary). A retrain waits while a canary runs. An operator can start a canary over
 the gate with force_reason, logged and recorded, and such a canary is promoted only as a recorded forced promotion.
 
 Fake weights where nothing is embedded; a real MiniLM where production_embedder builds collections."""
@@ -137,9 +138,9 @@ def test_under_the_canary_policy_a_passing_candidate_starts_a_canary_and_product
     assert registry.resolve("embedder", "v2").metrics["canary_start"]["forced"] is False
 
 
-def test_under_the_direct_policy_a_passing_candidate_is_promoted_as_before(deployed):
+def test_under_the_default_policy_a_significantly_better_candidate_is_promoted_directly(deployed):
     env, registry = deployed, deployed["registry"]
-    result = release_step(env)  # the default policy
+    result = release_step(env)  # the default policy, "auto"
     assert result.success
     (event,) = result.get_asset_materialization_events()
     metadata = {k: v.value for k, v in event.materialization.metadata.items()}
@@ -479,8 +480,61 @@ def test_the_gate_check_asks_no_worse_under_the_canary_policy(tmp_path, monkeypa
     store = DataStore(data_dir=str(tmp_path))
     canary = training._gate("embedder", training.GateConfig(), store, Rollout(promotion="canary"))
     direct = training._gate("embedder", training.GateConfig(), store, Rollout(promotion="direct"))
-    assert seen == ["not_worse", "better"]
+    auto = training._gate("embedder", training.GateConfig(), store, Rollout(promotion="auto"))
+    assert seen == ["not_worse", "better", "not_worse"]
     assert canary.passed and "no worse: start its canary (the online test decides)" in canary.description
+    assert auto.passed and auto.description.endswith(
+        "no worse, not shown better: start its canary (the online test decides)"
+    )
     assert not direct.passed and direct.description.endswith("keep production (inconclusive)")
     # A rejection is a normal outcome of retraining: a warning, so the run succeeds and production_* keeps production.
     assert direct.severity == AssetCheckSeverity.WARN
+
+
+def test_the_default_policy_hands_a_candidate_found_only_no_worse_to_a_canary(deployed):
+    """'auto': the gate could not show v2 better (too few questions, or a gain on generated questions alone), so a
+    canary lets people decide; production and its serving alias stay, and `rag retrain`'s report says so."""
+    from rag.registry.cli import gate_report
+
+    env, registry = deployed, deployed["registry"]
+    v2 = registry.resolve("embedder", "v2")
+    not_worse_verdict(registry, "embedder", v2, production="v1")
+    result = release_step(env)
+    assert result.success
+    (event,) = result.get_asset_materialization_events()
+    metadata = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert (metadata["action"], metadata["production"]) == ("canary", "ft-minilm-v1")
+    state = read_state(registry, "embedder")
+    assert (state.stage, state.candidate_version, state.production_version) == ("canary", "v2", "v1")
+    assert registry.aliases()["embedder"] == {"production": "v1", "candidate": "v2"}
+    assert aliases(env)["t__production"] == env["production_collection"]
+    (line,) = [x for x in gate_report(registry, registry.resolve("embedder", "v2")) if x.startswith("  -> ")]
+    assert line.startswith("  -> canary running on 10% of sessions (gate found it no worse than ft-minilm-v1")
+    assert "`rag models rollout rollback --kind embedder` ends it now" in line
+
+
+def test_the_default_policy_queues_a_better_candidate_behind_a_running_canary_instead_of_failing(deployed):
+    from rag.embedding import _minilm_dir
+
+    env, registry = deployed, deployed["registry"]
+    start("embedder", registry, "v2", 0.1, log=quiet)
+    v3 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
+    registry.set_alias("embedder", "candidate", v3.version)
+    verdict(registry, "embedder", v3, production="v1")  # significantly better than today's production
+    result = release_step(env)
+    assert result.success
+    (event,) = result.get_asset_materialization_events()
+    metadata = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert (metadata["action"], metadata["waiting_behind"]) == ("waiting", "embedder ft-minilm-v2")
+    assert registry.aliases()["embedder"] == {"production": "v1", "candidate": "v3"}
+    assert aliases(env)["t__production"] == env["production_collection"] and aliases(env)["t__ft-minilm-v3"] is None
+
+
+def test_a_worse_candidate_keeps_production_under_every_policy(deployed):
+    env, registry = deployed, deployed["registry"]
+    verdict(registry, "embedder", registry.resolve("embedder", "v2"), passed=False, production="v1")
+    for policy in ("auto", "direct", "canary"):
+        result = release_step(env, promotion=policy)
+        assert result.success and not result.get_asset_materialization_events(), policy
+        assert registry.aliases()["embedder"] == {"production": "v1", "candidate": "v2"}
+        assert read_state(registry, "embedder") is None

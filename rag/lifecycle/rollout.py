@@ -326,7 +326,7 @@ def _refuse_while_running(registry: ModelRegistry) -> None:
         )
 
 
-POLICIES = ("direct", "canary")
+POLICIES = ("auto", "direct", "canary")
 
 
 def release(
@@ -351,6 +351,8 @@ def release(
       While another canary runs (one retrain_job gates an embedder and a reranker), the candidate waits instead:
       its manifest is marked `canary_queued` and canary_sensor starts its canary once the running one has ended, if
       its gate verdict is still against the production of that moment.
+    - policy "auto": "direct" when the gate found it significantly better and no canary runs; otherwise "canary"
+      (the gate found it no worse but could not show it better, or it waits behind the running canary).
 
     A refusal happens before anything changes. Returns what happened: action ("promoted" | "canary" | "waiting"),
     summary (one line), production (the name serving production now), and the step's details."""
@@ -358,6 +360,9 @@ def release(
         raise ValueError(f"unknown promotion policy {policy!r}: use one of {', '.join(POLICIES)}")
     recover(registry, _opener(target), log)
     mv = _resolve(registry, kind, candidate.version)
+    if policy == "auto":
+        better = promotion_refusal(kind, registry, mv, "better") is None
+        policy = "direct" if better and running_canary(registry) is None else "canary"
     if policy == "canary":
         running = running_canary(registry)
         if running is not None and (running[0], running[1].candidate_version) != (kind, mv.version):

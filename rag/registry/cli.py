@@ -206,26 +206,47 @@ def gate_report(registry: ModelRegistry, mv: ModelVersion) -> list[str]:
                 else ""
             )
         )
-    promotion = mv.metrics.get("promotion")
-    if registry.aliases()[mv.kind].get("production") == mv.version:
-        lines.append(f"  -> promoted: {mv.name} is production")
-    elif promotion or gate.get("passed") is True:
-        lines.append(
-            f"  -> gate passed ({gate.get('outcome', 'better')}); production is "
-            f"{_name(registry, mv.kind, registry.aliases()[mv.kind].get('production'))}"
-        )
-    else:
-        outcome = gate.get("outcome", "rejected")
-        why = gate.get("reasons", "")
-        hint = (
-            f"; only online evidence can decide: start its canary (`rag models rollout start --kind {mv.kind} "
-            f"--candidate {mv.version}`), "
-            "or let retrain_job start canaries (RAG_PROMOTION_POLICY=canary)"
-            if outcome == "inconclusive"
-            else ""
-        )
-        lines.append(f"  -> kept production ({outcome}): {why}{hint}")
+    lines.append("  -> " + _release_line(registry, mv, gate))
     return lines
+
+
+def _release_line(registry: ModelRegistry, mv: ModelVersion, gate: dict) -> str:
+    """What became of a gated candidate: promoted, in its canary (or waiting for one, or decided by one), or kept
+    out of production, and why."""
+    from rag.lifecycle.rollout import read_state
+
+    production = registry.aliases()[mv.kind].get("production")
+    if production == mv.version:
+        return f"promoted: {mv.name} is production"
+    state = read_state(registry, mv.kind)
+    if state is not None and state.candidate_version == mv.version and state.stage == "canary":
+        return (
+            f"canary running on {state.traffic_share:.0%} of sessions ({state.reason}): canary_sensor promotes "
+            "it on a significant online win and rolls it back otherwise; production "
+            f"{_name(registry, mv.kind, production)} serves the other sessions, and retraining waits until it ends "
+            f"(`rag models rollout rollback --kind {mv.kind}` ends it now)"
+        )
+    canary = mv.metrics.get("canary")
+    if isinstance(canary, dict) and canary.get("decision"):
+        return f"canary decided: {canary['decision']} ({canary.get('reason', 'no reason recorded')})"
+    queued = mv.metrics.get("canary_queued")
+    if isinstance(queued, dict) and "canary_start" not in mv.metrics:
+        return (
+            f"waiting for its canary behind the canary of {queued.get('behind', '?')} (one canary at a time): "
+            "canary_sensor starts it when that one ends"
+        )
+    if mv.metrics.get("promotion") or gate.get("passed") is True:
+        return f"gate passed ({gate.get('outcome', 'better')}); production is {_name(registry, mv.kind, production)}"
+    outcome = gate.get("outcome", "rejected")
+    why = gate.get("reasons", "")
+    hint = (
+        f"; only online evidence can decide: start its canary (`rag models rollout start --kind {mv.kind} "
+        f"--candidate {mv.version}`), or let retrain_job start canaries (RAG_PROMOTION_POLICY=auto, the default, "
+        "or canary)"
+        if outcome == "inconclusive"
+        else ""
+    )
+    return f"kept production ({outcome}): {why}{hint}"
 
 
 def key_metrics(mv: ModelVersion) -> str:

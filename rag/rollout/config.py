@@ -54,8 +54,11 @@ class CanarySettings(BaseModel):
 
 
 def promotion_policy() -> str:
-    """What a gated candidate's release does ('direct' or 'canary'): RAG_PROMOTION_POLICY, default direct. The
-    rollout resource and `rag models promote` read it here, so they agree."""
+    """What a gated candidate's release does ('auto', 'direct' or 'canary'): RAG_PROMOTION_POLICY, default auto.
+    The rollout resource and `rag models promote` read it here, so they agree."""
     import os
 
-    return os.environ.get("RAG_PROMOTION_POLICY") or "direct"
+    # 'auto' by default: a gate that finds a candidate no worse but cannot show it better (too few questions, or a
+    # gain on generated questions alone) hands the decision to people through a canary instead of dropping a
+    # model that may help them; the calibration bench found trained models of both kinds (docs/training.md).
+    return os.environ.get("RAG_PROMOTION_POLICY") or "auto"
