@@ -245,7 +245,9 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout
         )
     elif settings.criterion == "not_worse":
         verdict = (
-            "no worse: start its canary (the online test decides)" if result.passed else "worse: keep production"
+            "no worse: start its canary (the online test decides)"
+            if result.passed
+            else f"{result.outcome}: keep production"
         ) + ("; significantly better too" if result.better else "")
     else:
         verdict = "promote" if result.passed else f"keep production ({result.outcome})"

@@ -143,6 +143,21 @@ def test_the_not_worse_gate_admits_an_unproven_candidate_and_refuses_a_worse_one
     assert not result.passed and result.reasons == ["recall@20 dropped by 0.1000 (tolerance 0.01)"]
 
 
+def test_a_candidate_that_scores_every_question_as_production_gets_no_canary():
+    """Training that kept its starting point registers the same model again: no worse, but a canary of it could only
+    tie and would hold later retrains back, so the gate calls it unchanged and no policy releases it."""
+    n = 12
+    production = _table([0.5, 0.7] * (n // 2), [0.5] * n, [0.8] * n)
+    for criterion in ("not_worse", "better"):
+        result = gate_decision(production, production.copy(), GateSettings(resamples=2000, criterion=criterion))
+        assert result.outcome == "unchanged" and not result.passed and not result.not_worse and not result.better
+        assert result.metadata["changed_questions"] == 0
+        assert "changes nothing a canary could test" in result.metadata["not_worse_reasons"]
+    one_changed = _table([0.5, 0.7] * (n // 2 - 1) + [0.5, 0.6], [0.5] * n, [0.8] * n)
+    result = gate_decision(production, one_changed, GateSettings(resamples=2000, criterion="not_worse"))
+    assert result.outcome == "inconclusive" and result.passed and result.metadata["changed_questions"] == 1
+
+
 class OracleReranker:
     """Scores the relevant passages high (or, reversed, low): a deliberately perfect / worst reranker."""
 

@@ -120,6 +120,8 @@ class GateResult:
     copied_questions: int = 0  # gate questions copied from the documents, set aside (GateSettings.copied_questions)
     # found better on generated questions alone, a gain that does not promote (GateSettings.generated_<kind>_gain)
     better_on_generated: bool = False
+    # Questions on which the candidate scores differently from production in any gate metric (None: not counted)
+    changed_questions: int | None = None
     # One row per question: qid, production_<metric> and candidate_<metric> (what the test was computed from; the
     # audit trail rag.registry.tracking.record_gate stores), plus its type and text when compare_runs made it.
     per_question: pd.DataFrame | None = None
@@ -138,9 +140,14 @@ class GateResult:
 
     @property
     def outcome(self) -> str:
-        """better (significant gain), worse (significant loss or beyond max_drop), or inconclusive (neither: only
-        online evidence, a canary, can decide)."""
-        return "better" if self.better else ("inconclusive" if self.not_worse else "worse")
+        """better (significant gain), worse (significant loss or beyond max_drop), unchanged (every gate question
+        scores exactly as production: nothing a canary could test), or inconclusive (neither: only online evidence,
+        a canary, can decide)."""
+        if self.better:
+            return "better"
+        if self.changed_questions == 0:
+            return "unchanged"
+        return "inconclusive" if self.not_worse else "worse"
 
     @property
     def metadata(self) -> dict:
@@ -152,6 +159,7 @@ class GateResult:
             "better_on_generated": self.better_on_generated,
             "outcome": self.outcome,
             "questions": self.questions,
+            **({"changed_questions": self.changed_questions} if self.changed_questions is not None else {}),
             "copied_questions_set_aside": self.copied_questions,
             **{k: v for k, v in self.power.items() if v is not None},
             **{f"type_{t}_{k}": v for t, row in self.by_type.items() for k, v in row.items()},
@@ -261,6 +269,16 @@ def gate_decision(
     )
     table = pd.DataFrame(rows)
     better, not_worse = bool(table["ok"].all()), bool(table["not_worse"].all())
+    scored = gate_metrics(settings)
+    changed = int((cand[scored].to_numpy() != prod[scored].to_numpy()).any(axis=1).sum())
+    if changed == 0:
+        # Training that kept its starting point (early stopping found no better round) registers the same model
+        # again: a canary of it could only tie, and would hold every later retrain back while it runs.
+        not_worse = False
+        worse_reasons.append(
+            f"every one of the {len(prod)} gate questions scores exactly as under production: the candidate changes "
+            "nothing a canary could test"
+        )
     why_not = {"better": better_reasons, "not_worse": worse_reasons}
     decided = not_worse if settings.criterion == "not_worse" else better
     per_question = prod.add_prefix("production_").join(cand.add_prefix("candidate_")).reset_index()
@@ -275,6 +293,7 @@ def gate_decision(
         why_not=why_not,
         power=power,
         per_question=per_question,
+        changed_questions=changed,
     )
 
 
