@@ -33,6 +33,9 @@ class Rollout(ConfigurableResource):
     max_queries: int = Field(
         _DEFAULTS.max_queries, description="canary queries after which an undecided canary is rolled back"
     )
+    max_days: float = Field(
+        _DEFAULTS.max_days, description="days after which an undecided canary is rolled back (too few users)"
+    )
     max_latency_p95_ratio: float = _DEFAULTS.max_latency_p95_ratio
     latency_p95_allowance_ms: float = _DEFAULTS.latency_p95_allowance_ms
     min_latency_samples: int = _DEFAULTS.min_latency_samples

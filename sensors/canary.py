@@ -3,11 +3,12 @@ loop's state (`model_rollout`) whenever it changed.
 
 Each tick reads the canary's evidence from the feedback store (rag.rollout.evidence: interleaving outcomes from
 clicks and passage ratings, latency and answer votes per arm) and asks the always-valid sequential test and the
-guardrails for a decision. "continue" is the skip reason, stating the evidence; promote or rollback requests
-promote_canary_job or rollback_canary_job once (run_key canary:<candidate>:<decision>:<canary start>). A run that
-failed on a retryable error (an embedded Qdrant folder another process held: QdrantLockedError, after the op's own
-retries) is requested again on a later tick with the attempt in its run_key (…:attempt2), at most MAX_ATTEMPTS runs
-in all; the skip reason says which attempt runs or why nothing is retried.
+guardrails for a decision; a canary still undecided `max_days` after its start is rolled back (too few users reached
+it, and retraining waits while it runs). "continue" is the skip reason, stating the evidence; promote or rollback
+requests promote_canary_job or rollback_canary_job once (run_key canary:<candidate>:<decision>:<canary start>). A
+run that failed on a retryable error (an embedded Qdrant folder another process held: QdrantLockedError, after the
+op's own retries) is requested again on a later tick with the attempt in its run_key (…:attempt2), at most
+MAX_ATTEMPTS runs in all; the skip reason says which attempt runs or why nothing is retried.
 
 The cursor holds the fingerprint of the loop's state (production per kind, rollouts, last gate verdicts, last
 rollout step: rag.rollout.ui_state) and the canary's evidence. A tick where either changed is an observation of
@@ -21,6 +22,7 @@ and a reranker; one canary runs at a time) gets its canary started: start_canary
 
 import json
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from dagster import (
     AssetKey,
@@ -226,6 +228,14 @@ def canary_sensor(
                     f"{name_of(registry, kind, production.version if production else None)} "
                     "during the canary, roll back (gate the candidate against the new production and start again)"
                 ),
+            )
+        age_days = (datetime.now(UTC) - rollout_state.started_at).total_seconds() / 86400
+        if decision.decision == "continue" and age_days > rollout.max_days:
+            decision = replace(
+                decision,
+                decision="rollback",
+                reason=f"{decision.reason}; no decision {age_days:.1f} days after its start (max_days "
+                f"{rollout.max_days:g}): too few users reached it, roll back and let retraining resume",
             )
         figures = summary(decision, evidence)
         seen = {

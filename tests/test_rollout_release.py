@@ -539,3 +539,36 @@ def test_under_the_default_policy_a_worse_candidate_keeps_production_and_gets_no
     assert registry.aliases()["embedder"] == {"production": "v1", "candidate": "v2"}
     assert read_state(registry, "embedder") is None
     assert aliases(env)["t__production"] == env["production_collection"] and aliases(env)["t__ft-minilm-v2"] is None
+
+
+def test_a_canary_no_user_decides_is_rolled_back_after_max_days_and_a_fresh_one_continues(tmp_path, registry):
+    """The default policy starts a canary for every candidate the gate could not show better; without users to
+    decide it, it would hold retraining back for good."""
+    from datetime import UTC, datetime, timedelta
+
+    from resources.feedback import FeedbackLoop
+    from resources.qdrant import QdrantResource
+    from resources.rollout import Rollout
+    from resources.storage import DataStore
+    from sensors.canary import canary_sensor
+
+    resources = {
+        "data_store": DataStore(data_dir=str(tmp_path)),
+        "rollout": Rollout(max_days=14),
+        "feedback_loop": FeedbackLoop(data_dir=str(tmp_path)),
+        "qdrant": QdrantResource(url=None, path=str(tmp_path / "qdrant")),
+    }
+
+    def tick():
+        with build_sensor_context(instance=DagsterInstance.ephemeral(), resources=resources) as context:
+            return canary_sensor(context)
+
+    start("embedder", registry, "v2", 0.1, now=datetime.now(UTC) - timedelta(days=13), log=quiet)
+    fresh = tick()
+    assert fresh.run_requests == [] and "wins 0 / losses 0 / ties 0" in fresh.skip_reason.skip_message
+    roll_back_rollout("embedder", registry, "test: start again, older", log=quiet)
+    start("embedder", registry, "v2", 0.1, now=datetime.now(UTC) - timedelta(days=15), log=quiet)
+    (request,) = tick().run_requests
+    reason = request.run_config["ops"]["rollback_canary_op"]["config"]["reason"]
+    assert request.job_name == "rollback_canary_job" and "no decision 15.0 days after its start (max_days 14)" in reason
+    assert registry.aliases()["embedder"]["production"] == "v1"  # the request rolls back; nothing promoted

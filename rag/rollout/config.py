@@ -27,6 +27,14 @@ class CanarySettings(BaseModel):
         description="canary queries after which a canary without significant evidence "
         "is rolled back (never promoted without evidence)",
     )
+    # Under the default promotion policy a canary starts for every candidate the gate could not show better; where
+    # too few users reach it to decide, it would hold retraining back for good.
+    max_days: float = Field(
+        14.0,
+        gt=0,
+        description="days after its start when a canary still without significant evidence is rolled back "
+        "(production stays; retraining, which waits while a canary runs, resumes)",
+    )
     max_latency_p95_ratio: float = Field(
         1.5,
         gt=1,
