@@ -434,7 +434,8 @@ def self_improvement(record: dict) -> dict[str, Table]:
                 [
                     name,
                     gate,
-                    str(verdict.get("outcome", verdict.get("passed"))),
+                    str(verdict.get("outcome", verdict.get("passed")))
+                    + (GENERATED_ONLY if verdict.get("better_on_generated") else ""),
                     num(verdict.get("questions")),
                     num(verdict.get("copied_questions_set_aside")),
                     signed(verdict.get("delta_ndcg@10")),
