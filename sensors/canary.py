@@ -22,7 +22,6 @@ and a reranker; one canary runs at a time) gets its canary started: start_canary
 
 import json
 from dataclasses import replace
-from datetime import UTC, datetime
 
 from dagster import (
     AssetKey,
@@ -42,7 +41,7 @@ from dagster import (
 from assets.rollout import FINGERPRINT, ROLLOUT_ASSET, rollout_metadata
 from orchestration.rollout import promote_canary_job, rollback_canary_job, start_canary_job
 from rag.registry import KINDS, ModelRegistry
-from rag.rollout.evidence import collect, evaluate, summary
+from rag.rollout.evidence import collect, evaluate, past_max_days, summary
 from rag.lifecycle.rollout import name_of, queued_candidate, running_canary, status
 from rag.index.qdrant import QdrantLockedError
 from rag.lifecycle.journal import PendingTransaction, recover
@@ -229,14 +228,7 @@ def canary_sensor(
                     "during the canary, roll back (gate the candidate against the new production and start again)"
                 ),
             )
-        age_days = (datetime.now(UTC) - rollout_state.started_at).total_seconds() / 86400
-        if decision.decision == "continue" and age_days > rollout.max_days:
-            decision = replace(
-                decision,
-                decision="rollback",
-                reason=f"{decision.reason}; no decision {age_days:.1f} days after its start (max_days "
-                f"{rollout.max_days:g}): too few users reached it, roll back and let retraining resume",
-            )
+        decision = past_max_days(decision, rollout_state.started_at, rollout.settings())
         figures = summary(decision, evidence)
         seen = {
             "candidate": rollout_state.candidate_version,

@@ -394,3 +394,23 @@ def test_only_a_running_canary_splits_traffic():
     assert all(version_for(canary, s) == ("ft-v4" if arm_for(canary, s) == "canary" else "ft-v3") for s in ids)
     assert {version_for(promote(canary, NOW, "ok"), s) for s in ids} == {"ft-v4"}
     assert {version_for(roll_back(canary, NOW, "bad"), s) for s in ids} == {"ft-v3"}
+
+
+def test_an_undecided_canary_is_rolled_back_after_max_days_and_a_decision_is_never_overridden():
+    from datetime import UTC, datetime, timedelta
+
+    from rag.rollout.evidence import past_max_days
+
+    now = datetime(2026, 1, 20, tzinfo=UTC)
+    settings = CanarySettings(max_days=14)
+    undecided = sequential_decision(3, 2, 40, "ft-minilm-v2", settings)
+    assert undecided.decision == "continue"
+    assert past_max_days(undecided, now - timedelta(days=13), settings, now) == undecided
+    aged = past_max_days(undecided, now - timedelta(days=15), settings, now)
+    assert aged.decision == "rollback" and (aged.wins, aged.losses) == (3, 2)
+    assert (
+        aged.reason.startswith(undecided.reason)
+        and "no decision 15.0 days after its start (max_days 14)" in aged.reason
+    )
+    decided = sequential_decision(60, 5, 10, "ft-minilm-v2", settings)
+    assert decided.decision == "promote" and past_max_days(decided, now - timedelta(days=30), settings, now) == decided

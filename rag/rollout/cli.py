@@ -94,7 +94,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         try:
             from rag.feedback import FeedbackStore
             from rag.rollout.config import CanarySettings
-            from rag.rollout.evidence import collect, evaluate, summary
+            from rag.rollout.evidence import collect, evaluate, past_max_days, summary
 
             store = FeedbackStore()
             try:
@@ -102,9 +102,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             finally:
                 store.close()
             # The default settings: the sensor's resource may differ (a smaller alpha needs more evidence).
-            out[kind]["evidence"] = summary(
-                evaluate(evidence, name_of(registry, kind, state.candidate_version), CanarySettings()), evidence
-            )
+            settings = CanarySettings()
+            decision = evaluate(evidence, name_of(registry, kind, state.candidate_version), settings)
+            out[kind]["evidence"] = summary(past_max_days(decision, state.started_at, settings), evidence)
         except Exception as exc:  # noqa: BLE001 - the state is still worth printing without the evidence
             out[kind]["evidence"] = f"unavailable: {type(exc).__name__}: {exc}"
     if args.json:

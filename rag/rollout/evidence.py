@@ -167,6 +167,23 @@ def evaluate(evidence: CanaryEvidence, candidate: str, settings: CanarySettings 
     return decision
 
 
+def past_max_days(
+    decision: Decision, started_at: datetime, settings: CanarySettings | None = None, now: datetime | None = None
+) -> Decision:
+    """A "continue" turned into a rollback once the canary has run settings.max_days without a decision: too few
+    users reached it, and retraining waits while a canary runs. Any other decision stands."""
+    settings = settings or CanarySettings()
+    age_days = ((now or datetime.now(timezone.utc)) - started_at).total_seconds() / 86400
+    if decision.decision != "continue" or age_days <= settings.max_days:
+        return decision
+    return replace(
+        decision,
+        decision="rollback",
+        reason=f"{decision.reason}; no decision {age_days:.1f} days after its start (max_days "
+        f"{settings.max_days:g}): too few users reached it, roll back and let retraining resume",
+    )
+
+
 def _plain_counts(evidence: CanaryEvidence) -> dict:
     """What plain team draft (shared picks credited) would have counted on the same queries: reported to show what
     the shared-pick rule removes, never used to decide."""
