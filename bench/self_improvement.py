@@ -4,7 +4,7 @@ For each corpus, from the documents alone and through the product's own steps:
 1. index: chunk_step, bm25_step and embed_step (the base MiniLM collection; `<strategy>__production` on it);
 2. synthetic QA: `generate_qa` with the default question mix (no LLM), written as the synthetic_qa table;
 3. before: today's former default serving (base minilm, hybrid-rrf, no reranker) and the new defaults before any
-   training (production = base, hybrid-cc) answer every human question through `Answerer.rank`;
+   training (production = base, hybrid-cc) answer every judged human question through `Answerer.rank`;
 4. retrain_job in Dagster (ephemeral instance, the product's default promotion policy `auto`): trains, gates,
    promotes what the gate found significantly better and starts a canary for what it found only no worse;
 5. users (--users-share of the human questions, never among those judged below) ask through the API with the
