@@ -72,7 +72,7 @@ from bench.lib.feedback import (
     ndcg_at_10,
     retrain_definitions,
 )
-from bench.lib.canary import Users, canary_phase, queued_canaries
+from bench.lib.canary import Users, add_click_model, canary_phase, click_model, queued_canaries
 from bench.lib.provenance import commit
 from bench.lib.results import log
 from rag.rollout.drill import noisy_copy
@@ -406,12 +406,7 @@ def main() -> int:
         "large value leaves the decision to the sequential test",
     )
     parser.add_argument("--max-canary-asked", type=int, default=6000, help="cap on queries asked per canary phase")
-    parser.add_argument("--eta", type=float, default=0.7, help="examination probability of rank r: r^-eta")
-    parser.add_argument("--p-relevant", type=float, default=1.0, help="examined relevant passage: clicked and rated +1")
-    parser.add_argument("--p-negative", type=float, default=0.1, help="examined non-relevant passage: rated -1")
-    parser.add_argument(
-        "--p-click-noise", type=float, default=0.0, help="examined non-relevant passage, not rated: clicked"
-    )
+    add_click_model(parser)
     parser.add_argument(
         "--first-stage-depth",
         type=int,
@@ -439,12 +434,7 @@ def main() -> int:
 
     os.environ.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"})
     os.environ.pop("QDRANT_URL", None)
-    click = {
-        "eta": args.eta,
-        "p_relevant": args.p_relevant,
-        "p_negative": args.p_negative,
-        "p_click_noise": args.p_click_noise,
-    }
+    click = click_model(args)
     with tempfile.TemporaryDirectory(prefix="canary-loop-") as tmp:
         root = args.data_dir or Path(tmp)
         if args.data_dir:

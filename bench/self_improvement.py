@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from bench.lib import cli
+from bench.lib.canary import Users, add_click_model, canary_phase, click_model, queued_canaries
 from bench.lib.datasets import RESULTS, SCIFACT, SHARED, SQUAD
 from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
 from bench.lib.results import log, write
@@ -239,7 +240,6 @@ def users_decide(root: Path, users_items, qrels, instance, resources: dict, args
     canary, then each queued one: one bench.lib.canary.canary_phase record per canary in save_into["canaries"]."""
     from fastapi.testclient import TestClient
 
-    from bench.lib.canary import Users, canary_phase, queued_canaries
     from bench.lib.feedback import TOKEN
     from rag.feedback import FeedbackStore
     from rag.serving.server import build_app
@@ -261,11 +261,8 @@ def users_decide(root: Path, users_items, qrels, instance, resources: dict, args
             http,
             queries,
             {q: qrels.get(q, {}) for q in queries},
-            eta=args.eta,
-            p_relevant=args.p_relevant,
-            p_negative=args.p_negative,
-            p_click_noise=args.p_click_noise,
             seed=args.seed,
+            **click_model(args),
         )
         kwargs = dict(batch=args.canary_batch, max_asked=args.max_canary_asked, log=lambda m: log(f"  {m}"))
         phases.append(canary_phase(root, http, app, users, instance, resources, **kwargs))
@@ -316,10 +313,7 @@ def main() -> int:
     p.add_argument("--canary-share", type=float, default=0.5, help="share of sessions a canary serves")
     p.add_argument("--canary-batch", type=int, default=50, help="questions asked between canary_sensor ticks")
     p.add_argument("--max-canary-asked", type=int, default=20000, help="questions asked per canary at most")
-    p.add_argument("--eta", type=float, default=0.7, help="click model: rank r is examined with probability r^-eta")
-    p.add_argument("--p-relevant", type=float, default=1.0, help="click model: an examined relevant passage is clicked")
-    p.add_argument("--p-negative", type=float, default=0.1, help="click model: examined non-relevant rated -1")
-    p.add_argument("--p-click-noise", type=float, default=0.0, help="click model: examined non-relevant clicked")
+    add_click_model(p)
     cli.add_seed(p, 11)
     cli.add_quick(p, "6 SQuAD articles / 300 abstracts, 300 questions")
     cli.add_output(

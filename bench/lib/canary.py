@@ -13,6 +13,21 @@ from bench.lib.feedback import TOKEN
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 
 
+def add_click_model(parser) -> None:
+    """The click model's parameters (Users), the same flags and defaults in every bench that simulates users."""
+    parser.add_argument("--eta", type=float, default=0.7, help="examination probability of rank r: r^-eta")
+    parser.add_argument("--p-relevant", type=float, default=1.0, help="examined relevant passage: clicked and rated +1")
+    parser.add_argument("--p-negative", type=float, default=0.1, help="examined non-relevant passage: rated -1")
+    parser.add_argument(
+        "--p-click-noise", type=float, default=0.0, help="examined non-relevant passage, not rated: clicked"
+    )
+
+
+def click_model(args) -> dict:
+    """Users' click-model keywords from the flags add_click_model defined."""
+    return {k: getattr(args, k) for k in ("eta", "p_relevant", "p_negative", "p_click_noise")}
+
+
 class Users:
     """Simulated users: each asked query is a fresh session; clicks and ratings from the click model above."""
 
