@@ -6,7 +6,9 @@ For each corpus, from the documents alone and through the product's own steps:
 3. before: today's former default serving (base minilm, hybrid-rrf, no reranker) and the new defaults before any
    training (production = base, hybrid-cc) answer every judged human question through `Answerer.rank`;
 4. retrain_job in Dagster (ephemeral instance, the product's default promotion policy `auto`): trains, gates,
-   promotes what the gate found significantly better and starts a canary for what it found only no worse;
+   promotes what the gate found significantly better and starts a canary for what it found only no worse; then
+   each trained candidate, served as after its promotion, answers the judged questions (what it would give people:
+   the truth its gate and canary decide on, measured before they act, so a rollback can be told from a lost gain);
 5. users (--users-share of the human questions, never among those judged below) ask through the API with the
    defaults `rag serve` uses, one fresh session per question, and react with bench/canary_loop.py's click model
    (bench.lib.canary.Users: clicks and ratings on the passages the questions' qrels mark relevant); canary_sensor
@@ -201,6 +203,9 @@ def one_corpus(name: str, args, record: dict, save) -> None:
         "production": production_names(registry),
     }
     log(f"{name} retrain_job: success {result.success}, released {out['retrain']['released']}")
+    before = "default before training (production = base, hybrid-cc)"
+    out["candidates_served"] = candidates_served(root, qdrant, tables, registry, items, qrels, tables_by_config[before])
+    close_client(qdrant)
     save()
 
     if users_items and running_canary(registry) is not None:
@@ -227,6 +232,50 @@ def one_corpus(name: str, args, record: dict, save) -> None:
     out["seconds"] = round(time.perf_counter() - started, 1)
     close_client(qdrant)
     save()
+
+
+def candidates_served(root: Path, qdrant, tables, registry, items, qrels, before_table) -> dict:
+    """What each trained candidate would serve on the judged questions (served as after a promotion: hybrid-cc, the
+    other kind's production), paired against the default before training. Measured before the gate's release and the
+    canary act on it, so a rollback at the canary's horizon can be told from a gain thrown away."""
+    from rag.evaluation.metrics import paired_comparison
+    from rag.index.qdrant import get_client
+    from rag.lifecycle.promotion import build_collections
+    from rag.qa import AnswerSettings
+
+    production = production_names(registry)
+    trained = {
+        kind: mv.name
+        for kind in ("embedder", "reranker")
+        if (mv := registry.resolve(kind, "candidate")) is not None and mv.name != production[kind]
+    }
+    if "embedder" in trained:  # idempotent: a canary's start built it already
+        mv = registry.resolve("embedder", "candidate")
+        build_collections(mv, tables=tables, client=get_client(qdrant), strategies=[STRATEGY], log=log)
+    configurations = {
+        f"embedder {name} served": AnswerSettings(top_k=10, model=name)
+        for kind, name in trained.items()
+        if kind == "embedder"
+    } | {
+        f"reranker {name} served": AnswerSettings(top_k=10, reranker=name)
+        for kind, name in trained.items()
+        if kind == "reranker"
+    }
+    if len(trained) == 2:
+        configurations["both served"] = AnswerSettings(
+            top_k=10, model=trained["embedder"], reranker=trained["reranker"]
+        )
+    served = {}
+    for label, settings in configurations.items():
+        run, versions = rankings(root, qdrant, items, settings)
+        means, table = scores(qrels, run)
+        served[label] = {
+            "versions": versions,
+            "scores": means,
+            "paired_vs_before_training": {m: paired_comparison(table[m], before_table[m]) for m in METRICS},
+        }
+        log(f"  {label}: {means}")
+    return served
 
 
 def production_names(registry) -> dict:

@@ -456,7 +456,35 @@ def self_improvement(record: dict) -> dict[str, Table]:
         for name, corpus in record.get("corpora", {}).items()
         for phase in corpus.get("canaries", [])
     ]
+    candidates = [
+        [
+            name,
+            label,
+            num(get(figures, "scores", "recall@5")),
+            num(get(figures, "scores", "ndcg@10")),
+        ]
+        + [
+            f"{signed(paired.get('delta'))} [{signed(paired.get('ci_low'))}, {signed(paired.get('ci_high'))}], "
+            f"p {pvalue(paired.get('p_value'))}"
+            for metric in ("recall@5", "ndcg@10")
+            for paired in [get(figures, "paired_vs_before_training", metric, default={})]
+        ]
+        for name, corpus in record.get("corpora", {}).items()
+        for label, figures in corpus.get("candidates_served", {}).items()
+    ]
     views = {"served": (["corpus", "served", "embedder", "reranker", "recall@5", "nDCG@10", "MRR@10"], served_rows)}
+    if candidates:
+        views["candidates"] = (
+            [
+                "corpus",
+                "trained candidate, served",
+                "recall@5",
+                "nDCG@10",
+                "Δ recall@5 vs before training [95% CI]",
+                "Δ nDCG@10 vs before training [95% CI]",
+            ],
+            candidates,
+        )
     if canaries:
         views["canaries"] = (
             [

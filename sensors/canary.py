@@ -229,7 +229,7 @@ def canary_sensor(
                 ),
             )
         decision = past_max_days(decision, rollout_state.started_at, rollout.settings())
-        figures = summary(decision, evidence)
+        figures = summary(decision, evidence, rollout.settings())
         seen = {
             "candidate": rollout_state.candidate_version,
             "started_at": rollout_state.started_at.isoformat(),

@@ -23,6 +23,7 @@ from rag.rollout import (
     guardrail_breaches,
     log_likelihood_ratio,
     promote,
+    queries_to_decide,
     replay,
     roll_back,
     sequential_decision,
@@ -212,6 +213,26 @@ def test_sequential_decision_hand_cases():
         "canary ft-minilm-v4: 143 queries, wins 61 / losses 38 / ties 44, log-likelihood ratio 0.6 of 3.0 needed"
     )
     assert d.decision == "continue" and (d.wins, d.losses, d.ties) == (61, 38, 44)
+
+
+def test_queries_to_decide_projects_the_crossing_at_the_observed_rates():
+    # 8 straight wins cross (log LR 3.35) and 7 do not (2.77): 8 decisive queries at 8 of every 11 queries.
+    assert queries_to_decide(8, 0, 3, UNIFORM) == 11
+    assert queries_to_decide(16, 0, 6, UNIFORM) == 11  # the same rates, more queries seen so far
+    # Nothing to project from: no decisive query yet, or no edge either way.
+    assert queries_to_decide(0, 0, 50, UNIFORM) is None and queries_to_decide(40, 40, 900, UNIFORM) is None
+    # A 56 % win share over 12 % decisive queries (a canary the bench saw) needs far more than a 2,000 horizon, and the
+    # counts projected cross the test while a tenth fewer do not.
+    needed = queries_to_decide(136, 105, 1761, UNIFORM)
+    assert needed > 2000
+    share, rate = 136 / 241, 241 / 2002
+    for scale, crosses in ((1.0, True), (0.9, False)):
+        decisive = needed * rate * scale
+        assert (float(log_likelihood_ratio(share * decisive, (1 - share) * decisive)) >= math.log(20)) is crosses
+    # Losing as often projects the same way (the test is two-sided), and a larger edge needs fewer queries.
+    assert queries_to_decide(105, 136, 1761, UNIFORM) == needed
+    assert queries_to_decide(160, 81, 1761, UNIFORM) < needed
+    assert queries_to_decide(1001, 1000, 0, UNIFORM, limit=100_000) is None  # beyond the limit
 
 
 def test_replay_stops_where_ticking_after_every_query_would():

@@ -18,7 +18,7 @@ from rag.feedback import FeedbackStore, FeedbackSubmission
 from rag.qa import AnswerResult
 from rag.registry import ModelRegistry
 from rag.retrieval import Hit
-from rag.rollout import IllegalTransition, assign_arm
+from rag.rollout import CanarySettings, IllegalTransition, assign_arm, queries_to_decide
 from rag.rollout.evidence import collect, evaluate, summary
 from rag.lifecycle.rollout import history, read_state, roll_back_rollout, start
 from rag.serving.app import create_app
@@ -500,7 +500,11 @@ def test_shared_picks_are_recorded_through_the_api_and_credit_nobody(registry, s
     assert evidence.outcomes == ["tie", team[own[two][1]], team[own[three][1]]]
     # Plain team draft credits "cats" to whichever team drew it: query one is decided by the draw.
     assert evidence.plain_outcomes[0] != "tie" and evidence.plain_outcomes[1] == team[own[two][1]]
-    assert summary(evaluate(evidence, "v2"), evidence)["plain_team_draft"].startswith("wins ")
+    settings = CanarySettings(max_queries=500)
+    figures = summary(evaluate(evidence, "v2", settings), evidence, settings)
+    assert figures["plain_team_draft"].startswith("wins ")
+    # The projection an operator reads beside the horizon is the test's own, on these counts.
+    assert figures["max_queries"] == 500 and figures["queries_to_decide"] == queries_to_decide(*evidence.counts)
 
 
 def test_old_stores_get_the_arm_and_team_columns(tmp_path):

@@ -175,6 +175,7 @@ def canary_phase(
         log_likelihood_ratio=evidence["log_likelihood_ratio"],
         plain_team_draft=evidence.get("plain_team_draft"),
         threshold=evidence["threshold"],
+        queries_to_decide=evidence.get("queries_to_decide"),
         production_queries=evidence["queries_production"],
         latency_p95_ms={
             "production": evidence["latency_p95_ms_production"],

@@ -539,7 +539,10 @@ def conclude(
         if evidence_source is not None:
             observed = evidence_source(state.started_at)
             verdict = evaluate(observed, mv.name, settings or CanarySettings())
-            evidence = {**(evidence or {}), **{k: v for k, v in summary(verdict, observed).items() if v is not None}}
+            evidence = {
+                **(evidence or {}),
+                **{k: v for k, v in summary(verdict, observed, settings).items() if v is not None},
+            }
         said = verdict.decision if verdict is not None else "nothing (no evidence was read)"
         override = None
         if verdict is None or verdict.decision != "promote":

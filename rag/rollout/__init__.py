@@ -24,7 +24,7 @@ from rag.rollout.condensed import OfflineComparison, RunScores, compare_offline,
 from rag.rollout.config import CanarySettings
 from rag.rollout.guardrails import Breach, Votes, guardrail_breaches, with_guardrails
 from rag.rollout.interleaving import QueryCredit, Shown, credit, seed_from, tally, team_draft_interleave
-from rag.rollout.sequential import Decision, log_likelihood_ratio, replay, sequential_decision
+from rag.rollout.sequential import Decision, log_likelihood_ratio, queries_to_decide, replay, sequential_decision
 from rag.rollout.state import (
     IllegalTransition,
     RolloutState,
@@ -51,6 +51,7 @@ __all__ = [
     "QueryCredit",
     "sequential_decision",
     "replay",
+    "queries_to_decide",
     "log_likelihood_ratio",
     "Decision",
     "guardrail_breaches",

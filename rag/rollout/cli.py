@@ -104,7 +104,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             # The default settings: the sensor's resource may differ (a smaller alpha needs more evidence).
             settings = CanarySettings()
             decision = evaluate(evidence, name_of(registry, kind, state.candidate_version), settings)
-            out[kind]["evidence"] = summary(past_max_days(decision, state.started_at, settings), evidence)
+            out[kind]["evidence"] = summary(past_max_days(decision, state.started_at, settings), evidence, settings)
         except Exception as exc:  # noqa: BLE001 - the state is still worth printing without the evidence
             out[kind]["evidence"] = f"unavailable: {type(exc).__name__}: {exc}"
     if args.json:
@@ -129,6 +129,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         evidence = entry.get("evidence")
         if evidence:
             print(f"  evidence: {evidence['reason'] if isinstance(evidence, dict) else evidence}")
+        if isinstance(evidence, dict) and evidence.get("decision") == "continue":
+            needed = evidence.get("queries_to_decide")
+            print(
+                f"  at the rates so far the test would decide after about {needed} canary queries "
+                f"(horizon {evidence['max_queries']})"
+                if needed
+                else f"  no edge either way so far: the horizon ({evidence['max_queries']} canary queries) ends it"
+            )
     return 0
 
 

@@ -34,7 +34,7 @@ from rag.training.data import normalized_question
 from rag.rollout.config import CanarySettings
 from rag.rollout.guardrails import Votes, guardrail_breaches, with_guardrails
 from rag.rollout.interleaving import credit, tally
-from rag.rollout.sequential import Decision, sequential_decision
+from rag.rollout.sequential import Decision, queries_to_decide, sequential_decision
 
 ARMS = ("production", "canary")
 TEAM = {"production": "a", "canary": "b"}  # interleaving teams as retrievals.team stores them; the candidate is "b"
@@ -191,9 +191,12 @@ def _plain_counts(evidence: CanaryEvidence) -> dict:
     return {"plain_team_draft": f"wins {wins} / losses {losses} / ties {ties}"} if evidence.plain_outcomes else {}
 
 
-def summary(decision: Decision, evidence: CanaryEvidence) -> dict:
-    """Flat figures for logs, manifests and Dagster metadata."""
+def summary(decision: Decision, evidence: CanaryEvidence, settings: CanarySettings | None = None) -> dict:
+    """Flat figures for logs, manifests and Dagster metadata; `queries_to_decide` projects, at the rates so far, when
+    the test would cross (None: no edge yet), beside the horizon that rolls an undecided canary back."""
     import numpy as np
+
+    settings = settings or CanarySettings()
 
     def p95(values: list[float]) -> float | None:
         return round(float(np.percentile(values, 95)), 1) if values else None
@@ -207,6 +210,8 @@ def summary(decision: Decision, evidence: CanaryEvidence) -> dict:
         "ties": decision.ties,
         "log_likelihood_ratio": round(decision.log_lr, 3),
         "threshold": round(decision.threshold, 3),
+        "queries_to_decide": queries_to_decide(decision.wins, decision.losses, decision.ties, settings),
+        "max_queries": settings.max_queries,
         **_plain_counts(evidence),
         "queries_production": evidence.queries.get("production", 0),
         "queries_canary": evidence.queries.get("canary", 0),

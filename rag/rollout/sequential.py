@@ -117,6 +117,34 @@ def replay(
     return sequential_decision(won, lost, int(queries[i]) - won - lost, candidate, settings)
 
 
+def queries_to_decide(
+    wins: int, losses: int, ties: int, settings: CanarySettings | None = None, *, limit: int = 10_000_000
+) -> int | None:
+    """Canary queries at which the test would cross if wins, losses and ties went on at the rates seen so far: a
+    projection for judging whether the horizon (max_queries) can decide an edge this size, never evidence. None when
+    no query was decisive yet, wins equal losses, or the crossing lies beyond `limit` queries."""
+    settings = settings or CanarySettings()
+    decisive, queries = wins + losses, wins + losses + ties
+    if decisive == 0 or wins == losses:
+        return None
+    share, rate = wins / decisive, decisive / queries
+    threshold = math.log(1.0 / settings.alpha)
+
+    def crossed(n: int) -> bool:  # n decisive queries at the observed win share
+        return float(log_likelihood_ratio(share * n, (1 - share) * n, settings.prior_a, settings.prior_b)) >= threshold
+
+    high = 1
+    while not crossed(high):
+        high *= 2
+        if high / rate > limit:
+            return None
+    low = high // 2  # not crossed (or 0); the ratio rises with n at a fixed share once it nears the threshold
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if crossed(middle) else (middle, high)
+    return math.ceil(high / rate)
+
+
 def forced_rollback(decision: Decision, breaches: Sequence[str]) -> Decision:
     """The decision overridden by guardrail breaches: any breach rolls back, whatever the test says."""
     if not breaches:
