@@ -451,6 +451,9 @@ def self_improvement(record: dict) -> dict[str, Table]:
             num(phase.get("asked")),
             num(phase.get("canary_queries")),
             f"{num(phase.get('wins'))} / {num(phase.get('losses'))}",
+            num(phase["queries_to_decide"])
+            if phase.get("queries_to_decide")
+            else ("none within 10 million" if "queries_to_decide" in phase else "—"),
             str(phase.get("evidence") or phase.get("last_evidence") or "—"),
         ]
         for name, corpus in record.get("corpora", {}).items()
@@ -495,6 +498,7 @@ def self_improvement(record: dict) -> dict[str, Table]:
                 "users' questions asked",
                 "canary queries",
                 "wins / losses",
+                "canary queries to decide at these rates",
                 "why",
             ],
             canaries,
