@@ -212,6 +212,16 @@ def test_rollback_stops_a_running_canary_and_leaves_production(registry, capsys)
     assert run(capsys, "models", "rollout", "status", "--json")[0] == 0  # the existing subcommands still work
 
 
+def test_rollout_status_says_when_a_running_canary_would_decide(registry, capsys):
+    start("embedder", registry, "v2", log=quiet)
+    code, out, _ = run(capsys, "models", "rollout", "status")
+    # No user has been shown the canary yet: the test has nothing to project, so the horizon is what ends it.
+    assert code == 0 and "canary ft-minilm-v2: 0 queries" in out
+    assert "no edge either way so far: the horizon (2000 canary queries) ends it" in out
+    figures = json.loads(run(capsys, "models", "rollout", "status", "--json")[1])["embedder"]["evidence"]
+    assert figures["queries_to_decide"] is None and figures["max_queries"] == 2000
+
+
 def rated_store(data: Path) -> None:
     store = FeedbackStore(root=data)
     chunks = [{"chunk_id": f"c{i}", "doc_id": "d.md", "text": f"passage {i}", "rank": i} for i in (1, 2)]
