@@ -217,7 +217,7 @@ def test_rollout_status_says_when_a_running_canary_would_decide(registry, capsys
     code, out, _ = run(capsys, "models", "rollout", "status")
     # No user has been shown the canary yet: the test has nothing to project, so the horizon is what ends it.
     assert code == 0 and "canary ft-minilm-v2: 0 queries" in out
-    assert "no edge either way so far: the horizon (2000 canary queries) ends it" in out
+    assert "no edge the test would decide at the rates so far: the horizon (2000 canary queries) ends it" in out
     figures = json.loads(run(capsys, "models", "rollout", "status", "--json")[1])["embedder"]["evidence"]
     assert figures["queries_to_decide"] is None and figures["max_queries"] == 2000
 

@@ -135,7 +135,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 f"  at the rates so far the test would decide after about {needed} canary queries "
                 f"(horizon {evidence['max_queries']})"
                 if needed
-                else f"  no edge either way so far: the horizon ({evidence['max_queries']} canary queries) ends it"
+                else f"  no edge the test would decide at the rates so far: the horizon ({evidence['max_queries']} "
+                "canary queries) ends it"
             )
     return 0
 
