@@ -245,25 +245,23 @@ def candidates_served(root: Path, qdrant, tables, registry, items, qrels, before
 
     production = production_names(registry)
     trained = {
-        kind: mv.name
+        kind: mv
         for kind in ("embedder", "reranker")
         if (mv := registry.resolve(kind, "candidate")) is not None and mv.name != production[kind]
     }
-    if "embedder" in trained:  # idempotent: a canary's start built it already
-        mv = registry.resolve("embedder", "candidate")
-        build_collections(mv, tables=tables, client=get_client(qdrant), strategies=[STRATEGY], log=log)
-    configurations = {
-        f"embedder {name} served": AnswerSettings(top_k=10, model=name)
-        for kind, name in trained.items()
-        if kind == "embedder"
-    } | {
-        f"reranker {name} served": AnswerSettings(top_k=10, reranker=name)
-        for kind, name in trained.items()
-        if kind == "reranker"
-    }
+    configurations = {}
+    if "embedder" in trained:  # its collection: idempotent, a canary's start built it already
+        build_collections(trained["embedder"], tables=tables, client=get_client(qdrant), strategies=[STRATEGY], log=log)
+        configurations[f"embedder {trained['embedder'].name} served"] = AnswerSettings(
+            top_k=10, model=trained["embedder"].name
+        )
+    if "reranker" in trained:
+        configurations[f"reranker {trained['reranker'].name} served"] = AnswerSettings(
+            top_k=10, reranker=trained["reranker"].name
+        )
     if len(trained) == 2:
         configurations["both served"] = AnswerSettings(
-            top_k=10, model=trained["embedder"], reranker=trained["reranker"]
+            top_k=10, model=trained["embedder"].name, reranker=trained["reranker"].name
         )
     served = {}
     for label, settings in configurations.items():

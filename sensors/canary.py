@@ -215,7 +215,8 @@ def canary_sensor(
             evidence = collect(store, rollout_state.started_at)
         finally:
             store.close()
-        decision = evaluate(evidence, name, rollout.settings())
+        settings = rollout.settings()
+        decision = evaluate(evidence, name, settings)
         production = registry.resolve(kind, "production")
         if (production.version if production else None) != rollout_state.production_version:
             # Its gate verdict and every win were against the production it started beside: promotion would be refused.
@@ -228,8 +229,8 @@ def canary_sensor(
                     "during the canary, roll back (gate the candidate against the new production and start again)"
                 ),
             )
-        decision = past_max_days(decision, rollout_state.started_at, rollout.settings())
-        figures = summary(decision, evidence, rollout.settings())
+        decision = past_max_days(decision, rollout_state.started_at, settings)
+        figures = summary(decision, evidence, settings)
         seen = {
             "candidate": rollout_state.candidate_version,
             "started_at": rollout_state.started_at.isoformat(),
