@@ -71,3 +71,18 @@ def test_no_bench_script_imports_another_script():
             used = {module or imported} if (module or imported) else {n.strip() for n in names.split(",")}
             offenders += [f"{path.name} imports bench.{name}" for name in used & scripts]
     assert offenders == []
+
+
+def test_a_result_names_the_processor_and_the_library_versions_it_was_measured_with(monkeypatch):
+    """Two runs of the same code and seed that rank differently must be told apart by their records."""
+    from importlib.metadata import version
+
+    from bench.lib import provenance
+
+    record = provenance.machine()
+    assert record["packages"]["torch"] == version("torch")
+    assert set(record["packages"]) <= set(provenance.MEASURED_WITH)
+    if Path("/proc/cpuinfo").exists():
+        assert record["cpu"]["model"] and set(record["cpu"]["vector"]) <= set(provenance.VECTOR_FLAGS)
+    monkeypatch.setattr(provenance, "Path", lambda *_: Path("/nonexistent/cpuinfo"))
+    assert provenance.cpu() == {}  # another OS: nothing recorded, nothing made up

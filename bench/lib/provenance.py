@@ -26,12 +26,56 @@ def commit() -> str:
         return "unknown"
 
 
+# The libraries whose arithmetic or ordering a measured figure rests on: a fresh install may pull other versions.
+MEASURED_WITH = (
+    "torch",
+    "sentence-transformers",
+    "transformers",
+    "numpy",
+    "qdrant-client",
+    "qdrant-edge-py",
+    "bm25s",
+    "lightgbm",
+    "ranx",
+)
+# Vector instruction sets pick different float kernels (oneDNN, MKL): the same code and seed can rank a tie another
+# way on another host. Two runs of the same code and seed on two hosts gave slightly different rankings; with the
+# processor and the versions recorded, the next such pair can be told apart.
+VECTOR_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+
+
+def cpu() -> dict:
+    """The processor's model and the vector instruction sets it offers (Linux; empty elsewhere)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    fields = dict(line.split(":", 1) for line in info.split("\n\n", 1)[0].splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    return {"model": fields.get("model name", "unknown"), "vector": [f for f in VECTOR_FLAGS if f in flags]}
+
+
+def packages() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in MEASURED_WITH:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
 def machine() -> dict:
     """Where a result was measured, with the load average at the time of the call (a shared machine's load skews
-    timings)."""
+    timings), the processor and the versions of the libraries the figures rest on."""
     return {
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
+        "cpu": cpu(),
+        "packages": packages(),
         "platform": platform.platform(),
         "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "nice": os.nice(0),

@@ -2,6 +2,9 @@
 
 A kind computes raw (start, end) spans over the canonical text; the shared builder (spans.py)
 turns them into Chunk records, so kinds never deal with ids, pages, tables or whitespace.
+
+The built-in kinds register themselves when the package loads (rag/chunking/__init__.py imports .kinds), and Python
+loads the package before any of its modules: whoever reaches this registry finds them in it.
 """
 
 from __future__ import annotations
@@ -81,13 +84,7 @@ def register_kind(name: str, params_model: type[P], *, version: int = 1) -> Call
     return decorator
 
 
-def _load_builtin_kinds() -> None:
-    # Imported here, not at module top, because the kind modules import this module to register.
-    from . import kinds  # noqa: F401
-
-
 def get_kind(name: str) -> ChunkerKind:
-    _load_builtin_kinds()
     try:
         return KINDS[name]
     except KeyError:
@@ -95,5 +92,4 @@ def get_kind(name: str) -> ChunkerKind:
 
 
 def available_kinds() -> list[str]:
-    _load_builtin_kinds()
     return sorted(KINDS)

@@ -28,6 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from rag.index.aliases import alias_target
 from rag.index.bm25 import B, K1, tokenize
 
 SPARSE = "bm25"  # the sparse vector's name in every collection
@@ -104,8 +105,6 @@ def sparse_params():
 def has_bm25(client, collection: str) -> bool:
     """Whether a collection (or alias) carries the BM25 sparse vector: collections built before it existed do not,
     and their searches take BM25 from the strategy's bm25s index instead."""
-    from rag.index.qdrant import alias_target
-
     params = client.get_collection(alias_target(client, collection) or collection).config.params
     return SPARSE in (params.sparse_vectors or {})
 

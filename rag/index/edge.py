@@ -49,10 +49,10 @@ import qdrant_edge as qe
 from pydantic import BaseModel
 from qdrant_client.http import models  # not qdrant_client.models: its QueryResponse is fastembed's
 
-from rag.index.qdrant import EDGE_ENGINE_MARK as ENGINE_MARK
-from rag.index.qdrant import EDGE_META as META
-from rag.index.qdrant import QdrantLockedError
-from rag.index.qdrant import is_edge_folder  # noqa: F401 - re-exported: callers and tests import it from here
+from rag.index.embedded import EDGE_ENGINE_MARK as ENGINE_MARK
+from rag.index.embedded import EDGE_META as META
+from rag.index.embedded import QdrantLockedError
+from rag.index.embedded import is_edge_folder  # noqa: F401 - re-exported: callers and tests import it from here
 from rag.store import atomic_write
 
 COLLECTIONS = "collection"

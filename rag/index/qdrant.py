@@ -4,7 +4,6 @@ an alias per (strategy, model) that only ever points at a complete collection.""
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import sys
@@ -18,6 +17,15 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from rag.index.aliases import aliased_collections, alias_target, point_alias_to  # noqa: F401 - re-exported
+from rag.index.embedded import (  # noqa: F401 - re-exported: callers import the folder facts from here too
+    EDGE_ENGINE_MARK,
+    EDGE_META,
+    QdrantLockedError,
+    embedded_engine,
+    is_edge_folder,
+    is_local_mode_folder,
+)
 from rag.store import data_dir
 
 log = logging.getLogger(__name__)
@@ -27,40 +35,6 @@ POINT_NAMESPACE = uuid.UUID("6f1c2a3e-5b7d-4e8f-9a0b-1c2d3e4f5a6b")
 DENSE = "dense"
 DISTANCES = ("cosine", "dot", "l2")
 _METRICS = {"cosine": "Cosine", "dot": "Dot", "l2": "Euclid"}  # our names -> qdrant_client.models.Distance values
-
-
-EDGE_ENGINE_MARK = "qdrant-edge"  # meta.json's "engine" in a folder rag.index.edge owns
-EDGE_META = "meta.json"
-
-
-def is_edge_folder(path: str | Path) -> bool:
-    """Whether a folder holds an edge engine index. Here, not in rag.index.edge, so local mode can refuse such a
-    folder without importing qdrant_edge."""
-    try:
-        return json.loads((Path(path) / EDGE_META).read_text()).get("engine") == EDGE_ENGINE_MARK
-    except (FileNotFoundError, NotADirectoryError, ValueError, AttributeError):
-        return False
-
-
-def is_local_mode_folder(path: str | Path) -> bool:
-    """Whether a folder was written by qdrant-client's local mode (its meta.json lists collections, no edge mark)."""
-    try:
-        meta = json.loads((Path(path) / EDGE_META).read_text())
-    except (FileNotFoundError, NotADirectoryError, ValueError):
-        return False
-    return isinstance(meta, dict) and meta.get("engine") != EDGE_ENGINE_MARK and "collections" in meta
-
-
-def embedded_engine(location: str, engine: str) -> str:
-    """The engine that opens an embedded folder: "auto" is Qdrant Edge, except for a folder local mode already
-    wrote, which stays on local mode (its data is kept; `rag migrate-engine` moves it to edge)."""
-    if engine != "auto":
-        return engine
-    return "local" if location != ":memory:" and is_local_mode_folder(location) else "edge"
-
-
-class QdrantLockedError(RuntimeError):
-    """The embedded Qdrant folder is held by another process."""
 
 
 def _int_from_env(name: str, example: str) -> int | None:
@@ -303,32 +277,6 @@ class CollectionName:
 
     def versioned(self, model_version: str, distance: str) -> str:
         return f"{self.alias}__{model_version}__{distance}"
-
-
-def alias_target(client, alias: str) -> str | None:
-    for a in client.get_aliases().aliases:
-        if a.alias_name == alias:
-            return a.collection_name
-    return None
-
-
-def point_alias_to(client, alias: str, collection: str) -> None:
-    """Swap the alias in one request: readers see the old collection or the new one, never neither."""
-    from qdrant_client import models
-
-    ops = []
-    if alias_target(client, alias) is not None:
-        ops.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias)))
-    ops.append(
-        models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=collection, alias_name=alias))
-    )
-    client.update_collection_aliases(change_aliases_operations=ops)
-
-
-def aliased_collections(client) -> set[str]:
-    """Every collection some alias points at: the (strategy, model) aliases and the serving aliases
-    `<strategy>__production` alike. Each is complete and may be serving searches right now."""
-    return {a.collection_name for a in client.get_aliases().aliases}
 
 
 def drop_unaliased(client, name: CollectionName) -> list[str]:
