@@ -376,6 +376,29 @@ def test_reranker_reorders_before_filtering(tiny_index):
     assert [c["chunk_id"] for c in result.chunks] == ["rockets"]
 
 
+def test_a_reranker_that_remembers_passages_is_handed_the_index_passages_before_the_first_question(tiny_index):
+    import threading
+
+    class Remembering:
+        name = "remembering"
+
+        def __init__(self):
+            self.warmed, self.done = [], threading.Event()
+
+        def warm(self, passages):
+            self.warmed = list(passages)
+            self.done.set()
+            return len(self.warmed)
+
+        def score(self, query, passages):
+            return np.zeros(len(passages))
+
+    reranker = Remembering()
+    Answerer(tiny_settings(), index=tiny_index, reranker=reranker)
+    assert reranker.done.wait(30)  # in the background: building the answerer does not wait for it
+    assert sorted(reranker.warmed) == sorted(tiny_index.chunks["text"].astype(str))
+
+
 def test_bad_settings_fail_clearly(tiny_index):
     with pytest.raises(ValueError, match="unknown retrieval mode"):
         Answerer(tiny_settings(mode="telepathy"), index=tiny_index)

@@ -31,6 +31,7 @@ def test_it_times_cold_and_warm_features_and_records_the_run(tmp_path):
     assert (record["passages"], record["questions"], record["candidates_per_question"]) == (40, 2, 10)
     for state in ("cold", "warm"):
         assert 0 < record[state]["median_ms"] <= record[state]["p95_ms"]
+    assert record["warm_up"]["passages"] == 40 and record["warm_up"]["seconds"] >= 0
     assert record["commit"] and record["finished"] and record["machine"]["packages"]
 
 

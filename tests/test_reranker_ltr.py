@@ -56,6 +56,20 @@ def test_passage_terms_are_tokenized_once_and_the_cache_is_bounded(monkeypatch):
     assert len(cache._terms) == 2 and calls[-1] == ["Birds sing.", "Fish swim."]
 
 
+def test_warming_tokenizes_passages_ahead_without_ever_emptying_the_cache(monkeypatch):
+    calls = []
+    real = features_module.terms
+    monkeypatch.setattr(features_module, "terms", lambda texts: calls.append(list(texts)) or real(texts))
+    cache = PassageTerms(max_entries=3)
+    passages = ["Cats purr when content.", "Dogs bark at night.", "Cats purr when content.", "Birds sing."]
+    passages.append("Fish swim.")
+    assert cache.warm(passages, batch=2) == 3  # the repeat counted once, and no more than max_entries
+    assert sum(len(c) for c in calls) == 3 and set(cache._terms) == set(passages[:2] + ["Birds sing."])
+    calls.clear()
+    assert cache(passages[:2]) == real(passages[:2]) and calls == []  # warmed: the question tokenizes nothing
+    assert cache.warm(["Fish swim."]) == 0 and len(cache._terms) == 3  # full: warming adds nothing, drops nothing
+
+
 def test_feedback_priors_leave_each_question_out():
     priors = FeedbackPriors.from_pairs([("q1", "Passage A"), ("q2", " Passage   A ")], [("q3", "Passage B")])
     key_a = text_key("Passage A")
@@ -179,6 +193,12 @@ def test_trained_ranker_beats_its_untrained_self_on_held_out_questions(phrase_ta
         assert all(0.0 <= h.score <= 1.0 for h in out)  # calibrated probabilities
         moved += out[0].chunk["chunk_id"] == answer and hits[0].chunk["chunk_id"] != answer
     assert moved >= len(first) // 2  # answers the first stage put second now come first
+    # Warmed with every chunk ahead of the questions (as a served answerer does), it scores what it scored cold.
+    texts = tables.read(CHUNKS_TABLE, STRATEGY)["text"].astype(str).tolist()
+    warmed = type(reranker)(reranker.path)
+    assert warmed.warm(texts) == len(set(texts))
+    q, hits = next(iter(first.items()))
+    assert np.allclose(warmed.score_hits(gate.queries[q], hits), reranker.score_hits(gate.queries[q], hits))
 
 
 def test_copied_questions_are_cut_out_of_their_chunks_before_the_first_stage():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -161,6 +162,7 @@ class Answerer:
         if reranker is None and production is None:
             reranker = load_reranker_spec(s.reranker, root)
         self.reranker = reranker
+        self._warm_reranker()
         self.attribution_scorer = attribution_scorer
         self.attribution_note: str | None = production[1] if production is not None else None
         if self.attribution_scorer is None and s.attribution:
@@ -174,6 +176,24 @@ class Answerer:
             self.generator.next_chunk = self._chunk_record  # a lead-in's list may go on in the next chunk
         self._catalog: Catalog | None = None  # the documents, for overview questions; built on the first one
         self._served: dict[str, str | None] | None = None
+
+    def _warm_reranker(self) -> None:
+        """A learned ranker remembers the terms of the passages it has scored, and an unseen passage costs several
+        times a seen one. In the background, hand it the index's passages before the first questions, so its first
+        requests (which a canary's latency guardrail times against production) cost what later ones do."""
+        warm = getattr(self.reranker, "warm", None)
+        chunks = getattr(self.index, "chunks", None)
+        if warm is None or chunks is None or "text" not in getattr(chunks, "columns", ()):
+            return
+        texts = chunks["text"].astype(str).tolist()
+
+        def run() -> None:
+            try:
+                warm(texts)
+            except Exception:  # noqa: BLE001 - a cold cache is slower, never wrong: answering goes on
+                log.warning("warming the reranker's passage terms failed", exc_info=True)
+
+        threading.Thread(target=run, name="reranker-warm", daemon=True).start()
 
     def _sentence_vectors(self, embedder: TextEmbedder | None, root: Path | None) -> CachedEmbedder | None:
         """The generator and attribution encode the same passage sentences: they read them from the data dir's

@@ -70,6 +70,10 @@ class LearnedRanker:
         rows = feature_matrix(query, hits, self.stats, self.priors.serving, passage_terms=self._passage_terms)
         return np.asarray(self._booster.predict(rows), dtype=np.float64)
 
+    def warm(self, passages) -> int:
+        """Learn the passages' terms ahead of the questions (PassageTerms.warm); the number added."""
+        return self._passage_terms.warm(str(p) for p in passages)
+
     def score_hits(self, query: str, hits) -> np.ndarray:
         raw = self.raw_scores(query, hits)
         return sigmoid(self.calibration["slope"] * raw + self.calibration["intercept"]).astype(np.float32)
