@@ -56,18 +56,19 @@ def test_passage_terms_are_tokenized_once_and_the_cache_is_bounded(monkeypatch):
     assert len(cache._terms) == 2 and calls[-1] == ["Birds sing.", "Fish swim."]
 
 
-def test_warming_tokenizes_passages_ahead_without_ever_emptying_the_cache(monkeypatch):
+def test_warming_tokenizes_passages_ahead_only_when_they_all_fit(monkeypatch):
     calls = []
     real = features_module.terms
     monkeypatch.setattr(features_module, "terms", lambda texts: calls.append(list(texts)) or real(texts))
     cache = PassageTerms(max_entries=3)
     passages = ["Cats purr when content.", "Dogs bark at night.", "Cats purr when content.", "Birds sing."]
-    passages.append("Fish swim.")
-    assert cache.warm(passages, batch=2) == 3  # the repeat counted once, and no more than max_entries
-    assert sum(len(c) for c in calls) == 3 and set(cache._terms) == set(passages[:2] + ["Birds sing."])
+    assert cache.warm(passages, batch=2) == 3  # a repeat counted once
+    assert calls == [passages[:2], ["Birds sing."]] and set(cache._terms) == set(passages)
     calls.clear()
     assert cache(passages[:2]) == real(passages[:2]) and calls == []  # warmed: the question tokenizes nothing
-    assert cache.warm(["Fish swim."]) == 0 and len(cache._terms) == 3  # full: warming adds nothing, drops nothing
+    # A corpus larger than the cache: the first unseen passage would empty it, so nothing is warmed or dropped.
+    assert cache.warm(["Fish swim."]) == 0 and set(cache._terms) == set(passages) and calls == []
+    assert PassageTerms(max_entries=2).warm(passages) == 0
 
 
 def test_feedback_priors_leave_each_question_out():

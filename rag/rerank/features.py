@@ -118,22 +118,17 @@ class PassageTerms:
         return [known[t] if t in known else terms([t])[0] for t in texts]
 
     def warm(self, texts: Iterable[str], batch: int = 256) -> int:
-        """Tokenize passages before any question asks for them, up to max_entries and never emptying what is known;
-        the number added. Cold, a question's 50 unseen passages cost several times a warm question
-        (`bench/rerank_features.py`): a canary's first requests would time the tokenizer, not the ranker."""
-        added, pending = 0, []
-        for text in dict.fromkeys(texts):
-            if len(self._terms) + len(pending) >= self.max_entries:
-                break
-            if text not in self._terms:
-                pending.append(text)
-            if len(pending) >= batch:
-                self._terms.update(zip(pending, terms(pending)))
-                added, pending = added + len(pending), []
-        if pending:
-            self._terms.update(zip(pending, terms(pending)))
-            added += len(pending)
-        return added
+        """Tokenize passages before any question asks for them; the number added. Cold, a question's 50 unseen
+        passages cost several times a warm question (`bench/rerank_features.py`): a canary's first requests would
+        time the tokenizer, not the ranker. Only when all of them fit beside what is known: the cache empties when
+        full, so a corpus larger than it would lose the warm-up to the first unseen passage."""
+        pending = [t for t in dict.fromkeys(texts) if t not in self._terms]
+        if len(self._terms) + len(pending) > self.max_entries:
+            return 0
+        for start in range(0, len(pending), batch):
+            part = pending[start : start + batch]
+            self._terms.update(zip(part, terms(part)))
+        return len(pending)
 
 
 def _bm25(query: list[str], passage: Counter, length: int, stats: CorpusStats) -> float:
