@@ -376,7 +376,7 @@ def test_reranker_reorders_before_filtering(tiny_index):
     assert [c["chunk_id"] for c in result.chunks] == ["rockets"]
 
 
-def test_a_reranker_that_remembers_passages_is_handed_the_index_passages_before_the_first_question(tiny_index):
+def test_a_server_hands_a_remembering_reranker_the_index_passages_before_the_first_question(tiny_index):
     import threading
 
     class Remembering:
@@ -394,9 +394,35 @@ def test_a_reranker_that_remembers_passages_is_handed_the_index_passages_before_
             return np.zeros(len(passages))
 
     reranker = Remembering()
-    Answerer(tiny_settings(), index=tiny_index, reranker=reranker)
-    assert reranker.done.wait(30)  # in the background: building the answerer does not wait for it
+    answerer = Answerer(tiny_settings(), index=tiny_index, reranker=reranker)
+    assert not reranker.done.is_set()  # building alone warms nothing: a one-question `rag ask` would pay for it
+    answerer.warm_reranker_in_background()
+    assert reranker.done.wait(30)  # in a thread: the caller does not wait for it
     assert sorted(reranker.warmed) == sorted(tiny_index.chunks["text"].astype(str))
+
+
+def test_a_reranker_canary_arm_warms_its_candidate_before_its_first_timed_request(tiny_index, monkeypatch, tmp_path):
+    import threading
+
+    import rag.qa.pipeline as pipeline
+    from rag.serving.server import RerankerArm
+
+    warmed = threading.Event()
+
+    class Candidate:
+        name = "candidate"
+
+        def warm(self, passages):
+            warmed.set()
+            return len(list(passages))
+
+        def score(self, query, passages):
+            return np.zeros(len(passages))
+
+    monkeypatch.setattr(pipeline, "load_reranker_spec", lambda spec, root: Candidate())
+    production = Answerer(tiny_settings(), index=tiny_index)
+    arm = RerankerArm(lambda: production, "candidate", tmp_path)
+    assert arm.current().reranker is arm.reranker and warmed.wait(30)
 
 
 def test_bad_settings_fail_clearly(tiny_index):

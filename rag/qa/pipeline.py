@@ -162,7 +162,6 @@ class Answerer:
         if reranker is None and production is None:
             reranker = load_reranker_spec(s.reranker, root)
         self.reranker = reranker
-        self._warm_reranker()
         self.attribution_scorer = attribution_scorer
         self.attribution_note: str | None = production[1] if production is not None else None
         if self.attribution_scorer is None and s.attribution:
@@ -177,19 +176,20 @@ class Answerer:
         self._catalog: Catalog | None = None  # the documents, for overview questions; built on the first one
         self._served: dict[str, str | None] | None = None
 
-    def _warm_reranker(self) -> None:
+    def warm_reranker_in_background(self) -> None:
         """A learned ranker remembers the terms of the passages it has scored, and an unseen passage costs several
-        times a seen one. In the background, hand it the index's passages before the first questions, so its first
-        requests (which a canary's latency guardrail times against production) cost what later ones do."""
+        times a seen one. A long-lived server calls this once it has built the answerer: a background thread hands
+        the ranker the index's passages before the first questions, so its first requests (which a canary's latency
+        guardrail times against production) cost what later ones do. Not done on construction: a one-question
+        `rag ask` would pay for the whole corpus beside its only question."""
         warm = getattr(self.reranker, "warm", None)
         chunks = getattr(self.index, "chunks", None)
         if warm is None or chunks is None or "text" not in getattr(chunks, "columns", ()):
             return
-        texts = chunks["text"].astype(str).tolist()
 
         def run() -> None:
             try:
-                warm(texts)
+                warm(chunks["text"].astype(str).tolist())
             except Exception:  # noqa: BLE001 - a cold cache is slower, never wrong: answering goes on
                 log.warning("warming the reranker's passage terms failed", exc_info=True)
 

@@ -40,12 +40,17 @@ def serving_index(answer, *, root: Path, lock_wait_seconds: float = 120.0) -> Se
             query_encoder=answer.query_encoder,
         )
 
+    def build(index):
+        answerer = Answerer(answer, root=root, index=index)
+        answerer.warm_reranker_in_background()  # long-lived: its first requests should cost what later ones do
+        return answerer
+
     dense = answer.mode in DENSE_MODES
     return ServingIndex(
         root=root,
         strategy=answer.strategy,
         model=answer.model if dense else None,
-        build=lambda index: Answerer(answer, root=root, index=index),
+        build=build,
         open_index=opened,
         lock_wait_seconds=lock_wait_seconds,
     )
@@ -76,6 +81,7 @@ class RerankerArm:
                 attribution_scorer=production.attribution_scorer,
                 embedder=production.embedder,
             )
+            self._answerer.warm_reranker_in_background()  # the candidate's first timed requests: not cold
             self._for = production
         return self._answerer
 
