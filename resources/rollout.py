@@ -28,6 +28,11 @@ class Rollout(ConfigurableResource):
         description="largest chance that a candidate no better than production is "
         "ever promoted, however many ticks look at it",
     )
+    rollback_alpha: float | None = Field(
+        _DEFAULTS.rollback_alpha,
+        description="largest chance that a candidate at least as good as production is rolled back early by the "
+        "one-sided harm test (null: only the two-sided test at alpha rolls back before the horizon)",
+    )
     prior_a: float = _DEFAULTS.prior_a
     prior_b: float = _DEFAULTS.prior_b
     max_queries: int = Field(

@@ -21,6 +21,7 @@ from rag.rollout import (
     condensed_run,
     credit,
     guardrail_breaches,
+    log_harm_ratio,
     log_likelihood_ratio,
     promote,
     queries_to_decide,
@@ -181,7 +182,8 @@ def test_credit_rules():
 
 
 # --- the sequential test -----------------------------------------------------------------------------------
-UNIFORM = CanarySettings(alpha=0.05, prior_a=1, prior_b=1, max_queries=1000)
+UNIFORM = CanarySettings(alpha=0.05, prior_a=1, prior_b=1, max_queries=1000)  # harm test at rollback_alpha 0.10
+TWO_SIDED = UNIFORM.model_copy(update={"rollback_alpha": None})  # the rule before the harm test
 
 
 def test_log_likelihood_ratio_hand_cases():
@@ -229,33 +231,77 @@ def test_queries_to_decide_projects_the_crossing_at_the_observed_rates():
     for scale, crosses in ((1.0, True), (0.9, False)):
         decisive = needed * rate * scale
         assert (float(log_likelihood_ratio(share * decisive, (1 - share) * decisive)) >= math.log(20)) is crosses
-    # Losing as often projects the same way (the test is two-sided), and a larger edge needs fewer queries.
-    assert queries_to_decide(105, 136, 1761, UNIFORM) == needed
+    # Without the harm test losing as often projects the same way (the test is two-sided); with it, sooner.
+    assert queries_to_decide(105, 136, 1761, TWO_SIDED) == queries_to_decide(136, 105, 1761, TWO_SIDED) == needed
+    assert queries_to_decide(105, 136, 1761, UNIFORM) < needed
+    # A larger edge needs fewer queries.
     assert queries_to_decide(160, 81, 1761, UNIFORM) < needed
     assert queries_to_decide(1001, 1000, 0, UNIFORM, limit=100_000) is None  # beyond the limit
 
 
 def test_replay_stops_where_ticking_after_every_query_would():
     rng = np.random.default_rng(7)
-    for p in (0.5, 0.7, 0.3):
+    for p, settings in [(q, s) for q in (0.5, 0.7, 0.3, 0.42) for s in (UNIFORM, TWO_SIDED)]:
         stream = np.where(rng.random(400) < 0.3, "tie", np.where(rng.random(400) < p, "b", "a")).tolist()
         expected = None
         for n in range(1, len(stream) + 1):
             won, lost, tied = tally(stream[:n])
-            step = sequential_decision(won, lost, tied, "v", UNIFORM)
+            step = sequential_decision(won, lost, tied, "v", settings)
             if step.decision != "continue":
                 expected = step
                 break
-        expected = expected or sequential_decision(*tally(stream), "v", UNIFORM)
-        assert replay(stream, "v", UNIFORM) == expected
+        expected = expected or sequential_decision(*tally(stream), "v", settings)
+        assert replay(stream, "v", settings) == expected
 
 
-def _simulate(win_rate: float, runs: int, seed: int, tie_rate: float = 0.3, queries: int = 1000):
+def test_log_harm_ratio_hand_cases():
+    # Uniform prior on p < 0.5 (density 2): k straight losses give 2 * int_0^0.5 (1 - p)^k dp / 0.5^k
+    # = (2^(k+1) - 1) / (k + 1): 5 losses reach 10.5, past the default harm threshold of 10 (rollback_alpha 0.10).
+    for k in range(1, 12):
+        assert float(log_harm_ratio(0, k)) == pytest.approx(math.log((2 ** (k + 1) - 1) / (k + 1)))
+    assert float(log_harm_ratio(0, 0)) == pytest.approx(0.0)
+    assert float(log_harm_ratio(5000, 0)) == -math.inf  # I_0.5 underflows: no evidence of harm, never a crossing
+    # Against the integral of the prior restricted to p < 0.5, for non-uniform priors too.
+    for won, lost, a, b in [(38, 61, 1, 1), (30, 20, 5, 5), (1, 3, 2, 7)]:
+        prior = quad(lambda p: p ** (a - 1) * (1 - p) ** (b - 1), 0, 0.5)[0]
+        mix = quad(lambda p: p ** (a - 1 + won) * (1 - p) ** (b - 1 + lost), 0, 0.5)[0] / prior
+        assert float(log_harm_ratio(won, lost, a, b)) == pytest.approx(math.log(mix / 0.5 ** (won + lost)), rel=1e-6)
+
+
+def test_harm_test_rolls_a_losing_candidate_back_on_weaker_evidence():
+    # Two-sided, 8 straight losses are needed (log LR 3.35 >= 3.00); the harm test at 0.10 needs 5 (log 10.5).
+    assert sequential_decision(0, 4, 0, "v", UNIFORM).decision == "continue"
+    five = sequential_decision(0, 5, 0, "v", UNIFORM)
+    assert five.decision == "rollback" and five.reason == (
+        "canary v: 5 queries, wins 0 / losses 5 / ties 0, log-likelihood ratio 1.7 of 3.0 needed; harm "
+        "log-likelihood ratio 2.4 of 2.3 needed: the candidate loses significantly more often, roll back"
+    )
+    assert sequential_decision(0, 5, 0, "v", TWO_SIDED).decision == "continue"
+    assert sequential_decision(0, 8, 0, "v", TWO_SIDED).decision == "rollback"
+    # It never promotes, and wins as many as losses weigh nothing either way.
+    assert sequential_decision(5, 0, 0, "v", UNIFORM).decision == "continue"
+    assert sequential_decision(30, 30, 0, "v", UNIFORM).decision == "continue"
+
+
+def test_harm_test_error_rate_and_what_it_saves():
+    # Candidates at least as good as production are rolled back by the test before the horizon at most
+    # rollback_alpha of the time (Ville's inequality, the harm ratio is a supermartingale for p >= 0.5) ...
+    for p, seed in ((0.5, 31), (0.55, 32)):
+        early = [d for d in _simulate(p, runs=400, seed=seed) if d.decision == "rollback" and d.queries < 1000]
+        assert len(early) / 400 <= UNIFORM.rollback_alpha
+    # ... and a candidate that loses 40 % to 60 % is rolled back much sooner than by the two-sided test alone.
+    harm = _simulate(0.4, runs=200, seed=33)
+    two_sided = _simulate(0.4, runs=200, seed=33, settings=TWO_SIDED)
+    assert sum(d.decision == "rollback" for d in harm) == len(harm)
+    assert np.median([d.queries for d in harm]) < 0.8 * np.median([d.queries for d in two_sided])
+
+
+def _simulate(win_rate: float, runs: int, seed: int, tie_rate: float = 0.3, queries: int = 1000, settings=UNIFORM):
     rng = np.random.default_rng(seed)
     ties = rng.random((runs, queries)) < tie_rate
     wins = rng.random((runs, queries)) < win_rate
     outcomes = np.where(ties, "tie", np.where(wins, "b", "a"))
-    return [replay(row, "v", UNIFORM) for row in outcomes]
+    return [replay(row, "v", settings) for row in outcomes]
 
 
 def test_equal_arms_are_promoted_at_most_alpha_of_the_time():

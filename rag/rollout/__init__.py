@@ -11,8 +11,9 @@ rag.rollout.condensed) goes through these stages of a RolloutState:
 - canary: serves `traffic_share` of sessions (default 10 %), chosen by assign_arm from a hash of the session id.
   Inside the canary share production's and the candidate's rankings are team-draft interleaved; clicks and
   passage ratings credit the team that contributed the passage, giving one outcome per query (win / loss / tie).
-  On every tick sequential_decision (an always-valid mSPRT on those outcomes) says promote, roll back or
-  continue, and guardrails (latency p95, answer up-vote share) force a rollback when breached.
+  On every tick sequential_decision (an always-valid mSPRT on those outcomes, with a one-sided harm test that
+  rolls a losing candidate back on weaker evidence) says promote, roll back or continue, and guardrails (latency
+  p95, answer up-vote share) force a rollback when breached.
 - production / rolled_back: final. The other arm serves everyone; a new candidate starts a new rollout.
 
 Wiring (imported on use, not here): rag.lifecycle.rollout keeps each kind's state beside the model registry and runs
@@ -24,7 +25,14 @@ from rag.rollout.condensed import OfflineComparison, RunScores, compare_offline,
 from rag.rollout.config import CanarySettings
 from rag.rollout.guardrails import Breach, Votes, guardrail_breaches, with_guardrails
 from rag.rollout.interleaving import QueryCredit, Shown, credit, seed_from, tally, team_draft_interleave
-from rag.rollout.sequential import Decision, log_likelihood_ratio, queries_to_decide, replay, sequential_decision
+from rag.rollout.sequential import (
+    Decision,
+    log_harm_ratio,
+    log_likelihood_ratio,
+    queries_to_decide,
+    replay,
+    sequential_decision,
+)
 from rag.rollout.state import (
     IllegalTransition,
     RolloutState,
@@ -53,6 +61,7 @@ __all__ = [
     "replay",
     "queries_to_decide",
     "log_likelihood_ratio",
+    "log_harm_ratio",
     "Decision",
     "guardrail_breaches",
     "with_guardrails",

@@ -17,6 +17,16 @@ class CanarySettings(BaseModel):
         description="largest probability that an arm no better than production "
         "is ever promoted, however often the canary is evaluated",
     )
+    # A wrong rollback costs a candidate's chance, not users' answers: production stays, and an undecided canary is
+    # rolled back at the horizon anyway. So harm is judged on weaker evidence than a promotion, by a one-sided test
+    # that concentrates its prior on losses; bench/canary_rule.py measures what it costs better candidates.
+    rollback_alpha: float | None = Field(
+        0.10,
+        gt=0,
+        lt=1,
+        description="largest probability that an arm at least as good as production is rolled back by the "
+        "one-sided harm test before the horizon; None: roll back early only when the two-sided test at alpha crosses",
+    )
     # Beta(1, 1) mixes evenly over all win rates. A prior concentrated near 0.5 (larger equal a, b) detects small
     # edges sooner and large ones later; the error rate holds for any prior.
     prior_a: float = Field(1.0, gt=0, description="Beta mixing prior of the win rate: a")

@@ -210,6 +210,15 @@ def summary(decision: Decision, evidence: CanaryEvidence, settings: CanarySettin
         "ties": decision.ties,
         "log_likelihood_ratio": round(decision.log_lr, 3),
         "threshold": round(decision.threshold, 3),
+        # Only while the candidate loses more often: with more wins there is nothing for the harm test to weigh.
+        **(
+            {
+                "harm_log_likelihood_ratio": round(decision.log_lr_harm, 3),
+                "harm_threshold": round(decision.harm_threshold, 3),
+            }
+            if decision.harm_threshold is not None and decision.losses > decision.wins
+            else {}
+        ),
         "queries_to_decide": queries_to_decide(decision.wins, decision.losses, decision.ties, settings),
         "max_queries": settings.max_queries,
         **_plain_counts(evidence),

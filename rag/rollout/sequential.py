@@ -15,6 +15,17 @@ wins - losses: crossing with more wins promotes, crossing with more losses rolls
 promoting (or ever rolling back on the test) a candidate that is exactly as good as production is at most alpha,
 in total for both. With equal wins and losses LR <= 1, so a crossing always has a direction. Ties carry no
 information about p and are only counted.
+
+Harm is judged on weaker evidence (settings.rollback_alpha, default 0.10): a wrong rollback keeps production and
+costs the candidate its chance, and an undecided canary is rolled back at the horizon anyway. The harm test mixes
+over p < 0.5 only (the prior Beta(a, b) restricted to (0, 0.5) and renormalised),
+
+    LR-_n = [B(a + wins, b + losses) I_0.5(a + wins, b + losses) / (B(a, b) I_0.5(a, b))] / 0.5^(wins + losses),
+
+where I_0.5 is the regularised incomplete beta function at 0.5. For every p >= 0.5 each alternative's ratio has
+expectation at most 1, so LR-_n is a nonnegative supermartingale under any candidate at least as good as
+production, and P(LR- ever >= 1/rollback_alpha) <= rollback_alpha. With a symmetric prior and more losses than
+wins, LR- is at least the two-sided LR, so with rollback_alpha >= alpha it never rolls back later than before.
 """
 
 from __future__ import annotations
@@ -25,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
-from scipy.special import betaln
+from scipy.special import betainc, betaln
 
 from rag.rollout.config import CanarySettings
 from rag.rollout.interleaving import Outcome, Team
@@ -47,6 +58,8 @@ class Decision:
     threshold: float
     reason: str
     breaches: tuple[str, ...] = ()  # guardrail messages that forced a rollback
+    log_lr_harm: float = 0.0  # the one-sided harm test's log LR (mixing over p < 0.5)
+    harm_threshold: float | None = None  # log(1 / rollback_alpha); None: no harm test
 
 
 def log_likelihood_ratio(wins, losses, a: float = 1.0, b: float = 1.0):
@@ -54,6 +67,26 @@ def log_likelihood_ratio(wins, losses, a: float = 1.0, b: float = 1.0):
     wins = np.asarray(wins, dtype=np.float64)
     losses = np.asarray(losses, dtype=np.float64)
     return betaln(a + wins, b + losses) - betaln(a, b) + (wins + losses) * math.log(2.0)
+
+
+def log_harm_ratio(wins, losses, a: float = 1.0, b: float = 1.0):
+    """log LR of the Beta(a, b) mixture restricted to p < 0.5 against p = 0.5; numpy arrays broadcast. -inf where
+    I_0.5 underflows, i.e. far more wins than losses: no evidence of harm at all."""
+    wins = np.asarray(wins, dtype=np.float64)
+    losses = np.asarray(losses, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        lower = np.log(betainc(a + wins, b + losses, 0.5))
+    return (
+        betaln(a + wins, b + losses)
+        + lower
+        - betaln(a, b)
+        - math.log(float(betainc(a, b, 0.5)))
+        + (wins + losses) * math.log(2.0)
+    )
+
+
+def _harm_threshold(settings: CanarySettings) -> float | None:
+    return math.log(1.0 / settings.rollback_alpha) if settings.rollback_alpha is not None else None
 
 
 def evidence(candidate: str, wins: int, losses: int, ties: int, log_lr: float, threshold: float) -> str:
@@ -75,11 +108,16 @@ def sequential_decision(
         raise ValueError(f"counts cannot be negative: wins {wins}, losses {losses}, ties {ties}")
     threshold = math.log(1.0 / settings.alpha)
     log_lr = float(log_likelihood_ratio(wins, losses, settings.prior_a, settings.prior_b))
+    harm_threshold = _harm_threshold(settings)
+    log_harm = float(log_harm_ratio(wins, losses, settings.prior_a, settings.prior_b))
     queries = wins + losses + ties
     said = evidence(candidate, wins, losses, ties, log_lr, threshold)
+    if losses > wins and harm_threshold is not None:
+        said += f"; harm log-likelihood ratio {log_harm:.1f} of {harm_threshold:.1f} needed"
+    harmed = losses > wins and harm_threshold is not None and log_harm >= harm_threshold
     if log_lr >= threshold and wins > losses:
         verdict, why = "promote", f"{said}: the candidate wins significantly more often, promote"
-    elif log_lr >= threshold and losses > wins:
+    elif losses > wins and (log_lr >= threshold or harmed):
         verdict, why = "rollback", f"{said}: the candidate loses significantly more often, roll back"
     elif queries >= settings.max_queries:
         verdict, why = (
@@ -88,7 +126,19 @@ def sequential_decision(
         )
     else:
         verdict, why = "continue", said
-    return Decision(verdict, candidate, queries, wins, losses, ties, log_lr, threshold, why)
+    return Decision(
+        verdict,
+        candidate,
+        queries,
+        wins,
+        losses,
+        ties,
+        log_lr,
+        threshold,
+        why,
+        log_lr_harm=log_harm,
+        harm_threshold=harm_threshold,
+    )
 
 
 def replay(
@@ -112,6 +162,9 @@ def replay(
     queries = np.arange(1, len(stream) + 1)
     log_lr = log_likelihood_ratio(wins, losses, settings.prior_a, settings.prior_b)
     stop = ((log_lr >= math.log(1.0 / settings.alpha)) & (wins != losses)) | (queries >= settings.max_queries)
+    harm_threshold = _harm_threshold(settings)
+    if harm_threshold is not None:
+        stop |= (losses > wins) & (log_harm_ratio(wins, losses, settings.prior_a, settings.prior_b) >= harm_threshold)
     i = int(np.argmax(stop)) if stop.any() else len(stream) - 1
     won, lost = int(wins[i]), int(losses[i])
     return sequential_decision(won, lost, int(queries[i]) - won - lost, candidate, settings)
@@ -121,17 +174,25 @@ def queries_to_decide(
     wins: int, losses: int, ties: int, settings: CanarySettings | None = None, *, limit: int = 10_000_000
 ) -> int | None:
     """Canary queries at which the test would cross if wins, losses and ties went on at the rates seen so far: a
-    projection for judging whether the horizon (max_queries) can decide an edge this size, never evidence. None when
-    no query was decisive yet, wins equal losses, or the crossing lies beyond `limit` queries."""
+    projection for judging whether the horizon (max_queries) can decide an edge this size, never evidence; with
+    more losses, the first crossing of either the two-sided or the harm test. None when no query was decisive yet,
+    wins equal losses, or the crossing lies beyond `limit` queries."""
     settings = settings or CanarySettings()
     decisive, queries = wins + losses, wins + losses + ties
     if decisive == 0 or wins == losses:
         return None
     share, rate = wins / decisive, decisive / queries
     threshold = math.log(1.0 / settings.alpha)
+    harm_threshold = _harm_threshold(settings) if losses > wins else None
 
     def crossed(n: int) -> bool:  # n decisive queries at the observed win share
-        return float(log_likelihood_ratio(share * n, (1 - share) * n, settings.prior_a, settings.prior_b)) >= threshold
+        won, lost = share * n, (1 - share) * n
+        if float(log_likelihood_ratio(won, lost, settings.prior_a, settings.prior_b)) >= threshold:
+            return True
+        return (
+            harm_threshold is not None
+            and float(log_harm_ratio(won, lost, settings.prior_a, settings.prior_b)) >= harm_threshold
+        )
 
     high = 1
     while not crossed(high):
