@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from bench.lib import cli
-from bench.lib.canary import Users, add_click_model, canary_phase, click_model, queued_canaries
+from bench.lib.canary import add_click_model, split_users, users_decide
 from bench.lib.datasets import RESULTS, SCIFACT, SHARED, SQUAD
 from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
 from bench.lib.results import log, write
@@ -63,15 +63,6 @@ def load_corpus(name: str, args):
     if args.questions and len(items) > args.questions:
         items = random.Random(args.seed).sample(items, args.questions)
     return docs, items
-
-
-def split_users(items, share: float, seed: int):
-    """(users' questions, judged questions): a random `share` of the human questions drives the canary and is
-    never scored; the rest is scored."""
-    order = sorted(items, key=lambda i: i.qid)
-    random.Random(seed).shuffle(order)
-    cut = round(len(order) * share)
-    return order[:cut], order[cut:]
 
 
 def rankings(root: Path, qdrant, items, settings) -> dict[str, dict[str, float]]:
@@ -209,7 +200,7 @@ def one_corpus(name: str, args, record: dict, save) -> None:
     save()
 
     if users_items and running_canary(registry) is not None:
-        users_decide(root, users_items, all_qrels, instance, resources, args, save_into=out)
+        users_decide(root, users_items, all_qrels, instance, resources, args, save_into=out, strategy=STRATEGY)
         out["production_after_canaries"] = production_names(registry)
         close_client(qdrant)
         save()
@@ -280,41 +271,6 @@ def production_names(registry) -> dict:
     return {
         kind: (mv.name if (mv := registry.resolve(kind, "production")) else None) for kind in ("embedder", "reranker")
     }
-
-
-def users_decide(root: Path, users_items, qrels, instance, resources: dict, args, save_into: dict) -> None:
-    """The users' questions through the API (the defaults `rag serve` uses) until canary_sensor decides the running
-    canary, then each queued one: one bench.lib.canary.canary_phase record per canary in save_into["canaries"]."""
-    from fastapi.testclient import TestClient
-
-    from bench.lib.feedback import TOKEN
-    from rag.feedback import FeedbackStore
-    from rag.serving.server import build_app
-    from rag.serving.settings import ServeSettings
-
-    queries = {i.qid: i.question for i in users_items}
-    app = build_app(
-        ServeSettings(api_token=TOKEN, refresh_seconds=0),
-        root=root,
-        store=FeedbackStore(root=root),
-        strategy=STRATEGY,
-        top_k=10,
-        attribution=False,
-    )
-    phases: list[dict] = save_into.setdefault("canaries", [])
-    started = time.perf_counter()
-    with TestClient(app) as http:
-        users = Users(
-            http,
-            queries,
-            {q: qrels.get(q, {}) for q in queries},
-            seed=args.seed,
-            **click_model(args),
-        )
-        kwargs = dict(batch=args.canary_batch, max_asked=args.max_canary_asked, log=lambda m: log(f"  {m}"))
-        phases.append(canary_phase(root, http, app, users, instance, resources, **kwargs))
-        phases.extend(queued_canaries(root, http, app, users, instance, resources, **kwargs))
-        save_into["users"] = {**users.snapshot(), "seconds": round(time.perf_counter() - started, 1)}
 
 
 def markdown(record: dict) -> str:

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from bench.self_improvement import split_users
+from bench.lib.canary import split_users
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Simulated users deciding a running canary through the API, and the canary_sensor ticks that decide it (shared by
-bench/canary_loop.py and bench/self_improvement.py). The click model is described in bench/canary_loop.py."""
+bench/canary_loop.py, bench/self_improvement.py and bench/recanary.py). The click model is described in
+bench/canary_loop.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from pathlib import Path
 
 from bench.lib.feedback import TOKEN
+from bench.lib.results import log as say
 
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -246,3 +248,50 @@ def queued_canaries(
                 **canary_phase(root, http, app, users, instance, resources, batch=batch, max_asked=max_asked, log=log),
             }
         )
+
+
+def split_users(items, share: float, seed: int):
+    """(users' questions, judged questions): a random `share` of the human questions drives the canary and is
+    never scored; the rest is scored."""
+    order = sorted(items, key=lambda i: i.qid)
+    random.Random(seed).shuffle(order)
+    cut = round(len(order) * share)
+    return order[:cut], order[cut:]
+
+
+def users_decide(
+    root: Path, users_items, qrels, instance, resources: dict, args, save_into: dict, *, strategy: str
+) -> None:
+    """The users' questions through the API (the defaults `rag serve` uses, over chunk set `strategy`) until
+    canary_sensor decides the running canary, then each queued one: one canary_phase record per canary in
+    save_into["canaries"]. `args` carries the click model (add_click_model), seed, canary_batch, max_canary_asked."""
+    from fastapi.testclient import TestClient
+
+    from bench.lib.feedback import TOKEN
+    from rag.feedback import FeedbackStore
+    from rag.serving.server import build_app
+    from rag.serving.settings import ServeSettings
+
+    queries = {i.qid: i.question for i in users_items}
+    app = build_app(
+        ServeSettings(api_token=TOKEN, refresh_seconds=0),
+        root=root,
+        store=FeedbackStore(root=root),
+        strategy=strategy,
+        top_k=10,
+        attribution=False,
+    )
+    phases: list[dict] = save_into.setdefault("canaries", [])
+    started = time.perf_counter()
+    with TestClient(app) as http:
+        users = Users(
+            http,
+            queries,
+            {q: qrels.get(q, {}) for q in queries},
+            seed=args.seed,
+            **click_model(args),
+        )
+        kwargs = dict(batch=args.canary_batch, max_asked=args.max_canary_asked, log=lambda m: say(f"  {m}"))
+        phases.append(canary_phase(root, http, app, users, instance, resources, **kwargs))
+        phases.extend(queued_canaries(root, http, app, users, instance, resources, **kwargs))
+        save_into["users"] = {**users.snapshot(), "seconds": round(time.perf_counter() - started, 1)}
