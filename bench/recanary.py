@@ -106,7 +106,10 @@ def rerun(root: Path, corpus: str, run_args: dict, args, before: dict | None) ->
         "rollout": Rollout(promotion="auto", traffic_share=ran.canary_share),
         "feedback_loop": FeedbackLoop(data_dir=str(root)),
     }
-    users_decide(root, users_items, all_qrels, instance, resources, ran, save_into=out, strategy=STRATEGY)
+    # Sessions (and the feedback idempotency keys made from them) named apart from the run's own users'.
+    users_decide(
+        root, users_items, all_qrels, instance, resources, ran, save_into=out, strategy=STRATEGY, session_prefix="r"
+    )
     return out
 
 

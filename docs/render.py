@@ -362,6 +362,83 @@ def canary_paired(record: dict) -> dict[str, Table]:
     return {"arms": (["arm", "test nDCG@10"], arms), "paired": (PAIRED_HEAD, paired_rows(record.get("paired", {})))}
 
 
+def canary_rule(record: dict) -> dict[str, Table]:
+    head = [
+        "candidate's win share",
+        "rule",
+        "promoted",
+        "rolled back on evidence",
+        "rolled back at the horizon",
+        "median canary queries",
+        "mean",
+    ]
+    views: dict[str, Table] = {}
+    for row in record.get("simulated", []):
+        view = views.setdefault(f"ties-{row['tie_rate']:g}", (head, []))
+        view[1].append(
+            [
+                f"{row['win_share']:.2f}",
+                row["rule"],
+                f"{row['promote']:.1%}",
+                f"{row['rollback_on_evidence']:.1%}",
+                f"{row['horizon']:.1%}",
+                num(row["median_queries"]),
+                num(row["mean_queries"], 1),
+            ]
+        )
+    recorded = []
+    for canary in record.get("recorded", []):
+        logged = canary["logged"]
+        for rule, replayed in canary["replayed"].items():
+            recorded.append(
+                [
+                    Path(canary["data_dir"]).name,
+                    f"{canary['kind']} {logged.get('candidate')}",
+                    f"{logged.get('decision')} ({logged.get('wins')} / {logged.get('losses')} / {logged.get('ties')})",
+                    rule,
+                    replayed["decision"],
+                    num(replayed["queries"]),
+                    f"{replayed['wins']} / {replayed['losses']}",
+                ]
+            )
+    views["recorded"] = (
+        [
+            "run",
+            "canary",
+            "logged decision (wins / losses / ties)",
+            "rule",
+            "replayed: decision",
+            "after canary queries",
+            "wins / losses then",
+        ],
+        recorded,
+    )
+    return views
+
+
+def recanary(record: dict) -> dict[str, Table]:
+    rows = []
+    for label, phase in (
+        ("the run's canary", record.get("run_canary")),
+        *(("rerun", c) for c in get(record, "outcome", "canaries", default=[])),
+    ):
+        if not phase:
+            continue
+        ranking = phase.get("ranking_p95_ms") or {}
+        rows.append(
+            [
+                label,
+                num(phase.get("decision")),
+                num(phase.get("canary_queries")),
+                f"{phase.get('wins', '—')} / {phase.get('losses', '—')} / {phase.get('ties', '—')}",
+                f"{ms(ranking.get('production'))} / {ms(ranking.get('canary'))}",
+                phase.get("breaches") or "—",
+            ]
+        )
+    head = ["canary", "decision", "canary queries", "wins / losses / ties", "ranking p95 production / canary", "breach"]
+    return {"canaries": (head, rows)}
+
+
 def qa_chunking(record: dict) -> dict[str, Table]:
     rows = record.get("chunking", [])
     modes = [key.split(" ", 1)[1] for key in (rows[0] if rows else {}) if key.startswith("retrieval_score ")]
@@ -910,6 +987,18 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
         "Do the trained embedder and learned reranker beat their untrained start on SciFact's test "
         "queries? (`bench/training.py`)",
         training,
+    ),
+    (
+        "canary-rule*",
+        "How often and how soon does the canary's sequential rule promote, roll back on evidence of harm or reach its "
+        "horizon, with and without the one-sided harm test? (`bench/canary_rule.py`)",
+        canary_rule,
+    ),
+    (
+        "recanary-*",
+        "Does a finished run's canary, rerun with today's code on the same candidate and users, decide "
+        "differently? (`bench/recanary.py`)",
+        recanary,
     ),
     (
         "canary-*-paired",

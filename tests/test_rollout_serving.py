@@ -7,6 +7,7 @@ The first tests use tiny fake answerers (rag.rollout's statistics are tested in 
 serves a real MiniLM candidate from its own embedded-Qdrant collection."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -460,6 +461,40 @@ def test_both_arms_encode_the_question_afresh_in_a_canary_request():
         seed=1,
     )
     assert Encoder.calls == 2  # one shared index: still one encoding per arm
+
+
+def test_what_users_see_of_an_interleaved_list_follows_its_order_not_the_arms_score_scales():
+    """A learned ranker scores in probabilities (0.001), production in hybrid scores (0.5): the answer's context
+    budget drops the lowest-scoring passages first, so with the arms' own scores the candidate's passages were the
+    first to go (a SciFact canary showed 255 candidate passages against 8,133 of production's). Under any budget the
+    interleaved list must be cut from its end, keeping both teams' top picks."""
+    from rag.qa.prompt import fit_context
+    from rag.serving.canary import interleaved_answer
+
+    class Scaled(FakeAnswerer):
+        def __init__(self, name, order, scale):
+            super().__init__(name, order)
+            self.scale, self.received = scale, None
+
+        def rank(self, question):
+            return [replace(h, score=h.score * self.scale) for h in super().rank(question)]
+
+        def ask(self, question, *, ranked=None):
+            self.received = ranked
+            return super().ask(question, ranked=ranked)
+
+    production, candidate = Scaled("production", PRODUCTION.order, 1.0), Scaled("candidate", CANDIDATE.order, 1e-3)
+    result = interleaved_answer(production, candidate, "what do cats chase?", seed=3)
+    drafted = candidate.received
+    assert [c["chunk_id"] for c in result.chunks] == [h.chunk["chunk_id"] for h in drafted]
+    assert [h.score for h in drafted] == sorted((h.score for h in drafted), reverse=True)
+    own = {h.chunk["chunk_id"]: h.score for arm in (production, candidate) for h in arm.rank("")}
+    assert all(h.chunk["arm_score"] == own[h.chunk["chunk_id"]] for h in drafted)
+    for keep in range(1, len(drafted) + 1):
+        budget = sum(len(h.chunk["text"]) for h in drafted[:keep])
+        assert fit_context(drafted, budget) == drafted[:keep]
+    first_two = {h.chunk["team"] for h in fit_context(drafted, sum(len(h.chunk["text"]) for h in drafted[:2]))}
+    assert first_two == {"production", "canary"}  # each team's first pick stays: a draft round gives one to each
 
 
 def test_shared_picks_are_recorded_through_the_api_and_credit_nobody(registry, store):

@@ -44,10 +44,12 @@ class Users:
         p_negative: float,
         p_click_noise: float,
         seed: int,
+        session_prefix: str = "u",
     ):
         self.http, self.queries, self.qrels = http, queries, qrels
         self.eta, self.p_relevant, self.p_negative, self.p_click_noise = eta, p_relevant, p_negative, p_click_noise
         self.rng = random.Random(seed)
+        self.session_prefix = session_prefix  # another prefix for users asking again over a data dir used before
         self.order: list[str] = []
         self.passes, self.asked = 0, 0
         self.stats = {"queries": 0, "canary_served": 0, "clicks": 0, "ratings_up": 0, "ratings_down": 0}
@@ -62,7 +64,7 @@ class Users:
     def ask(self) -> None:
         qid = self.next_qid()
         self.asked += 1
-        session = f"u{self.asked}-{qid}"  # one fresh session per asked query
+        session = f"{self.session_prefix}{self.asked}-{qid}"  # one fresh session per asked query
         answer = self.http.post("/ask", json={"question": self.queries[qid], "session_id": session}, headers=HEADERS)
         answer.raise_for_status()
         data = answer.json()
@@ -260,7 +262,16 @@ def split_users(items, share: float, seed: int):
 
 
 def users_decide(
-    root: Path, users_items, qrels, instance, resources: dict, args, save_into: dict, *, strategy: str
+    root: Path,
+    users_items,
+    qrels,
+    instance,
+    resources: dict,
+    args,
+    save_into: dict,
+    *,
+    strategy: str,
+    session_prefix: str = "u",
 ) -> None:
     """The users' questions through the API (the defaults `rag serve` uses, over chunk set `strategy`) until
     canary_sensor decides the running canary, then each queued one: one canary_phase record per canary in
@@ -289,6 +300,7 @@ def users_decide(
             queries,
             {q: qrels.get(q, {}) for q in queries},
             seed=args.seed,
+            session_prefix=session_prefix,
             **click_model(args),
         )
         kwargs = dict(batch=args.canary_batch, max_asked=args.max_canary_asked, log=lambda m: say(f"  {m}"))

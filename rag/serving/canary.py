@@ -81,8 +81,22 @@ def interleaved_answer(production, candidate, question: str, seed: int):
     # As many passages as one arm alone would show: the user sees a list of the usual length.
     k = max(len(ranked_a), len(ranked_b))
     shown = team_draft_interleave(list(hits["a"]), list(hits["b"]), k, seed)
+    # The two arms' scores are on different scales (a learned ranker's probabilities beside hybrid scores), and the
+    # answer's context budget drops the lowest-scoring passages first: kept as they are, one team's passages would
+    # vanish from what users see and the comparison would be rigged. The interleaved order is the only shared scale;
+    # each arm's own score stays in the chunk as `arm_score`.
     drafted = [
-        replace(hits[team][doc], rank=rank, chunk={**hits[team][doc].chunk, "team": TEAM_ARM[team], "shared": shared})
+        replace(
+            hits[team][doc],
+            rank=rank,
+            score=1.0 - (rank - 1) / len(shown),
+            chunk={
+                **hits[team][doc].chunk,
+                "team": TEAM_ARM[team],
+                "shared": shared,
+                "arm_score": float(hits[team][doc].score),
+            },
+        )
         for rank, (doc, team, shared) in enumerate(shown, start=1)
     ]
     try:
