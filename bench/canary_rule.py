@@ -91,8 +91,9 @@ def simulate(args) -> list[dict]:
     return rows
 
 
-def recorded(data_dir: Path, args) -> list[dict]:
-    """Every canary decided in a finished run's data dir, its logged outcome stream replayed under each rule."""
+def recorded(data_dir: Path, args, seen: set) -> list[dict]:
+    """Every canary decided in a finished run's data dir, its logged outcome stream replayed under each rule. A
+    canary already in `seen` (a data dir copied from another one holds its canaries too) is skipped."""
     from rag.feedback import FeedbackStore
     from rag.lifecycle.rollout import history
     from rag.registry import ModelRegistry
@@ -109,6 +110,10 @@ def recorded(data_dir: Path, args) -> list[dict]:
         evidence = entry.get("evidence") or {}
         if key not in started or "queries" not in evidence:
             continue
+        if (key, started[key], evidence["queries"]) in seen:
+            started.pop(key)
+            continue
+        seen.add((key, started[key], evidence["queries"]))
         stream = collect(store, since=datetime.fromisoformat(started.pop(key))).outcomes[: evidence["queries"]]
         logged = {k: evidence.get(k) for k in ("candidate", "decision", "wins", "losses", "ties", "breaches", "reason")}
         replays = {}
@@ -150,7 +155,8 @@ def main() -> int:
     args = p.parse_args()
     record = run_record(args)
     record["simulated"] = simulate(args)
-    record["recorded"] = [r for d in args.replay_data_dir for r in recorded(Path(d), args)]
+    seen: set = set()
+    record["recorded"] = [r for d in args.replay_data_dir for r in recorded(Path(d), args, seen)]
     write(stamp_end(record), args.json)
     print(json.dumps(record["recorded"], indent=1)[:3000])
     return 0

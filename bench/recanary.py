@@ -55,7 +55,16 @@ def main() -> int:
         return 2
     out_path = args.json or RESULTS / f"recanary-{corpus}-{args.kind}.json"
     record = run_record(args)
-    record |= {"corpus": corpus, "run_commit": run.get("commit"), "run_canary": before}
+    # The truth the canary is judged against: the candidate served on the run's scored human questions, paired.
+    served = next(
+        (c for label, c in figures.get("candidates_served", {}).items() if label.startswith(f"{args.kind} ")), None
+    )
+    record |= {
+        "corpus": corpus,
+        "run_commit": run.get("commit"),
+        "run_canary": before,
+        "candidate_served": served and {"versions": served["versions"], **served["paired_vs_before_training"]},
+    }
 
     root = args.work_dir or Path(tempfile.mkdtemp(prefix=f"recanary-{corpus}-"))
     shutil.rmtree(root, ignore_errors=True)
@@ -73,7 +82,9 @@ def rerun(root: Path, corpus: str, run_args: dict, args, before: dict | None) ->
     from dagster import DagsterInstance
 
     from rag.evaluation.qaset import Relevance, qrels_for_chunks
+    from rag.index.qdrant import QdrantSettings, close_client, get_client
     from rag.lifecycle.rollout import start
+    from rag.lifecycle.target import ServingTarget
     from rag.registry import ModelRegistry
     from rag.store import CHUNKS_TABLE, TableStore
     from resources.feedback import FeedbackLoop
@@ -89,14 +100,19 @@ def rerun(root: Path, corpus: str, run_args: dict, args, before: dict | None) ->
 
     registry = ModelRegistry(root / "models")
     candidate = args.candidate or before["candidate_version"]
+    qdrant = QdrantSettings(path=str(root / "qdrant"))
+    # An embedder's collections as start_canary_job builds them (already there from the run: nothing is re-embedded).
+    target = ServingTarget(TableStore(root / "tables"), lambda: get_client(qdrant)) if args.kind == "embedder" else None
     state = start(
         args.kind,
         registry,
         candidate=candidate,
         traffic_share=ran.canary_share,
+        target=target,
         approved_by="bench/recanary.py",
         log=lambda m: log(f"  {m}"),
     )
+    close_client(qdrant)  # the API's replica and the sensor's jobs open the folder themselves
     out: dict = {"start": {"candidate_version": state.candidate_version, "reason": state.reason}}
     instance = DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("chunking_strategy", [STRATEGY])

@@ -436,7 +436,16 @@ def recanary(record: dict) -> dict[str, Table]:
             ]
         )
     head = ["canary", "decision", "canary queries", "wins / losses / ties", "ranking p95 production / canary", "breach"]
-    return {"canaries": (head, rows)}
+    truth = record.get("candidate_served") or {}
+    served = [
+        [metric, signed(truth[metric]["delta"]), pvalue(truth[metric]["p_value"])]
+        for metric in ("ndcg@10", "recall@5")
+        if metric in truth
+    ]
+    return {
+        "canaries": (head, rows),
+        "truth": (["candidate served on the run's scored human questions, vs before training", "Δ", "p"], served),
+    }
 
 
 def qa_chunking(record: dict) -> dict[str, Table]:
