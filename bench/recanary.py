@@ -31,11 +31,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from bench.lib import cli
-from bench.lib.canary import split_users, users_decide
+from bench.lib.canary import STRATEGY, load_corpus, split_users, users_decide
 from bench.lib.datasets import RESULTS
 from bench.lib.provenance import run_record, stamp_end
 from bench.lib.results import log, write
-from bench.self_improvement import STRATEGY, load_corpus
 
 
 def main() -> int:

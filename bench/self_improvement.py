@@ -31,38 +31,17 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import tempfile
 import time
 from pathlib import Path
 
 from bench.lib import cli
-from bench.lib.canary import add_click_model, split_users, users_decide
-from bench.lib.datasets import RESULTS, SCIFACT, SHARED, SQUAD
+from bench.lib.canary import STRATEGY, add_click_model, load_corpus, split_users, users_decide
+from bench.lib.datasets import RESULTS, SHARED
 from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
 from bench.lib.results import log, write
 
-STRATEGY = "paragraph"
 METRICS = ["recall@5", "ndcg@10", "mrr@10"]
-
-
-def load_corpus(name: str, args):
-    from rag.evaluation.loaders import beir_documents, squad_articles
-
-    if name == "squad":
-        docs, items = squad_articles(SQUAD, max_articles=args.articles)
-    else:
-        docs, items = beir_documents(SCIFACT, "test")
-        if args.scifact_docs:
-            wanted = {e.doc_id for i in items for e in i.evidence}
-            others = [d for d in docs if d.doc_id not in wanted]
-            keep = wanted | {
-                d.doc_id for d in random.Random(args.seed).sample(others, min(args.scifact_docs, len(others)))
-            }
-            docs = [d for d in docs if d.doc_id in keep]
-    if args.questions and len(items) > args.questions:
-        items = random.Random(args.seed).sample(items, args.questions)
-    return docs, items
 
 
 def rankings(root: Path, qdrant, items, settings) -> dict[str, dict[str, float]]:

@@ -86,3 +86,27 @@ def test_a_result_names_the_processor_and_the_library_versions_it_was_measured_w
         assert record["cpu"]["model"] and set(record["cpu"]["vector"]) <= set(provenance.VECTOR_FLAGS)
     monkeypatch.setattr(provenance, "Path", lambda *_: Path("/nonexistent/cpuinfo"))
     assert provenance.cpu() == {}  # another OS: nothing recorded, nothing made up
+
+
+def test_a_result_is_marked_dirty_for_uncommitted_code_not_for_results_or_prose(tmp_path, monkeypatch):
+    # Benches run one after another write their results into the tree: the next one's figures still come from the
+    # committed code, so only code (anything but bench/results and Markdown) marks a result dirty.
+    from bench.lib import provenance
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    files = {"code.py": "x = 1\n", "README.md": "# r\n", "bench/results/a.json": "{}\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start")
+    monkeypatch.setattr(provenance, "REPO", tmp_path)
+    assert not provenance.commit().endswith("-dirty")
+    (tmp_path / "bench/results/a.json").write_text('{"figure": 1}\n')
+    (tmp_path / "README.md").write_text("# rendered\n")
+    assert not provenance.commit().endswith("-dirty")
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert provenance.commit().endswith("-dirty")

@@ -13,6 +13,7 @@ from bench.lib.feedback import TOKEN
 from bench.lib.results import log as say
 
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+STRATEGY = "paragraph"  # the chunk set bench/self_improvement.py indexes, and bench/recanary.py serves again
 
 
 def add_click_model(parser) -> None:
@@ -307,3 +308,25 @@ def users_decide(
         phases.append(canary_phase(root, http, app, users, instance, resources, **kwargs))
         phases.extend(queued_canaries(root, http, app, users, instance, resources, **kwargs))
         save_into["users"] = {**users.snapshot(), "seconds": round(time.perf_counter() - started, 1)}
+
+
+def load_corpus(name: str, args):
+    """(documents, human questions) of bench/self_improvement.py's corpus `name` (squad | scifact), from its
+    arguments: --articles, --scifact-docs (all relevant abstracts kept), --questions sampled with --seed."""
+    from bench.lib.datasets import SCIFACT, SQUAD
+    from rag.evaluation.loaders import beir_documents, squad_articles
+
+    if name == "squad":
+        docs, items = squad_articles(SQUAD, max_articles=args.articles)
+    else:
+        docs, items = beir_documents(SCIFACT, "test")
+        if args.scifact_docs:
+            wanted = {e.doc_id for i in items for e in i.evidence}
+            others = [d for d in docs if d.doc_id not in wanted]
+            keep = wanted | {
+                d.doc_id for d in random.Random(args.seed).sample(others, min(args.scifact_docs, len(others)))
+            }
+            docs = [d for d in docs if d.doc_id in keep]
+    if args.questions and len(items) > args.questions:
+        items = random.Random(args.seed).sample(items, args.questions)
+    return docs, items

@@ -13,14 +13,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def commit() -> str:
-    """HEAD, marked -dirty when tracked files differ from it (the figures may then come from uncommitted code)."""
+    """HEAD, marked -dirty when tracked files differ from it (the figures may then come from uncommitted code).
+    Result files and Markdown are not code: a bench that runs after another one wrote its result stays clean."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
 
     try:
         head = git("rev-parse", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results", ":!*.md")
         return head + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"

@@ -12,8 +12,8 @@ likelihood over p ~ Beta(a, b) gives the likelihood ratio in closed form,
 a nonnegative martingale under H0, so P(LR ever >= 1/alpha | H0) <= alpha (Ville's inequality). The test is
 two-sided (the mixture covers p on both sides of 0.5) and the direction is taken from the sign of
 wins - losses: crossing with more wins promotes, crossing with more losses rolls back. So the chance of ever
-promoting (or ever rolling back on the test) a candidate that is exactly as good as production is at most alpha,
-in total for both. With equal wins and losses LR <= 1, so a crossing always has a direction. Ties carry no
+promoting (or, on this test alone, ever rolling back) a candidate that is exactly as good as production is at most
+alpha, in total for both. With equal wins and losses LR <= 1, so a crossing always has a direction. Ties carry no
 information about p and are only counted.
 
 Harm is judged on weaker evidence (settings.rollback_alpha, default 0.10): a wrong rollback keeps production and
