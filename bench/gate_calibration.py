@@ -5,6 +5,7 @@ For each corpus the pipeline's own path runs from the documents alone: a paragra
 default question mix (no LLM), then candidates trained through `train_candidate` and gated by `gate_candidate`
 against the base model (production stays the implicit v0, nothing is promoted). Candidates: embedders and learned
 rerankers over several seeds, the older reranker setting that trains on copied questions (`copied_questions: cut`),
+a reranker that never learns from how much of the question a passage holds (`question_overlap_features: false`),
 deliberately bad ones (an embedder with noise on its weights, a reranker trained on shuffled labels) and deliberately
 good ones: the base embedder gated against a production damaged with a little noise (`--good-noise`), candidates
 known to help people, to see whether the gate lets a real gain through (they never trained on the generated
@@ -264,6 +265,16 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
         "reranker",
         mv,
         "copied_questions=cut",
+        round(time.perf_counter() - began, 1),
+    )
+    config = RerankerTrainingConfig(strategy=STRATEGY, seed=args.seeds[0], question_overlap_features=False)
+    began = time.perf_counter()
+    mv, _, _ = train_candidate("reranker", tables, registry, config, log=quiet)
+    judge(
+        "reranker without the question-overlap features",
+        "reranker",
+        mv,
+        "question_overlap_features=false",
         round(time.perf_counter() - began, 1),
     )
     judge(

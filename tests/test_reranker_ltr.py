@@ -3,6 +3,7 @@ must beat its untrained self (the first-stage order) on held-out questions, thro
 the retrain job uses."""
 
 import hashlib
+from pathlib import Path
 import random
 
 import numpy as np
@@ -200,6 +201,43 @@ def test_trained_ranker_beats_its_untrained_self_on_held_out_questions(phrase_ta
     assert warmed.warm(texts) == len(set(texts))
     q, hits = next(iter(first.items()))
     assert np.allclose(warmed.score_hits(gate.queries[q], hits), reranker.score_hits(gate.queries[q], hits))
+
+
+def test_a_ranker_trained_without_question_overlap_features_never_reads_them(phrase_tables, monkeypatch):
+    """question_overlap_features=False: the training and selection rows LightGBM sees hold nothing in those columns
+    (so the booster cannot split on them, whatever serving computes there), and every other column is untouched."""
+    import lightgbm as lgb
+
+    from rag.rerank.features import FEATURES, QUESTION_OVERLAP
+    from rag.rerank.ltr import BOOSTER_FILE
+    from rag.training import RerankerTrainingConfig
+    from rag.training.pipeline import train_candidate
+
+    root, tables = phrase_tables
+    monkeypatch.setenv("RAG_DATA_DIR", str(root))
+    registry = ModelRegistry(root / "models")
+    seen, fit = [], lgb.LGBMRanker.fit
+
+    def recording_fit(self, X, y, **kwargs):
+        seen.append([X, *kwargs.get("eval_X", ())])
+        return fit(self, X, y, **kwargs)
+
+    monkeypatch.setattr(lgb.LGBMRanker, "fit", recording_fit)
+    overlap = [FEATURES.index(f) for f in QUESTION_OVERLAP]
+    others = [i for i in range(len(FEATURES)) if i not in overlap]
+    config = RerankerTrainingConfig(trees=60, min_child_samples=5, rerank_depth=10, early_stopping_rounds=20)
+    for setting in ({}, {"question_overlap_features": False}):
+        mv, _, _ = train_candidate("reranker", tables, registry, config.model_copy(update=setting), log=lambda m: None)
+        booster = lgb.Booster(model_file=str(Path(mv.path) / BOOSTER_FILE))
+        used = dict(zip(booster.feature_name(), booster.feature_importance("split")))
+        assert len(seen[-1]) == 2  # the training rows and the selection rows
+        if setting:
+            assert all(np.isnan(X[:, overlap]).all() for X in seen[-1])
+            assert all(used[f] == 0 for f in QUESTION_OVERLAP)
+        else:
+            assert all(not np.isnan(X[:, overlap]).all() for X in seen[-1])
+    plain, without = seen
+    assert all(np.array_equal(a[:, others], b[:, others], equal_nan=True) for a, b in zip(plain, without))
 
 
 def test_copied_questions_are_cut_out_of_their_chunks_before_the_first_stage():

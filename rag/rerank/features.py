@@ -46,6 +46,9 @@ LEXICAL = [
     "page_start",
 ]
 FEEDBACK = ["feedback_up", "feedback_down", "feedback_prior"]
+# How much of the question's wording a passage holds: what generated questions, built from a passage's own words, teach
+# most strongly and people's questions follow least (RerankerTrainingConfig.question_overlap_features).
+QUESTION_OVERLAP = ["term_coverage", "idf_weighted_coverage", "bigram_coverage", "longest_term_run"]
 FEATURES = FIRST_STAGE + LEXICAL + FEEDBACK
 
 PriorLookup = Callable[[str, str], tuple[float, float]]  # (question, passage text hash) -> (up, down)
@@ -245,4 +248,12 @@ class FeedbackPriors:
         return cls(Counter(data.get("up", {})), Counter(data.get("down", {})))
 
 
-__all__ = ["FEATURES", "CorpusStats", "FeedbackPriors", "PassageTerms", "feature_matrix", "text_key"]
+__all__ = [
+    "FEATURES",
+    "QUESTION_OVERLAP",
+    "CorpusStats",
+    "FeedbackPriors",
+    "PassageTerms",
+    "feature_matrix",
+    "text_key",
+]

@@ -146,6 +146,12 @@ class RerankerTrainingConfig(TrainingConfig):
     min_uncopied_questions: int = Field(
         50, ge=1, description="lambdamart: fewest questions of other types for copied_questions=exclude to apply"
     )
+    question_overlap_features: bool = Field(
+        True,
+        description="lambdamart: learn from the question-overlap features (term, IDF-weighted and bigram coverage, "
+        "longest run of question terms); false: they are left out of training, so the ranker never splits on them "
+        "(generated questions are built from their passage's words, people's are not)",
+    )
     loss: Literal["bce", "lambda"] = Field(
         "bce",
         description="cross-encoder: binary cross-entropy on (query, passage, label), or "

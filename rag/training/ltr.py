@@ -33,7 +33,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rag.rerank.features import FEATURES, CorpusStats, FeedbackPriors, feature_matrix, text_key
+from rag.rerank.features import (
+    FEATURES,
+    QUESTION_OVERLAP,
+    CorpusStats,
+    FeedbackPriors,
+    feature_matrix,
+    text_key,
+)
 from rag.training.data import RELEVANT, Pair, TrainingData, expert_scale
 from rag.training.embedder import TrainingRun, expert_summary, sample_pairs
 from rag.training.first_stage import FIRST_STAGE_MODE, first_stage_hits, first_stage_index, without_questions
@@ -64,6 +71,16 @@ def _labeled(
     if not rows:
         return np.zeros((0, 0)), np.zeros(0), [], []
     return np.vstack(rows), np.concatenate(labels), groups, kept
+
+
+def _without(X: np.ndarray, features: list[str]) -> np.ndarray:
+    """X with `features` missing (NaN) in every row: LightGBM never splits on a feature it has not seen, so the
+    saved ranker ignores whatever values serving computes for it."""
+    if not features or not X.size:
+        return X
+    X = X.copy()
+    X[:, [FEATURES.index(f) for f in features]] = np.nan
+    return X
 
 
 def _selection_metrics(
@@ -164,6 +181,8 @@ def train_learned_ranker(
             )
             train_hits = {q: h for q, h in train_hits.items() if q in uncopied}
     X, y, groups, kept = _labeled(train_hits, train_grades, train_queries, stats, priors.leave_one_out)
+    left_out = [] if getattr(config, "question_overlap_features", True) else QUESTION_OVERLAP
+    X = _without(X, left_out)
     if not groups:
         raise ValueError(
             "no training question has a positive among its first-stage candidates: the reranker has nothing "
@@ -182,6 +201,7 @@ def train_learned_ranker(
     eval_args, sel = {}, None
     if selection:
         sel = _labeled(selection_hits, sel_grades, selection.queries, stats, priors.serving)
+        sel = (_without(sel[0], left_out), *sel[1:])
         if sel[2]:
             eval_args = dict(eval_X=(sel[0],), eval_y=(sel[1],), eval_group=[sel[2]], eval_at=[10])
     model = lgb.LGBMRanker(
