@@ -267,16 +267,17 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
         "copied_questions=cut",
         round(time.perf_counter() - began, 1),
     )
-    config = RerankerTrainingConfig(strategy=STRATEGY, seed=args.seeds[0], question_overlap_features=False)
-    began = time.perf_counter()
-    mv, _, _ = train_candidate("reranker", tables, registry, config, log=quiet)
-    judge(
-        "reranker without the question-overlap features",
-        "reranker",
-        mv,
-        "question_overlap_features=false",
-        round(time.perf_counter() - began, 1),
-    )
+    for seed in args.seeds:
+        config = RerankerTrainingConfig(strategy=STRATEGY, seed=seed, question_overlap_features=False)
+        began = time.perf_counter()
+        mv, _, _ = train_candidate("reranker", tables, registry, config, log=quiet)
+        judge(
+            f"reranker without the question-overlap features, seed {seed}",
+            "reranker",
+            mv,
+            "question_overlap_features=false",
+            round(time.perf_counter() - began, 1),
+        )
     judge(
         "reranker trained on shuffled labels (deliberately bad)",
         "reranker",
