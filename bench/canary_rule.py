@@ -100,7 +100,7 @@ def recorded(data_dir: Path, args, seen: set) -> list[dict]:
     from rag.rollout import replay
     from rag.rollout.evidence import collect
 
-    store = FeedbackStore(root=data_dir)
+    store = FeedbackStore(root=data_dir, create=False)  # read only: the run's schema is there already
     out, started = [], {}
     for entry in history(ModelRegistry(data_dir / "models")):
         key = (entry["kind"], entry["candidate"])
@@ -153,6 +153,9 @@ def main() -> int:
     cli.add_seed(p)
     cli.add_output(p, OUT)
     args = p.parse_args()
+    missing = [d for d in args.replay_data_dir if not (Path(d) / "models").is_dir()]
+    if missing:
+        p.error(f"not a finished bench run's data dir (no models/ folder): {', '.join(missing)}")
     record = run_record(args)
     record["simulated"] = simulate(args)
     seen: set = set()

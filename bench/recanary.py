@@ -66,6 +66,10 @@ def main() -> int:
     }
 
     root = args.work_dir or Path(tempfile.mkdtemp(prefix=f"recanary-{corpus}-"))
+    source, target = args.data_dir.resolve(), root.resolve()
+    if source == target or source in target.parents or target in source.parents:
+        print(f"--work-dir {root} overlaps --data-dir {args.data_dir}: it is emptied first, so give a folder apart")
+        return 2
     shutil.rmtree(root, ignore_errors=True)
     t = time.perf_counter()
     shutil.copytree(args.data_dir, root)
