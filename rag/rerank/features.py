@@ -46,8 +46,9 @@ LEXICAL = [
     "page_start",
 ]
 FEEDBACK = ["feedback_up", "feedback_down", "feedback_prior"]
-# How much of the question's wording a passage holds: what generated questions, built from a passage's own words, teach
-# most strongly and people's questions follow least (RerankerTrainingConfig.question_overlap_features).
+# How much of the question's wording a passage holds. Generated questions are built from their passage's own words, so
+# these looked like what misleads a ranker on people's questions; left out (RerankerTrainingConfig.
+# question_overlap_features), rankers lost more on people's questions on both corpora (docs/training.md).
 QUESTION_OVERLAP = ["term_coverage", "idf_weighted_coverage", "bigram_coverage", "longest_term_run"]
 FEATURES = FIRST_STAGE + LEXICAL + FEEDBACK
 

@@ -150,7 +150,7 @@ class RerankerTrainingConfig(TrainingConfig):
         True,
         description="lambdamart: learn from the question-overlap features (term, IDF-weighted and bigram coverage, "
         "longest run of question terms); false: they are left out of training, so the ranker never splits on them "
-        "(generated questions are built from their passage's words, people's are not)",
+        "(an ablation: measured worse on people's questions, docs/training.md)",
     )
     loss: Literal["bce", "lambda"] = Field(
         "bce",
