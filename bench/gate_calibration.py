@@ -230,53 +230,36 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
             "base model vs noisy_copy production",
             against=restoring,
         )
+
+    def trained(label: str, kind: str, config, setting: str | None = None) -> None:
+        """Train a candidate through the product's path, then judge it; `setting` names it (default: its config)."""
+        began = time.perf_counter()
+        mv, _, _ = train_candidate(kind, tables, registry, config, log=quiet)
+        described = setting or config.model_dump_json(exclude={"extra_positives", "extra_negatives"})
+        judge(label, kind, mv, described, round(time.perf_counter() - began, 1))
+
     for seed in args.seeds if "embedder" in args.kinds else []:
         config = EmbedderTrainingConfig(strategy=STRATEGY, seed=seed, max_pairs=args.max_pairs)
-        began = time.perf_counter()
-        mv, _, _ = train_candidate("embedder", tables, registry, config, log=quiet)
-        judge(
-            f"embedder seed {seed}",
-            "embedder",
-            mv,
-            config.model_dump_json(exclude={"extra_positives", "extra_negatives"}),
-            round(time.perf_counter() - began, 1),
-        )
+        trained(f"embedder seed {seed}", "embedder", config)
     if "reranker" not in args.kinds:
         corpus["seconds"] = round(time.perf_counter() - started, 1)
         save()
         return
 
     for seed in args.seeds:
-        config = RerankerTrainingConfig(strategy=STRATEGY, seed=seed)
-        began = time.perf_counter()
-        mv, _, _ = train_candidate("reranker", tables, registry, config, log=quiet)
-        judge(
-            f"reranker seed {seed}",
-            "reranker",
-            mv,
-            config.model_dump_json(exclude={"extra_positives", "extra_negatives"}),
-            round(time.perf_counter() - began, 1),
-        )
-    config = RerankerTrainingConfig(strategy=STRATEGY, seed=args.seeds[0], copied_questions="cut")
-    began = time.perf_counter()
-    mv, _, _ = train_candidate("reranker", tables, registry, config, log=quiet)
-    judge(
+        trained(f"reranker seed {seed}", "reranker", RerankerTrainingConfig(strategy=STRATEGY, seed=seed))
+    trained(
         "reranker trained on copied questions too (the older setting)",
         "reranker",
-        mv,
+        RerankerTrainingConfig(strategy=STRATEGY, seed=args.seeds[0], copied_questions="cut"),
         "copied_questions=cut",
-        round(time.perf_counter() - began, 1),
     )
     for seed in args.seeds:
-        config = RerankerTrainingConfig(strategy=STRATEGY, seed=seed, question_overlap_features=False)
-        began = time.perf_counter()
-        mv, _, _ = train_candidate("reranker", tables, registry, config, log=quiet)
-        judge(
+        trained(
             f"reranker without the question-overlap features, seed {seed}",
             "reranker",
-            mv,
+            RerankerTrainingConfig(strategy=STRATEGY, seed=seed, question_overlap_features=False),
             "question_overlap_features=false",
-            round(time.perf_counter() - began, 1),
         )
     judge(
         "reranker trained on shuffled labels (deliberately bad)",
