@@ -6,6 +6,7 @@ default question mix (no LLM), then candidates trained through `train_candidate`
 against the base model (production stays the implicit v0, nothing is promoted). Candidates: embedders and learned
 rerankers over several seeds, the older reranker setting that trains on copied questions (`copied_questions: cut`),
 a reranker that never learns from how much of the question a passage holds (`question_overlap_features: false`),
+rerankers boosted from the first stage's order (`first_stage_prior`, `--first-stage-prior`),
 deliberately bad ones (an embedder with noise on its weights, a reranker trained on shuffled labels) and deliberately
 good ones: the base embedder gated against a production damaged with a little noise (`--good-noise`), candidates
 known to help people, to see whether the gate lets a real gain through (they never trained on the generated
@@ -261,6 +262,14 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
             RerankerTrainingConfig(strategy=STRATEGY, seed=seed, question_overlap_features=False),
             "question_overlap_features=false",
         )
+    for prior in args.first_stage_prior:
+        for seed in args.seeds:
+            trained(
+                f"reranker boosted from the first stage's order (prior {prior:g}), seed {seed}",
+                "reranker",
+                RerankerTrainingConfig(strategy=STRATEGY, seed=seed, first_stage_prior=prior),
+                f"first_stage_prior={prior:g}",
+            )
     judge(
         "reranker trained on shuffled labels (deliberately bad)",
         "reranker",
@@ -375,6 +384,14 @@ def main() -> int:
         help="noise scales of the damaged productions the deliberately good embedder (the base model) is gated "
         "against, one candidate each (its true effect is what the damage costs on the human questions); none "
         "leaves them out",
+    )
+    p.add_argument(
+        "--first-stage-prior",
+        type=float,
+        nargs="*",
+        default=[1.0],
+        help="rerankers boosted from the first stage's order with these priors (first_stage_prior), one per seed "
+        "each; none leaves them out",
     )
     p.add_argument("--resamples", type=int, default=10_000)
     p.add_argument("--gain", type=float, default=0.03, help="a true recall@5 gain at least this large should pass")

@@ -240,6 +240,52 @@ def test_a_ranker_trained_without_question_overlap_features_never_reads_them(phr
     assert all(np.array_equal(a[:, others], b[:, others], equal_nan=True) for a, b in zip(plain, without))
 
 
+def test_first_stage_margin_starts_rank_one_at_zero_and_falls_with_log_rank():
+    from rag.rerank.ltr import first_stage_margin
+
+    rows = np.full((4, len(FEATURES)), np.nan)
+    rows[:3, FEATURES.index("first_stage_rank")] = [1.0, np.e, np.e**2]  # the fourth has no rank: it starts at 0
+    assert np.allclose(first_stage_margin(rows, 0.5), [0.0, -0.5, -1.0, 0.0])
+    assert not first_stage_margin(rows, 0.0).any() and first_stage_margin(rows[:0], 1.0).shape == (0,)
+
+
+def test_a_ranker_boosted_from_the_first_stage_learns_corrections_and_a_strong_prior_keeps_the_order(
+    phrase_tables, monkeypatch
+):
+    """first_stage_prior: boosting starts from the first stage's order. A modest prior still lets the data overturn
+    it (the answer the first stage put second comes first), a prior no tree can outweigh keeps it, and serving adds
+    the same start to the trees' output (a ranker that ignored it would reorder by the trees alone)."""
+    import lightgbm as lgb
+
+    from rag.rerank import load_reranker
+    from rag.rerank.ltr import BOOSTER_FILE
+    from rag.training import RerankerTrainingConfig
+    from rag.training.pipeline import train_candidate
+
+    root, tables = phrase_tables
+    monkeypatch.setenv("RAG_DATA_DIR", str(root))
+    registry = ModelRegistry(root / "models")
+    config = RerankerTrainingConfig(trees=60, min_child_samples=5, rerank_depth=10, early_stopping_rounds=20)
+    modest, run, inputs = train_candidate(
+        "reranker", tables, registry, config.model_copy(update={"first_stage_prior": 1.0}), log=lambda m: None
+    )
+    sel = run.selection_metrics
+    assert sel["ndcg@10"] > sel["first_stage_ndcg@10"] + 0.1, sel  # training did something on top of the start
+    strong, _, _ = train_candidate(
+        "reranker", tables, registry, config.model_copy(update={"first_stage_prior": 50.0}), log=lambda m: None
+    )
+    hits = [_hit(r, f"passage {r} about the river") for r in range(1, 6)]
+    for mv, prior in ((modest, 1.0), (strong, 50.0)):
+        reranker = load_reranker(mv.name, registry=registry)
+        assert reranker.first_stage_prior == prior
+        rows = feature_matrix("river", hits, reranker.stats, reranker.priors.serving)
+        trees = lgb.Booster(model_file=str(Path(mv.path) / BOOSTER_FILE)).predict(rows)
+        assert np.allclose(reranker.raw_scores("river", hits), trees - prior * np.log(np.arange(1, 6)))
+    question = next(iter(inputs.data.gate.queries.values()))
+    scores = load_reranker(strong.name, registry=registry).raw_scores(question, hits)
+    assert list(np.argsort(-scores)) == list(range(5))  # the first stage's order, whatever the trees say
+
+
 def test_copied_questions_are_cut_out_of_their_chunks_before_the_first_stage():
     from rag.training.first_stage import KnownVectors, without_questions
 

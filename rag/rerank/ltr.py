@@ -4,8 +4,8 @@ Saved as a directory:
     model.txt   the LightGBM booster (text format, readable by any LightGBM)
     ltr.json    feature names, corpus statistics, feedback priors, the score calibration, training settings
 
-Score scale: the probability that the passage is relevant, in [0, 1]: the booster's raw LambdaRank margin
-mapped through a logistic calibration fitted on held-out selection questions (Platt scaling). The order is the
+Score scale: the probability that the passage is relevant, in [0, 1]: the raw LambdaRank margin (the booster's
+output, plus the first-stage start when it was trained to boost from the first stage's order) mapped through a logistic calibration fitted on held-out selection questions (Platt scaling). The order is the
 booster's; `min_score` and attribution thresholds for this reranker are probabilities.
 """
 
@@ -31,6 +31,21 @@ class _Candidate:
     rank: int
     chunk: dict
     signals: dict
+
+
+def first_stage_margin(rows: np.ndarray, prior: float) -> np.ndarray:
+    """Each candidate's starting margin when the ranker boosts from the first stage's order: `prior` times
+    -ln(first-stage rank), so rank 1 starts at 0 and every e-fold further down costs `prior` (0: no start)."""
+    if not prior or not len(rows):
+        return np.zeros(len(rows), dtype=np.float64)
+    ranks = np.maximum(np.nan_to_num(rows[:, FEATURES.index("first_stage_rank")], nan=1.0), 1.0)
+    return -prior * np.log(ranks)
+
+
+def margins(booster, rows: np.ndarray, prior: float, num_iteration: int | None = None) -> np.ndarray:
+    """The ranker's raw margin: the trees' output plus the first-stage start they were trained on top of."""
+    trees = booster.predict(rows, num_iteration=num_iteration) if len(rows) else np.zeros(0)
+    return np.asarray(trees, dtype=np.float64) + first_stage_margin(rows, prior)
 
 
 def is_ltr_dir(path: str | Path) -> bool:
@@ -62,13 +77,14 @@ class LearnedRanker:
         self.priors = FeedbackPriors.from_json(meta.get("feedback_priors"))
         self.calibration = meta.get("calibration") or {"slope": 1.0, "intercept": 0.0}
         self.meta = meta
+        self.first_stage_prior = float(meta.get("settings", {}).get("first_stage_prior", 0.0))
         self._passage_terms = PassageTerms()
 
     def raw_scores(self, query: str, hits) -> np.ndarray:
         if not len(hits):
             return np.zeros(0, dtype=np.float64)
         rows = feature_matrix(query, hits, self.stats, self.priors.serving, passage_terms=self._passage_terms)
-        return np.asarray(self._booster.predict(rows), dtype=np.float64)
+        return margins(self._booster, rows, self.first_stage_prior)
 
     def warm(self, passages) -> int:
         """Learn the passages' terms ahead of the questions (PassageTerms.warm); the number added."""
@@ -111,4 +127,4 @@ def save_ltr(
     return folder
 
 
-__all__ = ["LearnedRanker", "is_ltr_dir", "save_ltr", "sigmoid"]
+__all__ = ["LearnedRanker", "first_stage_margin", "is_ltr_dir", "margins", "save_ltr", "sigmoid"]

@@ -152,6 +152,16 @@ class RerankerTrainingConfig(TrainingConfig):
         "longest run of question terms); false: they are left out of training, so the ranker never splits on them "
         "(an ablation: measured worse on people's questions, docs/training.md)",
     )
+    # Trained on generated questions only, a ranker grown from nothing re-learns the first stage's order from a few
+    # hundred of them and reorders what it never saw: every such ranker measured worse than its first stage on
+    # people's questions. Boosting from the first stage's order keeps that order until the data overturns it.
+    first_stage_prior: float = Field(
+        0.0,
+        ge=0,
+        description="lambdamart: boost from the first stage's order: each candidate starts at this weight times "
+        "-ln(first-stage rank) (LightGBM init_score, added again when serving), and the trees learn corrections to it; "
+        "0 grows the ranker from nothing",
+    )
     loss: Literal["bce", "lambda"] = Field(
         "bce",
         description="cross-encoder: binary cross-entropy on (query, passage, label), or "

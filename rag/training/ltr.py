@@ -5,7 +5,8 @@ a question copied word for word out of a chunk is first cut out of it, see rag.t
 its candidates that are known positives get label 1, the rest 0 (so every retrieved non-answer is a negative,
 the way the reranker will meet them). Questions whose positives the first stage missed teach nothing and are
 dropped; with enough questions of other types, so are training questions copied from the documents
-(RerankerTrainingConfig.copied_questions). Boosting stops at the round with the best nDCG@10 on the selection
+(RerankerTrainingConfig.copied_questions). With RerankerTrainingConfig.first_stage_prior, boosting starts from the
+first stage's order (init_score) instead of from nothing, and the trees learn corrections to it. Boosting stops at the round with the best nDCG@10 on the selection
 questions (early stopping: the checkpoint; what is logged for them is that maximum, not a held-out gain), and the
 raw margin is calibrated to a probability on those questions. No selection questions: a fixed number of rounds and
 a calibration on the training candidates.
@@ -41,6 +42,7 @@ from rag.rerank.features import (
     feature_matrix,
     text_key,
 )
+from rag.rerank.ltr import first_stage_margin, margins, save_ltr
 from rag.training.data import RELEVANT, Pair, TrainingData, expert_scale
 from rag.training.embedder import TrainingRun, expert_summary, sample_pairs
 from rag.training.first_stage import FIRST_STAGE_MODE, first_stage_hits, first_stage_index, without_questions
@@ -84,7 +86,13 @@ def _without(X: np.ndarray, features: list[str]) -> np.ndarray:
 
 
 def _selection_metrics(
-    selection, hits_by_query: dict[str, list], stats: CorpusStats, priors: FeedbackPriors, booster, rounds: int
+    selection,
+    hits_by_query: dict[str, list],
+    stats: CorpusStats,
+    priors: FeedbackPriors,
+    booster,
+    rounds: int,
+    prior: float,
 ) -> dict[str, float]:
     """nDCG@10 and MRR@10 of the first-stage order and of the reranked order over every selection question (ranx;
     a question whose answer the first stage missed scores 0 in both)."""
@@ -96,9 +104,7 @@ def _selection_metrics(
         if not ids:
             continue
         first[q] = {c: float(len(ids) - r) for r, c in enumerate(ids)}
-        scores = booster.predict(
-            feature_matrix(selection.queries[q], hits, stats, priors.serving), num_iteration=rounds
-        )
+        scores = margins(booster, feature_matrix(selection.queries[q], hits, stats, priors.serving), prior, rounds)
         order = sorted(range(len(ids)), key=lambda i: (-scores[i], i))
         reranked[q] = {ids[i]: float(len(ids) - r) for r, i in enumerate(order)}
     metrics = ["ndcg@10", "mrr@10"]
@@ -136,8 +142,6 @@ def train_learned_ranker(
     passage text -> vector of `embedder` already computed (e.g. rag.training.first_stage.vectors_by_text of a
     built index), so only changed texts are embedded again."""
     import lightgbm as lgb
-
-    from rag.rerank.ltr import save_ltr
 
     started = time.perf_counter()
     ids_by_text: dict[str, list[str]] = {}
@@ -198,12 +202,15 @@ def train_learned_ranker(
             f"{weighed['expert_examples']} expert-labelled questions weigh {weighed['expert_example_weight']:.3g} each "
             f"against 1 for the others: {config.expert_weight:.0%} of the training weight (expert_weight)"
         )
+    prior = config.first_stage_prior
     eval_args, sel = {}, None
     if selection:
         sel = _labeled(selection_hits, sel_grades, selection.queries, stats, priors.serving)
         sel = (_without(sel[0], left_out), *sel[1:])
         if sel[2]:
             eval_args = dict(eval_X=(sel[0],), eval_y=(sel[1],), eval_group=[sel[2]], eval_at=[10])
+            if prior:
+                eval_args["eval_init_score"] = [first_stage_margin(sel[0], prior)]
     model = lgb.LGBMRanker(
         objective="lambdarank",
         n_estimators=config.trees,
@@ -227,7 +234,14 @@ def train_learned_ranker(
     # Per-candidate weights, constant within a group: a group weight (None without experts: the unweighted objective).
     sample_weight = np.repeat(weights, groups) if weighed else None
     model.fit(
-        X, y, group=groups, sample_weight=sample_weight, callbacks=callbacks, feature_name=list(FEATURES), **eval_args
+        X,
+        y,
+        group=groups,
+        sample_weight=sample_weight,
+        init_score=first_stage_margin(X, prior) if prior else None,
+        callbacks=callbacks,
+        feature_name=list(FEATURES),
+        **eval_args,
     )
     best = int(model.best_iteration_ or config.trees) if eval_args else config.trees
     booster = model.booster_
@@ -237,10 +251,10 @@ def train_learned_ranker(
     ]
     metrics: dict[str, float] = {}
     if eval_args:
-        raw = booster.predict(sel[0], num_iteration=best)
+        raw = margins(booster, sel[0], prior, best)
         # Scored like the gate (ranx, every selection question, misses included), and named for what it is: these
         # questions chose the round, so the reranked figure is an optimistic maximum, never a held-out gain.
-        metrics = _selection_metrics(selection, selection_hits, stats, priors, booster, best)
+        metrics = _selection_metrics(selection, selection_hits, stats, priors, booster, best, prior)
         calibration = _calibration(raw, sel[1], config.seed)
         log(
             f"selection ({len(selection)} questions, {len(sel[2])} with a positive in the top {depth}; they chose the "
@@ -248,7 +262,7 @@ def train_learned_ranker(
             f"{metrics['ndcg@10']:.4f} reranked at the best round {best}"
         )
     else:
-        calibration = _calibration(booster.predict(X, num_iteration=best), y, config.seed)
+        calibration = _calibration(margins(booster, X, prior, best), y, config.seed)
     # Keep exactly the selected rounds in the saved model.
     final = lgb.Booster(model_str=booster.model_to_string(num_iteration=best))
     output_dir = Path(output_dir)
@@ -267,6 +281,7 @@ def train_learned_ranker(
             "training_questions": len(kept),
             "candidates": int(len(y)),
             "seed": config.seed,
+            "first_stage_prior": prior,
             **weighed,
         },
     )
