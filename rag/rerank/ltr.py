@@ -5,8 +5,9 @@ Saved as a directory:
     ltr.json    feature names, corpus statistics, feedback priors, the score calibration, training settings
 
 Score scale: the probability that the passage is relevant, in [0, 1]: the raw LambdaRank margin (the booster's
-output, plus the first-stage start when it was trained to boost from the first stage's order) mapped through a logistic calibration fitted on held-out selection questions (Platt scaling). The order is the
-booster's; `min_score` and attribution thresholds for this reranker are probabilities.
+output, plus the first-stage start when it was trained to boost from the first stage's order) mapped through a
+logistic calibration fitted on held-out selection questions (Platt scaling). The order is the margin's;
+`min_score` and attribution thresholds for this reranker are probabilities.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ its candidates that are known positives get label 1, the rest 0 (so every retrie
 the way the reranker will meet them). Questions whose positives the first stage missed teach nothing and are
 dropped; with enough questions of other types, so are training questions copied from the documents
 (RerankerTrainingConfig.copied_questions). With RerankerTrainingConfig.first_stage_prior, boosting starts from the
-first stage's order (init_score) instead of from nothing, and the trees learn corrections to it. Boosting stops at the round with the best nDCG@10 on the selection
-questions (early stopping: the checkpoint; what is logged for them is that maximum, not a held-out gain), and the
-raw margin is calibrated to a probability on those questions. No selection questions: a fixed number of rounds and
+first stage's order (init_score) instead of from nothing, and the trees learn corrections to it. Boosting stops at
+the round with the best nDCG@10 on the selection questions (early stopping: the checkpoint; what is logged for them
+is that maximum, not a held-out gain), and the raw margin is calibrated to a probability on those questions. No selection questions: a fixed number of rounds and
 a calibration on the training candidates.
 
 Features from feedback (up/down counts per passage text) use the training questions' ratings with each
