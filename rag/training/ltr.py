@@ -8,8 +8,8 @@ dropped; with enough questions of other types, so are training questions copied 
 (RerankerTrainingConfig.copied_questions). With RerankerTrainingConfig.first_stage_prior, boosting starts from the
 first stage's order (init_score) instead of from nothing, and the trees learn corrections to it. Boosting stops at
 the round with the best nDCG@10 on the selection questions (early stopping: the checkpoint; what is logged for them
-is that maximum, not a held-out gain), and the raw margin is calibrated to a probability on those questions. No selection questions: a fixed number of rounds and
-a calibration on the training candidates.
+is that maximum, not a held-out gain), and the raw margin is calibrated to a probability on those questions. No
+selection questions: a fixed number of rounds and a calibration on the training candidates.
 
 Features from feedback (up/down counts per passage text) use the training questions' ratings with each
 question's own ratings left out, and the model keeps the counts it was trained with (a version is immutable).
