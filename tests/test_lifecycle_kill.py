@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 quiet = lambda _: None  # noqa: E731
 
 CHILD = r"""
-import os, signal, sys
+import os, signal, sys, time
 from rag.index.qdrant import QdrantSettings, alias_target, get_client
 from rag.lifecycle import journal, promotion
 from rag.lifecycle.target import ServingTarget
@@ -54,7 +55,14 @@ for owner, name in [(journal, "_write_intent"), (journal, "point_alias_to"), (jo
     setattr(owner, name, counted(getattr(owner, name)))
 
 qdrant = QdrantSettings(path=root + "/qdrant")
-client = get_client(qdrant)
+for attempt in range(50):  # a running `rag serve` may be copying its replica from the folder for a moment
+    try:
+        client = get_client(qdrant)
+        break
+    except Exception:
+        time.sleep(0.2)
+else:
+    client = get_client(qdrant)
 # Built when the canary started (v2) and at the first promotion (v1): only looked up here.
 promotion.build_collections = lambda mv, **kw: {s: alias_target(client, f"{s}__{mv.name}") for s in kw["strategies"]}
 target = ServingTarget.of_client(TableStore(root + "/tables"), client, ["t"])
@@ -144,6 +152,11 @@ def prepared(tmp_path_factory):
 def killed_at(source: Path, workdir: Path, op: str, k: int) -> tuple[Path, int]:
     root = workdir / f"{op}-{k}"
     shutil.copytree(source, root)
+    return root, kill_child(root, op, k)
+
+
+def kill_child(root: Path, op: str, k: int) -> int:
+    """The child's promotion (or rollback) on the data dir `root`, SIGKILLed after its k-th side effect."""
     env = {**os.environ, "RAG_DATA_DIR": str(root), "KILL_AT": str(k), "PYTHONPATH": str(REPO)}
     for name in ("QDRANT_URL", "RAG_QDRANT_PATH", "MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
         env.pop(name, None)
@@ -151,7 +164,7 @@ def killed_at(source: Path, workdir: Path, op: str, k: int) -> tuple[Path, int]:
         [sys.executable, "-c", CHILD, op], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
     )
     assert child.returncode in (0, -signal.SIGKILL), child.stderr[-3000:]
-    return root, child.returncode
+    return child.returncode
 
 
 def restarted(root: Path, monkeypatch) -> dict:
@@ -307,6 +320,34 @@ def test_kill_9_in_the_middle_of_a_promotion_then_rag_serve_starts_and_answers(p
     seen = restarted(root, monkeypatch)
     assert check(root, seen, "promote", "v1", "v2", 2) == "v2"  # rolled forward
     assert seen["served"].startswith("ft-minilm-v2"), seen
+
+
+def test_a_running_rag_serve_completes_a_promotion_killed_while_it_serves(prepared, tmp_path, monkeypatch):
+    from rag.feedback import FeedbackStore
+    from rag.lifecycle.journal import consistency
+    from rag.serving.server import build_app
+    from rag.serving.settings import ServeSettings
+
+    for name in ("QDRANT_URL", "RAG_QDRANT_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    root = tmp_path / "serving"
+    shutil.copytree(prepared["promote"], root)
+    monkeypatch.setenv("RAG_DATA_DIR", str(root))
+    registry = ModelRegistry(root / "models")
+    store = FeedbackStore(f"sqlite:///{root / 'fb.sqlite'}")
+    app = build_app(ServeSettings(api_token=TOKEN, refresh_seconds=0.2), root=root, store=store, strategy="t")
+    with TestClient(app) as client:
+        assert client.get("/health").json()["served"]["embedder"].startswith("ft-minilm-v1")
+        assert kill_child(root, "promote", 2) == -signal.SIGKILL  # the serving alias moved, nothing else
+        deadline, seen = time.monotonic() + 60, {}
+        while time.monotonic() < deadline:  # the refresh loop recovers, then serves what recovery completed
+            seen = {**consistency(registry, "embedder"), "served": client.get("/health").json()["served"]["embedder"]}
+            if not seen["pending"] and seen["served"].startswith("ft-minilm-v2"):
+                break
+            time.sleep(0.2)
+        answered = client.post("/ask", json={"question": "which animal does purr"}, headers=AUTH)
+    assert not seen["pending"] and seen["registry"] == seen["rollout"] == "v2", seen
+    assert seen["served"].startswith("ft-minilm-v2") and answered.status_code == 200, seen
 
 
 @pytest.mark.slow

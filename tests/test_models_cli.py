@@ -222,6 +222,107 @@ def test_rollout_status_says_when_a_running_canary_would_decide(registry, capsys
     assert figures["queries_to_decide"] is None and figures["max_queries"] == 2000
 
 
+# --- a promotion a killed process left half done ---------------------------------------------------------------------
+
+
+def interrupted_canary_promotion(registry, monkeypatch) -> None:
+    """A canary of embedder v2 promoted up to the registry alias, killed before the rollout state was written:
+    registry production v2 while the state still says canary (no chunk sets: the intent swaps no serving alias)."""
+    from rag.lifecycle import journal
+    from rag.lifecycle.rollout import conclude
+    from tests.verdicts import won
+
+    start("embedder", registry, "v2", log=quiet)
+
+    def killed(*_args, **_kwargs):
+        raise KeyboardInterrupt("killed before the rollout state was written")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(journal, "_write_state", killed)
+        with pytest.raises(KeyboardInterrupt):
+            conclude("embedder", registry, "promote", "won", candidate="v2", evidence_source=won(), log=quiet)
+
+
+@pytest.mark.parametrize(
+    "argv", [("models", "list"), ("models", "show", "v2"), ("models", "rollout", "status"), ("models", "rollback")]
+)
+def test_every_models_command_first_completes_a_promotion_a_kill_left_half_done(registry, capsys, monkeypatch, argv):
+    from rag.lifecycle.journal import consistency, pending
+    from rag.registry.cli import stages
+
+    interrupted_canary_promotion(registry, monkeypatch)
+    assert stages(registry, registry.resolve("embedder", "v2")) == ["production", "canary"]  # what a kill leaves
+
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert "completed an unfinished embedder promote" in err
+    assert pending(registry) is None
+    if argv[1] != "rollback":  # the readers show the completed promotion; the rollback then reverts it
+        assert consistency(registry, "embedder") == {
+            "registry": "v2",
+            "rollout": "v2",
+            "rollout_stage": "production",
+            "pending": False,
+        }
+        assert "canary" not in stages(registry, registry.resolve("embedder", "v2"))
+    else:
+        assert production(registry, "embedder") == "v1" and read_state(registry, "embedder").stage == "rolled_back"
+    if argv[1] == "list":
+        assert "production   " in next(line for line in out.splitlines() if "ft-minilm-v2 " in line)
+
+
+def test_a_models_command_that_cannot_complete_it_warns_and_names_the_fix(registry, capsys, monkeypatch):
+    from rag.index import qdrant
+    from rag.lifecycle.journal import Intent, _write_intent, pending
+
+    # A promotion that swaps a serving alias needs Qdrant, which a Dagster run may hold.
+    _write_intent(
+        registry,
+        Intent(
+            kind="embedder",
+            action="promote",
+            production_before="v1",
+            production_after="v2",
+            serving_after={"paragraph__production": "paragraph__ft-minilm-v2"},
+        ),
+    )
+
+    def held(*_args, **_kwargs):
+        raise qdrant.QdrantLockedError("the Qdrant folder is held by another process")
+
+    monkeypatch.setattr(qdrant, "get_client", held)
+    code, out, err = run(capsys, "models", "list", "--json")
+    assert code == 0 and json.loads(out)["embedder"]  # the listing still comes, parseable
+    assert "WARNING: the embedder promote started" in err and "was interrupted" in err
+    assert "may disagree" in err and "Run `rag models recover`" in err
+    assert pending(registry) is not None
+
+
+def test_a_models_command_does_not_wait_on_a_promotion_running_elsewhere(registry, capsys):
+    import threading
+
+    from rag.lifecycle.journal import Intent, _write_intent, lifecycle_lock, pending
+
+    _write_intent(registry, Intent(kind="reranker", action="promote", production_before="v1", production_after="v2"))
+    held, release = threading.Event(), threading.Event()
+
+    def promoting() -> None:
+        with lifecycle_lock(registry):
+            held.set()
+            release.wait(30)
+
+    worker = threading.Thread(target=promoting)
+    worker.start()
+    try:
+        held.wait(10)
+        code, _, err = run(capsys, "models", "show", "v1", "--kind", "reranker")
+    finally:
+        release.set()
+        worker.join()
+    assert code == 0 and "is running in another process now" in err
+    assert pending(registry) is not None  # a live promotion's intent is left to it
+
+
 def rated_store(data: Path) -> None:
     store = FeedbackStore(root=data)
     chunks = [{"chunk_id": f"c{i}", "doc_id": "d.md", "text": f"passage {i}", "rank": i} for i in (1, 2)]

@@ -11,9 +11,9 @@ v1, which no command could repair. Now:
    and is appended once;
 4. the intent is removed last.
 
-The next open — `rag serve` starting, canary_sensor's tick, every lifecycle step and `rag models` command (via
-recover()) — finds an unfinished intent and rolls it forward; when a step can no longer be done (a collection or
-a version is gone) it rolls back to the recorded values instead. Either way it ends whole and says so.
+The next open — `rag serve` starting or refreshing, canary_sensor's tick, every lifecycle step and `rag models`
+command (via recover()) — finds an unfinished intent and rolls it forward; when a step can no longer be done (a
+collection or a version is gone) it rolls back to the recorded values instead. Either way it ends whole and says so.
 """
 
 from __future__ import annotations
@@ -40,6 +40,10 @@ _held = threading.local()  # lock depth per (thread, registry): a step inside a 
 
 class PendingTransaction(RuntimeError):
     """An unfinished promotion or rollback needs Qdrant to complete and none could be opened here."""
+
+
+class LifecycleBusy(RuntimeError):
+    """Another process holds the lifecycle lock: a promotion or rollback is running now (a killed one holds none)."""
 
 
 class Intent(BaseModel):
@@ -78,9 +82,10 @@ def log_path(registry: ModelRegistry) -> Path:
 
 
 @contextlib.contextmanager
-def lifecycle_lock(registry: ModelRegistry) -> Iterator[None]:
+def lifecycle_lock(registry: ModelRegistry, wait: bool = True) -> Iterator[None]:
     """One lifecycle change at a time across processes (flock), re-entrant within a thread: conclude() holds it
-    while its promotion runs."""
+    while its promotion runs. `wait=False` raises LifecycleBusy instead of waiting (readers that must not block for
+    the minutes a promotion spends building collections under the lock)."""
     folder = lifecycle_dir(registry)
     folder.mkdir(parents=True, exist_ok=True)
     key = str(folder.resolve())
@@ -94,7 +99,10 @@ def lifecycle_lock(registry: ModelRegistry) -> Iterator[None]:
             depth[key] -= 1
         return
     with open(folder / ".lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LifecycleBusy(f"another process is changing production now (it holds {folder / '.lock'})") from None
         depth[key] = 1
         try:
             yield
@@ -208,11 +216,14 @@ def run(registry: ModelRegistry, intent: Intent, client=None, log: Log = print) 
     _apply(registry, intent, client)
 
 
-def recover(registry: ModelRegistry, client_opener: Callable[[], object] | None = None, log: Log = print) -> str | None:
+def recover(
+    registry: ModelRegistry, client_opener: Callable[[], object] | None = None, log: Log = print, wait: bool = True
+) -> str | None:
     """Finish or undo an unfinished transaction left by a killed process. Returns what was done (None: nothing was
     pending). `client_opener` opens Qdrant when the transaction swaps serving aliases; without one such a
-    transaction raises PendingTransaction (saying what will complete it) and stays pending."""
-    with lifecycle_lock(registry):
+    transaction raises PendingTransaction (saying what will complete it) and stays pending. `wait=False`: raise
+    LifecycleBusy while another process holds the lock (its intent is live, not abandoned)."""
+    with lifecycle_lock(registry, wait):
         intent = pending(registry)
         if intent is None:
             return None

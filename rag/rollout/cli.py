@@ -8,9 +8,16 @@ canary_sensor's (promote_canary_job): it needs the sequential test's evidence.""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import sys
+from collections.abc import Callable
 
 from rag.lifecycle.target import data_dir_target
+
+# `recover` is the recovery itself; `migrate-registry` moves a folder registry into MLflow, which must not be changed
+# (recovery sets aliases there) before the folder's own aliases are moved.
+NOT_RECOVERED_FIRST = ("recover", "migrate-registry")
 
 
 def add_models_command(sub) -> None:
@@ -59,6 +66,55 @@ def add_models_command(sub) -> None:
     )
     rec.add_argument("--distance", default="cosine", help="dense distance of the collections (as the index was built)")
     rec.set_defaults(func=cmd_recover)
+    for commands in (msub, rsub):
+        _recover_first_in(commands)
+
+
+def _recover_first_in(commands) -> None:
+    """Every command under `commands` (an argparse subparsers action) recovers first, so a command added later
+    cannot forget to."""
+    for name, parser in commands.choices.items():
+        func = parser.get_default("func")
+        if func is not None and name not in NOT_RECOVERED_FIRST:
+            parser.set_defaults(func=recovering_first(func))
+
+
+def recovering_first(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """A `rag models` command that first finishes (or undoes) a promotion or rollback a killed process left half
+    done: what it prints or changes then starts from registry, serving aliases and rollout state that agree."""
+
+    @functools.wraps(func)
+    def command(args: argparse.Namespace) -> int:
+        recover_first(_registry())
+        return func(args)
+
+    return command
+
+
+def _warn(line: str) -> None:
+    print(line, file=sys.stderr)  # stderr: `--json` output stays parseable
+
+
+def recover_first(registry) -> str | None:
+    """rag.lifecycle.journal.recover without waiting on a live promotion. When it cannot run here it warns (on
+    stderr) that what follows may show a half-done change, and says what completes it. Returns what was done."""
+    from rag.lifecycle.journal import LifecycleBusy, pending, recover
+
+    intent = pending(registry)
+    if intent is None:
+        return None
+    what = f"the {intent.kind} {intent.action} started {intent.at}"
+    try:
+        return recover(registry, data_dir_target().client, log=_warn, wait=False)
+    except LifecycleBusy:
+        _warn(f"WARNING: {what} is running in another process now: what follows may change when it ends")
+    except Exception as exc:  # noqa: BLE001 - e.g. Qdrant held by a Dagster run: the command still shows what it can
+        _warn(
+            f"WARNING: {what} was interrupted and could not be completed here ({type(exc).__name__}: {exc}); "
+            "production, the serving aliases and the rollout state may disagree below. Run `rag models recover` "
+            "once Qdrant is free (no Dagster run or `rag index` holding it); `rag serve` completes it too"
+        )
+    return None
 
 
 def cmd_recover(args: argparse.Namespace) -> int:

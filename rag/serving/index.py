@@ -229,9 +229,15 @@ def _drop_replica(settings: QdrantSettings) -> None:
     shutil.rmtree(settings.location, ignore_errors=True)
 
 
-def refresh_forever(serving: ServingIndex, every_seconds: float, stop: threading.Event) -> None:
+def refresh_forever(
+    serving: ServingIndex, every_seconds: float, stop: threading.Event, before: Callable[[], object] | None = None
+) -> None:
+    """`before`: run ahead of each refresh (rag serve's recovery of a promotion killed meanwhile), so that refresh
+    picks up what it changed."""
     while not stop.wait(every_seconds):
         try:
+            if before is not None:
+                before()
             serving.refresh()
         except Exception as exc:  # noqa: BLE001 - keep serving the old index; /health shows the error
             serving.last_refresh_error = f"{type(exc).__name__}: {exc}"

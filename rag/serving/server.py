@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -14,6 +15,8 @@ from rag.serving.canary import CanaryRouter
 from rag.serving.index import ServingIndex, refresh_forever
 from rag.serving.settings import ServeSettings
 from rag.store import data_dir
+
+log = logging.getLogger(__name__)
 
 
 def answer_settings(settings: ServeSettings, **overrides):
@@ -123,13 +126,14 @@ def canary_router(answer, serving: ServingIndex, *, root: Path) -> CanaryRouter:
     return CanaryRouter(ModelRegistry(root / "models"), open_arm, refuses)
 
 
-def recover_lifecycle(root: Path, lock_wait_seconds: float = 120.0) -> str | None:
+def recover_lifecycle(root: Path, lock_wait_seconds: float = 120.0, wait: bool = True) -> str | None:
     """Finish (or undo) a promotion or rollback a killed process left unfinished, before anything is served: the
     registry, the serving aliases and the rollout state then agree. Qdrant is opened only when that transaction
-    swaps serving aliases (and released before the serving replica is taken)."""
+    swaps serving aliases (and released before the serving replica is taken). `wait=False`: LifecycleBusy while
+    another process is promoting now."""
     import time
 
-    from rag.index.qdrant import QdrantLockedError, QdrantSettings, close_client, get_client
+    from rag.index.qdrant import QdrantLockedError, QdrantSettings
     from rag.lifecycle.journal import pending, recover
     from rag.registry import ModelRegistry
 
@@ -139,15 +143,34 @@ def recover_lifecycle(root: Path, lock_wait_seconds: float = 120.0) -> str | Non
     qdrant = QdrantSettings.from_env()
     deadline = time.monotonic() + lock_wait_seconds
     while True:
-        try:
-            return recover(registry, lambda: get_client(qdrant), log=logging.getLogger(__name__).warning)
-        except QdrantLockedError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(2)
-        finally:
-            if not qdrant.url:
-                close_client(qdrant)
+        with contextlib.ExitStack() as opened:
+            try:
+                return recover(registry, lambda: _primary(qdrant, opened), log=log.warning, wait=wait)
+            except QdrantLockedError:
+                if time.monotonic() > deadline:
+                    raise
+        time.sleep(2)
+
+
+def _primary(qdrant, opened: contextlib.ExitStack):
+    """The primary Qdrant's client. An embedded folder is borrowed, so its lock goes back to Dagster afterwards
+    without closing it under a replica copy of the refresh loop; a server's client stays (the answerer uses it)."""
+    from rag.index.qdrant import borrowed_client, get_client
+
+    return get_client(qdrant) if qdrant.url else opened.enter_context(borrowed_client(qdrant))
+
+
+def recover_while_serving(root: Path) -> None:
+    """The refresh loop's recovery: a promotion killed while this server runs is completed (or undone) here too,
+    and the refresh that follows serves the outcome, instead of split aliases until a restart. It never waits: a
+    live promotion finishes on its own, and a Qdrant folder held by a re-index is tried again on the next tick."""
+    from rag.index.qdrant import QdrantLockedError
+    from rag.lifecycle.journal import LifecycleBusy
+
+    try:
+        recover_lifecycle(root, lock_wait_seconds=0, wait=False)
+    except (LifecycleBusy, QdrantLockedError) as exc:
+        log.info("an unfinished promotion is not recovered yet (%s): tried again on the next refresh", exc)
 
 
 def build_app(
@@ -165,9 +188,10 @@ def build_app(
     @asynccontextmanager
     async def lifespan(_app):
         if settings.refresh_seconds > 0:
-            for target in (serving, router):  # the canary's index follows the rollout state and its own re-index
+            # The canary's index follows the rollout state and its own re-index; production's refresh recovers first.
+            for target, before in ((serving, lambda: recover_while_serving(root)), (router, None)):
                 threading.Thread(
-                    target=refresh_forever, args=(target, settings.refresh_seconds, stop), daemon=True
+                    target=refresh_forever, args=(target, settings.refresh_seconds, stop, before), daemon=True
                 ).start()
         yield
         stop.set()
