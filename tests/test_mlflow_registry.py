@@ -6,6 +6,8 @@ new registry costs milliseconds (the template store). Fake model folders only: n
 import json
 import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,6 +22,8 @@ from rag.registry.tracking import log_training, record_gate, run_url, training_r
 from rag.training.config import GateSettings, TrainingConfig
 from rag.training.embedder import TrainingRun
 from rag.training.gate import gate_decision
+
+REPO = Path(__file__).resolve().parents[1]
 
 MANIFEST = {
     "base_model": "minilm",
@@ -198,6 +202,21 @@ def test_a_training_run_records_what_went_in_and_links_its_version_and_gate(tmp_
     ] == [(f"q{i}", p, c) for i, (p, c) in enumerate(zip(production, candidate))]
 
 
+def test_hardware_imports_torch_so_a_run_opened_before_training_records_its_device(tmp_path):
+    # A fresh interpreter: in this one an earlier test may have imported torch already, hiding the bug.
+    code = (
+        "import sys, json\n"
+        "from rag.registry.tracking import hardware\n"
+        "assert 'torch' not in sys.modules\n"
+        "print(json.dumps([hardware(), hardware(uses_torch=False)]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with_torch, without = json.loads(done.stdout.splitlines()[-1])
+    assert with_torch["hardware.torch_threads"].isdigit() and "not loaded" not in with_torch["hardware.gpu"]
+    assert "hardware.torch_threads" not in without and without["hardware.gpu"].startswith("not used")
+
+
 def test_a_failed_training_is_a_failed_run_and_registers_nothing(tmp_path):
     registry = ModelRegistry(tmp_path / "models")
     with pytest.raises(RuntimeError, match="out of memory"):
@@ -242,6 +261,9 @@ def test_train_and_gate_candidate_record_into_mlflow(tmp_path, monkeypatch):
         data.data_hash,
         "3",
     )
+    # The device and threads torch trains with, read although the run opened before the trainer imported torch.
+    assert run.data.tags["hardware.torch_threads"].isdigit() and run.data.tags["hardware.gpu"]
+    assert "not loaded" not in run.data.tags["hardware.gpu"]
 
     settings = GateSettings(resamples=500)
     values = [0.1, 0.2, 0.3, 0.4, 0.5]

@@ -33,8 +33,12 @@ MAX_PARAM = 6000  # MLflow's longest parameter value
 MAX_TAG = 5000
 
 
-def hardware() -> dict[str, str]:
-    """CPU model and count, the GPU torch sees (when torch is loaded: a LightGBM ranker trains without it), platform."""
+def hardware(uses_torch: bool = True) -> dict[str, str]:
+    """CPU model and count, platform and, for a training on torch, the device torch gets and its thread count.
+
+    torch is imported here rather than looked up: a run records its hardware when it opens, before the trainer
+    imports torch, so a lookup always found none. Every rag.training run uses torch (a LightGBM ranker's features
+    come from the production embedder); `uses_torch=False` is for one that does not."""
     cpu = platform.processor() or ""
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -47,13 +51,13 @@ def hardware() -> dict[str, str]:
         "hardware.platform": platform.platform(),
         "hardware.python": sys.version.split()[0],
     }
-    torch = sys.modules.get("torch")
-    if torch is None:
-        out["hardware.gpu"] = "not used (torch not loaded)"
-    else:
-        cuda = torch.cuda.is_available()
-        out["hardware.gpu"] = torch.cuda.get_device_name(0) if cuda else "none (CPU)"
-        out["hardware.torch_threads"] = str(torch.get_num_threads())
+    if not uses_torch:
+        return {**out, "hardware.gpu": "not used (no torch in this training)"}
+    import torch
+
+    cuda = torch.cuda.is_available()
+    out["hardware.gpu"] = torch.cuda.get_device_name(0) if cuda else "none (CPU)"
+    out["hardware.torch_threads"] = str(torch.get_num_threads())
     return out
 
 
@@ -96,9 +100,11 @@ def training_run(
     qa_set_version: str,
     strategy: str,
     base_model: str,
+    uses_torch: bool = True,
 ) -> Iterator[str]:
     """An MLflow run around one training, in the kind's experiment: its id is yielded; the run ends FINISHED, or
-    FAILED when the block raises (the run stays, with what went in, for the post-mortem)."""
+    FAILED when the block raises (the run stays, with what went in, for the post-mortem). `uses_torch`: see
+    hardware()."""
     client = registry.mlflow_client()
     tags = {
         "rag.kind": kind,
@@ -108,7 +114,7 @@ def training_run(
         "strategy": strategy,
         "base_model": base_model,
         **_versions(),
-        **hardware(),
+        **hardware(uses_torch),
         **code_version(),
     }
     run = client.create_run(
