@@ -3,6 +3,7 @@
 from dagster import AssetExecutionContext, AssetKey, Definitions, MaterializeResult, MetadataValue, asset
 
 from orchestration.partitions import chunking_strategy_partitions
+from rag.markdown import markdown_table
 from rag.pipeline import chunk_step
 from rag.progress import LogProgress
 from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE
@@ -39,7 +40,8 @@ def _failure_table(failures) -> str:
     kinds={"python", "parquet"},
     description="Chunks of every parsed document for one chunking strategy (the partition key). Every "
     "chunk records its document, page span and character span in the canonical text. Incremental: only "
-    "documents whose content or strategy params changed are re-chunked.",
+    "documents whose content or strategy params changed are re-chunked. A document with more chunks than the "
+    "cap (RAG_MAX_CHUNKS_PER_DOCUMENT) is left out whole and listed in the partition's chunk_quarantine table.",
 )
 def chunk_sets(
     context: AssetExecutionContext, data_store: DataStore, chunking: ChunkingStrategies
@@ -52,6 +54,8 @@ def chunk_sets(
     for doc_id, error in run.failed.items():
         kept = run.kept_after_failure.get(doc_id, 0)
         context.log.error(f"chunking failed for {doc_id}: {error} (kept its {kept} previous chunks; retried next run)")
+    for refusal in run.quarantine[run.quarantine["doc_id"].isin(run.quarantined)].to_dict("records"):
+        context.log.warning(f"{refusal['doc_id']} left out of chunk set {strategy}: {refusal['message']}")
     summary = run.summary
     context.log.info(f"chunk set {strategy}: {summary}")
     lengths = run.chunks["text"].str.len() if len(run.chunks) else None
@@ -65,6 +69,7 @@ def chunk_sets(
             "path": MetadataValue.path(str(path)),
             "length_histogram": MetadataValue.md(_length_histogram(lengths) if lengths is not None else "_no chunks_"),
             "failures": MetadataValue.md(_failure_table(run.failures)),
+            "quarantine": MetadataValue.md(markdown_table(run.quarantine, ["doc_id", "n_chunks", "message"])),
         }
     )
 

@@ -23,8 +23,9 @@ from resources.storage import DataStore
             QUARANTINE_TABLE,
             group_name="ingestion",
             kinds={"python", "parquet"},
-            description="Files that could not be parsed, with the reason (encrypted, malformed, empty, "
-            "no text layer, unsupported, too large, outside the root) and the exception class.",
+            description="Files that could not be read or parsed, with the reason (encrypted, malformed, empty, "
+            "no text layer, unsupported, too large, outside the root, unreadable, broken link, not a file) and the "
+            "exception class.",
         ),
     ],
     can_subset=False,

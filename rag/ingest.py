@@ -2,9 +2,11 @@
 
 Pure functions over DataFrames: the previous tables go in, the new tables and what changed come out.
 A file is re-parsed only when its content hash or the parse settings changed; files that could not
-be parsed are quarantined with a reason and are not retried until either changes. Only the file's own faults
-quarantine it (ParseError): a bug in our code or a broken environment raises ParserBug, naming the file, and the
-run writes nothing, so the previous tables stay as they were.
+be parsed are quarantined with a reason and are not retried until either changes. So are the entries the folder scan
+could not read (rag.source: unreadable files and folders, broken links, FIFOs…) and documents over the character cap
+(ParseSettings.max_document_chars), which never reach the documents table. Only the file's own faults quarantine it
+(ParseError): a bug in our code or a broken environment raises ParserBug, naming the file, and the run writes
+nothing, so the previous tables stay as they were.
 """
 
 from __future__ import annotations
@@ -15,10 +17,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Protocol
 
 import pandas as pd
 
-from rag.parsing import ParseError, ParsedDocument, ParserBug, ParseSettings, QuarantineReason, parse_file
+from rag.parsing import (
+    ParseError,
+    ParsedDocument,
+    ParserBug,
+    ParseSettings,
+    QuarantineReason,
+    parse_file,
+    text_length_error,
+)
 from rag.parsing.models import Element
 from rag.progress import Progress, counter
 from rag.source import SourceScan
@@ -122,6 +133,41 @@ def _by_id(df: pd.DataFrame | None) -> dict[str, dict]:
     return {} if df is None or df.empty else {r["doc_id"]: r for r in df.to_dict("records")}
 
 
+class _Refusal(Protocol):  # a ParseError, or a RejectedFile of the scan
+    reason: QuarantineReason
+    exception_class: str
+    message: str
+
+
+def _quarantine_row(
+    doc_id: str, path: str, content_hash: str, fingerprint: str, error: _Refusal, since: str | None = None
+) -> dict:
+    return {
+        "doc_id": doc_id,
+        "path": path,
+        "content_hash": content_hash,
+        "settings_fingerprint": fingerprint,
+        "reason": error.reason.value,
+        "exception_class": error.exception_class,
+        "message": error.message,
+        "quarantined_at": since or _now(),
+    }
+
+
+def _rejection_rows(scan: SourceScan, prev_quar: dict[str, dict], fingerprint: str, run: ParseRun) -> list[dict]:
+    """What the scan could not even read (unreadable, broken links, FIFOs, outside the root) joins the quarantine;
+    an entry already there for the same reason keeps its date."""
+    rows = []
+    for rejected in scan.rejected:
+        old = prev_quar.get(rejected.doc_id) or {}
+        since = old.get("quarantined_at") if old.get("reason") == rejected.reason.value else None
+        if since is None:
+            log.warning("quarantined %s: %s (%s)", rejected.doc_id, rejected.message, rejected.reason.value)
+            run.quarantined.append(rejected.doc_id)
+        rows.append(_quarantine_row(rejected.doc_id, str(rejected.path), "", fingerprint, rejected, since))
+    return rows
+
+
 def update_documents(
     scan: SourceScan,
     previous_documents: pd.DataFrame | None,
@@ -133,7 +179,8 @@ def update_documents(
     progress: Progress | None = None,
 ) -> ParseRun:
     """`on_progress(doc_id)` before each file is parsed; `progress` counts the files to parse (unchanged ones are
-    not)."""
+    not). Every document is checked against the character cap before it is returned, so nothing over it reaches
+    the documents table: parsed ones, and stored ones too (the cap may have been lowered or come after them)."""
     started = time.perf_counter()
     fingerprint = settings.fingerprint()
     prev_docs, prev_quar = _by_id(previous_documents), _by_id(previous_quarantine)
@@ -147,27 +194,21 @@ def update_documents(
 
     advance = counter(progress, "parsing", sum(1 for f in scan.files if kept(f) is None), "documents")
     doc_rows: list[dict] = []
-    quar_rows: list[dict] = []
     run = ParseRun(documents=_empty(DOCUMENT_COLUMNS), quarantine=_empty(QUARANTINE_COLUMNS))
+    quar_rows = _rejection_rows(scan, prev_quar, fingerprint, run)
 
-    for rejected in scan.rejected:
-        quar_rows.append(
-            {
-                "doc_id": rejected.doc_id,
-                "path": str(rejected.path),
-                "content_hash": "",
-                "settings_fingerprint": fingerprint,
-                "reason": QuarantineReason.OUTSIDE_ROOT.value,
-                "exception_class": "ValueError",
-                "message": rejected.reason,
-                "quarantined_at": prev_quar.get(rejected.doc_id, {}).get("quarantined_at") or _now(),
-            }
-        )
+    def quarantine(f, error: ParseError) -> None:
+        log.warning("quarantined %s: %s (%s)", f.doc_id, error.message, error.reason.value)
+        quar_rows.append(_quarantine_row(f.doc_id, str(f.path), f.content_hash, fingerprint, error))
+        run.quarantined.append(f.doc_id)
 
     for f in scan.files:
         same = (f.content_hash, fingerprint)
         old_doc, old_quar = prev_docs.get(f.doc_id), prev_quar.get(f.doc_id)
         if old_doc and (old_doc["content_hash"], old_doc["settings_fingerprint"]) == same:
+            if too_long := text_length_error(int(old_doc["n_chars"]), settings):
+                quarantine(f, too_long)
+                continue
             doc_rows.append(old_doc)
             run.unchanged.append(f.doc_id)
             continue
@@ -179,22 +220,12 @@ def update_documents(
             on_progress(f.doc_id)
         try:
             doc = parse(f.path, settings, doc_id=f.doc_id, content_hash=f.content_hash)
+            # Checked here too, so a `parse` other than parse_file cannot store a document over the cap.
+            if too_long := text_length_error(len(doc.canonical_text), settings):
+                raise too_long
         except ParseError as exc:  # the file's fault: quarantine it and go on with the others
             advance()
-            log.warning("quarantined %s: %s (%s)", f.doc_id, exc.message, exc.reason.value)
-            quar_rows.append(
-                {
-                    "doc_id": f.doc_id,
-                    "path": str(f.path),
-                    "content_hash": f.content_hash,
-                    "settings_fingerprint": fingerprint,
-                    "reason": exc.reason.value,
-                    "exception_class": exc.exception_class,
-                    "message": exc.message,
-                    "quarantined_at": _now(),
-                }
-            )
-            run.quarantined.append(f.doc_id)
+            quarantine(f, exc)
             continue
         except ParserBug:
             raise

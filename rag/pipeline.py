@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rag.chunk_sets import ChunkRun, update_chunk_set
+from rag.chunk_sets import CHUNK_QUARANTINE_TABLE, ChunkLimits, ChunkRun, update_chunk_set
 from rag.chunking import Chunker, get_chunker, load_strategies
 from rag.embedding import TextEmbedder, load_embedder, model_key
 from rag.index.qdrant import CollectionName, QdrantSettings, alias_target, drop_unaliased, get_client, point_alias_to
@@ -43,12 +43,24 @@ def ingest_step(
     return run
 
 
-def chunk_step(tables: TableStore, chunker: Chunker, progress: Progress | None = None) -> ChunkRun:
+def chunk_step(
+    tables: TableStore, chunker: Chunker, progress: Progress | None = None, limits: ChunkLimits | None = None
+) -> ChunkRun:
+    """Bring one strategy's chunk set up to date. A document over the chunk cap (`limits`, default ChunkLimits())
+    is refused whole before the set is written, so it never leaves part of its chunks behind."""
     documents = tables.read(DOCUMENTS_TABLE)
     if documents is None:
         raise FileNotFoundError("parsed_documents does not exist yet: ingest documents first")
-    run = update_chunk_set(tables.read(CHUNKS_TABLE, chunker.name), documents, chunker, progress)
+    run = update_chunk_set(
+        tables.read(CHUNKS_TABLE, chunker.name),
+        documents,
+        chunker,
+        progress,
+        limits=limits,
+        previous_quarantine=tables.read(CHUNK_QUARANTINE_TABLE, chunker.name),
+    )
     tables.write(run.chunks, CHUNKS_TABLE, chunker.name)
+    tables.write(run.quarantine, CHUNK_QUARANTINE_TABLE, chunker.name)
     # Written on every run (empty when all went well) so the chunk-set check sees this run's failures only.
     tables.write(run.failures, CHUNK_FAILURES_TABLE, chunker.name)
     return run
@@ -141,11 +153,13 @@ def index_folder(
     strategies: list[str] | None = None,
     models: list[str] | None = None,
     parse_settings: ParseSettings | None = None,
+    chunk_limits: ChunkLimits | None = None,
     qdrant: QdrantSettings | None = None,
     distance: str = "cosine",
     progress: Progress | None = None,
 ) -> PipelineReport:
-    """Everything for one folder, without Dagster: what `rag index` runs. `progress` hears every step's counts."""
+    """Everything for one folder, without Dagster: what `rag index` runs. `progress` hears every step's counts.
+    No file stops it: what cannot be read or is over a cap is quarantined (report.parse, report.chunks)."""
     tables = TableStore(Path(root) / "tables")
     configs = load_strategies()
     strategies = strategies or list(configs)
@@ -160,8 +174,11 @@ def index_folder(
     }
     client = get_client(qdrant) if embedders else None
     for strategy in strategies:
-        chunked = chunk_step(tables, get_chunker(strategy, configs), progress)
-        report.chunks[strategy] = chunked.summary | {"failures": chunked.failures.to_dict("records")}
+        chunked = chunk_step(tables, get_chunker(strategy, configs), progress, chunk_limits)
+        report.chunks[strategy] = chunked.summary | {
+            "failures": chunked.failures.to_dict("records"),
+            "quarantine": chunked.quarantine[["doc_id", "reason", "message"]].to_dict("records"),
+        }
         report.bm25[strategy] = bm25_step(tables, root, strategy).summary
         for name, embedder in embedders.items():
             report.collections[f"{strategy}|{name}"] = embed_step(

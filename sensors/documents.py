@@ -5,7 +5,17 @@ import hashlib
 from dagster import Definitions, RunRequest, SensorEvaluationContext, SkipReason, sensor
 
 from orchestration.nightly import nightly_reindex_job
+from rag.source import SourceScan
 from resources.documents import DocumentSource
+
+
+def _state_digest(scan: SourceScan) -> str:
+    """Changes when a file is added, removed, resized or touched, or an entry the scan refused appears, goes or
+    changes reason (a broken link mended, a FIFO dropped in). Only what the scan read: a file vanishing meanwhile
+    must not crash the sensor."""
+    lines = [f"{f.doc_id}\t{f.size}\t{f.mtime_ns}" for f in scan.files]
+    lines += [f"{r.doc_id}\t!{r.reason.value}" for r in scan.rejected]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 # The incremental re-index job rather than ingestion alone: a new file should become searchable, and only the
@@ -18,10 +28,11 @@ from resources.documents import DocumentSource
 )
 def new_documents_sensor(context: SensorEvaluationContext, document_source: DocumentSource):
     scan = document_source.scan(with_hashes=False)  # cheap listing: the asset hashes what it parses
-    state = "\n".join(f"{f.doc_id}\t{f.size}\t{f.path.stat().st_mtime_ns}" for f in scan.files)
-    digest = hashlib.sha256(state.encode()).hexdigest()[:16]
+    digest = _state_digest(scan)
     if digest == context.cursor:
-        return SkipReason(f"{len(scan.files)} files, unchanged since the last re-index request")
+        return SkipReason(
+            f"{len(scan.files)} files ({len(scan.rejected)} refused), unchanged since the last re-index request"
+        )
     context.update_cursor(digest)
     return RunRequest(run_key=f"documents:{digest}", tags={"documents": str(len(scan.files))})
 

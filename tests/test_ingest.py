@@ -159,3 +159,107 @@ def test_a_missing_module_fails_loudly_and_a_library_failure_on_the_file_is_quar
     reasons = dict(zip(run.quarantine.doc_id, run.quarantine.reason))
     assert reasons["scotus-transcript-p1.pdf"] == "parser-error"
     assert "notes.txt" in run.parsed
+
+
+def _text_folder(root, texts: dict[str, str]):
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in texts.items():
+        (root / name).write_text(text)
+    return root
+
+
+def test_a_file_gone_or_unreadable_after_the_scan_is_quarantined_not_a_parser_bug(tmp_path):
+    docs = _text_folder(tmp_path / "docs", {"kept.txt": "Still here to be read.", "gone.txt": "Deleted soon."})
+    scan = scan_folder(docs)
+    (docs / "gone.txt").unlink()
+    run = update_documents(scan, None, None, ParseSettings())
+    assert run.parsed == ["kept.txt"]
+    row = run.quarantine.set_index("doc_id").loc["gone.txt"]
+    assert row.reason == "unreadable" and "vanished before it could be read" in row.message
+
+
+def test_a_document_over_the_character_cap_is_never_stored(tmp_path, shared_mixed):
+    # An HTML file's text is only known once parsed: the cap is checked on the parsed text.
+    docs = _text_folder(tmp_path / "docs", {"short.txt": "A short note."})
+    shutil.copy(shared_mixed / "fake-html.html", docs / "page.html")
+    run = update_documents(scan_folder(docs), None, None, ParseSettings(max_document_chars=20))
+    assert list(run.documents.doc_id) == ["short.txt"]
+    row = run.quarantine.set_index("doc_id").loc["page.html"]
+    assert row.reason == "too-large"
+    assert row.message.startswith("parsed text is ") and "; the cap is 20 (RAG_MAX_DOCUMENT_CHARS" in row.message
+
+
+def test_a_stored_document_over_a_new_cap_is_quarantined_without_a_reparse(tmp_path, monkeypatch):
+    """Documents stored before the cap existed (or under a higher one) are held to it from their n_chars: the
+    default cap is left out of the settings fingerprint, so upgrading re-parses nothing."""
+    import rag.parsing.settings
+
+    docs = _text_folder(tmp_path / "docs", {"short.txt": "A short note.", "long.txt": "Many words here. " * 20})
+    first = update_documents(scan_folder(docs), None, None, ParseSettings())
+    assert sorted(first.parsed) == ["long.txt", "short.txt"]
+    monkeypatch.setattr(rag.parsing.settings, "DEFAULT_MAX_DOCUMENT_CHARS", 100)  # as if the cap had just come
+    settings = ParseSettings(max_document_chars=100)
+    assert settings.fingerprint() == first.documents.settings_fingerprint.iloc[0]
+    calls = []
+    second = update_documents(
+        scan_folder(docs), first.documents, first.quarantine, settings, parse=counting_parser(calls)
+    )
+    assert calls == [] and list(second.documents.doc_id) == ["short.txt"] and second.quarantined == ["long.txt"]
+    assert "the cap is 100" in second.quarantine.set_index("doc_id").loc["long.txt", "message"]
+
+
+def test_the_caps_read_their_environment_variables(monkeypatch):
+    from rag.chunk_sets import ChunkLimits
+
+    monkeypatch.setenv("RAG_MAX_DOCUMENT_CHARS", "1_000_000")
+    monkeypatch.setenv("RAG_MAX_CHUNKS_PER_DOCUMENT", "2,500")
+    assert ParseSettings().max_document_chars == 1_000_000
+    assert ChunkLimits().max_chunks_per_document == 2500
+    monkeypatch.setenv("RAG_MAX_DOCUMENT_CHARS", "lots")
+    with pytest.raises(ValueError, match="RAG_MAX_DOCUMENT_CHARS='lots' is not a whole number"):
+        ParseSettings()
+
+
+class CountingChunker:
+    def __init__(self, inner):
+        self.inner, self.calls = inner, []
+        self.name, self.config, self.fingerprint = inner.name, inner.config, inner.fingerprint
+
+    def chunk(self, doc):
+        self.calls.append(doc.doc_id)
+        return self.inner.chunk(doc)
+
+
+def test_a_document_over_the_chunk_cap_leaves_no_rows_and_is_not_chunked_again(tmp_path):
+    from rag.chunk_sets import ChunkLimits
+
+    # Each over the paragraph strategy's min_chars (100), so each is a chunk of its own.
+    paragraphs = [f"Paragraph {i} is about tides and the moon, long enough to be a chunk. " * 2 for i in range(6)]
+    docs = _text_folder(tmp_path / "docs", {"short.txt": "One paragraph only, about comets.", "long.txt": "Intro."})
+    parsed = update_documents(scan_folder(docs), None, None, ParseSettings())
+    chunker = CountingChunker(get_chunker("paragraph"))
+    first = update_chunk_set(None, parsed.documents, chunker, limits=ChunkLimits(max_chunks_per_document=3))
+    assert set(first.chunks.doc_id) == {"long.txt", "short.txt"} and first.quarantine.empty
+
+    (docs / "long.txt").write_text("\n\n".join(paragraphs))  # grows past the cap: its old chunks go too
+    parsed = update_documents(scan_folder(docs), parsed.documents, parsed.quarantine, ParseSettings())
+    capped = ChunkLimits(max_chunks_per_document=3)
+    second = update_chunk_set(first.chunks, parsed.documents, chunker, limits=capped)
+    assert set(second.chunks.doc_id) == {"short.txt"} and second.quarantined == ["long.txt"]
+    assert second.quarantine.n_chunks.tolist() == [6] and second.summary["quarantined_documents"] == 1
+
+    chunker.calls.clear()
+    third = update_chunk_set(
+        second.chunks, parsed.documents, chunker, limits=capped, previous_quarantine=second.quarantine
+    )
+    assert chunker.calls == [] and third.quarantine.equals(second.quarantine) and third.quarantined == []
+
+    raised = update_chunk_set(
+        third.chunks,
+        parsed.documents,
+        chunker,
+        limits=ChunkLimits(max_chunks_per_document=10),
+        previous_quarantine=third.quarantine,
+    )
+    assert chunker.calls == ["long.txt"] and raised.quarantine.empty
+    assert (raised.chunks.doc_id == "long.txt").sum() == 6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from enum import Enum
 from pathlib import Path
 
@@ -12,9 +13,12 @@ class QuarantineReason(str, Enum):
     EMPTY = "empty"  # zero bytes, or no text at all in a non-empty file
     NO_TEXT_LAYER = "no-text-layer"  # scanned/image-only PDF, and OCR is off, not installed or found no text
     UNSUPPORTED = "unsupported"  # no parser for this extension
-    TOO_LARGE = "too-large"  # over the configured byte or page limit
+    TOO_LARGE = "too-large"  # over the configured byte, page, character or chunk limit
     OUTSIDE_ROOT = "outside-root"  # path or symlink escapes the document root
     PARSER_ERROR = "parser-error"  # the parser failed unexpectedly (a bug or an unusual file)
+    UNREADABLE = "unreadable"  # permission denied, an I/O error, or gone before it could be read
+    BROKEN_LINK = "broken-link"  # a symlink to nothing, or a symlink loop: fix the link or remove it
+    NOT_A_FILE = "not-a-file"  # a FIFO, socket or device: never opened (reading a FIFO blocks): move it out
 
 
 class ParseError(Exception):
@@ -25,6 +29,24 @@ class ParseError(Exception):
         self.reason = reason
         self.message = message
         self.exception_class = type(cause).__name__ if cause is not None else "ParseError"
+
+
+def symlink_loop(exc: BaseException) -> ParseError:
+    message = "symlink loop: the link leads back to itself (fix or remove it)"
+    return ParseError(QuarantineReason.BROKEN_LINK, message, exc)
+
+
+def unreadable(exc: OSError, what: str = "file") -> ParseError:
+    """The quarantine entry of a `what` ("file", "folder") the operating system would not let us read."""
+    if exc.errno == errno.ELOOP:  # Python 3.13 raises OSError for a symlink loop where 3.11 raises RuntimeError
+        return symlink_loop(exc)
+    if isinstance(exc, PermissionError):
+        hint = f"permission denied (chmod the {what} so the pipeline's user can read it, or remove it)"
+    elif isinstance(exc, FileNotFoundError):
+        hint = f"the {what} vanished before it could be read (nothing to do if it was deleted on purpose; else re-run)"
+    else:
+        hint = f"{exc.strerror or exc} (check the disk or network share holding the {what}, then re-run)"
+    return ParseError(QuarantineReason.UNREADABLE, f"unreadable: {hint}", exc)
 
 
 class ParserBug(RuntimeError):
