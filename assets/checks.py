@@ -118,7 +118,8 @@ def chunk_sets_quality(
     asset="synthetic_qa",
     blocking=True,
     description="GX: question length 5–50 words, evidence spans non-empty "
-    "and inside their document, unique ids, dev share of the 80/20 document split.",
+    "and inside their document, unique ids, share of documents in dev (the 80/20 split is by document; dev "
+    "documents get more questions for the gate).",
 )
 def synthetic_qa_quality(data_store: DataStore) -> AssetCheckResult:
     qa, documents = data_store.tables.read("synthetic_qa"), data_store.tables.read(DOCUMENTS_TABLE)

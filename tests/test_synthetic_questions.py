@@ -260,21 +260,24 @@ def test_the_qa_set_check_lets_keyword_queries_be_short_and_no_other_kind():
     assert not check_qa_set(qa_set("keyword", "foghorn"), documents).success
 
 
+PLACES = "Oban Durness Wick Thurso Lerwick Portree Ullapool Mallaig Tobermory Stornoway".split()
+BOARDS = ["Harbour Trust", "Northern Board", "Island Council", "Marine Office", "Ferry Company"]
+
+
+def district_paragraphs(doc: int) -> list[str]:
+    """Ten paragraphs of document `doc`, each with its own facts: enough passages for a dev top-up."""
+    return [
+        f"The {PLACES[k]} station of district {doc} opened in {1800 + 7 * k + doc}. About {20 + k + doc} "
+        f"engineers from {PLACES[(k + 3) % 10]} worked there for {2 + k % 5} years. It was rebuilt by the "
+        f"{BOARDS[(k + doc) % 5]} in {1900 + 3 * k + doc}."
+        for k in range(10)
+    ]
+
+
 def test_dev_documents_get_more_questions_for_the_gate_and_the_training_documents_none():
     """A gate cut from a few dozen dev questions cannot see a 3-point change: the dev documents get more passages
     (no copies: copies never decide) until `dev_questions` are not copies; the training questions stay the same."""
-    places = "Oban Durness Wick Thurso Lerwick Portree Ullapool Mallaig Tobermory Stornoway".split()
-    boards = ["Harbour Trust", "Northern Board", "Island Council", "Marine Office", "Ferry Company"]
-
-    def paragraphs(doc: int) -> list[str]:
-        return [
-            f"The {places[k]} station of district {doc} opened in {1800 + 7 * k + doc}. About {20 + k + doc} "
-            f"engineers from {places[(k + 3) % 10]} worked there for {2 + k % 5} years. It was rebuilt by the "
-            f"{boards[(k + doc) % 5]} in {1900 + 3 * k + doc}."
-            for k in range(10)
-        ]
-
-    docs = [make_doc(f"g{i}.txt", paragraphs(i)) for i in range(5)]
+    docs = [make_doc(f"g{i}.txt", district_paragraphs(i)) for i in range(5)]
     settings = SynthSettings(passages_per_document=2, passage_chars=(100, 400), dev_questions=None)
     plain = generate_qa(docs, None, settings)
     more = generate_qa(docs, None, settings.model_copy(update={"dev_questions": 8}))
@@ -302,9 +305,28 @@ def test_dev_documents_get_more_questions_for_the_gate_and_the_training_document
     assert 8 < most.dev_added <= 3 * 10 * n and {i.doc_id for i in most.items if i.split == "dev"} == {dev_doc}
     assert len({i.question for i in most.items}) == len(most.items)
     # A document of one passage (an abstract) has no other: its own passage gives the gate further questions.
-    short = [make_doc(f"s{i}.txt", paragraphs(i)[:1]) for i in range(10)]
+    short = [make_doc(f"s{i}.txt", district_paragraphs(i)[:1]) for i in range(10)]
     one = SynthSettings(passages_per_document=2, passage_chars=(100, 400), dev_questions=None)
     few, topped = generate_qa(short, None, one), generate_qa(short, None, one.model_copy(update={"dev_questions": 50}))
     assert topped.dev_added > 0 and few.dev_added == 0
     assert {i.doc_id for i in topped.items[len(few.items) :]} <= {i.doc_id for i in few.items if i.split == "dev"}
     assert len({i.question for i in topped.items}) == len(topped.items)
+
+
+def test_a_qa_set_whose_dev_documents_were_topped_up_passes_its_blocking_check():
+    """The dev top-up makes most questions dev when the documents are few (or a hundred papers give 4 questions
+    each beside 400 dev ones): the QA set's check judges the split by its documents, and still fails one that puts
+    every document in dev or none."""
+    import pandas as pd
+
+    from rag.evaluation.qaset import to_frame
+    from rag.quality.suites import check_qa_set
+
+    docs = [make_doc(f"g{i}.txt", district_paragraphs(i)) for i in range(5)]
+    settings = SynthSettings(passages_per_document=2, passage_chars=(100, 400), dev_questions=1000)
+    qa = to_frame(generate_qa(docs, None, settings).items)
+    documents = pd.DataFrame({"doc_id": [d.doc_id for d in docs], "n_chars": [len(d.canonical_text) for d in docs]})
+    assert (qa["split"] == "dev").mean() > 0.5 and qa.groupby("doc_id").size().nunique() > 1
+    assert check_qa_set(qa, documents).success
+    for broken in ("dev", "train"):
+        assert not check_qa_set(qa.assign(split=broken), documents).success

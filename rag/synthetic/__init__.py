@@ -342,7 +342,7 @@ def generate_qa(
     )
     if llm and extra > 0:
         result.items += _multi_document(llm, passages_by_doc, extra, examples, filters, result, rng)
-    # Split over the documents that produced questions, so the dev share is a share of real questions.
+    # Split over the documents that produced questions: a dev document without any would give the gate nothing.
     splits = assign_splits([i.doc_id for i in result.items], settings.dev_fraction)
     for item in result.items:
         item.split = splits[item.doc_id]
