@@ -62,6 +62,7 @@ from pathlib import Path
 from bench.lib import cli
 from bench.lib.datasets import SCIFACT, absent
 from bench.lib.feedback import (
+    USER_HEADER,
     STRATEGY,
     TOKEN,
     answerer_ndcg_at_10,
@@ -185,7 +186,7 @@ def run(
         # Served as a user would configure the product: the production embedder's dense top --first-stage-depth,
         # reordered by the production reranker (none until one is promoted), the top 10 shown.
         app = build_app(
-            ServeSettings(api_token=TOKEN, refresh_seconds=0),
+            ServeSettings(api_token=TOKEN, refresh_seconds=0, client_header=USER_HEADER),
             root=root,
             store=store,
             strategy=STRATEGY,

@@ -29,6 +29,7 @@ from bench.lib.datasets import SCIFACT, absent
 from bench.lib.feedback import (
     STRATEGY,
     TOKEN,
+    USER_HEADER,
     ask_and_rate,
     build_slice,
     candidate_ndcg_at_10,
@@ -87,7 +88,7 @@ def run_loop(
         log(f"deployed {out['deployed']}; test nDCG@10 before: {out['ndcg@10_before']:.4f}")
         store = FeedbackStore(root=root)
         app = build_app(
-            ServeSettings(api_token=TOKEN, refresh_seconds=0),
+            ServeSettings(api_token=TOKEN, refresh_seconds=0, client_header=USER_HEADER),
             root=root,
             store=store,
             strategy=STRATEGY,

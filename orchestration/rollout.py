@@ -172,7 +172,7 @@ def _conclude(
     def observed(since):  # promotion re-reads the evidence: the sensor's word (or an operator's) is not enough
         store = feedback_loop.store()
         try:
-            return collect(store, since)
+            return collect(store, since, rollout.settings() if rollout is not None else None)
         finally:
             store.close()
 

@@ -46,6 +46,18 @@ class Rollout(ConfigurableResource):
     min_latency_samples: int = _DEFAULTS.min_latency_samples
     max_upvote_share_drop: float = _DEFAULTS.max_upvote_share_drop
     min_votes: int = _DEFAULTS.min_votes
+    max_outcomes_per_client: int = Field(
+        _DEFAULTS.max_outcomes_per_client,
+        description="questions one client (an address, or the user RAG_CLIENT_HEADER names) can add to a canary's "
+        "evidence per client_window_days; without a window never more than could decide the canary alone",
+    )
+    max_sessions_per_client: int = Field(
+        _DEFAULTS.max_sessions_per_client,
+        description="a client that opens more sessions than this in a window adds nothing to the canary in it",
+    )
+    client_window_days: float | None = Field(
+        _DEFAULTS.client_window_days, description="the window of the two per-client bounds (null: the whole canary)"
+    )
 
     @property
     def gate_criterion(self) -> Literal["better", "not_worse"]:

@@ -210,12 +210,12 @@ def canary_sensor(
     else:
         kind, rollout_state = running
         name = name_of(registry, kind, rollout_state.candidate_version)
+        settings = rollout.settings()
         store = feedback_loop.store()
         try:
-            evidence = collect(store, rollout_state.started_at)
+            evidence = collect(store, rollout_state.started_at, settings)
         finally:
             store.close()
-        settings = rollout.settings()
         decision = evaluate(evidence, name, settings)
         production = registry.resolve(kind, "production")
         if (production.version if production else None) != rollout_state.production_version:

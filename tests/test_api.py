@@ -311,3 +311,42 @@ def test_an_unhandled_server_error_is_counted_as_5xx(store):
         assert c.post("/ask", json={"question": "cats?"}, headers=AUTH).status_code == 500
         counts = c.get("/metrics", headers=AUTH).json()["requests"]["POST /ask"]
     assert counts["count"] == 1 and counts["5xx"] == 1
+
+
+def test_text_no_one_can_read_and_reused_event_keys_get_clear_errors(client, store):
+    """A lone surrogate ("abc\\udc00", valid JSON) reached the tokenizer and gave a plain-text 500; a question of
+    zero-width spaces was retrieved and stored; /events answered a reused key as a duplicate whatever it carried."""
+    import json
+
+    def post_escaped(path: str, body: dict):  # as a client sends it: "\udc00" escaped in the JSON text
+        return client.post(path, content=json.dumps(body), headers={**AUTH, "Content-Type": "application/json"})
+
+    data = ask(client)
+    before = snapshot(store)
+    for question, words in (
+        ("abc\udc00", "not valid unicode"),
+        ("\u200b\u200b\u2060\ufeff", "invisible characters"),
+        (" \u200b\n\t", "invisible characters"),
+    ):
+        response = post_escaped("/ask", {"question": question})
+        assert response.status_code == 422 and words in response.json()["error"].lower(), response.text
+    for field in ("comment", "correction"):
+        response = post_escaped(
+            "/feedback", {"query_id": data["query_id"], "idempotency_key": field, "answer_score": 1, field: "x\udc00"}
+        )
+        assert response.status_code == 422 and response.headers["content-type"] == "application/json", response.text
+    assert snapshot(store) == before
+    assert ask(client, "who was Jürgen \u200bHabermas? 日本")["answer"]  # text with such characters is still asked
+
+    shown = [p["chunk_id"] for p in data["passages"]]
+    click = {"query_id": data["query_id"], "kind": "click", "chunk_id": shown[0], "idempotency_key": "click-1"}
+    first = client.post("/events", json=click, headers=AUTH)
+    again = client.post("/events", json=click, headers=AUTH)
+    assert first.status_code == again.status_code == 200 and first.json() == again.json()
+    other = client.post("/events", json={**click, "chunk_id": shown[1]}, headers=AUTH)
+    assert other.status_code == 409 and "already used for another event" in other.json()["error"]
+    unknown = client.post("/events", json={**click, "query_id": "no-such-query"}, headers=AUTH)
+    assert unknown.status_code == 409  # as /feedback: a reused key is checked first
+    fresh = client.post("/events", json={**click, "query_id": "no-such-query", "idempotency_key": "k2"}, headers=AUTH)
+    assert fresh.status_code == 404 and "unknown query_id" in fresh.json()["error"]
+    assert (store.table("implicit_events")["kind"] == "click").sum() == 1

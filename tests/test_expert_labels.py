@@ -372,3 +372,23 @@ def test_labelling_through_the_api(client, store, root):
     schema = client.get("/openapi.json").json()
     assert {"/annotation/next", "/annotation/labels", "/annotation/undo"} <= set(schema["paths"])
     assert client.get("/expert").status_code == 200 and "expert.js" in client.get("/expert").text
+
+
+def test_an_annotation_queue_file_that_fails_validation_is_a_clear_error_not_a_500(client, root):
+    """A hand-edited or truncated queue file made /annotation/next and /annotation/labels answer 500."""
+    from rag.annotation.queue import queue_path
+
+    cats = item("what do cats eat", "a1")
+    build_queue(root, cats)
+    for broken in ('{"strategy": "t", "items": [{"question": 3}]}', "{not json", ""):
+        queue_path(root).write_text(broken, encoding="utf-8")
+        for response in (
+            client.get("/annotation/next?expert=ann", headers=EXPERT),
+            client.post("/annotation/labels", json=body(cats, 2, f"k{len(broken)}"), headers=EXPERT),
+        ):
+            assert response.status_code == 503, response.text
+            assert "cannot be read" in response.json()["error"] and "materialize the `annotation_queue`" in (
+                response.json()["error"]
+            )
+    build_queue(root, cats)  # rebuilt: served again
+    assert client.get("/annotation/next?expert=ann", headers=EXPERT).json()["items"][0]["item_id"] == cats.item_id

@@ -110,7 +110,7 @@ def test_a_won_canary_is_promoted_with_the_evidence_it_was_reread_from(tmp_path)
     assert promotion["approved_by"] == "dagster run abc"
 
 
-# --- 3. one outcome per (session, question); signals only from the session shown --------------------------------
+# --- 3. one outcome per (client, question); signals only from the session shown ---------------------------------
 
 
 def shown(store, question: str, session: str):
@@ -126,6 +126,8 @@ def shown(store, question: str, session: str):
         arm="canary",
         latency_ms=20.0,
         timings_ms={"rank_production": 8.0, "rank_canary": 9.0},
+        client_session=f"issued-{session}",  # what the API records: the session it issued, and the client's key
+        client_key=f"client-{session}",
     )
 
 
@@ -137,10 +139,10 @@ def test_a_session_repeating_a_question_gives_one_outcome(tmp_path):
     try:
         for i in range(8):  # the same list every time (same coin): one user clicking rank 1 eight times
             q = shown(store, "Which animal purrs?" if i % 2 else "which  animal PURRS?", "s1")
-            store.record_event(ImplicitEvent(query_id=q.query_id, chunk_id="cats", session_id="s1"))
+            store.record_event(ImplicitEvent(query_id=q.query_id, chunk_id="cats"), client_session="issued-s1")
         assert collect(store, since).counts == (1, 0, 0)  # was 8 wins: log-LR 3.35 past the threshold 3.0
         q = shown(store, "what do rockets burn", "s1")  # another question of the same session is its own judgement
-        store.record_event(ImplicitEvent(query_id=q.query_id, chunk_id="cats", session_id="s1"))
+        store.record_event(ImplicitEvent(query_id=q.query_id, chunk_id="cats"), client_session="issued-s1")
         assert collect(store, since).counts == (2, 0, 0)
     finally:
         store.close()
@@ -153,14 +155,16 @@ def test_only_the_session_shown_a_query_can_credit_it(tmp_path):
     since = datetime.now(UTC) - timedelta(minutes=1)
     try:
         q = shown(store, "which animal purrs", "alice")
-        # Another client (or one without a session) rates and clicks alice's canary query: no credit.
+        # Another client (or one without a session) rates and clicks alice's canary query: no credit, even under
+        # alice's own label or from another session the server issued.
         store.submit_feedback(
             FeedbackSubmission(
                 query_id=q.query_id,
                 idempotency_key="mallory",
-                session_id="mallory",
+                session_id="alice",
                 passages=[{"chunk_id": "cats", "score": 1}],
-            )
+            ),
+            client_session="issued-mallory",
         )
         store.submit_feedback(
             FeedbackSubmission(
@@ -175,7 +179,8 @@ def test_only_the_session_shown_a_query_can_credit_it(tmp_path):
                 idempotency_key="alice",
                 session_id="alice",
                 passages=[{"chunk_id": "dogs", "score": 1}],
-            )
+            ),
+            client_session="issued-alice",
         )
         assert collect(store, since).counts == (0, 1, 0)  # alice's own rating counts: production's passage won
     finally:

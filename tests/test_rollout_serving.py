@@ -24,6 +24,7 @@ from rag.rollout.evidence import collect, evaluate, summary
 from rag.lifecycle.rollout import history, read_state, roll_back_rollout, start
 from rag.serving.app import create_app
 from rag.serving.canary import CanaryRouter
+from rag.serving.sessions import SessionKeys
 from rag.serving.settings import ServeSettings
 from rag.lifecycle.verdicts import PromotionRefused
 from tests.verdicts import sound, won
@@ -39,6 +40,24 @@ TEXTS = {
     "moon": "The moon orbits the earth once every twenty-seven days.",
 }
 quiet = lambda _: None  # noqa: E731
+KEYS = SessionKeys("a fixed server secret of the tests")  # the tests issue tokens the app accepts
+# The canary's per-client bounds switched off: one test client asking from many sessions counts as many users.
+UNBOUNDED = CanarySettings(max_sessions_per_client=10**6, max_outcomes_per_client=10**6, client_window_days=10**4)
+
+
+def arm_of_token(token: str, share: float, salt: str = "v2", keys: SessionKeys = KEYS) -> str:
+    """The arm the server draws for a session it issued: from the secret arm key, not from anything a client sent."""
+    return assign_arm(keys.arm_key(keys.verify(token)), share, salt=salt)
+
+
+def sessions_in(arm: str, share: float, n: int, salt: str = "v2", keys: SessionKeys = KEYS) -> list[str]:
+    """n session tokens the server (with `keys`) would put in `arm`."""
+    found = []
+    while len(found) < n:
+        token = keys.issue().token
+        if arm_of_token(token, share, salt, keys) == arm:
+            found.append(token)
+    return found
 
 
 class FakeAnswerer:
@@ -135,8 +154,10 @@ def store(tmp_path):
 
 
 def ask(client, question="which animal does purr", session=None) -> dict:
+    """`session`: a token the server issued (sent as the API's `session` field); none: a new session."""
+    client.cookies.clear()  # each call names its session itself
     response = client.post(
-        "/ask", json={"question": question, **({"session_id": session} if session else {})}, headers=AUTH
+        "/ask", json={"question": question, **({"session": session} if session else {})}, headers=AUTH
     )
     assert response.status_code == 200, response.text
     return response.json()
@@ -158,19 +179,35 @@ def test_api_assigns_sessions_to_arms_deterministically_and_records_arms_and_tea
     assert (state.stage, state.candidate_version, state.production_version) == ("canary", "v2", "v1")
     arm = FakeArm(CANDIDATE)
     router = CanaryRouter(registry, lambda kind, candidate: arm)
-    app = create_app(lambda: PRODUCTION, store, ServeSettings(api_token=TOKEN), canary=router)
+    app = create_app(lambda: PRODUCTION, store, ServeSettings(api_token=TOKEN), canary=router, sessions=KEYS)
     with TestClient(app) as client:
-        # The same session gets the same arm on every request: the one assign_arm computes from its id.
-        expected = assign_arm("s-0", 0.3, salt="v2")
-        assert {arm_of(store, ask(client, session="s-0")["query_id"]) for _ in range(3)} == {expected}
+        # The server issues each session; the same session gets the same arm on every request: the one drawn from
+        # the session's secret arm key.
+        first = ask(client)
+        token = first["session"]
+        assert {arm_of(store, ask(client, session=token)["query_id"]) for _ in range(3)} == {arm_of_token(token, 0.3)}
         # Over many sessions the canary serves about its share (sd of the share over 300 sessions: 0.026).
-        served = {f"u{i}": arm_of(store, ask(client, session=f"u{i}")["query_id"]) for i in range(300)}
-        assert all(a == assign_arm(s, 0.3, salt="v2") for s, a in served.items())
+        served = {}
+        for _ in range(300):
+            answer = ask(client)
+            served[answer["session"]] = arm_of(store, answer["query_id"])
+        assert all(a == arm_of_token(s, 0.3) for s, a in served.items())
         share = sum(a == "canary" for a in served.values()) / len(served)
         assert 0.22 < share < 0.38, share
-        # Without a session the request stays outside the split: production answers, no arm is recorded.
-        anonymous = ask(client)
-        assert arm_of(store, anonymous["query_id"]) is None and anonymous["answer"] == TEXTS["cats"]
+        # A client's own session_id is a label: the same label twice is two sessions, and a forged token is ignored.
+        labelled = []
+        for _ in range(2):
+            client.cookies.clear()  # a client that keeps no cookie, only its label
+            labelled.append(client.post("/ask", json={"question": "q", "session_id": "me"}, headers=AUTH).json())
+        assert labelled[0]["session"] != labelled[1]["session"]
+        forged = ask(client, session="mine.0123456789abcdef0123456789")
+        assert forged["session"] != "mine.0123456789abcdef0123456789" and KEYS.verify(forged["session"])
+        # A browser keeps its session in the cookie the first answer set.
+        client.cookies.clear()
+        cookie_first = client.post("/ask", json={"question": "q"}, headers=AUTH)
+        cookie_again = client.post("/ask", json={"question": "q"}, headers=AUTH)
+        assert cookie_first.cookies.get("rag_session") == cookie_first.json()["session"]
+        assert cookie_again.json()["session"] == cookie_first.json()["session"]
 
         # A production session: production's list, no teams. A canary session: the interleaved list, every passage
         # tagged with the team that picked it, answered by the candidate from that list; teams are not shown to users.
@@ -206,14 +243,14 @@ def test_api_assigns_sessions_to_arms_deterministically_and_records_arms_and_tea
             return next(c for c, t in teams_of(store, query["query_id"]).items() if t == team)
 
         won, lost, rated = (ask(client, f"question {i}", session=canary_sessions[i]) for i in (1, 2, 3))
-        # Each signal comes from the session that was shown the query (the page sends its session id).
+        # Each signal comes from the session that was shown the query (its token, as the page sends it).
         client.post(
             "/feedback",
             headers=AUTH,
             json={
                 "query_id": won["query_id"],
                 "idempotency_key": "w",
-                "session_id": canary_sessions[1],
+                "session": canary_sessions[1],
                 "passages": [{"chunk_id": shown(won, "canary"), "score": 1}],
             },
         )
@@ -223,7 +260,7 @@ def test_api_assigns_sessions_to_arms_deterministically_and_records_arms_and_tea
             json={
                 "query_id": lost["query_id"],
                 "kind": "click",
-                "session_id": canary_sessions[2],
+                "session": canary_sessions[2],
                 "chunk_id": shown(lost, "production"),
             },
         )
@@ -233,7 +270,7 @@ def test_api_assigns_sessions_to_arms_deterministically_and_records_arms_and_tea
             json={
                 "query_id": rated["query_id"],
                 "kind": "click",
-                "session_id": canary_sessions[3],
+                "session": canary_sessions[3],
                 "chunk_id": shown(rated, "canary"),
             },
         )
@@ -243,16 +280,22 @@ def test_api_assigns_sessions_to_arms_deterministically_and_records_arms_and_tea
             json={
                 "query_id": rated["query_id"],
                 "idempotency_key": "r",
-                "session_id": canary_sessions[3],
+                "session": canary_sessions[3],
                 "passages": [{"chunk_id": shown(rated, "canary"), "score": -1}],
             },
         )
-        evidence = collect(store, state.started_at)
+        # Every request came from one client (the test client's address). Its signals are credited as above, and a
+        # question it repeated is one judgement however many sessions asked it (counted without the per-client
+        # bounds here; tests/test_canary_attack.py tests those).
+        evidence = collect(store, state.started_at, UNBOUNDED)
         asked_in_canary = store.table("queries").query("arm == 'canary'")
         canaries = len(asked_in_canary)
-        # One outcome per (session, question): `mixed` and `again`, one session's one question, are one judgement.
-        judged = len(set(zip(asked_in_canary["session_id"], asked_in_canary["text"].str.lower())))
-        assert judged < canaries and evidence.counts == (1, 2, judged - 3) and evidence.queries["canary"] == canaries
+        judged = asked_in_canary["text"].str.lower().nunique()
+        assert judged < canaries and evidence.queries["canary"] == canaries
+        assert evidence.counts == (1, 2, judged - 3) and evidence.clients == 1
+        # Under the product's bounds that client, with its hundreds of sessions, adds nothing at all.
+        bounded = collect(store, state.started_at)
+        assert bounded.counts == (0, 0, 0) and bounded.clients_with_too_many_sessions == 1
 
         # An operator's rollback: the next request of a canary session is production's, production never moved.
         rolled = roll_back_rollout("embedder", registry, "looks wrong", log=quiet)
@@ -352,8 +395,8 @@ def test_a_failing_candidate_leaves_the_answer_to_production(registry, store):
 
     start("embedder", registry, traffic_share=0.9, log=quiet)
     router = CanaryRouter(registry, lambda kind, candidate: FakeArm(Broken("candidate", [])))
-    app = create_app(lambda: PRODUCTION, store, ServeSettings(api_token=TOKEN), canary=router)
-    session = next(s for s in (f"s{i}" for i in range(50)) if assign_arm(s, 0.9, salt="v2") == "canary")
+    app = create_app(lambda: PRODUCTION, store, ServeSettings(api_token=TOKEN), canary=router, sessions=KEYS)
+    session = sessions_in("canary", 0.9, 1)[0]
     with TestClient(app) as client:
         data = ask(client, session=session)
         assert data["answer"] == TEXTS["cats"] and arm_of(store, data["query_id"]) is None  # outside the comparison
@@ -381,7 +424,15 @@ def test_the_latency_guardrail_compares_each_arms_own_ranking_in_the_same_reques
         )
         total = sum(timings.values())
         store.record_query(
-            f"q{i}", answer="a", chunks=[], session_id=f"s{i}", arm=arm, latency_ms=total, timings_ms=timings
+            f"q{i}",
+            answer="a",
+            chunks=[],
+            session_id=f"s{i}",
+            arm=arm,
+            latency_ms=total,
+            timings_ms=timings,
+            client_session=f"s{i}",
+            client_key=f"client {i}",
         )
 
     for i in range(60):
@@ -502,8 +553,8 @@ def test_shared_picks_are_recorded_through_the_api_and_credit_nobody(registry, s
     # pick whichever team drew it; every other shown passage is one arm's own pick.
     state = start("embedder", registry, traffic_share=0.99, log=quiet)
     router = CanaryRouter(registry, lambda kind, candidate: FakeArm(FakeAnswerer("candidate", ["cats", "moon", "tea"])))
-    app = create_app(lambda: PRODUCTION, store, ServeSettings(api_token=TOKEN), canary=router)
-    sessions = [s for s in (f"x{j}" for j in range(40)) if assign_arm(s, 0.99, salt="v2") == "canary"][:3]
+    app = create_app(lambda: PRODUCTION, store, ServeSettings(api_token=TOKEN), canary=router, sessions=KEYS)
+    sessions = sessions_in("canary", 0.99, 3)
     with TestClient(app) as client:
         asked = [ask(client, f"q{i}", session=s) for i, s in enumerate(sessions)]
         rows = store.table("retrievals")
@@ -521,7 +572,7 @@ def test_shared_picks_are_recorded_through_the_api_and_credit_nobody(registry, s
             client.post(
                 "/events",
                 headers=AUTH,
-                json={"query_id": query_id, "kind": "click", "chunk_id": chunk_id, "session_id": session_of[query_id]},
+                json={"query_id": query_id, "kind": "click", "chunk_id": chunk_id, "session": session_of[query_id]},
             )
 
         click(one, "cats")
@@ -606,7 +657,9 @@ def simulate(store, n: int, start_at: int, team_liked: str) -> None:
             arm="canary",
             latency_ms=20.0,
             timings_ms={"rank_production": 8.0, "rank_canary": 9.0},
-        )  # as the API times both arms
+            client_session=f"sim{i}",
+            client_key=f"user {i}",
+        )  # as the API records it: each simulated user its own session and client
         liked = "cats" if team_liked == "canary" else "dogs"
         store.submit_feedback(
             FeedbackSubmission(
@@ -614,7 +667,8 @@ def simulate(store, n: int, start_at: int, team_liked: str) -> None:
                 idempotency_key=f"sim{i}",
                 session_id=f"sim{i}",
                 passages=[{"chunk_id": liked, "score": 1}],
-            )
+            ),
+            client_session=f"sim{i}",
         )
 
 
@@ -670,7 +724,7 @@ def test_real_candidate_is_served_interleaved_promoted_by_the_sensor_and_rolled_
         model="production",
         mode="dense",
     )
-    session = next(s for s in (f"s{i}" for i in range(100)) if assign_arm(s, 0.5, salt="v2") == "canary")
+    session = sessions_in("canary", 0.5, 1, keys=SessionKeys.for_data_dir(root))[0]  # the keys build_app serves with
     with TestClient(app) as c:
         data = ask(c, "which animal does purr and chase mice", session=session)
         assert (

@@ -9,7 +9,7 @@ import random
 import time
 from pathlib import Path
 
-from bench.lib.feedback import TOKEN
+from bench.lib.feedback import TOKEN, USER_HEADER
 from bench.lib.results import log as say
 
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
@@ -65,10 +65,12 @@ class Users:
     def ask(self) -> None:
         qid = self.next_qid()
         self.asked += 1
-        session = f"{self.session_prefix}{self.asked}-{qid}"  # one fresh session per asked query
-        answer = self.http.post("/ask", json={"question": self.queries[qid], "session_id": session}, headers=HEADERS)
+        session = f"{self.session_prefix}{self.asked}-{qid}"  # one fresh user and session per asked query
+        headers = {**HEADERS, USER_HEADER: session}
+        answer = self.http.post("/ask", json={"question": self.queries[qid], "session_id": session}, headers=headers)
         answer.raise_for_status()
         data = answer.json()
+        token = data["session"]  # the session the server issued: signals count for a canary only under it
         self.stats["queries"] += 1
         self.stats["canary_served"] += str(data["model_version"]).startswith("interleaved(")
         relevant = self.qrels[qid]
@@ -79,12 +81,12 @@ class Users:
             chunk = passage["chunk_id"]
             if relevant.get(chunk, 0) > 0:
                 if self.rng.random() < self.p_relevant:
-                    self._click(data["query_id"], chunk)
+                    self._click(data["query_id"], chunk, token, headers)
                     ratings.append({"chunk_id": chunk, "score": 1})
             elif self.rng.random() < self.p_negative:
                 ratings.append({"chunk_id": chunk, "score": -1})
             elif self.rng.random() < self.p_click_noise:
-                self._click(data["query_id"], chunk)
+                self._click(data["query_id"], chunk, token, headers)
         if ratings:
             ack = self.http.post(
                 "/feedback",
@@ -93,16 +95,19 @@ class Users:
                     "idempotency_key": f"fb-{session}",
                     "passages": ratings,
                     "session_id": session,
+                    "session": token,
                 },
-                headers=HEADERS,
+                headers=headers,
             )
             ack.raise_for_status()
             self.stats["ratings_up"] += sum(r["score"] > 0 for r in ratings)
             self.stats["ratings_down"] += sum(r["score"] < 0 for r in ratings)
 
-    def _click(self, query_id: str, chunk_id: str) -> None:
+    def _click(self, query_id: str, chunk_id: str, token: str, headers: dict) -> None:
         self.http.post(
-            "/events", json={"query_id": query_id, "kind": "click", "chunk_id": chunk_id}, headers=HEADERS
+            "/events",
+            json={"query_id": query_id, "kind": "click", "chunk_id": chunk_id, "session": token},
+            headers=headers,
         ).raise_for_status()
         self.stats["clicks"] += 1
 
@@ -279,14 +284,14 @@ def users_decide(
     save_into["canaries"]. `args` carries the click model (add_click_model), seed, canary_batch, max_canary_asked."""
     from fastapi.testclient import TestClient
 
-    from bench.lib.feedback import TOKEN
+    from bench.lib.feedback import TOKEN, USER_HEADER
     from rag.feedback import FeedbackStore
     from rag.serving.server import build_app
     from rag.serving.settings import ServeSettings
 
     queries = {i.qid: i.question for i in users_items}
     app = build_app(
-        ServeSettings(api_token=TOKEN, refresh_seconds=0),
+        ServeSettings(api_token=TOKEN, refresh_seconds=0, client_header=USER_HEADER),
         root=root,
         store=FeedbackStore(root=root),
         strategy=strategy,

@@ -12,6 +12,10 @@ from bench.lib.datasets import SCIFACT
 
 STRATEGY = "scifact"
 TOKEN = "feedback-loop-token-0123456789"
+# Every simulated user is its own client, as people behind an authenticating proxy are: the benches' servers read
+# this header (ServeSettings.client_header), since all their requests come from one address, which a canary bounds
+# as one client.
+USER_HEADER = "X-Simulated-User"
 
 
 def slice_queries(n_train: int, n_test: int, seed: int = 0):
@@ -134,7 +138,7 @@ def candidate_ndcg_at_10(root: Path, version: str, queries: dict[str, str], qrel
 def ask_and_rate(http, qid: str, question: str, relevant: dict[str, int] | None) -> tuple[int, str | None]:
     """One query through the API, rated from its qrels (None: not rated); returns (feedback events stored, the
     served model version)."""
-    headers = {"Authorization": f"Bearer {TOKEN}"}
+    headers = {"Authorization": f"Bearer {TOKEN}", USER_HEADER: f"replay-{qid}"}  # each replayed question its own user
     answer = http.post("/ask", json={"question": question, "session_id": f"replay-{qid}"}, headers=headers)
     answer.raise_for_status()
     data = answer.json()
@@ -146,7 +150,12 @@ def ask_and_rate(http, qid: str, question: str, relevant: dict[str, int] | None)
     ack = http.post(
         "/feedback",
         headers=headers,
-        json={"query_id": data["query_id"], "idempotency_key": f"replay-{qid}", "passages": ratings},
+        json={
+            "query_id": data["query_id"],
+            "idempotency_key": f"replay-{qid}",
+            "passages": ratings,
+            "session": data["session"],
+        },
     )
     ack.raise_for_status()
     return len(ack.json()["event_ids"]), data["model_version"]

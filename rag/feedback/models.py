@@ -14,6 +14,10 @@ MAX_PASSAGE_RATINGS = 100
 MAX_KEY_CHARS = 128
 MAX_EXPERT_CHARS = 128
 MAX_ITEM_ID_CHARS = 64
+SESSION_DESCRIPTION = (
+    "the session token a previous /ask returned (or the rag_session cookie): only signals sent under the session "
+    "that was shown an answer count for a canary (session_id is the client's own label and counts for nothing there)"
+)
 
 Score = Literal[-1, 1]
 Grade = Literal[0, 1, 2]  # irrelevant, partially relevant, relevant
@@ -65,6 +69,7 @@ class FeedbackSubmission(BaseModel):
     correction_source: Literal["user", "expert"] = "user"
     comment: str | None = Field(None, max_length=MAX_COMMENT_CHARS)
     session_id: str | None = Field(None, max_length=128)
+    session: str | None = Field(None, max_length=128, description=SESSION_DESCRIPTION)
 
     @model_validator(mode="after")
     def _says_something(self) -> FeedbackSubmission:
@@ -76,7 +81,8 @@ class FeedbackSubmission(BaseModel):
         return self
 
     def payload_hash(self) -> str:
-        body = self.model_dump(exclude={"idempotency_key"})
+        # The token says who sent it, not what was said: a retry under a renewed session is the same feedback.
+        body = self.model_dump(exclude={"idempotency_key", "session"})
         return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -86,8 +92,9 @@ class ImplicitEvent(BaseModel):
     kind: Literal["click"] = "click"  # reformulations are detected by the store itself when a session asks again
     chunk_id: str = Field(min_length=1, max_length=512)
     idempotency_key: str | None = Field(None, max_length=MAX_KEY_CHARS)
-    # A canary counts a click only from the session that was shown the query (rag.rollout.evidence).
     session_id: str | None = Field(None, max_length=128)
+    # A canary counts a click only from the session that was shown the query (rag.rollout.evidence).
+    session: str | None = Field(None, max_length=128, description=SESSION_DESCRIPTION)
 
 
 class FeedbackAck(BaseModel):

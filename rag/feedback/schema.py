@@ -56,6 +56,19 @@ queries = Table(
         comment="production or canary while a canary ran (rag.rollout); NULL outside a canary "
         "and for requests without a session id",
     ),
+    Column(
+        "client_session",
+        String(64),
+        index=True,
+        comment="the session the server issued (rag.serving.sessions): a canary credits a query only with "
+        "signals sent under it; session_id is the client's own label",
+    ),
+    Column(
+        "client_key",
+        String(32),
+        comment="keyed hash of where the request came from: a canary bounds what one client adds to its "
+        "evidence, however many sessions it opens (the address is not stored)",
+    ),
 )
 
 passages = Table(
@@ -123,6 +136,7 @@ submissions = Table(
     Column("payload_hash", String(64), nullable=False),
     Column("query_id", String(36), ForeignKey("queries.query_id"), nullable=False, index=True),
     Column("session_id", String(128)),
+    Column("client_session", String(64), comment="the server-issued session that sent it (NULL: none)"),
     Column("comment", Text),
     Column("created_at", DateTime(timezone=True), nullable=False),
 )
@@ -155,8 +169,13 @@ implicit_events = Table(
     Column(
         "session_id",
         String(128),
-        comment="the session that sent the event: a canary counts a click only from the "
-        "session that was shown the query",
+        comment="the session label the client sent with the event",
+    ),
+    Column(
+        "client_session",
+        String(64),
+        comment="the server-issued session that sent the event: a canary counts a click only from the session "
+        "that was shown the query",
     ),
     CheckConstraint(f"kind IN {EVENT_KINDS}", name="event_kind"),
 )

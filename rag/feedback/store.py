@@ -73,6 +73,23 @@ def _migrate(engine: Engine) -> None:
     _migrate_timings(engine)
     _migrate_shared_picks(engine)
     _migrate_event_sessions(engine)
+    _migrate_issued_sessions(engine)
+
+
+def _migrate_issued_sessions(engine: Engine) -> None:
+    """Stores created before the server issued sessions: add the issued session and client key columns (NULL for
+    earlier rows, which a canary then does not credit: no one can say which session sent them)."""
+    wanted = {
+        "queries": (("client_session", "VARCHAR(64)"), ("client_key", "VARCHAR(32)")),
+        "feedback_submissions": (("client_session", "VARCHAR(64)"),),
+        "implicit_events": (("client_session", "VARCHAR(64)"),),
+    }
+    with engine.begin() as conn:
+        for table, columns in wanted.items():
+            have = {c["name"] for c in inspect(conn).get_columns(table)}
+            for column, kind in columns:
+                if column not in have:
+                    conn.exec_driver_sql(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 
 def _migrate_event_sessions(engine: Engine) -> None:
@@ -200,11 +217,14 @@ class FeedbackStore:
         not_in_context: bool = False,
         arm: str | None = None,
         timings_ms: dict[str, float] | None = None,
+        client_session: str | None = None,
+        client_key: str | None = None,
     ) -> StoredQuery:
         """Store an asked question, what was retrieved (chunk_id, doc_id, page_start, page_end, text, rank,
         score, cited, and `team` and `shared` for an interleaved canary answer) and the system's answer. `arm`: which
         arm of a running canary served it (production or canary), None outside a canary; `timings_ms`: the steps'
-        times."""
+        times; `client_session` and `client_key`: the session the server issued and the keyed client identity
+        (rag.serving.sessions), what a canary judges by."""
         query_id, answer_id, now = str(uuid.uuid4()), str(uuid.uuid4()), _now()
         chunks = list(chunks)
         with self._writing() as conn:
@@ -227,6 +247,8 @@ class FeedbackStore:
                     latency_ms=latency_ms,
                     arm=arm,
                     timings_ms=timings_ms,
+                    client_session=client_session,
+                    client_key=client_key,
                 )
             )
             hashes = self._upsert_passages(conn, chunks, now)
@@ -341,9 +363,10 @@ class FeedbackStore:
                 raise
             return first
 
-    def submit_feedback(self, sub: FeedbackSubmission) -> FeedbackAck:
+    def submit_feedback(self, sub: FeedbackSubmission, *, client_session: str | None = None) -> FeedbackAck:
         """Store one submission atomically. The same idempotency key with the same content returns the first
-        acknowledgement; with other content it is refused (409)."""
+        acknowledgement; with other content it is refused (409). `client_session`: the server-issued session that
+        sent it (the API verified it), the only one a canary credits the query's ratings from."""
         digest = sub.payload_hash()
 
         def write(conn) -> FeedbackAck:
@@ -355,6 +378,7 @@ class FeedbackStore:
                     payload_hash=digest,
                     query_id=sub.query_id,
                     session_id=sub.session_id,
+                    client_session=client_session,
                     comment=sub.comment,
                     created_at=now,
                 )
@@ -436,12 +460,15 @@ class FeedbackStore:
                     "only the passages /ask returned can be rated"
                 )
 
-    def record_event(self, ev: ImplicitEvent) -> int:
-        """Store a click (or another implicit event); the same idempotency key returns the first event's id."""
+    def record_event(self, ev: ImplicitEvent, *, client_session: str | None = None) -> int:
+        """Store a click (or another implicit event); the same idempotency key with the same event returns the first
+        event's id, with another event (another query, passage or kind) it is refused (409), as /feedback refuses it.
+        `client_session`: the server-issued session that sent it (a canary credits clicks only from the session that
+        was shown the query)."""
         try:
             with self._writing() as conn:
                 if ev.idempotency_key:
-                    known = self._event_with_key(conn, ev.idempotency_key)
+                    known = self._event_with_key(conn, ev)
                     if known is not None:
                         return known
                 self._validate_targets(
@@ -457,6 +484,7 @@ class FeedbackStore:
                         chunk_id=ev.chunk_id,
                         idempotency_key=ev.idempotency_key,
                         session_id=ev.session_id,
+                        client_session=client_session,
                         created_at=_now(),
                     )
                 ).inserted_primary_key[0]
@@ -465,16 +493,27 @@ class FeedbackStore:
             if not ev.idempotency_key:
                 raise
             with self.engine.connect() as conn:
-                known = self._event_with_key(conn, ev.idempotency_key)
+                known = self._event_with_key(conn, ev)
             if known is None:
                 raise
             return known
 
     @staticmethod
-    def _event_with_key(conn, key: str) -> int | None:
-        return conn.execute(
-            select(s.implicit_events.c.event_id).where(s.implicit_events.c.idempotency_key == key)
-        ).scalar()
+    def _event_with_key(conn, ev: ImplicitEvent) -> int | None:
+        """The id of the event stored under ev's idempotency key (None: none); a key reused for another event is
+        refused, so a retry is told apart from a client that reuses keys."""
+        e = s.implicit_events
+        first = conn.execute(
+            select(e.c.event_id, e.c.query_id, e.c.kind, e.c.chunk_id).where(e.c.idempotency_key == ev.idempotency_key)
+        ).first()
+        if first is None:
+            return None
+        if (first.query_id, first.kind, first.chunk_id) != (ev.query_id, ev.kind, ev.chunk_id):
+            raise IdempotencyConflictError(
+                f"idempotency key {ev.idempotency_key!r} was already used for another event: use a new key for each "
+                "new one"
+            )
+        return first.event_id
 
     def record_expert_label(
         self, label: ExpertLabel, *, question: str, passage: dict, query_id: str | None = None

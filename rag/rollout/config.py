@@ -69,6 +69,32 @@ class CanarySettings(BaseModel):
         "votes may fall at most this far (absolute) below production's",
     )
     min_votes: int = Field(30, ge=1, description="answer votes per arm before the up-vote guardrail can fire")
+    # One client (an address, or the user a trusted proxy names) can open any number of sessions and ask any number
+    # of questions; counted as independent users, one script would decide a canary (8 straight wins cross the test
+    # at alpha 0.05, 5 straight losses the harm test at 0.10). So each client's say is bounded, and bounded below
+    # what could cross either test alone (rag.rollout.sequential.client_bound): a decision needs several clients.
+    max_outcomes_per_client: int = Field(
+        4,
+        ge=1,
+        description="questions one client can add to a canary's evidence (its outcomes, answer votes and latency "
+        "samples) per client_window_days; the questions that credited an arm or carry a vote are kept first. "
+        "Without a window it is also capped so that one client alone can never cross either test",
+    )
+    # A client that opens many sessions is drawing arms until it gets the one it wants (or is a script that keeps no
+    # cookie, whose signals could not be tied to its answers anyway). A browser keeps one session in its cookie.
+    max_sessions_per_client: int = Field(
+        8,
+        ge=1,
+        description="sessions one client may open per client_window_days and still be counted: a client with more "
+        "adds nothing to the canary's evidence in that window",
+    )
+    client_window_days: float | None = Field(
+        None,
+        gt=0,
+        description="the window max_outcomes_per_client and max_sessions_per_client apply to (days since the "
+        "canary's start); None: the whole canary. A window lets a client that returns add more, and lets one "
+        "client decide a long canary",
+    )
 
 
 def promotion_policy() -> str:

@@ -206,6 +206,29 @@ def queries_to_decide(
     return math.ceil(high / rate)
 
 
+def client_bound(settings: CanarySettings | None = None) -> int:
+    """Questions one client may add to a canary's evidence per window: settings.max_outcomes_per_client, and without
+    a window (one window: the whole canary) no more than the largest run of outcomes, all one way, that crosses
+    neither the test nor the harm test: one client alone never decides."""
+    settings = settings or CanarySettings()
+    bound = settings.max_outcomes_per_client
+    if settings.client_window_days is not None:
+        return bound
+    harm_threshold = _harm_threshold(settings)
+
+    def decides(n: int) -> bool:
+        a, b = settings.prior_a, settings.prior_b
+        if float(log_likelihood_ratio(n, 0, a, b)) >= math.log(1.0 / settings.alpha):
+            return True
+        if float(log_likelihood_ratio(0, n, a, b)) >= math.log(1.0 / settings.alpha):
+            return True
+        return harm_threshold is not None and float(log_harm_ratio(0, n, a, b)) >= harm_threshold
+
+    while bound > 1 and decides(bound):
+        bound -= 1
+    return bound
+
+
 def forced_rollback(decision: Decision, breaches: Sequence[str]) -> Decision:
     """The decision overridden by guardrail breaches: any breach rolls back, whatever the test says."""
     if not breaches:

@@ -15,6 +15,7 @@ import asyncio
 import hmac
 import threading
 import time
+import unicodedata
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime
@@ -22,13 +23,13 @@ from pathlib import Path
 from typing import Annotated, Protocol
 
 import numpy as np
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -45,6 +46,7 @@ from rag.feedback import (
 )
 from rag.feedback.models import MAX_EXPERT_CHARS
 from rag.retrieval import MAX_QUERY_CHARS, RetrievalError
+from rag.serving.sessions import COOKIE, Session, SessionKeys
 from rag.serving.settings import ServeSettings
 from rag.store import data_dir
 
@@ -55,11 +57,27 @@ class Asker(Protocol):
     def ask(self, question: str): ...  # -> rag.qa.AnswerResult
 
 
+def _visible(text: str) -> bool:
+    """Whether text holds anything a person can read: zero-width and other format characters, controls and
+    separators alone are as empty as spaces."""
+    return any(unicodedata.category(ch)[0] not in "CZ" for ch in text)
+
+
 def askable(question: str) -> str:
     """A question worth retrieving for: the 422 says what is wrong and what to do (the web page shows it as is), and
     the length limit is the retriever's own, so the two cannot disagree."""
-    if not question.strip():
-        raise PydanticCustomError("blank_question", "the question is empty or only spaces: write a question")
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (JSON allows "\udc00") is no text: the tokenizer and the store would fail on it later.
+        raise PydanticCustomError(
+            "invalid_text",
+            "the question holds characters that are not valid Unicode text (a lone surrogate): fix its encoding",
+        ) from None
+    if not _visible(question):
+        raise PydanticCustomError(
+            "blank_question", "the question is empty or only spaces or invisible characters: write a question"
+        )
     if len(question) > MAX_QUERY_CHARS:
         raise PydanticCustomError(
             "question_too_long",
@@ -72,7 +90,15 @@ def askable(question: str) -> str:
 class AskRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     question: Annotated[str, AfterValidator(askable)] = Field(json_schema_extra={"maxLength": MAX_QUERY_CHARS})
-    session_id: str | None = Field(None, max_length=128)
+    session_id: str | None = Field(
+        None, max_length=128, description="the client's own label of its session (kept with the query)"
+    )
+    session: str | None = Field(
+        None,
+        max_length=128,
+        description="the session token a previous /ask returned (or the rag_session cookie): without a valid one "
+        "/ask starts a new session",
+    )
 
 
 class Passage(BaseModel):
@@ -97,6 +123,10 @@ class AskResponse(BaseModel):
     passages: list[Passage]
     latency_ms: float
     model_version: str | None
+    session: str = Field(
+        description="this session's token: send it back as `session` with later /ask, /feedback and /events "
+        "requests (the page keeps it in the rag_session cookie too)"
+    )
     warnings: list[str] = []  # degraded paths this answer took (e.g. attribution fell back to embeddings)
     timings_ms: dict[str, float] = {}  # per answer stage: retrieve, rerank, generate, attribute, total (or overview)
 
@@ -127,6 +157,16 @@ class NoQueueError(StarletteHTTPException):
         )
 
 
+class InvalidQueueError(StarletteHTTPException):
+    def __init__(self, root: Path, exc: Exception):
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        super().__init__(
+            503,
+            f"the annotation queue {queue_path(root)} cannot be read ({type(exc).__name__}: {first}): materialize the "
+            "`annotation_queue` asset again to rebuild it; labels already given are kept",
+        )
+
+
 class QueueFile:
     """The annotation queue of a data dir, read again only when its file changes (the asset replaces it atomically,
     so a new mtime or size is a new queue): GET /annotation/next must not parse the JSON on every label."""
@@ -148,7 +188,10 @@ class QueueFile:
         with self._lock:
             seen = (str(root), stat.st_mtime_ns, stat.st_size)
             if seen != self._seen:
-                queue = read_queue(root)
+                try:
+                    queue = read_queue(root)
+                except (ValueError, ValidationError, OSError) as exc:  # json's errors are ValueErrors
+                    raise InvalidQueueError(root, exc) from None
                 if queue is None:  # removed between the stat and the read
                     raise NoQueueError(root)
                 self._queue, self._items, self._seen = queue, {item.item_id: item for item in queue.items}, seen
@@ -312,10 +355,12 @@ def create_app(
     health_extra: Callable[[], dict] | None = None,
     canary=None,
     root: Path | None = None,
+    sessions: SessionKeys | None = None,
 ) -> FastAPI:
     """`canary`: a rag.serving.canary.CanaryRouter; while a canary runs it picks each session's arm and answers
     canary sessions from interleaved rankings. None: production answers everything (no arm is recorded).
-    `root`: the data dir holding the annotation queue (None: rag.store.data_dir(), looked up per request)."""
+    `root`: the data dir holding the annotation queue (None: rag.store.data_dir(), looked up per request).
+    `sessions`: the keys sessions are issued and verified with (rag.serving.sessions); None: this process's own."""
     app = FastAPI(
         title="Document QA",
         version="1",
@@ -329,6 +374,22 @@ def create_app(
     ask_slots = asyncio.Semaphore(settings.ask_concurrency)
     bearer = HTTPBearer(auto_error=False)
     queue_file = QueueFile(lambda: root or data_dir())
+    sessions = sessions or SessionKeys.random()
+
+    def client_of(request: Request) -> str:
+        """Where a request came from: the header a trusted proxy sets (ServeSettings.client_header), else the peer
+        address (uvicorn already reads X-Forwarded-For from the proxies FORWARDED_ALLOW_IPS trusts)."""
+        if settings.client_header:
+            named = request.headers.get(settings.client_header)
+            if named:
+                return f"header:{named}"
+        return f"peer:{request.client.host if request.client else 'unknown'}"
+
+    def session_of(request: Request, token: str | None) -> Session:
+        return sessions.session(token or request.cookies.get(COOKIE))
+
+    def verified(request: Request, token: str | None) -> str | None:
+        return sessions.verify(token or request.cookies.get(COOKIE))
 
     def given(credentials: HTTPAuthorizationCredentials | None, token: str) -> bool:
         return credentials is not None and hmac.compare_digest(credentials.credentials.encode(), token.encode())
@@ -381,7 +442,9 @@ def create_app(
         dependencies=[Depends(require_token)],
         summary="Answer a question from the documents and record it for feedback",
     )
-    async def ask(body: AskRequest) -> AskResponse:
+    async def ask(body: AskRequest, request: Request, response: Response) -> AskResponse:
+        session = session_of(request, body.session)
+        client_key = sessions.client_key(client_of(request))
         # Waiting for a slot happens on the event loop, not in a worker thread: queued questions must not take
         # the threads that /feedback and /health are served from.
         async with ask_slots:
@@ -390,21 +453,27 @@ def create_app(
                 result = await run_in_threadpool(answerer.ask, body.question)
                 arm, version = None, model_version(answerer)
             else:
-                served = await run_in_threadpool(canary.answer, answerer, body.question, body.session_id)
+                served = await run_in_threadpool(
+                    canary.answer, answerer, body.question, sessions.arm_key(session.session_id)
+                )
                 result, arm, version = served.result, served.arm, served.model_version
         stored = await run_in_threadpool(
             store.record_query,
             result.question,
             answer=result.answer,
             chunks=result.chunks,
-            session_id=body.session_id,
+            session_id=body.session_id or session.session_id,
             model_version=version,
             settings=result.settings,
             latency_ms=result.latency_ms,
             not_in_context=result.not_in_context,
             arm=arm,
             timings_ms=getattr(result, "timings_ms", None) or None,
+            client_session=session.session_id,
+            client_key=client_key,
         )
+        if session.new:
+            response.set_cookie(COOKIE, session.token, httponly=True, samesite="strict")
         # total: what the answer took as a whole (a canary's latency also covers the second arm's ranking)
         timings = {**(getattr(result, "timings_ms", None) or {}), "total": result.latency_ms}
         metrics.observe_stages(timings)
@@ -417,6 +486,7 @@ def create_app(
             cited_chunk_ids=result.cited_chunk_ids,
             latency_ms=result.latency_ms,
             model_version=version,
+            session=session.token,
             warnings=getattr(result, "warnings", []),
             timings_ms=timings,
             passages=[Passage(**{k: c.get(k) for k in Passage.model_fields if k in c}) for c in result.chunks],
@@ -433,18 +503,22 @@ def create_app(
             409: {"description": "idempotency key reused for other feedback"},
         },
     )
-    def feedback(body: FeedbackSubmission):
-        ack = store.submit_feedback(body)
+    def feedback(body: FeedbackSubmission, request: Request):
+        ack = store.submit_feedback(body, client_session=verified(request, body.session))
         return JSONResponse(ack.model_dump(), status_code=200 if ack.duplicate else 201)
 
     @app.post(
         "/events",
         response_model=EventAck,
         dependencies=[Depends(require_token)],
-        summary="Record an implicit signal (a passage was opened)",
+        summary="Record an implicit signal (a passage was opened); idempotent per idempotency_key",
+        responses={
+            404: {"description": "unknown query_id"},
+            409: {"description": "idempotency key reused for another event"},
+        },
     )
-    def events(body: ImplicitEvent) -> EventAck:
-        return EventAck(event_id=store.record_event(body))
+    def events(body: ImplicitEvent, request: Request) -> EventAck:
+        return EventAck(event_id=store.record_event(body, client_session=verified(request, body.session)))
 
     @app.get("/health", summary="Liveness and what is being served")
     def health() -> dict:

@@ -1,15 +1,16 @@
 """Serving a canary: which arm answers a session, and the interleaved answer of the canary arm.
 
-While a model kind's rollout state (rag.lifecycle.rollout, beside the registry) says "canary", each request with a
-session id gets an arm from assign_arm: sha256 of the candidate version and the session id, so a session stays on
-one arm on every request and every server, and a new candidate draws a fresh set of sessions. Production sessions
+While a model kind's rollout state (rag.lifecycle.rollout, beside the registry) says "canary", each request gets an
+arm from assign_arm: sha256 of the candidate version and the session's arm key (rag.serving.sessions: a keyed hash of
+the session the server issued, so no client can choose or predict it), so a session stays on one arm on every
+request and every server, and a new candidate draws a fresh set of sessions. Production sessions
 are answered exactly as without a canary. A canary session is answered by team-draft interleaving: production's and
 the candidate's rankings (each retrieve → rerank → filter) are drafted into one list, every passage tagged with the
 team that picked it, and the candidate's answerer writes the answer from that list. The store records the arm of
 each query and the team of each shown passage; rag.rollout.evidence credits clicks and ratings to the teams.
 
-Requests without a session id stay outside the split: production answers them and no arm is recorded (a request
-alone cannot keep one arm across a user's questions, and its clicks would compare nothing).
+Requests without an arm key (a caller outside the API) stay outside the split: production answers them and no arm
+is recorded.
 
 With no canary running a request costs two stat() calls of the state files more than before; the candidate's index
 (for an embedder: a serving replica of its collection <strategy>__<name>, built when the canary started) is opened
@@ -221,11 +222,12 @@ class CanaryRouter:
                 arm.refresh()
         return True
 
-    def answer(self, production, question: str, session_id: str | None) -> Served:
+    def answer(self, production, question: str, arm_key: str | None) -> Served:
+        """`arm_key`: the session's key (rag.serving.sessions.SessionKeys.arm_key), never a client-chosen id."""
         active = self._sync()
-        if active is None or not session_id:
+        if active is None or not arm_key:
             return Served(production.ask(question), None, model_version(production))
-        if arm_for(active.state, session_id) == "production":
+        if arm_for(active.state, arm_key) == "production":
             return Served(production.ask(question), "production", model_version(production))
         opened = self._opened(active)
         if opened is None:  # the candidate's index is not available: outside the split rather than misattributed
@@ -233,7 +235,7 @@ class CanaryRouter:
         candidate = opened.current()
         # The same list for a repeated question (case and spacing aside): rag.rollout.evidence counts one outcome
         # per (session, normalised question), so repeats cannot add evidence.
-        seed = seed_from(active.state.candidate_version, session_id, normalized_question(question))
+        seed = seed_from(active.state.candidate_version, arm_key, normalized_question(question))
         try:
             result = interleaved_answer(production, candidate, question, seed)
         except CanaryFailed as exc:

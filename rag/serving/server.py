@@ -13,6 +13,7 @@ from rag.feedback import FeedbackStore
 from rag.serving.app import create_app
 from rag.serving.canary import CanaryRouter
 from rag.serving.index import ServingIndex, refresh_forever
+from rag.serving.sessions import SessionKeys
 from rag.serving.settings import ServeSettings
 from rag.store import data_dir
 
@@ -206,7 +207,9 @@ def build_app(
         served = current.served() if hasattr(current, "served") else {}
         return {"index": serving.info(), "served": {**served, "config": str(settings.answer_config or "defaults")}}
 
-    app = create_app(serving.current, store, settings, canary=router, health_extra=health, root=root)
+    # Keys every replica over this data dir shares (or RAG_SESSION_SECRET): a session keeps its arm on all of them.
+    sessions = SessionKeys.for_data_dir(root)
+    app = create_app(serving.current, store, settings, canary=router, health_extra=health, root=root, sessions=sessions)
     app.router.lifespan_context = lifespan
     app.state.serving = serving
     return app

@@ -31,6 +31,13 @@ class ServeSettings(BaseModel):
     )
     answer_config: Path | None = Field(None, description="YAML of rag.qa.AnswerSettings; None = the defaults")
     refresh_seconds: float = Field(30.0, ge=0, description="how often to look for a re-built index (0 = never)")
+    # Behind a proxy that authenticates users, every user shares the proxy's address: a canary would then bound all
+    # of them as one client. Only a header the proxy itself sets (and strips from what clients send) may name them.
+    client_header: str | None = Field(
+        None,
+        description="request header that names the client (set by a trusted proxy, e.g. X-Forwarded-User); "
+        "None: the peer address. A canary bounds what one client adds to its evidence; RAG_CLIENT_HEADER",
+    )
     metrics_cache_seconds: float = Field(
         30.0,
         ge=0,
@@ -50,7 +57,8 @@ class ServeSettings(BaseModel):
     @classmethod
     def from_env(cls, **overrides) -> ServeSettings:
         """RAG_API_TOKEN and RAG_EXPERT_TOKEN (random ones when unset: `rag serve` prints them), RAG_ANSWER_CONFIG
-        (default: the active configuration when one was applied), RAG_SERVE_REFRESH_SECONDS, RAG_ASK_CONCURRENCY."""
+        (default: the active configuration when one was applied), RAG_SERVE_REFRESH_SECONDS, RAG_ASK_CONCURRENCY,
+        RAG_CLIENT_HEADER."""
         tokens = {}
         for field, name in (("api_token", "RAG_API_TOKEN"), ("expert_token", "RAG_EXPERT_TOKEN")):
             token = os.environ.get(name)
@@ -65,4 +73,6 @@ class ServeSettings(BaseModel):
             env["refresh_seconds"] = float(os.environ["RAG_SERVE_REFRESH_SECONDS"])
         if os.environ.get("RAG_ASK_CONCURRENCY"):
             env["ask_concurrency"] = int(os.environ["RAG_ASK_CONCURRENCY"])
+        if os.environ.get("RAG_CLIENT_HEADER"):
+            env["client_header"] = os.environ["RAG_CLIENT_HEADER"]
         return cls(**{**env, **{k: v for k, v in overrides.items() if v is not None}})

@@ -1,8 +1,10 @@
 // The web page: ask, show the answer and its passages, send ratings. No build step, no network beyond this server.
 "use strict";
 const $ = (id) => document.getElementById(id);
-const sessionId = sessionStorage.getItem("session") || crypto.randomUUID();
+const sessionId = sessionStorage.getItem("session") || crypto.randomUUID(); // this tab's label of its session
 sessionStorage.setItem("session", sessionId);
+// The session the server issued (also kept in its cookie): only ratings and clicks sent under it count for a canary.
+const serverSession = () => sessionStorage.getItem("serverSession") || undefined;
 let current = null; // the last /ask response
 
 (function readToken() {
@@ -36,7 +38,7 @@ function choose(group, button) {
 async function sendFeedback(body, group, button) {
   if (!current) { status("Ask a question first: there is no answer to rate.", true); return; }
   try {
-    const ack = await post("/feedback", { query_id: current.query_id, idempotency_key: crypto.randomUUID(), session_id: sessionId, ...body });
+    const ack = await post("/feedback", { query_id: current.query_id, idempotency_key: crypto.randomUUID(), session_id: sessionId, session: serverSession(), ...body });
     if (group) choose(group, button);
     status(`Thanks, feedback saved (${ack.event_ids.length} rating${ack.event_ids.length === 1 ? "" : "s"}).`);
   } catch (err) {
@@ -73,7 +75,7 @@ function render(data) {
     highlight(text, p.text, data.not_in_context ? "" : data.answer, data.question);
     text.addEventListener("click", () => {
       text.classList.toggle("open");
-      post("/events", { query_id: data.query_id, kind: "click", chunk_id: p.chunk_id, session_id: sessionId, idempotency_key: `${data.query_id}:${p.chunk_id}` }).catch(() => {});
+      post("/events", { query_id: data.query_id, kind: "click", chunk_id: p.chunk_id, session_id: sessionId, session: serverSession(), idempotency_key: `${data.query_id}:${p.chunk_id}` }).catch(() => {});
     });
     const group = item.querySelector(".rate");
     group.querySelector(".up").addEventListener("click", (e) => sendFeedback({ passages: [{ chunk_id: p.chunk_id, score: 1 }] }, group, e.currentTarget));
@@ -91,7 +93,8 @@ $("ask-form").addEventListener("submit", async (event) => {
   $("ask-button").disabled = true;
   status("Searching…");
   try {
-    const data = await post("/ask", { question, session_id: sessionId });
+    const data = await post("/ask", { question, session_id: sessionId, session: serverSession() });
+    if (data.session) sessionStorage.setItem("serverSession", data.session);
     render(data);
     status(`Answered in ${Math.round(data.latency_ms)} ms.`);
   } catch (err) {
