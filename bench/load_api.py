@@ -115,13 +115,14 @@ async def ask_loop(
     rng: random.Random,
     out: dict,
     asked: set[str],
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """One closed-loop client: ask, wait for the answer, ask again, until `deadline` (time.monotonic) has passed and
+    """One closed-loop client: ask, wait for the answer, ask again, until `deadline` (on `clock`) has passed and
     `busy()` is false. `asked`: the questions this server was asked before (shared by all clients and phases): a
     question asked again finds its vector in the server's cache, so its latency is also reported apart."""
     import httpx
 
-    while time.monotonic() < deadline or busy():
+    while clock() < deadline or busy():
         question = rng.choice(questions)
         new = question not in asked
         asked.add(question)
@@ -152,11 +153,12 @@ def measure(
     seed: int = 0,
     busy: Callable[[], bool] = lambda: False,
     asked: set[str] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> dict:
     """`clients` closed-loop clients asking for `seconds`, and on while `busy()` (a re-index still running):
     latency percentiles, answered requests/s, errors and stage medians. The clock starts once every client's
     connection pool exists; the rate counts answered asks over the whole window (until the last answer in flight at
-    the end); errors are reported, not counted."""
+    the end); errors are reported, not counted. `clock`: what `seconds` are read on (tests step it per read)."""
     import httpx
 
     out = {"ms": [], "new_ms": [], "repeat_ms": [], "server_ms": [], "errors": [], "stages": [], "keys": set()}
@@ -171,9 +173,12 @@ def measure(
         ]
         try:
             window["start"] = time.perf_counter()
-            deadline = time.monotonic() + seconds
+            deadline = clock() + seconds
             await asyncio.gather(
-                *(ask_loop(http, questions, deadline, busy, random.Random(rng.random()), out, asked) for http in pools)
+                *(
+                    ask_loop(http, questions, deadline, busy, random.Random(rng.random()), out, asked, clock)
+                    for http in pools
+                )
             )
             window["end"] = time.perf_counter()
         finally:

@@ -309,11 +309,10 @@ def test_openai_client_error_is_not_retried(server, tmp_path):
 def test_openai_timeout_is_a_clear_error(server, tmp_path):
     server.script = [(200, completion("too late"), 1.0)]
     llm = load_llm(openai_settings(server, tmp_path, timeout_s=0.2, retries=1))
-    start = time.perf_counter()
+    # The answer comes after 1 s: without the 0.2 s timeout each attempt would get it, and nothing would raise.
     with pytest.raises(LLMError, match="timed out") as err:
         llm.complete("x")
     assert server.url in str(err.value)
-    assert time.perf_counter() - start < 3
     assert len(server.requests) == 2
 
 

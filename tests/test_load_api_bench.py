@@ -3,7 +3,8 @@ answered ask counted once, in the store too; refused asks are errors, not throug
 from whatever /ask returns, the percentiles, the target check, and the corpus edits a re-index round makes and
 undoes."""
 
-import time
+import itertools
+from collections.abc import Callable
 
 import pytest
 
@@ -30,33 +31,47 @@ def store(tmp_path):
     st.close()
 
 
+def stepping(step: float = 1.0) -> Callable[[], float]:
+    """A clock that moves `step` on every read: a phase of `seconds` starts an ask on each read before its end."""
+    reads = itertools.count(0.0, step)
+    return lambda: next(reads)
+
+
+def busy_for(looks: int) -> Callable[[], bool]:
+    """A re-index still running on its first `looks` looks, then done."""
+    answers = iter([True] * looks)
+    return lambda: next(answers, False)
+
+
 def test_clients_count_each_answered_ask_once_and_refusals_as_errors(store):
     app = create_app(lambda: FakeAnswerer(), store, ServeSettings(api_token=TOKEN))
     with running(app) as base:
         phase = measure(base, ["which animal does purr", "how is bread baked"], clients=3, seconds=1.0)
         stored = store.counts()["queries"]
-        busy_until = time.monotonic() + 1.5  # a re-index still running: the clients ask on past the phase's seconds
-        longer = measure(
-            base, ["which animal does purr"], clients=1, seconds=0.1, busy=lambda: time.monotonic() < busy_until
-        )
+        # Reads 1 to 9 of the clock fall inside the 10 s: nine asks, over the three clients, then every client stops.
+        timed = measure(base, ["which animal does purr"], clients=3, seconds=10, clock=stepping())
+        # A re-index still running: the phase's seconds are over at once, the client asks on until it has finished.
+        longer = measure(base, ["which animal does purr"], clients=1, seconds=0, busy=busy_for(4), clock=stepping())
     assert phase["errors"] == 0 and phase["answered"] >= 1
     assert phase["answered"] == phase["ask"]["n"] == stored
     assert phase["requests_per_s"] == pytest.approx(phase["answered"] / phase["seconds"], rel=0.02, abs=0.01)
     assert phase["ask"]["p50_ms"] <= phase["ask"]["p95_ms"] <= phase["ask"]["p99_ms"] <= phase["ask"]["max_ms"]
     assert "query_id" in phase["response_keys"]
-    assert longer["seconds"] >= 1.4 and longer["answered"] >= 1
+    assert timed["answered"] == 9 and timed["errors"] == 0
+    assert longer["answered"] == 4 and longer["errors"] == 0
+    assert store.counts()["queries"] == stored + 9 + 4  # each answered ask stored once
     # Each question's first ask is new, every later one a repeat (its vector cached in the server).
     assert phase["ask_new_questions"]["n"] <= 2 and phase["ask_new_questions"]["n"] >= 1
     assert phase["ask_new_questions"]["n"] + phase["ask_repeated_questions"]["n"] == phase["answered"]
     asked = {"which animal does purr"}
     with running(app) as base:
-        again = measure(base, ["which animal does purr"], clients=1, seconds=0.3, asked=asked)
-    assert again["ask_new_questions"]["n"] == 0 and again["ask_repeated_questions"]["n"] == again["answered"] >= 1
+        again = measure(base, ["which animal does purr"], clients=1, seconds=3, asked=asked, clock=stepping())
+    assert again["ask_new_questions"]["n"] == 0 and again["ask_repeated_questions"]["n"] == again["answered"] == 2
 
     other = create_app(lambda: FakeAnswerer(), store, ServeSettings(api_token="another-token-0123456789"))
     with running(other) as base:
-        refused = measure(base, ["which animal does purr"], clients=1, seconds=0.3)
-    assert refused["answered"] == 0 and refused["requests_per_s"] == 0 and refused["errors"] > 0
+        refused = measure(base, ["which animal does purr"], clients=1, seconds=3, clock=stepping())
+    assert refused["answered"] == 0 and refused["requests_per_s"] == 0 and refused["errors"] == 2
     assert refused["error_samples"][0].startswith("ask 401")
 
 
