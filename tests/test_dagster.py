@@ -146,8 +146,8 @@ def test_blocking_check_fails_the_run_on_corrupted_chunks(env, monkeypatch):
     import rag.pipeline
     from rag.chunk_sets import update_chunk_set
 
-    def corrupting(previous, documents, chunker, progress=None):
-        out = update_chunk_set(previous, documents, chunker, progress)
+    def corrupting(previous, documents, chunker, progress=None, **options):
+        out = update_chunk_set(previous, documents, chunker, progress, **options)
         out.chunks.loc[0, "char_end"] = out.chunks.loc[0, "char_end"] - 1
         return out
 
