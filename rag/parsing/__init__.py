@@ -7,6 +7,7 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
+from rag.parsing import boilerplate
 from rag.parsing.errors import ParseError, ParserBug, QuarantineReason, blames_the_file, unreadable
 from rag.parsing.models import ELEMENT_SEPARATOR, Element, ParsedDocument, assemble
 from rag.parsing.settings import MAX_DOCUMENT_CHARS_ENV, PARSER_VERSION, ParseSettings
@@ -160,6 +161,10 @@ def parse_file(
         if not blames_the_file(exc):
             raise ParserBug(str(path), exc) from exc
         raise ParseError(QuarantineReason.PARSER_ERROR, f"{type(exc).__name__}: {exc}"[:500], exc) from exc
+    if settings.strip_boilerplate:
+        drafts, furniture = boilerplate.set_aside(drafts)
+        if furniture:
+            metadata = {**metadata, boilerplate.METADATA_KEY: boilerplate.record(furniture)}
     doc = assemble(
         drafts,
         doc_id=doc_id,

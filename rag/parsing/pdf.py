@@ -10,6 +10,7 @@ import pdfplumber
 from pdfplumber.utils import extract_text as chars_to_text
 from pdfplumber.utils import extract_words
 
+from rag.parsing.boilerplate import running_lines
 from rag.parsing.errors import ParseError, QuarantineReason
 from rag.parsing.models import ElementDraft
 from rag.parsing.ocr import OcrUnavailable, check_available, ocr_image, render_page
@@ -144,6 +145,26 @@ def _ocr_pages(
     return out, None
 
 
+def _set_aside_running_lines(
+    page_lines: list[tuple[int, list[Line]]],
+) -> tuple[list[tuple[int, list[Line]]], list[ElementDraft]]:
+    """The pages' lines without their running headers and footers, and those as header / footer drafts."""
+    furniture = running_lines([lines for _, lines in page_lines])
+    if not furniture:
+        return page_lines, []
+    drafts = [
+        ElementDraft(
+            type="header" if position == "top" else "footer", text=page_lines[p][1][i].text, page=page_lines[p][0]
+        )
+        for (p, i), position in sorted(furniture.items())
+    ]
+    kept = [
+        (page_no, [ln for i, ln in enumerate(lines) if (p, i) not in furniture])
+        for p, (page_no, lines) in enumerate(page_lines)
+    ]
+    return kept, drafts
+
+
 def parse_pdf(path: Path, *, doc_id: str, settings: ParseSettings) -> tuple[list[ElementDraft], int, dict[str, str]]:
     """Return element drafts in reading order, the page count, and document metadata."""
     pdf = _open(path, settings.password_for(doc_id))
@@ -167,6 +188,9 @@ def parse_pdf(path: Path, *, doc_id: str, settings: ParseSettings) -> tuple[list
     if ocr_skipped:
         metadata["ocr_skipped"] = f"pages {','.join(map(str, no_text_layer))} have no text layer; {ocr_skipped}"
 
+    drafts: list[ElementDraft] = []
+    if settings.strip_boilerplate:
+        page_lines, drafts = _set_aside_running_lines(page_lines)
     all_lines = [ln for _, lines in page_lines for ln in lines]
     body = body_font_size(all_lines)
     heading_sizes = sorted(
@@ -174,7 +198,6 @@ def parse_pdf(path: Path, *, doc_id: str, settings: ParseSettings) -> tuple[list
     )
     level_of = {size: i + 1 for i, size in enumerate(heading_sizes)}
 
-    drafts: list[ElementDraft] = []
     for page_no, lines in page_lines:
         drafts.extend(ocr_drafts.get(page_no, []))
         for block in group_blocks(lines, body):

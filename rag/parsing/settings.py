@@ -42,6 +42,12 @@ class ParseSettings(BaseModel):
     # Keys are doc_ids or glob patterns over doc_ids (e.g. "finance/*.pdf"); values are passwords.
     pdf_passwords: dict[str, str] = Field(default_factory=dict)
     extract_tables: bool = True
+    strip_boilerplate: bool = Field(
+        True,
+        description="Keep page furniture out of the text: a PDF's running headers, footers and page numbers (lines "
+        "repeating at the top or bottom of most pages) and an Office file's header and footer. They are recorded "
+        "in the document's metadata['boilerplate'] instead.",
+    )
     ocr: bool = Field(
         True,
         description="Read PDF pages without a text layer (scanned or image-only) with Tesseract OCR. "
@@ -90,4 +96,4 @@ class ParseSettings(BaseModel):
 
 
 # Bump when parser code changes its output, so stored documents are re-parsed.
-PARSER_VERSION = "2"  # 2: OCR of pages without a text layer
+PARSER_VERSION = "3"  # 2: OCR of pages without a text layer; 3: page furniture set aside
