@@ -1,5 +1,7 @@
 """Parsing real and broken files: every file ends parsed or quarantined with a reason."""
 
+from pathlib import Path
+
 import pytest
 
 from rag.parsing import ELEMENT_SEPARATOR, ParseError, ParseSettings, ocr, parse_file
@@ -133,3 +135,67 @@ def test_file_size_limit(tmp_path):
     with pytest.raises(ParseError) as err:
         parse_file(path, ParseSettings(max_file_bytes=1000))
     assert err.value.reason.value == "too-large"
+
+
+# --- tables and paragraphs of the sample corpus ------------------------------------------------------------------
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_corpus"
+
+
+def test_a_table_s_title_row_column_labels_and_stacked_rows_are_read_apart():
+    doc = parse_file(SAMPLE / "nics-background-checks-2015-11-rotated.pdf")
+    caption, table = doc.elements[0], doc.elements[1]
+    assert (caption.type, caption.text) == ("caption", "NICS Firearm Background Checks November - 2015")
+    header = table.rows[0]
+    # One label per column, under its group's ("Pre-Pawn" over Handgun, Long Gun, *Other).
+    assert header[:4] == ["State / Territory", "Permit", "Handgun", "Long Gun"]
+    assert header[7:10] == ["Pre-Pawn Handgun", "Pre-Pawn Long Gun", "Pre-Pawn *Other"] and header[-1] == "Totals"
+    # Five states were ruled as one row; each is its own now, with as many cells as the header.
+    states = [row[0] for row in table.rows[1:6]]
+    assert states == ["Alabama", "Alaska", "Arizona", "Arkansas", "California"]
+    assert table.rows[1][:3] == ["Alabama", "18,870", "23,022"] and all(len(r) == len(header) for r in table.rows)
+    assert table.html.startswith("<table><tr><th>State / Territory</th><th>Permit</th>")
+    # The sideways page's footer reads as words, not letters.
+    assert doc.elements[-1].text == "Page 1 of 205"
+
+
+def test_a_double_spaced_page_reads_as_paragraphs_not_one_line_each():
+    doc = parse_file(SAMPLE / "scotus-transcript-p1.pdf")
+    appearances = next(e for e in doc.elements if "APPEARANCES" in e.text)
+    assert appearances.text.endswith(
+        "CHARLES M. SEVILLA, ESQ., San Diego, Cal.; on behalf\nof the Respondent."
+    ) and appearances.text.startswith("The above-entitled matter came on for oral\nargument")
+
+
+def _chars(text: str, x: float, top: float, size: float = 8.0) -> list[dict]:
+    """pdfplumber-like char dicts for one line of text, half an em per character."""
+    width = size / 2
+    return [
+        {
+            "text": ch,
+            "x0": x + i * width,
+            "x1": x + (i + 1) * width,
+            "top": top,
+            "bottom": top + size,
+            "doctop": top,
+            "upright": True,
+            "size": size,
+            "matrix": (1, 0, 0, 1, 0, 0),
+            "fontname": "F",
+        }
+        for i, ch in enumerate(text)
+    ]
+
+
+def test_a_row_of_wrapped_prose_is_one_row_and_stacked_numbers_are_several():
+    from rag.parsing.pdf_tables import read_table
+
+    boxes = [(0, 0, 100, 30), (100, 0, 200, 30), (0, 30, 100, 60), (100, 30, 200, 60)]
+    chars = _chars("Item", 2, 2) + _chars("Remarks", 102, 2)
+    # Both cells wrap onto two lines of words: one row, its lines joined.
+    chars += (
+        _chars("Bolts and", 2, 32) + _chars("nuts", 2, 44) + _chars("Checked at", 102, 32) + _chars("noon", 102, 44)
+    )
+    assert read_table(boxes, chars).rows == [["Item", "Remarks"], ["Bolts and nuts", "Checked at noon"]]
+    numbers = _chars("Item", 2, 2) + _chars("Count", 102, 2)
+    numbers += _chars("Bolts", 2, 32) + _chars("Nuts", 2, 44) + _chars("1,200", 102, 32) + _chars("35", 102, 44)
+    assert read_table(boxes, numbers).rows == [["Item", "Count"], ["Bolts", "1,200"], ["Nuts", "35"]]

@@ -506,7 +506,9 @@ def test_table_chunks_reach_the_llm_as_html(sample_root):
     )
     prompt = llm.calls[0]["input"][-1]["content"]
     tables = [c for c in result.chunks if c["table_html"]]
-    assert tables and "<table><tr><th>NICS Firearm Background Checks November - 2015</th></tr>" in prompt
+    # The title set in the table's first row is its caption, not its header: the column labels are.
+    assert tables and "<table><tr><th>State / Territory</th><th>Permit</th><th>Handgun</th>" in prompt
+    assert "<th>NICS Firearm" not in prompt
     assert "<td>2,236,457</td>" in prompt or "<td>Totals</td>" in prompt
 
 

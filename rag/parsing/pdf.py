@@ -7,16 +7,15 @@ import subprocess
 from pathlib import Path
 
 import pdfplumber
-from pdfplumber.utils import extract_text as chars_to_text
 from pdfplumber.utils import extract_words
 
 from rag.parsing.boilerplate import running_lines
 from rag.parsing.errors import ParseError, QuarantineReason
 from rag.parsing.models import ElementDraft
 from rag.parsing.ocr import OcrUnavailable, check_available, ocr_image, render_page
+from rag.parsing.pdf_tables import TableText, read_table
 from rag.parsing.pdf_layout import (
     Line,
-    Rotation,
     body_font_size,
     detect_rotation,
     group_blocks,
@@ -52,44 +51,22 @@ def _open(path: Path, password: str | None) -> pdfplumber.PDF:
         raise ParseError(QuarantineReason.MALFORMED, f"cannot open PDF: {exc or name}", cause) from exc
 
 
-def _table_rows(table, rotation: Rotation, chars: list[dict]) -> list[list[str]]:
-    """Cell texts of a pdfplumber table, read in the upright frame (rows/columns swap when rotated)."""
-    if rotation.kind == "none":
-        rows = table.extract()
-        return [[(c or "").replace("\n", " ").strip() for c in row] for row in rows]
-    cells = [rotation.box(*cell) for cell in table.cells]
-    texts = []
-    for x0, top, x1, bottom in cells:
-        inside = [
-            c for c in chars if x0 <= (c["x0"] + c["x1"]) / 2 <= x1 and top <= (c["top"] + c["bottom"]) / 2 <= bottom
-        ]
-        texts.append(((x0, top), " ".join(chars_to_text(inside).split()) if inside else ""))
-    rows: list[list[tuple[float, str]]] = []
-    tops: list[float] = []
-    for (x0, top), text in sorted(texts, key=lambda t: (t[0][1], t[0][0])):
-        if tops and abs(top - tops[-1]) < 2.0:
-            rows[-1].append((x0, text))
-        else:
-            rows.append([(x0, text)])
-            tops.append(top)
-    return [[t for _, t in sorted(r)] for r in rows]
-
-
-def _page_lines(page, settings: ParseSettings, tables_out: list[list[list[str]]]) -> list[Line]:
+def _page_lines(page, settings: ParseSettings, tables_out: list[TableText]) -> list[Line]:
     rotation = detect_rotation(page.chars, float(page.width), float(page.height))
     chars = upright_chars(page.chars, rotation)
     table_boxes: list[tuple[float, float, float, float]] = []
     placeholders: list[Line] = []
     if settings.extract_tables:
         for table in page.find_tables():
-            rows = _table_rows(table, rotation, chars)
-            rows = [r for r in rows if any(cell for cell in r)]
-            if len(rows) < MIN_TABLE_ROWS or max((len(r) for r in rows), default=0) < MIN_TABLE_COLS:
+            # Read in the upright frame: a rotated page's rows and columns swap.
+            read = read_table([rotation.box(*cell) for cell in table.cells], chars)
+            read.rows = [r for r in read.rows if any(cell for cell in r)]
+            if len(read.rows) < MIN_TABLE_ROWS or max((len(r) for r in read.rows), default=0) < MIN_TABLE_COLS:
                 continue
             box = rotation.box(*table.bbox)
             table_boxes.append(box)
             placeholders.append(Line([], box[0], box[1], box[2], box[3], 0.0, table_index=len(tables_out)))
-            tables_out.append(rows)
+            tables_out.append(read)
 
     def outside_tables(c: dict) -> bool:
         cx, cy = (c["x0"] + c["x1"]) / 2, (c["top"] + c["bottom"]) / 2
@@ -175,7 +152,7 @@ def parse_pdf(path: Path, *, doc_id: str, settings: ParseSettings) -> tuple[list
                 QuarantineReason.TOO_LARGE,
                 f"{n_pages} pages exceeds the limit of {settings.max_pages} (ParseSettings.max_pages)",
             )
-        tables: list[list[list[str]]] = []
+        tables: list[TableText] = []
         page_lines: list[tuple[int, list[Line]]] = []
         for page_no, page in enumerate(pdf.pages, start=1):
             page_lines.append((page_no, _page_lines(page, settings, tables)))
@@ -203,9 +180,10 @@ def parse_pdf(path: Path, *, doc_id: str, settings: ParseSettings) -> tuple[list
         for block in group_blocks(lines, body):
             first = block.lines[0]
             if first.table_index is not None:
-                drafts.append(
-                    ElementDraft(type="table", text="", page=page_no, rows=tables[first.table_index], has_header=True)
-                )
+                table = tables[first.table_index]
+                if table.title:
+                    drafts.append(ElementDraft(type="caption", text=table.title, page=page_no))
+                drafts.append(ElementDraft(type="table", text="", page=page_no, rows=table.rows, has_header=True))
             elif is_heading(first, body):
                 drafts.append(
                     ElementDraft(

@@ -66,6 +66,9 @@ def upright_chars(chars: list[dict], rotation: Rotation) -> list[dict]:
                 "width": x1 - x0,
                 "height": bottom - top,
                 "doctop": top,
+                # pdfplumber's size of a sideways glyph is its advance, which varies letter by letter and would
+                # cut words apart; upright, the glyph's height is the font size.
+                "size": bottom - top,
             }
         )
     return out
@@ -226,10 +229,29 @@ def is_heading(line: Line, body_size: float) -> bool:
     )
 
 
+# A double-spaced page (a transcript, a draft) sets every line about a line's height below the last, so no gap is
+# small enough for the single-spaced rule and every line became a paragraph. When most gaps on a page are one
+# width, a gap that wide (up to MAX_GAP_HEIGHTS line heights) still continues the paragraph.
+MIN_GAPS = 6
+REGULAR_GAP_SHARE = 0.5
+MAX_GAP_HEIGHTS = 1.6
+
+
+def regular_gap(lines: list[Line]) -> float:
+    """The gap (points, to 0.5) between most consecutive text lines of a page in reading order, else 0."""
+    text = [ln for ln in lines if ln.table_index is None]
+    gaps = [round(2 * (b.top - a.bottom)) / 2 for a, b in zip(text, text[1:]) if b.top >= a.bottom]
+    if len(gaps) < MIN_GAPS:
+        return 0.0
+    gap, count = Counter(gaps).most_common(1)[0]
+    return gap if count >= REGULAR_GAP_SHARE * len(gaps) else 0.0
+
+
 def group_blocks(lines: list[Line], body_size: float) -> list[Block]:
     """Paragraphs: consecutive lines close together vertically with the same heading/body role."""
     blocks: list[Block] = []
     prev: Line | None = None
+    regular = regular_gap(lines) + 0.5
     for ln in lines:
         if ln.table_index is not None:
             blocks.append(Block([ln]))
@@ -237,9 +259,10 @@ def group_blocks(lines: list[Line], body_size: float) -> list[Block]:
             continue
         if prev is not None and blocks:
             gap = ln.top - prev.bottom
+            height = max(prev.height, ln.height)
             same_role = is_heading(ln, body_size) == is_heading(prev, body_size)
             same_size = abs(ln.size - prev.size) <= 0.6
-            if -2.0 <= gap <= max(prev.height, ln.height) * 0.8 and same_role and same_size:
+            if -2.0 <= gap <= max(height * 0.8, min(regular, height * MAX_GAP_HEIGHTS)) and same_role and same_size:
                 blocks[-1].lines.append(ln)
                 prev = ln
                 continue

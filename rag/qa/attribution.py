@@ -9,6 +9,7 @@ are the attributed ones.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Protocol
 
@@ -39,6 +40,15 @@ def passage_sentences(text: str) -> list[str]:
     return list(_passage_sentences(text))
 
 
+# A footnote mark glued to a sentence's full stop ("... trustees./  This Handbook is issued ...", a superscript in
+# the source) hides the sentence end from the splitter, and the next sentence rode along in answers.
+_MARKED_END = re.compile(r"(?<=[.!?])[/*\u2020\u2021\u00a7]+\s+(?=[A-Z])")
+
+
+def _split_marked(sentence: str) -> list[str]:
+    return [part.strip() for part in _MARKED_END.split(sentence) if part.strip()]
+
+
 # The same passages come back question after question (the generator and attribution each split them too).
 @lru_cache(maxsize=8192)
 def _passage_sentences(text: str) -> tuple[str, ...]:
@@ -47,7 +57,7 @@ def _passage_sentences(text: str) -> tuple[str, ...]:
 
     def flush() -> None:
         joined = " ".join(block)
-        units.extend(joined[s:e] for s, e in split_sentences(joined))
+        units.extend(part for s, e in split_sentences(joined) for part in _split_marked(joined[s:e]))
         block.clear()
 
     for line in text.split("\n"):

@@ -20,6 +20,7 @@ from rag.qa.attribution import passage_sentences
 from rag.qa.models import NOT_IN_CONTEXT, AnswerSettings
 from rag.qa.parse import ParsedAnswer, parse_answer
 from rag.qa.prompt import Passage, build_messages, build_reflection_messages
+from rag.qa.tables import Header, chunk_headers, header_of, is_row, render_row
 
 
 @dataclass
@@ -96,11 +97,37 @@ _WANTS_NUMBER = re.compile(
     r"|\b(?:total|number of|amount|cost|price|rate|percent|percentage|salar(?:y|ies)|sum|count|spen[dt])s?\b",
     re.IGNORECASE,
 )
-_DIGIT = re.compile(r"\d")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 
 
 def _wants_number(question: str) -> bool:
     return bool(_WANTS_NUMBER.search(question))
+
+
+def numbers(text: str) -> set[str]:
+    return {n.replace(",", "") for n in _NUMBER.findall(text)}
+
+
+# Names, dates and numbers a question mentions after its first word ("... in Knowles v. Mirzayance", "... in
+# Alabama, November 2015") say which document or row it is about; its other content words say what it asks.
+_NAMED = re.compile(r"[A-Z0-9]")
+
+
+def named_words(question: str) -> str:
+    return " ".join(w for w in question.split()[1:] if _NAMED.match(w))
+
+
+def document_support(passages: list[Passage], terms: list[set[str]], q_terms: set[str]) -> list[float]:
+    """Each passage's share of the question's terms found in it or in the other given passages of its document,
+    for a passage holding at least one itself: what a question names (a case) often stands in one passage of a
+    document and what it asks (who argued for the respondent) in the next."""
+    found: dict[str, set[str]] = {}
+    for p, t in zip(passages, terms):
+        found.setdefault(str(p.chunk.get("doc_id", p.chunk_id)), set()).update(t & q_terms)
+    return [
+        share(q_terms, found[str(p.chunk.get("doc_id", p.chunk_id))]) if t & q_terms else 0.0
+        for p, t in zip(passages, terms)
+    ]
 
 
 # A sentence announcing what follows ("... would require the following actions:", "... as follows:") says nothing
@@ -181,10 +208,26 @@ class _Candidate:
     units: list[str]  # the passage's sentences
     at: int  # this sentence's position in units
     support: float
+    header: Header | None = None  # a table row's column labels
 
     @property
     def sentence(self) -> str:
         return self.units[self.at]
+
+
+def _not_in_context(support: float) -> Generation:
+    return Generation("", ParsedAnswer(NOT_IN_CONTEXT, [], True), support=support)
+
+
+def _candidates(passage: Passage, support: float) -> list[_Candidate]:
+    """The passage's sentences and table rows (with their tables' header rows) that may answer."""
+    units = passage_sentences(passage.chunk.get("text") or "")
+    headers = chunk_headers(passage.chunk)
+    return [
+        _Candidate(passage, units, i, support, header_of(u, headers) if headers and is_row(u) else None)
+        for i, u in enumerate(units)
+        if len(u.strip()) >= 3
+    ]
 
 
 class ExtractiveGenerator:
@@ -193,9 +236,14 @@ class ExtractiveGenerator:
     A passage's *support* is its share of the question's content terms; only passages with at least `min_support`
     may answer, and when none has it the honest answer is NOT_IN_CONTEXT: a passage sharing too few of the
     question's words rarely holds the answer, while embedding similarity alone finds a "nearest" sentence for
-    any question at all. Among the supported passages' sentences the best scores cosine(question, sentence) +
-    its own share of the question's terms + its passage's support. Passed over: sentences adding no term to the
-    question's (headers, titles) and, when the question asks a quantity or a date, sentences without a number.
+    any question at all. A passage's support counts the terms the other passages of its document hold, when it
+    holds one itself: a case named in one passage, what is asked of it in the next. Among the supported passages'
+    sentences the best scores cosine(question, sentence) + its own share of the question's terms + its passage's
+    support. Passed over: sentences adding no term to the question's (headers, titles); when the question asks a
+    quantity or a date, sentences without a number it does not give itself (a title's year); and when it names
+    something (capitalised words, numbers), sentences holding none of the words it asks with, as those it names
+    chose the document. A table row is read with its header row: matched with its column labels, and answered as
+    "label: value" pairs of the columns the question names.
 
     A best sentence that only announces what follows (a lead-in: ends in ":" or says "the following") is continued
     into the list items (or the sentence) completing it, within `max_answer_chars`, reading on into the next chunks
@@ -220,32 +268,68 @@ class ExtractiveGenerator:
 
     def generate(self, question: str, passages: list[Passage] | None) -> Generation:
         if not passages:
-            return Generation("", ParsedAnswer(NOT_IN_CONTEXT, [], True), support=0.0)
+            return _not_in_context(0.0)
         ranked = sorted(passages, key=lambda p: p.hit.rank)[: self.max_passages]
-        q_terms, *passage_terms = self._terms([question] + [p.chunk.get("text") or "" for p in ranked])
-        supports = [(p, share(q_terms, terms)) for p, terms in zip(ranked, passage_terms)]
+        q_terms, *own = self._terms([question] + [p.chunk.get("text") or "" for p in ranked])
+        own = [terms | self._header_terms(chunk_headers(p.chunk)) for p, terms in zip(ranked, own)]
+        supports = document_support(ranked, own, q_terms)
         # Only supported passages may answer; when none is, nothing needs encoding.
-        candidates = []
-        for p, sup in supports:
-            if sup >= self.min_support:
-                units = passage_sentences(p.chunk.get("text") or "")
-                candidates += [_Candidate(p, units, i, sup) for i, s in enumerate(units) if len(s.strip()) >= 3]
-        best_support = max(sup for _, sup in supports)
+        candidates = [c for p, sup in zip(ranked, supports) if sup >= self.min_support for c in _candidates(p, sup)]
         if not candidates:
-            return Generation("", ParsedAnswer(NOT_IN_CONTEXT, [], True), support=best_support)
-        sentence_terms = self._terms([c.sentence for c in candidates])
-        # A sentence saying nothing the question does not (a table's header row, a title) cannot be the answer.
-        informative = [i for i, terms in enumerate(sentence_terms) if terms - q_terms] or list(range(len(candidates)))
-        # Answer type: a question after a quantity or a date is answered by a sentence holding a number.
-        if _wants_number(question):
-            informative = [i for i in informative if _DIGIT.search(candidates[i].sentence)] or informative
-        candidates, sentence_terms = [candidates[i] for i in informative], [sentence_terms[i] for i in informative]
+            return _not_in_context(max(supports))
+        unit_terms = self._unit_terms(candidates)
+        keep = self._answerable(question, q_terms, candidates, unit_terms)
+        if not keep:
+            return _not_in_context(max(supports))
+        candidates, unit_terms = [candidates[i] for i in keep], [unit_terms[i] for i in keep]
         q = self.embedder.encode_queries([question])[0]
         cosine = self.embedder.encode_passages([c.sentence for c in candidates]) @ q
-        lexical = np.array([share(q_terms, terms) for terms in sentence_terms])
+        lexical = np.array([share(q_terms, terms) for terms in unit_terms])
         best = candidates[int(np.argmax(cosine + lexical + np.array([c.support for c in candidates])))]
+        return self._answer(best, q_terms, passages)
+
+    def _header_terms(self, headers: tuple[Header, ...]) -> set[str]:
+        return set().union(*self._terms([" ".join(h) for h in headers])) if headers else set()
+
+    def _unit_terms(self, candidates: list[_Candidate]) -> list[set[str]]:
+        """Each candidate's content terms, a table row's with its column labels'."""
+        terms = self._terms([c.sentence for c in candidates])
+        return [t | self._header_terms((c.header,)) if c.header else t for c, t in zip(candidates, terms)]
+
+    def _answerable(
+        self, question: str, q_terms: set[str], candidates: list[_Candidate], unit_terms: list[set[str]]
+    ) -> list[int]:
+        """Positions of the candidates that may answer (see the class's "passed over"). Each preference gives way
+        when no candidate meets it, but when some table row's cells hold a name the question gives (a state, not
+        the document's name or the table's month), rows without one never answer: a row is looked up by name, and
+        another state's count is a wrong answer, not a weak one."""
+        # A sentence saying nothing the question does not (a table's header row, a title) cannot be the answer.
+        keep = [i for i, terms in enumerate(unit_terms) if terms - q_terms] or list(range(len(candidates)))
+        # Answer type: a question after a quantity or a date is answered by a sentence holding a number it lacks.
+        if _wants_number(question):
+            asked = numbers(question)
+            keep = [i for i in keep if numbers(candidates[i].sentence) - asked] or keep
+        named = self._terms([named_words(question)])[0] & q_terms
+        if not named:
+            return keep
+        asks = q_terms - named
+        if asks:
+            keep = [i for i in keep if unit_terms[i] & asks] or keep
+        rows = [i for i in keep if candidates[i].header]
+        keyed = {i for i, terms in zip(rows, self._terms([candidates[i].sentence for i in rows])) if terms & named}
+        return [i for i in keep if i in keyed or not candidates[i].header] if keyed else keep
+
+    def _columns_asked(self, labels: list[str], q_terms: set[str]) -> list[int]:
+        """The columns whose labels the question names: wholly if any, else in part."""
+        terms = self._terms(labels)
+        whole = [i for i, t in enumerate(terms) if t and t <= q_terms]
+        return whole or [i for i, t in enumerate(terms) if t & q_terms]
+
+    def _answer(self, best: _Candidate, q_terms: set[str], passages: list[Passage]) -> Generation:
         sentence, cited, continued = best.sentence.strip(), [best.passage.chunk_id], []
-        if self.continue_lead_ins and is_lead_in(sentence):
+        if best.header:
+            sentence = render_row(sentence, best.header, lambda labels: self._columns_asked(labels, q_terms))
+        elif self.continue_lead_ins and is_lead_in(sentence):
             parts, read = self._continue(best)
             sentence = ANSWER_SEPARATOR.join([sentence, *parts])
             cited += [c["chunk_id"] for c in read]
