@@ -34,9 +34,16 @@ from rag.store import CHUNKS_TABLE
 from rag.training import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig
 from rag.lifecycle.rollout import release
 from rag.rollout.ui_state import current_verdict, gate_outcome
+from rag.training.configuration import (
+    MODES,
+    ConfigurationSpace,
+    TooFewQuestions,
+    gate_configuration,
+    train_configuration,
+)
 from rag.training.gate import TooFewGateQuestions
-from rag.lifecycle.verdicts import check_promotable, rejected_by_gate
-from rag.training.pipeline import QA_TABLE, gate_candidate, production_label, train_candidate
+from rag.lifecycle.verdicts import TRAINING_ASSET, check_promotable, rejected_by_gate
+from rag.training.pipeline import IMPLICIT_LABELS, QA_TABLE, gate_candidate, production_label, train_candidate
 from rag.training.report import gate_table, loss_curve
 from resources.qdrant import QdrantResource
 from resources.rollout import Rollout
@@ -212,15 +219,7 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout
             metadata={"verdict": f"no verdict: no {kind} candidate in the registry to gate"},
         )
     against = production_label(registry, kind)
-    settings = GateSettings(
-        p_value=config.p_value,
-        test=config.test,
-        recall_tolerance=config.recall_tolerance,
-        min_questions=config.min_questions,
-        criterion=rollout.gate_criterion,
-        max_drop=config.max_drop,
-        **{f"generated_{kind}_gain": config.generated_gain},
-    )
+    settings = _gate_settings(config, rollout, **{f"generated_{kind}_gain": config.generated_gain})
     try:
         result = gate_candidate(kind, data_store.tables, registry, candidate, settings)
     except TooFewGateQuestions as exc:  # no verdict, recorded as such: production stays, the run goes on
@@ -235,22 +234,7 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout
                 "production": against,
             },
         )
-    if rollout.promotion == "auto":
-        verdict = (
-            "significantly better: promote"
-            if result.better
-            else "no worse, not shown better: start its canary (the online test decides)"
-            if result.passed
-            else f"keep production ({result.outcome})"
-        )
-    elif settings.criterion == "not_worse":
-        verdict = (
-            "no worse: start its canary (the online test decides)"
-            if result.passed
-            else f"{result.outcome}: keep production"
-        ) + ("; significantly better too" if result.better else "")
-    else:
-        verdict = "promote" if result.passed else f"keep production ({result.outcome})"
+    verdict = _verdict_words(result, rollout)
     # A rejected candidate is a normal outcome of retraining, not a broken run: WARN lets the run succeed, and the
     # production asset downstream reads the recorded verdict and keeps production (it never promotes without one).
     return AssetCheckResult(
@@ -266,6 +250,34 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout
             "comparison": MetadataValue.md(gate_table(result)),
         },
     )
+
+
+def _gate_settings(config: GateConfig, rollout: Rollout, **extra) -> GateSettings:
+    return GateSettings(
+        p_value=config.p_value,
+        test=config.test,
+        recall_tolerance=config.recall_tolerance,
+        min_questions=config.min_questions,
+        criterion=rollout.gate_criterion,
+        max_drop=config.max_drop,
+        **extra,
+    )
+
+
+def _verdict_words(result, rollout: Rollout) -> str:
+    """What the release step will do with a gate result, in words, under the rollout resource's policy."""
+    if rollout.promotion == "auto":
+        return (
+            "significantly better: promote"
+            if result.better
+            else "no worse, not shown better: start its canary (the online test decides)"
+            if result.passed
+            else f"keep production ({result.outcome})"
+        )
+    if rollout.gate_criterion == "not_worse":
+        words = "no worse: start its canary (the online test decides)" if result.passed else None
+        return (words or f"{result.outcome}: keep production") + ("; significantly better too" if result.better else "")
+    return "promote" if result.passed else f"keep production ({result.outcome})"
 
 
 def _gate_observed(
@@ -395,7 +407,7 @@ def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
         **extra,
     }
     if outcome["action"] == "promoted":
-        metadata["previous"] = outcome["previous"] or ("minilm (base)" if kind == "embedder" else "none")
+        metadata["previous"] = outcome["previous"] or IMPLICIT_LABELS[kind]
         if kind == "embedder":
             metadata["serving_aliases"] = MetadataValue.json(outcome["serving_aliases"])
     elif outcome["action"] == "waiting":
@@ -469,16 +481,22 @@ def production_embedder(
     "'auto' (default) promotes a significant gain directly and starts a canary for a candidate found no worse.",
 )
 def production_reranker(context: AssetExecutionContext, data_store: DataStore, rollout: Rollout):
+    yield from _release_in_registry("reranker", context, data_store, rollout)
+
+
+def _release_in_registry(kind: str, context: AssetExecutionContext, data_store: DataStore, rollout: Rollout):
+    """The release step of a kind whose promotion only moves registry aliases (a reranker, a configuration): the
+    recorded gate verdict reported, a rejected candidate kept out, else release() under the policy."""
     registry = _registry(data_store)
-    candidate = registry.resolve("reranker", "candidate")
+    candidate = registry.resolve(kind, "candidate")
     if candidate is None:
-        raise ValueError("no reranker candidate to promote: materialize trained_reranker first")
-    _recorded_gate(context, "reranker", registry, candidate, rollout)
-    if _kept(context, "reranker", registry, candidate, rollout):
+        raise ValueError(f"no {kind} candidate to promote: materialize {TRAINING_ASSET[kind]} first")
+    _recorded_gate(context, kind, registry, candidate, rollout)
+    if _kept(context, kind, registry, candidate, rollout):
         return
-    # refuses without a passing gate verdict
+    # release() refuses without a passing gate verdict
     outcome = release(
-        "reranker",
+        kind,
         registry,
         candidate,
         policy=rollout.promotion,
@@ -487,11 +505,146 @@ def production_reranker(context: AssetExecutionContext, data_store: DataStore, r
         log=context.log.info,
     )
     context.log.info(outcome["summary"])
-    context.log_event(rollout_observation(registry, f"production_reranker: {outcome['summary']}", context.log.warning))
-    yield _released("reranker", outcome, {})
+    context.log_event(rollout_observation(registry, f"production_{kind}: {outcome['summary']}", context.log.warning))
+    extra = {"configuration": candidate.model_extra.get("configuration")} if kind == "configuration" else {}
+    yield _released(kind, outcome, extra)
+
+
+# --- the serving configuration people's questions choose (rag.training.configuration) -----------------------------
+
+
+class ConfigurationRunConfig(TrainingRunConfig):
+    """The trainers' shared settings (only feedback_dataset and feedback_dev_fraction matter here: the held-out
+    questions are the ones the other learners hold out) and the grid searched."""
+
+    strategies: list[str] | None = Field(
+        None, description="chunk sets to try; None: every chunk set with a BM25 index and a production collection"
+    )
+    modes: list[str] = Field(list(MODES), description="retrieval modes to try")
+    alphas: list[float] = Field([0.2, 0.35, 0.5, 0.65, 0.8], description="hybrid-cc weights of the dense score")
+    min_questions: int = Field(20, description="fewest rated training questions to search on")
+
+
+@asset(
+    group_name="training",
+    kinds={"python"},
+    pool="qdrant",
+    output_required=False,  # not materialized when people have rated too few questions
+    description="The serving configuration people's questions choose: every chunk set × retrieval mode (bm25, "
+    "dense, hybrid-rrf, hybrid-cc with 5 weights) scored on the rated questions of the exported feedback dataset "
+    "(those not held out), a passage people rated +1 counting in any chunk set through its place in the document; "
+    "the best registered as a `configuration` candidate with its MLflow run and the whole search (search.csv). "
+    "Skipped, with the reason, when fewer than 20 rated questions can be located.",
+)
+def trained_configuration(
+    context: AssetExecutionContext, config: ConfigurationRunConfig, data_store: DataStore, qdrant: QdrantResource
+):
+    registry = _registry(data_store)
+    space = ConfigurationSpace(
+        strategies=config.strategies, modes=config.modes, alphas=config.alphas, min_questions=config.min_questions
+    )
+    overrides = config.overrides()
+    try:
+        learned = train_configuration(
+            data_store.tables,
+            registry,
+            root=data_store.root,
+            space=space,
+            feedback_dataset=overrides.get("feedback_dataset"),
+            dev_fraction=config.feedback_dev_fraction,
+            qdrant=qdrant.settings(),
+            log=context.log.info,
+        )
+    except TooFewQuestions as exc:
+        context.log.info(f"no configuration candidate: {exc}")
+        return
+    url = run_url(registry, learned.version)
+    yield MaterializeResult(
+        metadata={
+            **({"mlflow_run": MetadataValue.url(url)} if url else {}),
+            "version": learned.version.version,
+            "name": learned.version.name,
+            **learned.summary,
+            "search": MetadataValue.md(learned.search.head(15).to_markdown(index=False)),
+        }
+    )
+
+
+@asset_check(
+    asset=trained_configuration,
+    blocking=True,
+    description="Promotion gate: the candidate configuration's rankings (through the full serving path, production "
+    "embedder and reranker) beat production's on the held-out questions people rated: nDCG@10 and MRR@10 "
+    "(paired test) without losing recall@20. " + _POLICY,
+)
+def trained_configuration_gate(
+    context: AssetCheckExecutionContext, config: GateConfig, data_store: DataStore, rollout: Rollout
+) -> AssetCheckResult:
+    registry = _registry(data_store)
+    candidate = registry.resolve("configuration", "candidate")
+    if candidate is None:
+        return AssetCheckResult(
+            passed=False,
+            severity=AssetCheckSeverity.ERROR,
+            description="no configuration candidate in the registry: materialize trained_configuration first",
+            metadata={"verdict": "no verdict: no configuration candidate"},
+        )
+    settings = _gate_settings(config, rollout)
+    against = production_label(registry, "configuration")
+    try:
+        result = gate_configuration(
+            data_store.tables, registry, candidate, settings, root=data_store.root, log=context.log.info
+        )
+    except TooFewGateQuestions as exc:
+        outcome = AssetCheckResult(
+            passed=False,
+            severity=AssetCheckSeverity.WARN,
+            description=f"{candidate.name} vs {against}: no verdict, keep production. {exc}",
+            metadata={"verdict": f"no verdict: {exc}", "outcome": "no verdict", "candidate": candidate.name},
+        )
+        return _gate_observed(context, outcome, data_store)
+    verdict = _verdict_words(result, rollout)
+    outcome = AssetCheckResult(
+        passed=result.passed,
+        severity=AssetCheckSeverity.WARN,
+        description=f"{candidate.name} vs {against} on {result.questions} held-out questions people rated: {verdict}",
+        metadata={
+            "verdict": verdict,
+            **result.metadata,
+            "candidate": candidate.name,
+            "production": against,
+            "comparison": MetadataValue.md(gate_table(result)),
+        },
+    )
+    return _gate_observed(context, outcome, data_store)
+
+
+GATE_CHECKS["configuration"] = AssetCheckKey(AssetKey("trained_configuration"), "trained_configuration_gate")
+
+
+@asset(
+    deps=[trained_configuration],
+    group_name="training",
+    kinds={"python"},
+    output_required=False,  # not materialized when the gate kept production
+    description="Runs only when the configuration gate passed (checked again from the candidate's manifest). By the "
+    "rollout resource's `promotion` policy: 'direct' moves the registry's `production` configuration alias (rag "
+    "serve follows it on its next refresh: the chunk set's index and the retrieval settings), 'canary' starts its "
+    "canary, 'auto' (default) promotes a significant gain on people's held-out questions directly and starts a "
+    "canary for a candidate found no worse.",
+)
+def production_configuration(context: AssetExecutionContext, data_store: DataStore, rollout: Rollout):
+    yield from _release_in_registry("configuration", context, data_store, rollout)
 
 
 defs = Definitions(
-    assets=[finetuned_embedder, trained_reranker, production_embedder, production_reranker],
-    asset_checks=[finetuned_embedder_gate, trained_reranker_gate],
+    assets=[
+        finetuned_embedder,
+        trained_reranker,
+        production_embedder,
+        production_reranker,
+        trained_configuration,
+        production_configuration,
+    ],
+    asset_checks=[finetuned_embedder_gate, trained_reranker_gate, trained_configuration_gate],
 )

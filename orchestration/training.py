@@ -7,13 +7,21 @@ by name ("retrain_job"), e.g. after new feedback or a new QA set.
 
 from dagster import AssetSelection, Definitions, define_asset_job
 
-TRAINING_ASSETS = ("finetuned_embedder", "production_embedder", "trained_reranker", "production_reranker")
+TRAINING_ASSETS = (
+    "finetuned_embedder",
+    "production_embedder",
+    "trained_reranker",
+    "production_reranker",
+    "trained_configuration",
+    "production_configuration",
+)
 
 retrain_job = define_asset_job(
     "retrain_job",
     selection=AssetSelection.assets(*TRAINING_ASSETS),
-    description="Fine-tune the embedder and train the reranker on the QA set (+ feedback), gate each against "
-    "production with a paired significance test, and promote + re-index only what passed.",
+    description="Fine-tune the embedder and train the reranker on the QA set (+ feedback), choose the serving "
+    "configuration on people's rated questions, gate each against production with a paired significance test, and "
+    "promote (or canary) only what passed.",
 )
 
 

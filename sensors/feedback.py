@@ -30,7 +30,8 @@ from resources.feedback import FeedbackLoop
 
 MARK_TAG = "feedback/high_water_mark"
 EXPERT_MARK_TAG = "feedback/expert_high_water_mark"  # expert labels are numbered apart from users' feedback events
-TRAINING_ASSETS = ("finetuned_embedder", "trained_reranker")  # the retrain_job assets that read run config
+# The retrain_job assets that read run config (the same trainer settings and exported feedback dataset each).
+TRAINING_ASSETS = ("finetuned_embedder", "trained_reranker", "trained_configuration")
 FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE]
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 

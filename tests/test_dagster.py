@@ -77,6 +77,8 @@ def test_definitions_have_groups_and_checks():
         "trained_reranker": "training",
         "production_embedder": "training",
         "production_reranker": "training",
+        "trained_configuration": "training",
+        "production_configuration": "training",
         "feedback_dataset": "feedback",
         "query_drift": "feedback",
         "model_rollout": "training",
@@ -92,6 +94,7 @@ def test_definitions_have_groups_and_checks():
         "retrieval_evaluation_quality",
         "finetuned_embedder_gate",
         "trained_reranker_gate",
+        "trained_configuration_gate",
     }
     # The promotion gates must stop the promotion assets downstream of them.
     gates = {k.name: graph.get_check_spec(k) for k in graph.asset_check_keys if k.name.endswith("_gate")}

@@ -25,10 +25,12 @@ ASSETS = {
     "model_rollout",
     "parsed_documents",
     "production_embedder",
+    "production_configuration",
     "production_reranker",
     "query_drift",
     "retrieval_evaluation",
     "synthetic_qa",
+    "trained_configuration",
     "trained_reranker",
 }
 CHECKS = {
@@ -37,6 +39,7 @@ CHECKS = {
     "parsed_documents:parsed_documents_quality",
     "retrieval_evaluation:retrieval_evaluation_quality",
     "synthetic_qa:synthetic_qa_quality",
+    "trained_configuration:trained_configuration_gate",
     "trained_reranker:trained_reranker_gate",
 }
 JOBS = {
@@ -96,8 +99,19 @@ OWNERS = {
         set(),
     ),
     "assets.training": (
-        {"finetuned_embedder", "trained_reranker", "production_embedder", "production_reranker"},
-        {"finetuned_embedder:finetuned_embedder_gate", "trained_reranker:trained_reranker_gate"},
+        {
+            "finetuned_embedder",
+            "trained_reranker",
+            "production_embedder",
+            "production_reranker",
+            "trained_configuration",
+            "production_configuration",
+        },
+        {
+            "finetuned_embedder:finetuned_embedder_gate",
+            "trained_reranker:trained_reranker_gate",
+            "trained_configuration:trained_configuration_gate",
+        },
         set(),
         set(),
         set(),

@@ -104,7 +104,8 @@ def test_versions_and_aliases_are_mlflows_own(tmp_path):
 def test_nothing_registered_reads_without_creating_a_store(tmp_path):
     registry = ModelRegistry(tmp_path / "models")
     assert registry.versions("embedder") == [] and registry.resolve("reranker", "production") is None
-    assert registry.aliases() == {"embedder": {}, "reranker": {}} and not (tmp_path / "models").exists()
+    assert registry.aliases() == {"embedder": {}, "reranker": {}, "configuration": {}}
+    assert not (tmp_path / "models").exists()
 
 
 def training_like_run() -> TrainingRun:
@@ -418,7 +419,11 @@ def test_a_folder_registry_migrates_completely_once_and_a_killed_migration_compl
         ("v1", "ft-minilm-v1"),
         ("v3", "ft-minilm-v3"),
     ]
-    assert registry.aliases() == {"embedder": {"production": "v1", "candidate": "v3"}, "reranker": {"production": "v1"}}
+    assert registry.aliases() == {
+        "embedder": {"production": "v1", "candidate": "v3"},
+        "reranker": {"production": "v1"},
+        "configuration": {},
+    }
     v3 = registry.resolve("embedder", "ft-minilm-v3")
     assert (v3.path / "model.safetensors").read_bytes() == b"embedder3" and v3.metrics["gate"]["outcome"] == "better"
     client = plain_client(root)

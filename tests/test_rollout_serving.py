@@ -163,6 +163,13 @@ def ask(client, question="which animal does purr", session=None) -> dict:
     return response.json()
 
 
+def served(settings):
+    """What canary_router reads of rag serve's ConfiguredServing: the settings production answers with."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(settings=lambda: settings, pinned=frozenset(), current=lambda: None)
+
+
 def arm_of(store, query_id: str):
     queries = store.table("queries")
     return queries.loc[queries["query_id"] == query_id, "arm"].iloc[0]
@@ -362,7 +369,7 @@ def test_a_server_that_does_not_serve_production_ignores_the_canary(registry, st
     from rag.serving.server import canary_router
 
     start("embedder", registry, traffic_share=0.9, log=quiet)
-    router = canary_router(AnswerSettings(model="minilm", mode="dense"), None, root=registry.root.parent)
+    router = canary_router(served(AnswerSettings(model="minilm", mode="dense")), root=registry.root.parent)
     app = create_app(lambda: PRODUCTION, store, ServeSettings(api_token=TOKEN), canary=router)
     with TestClient(app) as client:
         data = ask(client, session="any")
@@ -380,7 +387,7 @@ def test_a_reranker_canary_needs_a_server_that_serves_the_production_reranker(tm
     start("reranker", registry, "v1", traffic_share=0.9, log=quiet)
     # A server configured without a reranker (the default is production): once promoted, it would still serve
     # retrieval order.
-    router = canary_router(AnswerSettings(model="minilm", mode="dense", reranker="none"), None, root=tmp_path)
+    router = canary_router(served(AnswerSettings(model="minilm", mode="dense", reranker="none")), root=tmp_path)
     app = create_app(lambda: PRODUCTION, store, ServeSettings(api_token=TOKEN), canary=router)
     with TestClient(app) as client:
         data = ask(client, session="any")

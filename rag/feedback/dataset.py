@@ -295,8 +295,12 @@ def _int(value) -> int | None:
 
 
 def _read_qrels(path: Path) -> list[tuple[str, str, int]]:
+    return _read_qrels_as(path, "corpus-id")
+
+
+def _read_qrels_as(path: Path, id_column: str) -> list[tuple[str, str, int]]:
     with open(path, newline="", encoding="utf-8") as fh:
-        return [(r["query-id"], r["corpus-id"], int(r["score"])) for r in csv.DictReader(fh, delimiter="\t")]
+        return [(r["query-id"], r[id_column], int(r["score"])) for r in csv.DictReader(fh, delimiter="\t")]
 
 
 @dataclass(frozen=True)
@@ -322,6 +326,10 @@ class Judgments:
     asked: dict[str, QueryContext] = field(default_factory=dict)
     expert_qrels: list[tuple[str, str, int]] = field(default_factory=list)
     expert_answers: dict[str, str] = field(default_factory=dict)
+    # query -> the answers people wrote in (corrections, source user or expert): an answer key found in the
+    # documents, also where none of the passages shown held it
+    corrections: dict[str, list[str]] = field(default_factory=dict)
+    answer_votes: dict[str, int] = field(default_factory=dict)  # query -> the latest ±1 on the system's answer
 
 
 def _timestamp(value) -> datetime | None:
@@ -348,6 +356,21 @@ def judgments(dataset_dir: Path) -> Judgments:
     with open(dataset_dir / "corpus.jsonl", encoding="utf-8") as fh:
         corpus = {d["_id"]: d["text"] for d in map(json.loads, fh)}
     expert_file = dataset_dir / "qrels" / "expert_qrels.tsv"
+    corrections: dict[str, list[str]] = {}
+    system_answers: set[str] = set()
+    if (dataset_dir / "answers.jsonl").exists():
+        with open(dataset_dir / "answers.jsonl", encoding="utf-8") as fh:
+            for answer in map(json.loads, fh):
+                if answer.get("source") in ("user", "expert") and answer.get("query_id") in queries:
+                    corrections.setdefault(answer["query_id"], []).append(answer["text"])
+                elif answer.get("source") == "system":
+                    system_answers.add(answer["_id"])
+    answer_file = dataset_dir / "qrels" / "answer_qrels.tsv"
+    votes = {
+        qid: score
+        for qid, answer_id, score in (_read_qrels_as(answer_file, "answer-id") if answer_file.exists() else [])
+        if answer_id in system_answers
+    }
     return Judgments(
         queries,
         corpus,
@@ -355,6 +378,8 @@ def judgments(dataset_dir: Path) -> Judgments:
         asked,
         expert_qrels=_read_qrels(expert_file) if expert_file.exists() else [],
         expert_answers={qid: m["expert_answer"] for qid, m in meta.items() if m.get("expert_answer")},
+        corrections=corrections,
+        answer_votes=votes,
     )
 
 

@@ -191,10 +191,17 @@ def _resolve(registry: ModelRegistry, kind: str, version: str) -> ModelVersion:
     return mv
 
 
+IMPLICIT_NAMES = {
+    "embedder": "minilm (base, implicit v0)",
+    "reranker": "no reranker (implicit v0)",
+    "configuration": "the server's own settings (implicit v0)",
+}
+
+
 def name_of(registry: ModelRegistry, kind: str, version: str | None) -> str:
     """A version's served name (ft-minilm-v4), the implicit v0 for None."""
     if version is None:
-        return "minilm (base, implicit v0)" if kind == "embedder" else "no reranker (implicit v0)"
+        return IMPLICIT_NAMES[kind]
     mv = registry.resolve(kind, version)
     return mv.name if mv is not None else version
 

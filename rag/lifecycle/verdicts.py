@@ -16,6 +16,11 @@ from rag.training.config import GateSettings
 from rag.training.pipeline import model_label
 
 Need = Literal["better", "not_worse"]
+TRAINING_ASSET = {
+    "embedder": "finetuned_embedder",
+    "reranker": "trained_reranker",
+    "configuration": "trained_configuration",
+}
 
 
 class PromotionRefused(ValueError):
@@ -63,6 +68,10 @@ def promotion_refusal(kind: str, registry: ModelRegistry, candidate: ModelVersio
                 f"{gate['first_stage_embedder'] or 'minilm (implicit v0)'}, but production embedder is now "
                 f"{model_label('embedder', embedder)}: gate it again over it"
             )
+    if kind == "configuration":
+        stale = _configuration_ranked_through(registry, gate)
+        if stale:
+            return stale
     # Verdicts recorded before the two criteria existed hold only `passed`, decided by "better" (which implies
     # not worse); newer ones record both.
     passed = gate.get("passed") is True
@@ -78,6 +87,22 @@ def promotion_refusal(kind: str, registry: ModelRegistry, candidate: ModelVersio
         return (
             f"the gate rejected it against {model_label(kind, production)}: {gate.get('reasons', 'no reason recorded')}"
         )
+    return None
+
+
+def _configuration_ranked_through(registry: ModelRegistry, gate: dict) -> str | None:
+    """Why a configuration's verdict does not hold for the models serving now: it ranked its questions through the
+    production embedder and reranker of its time (None: they still serve)."""
+    for kind, key in (("embedder", "first_stage_embedder"), ("reranker", "served_reranker")):
+        serving = registry.resolve(kind, "production")
+        now = serving.version if serving else None
+        if key not in gate:
+            return f"its gate verdict does not record the {kind} it ranked through: gate it again"
+        if gate[key] != now:
+            return (
+                f"it was gated through {kind} {gate[key] or 'implicit v0'}, but production {kind} is now "
+                f"{model_label(kind, serving)}: gate it again"
+            )
     return None
 
 
@@ -120,7 +145,7 @@ def check_promotable(kind: str, registry: ModelRegistry, candidate: ModelVersion
 
 
 def refused(kind: str, candidate: ModelVersion, why: str) -> PromotionRefused:
-    asset = "finetuned_embedder" if kind == "embedder" else "trained_reranker"
+    asset = TRAINING_ASSET[kind]
     return PromotionRefused(
         f"refusing to promote {kind} {candidate.name}: {why}. Run its gate first (the {asset}_gate check: run "
         f"retrain_job, or materialize {asset} together with its check) and promote only when it passes; "

@@ -44,14 +44,16 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from rag.registry.backend import DB_NAME, EXPERIMENT, MODEL_NAME, MlflowSettings
 from rag.store import data_dir, fsync_dir
 
-Kind = Literal["embedder", "reranker"]
-KINDS: tuple[str, ...] = ("embedder", "reranker")
+Kind = Literal["embedder", "reranker", "configuration"]
+# configuration: the serving configuration (chunk set, retrieval mode, hybrid weight) people's questions chose
+# (rag.training.configuration); a version holds configuration.yaml instead of weights.
+KINDS: tuple[str, ...] = ("embedder", "reranker", "configuration")
 ALIASES = ("production", "candidate")
 MANIFEST = "manifest.json"
 # Prefix of the name a registered model is served under: ft-minilm-v2 (embedder), ce-minilm-v1 (reranker).
-NAME_PREFIX = {"embedder": "ft", "reranker": "ce"}
+NAME_PREFIX = {"embedder": "ft", "reranker": "ce", "configuration": "cfg"}
 _VERSION = re.compile(r"^v(\d+)$")
-_NAME = re.compile(r"^(ft|ce)-(.+)-(v\d+)$")
+_NAME = re.compile(r"^(ft|ce|cfg)-(.+)-(v\d+)$")
 
 STATE_TAG = "rag.state"  # on each MLflow version: "registering" until its folder is complete, then "ready"
 READY, REGISTERING = "ready", "registering"
@@ -225,7 +227,8 @@ class ModelRegistry:
                     backend.create_embedded_store(db)
         client = backend.client(*self.settings.uris(self.root))
         state = self._state()
-        if create and not self.embedded and not state.get("models"):
+        # A store made before a kind existed (an embedded one copied from an older template too) lacks its model.
+        if create and not state.get("models"):
             backend.ensure_registered_models(client)
             state["models"] = True
         if not state.get("repaired"):
@@ -653,7 +656,7 @@ def is_registry_name(name: str, kind: Kind = "embedder") -> bool:
 
 
 # With nothing promoted yet, "production" means the base model: the implicit v0 every candidate must beat.
-IMPLICIT_PRODUCTION = {"embedder": "minilm", "reranker": None}
+IMPLICIT_PRODUCTION = {"embedder": "minilm", "reranker": None, "configuration": None}
 
 
 def registered_embedder(name: str, registry: ModelRegistry | None = None) -> tuple[str, str | None] | None:

@@ -24,16 +24,20 @@ from pydantic import BaseModel, Field
 DB_NAME = "mlflow.db"
 ARTIFACTS = "mlartifacts"
 # One registered model and one experiment per kind; the versions of `rag-embedder` are ft-<family>-vN.
-MODEL_NAME = {"embedder": "rag-embedder", "reranker": "rag-reranker"}
-EXPERIMENT = {"embedder": "rag-embedder-training", "reranker": "rag-reranker-training"}
+MODEL_NAME = {"embedder": "rag-embedder", "reranker": "rag-reranker", "configuration": "rag-configuration"}
+EXPERIMENT = {
+    "embedder": "rag-embedder-training",
+    "reranker": "rag-reranker-training",
+    "configuration": "rag-configuration-training",
+}
 DESCRIPTION = (
     "Versions trained by rag (rag.registry): aliases production / candidate; in embedded mode each "
     "version's weights and manifest.json are the folder its source names"
 )
 # What `make mlflow` serves: the address run links point at in embedded mode.
 LOCAL_UI = "http://127.0.0.1:5000"
-# Bump when what the template database holds changes (today: the two registered models), so caches rebuild.
-TEMPLATE_FORMAT = 2
+# Bump when what the template database holds changes (today: the three registered models), so caches rebuild.
+TEMPLATE_FORMAT = 3
 
 # Set before mlflow is first imported (setdefault: an operator's own value wins). Telemetry off: embedded mode must
 # never reach the network; WARNING: MLflow's INFO lines (migrations, "created version") would flood CLI output;

@@ -26,14 +26,16 @@ def add_registry_commands(msub) -> None:
     ls = msub.add_parser(
         "list", help="every registered version of each kind: stage, created, gate verdict, key metrics"
     )
-    ls.add_argument("--kind", choices=KINDS, help="only this kind (default: embedder and reranker)")
+    ls.add_argument("--kind", choices=KINDS, help="only this kind (default: every kind)")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=cmd_list)
 
     sh = msub.add_parser("show", help="one version: manifest, gate verdict, metrics, training arguments")
     sh.add_argument("version", help="v3, a served name (ft-minilm-v3, ce-ltr-v2), production or candidate")
     sh.add_argument(
-        "--kind", choices=KINDS, help="default: from the name's prefix (ft-: embedder, ce-: reranker), else embedder"
+        "--kind",
+        choices=KINDS,
+        help="default: from the name's prefix (ft-: embedder, ce-: reranker, cfg-: configuration), else embedder",
     )
     sh.add_argument("--json", action="store_true")
     sh.set_defaults(func=cmd_show)
@@ -264,7 +266,18 @@ def key_metrics(mv: ModelVersion) -> str:
     if not shown:
         selection = mv.metrics.get("dev_selection") or {}
         shown = [f"{k} {v:.4f}" for k, v in list(selection.items())[:2] if isinstance(v, (int, float))]
+    if mv.kind == "configuration":  # what it changes serving to, before its figures
+        shown.insert(0, configuration_label(mv))
     return ", ".join(shown)
+
+
+def configuration_label(mv: ModelVersion) -> str:
+    from rag.training.configuration import ServingConfiguration
+
+    try:
+        return ServingConfiguration.load(mv.path).label
+    except (FileNotFoundError, ValueError) as exc:
+        return f"(configuration unreadable: {exc})"
 
 
 def version_row(registry: ModelRegistry, mv: ModelVersion) -> dict:

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 
 from rag.lifecycle.target import data_dir_target
+from rag.registry import KINDS
 
 # `recover` is the recovery itself; `migrate-registry` moves a folder registry into MLflow, which must not be changed
 # (recovery sets aliases there) before the folder's own aliases are moved.
@@ -36,7 +37,7 @@ def add_models_command(sub) -> None:
     st.set_defaults(func=cmd_status)
 
     s = rsub.add_parser("start", help="start a canary of a candidate whose gate passed against production")
-    s.add_argument("--kind", default="embedder", choices=("embedder", "reranker"))
+    s.add_argument("--kind", default="embedder", choices=KINDS)
     s.add_argument("--candidate", help="version or name (v4, ft-minilm-v4); default: the `candidate` alias")
     s.add_argument("--share", type=float, help="share of sessions the canary serves (default 0.1)")
     s.add_argument("--distance", default="cosine", help="dense distance of new collections (as the index was built)")
@@ -50,7 +51,7 @@ def add_models_command(sub) -> None:
     b = rsub.add_parser(
         "rollback", help="stop the running canary, or revert a promoted candidate to the previous production"
     )
-    b.add_argument("--kind", default="embedder", choices=("embedder", "reranker"))
+    b.add_argument("--kind", default="embedder", choices=KINDS)
     b.add_argument("--reason", required=True, help="why: logged and recorded in the candidate's manifest")
     b.add_argument(
         "--distance",

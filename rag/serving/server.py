@@ -12,6 +12,7 @@ from pathlib import Path
 from rag.feedback import FeedbackStore
 from rag.serving.app import create_app
 from rag.serving.canary import CanaryRouter
+from rag.serving.configured import ConfiguredServing
 from rag.serving.index import ServingIndex, refresh_forever
 from rag.serving.sessions import SessionKeys
 from rag.serving.settings import ServeSettings
@@ -25,6 +26,17 @@ def answer_settings(settings: ServeSettings, **overrides):
 
     base = AnswerSettings.from_yaml(settings.answer_config) if settings.answer_config else AnswerSettings()
     return base.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+
+
+def pinned_fields(settings: ServeSettings, **overrides) -> frozenset[str]:
+    """The answer settings an operator gave explicitly (command line, answer config file): a production
+    configuration never overrides them."""
+    import yaml
+
+    given = {k for k, v in overrides.items() if v is not None}
+    if settings.answer_config:
+        given |= set(yaml.safe_load(Path(settings.answer_config).read_text()) or {})
+    return frozenset(given)
 
 
 def serving_index(answer, *, root: Path, lock_wait_seconds: float = 120.0) -> ServingIndex:
@@ -93,13 +105,17 @@ class RerankerArm:
         self._for = self._answerer = None
 
 
-def canary_router(answer, serving: ServingIndex, *, root: Path) -> CanaryRouter:
+def canary_router(serving, *, root: Path) -> CanaryRouter:
     """The router of `rag serve`: an embedder candidate is served from a replica of its own collection
-    (<strategy>__<name>, built when the canary started), a reranker candidate over production's index."""
+    (<strategy>__<name>, built when the canary started), a reranker candidate over production's index, a
+    configuration candidate from the index of its chunk set with its retrieval settings. `serving`: a
+    ConfiguredServing (its settings() are what production answers with now)."""
     from rag.registry import ModelRegistry
     from rag.retrieval import DENSE_MODES
+    from rag.training.configuration import FOLLOWED, ServingConfiguration
 
     def refuses(kind: str, state) -> str | None:
+        answer = serving.settings()
         if kind == "embedder":
             if answer.mode not in DENSE_MODES:
                 return f"retrieval mode {answer.mode!r} uses no embedder"
@@ -107,6 +123,14 @@ def canary_router(answer, serving: ServingIndex, *, root: Path) -> CanaryRouter:
                 return (
                     f"the API serves embedding model {answer.model!r}, not 'production': serve with --model production "
                     "(what promotion swaps) to compare the candidate with production"
+                )
+        elif kind == "configuration":
+            fixed = sorted(set(FOLLOWED) & serving.pinned)
+            if fixed:
+                # Once promoted, a configuration this server does not follow would never reach its users.
+                return (
+                    f"the API pins {', '.join(fixed)} (given on the command line or in the answer config): serve "
+                    "without them to follow the production configuration"
                 )
         elif answer.reranker != "production":
             # Even before the first reranker promotion: a server without `reranker: production` would not serve the
@@ -120,9 +144,14 @@ def canary_router(answer, serving: ServingIndex, *, root: Path) -> CanaryRouter:
     def open_arm(kind: str, candidate):
         if kind == "reranker":
             return RerankerArm(serving.current, candidate.name, root)
+        answer = serving.settings()
+        if kind == "configuration":
+            candidate_settings = ServingConfiguration.load(candidate.path).apply(answer)
+        else:
+            candidate_settings = answer.model_copy(update={"model": candidate.name})
         # Short lock wait: while a Dagster run holds the embedded folder, production answers canary sessions (outside
         # the comparison) and the open is retried a minute later, instead of a request waiting two minutes.
-        return serving_index(answer.model_copy(update={"model": candidate.name}), root=root, lock_wait_seconds=5.0)
+        return serving_index(candidate_settings, root=root, lock_wait_seconds=5.0)
 
     return CanaryRouter(ModelRegistry(root / "models"), open_arm, refuses)
 
@@ -181,8 +210,13 @@ def build_app(
     root = Path(root or data_dir())
     answer = answer_settings(settings, **answer_overrides)
     recover_lifecycle(root)
-    serving = serving_index(answer, root=root)
-    router = canary_router(answer, serving, root=root)
+    serving = ConfiguredServing(
+        answer,
+        root=root,
+        open_serving=lambda wanted: serving_index(wanted, root=root),
+        pinned=pinned_fields(settings, **answer_overrides),
+    )
+    router = canary_router(serving, root=root)
     store = store or FeedbackStore(root=root)
     stop = threading.Event()
 

@@ -217,6 +217,16 @@ class FeedbackSplit:
     )  # held-out expert question ("expert:<hash>") -> text
     expert_dev_qrels: dict[str, dict[str, int]] = field(default_factory=dict)  # -> its passages graded 1 or 2
     expert_dev_judged: dict[str, dict[str, int]] = field(default_factory=dict)  # -> every passage it labelled, 0-2
+    # People's corrected answers (an answer key to find in the documents): training side as (question, answer),
+    # held-out side by dev key with the question's text (a held-out question may have only these, no rated passage:
+    # such a one is not among dev_queries, which the model gates score on rated passages)
+    corrections: list[Pair] = field(default_factory=list)
+    dev_corrections: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
+    # Questions production failed (a down-voted answer, a correction, or passages only rated -1), per side: people
+    # label where the answer was only for the few they correct, so each located correction stands for the failures
+    # of its side when questions are weighted (rag.training.configuration)
+    failed_questions: int = 0
+    dev_failed_questions: int = 0
 
 
 def paraphrase_groups(judged, window_seconds: float) -> dict[str, str]:
@@ -307,7 +317,12 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
 
     group = paraphrase_groups(judged, window_seconds)
     experts = expert_labels(judged)
-    keyed = {group[q] for q, _, score in judged.chunk_qrels if score > 0} | {group[q] for q, _, g in experts if g > 0}
+    corrected = getattr(judged, "corrections", {}) or {}
+    keyed = (
+        {group[q] for q, _, score in judged.chunk_qrels if score > 0}
+        | {group[q] for q, _, g in experts if g > 0}
+        | {group[q] for q in corrected if q in group}
+    )
     held_out = {key for key in keyed if int(digest(key)[:16], 16) / 2**64 < dev_fraction}
     split = FeedbackSplit([], [], {}, {}, {}, {})
     trained: dict[tuple[str, str], list[int]] = {}  # (question text, passage id) -> every expert's grade
@@ -345,6 +360,26 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
             if score > 0:
                 split.dev_queries[key] = text
                 split.dev_qrels.setdefault(key, {})[cid] = 1
+    votes = getattr(judged, "answer_votes", {}) or {}
+    answered = {normalized_question(judged.queries[q]) for q, _, score in judged.chunk_qrels if score > 0}
+    failed = {q for q, vote in votes.items() if vote < 0} | set(corrected)
+    failed |= {q for q, _, score in judged.chunk_qrels if score < 0}
+    sides: dict[str, bool] = {}
+    for qid in failed:
+        text = normalized_question(judged.queries.get(qid, ""))
+        if qid in group and text and text not in answered:
+            sides[text] = int(digest(group[qid])[:16], 16) / 2**64 < dev_fraction
+    split.dev_failed_questions = sum(sides.values())
+    split.failed_questions = len(sides) - split.dev_failed_questions
+    for qid, answers in sorted(corrected.items()):
+        if qid not in group:
+            continue
+        text = judged.queries[qid]
+        if group[qid] not in held_out:
+            split.corrections += [(text, a) for a in answers]
+        elif normalized_question(text) not in graded:
+            key = f"feedback:{digest(text)[:16]}"
+            split.dev_corrections.setdefault(key, (text, []))[1].extend(answers)
     return split
 
 

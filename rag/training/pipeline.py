@@ -359,11 +359,19 @@ def _production_embedder(production: ModelVersion | None):
     return load_embedder(str(production.path) if production is not None else IMPLICIT_PRODUCTION["embedder"])
 
 
+# What serves before any version of a kind was promoted (the implicit v0 every first candidate is gated against).
+IMPLICIT_LABELS = {
+    "embedder": "minilm (base, implicit v0)",
+    "reranker": "no reranker (hybrid order, implicit v0)",
+    "configuration": "the server's own settings (implicit v0)",
+}
+
+
 def model_label(kind: str, production: ModelVersion | None) -> str:
     """A production version's served name, or what serves without one (the implicit v0)."""
     if production is not None:
         return production.name
-    return "minilm (base, implicit v0)" if kind == "embedder" else "no reranker (hybrid order, implicit v0)"
+    return IMPLICIT_LABELS[kind]
 
 
 def hybrid_candidates(chunks: pd.DataFrame, ir, embedder, depth: int, mode: str = FIRST_STAGE_MODE) -> dict[str, list]:

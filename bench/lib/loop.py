@@ -1,0 +1,244 @@
+"""The pieces of bench/loop.py: simulated people asking through `rag serve`, the product's sensors evaluated through
+Dagster launching the product's jobs, and the served pipeline scored on held-out human questions.
+
+Nothing here trains, gates or promotes by itself: the bench asks, clicks, rates and corrects through the API; then it
+evaluates feedback_volume_sensor, drift_sensor and canary_sensor as the Dagster daemon would and runs whatever job
+they request (retrain_job, start_canary_job, promote_canary_job, rollback_canary_job) in the same instance."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.lib.feedback import TOKEN, USER_HEADER
+from bench.lib.loop_data import Question
+
+HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+BEHAVIOURS = ("consistent", "random", "shuffled")
+
+
+@dataclass
+class ClickModel:
+    """How simulated people react to what they are shown.
+
+    A passage at rank r is examined with probability r^-eta (position bias). An examined passage that holds the answer
+    is clicked and rated +1 with probability p_relevant; an examined one that does not is rated -1 with probability
+    p_negative, or clicked (noise) with probability p_click_noise. The answer is rated (+1 when a shown passage holds
+    the answer, else -1) with probability p_answer_rating, and a share p_correction of the questions whose shown
+    passages hold no answer get a corrected answer (the question's answer string, where the corpus has one).
+
+    behaviour "random": people who click and rate shown passages at random (relevance ignored); "shuffled": people
+    whose judgements are consistent but about another question's answer (labels shuffled across questions). Neither
+    carries any signal about what helps: whatever they train must never be promoted."""
+
+    eta: float = 1.0
+    p_relevant: float = 0.9
+    p_negative: float = 0.2
+    p_click_noise: float = 0.05
+    p_answer_rating: float = 0.5
+    p_correction: float = 0.2
+    behaviour: str = "consistent"
+
+    def __post_init__(self):
+        if self.behaviour not in BEHAVIOURS:
+            raise ValueError(f"behaviour must be one of {BEHAVIOURS}, got {self.behaviour!r}")
+
+
+@dataclass
+class People:
+    """Simulated people, each question asked by its own person (client and session) through the API."""
+
+    http: object  # a TestClient (or httpx client) on the app `rag serve` builds
+    clicks: ClickModel
+    relevant: Callable[[Question], set[str]]  # chunk ids of the served chunk set that hold the question's answer
+    seed: int
+    stats: dict = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
+    _decoys: list[Question] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.rng = random.Random(self.seed)
+
+    def ask(self, question: Question, person: str) -> dict:
+        headers = {**HEADERS, USER_HEADER: person}
+        response = self.http.post("/ask", json={"question": question.text, "session_id": person}, headers=headers)
+        response.raise_for_status()
+        data = response.json()
+        self.stats["asked"] += 1
+        self.stats["canary_served"] += str(data.get("model_version") or "").startswith("interleaved(")
+        judged = question
+        if self.clicks.behaviour == "shuffled":  # judged as if it asked something else
+            self._decoys.append(question)
+            judged = self.rng.choice(self._decoys)
+        relevant = self.relevant(judged)
+        shown = [p["chunk_id"] for p in data["passages"]]
+        if self.clicks.behaviour == "random":
+            relevant = set(self.rng.sample(shown, k=min(len(shown), 1)))
+        hits = [c for c in shown if c in relevant]
+        self.stats["asked_with_answer_shown"] += bool(hits)
+        ratings = []
+        for rank, chunk in enumerate(shown, start=1):
+            if self.rng.random() >= rank**-self.clicks.eta:
+                continue
+            if chunk in relevant:
+                if self.rng.random() < self.clicks.p_relevant:
+                    self._post("/events", {"query_id": data["query_id"], "chunk_id": chunk}, data, headers)
+                    self.stats["clicks"] += 1
+                    ratings.append({"chunk_id": chunk, "score": 1})
+            elif self.rng.random() < self.clicks.p_negative:
+                ratings.append({"chunk_id": chunk, "score": -1})
+            elif self.rng.random() < self.clicks.p_click_noise:
+                self._post("/events", {"query_id": data["query_id"], "chunk_id": chunk}, data, headers)
+                self.stats["clicks"] += 1
+        body: dict = {"passages": ratings} if ratings else {}
+        if self.rng.random() < self.clicks.p_answer_rating:
+            body["answer_score"] = 1 if hits else -1
+        if not hits and judged.answers and self.rng.random() < self.clicks.p_correction:
+            body["correction"] = judged.answers[0][:4000]
+        if body:
+            self._post(
+                "/feedback", {"query_id": data["query_id"], "idempotency_key": f"fb-{person}", **body}, data, headers
+            )
+            self.stats["ratings_up"] += sum(r["score"] > 0 for r in ratings)
+            self.stats["ratings_down"] += sum(r["score"] < 0 for r in ratings)
+            self.stats["answer_votes"] += "answer_score" in body
+            self.stats["corrections"] += "correction" in body
+        return data
+
+    def _post(self, path: str, body: dict, answer: dict, headers: dict) -> None:
+        response = self.http.post(path, json={**body, "session": answer["session"]}, headers=headers)
+        response.raise_for_status()
+
+
+COUNTS = (
+    "asked",
+    "asked_with_answer_shown",
+    "canary_served",
+    "clicks",
+    "ratings_up",
+    "ratings_down",
+    "answer_votes",
+    "corrections",
+)
+
+
+@dataclass
+class Operations:
+    """The Dagster side: one instance, the product's definitions and resources; sensors evaluated as the daemon
+    would, the jobs they request run in this process. Every sensor evaluation and job run is kept in `log`."""
+
+    instance: object
+    resources: dict
+    refresh: Callable[[], None]  # what the server does when the registry or rollout state moved
+    say: Callable[[str], None] = print
+    log: list = field(default_factory=list)
+    cursors: dict = field(default_factory=dict)
+
+    def tick(self, sensor_name: str) -> list[dict]:
+        """Evaluate a sensor once; run each job it requests. Returns the runs it caused."""
+        from dagster import RunRequest, SensorResult, SkipReason, build_sensor_context
+
+        from orchestration.definitions import defs
+
+        sensor = defs.get_sensor_def(sensor_name)
+        wanted = set(sensor.required_resource_keys)
+        with build_sensor_context(
+            instance=self.instance,
+            resources={k: v for k, v in self.resources.items() if k in wanted},
+            cursor=self.cursors.get(sensor_name),
+        ) as context:
+            result = sensor(context)
+            cursor = context.cursor
+        if isinstance(result, SensorResult):
+            requests, skip, cursor = list(result.run_requests or []), result.skip_reason, result.cursor or cursor
+        elif isinstance(result, RunRequest):
+            requests, skip = [result], None
+        elif isinstance(result, SkipReason):
+            requests, skip = [], result
+        else:
+            requests, skip = list(result or []), None
+        self.cursors[sensor_name] = cursor
+        said = getattr(skip, "skip_message", None)
+        entry = {"sensor": sensor_name, "skip": said, "requests": [r.job_name or "retrain_job" for r in requests]}
+        self.log.append(entry)
+        runs = []
+        for request in requests:
+            runs.append(self.run(request.job_name or sensor.job_name, request, sensor_name))
+        return runs
+
+    def run(self, job_name: str, request, why: str) -> dict:
+        from orchestration.definitions import defs
+
+        started = time.perf_counter()
+        self.say(f"  {why} -> {job_name}")
+        job = defs.resolve_job_def(job_name)
+        run_config = dict(request.run_config or {})
+        run_config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
+        result = job.execute_in_process(
+            instance=self.instance,
+            resources={k: v for k, v in self.resources.items()},
+            run_config=run_config,
+            tags=request.tags,
+            raise_on_error=False,
+        )
+        self.refresh()
+        record = {
+            "job": job_name,
+            "requested_by": why,
+            "run_key": request.run_key,
+            "success": result.success,
+            "seconds": round(time.perf_counter() - started, 1),
+            "checks": {
+                e.check_name: {
+                    "passed": e.passed,
+                    **{
+                        k: getattr(v, "value", v)
+                        for k, v in e.metadata.items()
+                        if isinstance(getattr(v, "value", v), (int, float, str, bool)) and k != "comparison"
+                    },
+                }
+                for e in result.get_asset_check_evaluations()
+            },
+            "released": {
+                e.asset_key.to_user_string(): {
+                    k: getattr(v, "value", v)
+                    for k, v in e.materialization.metadata.items()
+                    if k in ("action", "summary", "stage", "decision", "reason")
+                }
+                for e in result.get_asset_materialization_events()
+                if e.asset_key.to_user_string() in ("production_embedder", "production_reranker", "model_rollout")
+            },
+        }
+        self.log.append(record)
+        self.say(f"    {'ok' if result.success else 'FAILED'} in {record['seconds']} s: {record['released']}")
+        return record
+
+
+def rankings(answerer, questions: list[Question], depth: int = 10) -> dict[str, dict[str, float]]:
+    """Each question through the served answerer's ranking (retrieve, rerank, filter), as a ranx run."""
+    run = {}
+    for q in questions:
+        hits = answerer.rank(q.text)[:depth]
+        run[q.qid] = {h.chunk["chunk_id"]: float(len(hits) - r) for r, h in enumerate(hits)} or {"-": 0.0}
+    return run
+
+
+def scored(qrels: dict[str, dict[str, int]], run: dict, questions: list[Question], metrics: list[str]):
+    """(mean per metric, per-question table): questions without a relevant chunk stay in as misses."""
+    from rag.evaluation.metrics import evaluate_run
+
+    judged = {q.qid: qrels.get(q.qid, {}) for q in questions}
+    mean, table = evaluate_run(judged, run, metrics)
+    return {m: round(float(v), 4) for m, v in mean.items()}, table.set_index("qid")
+
+
+def served_versions(registry) -> dict:
+    return {
+        kind: (mv.name if (mv := registry.resolve(kind, "production")) else None) for kind in ("embedder", "reranker")
+    }
+
+
+def data_dir_of(app) -> Path:
+    return Path(app.state.serving.root)

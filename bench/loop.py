@@ -1,0 +1,314 @@
+"""Does the loop help people? Simulated people ask a corpus's users-split questions through `rag serve`, the product's
+own sensors turn their clicks, ratings and corrections into retrains, gates, canaries and promotions, and after every
+round the held-out test split is scored on exactly what the server serves, paired against the untrained default.
+
+1. The documents are written as files and indexed by the product (`rag.pipeline.index_folder`, what `rag index`
+   runs: parse, chunk, BM25, MiniLM vectors); the synthetic QA set the training assets warm-start from is generated
+   as the `synthetic_qa` asset does (no LLM).
+2. `rag serve`'s app (`rag.serving.server.build_app`, its default settings: production embedder and reranker,
+   hybrid-cc, paragraph chunks; 10 passages shown) answers every question, in-process over HTTP semantics.
+3. Rounds: people ask `--round-size` users-split questions, each its own person (client header) and session, with the
+   click model of bench.lib.loop.ClickModel (position bias rank^-eta; clicks and +1 on passages holding the answer,
+   -1 and noise clicks on others, answer votes, corrected answers). canary_sensor is evaluated every `--tick-every`
+   questions while a canary runs; after the round feedback_volume_sensor, drift_sensor and canary_sensor are. Every
+   job they request runs in the same Dagster instance: retrain_job, start_canary_job, promote_canary_job,
+   rollback_canary_job. No training or promotion function is called by hand.
+4. After each round the test split is ranked by the server's production answerer and scored (recall@5, nDCG@10,
+   MRR@10, recall@20), paired (rag.evaluation.metrics.paired_comparison) against round 0, the untrained default.
+
+    .venv/bin/python bench/loop.py --corpus tatqa                 # TAT-QA: users ask dev questions, test scores
+    .venv/bin/python bench/loop.py --corpus scifact               # 809 train claims ask, 300 test claims score
+    .venv/bin/python bench/loop.py --corpus conditionalqa         # split by question, pages shared
+    .venv/bin/python bench/loop.py --corpus squad                 # split by article
+    .venv/bin/python bench/loop.py --corpus tatqa --behaviour random     # people who click at random
+    .venv/bin/python bench/loop.py --corpus tatqa --quick         # a slice, minutes
+
+Writes bench/results/loop-<corpus>[-<behaviour>][-quick].json (arguments, commit, date, machine).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from bench.lib import cli
+from bench.lib.datasets import RESULTS
+from bench.lib.feedback import TOKEN, USER_HEADER
+from bench.lib.loop import ClickModel, Operations, People, rankings, scored, served_versions
+from bench.lib.loop_data import CORPORA, SOURCES, load, relevance
+from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
+from bench.lib.results import log, write
+
+METRICS = ["recall@5", "ndcg@10", "mrr@10", "recall@20"]
+HEADLINE = {"tatqa": "recall@5", "scifact": "ndcg@10", "conditionalqa": "recall@5", "squad": "recall@5"}
+
+
+class Judge:
+    """The test split's relevance per chunk set (computed once per strategy the server serves), and the scoring of
+    the served answerer against round 0."""
+
+    def __init__(self, tables, questions):
+        from rag.store import DOCUMENTS_TABLE
+
+        self.tables, self.questions = tables, questions
+        self.documents = tables.read(DOCUMENTS_TABLE)
+        self._qrels: dict[str, dict] = {}
+        self.baseline = None
+
+    def qrels(self, strategy: str) -> dict:
+        from rag.store import CHUNKS_TABLE
+
+        if strategy not in self._qrels:
+            self._qrels[strategy] = relevance(self.questions, self.documents, self.tables.read(CHUNKS_TABLE, strategy))
+        return self._qrels[strategy]
+
+    def score(self, answerer) -> dict:
+        from rag.evaluation.metrics import paired_comparison
+
+        strategy = answerer.settings.strategy
+        means, table = scored(self.qrels(strategy), rankings(answerer, self.questions), self.questions, METRICS)
+        out = {"served": answerer.served(), "scores": means}
+        if self.baseline is None:
+            self.baseline = table
+        else:
+            out["paired_vs_untrained_default"] = {m: paired_comparison(table[m], self.baseline[m]) for m in METRICS}
+        return out
+
+
+def one_corpus(args, record: dict, save) -> None:
+    from dagster import DagsterInstance
+    from fastapi.testclient import TestClient
+
+    from rag.feedback import FeedbackStore
+    from rag.index.qdrant import QdrantSettings, close_client
+    from rag.pipeline import index_folder
+    from rag.registry import ModelRegistry
+    from rag.serving.server import build_app
+    from rag.serving.settings import ServeSettings
+    from rag.store import TableStore
+    from rag.lifecycle.rollout import running_canary
+    from resources.feedback import FeedbackLoop
+    from resources.qdrant import QdrantResource
+    from resources.rollout import Rollout
+    from resources.storage import DataStore
+
+    out: dict = {"rounds": []}
+    record["corpus"] = out
+    started = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix=f"loop-{args.corpus}-"))
+    root = work / "data"
+    os.environ["RAG_DATA_DIR"] = str(root)  # the jobs' registry, the serving defaults and the sensors read it
+    corpus = load(args.corpus, work, args)
+    out |= corpus.summary()
+    log(f"{args.corpus}: {out}")
+
+    t = time.perf_counter()
+    qdrant = QdrantSettings(path=str(root / "qdrant"))
+    report = index_folder(corpus.docs_dir, root, strategies=[args.strategy], models=["minilm"], qdrant=qdrant)
+    close_client(qdrant)
+    tables = TableStore(root / "tables")
+    out["index"] = {
+        "seconds": round(time.perf_counter() - t, 1),
+        "documents": report.parse.get("documents"),
+        "quarantined": report.parse.get("quarantined_total"),
+        "chunks": report.chunks[args.strategy].get("chunks"),
+    }
+    out["synthetic"] = warm_start(tables, args)
+    log(f"  indexed in {out['index']['seconds']} s; synthetic {out['synthetic']}")
+    save()
+
+    judge = Judge(tables, corpus.test)
+    users_judge = Judge(tables, corpus.users)
+    instance = DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("chunking_strategy", [args.strategy])
+    instance.add_dynamic_partitions("embedding_model", ["minilm"])
+    resources = {
+        "data_store": DataStore(data_dir=str(root)),
+        "qdrant": QdrantResource(path=qdrant.path),
+        "rollout": Rollout(promotion="auto", traffic_share=args.canary_share),
+        "feedback_loop": FeedbackLoop(
+            data_dir=str(root), volume_threshold=args.feedback_threshold, retrain_run_config=retrain_config(args)
+        ),
+    }
+    store = FeedbackStore(root=root)
+    app = build_app(
+        ServeSettings(api_token=TOKEN, refresh_seconds=0, client_header=USER_HEADER),
+        root=root,
+        store=store,
+        strategy=args.strategy,
+        top_k=10,
+        attribution=False,
+    )
+    registry = ModelRegistry(root / "models")
+
+    def refresh() -> None:
+        app.state.serving.refresh(force=True)
+
+    ops = Operations(instance, resources, refresh, say=log)
+    clicks = ClickModel(
+        eta=args.eta,
+        p_relevant=args.p_relevant,
+        p_negative=args.p_negative,
+        p_click_noise=args.p_click_noise,
+        p_answer_rating=args.p_answer_rating,
+        p_correction=args.p_correction,
+        behaviour=args.behaviour,
+    )
+    with TestClient(app) as http:
+        served = app.state.serving.current()
+        out["round_0"] = {**judge.score(served), "production": served_versions(registry)}
+        log(f"  round 0 (untrained default): {out['round_0']['scores']}")
+        save()
+
+        def relevant(question) -> set[str]:  # what people recognise as answering, in the chunk set served now
+            return set(users_judge.qrels(app.state.serving.current().settings.strategy).get(question.qid, {}))
+
+        people = People(http, clicks, relevant, seed=args.seed)
+        queue = list(corpus.users)
+        for number in range(1, args.rounds + 1):
+            if not queue:
+                break
+            t = time.perf_counter()
+            before, log_start = dict(people.stats), len(ops.log)
+            batch, queue = queue[: args.round_size], queue[args.round_size :]
+            for i, question in enumerate(batch, start=1):
+                people.ask(question, person=f"r{number}-{question.qid}")
+                if i % args.tick_every == 0 and running_canary(registry) is not None:
+                    ops.tick("canary_sensor")
+            for sensor in ("canary_sensor", "feedback_volume_sensor", "drift_sensor", "canary_sensor"):
+                ops.tick(sensor)
+            close_client(qdrant)
+            served = app.state.serving.current()
+            entry = {
+                "round": number,
+                "asked_total": people.stats["asked"],
+                "people": {k: people.stats[k] - before.get(k, 0) for k in people.stats},
+                "operations": ops.log[log_start:],
+                "production": served_versions(registry),
+                "canary_running": bool(running_canary(registry)),
+                **judge.score(served),
+                "seconds": round(time.perf_counter() - t, 1),
+            }
+            out["rounds"].append(entry)
+            headline = HEADLINE[args.corpus]
+            paired = entry["paired_vs_untrained_default"][headline]
+            log(
+                f"  round {number}: asked {entry['asked_total']}, production {entry['production']}, {headline} "
+                f"{entry['scores'][headline]:.4f} ({paired['delta']:+.4f}, p {paired['p_value']:.2g})"
+            )
+            save()
+    out["seconds"] = round(time.perf_counter() - started, 1)
+    out["work_dir"] = str(work)
+    save()
+
+
+def warm_start(tables, args) -> dict:
+    """The synthetic QA set the training assets start from, as the synthetic_qa asset writes it (no LLM)."""
+    from rag.evaluation.qaset import to_frame
+    from rag.ingest import document_from_row
+    from rag.store import DOCUMENTS_TABLE
+    from rag.synthetic import SynthSettings, generate_qa
+
+    t = time.perf_counter()
+    docs = [document_from_row(row) for _, row in tables.read(DOCUMENTS_TABLE).iterrows()]
+    qa = generate_qa(
+        docs,
+        None,
+        SynthSettings(passages_per_document=args.passages_per_document, questions_per_passage=1, seed=args.seed),
+    )
+    tables.write(to_frame(qa.items), "synthetic_qa")
+    return {**qa.summary, "seconds": round(time.perf_counter() - t, 1)}
+
+
+def retrain_config(args) -> dict:
+    """What feedback_volume_sensor hands both training assets beside the exported feedback (FeedbackLoop's
+    retrain_run_config, as an operator sets it)."""
+    config = {"strategy": args.strategy, "seed": args.seed}
+    if args.max_steps:
+        config["max_steps"] = args.max_steps
+    if args.max_pairs:
+        config["max_pairs"] = args.max_pairs
+    return config
+
+
+def markdown(record: dict) -> str:
+    """Rounds of one loop run: what served, its headline figure and the paired test against round 0."""
+    corpus = record.get("corpus", {})
+    name = corpus.get("corpus", "?")
+    metric = HEADLINE.get(name, "recall@5")
+    lines = [
+        f"| round | people's questions so far | serving (embedder, reranker) | what the sensors ran | {metric} | "
+        f"Δ vs untrained default [95% CI], p |",
+        "|---|---|---|---|---|---|",
+    ]
+    first = corpus.get("round_0", {})
+    if first:
+        lines.append(
+            f"| 0 | 0 | {first['production']['embedder'] or 'minilm (base)'}, "
+            f"{first['production']['reranker'] or 'none'} | — | {first['scores'][metric]:.4f} | — |"
+        )
+    for entry in corpus.get("rounds", []):
+        runs = [op for op in entry["operations"] if "job" in op]
+        ran = "; ".join(f"{op['job']} ({'ok' if op['success'] else 'failed'})" for op in runs) or "—"
+        paired = entry["paired_vs_untrained_default"][metric]
+        lines.append(
+            f"| {entry['round']} | {entry['asked_total']:,} | {entry['production']['embedder'] or 'minilm (base)'}, "
+            f"{entry['production']['reranker'] or 'none'} | {ran} | {entry['scores'][metric]:.4f} | "
+            f"{paired['delta']:+.4f} [{paired['ci_low']:+.4f}, {paired['ci_high']:+.4f}], p {paired['p_value']:.2g} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = cli.parser(__doc__, summary_only=True)
+    p.add_argument("--corpus", choices=CORPORA, default="tatqa")
+    p.add_argument("--strategy", default="paragraph", help="chunk set the server serves (rag serve's default)")
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--round-size", type=int, default=250, help="people's questions per round")
+    p.add_argument("--tick-every", type=int, default=50, help="questions between canary_sensor ticks in a canary")
+    p.add_argument("--feedback-threshold", type=int, default=100, help="FeedbackLoop.volume_threshold")
+    p.add_argument("--canary-share", type=float, default=0.5, help="share of sessions a canary serves")
+    p.add_argument("--users-questions", type=int, default=None, help="users-split questions (default: all)")
+    p.add_argument("--test-questions", type=int, default=None, help="test-split questions scored (default: all)")
+    p.add_argument("--documents", type=int, default=None, help="documents (judged ones kept; default: all)")
+    p.add_argument("--articles", type=int, default=None, help="SQuAD dev articles (default: all 48)")
+    p.add_argument("--users-share", type=float, default=0.5, help="conditionalqa/squad: share asked by people")
+    p.add_argument("--passages-per-document", type=int, default=4, help="synthetic warm start (0: none)")
+    p.add_argument("--max-steps", type=int, default=None, help="training steps per retrain (default: the assets')")
+    p.add_argument("--max-pairs", type=int, default=None, help="training pairs per retrain (default: the assets')")
+    p.add_argument("--behaviour", choices=["consistent", "random", "shuffled"], default="consistent")
+    p.add_argument("--eta", type=float, default=1.0, help="position bias: rank r is examined with probability r^-eta")
+    p.add_argument("--p-relevant", type=float, default=0.9)
+    p.add_argument("--p-negative", type=float, default=0.2)
+    p.add_argument("--p-click-noise", type=float, default=0.05)
+    p.add_argument("--p-answer-rating", type=float, default=0.5)
+    p.add_argument("--p-correction", type=float, default=0.2)
+    cli.add_seed(p, 11)
+    cli.add_quick(p, "a slice: 80 documents, 150 people's questions in 2 rounds, 150 test questions, short training")
+    cli.add_output(p, flags=("--out",), help="result JSON (default bench/results/loop-<corpus>[...].json)")
+    cli.add_markdown(p)
+    args = p.parse_args()
+    if rendered_or_skipped(args, markdown, SOURCES[args.corpus], f"the {args.corpus} data"):
+        return 0
+    if args.quick:
+        args.documents, args.articles = args.documents or 80, args.articles or 6
+        args.users_questions, args.test_questions = args.users_questions or 150, args.test_questions or 150
+        args.rounds, args.round_size, args.feedback_threshold = 2, 75, min(args.feedback_threshold, 50)
+        args.max_steps, args.max_pairs = args.max_steps or 40, args.max_pairs or 600
+    suffix = ("" if args.behaviour == "consistent" else f"-{args.behaviour}") + ("-quick" if args.quick else "")
+    out = args.out or RESULTS / f"loop-{args.corpus}{suffix}.json"
+    record = run_record(args)
+
+    def save() -> None:
+        write(stamp_end(record), out, indent=2, default=str)
+
+    one_corpus(args, record, save)
+    print(markdown(record))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
