@@ -106,30 +106,33 @@ def one_corpus(args, record: dict, save) -> None:
 
     t = time.perf_counter()
     qdrant = QdrantSettings(path=str(root / "qdrant"))
-    report = index_folder(corpus.docs_dir, root, strategies=[args.strategy], models=["minilm"], qdrant=qdrant)
+    report = index_folder(corpus.docs_dir, root, strategies=args.strategies, models=["minilm"], qdrant=qdrant)
     close_client(qdrant)
     tables = TableStore(root / "tables")
     out["index"] = {
         "seconds": round(time.perf_counter() - t, 1),
         "documents": report.parse.get("documents"),
         "quarantined": report.parse.get("quarantined_total"),
-        "chunks": report.chunks[args.strategy].get("chunks"),
+        "chunks": {s: c.get("chunks") for s, c in report.chunks.items()},
     }
-    out["synthetic"] = warm_start(tables, args)
+    out["synthetic"] = warm_start(tables, args) if args.passages_per_document else None
     log(f"  indexed in {out['index']['seconds']} s; synthetic {out['synthetic']}")
     save()
 
     judge = Judge(tables, corpus.test)
     users_judge = Judge(tables, corpus.users)
     instance = DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions("chunking_strategy", [args.strategy])
+    instance.add_dynamic_partitions("chunking_strategy", args.strategies)
     instance.add_dynamic_partitions("embedding_model", ["minilm"])
     resources = {
         "data_store": DataStore(data_dir=str(root)),
         "qdrant": QdrantResource(path=qdrant.path),
         "rollout": Rollout(promotion="auto", traffic_share=args.canary_share),
         "feedback_loop": FeedbackLoop(
-            data_dir=str(root), volume_threshold=args.feedback_threshold, retrain_run_config=retrain_config(args)
+            data_dir=str(root),
+            volume_threshold=args.feedback_threshold,
+            retrain_run_config=retrain_config(args),
+            learners=args.learners,
         ),
     }
     store = FeedbackStore(root=root)
@@ -137,10 +140,9 @@ def one_corpus(args, record: dict, save) -> None:
         ServeSettings(api_token=TOKEN, refresh_seconds=0, client_header=USER_HEADER),
         root=root,
         store=store,
-        strategy=args.strategy,
         top_k=10,
         attribution=False,
-    )
+    )  # the chunk set and retrieval settings are the server's defaults until a configuration is promoted
     registry = ModelRegistry(root / "models")
 
     def refresh() -> None:
@@ -192,7 +194,7 @@ def one_corpus(args, record: dict, save) -> None:
                 "seconds": round(time.perf_counter() - t, 1),
             }
             out["rounds"].append(entry)
-            headline = HEADLINE[args.corpus]
+            headline = HEADLINE.get(args.corpus, "recall@5")
             paired = entry["paired_vs_untrained_default"][headline]
             log(
                 f"  round {number}: asked {entry['asked_total']}, production {entry['production']}, {headline} "
@@ -225,7 +227,7 @@ def warm_start(tables, args) -> dict:
 def retrain_config(args) -> dict:
     """What feedback_volume_sensor hands both training assets beside the exported feedback (FeedbackLoop's
     retrain_run_config, as an operator sets it)."""
-    config = {"strategy": args.strategy, "seed": args.seed}
+    config = {"seed": args.seed}
     if args.max_steps:
         config["max_steps"] = args.max_steps
     if args.max_pairs:
@@ -264,7 +266,20 @@ def markdown(record: dict) -> str:
 def main() -> int:
     p = cli.parser(__doc__, summary_only=True)
     p.add_argument("--corpus", choices=CORPORA, default="tatqa")
-    p.add_argument("--strategy", default="paragraph", help="chunk set the server serves (rag serve's default)")
+    p.add_argument("--data", type=Path, help="corpus beir: a BEIR folder with qrels/users.tsv and qrels/test.tsv")
+    p.add_argument(
+        "--learners",
+        nargs="+",
+        choices=["embedder", "reranker", "configuration"],
+        default=["embedder", "reranker", "configuration"],
+        help="what the feedback retrains train (FeedbackLoop.learners): an ablation names fewer",
+    )
+    p.add_argument(
+        "--strategies",
+        nargs="+",
+        default=["paragraph", "fixed-512", "recursive-1000-200", "section-low", "whole-document"],
+        help="chunk sets indexed (the server starts on its default, paragraph; a configuration may move it)",
+    )
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--round-size", type=int, default=250, help="people's questions per round")
     p.add_argument("--tick-every", type=int, default=50, help="questions between canary_sensor ticks in a canary")
@@ -290,14 +305,19 @@ def main() -> int:
     cli.add_output(p, flags=("--out",), help="result JSON (default bench/results/loop-<corpus>[...].json)")
     cli.add_markdown(p)
     args = p.parse_args()
-    if rendered_or_skipped(args, markdown, SOURCES[args.corpus], f"the {args.corpus} data"):
+    source = args.data if args.corpus == "beir" else SOURCES[args.corpus]
+    if rendered_or_skipped(args, markdown, Path(source or "."), f"the {args.corpus} data"):
         return 0
     if args.quick:
         args.documents, args.articles = args.documents or 80, args.articles or 6
         args.users_questions, args.test_questions = args.users_questions or 150, args.test_questions or 150
         args.rounds, args.round_size, args.feedback_threshold = 2, 75, min(args.feedback_threshold, 50)
-        args.max_steps, args.max_pairs = args.max_steps or 40, args.max_pairs or 600
-    suffix = ("" if args.behaviour == "consistent" else f"-{args.behaviour}") + ("-quick" if args.quick else "")
+        args.max_steps, args.max_pairs = args.max_steps or 8, args.max_pairs or 400
+    suffix = (
+        ("" if args.behaviour == "consistent" else f"-{args.behaviour}")
+        + ("" if len(args.learners) == 3 else "-" + "+".join(args.learners))
+        + ("-quick" if args.quick else "")
+    )
     out = args.out or RESULTS / f"loop-{args.corpus}{suffix}.json"
     record = run_record(args)
 

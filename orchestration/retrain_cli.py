@@ -56,7 +56,7 @@ def _retrain_request(no_feedback: bool):
         request, _ = retrain_request(loop, store, reason="cli", run_key=None)
     finally:
         store.close()
-    folder = Path(request.run_config["ops"][TRAINING_ASSETS[0]]["config"]["feedback_dataset"])
+    folder = Path(next(iter(request.run_config["ops"].values()))["config"]["feedback_dataset"])
     stats = json.loads((folder / "stats.json").read_text())
     print(
         f"exported the feedback dataset to {folder} ({stats['queries']} queries, {stats['feedback_events']} feedback "

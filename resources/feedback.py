@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 from dagster import ConfigurableResource
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rag.feedback import FeedbackStore
 from rag.feedback.drift import DriftThresholds
@@ -28,9 +28,22 @@ class FeedbackLoop(ConfigurableResource):
     )
     retrain_run_config: dict = Field(
         default_factory=dict,
-        description="extra config for both training assets of "
+        description="extra config for the training assets of "
         "retrain_job (e.g. {'max_steps': 50}); the exported feedback dataset is added",
     )
+    learners: list[str] = Field(
+        default_factory=lambda: ["embedder", "reranker", "configuration"],
+        description="what a feedback retrain trains, gates and releases: the fine-tuned embedder, the learned "
+        "reranker, the serving configuration (each with its release step); fewer saves a CPU's time",
+    )
+
+    @field_validator("learners")
+    @classmethod
+    def _known_learners(cls, learners: list[str]) -> list[str]:
+        unknown = sorted(set(learners) - {"embedder", "reranker", "configuration"})
+        if unknown or not learners:
+            raise ValueError(f"learners must name some of embedder, reranker, configuration; got {learners}")
+        return learners
     drift_window: int = Field(200, description="recent queries compared with the reference")
     drift_reference_window: int = Field(
         200,

@@ -8,6 +8,7 @@ import os
 from datetime import datetime, timedelta, timezone
 
 from dagster import (
+    AssetKey,
     AssetMaterialization,
     DagsterRunStatus,
     DefaultScheduleStatus,
@@ -30,8 +31,14 @@ from resources.feedback import FeedbackLoop
 
 MARK_TAG = "feedback/high_water_mark"
 EXPERT_MARK_TAG = "feedback/expert_high_water_mark"  # expert labels are numbered apart from users' feedback events
-# The retrain_job assets that read run config (the same trainer settings and exported feedback dataset each).
-TRAINING_ASSETS = ("finetuned_embedder", "trained_reranker", "trained_configuration")
+# Each learner's training asset (which reads run config: the trainer settings and the exported feedback dataset)
+# and its release step, in retrain_job.
+LEARNER_ASSETS = {
+    "embedder": ("finetuned_embedder", "production_embedder"),
+    "reranker": ("trained_reranker", "production_reranker"),
+    "configuration": ("trained_configuration", "production_configuration"),
+}
+TRAINING_ASSETS = tuple(assets[0] for assets in LEARNER_ASSETS.values())
 FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE]
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
@@ -95,9 +102,16 @@ def retrain_request(
     folder = export_versioned(store, loop.root)
     stats = json.loads((folder / "stats.json").read_text())
     op_config = {**loop.retrain_run_config, "feedback_dataset": str(folder)}
+    learners = [kind for kind in LEARNER_ASSETS if kind in loop.learners]
     request = RunRequest(
         run_key=run_key,
-        run_config={"ops": {name: {"config": op_config} for name in TRAINING_ASSETS}},
+        run_config={"ops": {LEARNER_ASSETS[kind][0]: {"config": op_config} for kind in learners}},
+        # Every learner by default; a subset where the resource names one (the assets of the others do not run).
+        asset_selection=(
+            None
+            if len(learners) == len(LEARNER_ASSETS)
+            else [AssetKey(name) for kind in learners for name in LEARNER_ASSETS[kind]]
+        ),
         tags={
             MARK_TAG: str(stats["high_water_mark"]),
             EXPERT_MARK_TAG: str(stats.get("expert_high_water_mark", 0)),

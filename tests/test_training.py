@@ -756,10 +756,14 @@ def test_tiny_cross_encoder_training_is_loadable(scifact_tables, monkeypatch):
 
 
 def test_gates_are_blocking_checks_and_retrain_job_holds_the_training_stage():
-    from assets.training import finetuned_embedder_gate, trained_reranker_gate
+    from assets.training import finetuned_embedder_gate, trained_configuration_gate, trained_reranker_gate
     from orchestration.definitions import defs
 
-    for checks, asset in ((finetuned_embedder_gate, "finetuned_embedder"), (trained_reranker_gate, "trained_reranker")):
+    for checks, asset in (
+        (finetuned_embedder_gate, "finetuned_embedder"),
+        (trained_reranker_gate, "trained_reranker"),
+        (trained_configuration_gate, "trained_configuration"),
+    ):
         (spec,) = checks.check_specs
         assert spec.blocking and spec.asset_key.to_user_string() == asset
     graph = defs.resolve_asset_graph()
@@ -775,6 +779,8 @@ def test_gates_are_blocking_checks_and_retrain_job_holds_the_training_stage():
         "production_embedder",
         "trained_reranker",
         "production_reranker",
+        "trained_configuration",
+        "production_configuration",
     }
 
 

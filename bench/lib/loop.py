@@ -174,6 +174,8 @@ class Operations:
         started = time.perf_counter()
         self.say(f"  {why} -> {job_name}")
         job = defs.resolve_job_def(job_name)
+        if request.asset_selection:  # the learners the FeedbackLoop resource names (the job's name stays)
+            job = job.get_subset(asset_selection=set(request.asset_selection))
         run_config = dict(request.run_config or {})
         run_config.setdefault("loggers", {"console": {"config": {"log_level": "WARNING"}}})
         result = job.execute_in_process(
@@ -208,7 +210,7 @@ class Operations:
                     if k in ("action", "summary", "stage", "decision", "reason")
                 }
                 for e in result.get_asset_materialization_events()
-                if e.asset_key.to_user_string() in ("production_embedder", "production_reranker", "model_rollout")
+                if e.asset_key.to_user_string().startswith(("production_", "model_rollout"))
             },
         }
         self.log.append(record)
@@ -235,9 +237,9 @@ def scored(qrels: dict[str, dict[str, int]], run: dict, questions: list[Question
 
 
 def served_versions(registry) -> dict:
-    return {
-        kind: (mv.name if (mv := registry.resolve(kind, "production")) else None) for kind in ("embedder", "reranker")
-    }
+    from rag.registry import KINDS
+
+    return {kind: (mv.name if (mv := registry.resolve(kind, "production")) else None) for kind in KINDS}
 
 
 def data_dir_of(app) -> Path:

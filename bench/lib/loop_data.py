@@ -6,6 +6,8 @@ questions simulated users ask (`users`) and the questions the served pipeline is
 - scifact: users ask the 809 train claims, the 300 test claims score; every abstract is a text file.
 - conditionalqa: 59 gov.uk pages; the 271 answerable questions split at random by question (the pages are shared).
 - squad: SQuAD dev articles, split by article: users ask about some articles, the others score.
+- beir: any BEIR folder (--data): qrels/users.tsv holds the questions people ask, qrels/test.tsv the scored ones;
+  answers.jsonl ({query_id, answers: [...]}) is optional. A corpus of one's own, or a tiny one for a test.
 
 A question's relevance is found in the text the product parsed, as a user's judgement would be: the passages holding
 one of its answer strings (or evidence sentences) in its relevant document; where none is found in the text
@@ -25,7 +27,7 @@ from bench.lib.datasets import SCIFACT, SHARED, SQUAD
 
 TATQA = SHARED / "tatqa"
 CONDITIONALQA = SHARED / "conditionalqa-dev"
-CORPORA = ("tatqa", "scifact", "conditionalqa", "squad")
+CORPORA = ("tatqa", "scifact", "conditionalqa", "squad", "beir")
 SOURCES = {"tatqa": TATQA, "scifact": SCIFACT, "conditionalqa": CONDITIONALQA, "squad": SQUAD}
 
 
@@ -165,7 +167,8 @@ def _squad(docs_dir: Path, args) -> tuple[list[Question], list[Question]]:
 
 def load(name: str, work: Path, args) -> Corpus:
     """Write corpus `name`'s documents under work/docs and split its questions. `args`: seed, users_share,
-    users_questions, test_questions, documents (a slice; None: all), articles (SQuAD)."""
+    users_questions, test_questions, documents (a slice; None: all), articles (SQuAD), data (a BEIR folder for
+    corpus "beir")."""
     docs_dir = work / "docs"
     docs_dir.mkdir(parents=True, exist_ok=True)
     if name == "squad":
@@ -176,6 +179,10 @@ def load(name: str, work: Path, args) -> Corpus:
         users, test = _beir(name, SCIFACT, docs_dir, users_split="train", test_split="test", args=args)
     elif name == "conditionalqa":
         users, test = _beir(name, CONDITIONALQA, docs_dir, users_split=None, test_split="test", args=args)
+    elif name == "beir":
+        if not getattr(args, "data", None):
+            raise ValueError("corpus beir needs --data: a BEIR folder with qrels/users.tsv and qrels/test.tsv")
+        users, test = _beir(name, Path(args.data), docs_dir, users_split="users", test_split="test", args=args)
     else:
         raise ValueError(f"unknown corpus {name!r}: one of {', '.join(CORPORA)}")
     return Corpus(name, docs_dir, users, test)

@@ -27,12 +27,16 @@ from rag.retrieval import Hit, Index
 # hybrid-cc, a learned ranker passed (+4.7 nDCG@10 over rrf) and lowered what users got (recall@5 0.9505 -> 0.9395
 # on 2,000 SQuAD dev questions): cc alone was already as good as rrf plus the ranker.
 def serving_mode(root: Path | None = None) -> str:
-    """The retrieval mode answers use by default: the applied configuration's, else DEFAULT_MODE."""
+    """The retrieval mode answers use by default: the production configuration's (rag.training.configuration), else
+    the applied configuration's, else DEFAULT_MODE."""
     from rag.qa.models import DEFAULT_MODE
+    from rag.registry import ModelRegistry
     from rag.retrieval import RETRIEVERS
-    from rag.tuning.active import load_active_configuration
+    from rag.store import data_dir
+    from rag.training.configuration import base_settings, served_settings
 
-    mode = (load_active_configuration(root) or {}).get("mode") or DEFAULT_MODE
+    root = Path(root or data_dir())
+    mode = served_settings(base_settings(root), ModelRegistry(root / "models")).mode or DEFAULT_MODE
     return mode if mode in RETRIEVERS else DEFAULT_MODE
 
 

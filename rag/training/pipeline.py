@@ -55,7 +55,17 @@ def pick_strategy(tables: TableStore, requested: str | None) -> str:
     present = sorted(p.parent.name for p in folder.glob("*/data.parquet")) if folder.exists() else []
     if not present:
         raise FileNotFoundError("no chunk set yet: materialize chunk_sets before training")
-    return present[0]
+    served = served_strategy(Path(tables.root).parent)
+    return served if served in present else present[0]
+
+
+def served_strategy(root: Path) -> str:
+    """The chunk set answers are served from: the production configuration's, else the applied configuration's or
+    the default (a model trained and gated on another chunk set would be judged on passages nobody is shown)."""
+    from rag.registry import ModelRegistry
+    from rag.training.configuration import base_settings, served_settings
+
+    return served_settings(base_settings(root), ModelRegistry(Path(root) / "models")).strategy
 
 
 def load_inputs(tables: TableStore, config: TrainingConfig) -> Inputs:

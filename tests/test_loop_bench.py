@@ -1,0 +1,128 @@
+"""bench/loop.py on a tiny corpus, through the product's own path (rag serve's app, feedback_volume_sensor,
+retrain_job, the gate, canary_sensor): a strong, consistent signal from people must end in a served improvement, and
+people who click at random must never get anything promoted.
+
+The corpus is built so that one configuration is plainly better for people: every company's report names the
+company only in its opening paragraph, and each fact sits in a paragraph of its own that never names it. Served
+paragraph by paragraph, "what was Kestrel's revenue" finds some company's revenue paragraph; served whole, the
+report that names Kestrel. Only the configuration learner runs (the embedder's fine-tuning would take minutes)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+
+
+NAMES = [
+    "Kestrel", "Bramble", "Quillon", "Harrowgate", "Mistral", "Corvid", "Ferrule", "Galloway", "Hollins", "Juniper",
+    "Larkspur", "Marlowe", "Nettle", "Oakhurst", "Pimlico", "Rowan", "Saffron", "Tamsin", "Umber", "Verity",
+]  # fmt: skip
+CITIES = [
+    "Aberdeen", "Bristol", "Cardiff", "Derby", "Exeter", "Falkirk", "Glasgow", "Hereford", "Inverness", "Jarrow",
+    "Kendal", "Leeds", "Margate", "Norwich", "Oban", "Preston", "Ripon", "Salford", "Truro", "Ullapool",
+]  # fmt: skip
+
+
+def tiny_corpus(folder):
+    """20 company reports; people ask three facts of each, the test scores the fourth."""
+    rng = random.Random(5)
+    docs, queries, answers, users, test = [], [], [], [], []
+    for i, (name, city) in enumerate(zip(NAMES, CITIES)):
+        facts = {
+            "revenue": (f"{rng.randint(100, 999)},{rng.randint(100, 999)} thousand pounds", "What was the revenue of"),
+            "staff": (f"{rng.randint(1000, 9999)} employees", "How many employees did"),
+            "city": (f"the city of {city}", "Where is the head office of"),
+            "founded": (f"the year {rng.randint(1850, 1990)}", "When was"),
+        }
+        paragraphs = [
+            f"{name} Group plc presents its annual report for the financial year. {name} Group is a diversified "
+            "holding company with interests in logistics, retail and property across the country.",
+            f"Over the year the revenue of the group reached {facts['revenue'][0]}, after a strong second half "
+            "and the integration of the businesses acquired in the previous period.",
+            f"At the end of the period the group employed {facts['staff'][0]} across all of its divisions, up "
+            "from the year before, with most of them in the logistics business.",
+            f"The registered head office of the group is located in {facts['city'][0]}, where the board meets "
+            "every quarter and where the finance function is based.",
+            f"The business was first established in {facts['founded'][0]} as a small family partnership, and it "
+            "was listed on the stock exchange decades later.",
+        ]
+        docs.append({"_id": f"report-{i}", "title": "", "text": "\n\n".join(paragraphs)})
+        for j, (fact, (answer, asked)) in enumerate(facts.items()):
+            suffix = {"revenue": " Group this year?", "staff": " Group have?", "city": " Group?"}
+            question = f"{asked} {name}" + suffix.get(fact, " Group founded?")
+            qid = f"q{i}-{fact}"
+            queries.append({"_id": qid, "text": question})
+            answers.append({"query_id": qid, "answers": [answer]})
+            (test if j == 3 else users).append(f"{qid}\treport-{i}\t1")
+    (folder / "qrels").mkdir(parents=True)
+    for name, rows in (("corpus", docs), ("queries", queries), ("answers", answers)):
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for split, rows in (("users", users), ("test", test)):
+        (folder / "qrels" / f"{split}.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(rows) + "\n")
+    return folder
+
+
+def run_loop(tmp_path, monkeypatch, behaviour: str) -> dict:
+    from bench import loop
+
+    monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path / "unused"))  # restored after: the bench points it at its own
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    args = argparse.Namespace(
+        corpus="beir",
+        data=tiny_corpus(tmp_path / "corpus"),
+        strategies=["paragraph", "whole-document"],
+        learners=["configuration"],
+        rounds=2,
+        round_size=30,
+        tick_every=10,
+        feedback_threshold=20,
+        canary_share=0.5,
+        users_questions=None,
+        test_questions=None,
+        documents=None,
+        articles=None,
+        users_share=0.5,
+        passages_per_document=0,
+        max_steps=None,
+        max_pairs=None,
+        behaviour=behaviour,
+        eta=0.5,
+        p_relevant=1.0,
+        p_negative=0.3,
+        p_click_noise=0.0,
+        p_answer_rating=0.8,
+        p_correction=0.8,
+        seed=3,
+    )
+    record: dict = {}
+    loop.one_corpus(args, record, lambda: None)
+    return record["corpus"]
+
+
+def promotions(corpus: dict) -> list[dict]:
+    runs = [op for entry in corpus["rounds"] for op in entry["operations"] if "job" in op]
+    return [
+        released
+        for run in runs
+        for name, released in run["released"].items()
+        if name.startswith("production_") and released.get("action") == "promoted"
+    ] + [run for run in runs if run["job"] == "promote_canary_job" and run["success"]]
+
+
+def test_a_strong_consistent_signal_ends_in_a_served_improvement(tmp_path, monkeypatch):
+    corpus = run_loop(tmp_path, monkeypatch, "consistent")
+    before = corpus["round_0"]["scores"]["recall@5"]
+    last = corpus["rounds"][-1]
+    assert promotions(corpus), json.dumps(corpus["rounds"], indent=1, default=str)[:4000]
+    assert last["production"]["configuration"] is not None
+    assert last["served"]["strategy"] == "whole-document"
+    assert last["scores"]["recall@5"] > before + 0.3
+    assert last["paired_vs_untrained_default"]["recall@5"]["p_value"] < 0.05
+
+
+def test_people_who_click_at_random_get_nothing_promoted(tmp_path, monkeypatch):
+    corpus = run_loop(tmp_path, monkeypatch, "random")
+    assert not promotions(corpus)
+    assert all(entry["production"]["configuration"] is None for entry in corpus["rounds"])
