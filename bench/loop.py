@@ -157,6 +157,7 @@ def one_corpus(args, record: dict, save) -> None:
         p_answer_rating=args.p_answer_rating,
         p_correction=args.p_correction,
         behaviour=args.behaviour,
+        canary_behaviour=getattr(args, "canary_behaviour", None),
     )
     with TestClient(app) as http:
         served = app.state.serving.current()
@@ -294,6 +295,12 @@ def main() -> int:
     p.add_argument("--max-steps", type=int, default=None, help="training steps per retrain (default: the assets')")
     p.add_argument("--max-pairs", type=int, default=None, help="training pairs per retrain (default: the assets')")
     p.add_argument("--behaviour", choices=["consistent", "random", "shuffled"], default="consistent")
+    p.add_argument(
+        "--canary-behaviour",
+        choices=["consistent", "random", "shuffled"],
+        help="how the answers a canary interleaves are judged (default: as --behaviour); consistent with a corrupted "
+        "--behaviour: a harmful candidate judged by the people it serves",
+    )
     p.add_argument("--eta", type=float, default=1.0, help="position bias: rank r is examined with probability r^-eta")
     p.add_argument("--p-relevant", type=float, default=0.9)
     p.add_argument("--p-negative", type=float, default=0.2)
@@ -313,8 +320,9 @@ def main() -> int:
         args.users_questions, args.test_questions = args.users_questions or 150, args.test_questions or 150
         args.rounds, args.round_size, args.feedback_threshold = 2, 75, min(args.feedback_threshold, 50)
         args.max_steps, args.max_pairs = args.max_steps or 8, args.max_pairs or 400
+    judged = f"-canary-{args.canary_behaviour}" if args.canary_behaviour else ""
     suffix = (
-        ("" if args.behaviour == "consistent" else f"-{args.behaviour}")
+        ("" if args.behaviour == "consistent" else f"-{args.behaviour}{judged}")
         + ("" if len(args.learners) == 3 else "-" + "+".join(args.learners))
         + ("-quick" if args.quick else "")
     )

@@ -599,6 +599,66 @@ def self_improvement(record: dict) -> dict[str, Table]:
 GENERATED_ONLY = " (better on generated questions only)"  # GateSettings.generated_<kind>_gain held it back
 
 
+LOOP_HEADLINE = {"tatqa": "recall@5", "scifact": "ndcg@10", "conditionalqa": "recall@5", "squad": "recall@5"}
+
+
+def _serving(entry: dict) -> str:
+    served, production = entry.get("served") or {}, entry.get("production") or {}
+    return (
+        f"{served.get('strategy', '?')} · {served.get('mode', '?')}; embedder {served.get('embedder') or '?'}, "
+        f"reranker {served.get('reranker') or 'none'}"
+        + (f" ({production['configuration']})" if production.get("configuration") else "")
+    )
+
+
+def loop(record: dict) -> dict[str, Table]:
+    """bench/loop.py: the served pipeline after each round of people's questions, paired against round 0."""
+    corpus = record.get("corpus", {})
+    metric = LOOP_HEADLINE.get(corpus.get("corpus"), "recall@5")
+    rounds = []
+    first = corpus.get("round_0")
+    if first:
+        rounds.append(["0", "0", _serving(first), "—", num(first["scores"].get(metric)), "—", "—"])
+    gates, runs = [], []
+    for entry in corpus.get("rounds", []):
+        paired = get(entry, "paired_vs_untrained_default", metric, default={}) or {}
+        jobs = [op for op in entry.get("operations", []) if "job" in op]
+        rounds.append(
+            [
+                str(entry["round"]),
+                num(entry.get("asked_total")),
+                _serving(entry),
+                "; ".join(f"{op['job']}{'' if op['success'] else ' (failed)'}" for op in jobs) or "—",
+                num(entry["scores"].get(metric)),
+                f"{signed(paired.get('delta'))} [{signed(paired.get('ci_low'))}, {signed(paired.get('ci_high'))}]",
+                pvalue(paired.get("p_value")),
+            ]
+        )
+        for op in jobs:
+            for check, verdict in op.get("checks", {}).items():
+                gates.append(
+                    [
+                        str(entry["round"]),
+                        check,
+                        str(verdict.get("outcome", verdict.get("passed"))),
+                        num(verdict.get("questions")),
+                        signed(verdict.get("delta_ndcg@10")),
+                        pvalue(verdict.get("p_value_ndcg@10")),
+                    ]
+                )
+            for asset, released in op.get("released", {}).items():
+                if released.get("summary"):
+                    runs.append([str(entry["round"]), op["job"], asset, released["summary"]])
+    return {
+        "rounds": (
+            ["round", "people's questions", "serving", "jobs the sensors ran", metric, "Δ vs round 0 [95% CI]", "p"],
+            rounds,
+        ),
+        "gates": (["round", "gate", "outcome", "held-out questions", "Δ nDCG@10", "p"], gates),
+        "releases": (["round", "job", "asset", "what it did"], runs),
+    }
+
+
 def gate_calibration(record: dict) -> dict[str, Table]:
     rows = []
     for name, corpus in record.get("corpora", {}).items():
@@ -1030,6 +1090,12 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
         "question-style*",
         "How do the rule-based synthetic questions compare with people's questions? (`bench/question_style.py`)",
         question_style,
+    ),
+    (
+        "loop-*",
+        "Does the loop help people? People's questions, clicks, ratings and corrections through `rag serve`, the "
+        "product's sensors and jobs, the served pipeline scored on held-out human questions (`bench/loop.py`)",
+        loop,
     ),
     (
         "self-improvement*",

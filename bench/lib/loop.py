@@ -32,7 +32,10 @@ class ClickModel:
 
     behaviour "random": people who click and rate shown passages at random (relevance ignored); "shuffled": people
     whose judgements are consistent but about another question's answer (labels shuffled across questions). Neither
-    carries any signal about what helps: whatever they train must never be promoted."""
+    carries any signal about what helps: whatever they train must never be promoted. `canary_behaviour` is how the
+    answers a canary interleaves are judged (None: as the others): "consistent" models feedback that was corrupted
+    (a poisoned or broken collection) while the people the canary serves react to what they see, so a harmful
+    candidate meets real judgement."""
 
     eta: float = 1.0
     p_relevant: float = 0.9
@@ -41,10 +44,12 @@ class ClickModel:
     p_answer_rating: float = 0.5
     p_correction: float = 0.2
     behaviour: str = "consistent"
+    canary_behaviour: str | None = None
 
     def __post_init__(self):
-        if self.behaviour not in BEHAVIOURS:
-            raise ValueError(f"behaviour must be one of {BEHAVIOURS}, got {self.behaviour!r}")
+        for value in (self.behaviour, self.canary_behaviour or self.behaviour):
+            if value not in BEHAVIOURS:
+                raise ValueError(f"behaviour must be one of {BEHAVIOURS}, got {value!r}")
 
 
 @dataclass
@@ -67,14 +72,16 @@ class People:
         response.raise_for_status()
         data = response.json()
         self.stats["asked"] += 1
-        self.stats["canary_served"] += str(data.get("model_version") or "").startswith("interleaved(")
+        interleaved = str(data.get("model_version") or "").startswith("interleaved(")
+        self.stats["canary_served"] += interleaved
+        behaviour = (self.clicks.canary_behaviour or self.clicks.behaviour) if interleaved else self.clicks.behaviour
         judged = question
-        if self.clicks.behaviour == "shuffled":  # judged as if it asked something else
+        if behaviour == "shuffled":  # judged as if it asked something else
             self._decoys.append(question)
             judged = self.rng.choice(self._decoys)
         relevant = self.relevant(judged)
         shown = [p["chunk_id"] for p in data["passages"]]
-        if self.clicks.behaviour == "random":
+        if behaviour == "random":
             relevant = set(self.rng.sample(shown, k=min(len(shown), 1)))
         hits = [c for c in shown if c in relevant]
         self.stats["asked_with_answer_shown"] += bool(hits)

@@ -58,6 +58,15 @@ def cmd_ask(args: argparse.Namespace) -> int:
         if v is not None
     }
     settings = AnswerSettings(**(settings.model_dump() | overrides))
+    if not args.config:  # as rag serve: the production configuration, where the user named nothing else
+        import yaml
+
+        from rag.registry import ModelRegistry
+        from rag.store import data_dir
+        from rag.training.configuration import served_settings
+
+        pinned = set(overrides) | set((yaml.safe_load(config.read_text()) or {}) if config else {})
+        settings = served_settings(settings, ModelRegistry(data_dir() / "models"), pinned)
     try:
         result = answer_question(args.question, settings)
     except LLMError as exc:
