@@ -69,8 +69,10 @@ test-all: install browser
 validate: install
 	$(VENV)/bin/dagster definitions validate -w workspace.yaml
 
+# `rag instance-config` (as `rag demo` does first) adds deploy/dagster-local.yaml to $(DAGSTER_HOME)/dagster.yaml:
+# runs that open the embedded Qdrant folder queue behind one another instead of failing with QdrantLockedError.
 dev: install
-	mkdir -p $(DAGSTER_HOME)
+	$(VENV)/bin/rag instance-config
 	$(VENV)/bin/dagster dev -w workspace.yaml
 
 # The MLflow UI on the embedded store (rag.registry): training runs, registered versions, aliases, on

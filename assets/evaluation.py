@@ -28,7 +28,7 @@ from rag.retrieval.service import open_index
 from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE
 from rag.synthetic import SynthSettings, generate_qa
 from resources.llm import LLMResource
-from resources.qdrant import QdrantResource
+from resources.qdrant import QdrantResource, qdrant_pool
 from resources.storage import DataStore
 
 QA_TABLE = "synthetic_qa"
@@ -143,6 +143,7 @@ def synthetic_qa(
     deps=[AssetKey(QA_TABLE), AssetKey("embedding_collections"), AssetKey("bm25_indexes")],
     group_name="evaluation",
     kinds={"python", "ranx"},
+    pool=qdrant_pool(),  # reads the collection: an embedded Qdrant folder takes one process at a time
     description="Retrieval metrics (ranx: recall/precision/MRR/nDCG/MAP/hit-rate at 1,3,5,10,20) of one chunk set × "
     "model for every retrieval mode, with chunk relevance derived from the QA set's evidence spans. Every strategy is "
     "scored on all questions (evidence no chunk holds is a miss) and on the passages a default prompt gets, cut to its "

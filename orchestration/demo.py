@@ -6,8 +6,7 @@ import logging
 import time
 from contextlib import contextmanager
 
-from orchestration.launch import sync_partitions
-from orchestration.launch import run_job
+from orchestration.launch import run_job, sync_partitions
 
 DEMO_QUESTION = "Which flight control computer software must be installed on the airplanes?"
 OUTSIDE_QUESTION = "Who painted the Mona Lisa?"  # not in the sample corpus: the answer must say so
@@ -25,13 +24,14 @@ def run_demo(instance) -> int:
     from rag.retrieval.service import search
     from resources.chunking import ChunkingStrategies
     from resources.documents import DocumentSource
-    from resources.models import EmbeddingModels
     from resources.storage import DataStore
 
     logging.getLogger("dagster").setLevel(logging.WARNING)
     quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
     source, store = DocumentSource(), DataStore()
     print(f"documents: {source.path}\ndata:      {store.data_dir}\ndagster:   {instance.root_directory}\n")
+    from orchestration.cli import sync_models
+
     sync_partitions(instance)
     started = time.perf_counter()
     with _quarantine_printed_below():
@@ -42,7 +42,7 @@ def run_demo(instance) -> int:
     for row in quarantine.to_dict("records"):
         print(f"  quarantined {row['doc_id']}: {row['reason']} ({row['message'][:80]})")
 
-    models = EmbeddingModels().active()
+    models = sync_models(instance)["models"]  # the served embedder (and any listed as active), no rejected candidate
     print(
         f"\n{'strategy':22s} {'chunks':>6s} {'mean chars':>10s} {'check':>5s}  "
         + "  ".join(f"{m} points" for m in models)
@@ -91,6 +91,8 @@ def run_demo(instance) -> int:
         f"\ndone in {time.perf_counter() - started:.1f}s. Tables: {tables.root}/<table>[/<strategy>]/data.parquet; "
         f"BM25: {store.data_dir}/indexes/bm25; Qdrant: {store.data_dir}/qdrant"
     )
+    sensors = set_sensor_starts(instance, source, models)
+    print(f"sensors start from what the demo built (a first tick redoes none of it): {', '.join(sensors)}")
     print("Browse lineage and runs: make dev  (then open http://127.0.0.1:3000)")
     print(
         "Ask and rate answers in the web page: .venv/bin/rag serve --strategy paragraph  (then open http://127.0.0.1:8000)"
@@ -174,3 +176,78 @@ def _evaluate(instance, quiet, store, models) -> int:
     print(markdown_table(view, ["config", "model", "retrieval_score", "recall@5", "ndcg@10", "delta_retrieval_score"]))
     print(summary_run.asset_materializations_for_node("evaluation_summary")[0].metadata["best_vs_baseline"].value)
     return failures
+
+
+def sensor_starts(instance, source, models: list[str]) -> dict[str, str]:
+    """Each sensor's cursor as if it had ticked right after the demo: what the demo built is not built again.
+    feedback_volume_sensor, drift_sensor and canary_sensor need none: they count from the last retrain or promotion
+    (runs and the registry), which the demo does not touch."""
+    import json
+
+    from orchestration.partitions import built_fingerprints
+    from rag.chunking import strategy_fingerprint
+    from resources.chunking import ChunkingStrategies
+    from sensors.annotation import newest_training_event
+    from sensors.documents import _state_digest
+
+    fingerprints = {name: strategy_fingerprint(cfg) for name, cfg in ChunkingStrategies().strategies().items()}
+    built = built_fingerprints(instance, fingerprints)
+    return {
+        # only strategies built with their current parameters: one that failed is retried by the sensor
+        "chunking_strategy_sensor": json.dumps(
+            {name: fp for name, fp in fingerprints.items() if built[name] == fp}, sort_keys=True
+        ),
+        "embedding_model_sensor": json.dumps(models),
+        "new_documents_sensor": _state_digest(source.scan(with_hashes=False)),
+        "annotation_after_retrain_sensor": str(newest_training_event(instance)[0]),
+    }
+
+
+def _repository_origin():
+    """The code location's repository as `dagster dev` loads it from workspace.yaml (sensor states are keyed by it)."""
+    from dagster._core.remote_origin import RemoteRepositoryOrigin
+    from dagster._core.workspace.load import location_origins_from_yaml_paths
+
+    from orchestration.definitions import defs
+    from orchestration.launch import WORKSPACE
+
+    (location,) = location_origins_from_yaml_paths([str(WORKSPACE)])
+    return RemoteRepositoryOrigin(location, defs.get_repository_def().name)
+
+
+def set_sensor_cursor(instance, name: str, cursor: str) -> None:
+    """What `dagster sensor cursor --set` does, without loading the workspace: a stopped sensor keeps its status (the
+    UI's toggle starts it from this cursor), a running one ticks on from it."""
+    from dagster._core.definitions.run_request import InstigatorType
+    from dagster._core.definitions.sensor_definition import SensorType
+    from dagster._core.remote_origin import RemoteInstigatorOrigin
+    from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatus, SensorInstigatorData
+
+    from orchestration.definitions import defs
+
+    origin = RemoteInstigatorOrigin(_repository_origin(), name)
+    interval = defs.resolve_sensor_def(name).minimum_interval_seconds
+    state = instance.get_instigator_state(origin.get_id(), origin.get_selector().get_id())
+    if state is None:
+        data = SensorInstigatorData(min_interval=interval, cursor=cursor, sensor_type=SensorType.STANDARD)
+        instance.add_instigator_state(InstigatorState(origin, InstigatorType.SENSOR, InstigatorStatus.STOPPED, data))
+        return
+    old = state.instigator_data
+    data = SensorInstigatorData(
+        last_tick_timestamp=getattr(old, "last_tick_timestamp", None),
+        last_run_key=getattr(old, "last_run_key", None),
+        min_interval=interval,
+        cursor=cursor,
+        last_tick_start_timestamp=getattr(old, "last_tick_start_timestamp", None),
+        last_sensor_start_timestamp=getattr(old, "last_sensor_start_timestamp", None),
+        sensor_type=SensorType.STANDARD,
+    )
+    instance.update_instigator_state(state.with_data(data))
+
+
+def set_sensor_starts(instance, source, models: list[str]) -> list[str]:
+    """Every sensor's starting point set to what the demo built; returns their names."""
+    starts = sensor_starts(instance, source, models)
+    for name, cursor in starts.items():
+        set_sensor_cursor(instance, name, cursor)
+    return list(starts)

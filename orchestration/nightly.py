@@ -15,22 +15,31 @@ from dagster import (
     op,
 )
 
-from orchestration.partitions import chunking_strategy_partitions, collection_key, embedding_model_partitions
+from orchestration.partitions import (
+    chunking_strategy_partitions,
+    collection_key,
+    embedding_model_partitions,
+    indexed_models,
+    unwanted,
+)
 from rag.pipeline import bm25_step, chunk_step, embed_step, ingest_step
 from rag.progress import LogProgress
 from rag.quality.suites import check_chunks
+from rag.registry import ModelRegistry
 from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE, QUARANTINE_TABLE
 from resources.chunking import ChunkingStrategies
 from resources.documents import DocumentSource
 from resources.models import EmbeddingModels
-from resources.qdrant import QdrantResource
+from resources.qdrant import QdrantResource, qdrant_pool
 from resources.storage import DataStore
 
 
 @op(
     description=(
-        "Incrementally re-index every (strategy, model) partition that exists; records a materialization per partition."
-    )
+        "Incrementally re-index every (strategy, model) partition that exists, but no trained model that neither "
+        "serves, runs a canary nor is listed as active; records a materialization per partition."
+    ),
+    pool=qdrant_pool(),
 )
 def reindex_everything(
     context: OpExecutionContext,
@@ -52,7 +61,9 @@ def reindex_everything(
 
     configured = chunking.strategies()
     strategies = [s for s in instance.get_dynamic_partitions(chunking_strategy_partitions.name) if s in configured]
-    models = instance.get_dynamic_partitions(embedding_model_partitions.name)
+    # Not every embedding_model partition: training adds one per candidate, and a rejected one is not re-indexed.
+    wanted = indexed_models(ModelRegistry(data_store.root / "models"), embedding_models.active())
+    models = [m for m in instance.get_dynamic_partitions(embedding_model_partitions.name) if not unwanted(m, wanted)]
     failed = []
     for strategy in strategies:
         chunk_run = chunk_step(tables, chunking.chunker(strategy), progress)

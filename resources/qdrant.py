@@ -8,6 +8,17 @@ from pydantic import Field
 
 from rag.index.qdrant import QdrantSettings, get_client
 
+# Embedded Qdrant locks its folder to one process for as long as the process lives, so two runs that open it at
+# once fail with QdrantLockedError. Every step that opens it takes this pool, which the instance config of
+# `make dev` and `make demo` (deploy/dagster-local.yaml: granularity run, limit 1) grants to one run at a time.
+QDRANT_POOL = "qdrant"
+
+
+def qdrant_pool() -> str | None:
+    """The pool of steps that open Qdrant: the embedded folder's single-writer pool, or none with a Qdrant server
+    (QDRANT_URL), which takes parallel writers (runs are then bounded by the instance's max_concurrent_runs)."""
+    return None if os.environ.get("QDRANT_URL") else QDRANT_POOL
+
 
 class QdrantResource(ConfigurableResource):
     """Every asset and job reaches Qdrant through this, so a process holds at most one local client."""

@@ -1,63 +1,142 @@
-"""New chunking strategies in the YAML become partitions and are materialized."""
+"""Chunking strategies and embedding models kept in step with Dagster's partitions. A strategy new in the YAML (or
+with new parameters) becomes one backfill that chunks it, BM25-indexes it, embeds it with every indexed model (the
+served ones and those listed as active, never a candidate the gate rejected), evaluates it and refreshes
+evaluation_summary. A model newly indexed (a promotion, a canary, a new `active:` entry) gets the same over every
+chunk set. Only what is missing runs: a strategy whose chunk set was last built with its current parameters is left
+alone, so a first tick after `make demo` launches nothing."""
+
+from __future__ import annotations
 
 import json
 
-from dagster import Definitions, RunRequest, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import (
+    AssetKey,
+    AssetSelection,
+    Definitions,
+    RunRequest,
+    SensorEvaluationContext,
+    SensorResult,
+    sensor,
+)
+from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
+from dagster._core.definitions.events import AssetKeyPartitionKey
 
-from orchestration.jobs import chunk_job, index_job
-from orchestration.partitions import chunking_strategy_partitions, collection_key, embedding_model_partitions
+from orchestration.partitions import (
+    StrategyBackfill,
+    built_fingerprints,
+    chunking_strategy_partitions,
+    embedding_model_partitions,
+    indexed_models,
+    model_partition_requests,
+    strategies_to_build,
+)
 from rag.chunking import strategy_fingerprint
+from rag.registry import ModelRegistry
 from resources.chunking import ChunkingStrategies
 from resources.models import EmbeddingModels
+from resources.storage import DataStore
+
+# What a strategy or model backfill may target (StrategyBackfill.asset_partitions): a sensor launching a backfill
+# must name its assets.
+BACKFILLED = AssetSelection.assets(
+    "parsed_documents",
+    "document_quarantine",
+    "synthetic_qa",
+    "chunk_sets",
+    "bm25_indexes",
+    "embedding_collections",
+    "retrieval_evaluation",
+    "evaluation_summary",
+)
+
+
+def backfill_request(context: SensorEvaluationContext, plan: StrategyBackfill, trigger: str) -> RunRequest:
+    """One backfill of the plan's asset partitions (the daemon orders them along the lineage; the embedded Qdrant
+    folder's pool keeps its runs one at a time), like a backfill launched from the UI."""
+    pairs = {AssetKeyPartitionKey(AssetKey(asset), partition) for asset, partition in plan.asset_partitions()}
+    if context.repository_def is None:
+        raise ValueError("the sensor needs its code location's asset graph: evaluate it with definitions=defs")
+    subset = AssetGraphSubset.from_asset_partition_set(pairs, context.repository_def.asset_graph)
+    return RunRequest.for_asset_graph_subset(subset, tags={"trigger": trigger})
+
+
+def _indexed(data_store: DataStore, embedding_models: EmbeddingModels) -> list[str]:
+    return indexed_models(ModelRegistry(data_store.root / "models"), embedding_models.active())
 
 
 @sensor(
-    job=chunk_job,
+    asset_selection=BACKFILLED,
     minimum_interval_seconds=30,
-    description="Adds a chunk_sets partition for every strategy in "
-    "config/chunking.yaml and requests a run when a strategy is new or its params changed.",
+    description="Adds a chunk_sets partition for every strategy in config/chunking.yaml (RAG_CHUNKING_CONFIG) and, "
+    "for a strategy whose chunk set is missing or was built with other parameters, launches one backfill: chunks, "
+    "BM25 index, a collection for each model that serves (or runs a canary, or is listed as active), their "
+    "evaluation and evaluation_summary. Removes the embedding_model partitions of trained models that are none of "
+    "these.",
 )
-def chunking_strategy_sensor(context: SensorEvaluationContext, chunking: ChunkingStrategies):
-    strategies = chunking.strategies()
-    fingerprints = {name: strategy_fingerprint(cfg) for name, cfg in strategies.items()}
-    seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-    existing = set(context.instance.get_dynamic_partitions(chunking_strategy_partitions.name))
-    new_partitions = sorted(set(strategies) - existing)
-    changed = sorted(name for name, fp in fingerprints.items() if seen.get(name) != fp)
-    if not new_partitions and not changed:
-        return SkipReason(f"{len(strategies)} strategies, all partitions present and unchanged since the last check")
+def chunking_strategy_sensor(
+    context: SensorEvaluationContext,
+    chunking: ChunkingStrategies,
+    embedding_models: EmbeddingModels,
+    data_store: DataStore,
+):
+    instance = context.instance
+    fingerprints = {name: strategy_fingerprint(cfg) for name, cfg in chunking.strategies().items()}
+    requested: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+    todo = strategies_to_build(instance, fingerprints, requested)
+    models = _indexed(data_store, embedding_models)
+    existing = set(instance.get_dynamic_partitions(chunking_strategy_partitions.name))
+    new = [name for name in fingerprints if name not in existing]
+    partitions = [chunking_strategy_partitions.build_add_request(new)] if new else []
+    partitions += model_partition_requests(instance, models)
+    # A requested backfill is not requested again when it fails: re-execute it from its page, or change the params.
+    cursor = json.dumps({**requested, **fingerprints}, sort_keys=True)
+    if not todo:
+        return SensorResult(
+            skip_reason=f"{len(fingerprints)} strategies, each chunk set built with its current parameters",
+            dynamic_partitions_requests=partitions,
+            cursor=cursor,
+        )
+    plan = StrategyBackfill.of(instance, todo, models)
+    context.log.info(f"launching a backfill: {plan.describe()}")
     return SensorResult(
-        run_requests=[
-            RunRequest(partition_key=name, run_key=f"{name}:{fingerprints[name]}", tags={"chunking_strategy": name})
-            for name in changed
-        ],
-        dynamic_partitions_requests=[chunking_strategy_partitions.build_add_request(new_partitions)]
-        if new_partitions
-        else [],
-        cursor=json.dumps(fingerprints, sort_keys=True),
+        run_requests=[backfill_request(context, plan, "chunking_strategy_sensor")],
+        dynamic_partitions_requests=partitions,
+        cursor=cursor,
     )
 
 
 @sensor(
-    job=index_job,
+    asset_selection=BACKFILLED,
     minimum_interval_seconds=60,
-    description="Adds an embedding_model partition for every "
-    "model listed as active in config/embedders.yaml and requests its collections for every strategy.",
+    description="Adds an embedding_model partition for each model that serves (production, or the base minilm "
+    "before any promotion), runs a canary or is listed as active in config/embedders.yaml, and removes those of "
+    "trained models that are none of these (a candidate the gate rejected); for a model newly among them, launches "
+    "one backfill of its collection and evaluation over every chunk set built, and evaluation_summary.",
 )
-def embedding_model_sensor(context: SensorEvaluationContext, embedding_models: EmbeddingModels):
-    active = embedding_models.active()
-    existing = set(context.instance.get_dynamic_partitions(embedding_model_partitions.name))
-    new = [m for m in active if m not in existing]
-    if not new:
-        return SkipReason(f"{len(active)} active models, all already partitions")
-    strategies = context.instance.get_dynamic_partitions(chunking_strategy_partitions.name)
+def embedding_model_sensor(
+    context: SensorEvaluationContext,
+    chunking: ChunkingStrategies,
+    embedding_models: EmbeddingModels,
+    data_store: DataStore,
+):
+    instance = context.instance
+    models = _indexed(data_store, embedding_models)
+    # Without a cursor (never ticked, and no demo set one), a model that is already a partition counts as indexed.
+    partitioned = instance.get_dynamic_partitions(embedding_model_partitions.name)
+    seen = json.loads(context.cursor) if context.cursor else partitioned
+    new = [m for m in models if m not in seen]
+    partitions = model_partition_requests(instance, models)
+    built = [s for s, fp in built_fingerprints(instance, chunking.strategies()).items() if fp is not None]
+    cursor = json.dumps(models)
+    if not new or not built:
+        reason = f"{len(models)} indexed models ({', '.join(models)}), none new" if not new else "no chunk set yet"
+        return SensorResult(skip_reason=reason, dynamic_partitions_requests=partitions, cursor=cursor)
+    plan = StrategyBackfill.of(instance, built, new, with_chunks=False)
+    context.log.info(f"launching a backfill: {plan.describe()}")
     return SensorResult(
-        run_requests=[
-            RunRequest(partition_key=collection_key(s, m), run_key=f"collection:{s}:{m}")
-            for m in new
-            for s in strategies
-        ],
-        dynamic_partitions_requests=[embedding_model_partitions.build_add_request(new)],
+        run_requests=[backfill_request(context, plan, "embedding_model_sensor")],
+        dynamic_partitions_requests=partitions,
+        cursor=cursor,
     )
 
 

@@ -192,31 +192,45 @@ def test_a_chunking_failure_keeps_previous_chunks_and_fails_the_blocking_check(e
     assert "chunking failed for 1 document" in evaluation.description
 
 
+def backfilled(result) -> dict[str, set]:
+    """{asset: partitions} of the one backfill a sensor result requests."""
+    (request,) = result.run_requests
+    out: dict[str, set] = {}
+    for pair in request.asset_graph_subset.iterate_asset_partitions():
+        out.setdefault(pair.asset_key.to_user_string(), set()).add(pair.partition_key)
+    return out
+
+
 def test_strategy_sensor_adds_a_partition_for_a_new_yaml_entry(env):
     from sensors.strategies import chunking_strategy_sensor
 
     instance = env["instance"]
-    ctx = build_sensor_context(instance=instance, resources={"chunking": env["resources"]["chunking"]})
-    first = chunking_strategy_sensor(ctx)
+    names = ("chunking", "embedding_models", "data_store")
+    resources = {k: env["resources"][k] for k in names}
+
+    def tick(cursor=None):
+        return chunking_strategy_sensor(
+            build_sensor_context(instance=instance, cursor=cursor, resources=resources, definitions=defs)
+        )
+
+    first = tick()
     assert isinstance(first, SensorResult)
     assert sorted(first.dynamic_partitions_requests[0].partition_keys) == ["page", "paragraph"]
-    assert sorted(r.partition_key for r in first.run_requests) == ["page", "paragraph"]
+    # Nothing built yet: one backfill of both strategies, with ingestion and the QA set they need.
+    planned = backfilled(first)
+    assert planned["chunk_sets"] == {"page", "paragraph"} and planned["bm25_indexes"] == {"page", "paragraph"}
+    assert {"parsed_documents", "synthetic_qa", "evaluation_summary"} <= set(planned)
+    assert {k.keys_by_dimension["model"] for k in planned["embedding_collections"]} == {"minilm", "wordllama"}
     instance.add_dynamic_partitions("chunking_strategy", ["page", "paragraph"])
 
-    ctx = build_sensor_context(
-        instance=instance, cursor=first.cursor, resources={"chunking": env["resources"]["chunking"]}
-    )
-    assert isinstance(chunking_strategy_sensor(ctx), SkipReason)
+    assert tick(first.cursor).skip_reason is not None  # requested already: not again while the backfill runs
 
     raw = yaml.safe_load(env["config"].read_text())
     raw["strategies"]["sentence-window-6-3"] = {"kind": "sentence-window", "window": 6, "stride": 3}
     env["config"].write_text(yaml.safe_dump(raw))
-    ctx = build_sensor_context(
-        instance=instance, cursor=first.cursor, resources={"chunking": env["resources"]["chunking"]}
-    )
-    third = chunking_strategy_sensor(ctx)
+    third = tick(first.cursor)
     assert third.dynamic_partitions_requests[0].partition_keys == ["sentence-window-6-3"]
-    assert [r.partition_key for r in third.run_requests] == ["sentence-window-6-3"]
+    assert backfilled(third)["chunk_sets"] == {"sentence-window-6-3"}
     instance.add_dynamic_partitions("chunking_strategy", ["sentence-window-6-3"])
     assert run(env, "ingest_documents_job").success
     assert run(env, "chunk_sets_job", "sentence-window-6-3").success
