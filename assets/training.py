@@ -25,7 +25,7 @@ from dagster import (
 from pydantic import Field
 
 from assets.rollout import rollout_observation
-from orchestration.partitions import chunking_strategy_partitions, embedding_model_partitions
+from orchestration.partitions import chunking_strategy_partitions
 from rag.evaluation.plots import markdown_image
 from rag.progress import LogProgress
 from rag.registry import ModelRegistry
@@ -45,7 +45,7 @@ from rag.training.gate import TooFewGateQuestions
 from rag.lifecycle.verdicts import TRAINING_ASSET, check_promotable, rejected_by_gate
 from rag.training.pipeline import IMPLICIT_LABELS, QA_TABLE, gate_candidate, production_label, train_candidate
 from rag.training.report import gate_table, loss_curve
-from resources.qdrant import QdrantResource
+from resources.qdrant import QdrantResource, qdrant_pool
 from resources.rollout import Rollout
 from resources.storage import DataStore
 
@@ -172,16 +172,14 @@ def _train(kind: str, settings, context: AssetExecutionContext, data_store: Data
     kinds={"python", "pytorch"},
     description="Fine-tuned embedder (sentence-transformers, MNRL / cached MNRL with hard negatives, no-duplicate "
     "batches, AdamW with linear warmup/decay, checkpoint by nDCG@10 on synth-dev) on the QA set's train split plus "
-    "feedback pairs; registered as `candidate` and added as an embedding_model partition.",
+    "feedback pairs; registered as `candidate` (its collections are built when it is promoted or canaried, and the "
+    "embedding_model sensor adds its partition once it serves).",
 )
 def finetuned_embedder(
     context: AssetExecutionContext, config: EmbedderTrainingRunConfig, data_store: DataStore
 ) -> MaterializeResult:
     settings = EmbedderTrainingConfig(**config.overrides(), loss=config.loss, batch_size=config.batch_size)
-    mv, metadata = _train("embedder", settings, context, data_store)
-    context.instance.add_dynamic_partitions(
-        embedding_model_partitions.name, [mv.name]
-    )  # its collections can be backfilled
+    _mv, metadata = _train("embedder", settings, context, data_store)
     return MaterializeResult(metadata=metadata)
 
 
@@ -423,7 +421,7 @@ def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
     deps=[finetuned_embedder],
     group_name="training",
     kinds={"python", "qdrant"},
-    pool="qdrant",
+    pool=qdrant_pool(),
     output_required=False,  # not materialized when the gate kept production
     description="Runs only when the gate passed (the candidate's manifest must hold a passing verdict against the "
     "current production, even when materialized alone). The rollout resource's `promotion` policy decides what "
@@ -528,7 +526,7 @@ class ConfigurationRunConfig(TrainingRunConfig):
 @asset(
     group_name="training",
     kinds={"python"},
-    pool="qdrant",
+    pool=qdrant_pool(),
     output_required=False,  # not materialized when people have rated too few questions
     description="The serving configuration people's questions choose: every chunk set × retrieval mode (bm25, "
     "dense, hybrid-rrf, hybrid-cc with 5 weights) scored on the rated questions of the exported feedback dataset "
