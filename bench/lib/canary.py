@@ -67,6 +67,7 @@ class Users:
         self.asked += 1
         session = f"{self.session_prefix}{self.asked}-{qid}"  # one fresh user and session per asked query
         headers = {**HEADERS, USER_HEADER: session}
+        self.http.cookies.clear()  # a fresh session: not the cookie the previous user's answer set
         answer = self.http.post("/ask", json={"question": self.queries[qid], "session_id": session}, headers=headers)
         answer.raise_for_status()
         data = answer.json()

@@ -139,6 +139,7 @@ def ask_and_rate(http, qid: str, question: str, relevant: dict[str, int] | None)
     """One query through the API, rated from its qrels (None: not rated); returns (feedback events stored, the
     served model version)."""
     headers = {"Authorization": f"Bearer {TOKEN}", USER_HEADER: f"replay-{qid}"}  # each replayed question its own user
+    http.cookies.clear()  # and its own session
     answer = http.post("/ask", json={"question": question, "session_id": f"replay-{qid}"}, headers=headers)
     answer.raise_for_status()
     data = answer.json()

@@ -68,6 +68,7 @@ class People:
 
     def ask(self, question: Question, person: str) -> dict:
         headers = {**HEADERS, USER_HEADER: person}
+        self.http.cookies.clear()  # a new person: no session cookie of the one before (the server issues its own)
         response = self.http.post("/ask", json={"question": question.text, "session_id": person}, headers=headers)
         response.raise_for_status()
         data = response.json()
