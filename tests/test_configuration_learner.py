@@ -114,3 +114,29 @@ def test_serving_follows_the_production_configuration_unless_a_field_is_pinned(t
     assert (served.strategy, served.mode) == ("whole-document", "bm25")
     pinned = served_settings(base, registry, pinned={"strategy"})
     assert (pinned.strategy, pinned.mode) == (base.strategy, "bm25")
+
+
+def test_a_configuration_canary_is_served_from_its_own_chunk_set_and_settings(tmp_path, monkeypatch):
+    """canary_router opens a configuration candidate's arm over its chunk set with its retrieval settings, on top of
+    what production serves; a server that pins a field the configuration sets ignores the canary."""
+    from rag.qa import AnswerSettings
+    from rag.registry import ModelRegistry
+    from rag.serving import server
+
+    registry = ModelRegistry(tmp_path / "models")
+    folder = tmp_path / "cfg"
+    ServingConfiguration(strategy="whole-document", mode="bm25").save(folder)
+    candidate = registry.register("configuration", folder, {"base_model": "serving", "family": "serving"})
+    opened = []
+    monkeypatch.setattr(server, "serving_index", lambda settings, **kw: opened.append((settings, kw)) or "arm")
+    production = AnswerSettings(model="production", top_k=10)
+    served = SimpleNamespace(settings=lambda: production, pinned=frozenset(), current=lambda: None)
+    router = server.canary_router(served, root=tmp_path)
+    assert router.refuses("configuration", None) is None
+    assert router.open_arm("configuration", candidate) == "arm"
+    ((settings, options),) = opened
+    assert (settings.strategy, settings.mode) == ("whole-document", "bm25")
+    assert (settings.top_k, settings.model) == (10, "production")  # the rest as production serves
+    assert options["lock_wait_seconds"] == 5.0
+    pinned = SimpleNamespace(settings=lambda: production, pinned=frozenset({"strategy"}), current=lambda: None)
+    assert "pins strategy" in server.canary_router(pinned, root=tmp_path).refuses("configuration", None)
