@@ -1,8 +1,9 @@
 """The web page in real headless Chromium (Debian's /usr/bin/chromium, driven by Playwright): ask a question
 against the real Answerer over a tiny index, rate the answer and a passage, send a correction, and find the
 rows in the feedback store; the answer marked in its passage across line breaks, stale answers cleared on a new
-question or an error, empty and over-long questions explained; and the expert view: grade queue items from the
-keyboard and undo. Plus the API's refusal of blank and over-long questions, which the page shows as it is."""
+question or an error, empty and over-long questions explained; a clicked passage shown in its document with a link
+that opens the file at its page; and the expert view: grade queue items from the keyboard and undo. Plus the API's
+refusal of blank and over-long questions, which the page shows as it is."""
 
 import socket
 import threading
@@ -21,6 +22,7 @@ from rag.serving.settings import ServeSettings
 from rag.retrieval import MAX_QUERY_CHARS
 from tests.test_api import AUTH, TEXTS, TOKEN, FakeAnswerer, build_index, real_app
 from tests.test_expert_labels import EXPERT_TOKEN, item
+from tests.test_passage_context import PAGES, STRATEGY, index_documents, write_documents
 
 CHROMIUM = Path("/usr/bin/chromium")
 # The cats passage wraps its first sentence over two lines, as PDF text does: the extractive answer joins the lines
@@ -72,6 +74,24 @@ def server(data_root, tmp_path):
     store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.sqlite'}")
     with running(real_app(data_root, store)) as base:
         yield base, store
+    store.close()
+
+
+@pytest.fixture
+def document_server(tmp_path, monkeypatch):
+    """The real Answerer over a folder indexed as `rag index` does it (a three-page PDF and a note, wordllama)."""
+    from rag.serving.server import build_app
+
+    docs, root = write_documents(tmp_path / "docs"), tmp_path / "data"
+    monkeypatch.setenv("RAG_DATA_DIR", str(root))
+    monkeypatch.delenv("QDRANT_URL", raising=False)
+    monkeypatch.delenv("RAG_QDRANT_PATH", raising=False)
+    index_documents(docs, root, models=("wordllama",))
+    store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.sqlite'}")
+    settings = ServeSettings(api_token=TOKEN, refresh_seconds=0)
+    app = build_app(settings, root=root, store=store, strategy=STRATEGY, model="wordllama", mode="hybrid-rrf")
+    with running(app) as base:
+        yield base, docs, store
     store.close()
 
 
@@ -144,6 +164,36 @@ def test_ask_rate_and_correct_in_chromium(server, page):
     assert answers[answers["source"] == "expert"]["text"].tolist() == ["Cats purr and chase mice."]
     assert store.table("queries")["text"].tolist() == ["which animal does purr and chase mice"]
     assert store.table("implicit_events")["kind"].tolist() == ["click"]
+
+
+def test_a_clicked_passage_shows_its_context_and_links_to_its_page(document_server, page):
+    base, docs, store = document_server
+    page.goto(f"{base}/#token={TOKEN}")
+    page.fill("#question", "How many barrels of lamp oil does the supply boat land at the jetty?")
+    page.click("#ask-button")
+    page.wait_for_selector("#result:not([hidden])")
+    passage = page.locator("#passages li", has_text=PAGES[1][1])
+    assert passage.locator(".doc").inner_text() == "lighthouse.pdf" and passage.locator(".pages").inner_text() == "p. 2"
+    box = passage.locator(".context")
+    assert box.is_hidden()
+
+    passage.locator(".text").click()
+    link = box.locator(".doc-link")
+    link.wait_for()
+    assert box.locator(".here").inner_text().startswith(PAGES[1][0])
+    assert PAGES[0][-1] in box.locator(".before").inner_text()  # the previous page's end
+    assert PAGES[2][0] in box.locator(".after").inner_text()  # the next page's start
+    assert link.inner_text() == "Open lighthouse.pdf at page 2" and link.get_attribute("target") == "_blank"
+    href = link.evaluate("a => a.href")
+    assert href.startswith(f"{base}/documents/lighthouse.pdf?") and href.endswith("#page=2")
+    # What the browser fetches when the link is followed: no Authorization header, only the link itself.
+    opened = page.request.get(href.split("#")[0])
+    assert opened.status == 200 and opened.headers["content-type"] == "application/pdf"
+    assert opened.body() == (docs / "lighthouse.pdf").read_bytes()
+    wait_until(lambda: store.counts()["implicit_events"] == 1)  # opening the passage is still a click
+
+    passage.locator(".text").click()  # a second click closes it again
+    box.wait_for(state="hidden")
 
 
 def test_missing_token_shows_the_error_and_stores_nothing(server, page):

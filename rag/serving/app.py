@@ -1,29 +1,38 @@
-"""The HTTP API and the web pages: POST /ask, POST /feedback, POST /events, GET /health, GET /metrics, GET /; the
-expert view: GET /expert, GET /annotation/next, POST /annotation/labels, POST /annotation/undo.
+"""The HTTP API and the web pages: POST /ask, POST /feedback, POST /events, GET /health, GET /metrics, GET /; a
+passage's context and its document: GET /passages/{chunk_id}/context, GET /documents/{doc_id}; the expert view:
+GET /expert, GET /annotation/next, POST /annotation/labels, POST /annotation/undo.
 
     app = create_app(lambda: answerer, FeedbackStore(), ServeSettings(api_token="..."), root=data_dir())
 
 The answerer comes from a provider called per request, so the server can swap in a fresh index (see
 rag.serving.index) without restarting; tests pass a fake one. Write endpoints and /metrics need the bearer token;
 /annotation/* needs the expert token (the user token gets 403: experts' labels are graded judgments that
-training trusts more than ratings). The annotation queue is read from `root` (rag.annotation.queue).
+training trusts more than ratings). The annotation queue is read from `root` (rag.annotation.queue), and so is the
+parsed_documents table that a passage's context and its document's file are found from.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
+import mimetypes
+import re
 import threading
 import time
 import unicodedata
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Protocol
+from urllib.parse import quote
 
 import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
 from fastapi import Depends, FastAPI, Query, Request, Response
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -48,7 +57,8 @@ from rag.feedback.models import MAX_EXPERT_CHARS
 from rag.retrieval import MAX_QUERY_CHARS, RetrievalError
 from rag.serving.sessions import COOKIE, Session, SessionKeys
 from rag.serving.settings import ServeSettings
-from rag.store import data_dir
+from rag.source import resolve_inside
+from rag.store import DOCUMENTS_TABLE, TableStore, data_dir
 
 STATIC = Path(__file__).parent / "static"
 
@@ -196,6 +206,150 @@ class QueueFile:
                     raise NoQueueError(root)
                 self._queue, self._items, self._seen = queue, {item.item_id: item for item in queue.items}, seen
             return self._queue, self._items
+
+
+CONTEXT_CHARS = 800  # most of the document shown on either side of a passage
+DOCUMENT_LINK_SECONDS = 3600  # how long a document link from a passage's context opens the file
+DOCUMENT_TEXTS_KEPT = 8  # documents whose text stays in memory: a reader clicks through one answer's passages
+CHUNK_ID = r"^[\w.:@-]+$"  # chunk ids are hex digests (rag.chunking.spans.chunk_id); tests' ids are words
+
+
+class PassageContext(BaseModel):
+    chunk_id: str
+    doc_id: str
+    page_start: int
+    page_end: int
+    before: str = Field(description=f"the document's text just before the passage (at most {CONTEXT_CHARS} characters)")
+    text: str = Field(description="the passage as served")
+    after: str = Field(description=f"the document's text just after the passage (at most {CONTEXT_CHARS} characters)")
+    exact: bool = Field(
+        description="before and after are the document's own text; false: pieced from the neighbouring passages, "
+        "as the document's stored text no longer matches the served chunk set (re-parsed since) or is missing"
+    )
+    document_url: str | None = Field(
+        description=f"opens the source file (a PDF at the passage's page, #page=N) without a bearer token for "
+        f"{DOCUMENT_LINK_SECONDS // 60} minutes; null when the file is not available"
+    )
+
+
+class DocumentTable:
+    """The parsed_documents table of a data dir as the passage routes read it: each document's source file from two
+    small columns, read again only when the table file changes; one document's text at a time (its row alone), the
+    last few kept."""
+
+    def __init__(self, root: Callable[[], Path]):
+        self.root = root
+        self._lock = threading.Lock()
+        self._seen: tuple | None = None
+        self._sources: dict[str, str] = {}
+        self._texts: OrderedDict[tuple, str | None] = OrderedDict()
+
+    def _current(self) -> tuple[Path, tuple] | None:
+        path = TableStore(Path(self.root()) / "tables").path(DOCUMENTS_TABLE)
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            return None
+        return path, (str(path), stat.st_mtime_ns, stat.st_size)
+
+    def source(self, doc_id: str) -> str | None:
+        """The path the document was parsed from (None: no such parsed document)."""
+        current = self._current()
+        if current is None:
+            return None
+        path, seen = current
+        with self._lock:
+            if seen != self._seen:
+                table = pq.read_table(path, columns=["doc_id", "source_path"])
+                self._sources = dict(zip(table.column(0).to_pylist(), table.column(1).to_pylist()))
+                self._seen = seen
+            return self._sources.get(doc_id)
+
+    def text(self, doc_id: str) -> str | None:
+        """The document's canonical text as last parsed (None: not in the table)."""
+        current = self._current()
+        if current is None:
+            return None
+        path, seen = current
+        key = (seen, doc_id)  # a new table file is a new key: what an older one held ages out of the cache
+        with self._lock:
+            if key in self._texts:
+                self._texts.move_to_end(key)
+                return self._texts[key]
+        rows = pq.read_table(path, columns=["canonical_text"], filters=[("doc_id", "==", doc_id)]).column(0)
+        text = rows[0].as_py() if len(rows) else None
+        with self._lock:
+            self._texts[key] = text
+            while len(self._texts) > DOCUMENT_TEXTS_KEPT:
+                self._texts.popitem(last=False)
+        return text
+
+
+def document_file(source_path: str, doc_id: str) -> Path:
+    """The file of `doc_id` under the folder it was scanned from (its source_path is that folder joined with the
+    doc_id). LookupError: the source path does not end with the doc_id (a document that came from no folder);
+    ValueError: the doc_id now resolves outside that folder (a symlink put in its place)."""
+    source, parts = Path(source_path), PurePosixPath(doc_id).parts
+    if not parts or source.parts[-len(parts) :] != parts:
+        raise LookupError(f"{doc_id!r} was not parsed from a document folder (its source was {source_path!r})")
+    return resolve_inside(Path(*source.parts[: -len(parts)]), doc_id)
+
+
+def _clip_start(text: str, limit: int) -> str:
+    """The last `limit` characters of text, from a word's start when cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[-limit:]
+    space = re.search(r"\s", cut)
+    return cut[space.end() :] if space else cut
+
+
+def _clip_end(text: str, limit: int) -> str:
+    """The first `limit` characters of text, up to a word's end when cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    space = max(cut.rfind(" "), cut.rfind("\n"))
+    return cut[:space] if space > 0 else cut
+
+
+def chunk_row(chunks: pd.DataFrame, chunk_id) -> pd.Series | None:
+    """The chunk table's row of a chunk id (indexed by chunk_id), None when it holds none."""
+    if not isinstance(chunk_id, str) or chunk_id not in chunks.index:
+        return None
+    return chunks.loc[[chunk_id]].iloc[0]
+
+
+def context_of(passage: pd.Series, chunks: pd.DataFrame, document: str | None) -> tuple[str, str, bool]:
+    """(before, after, exact): the document's text around the passage when its stored text still holds the passage
+    where the chunk set says (offsets into the text as parsed when the chunks were made); else the neighbouring
+    passages' text (the served index is the one consistent source: the document may have been re-parsed since)."""
+    start, end = int(passage["char_start"]), int(passage["char_end"])
+    if document is not None and document[start:end] == passage["text"]:
+        return _clip_start(document[:start], CONTEXT_CHARS), _clip_end(document[end:], CONTEXT_CHARS), True
+    before = after = ""
+    if (prev := chunk_row(chunks, passage.get("prev_chunk_id"))) is not None:
+        before = prev["text"][: max(0, start - int(prev["char_start"]))]
+    if (nxt := chunk_row(chunks, passage.get("next_chunk_id"))) is not None:
+        after = nxt["text"][max(0, end - int(nxt["char_start"])) :]
+    return _clip_start(before, CONTEXT_CHARS), _clip_end(after, CONTEXT_CHARS), False
+
+
+def link_signature(token: str, doc_id: str, expires: int) -> str:
+    """What a document link carries instead of the bearer token (a link the browser follows sends no header):
+    keyed by the API token, so only its holders can make one, and a new token voids every link."""
+    mac = hmac.new(token.encode("utf-8"), f"document\x1f{doc_id}\x1f{expires}".encode("utf-8"), hashlib.sha256)
+    return mac.hexdigest()[:32]
+
+
+def document_headers(path: Path) -> dict[str, str]:
+    """A document is the corpus's content, not this app's: an HTML or SVG file must not run scripts in the page's
+    origin (where the token is kept), so anything but a PDF (the browser's viewer needs no scripts of the file and
+    does not run in a sandbox) is sandboxed. no-referrer keeps the signed link from leaking through its links."""
+    headers = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "private"}
+    if path.suffix.lower() != ".pdf":
+        headers["Content-Security-Policy"] = "sandbox"
+    return headers
 
 
 def model_version(answerer) -> str | None:
@@ -374,6 +528,7 @@ def create_app(
     ask_slots = asyncio.Semaphore(settings.ask_concurrency)
     bearer = HTTPBearer(auto_error=False)
     queue_file = QueueFile(lambda: root or data_dir())
+    documents = DocumentTable(lambda: root or data_dir())
     sessions = sessions or SessionKeys.random()
 
     def client_of(request: Request) -> str:
@@ -519,6 +674,115 @@ def create_app(
     )
     def events(body: ImplicitEvent, request: Request) -> EventAck:
         return EventAck(event_id=store.record_event(body, client_session=verified(request, body.session)))
+
+    def served_chunks() -> pd.DataFrame:
+        """The chunk table of the index answering now (what /ask's passages come from), already in memory."""
+        chunks = getattr(getattr(answerer_provider(), "index", None), "chunks", None)
+        if chunks is None:
+            raise StarletteHTTPException(
+                404, "this server answers without a passage index, so no passage has a context here"
+            )
+        return chunks
+
+    def document_url(doc_id: str, page: int) -> str | None:
+        """A signed link to the document's file (None when it cannot be served); a PDF opens at `page`."""
+        source = documents.source(doc_id)
+        try:
+            path = None if source is None else document_file(source, doc_id)
+        except (LookupError, ValueError):
+            return None
+        if path is None or not path.is_file():
+            return None
+        expires = int(time.time()) + DOCUMENT_LINK_SECONDS
+        signature = link_signature(settings.api_token, doc_id, expires)
+        fragment = f"#page={page}" if path.suffix.lower() == ".pdf" else ""
+        return f"/documents/{quote(doc_id, safe='/')}?expires={expires}&signature={signature}{fragment}"
+
+    def require_document_access(
+        doc_id: str,
+        credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
+        expires: Annotated[int | None, Query(description="a signed link's expiry (Unix seconds)")] = None,
+        signature: Annotated[str | None, Query(max_length=64, description="a signed link's signature")] = None,
+    ) -> None:
+        if given(credentials, settings.api_token):
+            return
+        if expires is None or signature is None:
+            require_token(credentials)  # neither a token nor a link: the bearer token's 401
+        if not hmac.compare_digest(signature, link_signature(settings.api_token, doc_id, expires)):
+            raise StarletteHTTPException(
+                401, "the document link's signature is wrong: open it from a passage's context on the page again"
+            )
+        if expires < time.time():
+            raise StarletteHTTPException(
+                401, "the document link has expired: click the passage on the page again for a fresh link"
+            )
+
+    @app.get(
+        "/passages/{chunk_id}/context",
+        response_model=PassageContext,
+        dependencies=[Depends(require_token)],
+        summary="A served passage in its document: the text before and after it, its pages, a link to the file",
+        responses={404: {"description": "the passage is not in the chunk set that serves now"}},
+    )
+    def passage_context(
+        chunk_id: Annotated[str, PathParam(min_length=1, max_length=128, pattern=CHUNK_ID)],
+    ) -> PassageContext:
+        chunks = served_chunks()
+        row = chunk_row(chunks, chunk_id)
+        if row is None:
+            raise StarletteHTTPException(
+                404,
+                f"passage {chunk_id!r} is not in the chunk set that serves now (it may have been re-indexed since "
+                "the answer): ask the question again",
+            )
+        doc_id = str(row["doc_id"])
+        before, after, exact = context_of(row, chunks, documents.text(doc_id))
+        return PassageContext(
+            chunk_id=chunk_id,
+            doc_id=doc_id,
+            page_start=int(row["page_start"]),
+            page_end=int(row["page_end"]),
+            before=before,
+            text=str(row["text"]),
+            after=after,
+            exact=exact,
+            document_url=document_url(doc_id, int(row["page_start"])),
+        )
+
+    @app.get(
+        "/documents/{doc_id:path}",
+        dependencies=[Depends(require_document_access)],
+        summary="The original file of a parsed document, from the folder it was parsed from; the bearer token or "
+        "a signed link from /passages/{chunk_id}/context",
+        response_class=FileResponse,
+        responses={
+            403: {"description": "the document's path now leads outside its document folder"},
+            404: {"description": "no parsed document has this id, or its file is gone"},
+        },
+    )
+    def document(doc_id: Annotated[str, PathParam(min_length=1, max_length=1024)]) -> FileResponse:
+        source = documents.source(doc_id)
+        if source is None:
+            raise StarletteHTTPException(
+                404, f"no parsed document {doc_id!r}: use the doc_id of a passage /ask returned"
+            )
+        try:
+            path = document_file(source, doc_id)
+        except LookupError as exc:
+            raise StarletteHTTPException(404, f"{exc}: there is no file to open") from None
+        except ValueError:
+            raise StarletteHTTPException(
+                403, f"refused: {doc_id!r} now leads outside the document folder it was parsed from"
+            ) from None
+        if not path.is_file():
+            raise StarletteHTTPException(
+                404, f"{doc_id!r} was parsed from {path}, which is no longer there: re-index the document folder"
+            )
+        media = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        headers = document_headers(path)
+        return FileResponse(
+            path, media_type=media, filename=path.name, content_disposition_type="inline", headers=headers
+        )
 
     @app.get("/health", summary="Liveness and what is being served")
     def health() -> dict:

@@ -20,16 +20,17 @@ function status(text, isError = false) {
   $("status").className = isError ? "error" : "";
 }
 
-async function post(path, body) {
+async function call(method, path, body) {
   const response = await fetch(path, {
-    method: "POST",
+    method,
     headers: { "Content-Type": "application/json", "Authorization": "Bearer " + $("token").value.trim() },
-    body: JSON.stringify(body),
+    body: body === undefined ? undefined : JSON.stringify(body),
   });
   const data = await response.json().catch(() => ({}));
   if (!response.ok) throw Object.assign(new Error(data.error || response.statusText), { status: response.status });
   return data;
 }
+const post = (path, body) => call("POST", path, body);
 
 function choose(group, button) {
   group.querySelectorAll("button").forEach((b) => b.classList.toggle("chosen", b === button));
@@ -73,16 +74,43 @@ function render(data) {
     item.querySelector(".cited-flag").textContent = p.cited ? "cited" : "";
     const text = item.querySelector(".text");
     highlight(text, p.text, data.not_in_context ? "" : data.answer, data.question);
-    text.addEventListener("click", () => {
-      text.classList.toggle("open");
-      post("/events", { query_id: data.query_id, kind: "click", chunk_id: p.chunk_id, session_id: sessionId, session: serverSession(), idempotency_key: `${data.query_id}:${p.chunk_id}` }).catch(() => {});
-    });
+    text.addEventListener("click", () => togglePassage(item, data, p));
     const group = item.querySelector(".rate");
     group.querySelector(".up").addEventListener("click", (e) => sendFeedback({ passages: [{ chunk_id: p.chunk_id, score: 1 }] }, group, e.currentTarget));
     group.querySelector(".down").addEventListener("click", (e) => sendFeedback({ passages: [{ chunk_id: p.chunk_id, score: -1 }] }, group, e.currentTarget));
     list.append(item);
   }
   $("result").hidden = false;
+}
+
+// Opening a passage shows it in its document (the text around it) with a link to the file at its page, fetched
+// afresh each time (the link is signed for a limited time); opening is also recorded as a click, once per answer and
+// passage (the idempotency key makes a repeat a duplicate).
+function togglePassage(item, data, p) {
+  const opening = !item.querySelector(".text").classList.contains("open");
+  item.querySelector(".text").classList.toggle("open", opening);
+  item.querySelector(".context").hidden = !opening;
+  post("/events", { query_id: data.query_id, kind: "click", chunk_id: p.chunk_id, session_id: sessionId, session: serverSession(), idempotency_key: `${data.query_id}:${p.chunk_id}` }).catch(() => {});
+  if (opening) showContext(item.querySelector(".context"), p.chunk_id);
+}
+
+async function showContext(box, chunkId) {
+  const note = box.querySelector(".context-note"), link = box.querySelector(".doc-link");
+  note.textContent = "Loading the passage's context…";
+  try {
+    const c = await call("GET", `/passages/${encodeURIComponent(chunkId)}/context`);
+    box.querySelector(".before").textContent = c.before;
+    box.querySelector(".here").textContent = c.text;
+    box.querySelector(".after").textContent = c.after;
+    link.hidden = !c.document_url;
+    if (c.document_url) {
+      link.href = c.document_url;
+      link.textContent = `Open ${c.doc_id}` + (c.document_url.includes("#page=") ? ` at page ${c.page_start}` : "");
+    }
+    note.textContent = c.document_url ? "" : "The document's file is not available on this server.";
+  } catch (err) {
+    note.textContent = "No context for this passage: " + err.message;
+  }
 }
 
 $("ask-form").addEventListener("submit", async (event) => {
