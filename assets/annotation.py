@@ -7,13 +7,20 @@ from pydantic import Field
 
 from assets.evaluation import library_field
 from rag.annotation.build import build_queue
-from rag.annotation.candidates import pick_questions, production_questions, synthetic_questions
+from rag.annotation.candidates import (
+    furniture_keys,
+    is_furniture,
+    pick_questions,
+    production_questions,
+    reads_as_a_question,
+    synthetic_questions,
+)
 from rag.annotation.config import AnnotationSettings
 from rag.annotation.queue import read_queue, write_queue
 from rag.annotation.report import coverage, current_labels, expert_labels, preview, since_refresh
 from rag.annotation.served import ServedRanking
 from rag.markdown import markdown_table
-from rag.store import CHUNKS_TABLE
+from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE
 from resources.feedback import FeedbackLoop
 from resources.qdrant import QdrantResource
 from resources.storage import DataStore
@@ -60,12 +67,13 @@ class AnnotationQueueConfig(Config):
     deps=[AssetKey(key) for key in UPSTREAM],
     group_name="annotation",
     kinds={"python", "json"},
-    description="Pairs (question, passage) for experts to label, most useful first: the newest production queries (the "
-    "synthetic QA set's questions until there is traffic), each with the served ranking's top k (active configuration "
-    "or defaults: production embedder and reranker), scored by uncertainty (reranker probability near 0.5, small score "
-    "margin to the top passage, BM25 / dense / reranker ranks disagreeing; weights in run config) and picked "
-    "for diversity (MMR or k-center over question embeddings, quotas per document and question). Written to "
-    "`<data dir>/annotation/queue.json` for the expert view; refreshed daily and after each retrain.",
+    description="Pairs (question, passage) for experts to label, most useful first: the newest questions people asked "
+    "fill it first, the synthetic QA set's questions (keyword strings left out) top it up; each question with the "
+    "served ranking's top k (active configuration or defaults: production embedder and reranker), page-furniture "
+    "passages left out, scored by uncertainty (reranker probability near 0.5, small score margin to the top passage, "
+    "BM25 / dense / reranker ranks disagreeing; weights in run config) and picked for diversity (MMR or k-center over "
+    "question embeddings, quotas per document and question). Written to `<data dir>/annotation/queue.json` for the "
+    "expert view; built at the end of `rag demo`, refreshed daily and after each retrain.",
 )
 def annotation_queue(
     context: AssetExecutionContext,
@@ -84,18 +92,21 @@ def annotation_queue(
         labels = expert_labels(store)
     finally:
         store.close()
+    qa = data_store.tables.read(QA_TABLE)
     questions = pick_questions(
         production_questions(recent, settings.questions),
-        synthetic_questions(data_store.tables.read(QA_TABLE), settings.questions, settings.seed),
+        synthetic_questions(qa, settings.questions, settings.seed),
         settings.questions,
         settings.source,
     )
     if not questions:
         raise ValueError(
             f"no question to build the annotation queue from (source {settings.source!r}): there is no "
-            "production traffic and no synthetic QA set yet; materialize synthetic_qa or serve some queries"
+            "production traffic and no synthetic QA set yet (or it holds keyword strings only, which are left out); "
+            "materialize synthetic_qa or serve some queries"
         )
     previous, labelled = read_queue(data_store.root), set(current_labels(labels)["item_id"])
+    furniture = furniture_keys(data_store.tables.read(DOCUMENTS_TABLE, columns=["doc_id", "metadata_json"]))
     served = ranking.served()
     context.log.info(f"scoring the top {settings.k} of {len(questions)} questions as served by {served}")
     built = build_queue(
@@ -108,6 +119,7 @@ def annotation_queue(
         labelled=labelled,
         depth=ranking.depth,
         served=served,
+        furniture=lambda chunk: is_furniture(chunk, furniture),
     )
     path = write_queue(data_store.root, built.queue)
     covered = coverage(built.queue, int(ranking.chunks["doc_id"].nunique()))
@@ -130,6 +142,8 @@ def annotation_queue(
             "synthetic_questions_considered": considered["synthetic"],
             "candidates_scored": built.candidates,
             "already_labelled_skipped": built.skipped_labelled,
+            "furniture_passages_skipped": built.skipped_furniture,
+            "keyword_questions_dropped": 0 if qa is None else int((~qa["question"].map(reads_as_a_question)).sum()),
             "labelled_items": len(labelled),
             "served": MetadataValue.json(served),
             "settings": MetadataValue.json(settings.model_dump(mode="json")),

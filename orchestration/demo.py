@@ -14,6 +14,9 @@ OUTSIDE_QUESTION = "Who painted the Mona Lisa?"  # not in the sample corpus: the
 # questions of each, enough questions (100+) for the summary's paired test to mean something; the rest is the
 # library's defaults (rag.synthetic.SynthSettings).
 DEMO_QA = {"passages_per_document": 60, "questions_per_passage": 2}
+# annotation_queue's run config for the demo: the QA set's questions (there is no traffic yet) are ~130, so 100 of
+# them give a full queue for a fraction of the time every question's ranking would take.
+DEMO_ANNOTATION = {"questions": 100}
 
 
 def run_demo(instance) -> int:
@@ -87,6 +90,7 @@ def run_demo(instance) -> int:
                 f"{j['text'][:90]!r}"
             )
         _ask(models[0])
+        failures += build_annotation_queue(instance, quiet, models[0])
     print(
         f"\ndone in {time.perf_counter() - started:.1f}s. Tables: {tables.root}/<table>[/<strategy>]/data.parquet; "
         f"BM25: {store.data_dir}/indexes/bm25; Qdrant: {store.data_dir}/qdrant"
@@ -140,6 +144,29 @@ def _ask(indexed: str) -> None:
             print(
                 f"  - {src['doc_id']} p{src['page_start']} ({' + '.join(k for k in ('cited', 'attributed') if src[k])})"
             )
+
+
+def build_annotation_queue(instance, quiet, indexed: str, resources: dict | None = None) -> int:
+    """The expert queue, so the expert view has items right after the demo: annotation_queue_job, as the daily
+    schedule runs it, over what serves (production; `indexed` when production cannot be opened, as in _ask).
+    `resources` replace the code location's (tests). Returns the failures (0 or 1)."""
+    config = {**quiet, "ops": {"annotation_queue": {"config": DEMO_ANNOTATION}}}
+    result = run_job(instance, "annotation_queue_job", run_config=config, resources=resources)
+    if not result.success:
+        print(f"\nannotation queue: production cannot rank the questions; building it with {indexed}")
+        config["ops"]["annotation_queue"]["config"] = {**DEMO_ANNOTATION, "model": indexed}
+        result = run_job(instance, "annotation_queue_job", run_config=config, resources=resources)
+    if not result.success:
+        print("\nannotation queue FAILED (see the Dagster UI)")
+        return 1
+    meta = {k: v.value for k, v in result.asset_materializations_for_node("annotation_queue")[0].metadata.items()}
+    print(
+        f"\nannotation queue: {meta['queue_size']} items for experts over {meta['distinct_documents']} documents "
+        f"({meta['from_production']} from people's questions, {meta['from_synthetic']} generated; "
+        f"{meta['keyword_questions_dropped']} keyword strings left out) in {meta['path']}; label them on the expert "
+        "page (rag serve prints its address)"
+    )
+    return 0
 
 
 def _evaluate(instance, quiet, store, models) -> int:

@@ -1,12 +1,25 @@
 """The annotation queue: uncertainty signals, the selection methods (diversity, quotas, seeds, weights) on tiny
-in-memory candidates, labels since the last refresh, and the asset end to end on a tiny corpus with wordllama."""
+in-memory candidates, labels since the last refresh; people's questions first, keyword strings and page furniture
+left out; and the asset end to end on a tiny corpus with wordllama, as the demo builds it last."""
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from rag.annotation.build import build_queue
-from rag.annotation.candidates import Candidate, Question, pick_questions, production_questions, synthetic_questions
+from rag.annotation.candidates import (
+    Candidate,
+    Question,
+    furniture_keys,
+    is_furniture,
+    pick_questions,
+    production_questions,
+    reads_as_a_question,
+    synthetic_questions,
+)
 from rag.annotation.config import AnnotationSettings
 from rag.annotation.queue import AnnotationQueue, QueueItem, item_id
 from rag.annotation.report import current_labels, since_refresh
@@ -153,16 +166,80 @@ def test_questions_come_from_production_first_then_synthetic():
     assert [q.query_id for q in production] == ["q3", "q2"]  # newest first, a repeat counted once
     qa = pd.DataFrame(
         {
-            "question": ["A copied sentence of the text.", "Who wrote it?", "where is it?"],
-            "qtype": ["inverse-cloze", "answer-aware", "keyword"],
+            "question": [
+                "A copied sentence of the text.",
+                "Who wrote it?",
+                "where is it?",
+                "pdfplumber test suite unstructured",
+                "06aup1 4702",
+            ],
+            "qtype": ["inverse-cloze", "answer-aware", "keyword", "keyword", "llm"],
         }
     )
     synthetic = synthetic_questions(qa, 10, seed=3)
     assert synthetic[-1].text == "A copied sentence of the text."  # copies last
+    assert {q.text for q in synthetic} == {"A copied sentence of the text.", "Who wrote it?", "where is it?"}
     mixed = pick_questions(production, synthetic, 4)
     assert [q.source for q in mixed] == ["production", "production", "synthetic", "synthetic"]
     assert "where is it?" not in [q.text for q in mixed]  # already asked by a user
     assert [q.source for q in pick_questions([], synthetic, 2)] == ["synthetic", "synthetic"]
+
+
+def test_keyword_strings_do_not_read_as_questions():
+    keywords = ["pdfplumber test suite unstructured", "06aup1 4702", "removing software wire routing installation"]
+    asked = ["Who argued for the respondent in Knowles v. Mirzayance?", "How many handgun permit checks in Alabama?"]
+    sentences = ["The keeper logs the wind speed every four hours."]  # a copied sentence is not a keyword string
+    assert [reads_as_a_question(t) for t in keywords + asked + sentences] == [False] * 3 + [True] * 3
+
+
+STAMP = "VerDate Sep<11>2014 18:06 Aug 06, 2020 Jkt 250001 PO 00000 Frm 00001 Fmt 4700"
+
+
+def test_people_s_questions_fill_the_queue_first_and_furniture_passages_are_left_out():
+    """The generated questions' pairs are the more uncertain ones, yet the pairs of the question a person asked come
+    first; a passage that is mostly its document's recorded page furniture, or a page label, is no item, a passage
+    that quotes one stamp among its body lines still is."""
+    from rag.parsing.boilerplate import record
+    from rag.parsing.models import ElementDraft
+
+    asked = Question("where do the ships steer", "production", "q1")
+    generated = [Question(f"What is generated question {i}?", "synthetic") for i in range(3)]
+    body = "Ships steer by the beam of the lighthouse.\nThe lamp turns slowly all night long."
+    texts = {"a": f"{STAMP}\n{STAMP[:-1]}1", "b": f"{body}\n{STAMP}", "c": body, "d": body, "e": "Page 1 of 205"}
+
+    def rank(question: str) -> list[Hit]:
+        # The person's question has a clear winner (sure: small margins signal); the generated ones three contenders.
+        scores = [1.0, 0.2, 0.15, 0.1, 0.05] if question == asked.text else [0.9, 0.89, 0.88, 0.5, 0.45]
+        return [
+            Hit(r, score, {"chunk_id": f"{question}-{d}", "doc_id": d, "text": texts[d]})
+            for r, (d, score) in enumerate(zip("abcde", scores), start=1)
+        ]
+
+    stamped = record([ElementDraft(type="footer", text=STAMP)])  # what the parse records in the metadata
+    documents = pd.DataFrame(
+        {
+            "doc_id": ["a", "b", "c", "d"],
+            "metadata_json": [json.dumps({"boilerplate": stamped} if d in "ab" else {}) for d in "abcd"],
+        }
+    )
+    keys = furniture_keys(documents)
+    assert set(keys) == {"a", "b"}
+    settings = AnnotationSettings(size=6, k=5, per_document=None, per_question=None, method="uncertainty")
+    built = build_queue(
+        [asked, *generated],
+        rank,
+        settings,
+        strategy="paragraph",
+        reranked=False,
+        furniture=lambda chunk: is_furniture(chunk, keys),
+    )
+    items = built.queue.items
+    assert [i.source for i in items] == ["production"] * 3 + ["synthetic"] * 3
+    # a (the recorded stamp) and e (a page label, which no parse records on a one-page document), for each question
+    assert built.skipped_furniture == 8 and {"a", "e"}.isdisjoint(i.doc_id for i in items)
+    assert "b" in {i.doc_id for i in items}  # a stamp among body lines: a passage still
+    # Preferred, not more uncertain: uncertainty alone would have put the generated pairs first.
+    assert max(i.uncertainty for i in items[:3]) < min(i.uncertainty for i in items[3:])
 
 
 def test_labels_since_the_last_refresh_follow_undos_and_the_previous_queue():
@@ -212,19 +289,27 @@ def _metadata(result) -> dict:
     }
 
 
-def test_asset_writes_the_queue_with_coverage_and_progress(tmp_path):
-    """Materialize annotation_queue on four tiny documents (wordllama, no reranker): production queries first,
-    synthetic ones to top up, and the metadata counts the labels given since the previous queue."""
-    from dagster import materialize
+TOPICS = {
+    "lighthouses": "Lighthouses guide ships at night. Their lamps turn slowly.",
+    "bakery": "The bakery opens at six. Sourdough needs a long rise.",
+    "glaciers": "Glaciers carve valleys. Ice moves a few metres a year.",
+    "trains": "Night trains cross the alps. Sleeper cars have bunks.",
+}
+ASKED = "When do lighthouses turn their lamps?"  # the one question a person asked
+KEYWORDS = "lighthouses lamps turn slowly"  # a generated keyword string
 
-    from assets.annotation import annotation_queue
-    from rag.annotation.queue import read_queue
+
+def tiny_corpus(root: Path, *, furniture: bool = False) -> dict:
+    """Four one-topic documents chunked (paragraph), BM25- and wordllama-indexed under root, a synthetic QA set of
+    one question per topic and one question a person asked; the resources annotation_queue runs with. `furniture`:
+    a fifth document whose passage is the page stamp its parse recorded (a chunk set built before the parse set
+    furniture aside), and a keyword string among the generated questions."""
     from rag.chunking import get_chunker
     from rag.embedding import load_embedder
     from rag.evaluation.qaset import Evidence, QAItem, to_frame
     from rag.feedback import FeedbackStore
-    from rag.index.qdrant import close_client
     from rag.ingest import document_to_row
+    from rag.parsing.boilerplate import METADATA_KEY, record
     from rag.parsing.models import ElementDraft, assemble
     from rag.pipeline import bm25_step, chunk_step, embed_step
     from rag.store import DOCUMENTS_TABLE, TableStore
@@ -232,49 +317,63 @@ def test_asset_writes_the_queue_with_coverage_and_progress(tmp_path):
     from resources.qdrant import QdrantResource
     from resources.storage import DataStore
 
-    root = tmp_path / "data"
     tables = TableStore(root / "tables")
-    topics = {
-        "lighthouses": "Lighthouses guide ships at night. Their lamps turn slowly.",
-        "bakery": "The bakery opens at six. Sourdough needs a long rise.",
-        "glaciers": "Glaciers carve valleys. Ice moves a few metres a year.",
-        "trains": "Night trains cross the alps. Sleeper cars have bunks.",
-    }
+    texts = {name: [f"{text} More about {name} here."] * 3 for name, text in TOPICS.items()}
+    stamp = [ElementDraft(type="footer", text=STAMP)]
     docs = [
         assemble(
-            [ElementDraft(type="narrative", text=f"{text} More about {name} here.") for _ in range(3)],
+            [ElementDraft(type="narrative", text=text) for text in paragraphs],
             doc_id=f"{name}.txt",
             source_path=name,
             content_hash=name,
             parser="test",
             n_pages=1,
+            metadata={METADATA_KEY: record(stamp)} if name == "stamps" else None,
         )
-        for name, text in topics.items()
+        for name, paragraphs in {**texts, **({"stamps": [STAMP] * 3} if furniture else {})}.items()
     ]
     tables.write(pd.DataFrame([document_to_row(d, "test") for d in docs]), DOCUMENTS_TABLE)
     chunk_step(tables, get_chunker("paragraph"))
-    qdrant = QdrantResource(path=str(tmp_path / "qdrant"))
+    qdrant = QdrantResource(path=str(root / "qdrant"))
     bm25_step(tables, root, "paragraph")
     embed_step(tables, qdrant.client(), "paragraph", "wordllama", load_embedder("wordllama"))
+    questions = {f"What about {name} at night?": ("answer-aware", name) for name in TOPICS}
+    if furniture:
+        questions[KEYWORDS] = ("keyword", "lighthouses")
     qa = [
         QAItem(
             qid=f"s{i}",
-            question=f"What about {name} at night?",
-            qtype="answer-aware",
+            question=question,
+            qtype=qtype,
             doc_id=f"{name}.txt",
             evidence=[Evidence(doc_id=f"{name}.txt", start=0, end=10)],
         )
-        for i, name in enumerate(topics)
+        for i, (question, (qtype, name)) in enumerate(questions.items())
     ]
     tables.write(to_frame(qa), "synthetic_qa")
     store = FeedbackStore(root=root)
-    store.record_query("When do lighthouses turn their lamps?", answer="-", chunks=[])
+    store.record_query(ASKED, answer="-", chunks=[])
     store.close()
-    resources = {
+    return {
         "data_store": DataStore(data_dir=str(root)),
         "qdrant": qdrant,
         "feedback_loop": FeedbackLoop(data_dir=str(root)),
     }
+
+
+def test_asset_writes_the_queue_with_coverage_and_progress(tmp_path):
+    """Materialize annotation_queue on four tiny documents (wordllama, no reranker): production queries first,
+    synthetic ones to top up, and the metadata counts the labels given since the previous queue."""
+    from dagster import materialize
+
+    from assets.annotation import annotation_queue
+    from rag.annotation.queue import read_queue
+    from rag.feedback import FeedbackStore
+    from rag.index.qdrant import close_client
+
+    root = tmp_path / "data"
+    resources = tiny_corpus(root)
+    qdrant = resources["qdrant"]
     config = {
         "ops": {
             "annotation_queue": {
@@ -328,6 +427,46 @@ def test_asset_writes_the_queue_with_coverage_and_progress(tmp_path):
         assert labelled not in {i.item_id for i in read_queue(root).items}
     finally:
         close_client(qdrant.settings())
+
+
+def demo_queue(root: Path) -> tuple[int, dict]:
+    """The tiny corpus (with furniture and a keyword string) and the queue the demo's last step builds over it, on a
+    test instance: (the step's failures, the queue's materialization metadata)."""
+    from dagster import AssetKey, instance_for_test
+
+    from orchestration.demo import build_annotation_queue
+    from rag.index.qdrant import close_client
+
+    resources = tiny_corpus(root, furniture=True)
+    try:
+        with instance_for_test() as instance:
+            failures = build_annotation_queue(instance, {}, "wordllama", resources=resources)
+            event = instance.get_latest_materialization_event(AssetKey("annotation_queue"))
+    finally:
+        close_client(resources["qdrant"].settings())
+    metadata = event.asset_materialization.metadata if event is not None else {}
+    return failures, {k: getattr(v, "value", v) for k, v in metadata.items()}
+
+
+def test_the_demo_ends_with_a_queue_that_puts_people_s_questions_first(tmp_path, capsys):
+    """The demo's last step on a corpus where production cannot be opened (wordllama alone is indexed): it falls
+    back to the indexed model, and the queue holds the question a person asked first, no keyword string and no
+    passage of page furniture."""
+    from rag.annotation.queue import read_queue
+
+    root = tmp_path / "data"
+    failures, meta = demo_queue(root)
+    said = capsys.readouterr().out
+    assert failures == 0 and "building it with wordllama" in said
+    queue = read_queue(root)
+    assert queue is not None and queue.items and len(queue.items) == meta["queue_size"]
+    sources = [item.source for item in queue.items]
+    assert sources[0] == "production" and queue.items[0].question == ASKED
+    assert sources == sorted(sources)  # "production" < "synthetic": every pair of a person's question comes first
+    assert KEYWORDS not in {item.question for item in queue.items} and meta["keyword_questions_dropped"] == 1
+    assert "stamps.txt" not in {item.doc_id for item in queue.items} and meta["furniture_passages_skipped"] >= 1
+    assert f"annotation queue: {meta['queue_size']} items" in said
+    assert f"{meta['from_production']} from people's questions" in said
 
 
 def test_sensor_rebuilds_once_per_retrain_and_the_schedule_runs_daily():

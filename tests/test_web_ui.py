@@ -2,8 +2,9 @@
 against the real Answerer over a tiny index, rate the answer and a passage, send a correction, and find the
 rows in the feedback store; the answer marked in its passage across line breaks, stale answers cleared on a new
 question or an error, empty and over-long questions explained; a clicked passage shown in its document with a link
-that opens the file at its page; and the expert view: grade queue items from the keyboard and undo. Plus the API's
-refusal of blank and over-long questions, which the page shows as it is."""
+that opens the file at its page; and the expert view: grade queue items from the keyboard and undo, and grade the
+queue the demo builds (a person's question first, the grade said back). Plus the API's refusal of blank and
+over-long questions, which the page shows as it is."""
 
 import socket
 import threading
@@ -20,6 +21,7 @@ from rag.feedback import FeedbackStore
 from rag.serving.app import create_app
 from rag.serving.settings import ServeSettings
 from rag.retrieval import MAX_QUERY_CHARS
+from tests.test_annotation_queue import ASKED, demo_queue
 from tests.test_api import AUTH, TEXTS, TOKEN, FakeAnswerer, build_index, real_app
 from tests.test_expert_labels import EXPERT_TOKEN, item
 from tests.test_passage_context import PAGES, STRATEGY, index_documents, write_documents
@@ -316,7 +318,9 @@ def test_expert_view_grades_with_the_keyboard_and_undoes(expert_server, page):
 
     page.keyboard.press("2")
     page.wait_for_function(f"document.getElementById('item-question').textContent === {dogs.question!r}")
-    assert "Saved: relevant" in page.inner_text("#status") and "1 / 2 labelled" in page.inner_text("#progress-text")
+    assert "Saved: relevant (2)." in page.inner_text("#status") and "1 / 2 labelled" in page.inner_text(
+        "#progress-text"
+    )
     page.fill("#expected", "in kennels")
     page.keyboard.press("Enter")  # keeps the answer and leaves the field: the digit keys grade again
     page.keyboard.press("0")
@@ -333,6 +337,37 @@ def test_expert_view_grades_with_the_keyboard_and_undoes(expert_server, page):
     assert page.inner_text("#item-question") == dogs.question and "1 / 2 labelled" in page.inner_text("#progress-text")
     wait_until(lambda: dogs.item_id not in store.current_expert_labels())
     page.keyboard.press("1")
-    page.wait_for_function("document.getElementById('status').textContent.includes('partially relevant')")
+    page.wait_for_function("document.getElementById('status').textContent.includes('partially relevant (1)')")
     assert store.current_expert_labels()[dogs.item_id]["grade"] == 1
     assert store.table("expert_labels")["grade"].isna().sum() == 1  # the undo row
+
+
+@pytest.fixture
+def demo_expert_server(tmp_path):
+    """The expert view over the queue the demo's last step builds (tests.test_annotation_queue.demo_queue)."""
+    root = tmp_path / "data"
+    failures, _meta = demo_queue(root)
+    assert failures == 0
+    store = FeedbackStore(root=root)  # where the person's question was recorded, and where labels go
+    settings = ServeSettings(api_token=TOKEN, expert_token=EXPERT_TOKEN)
+    with running(create_app(lambda: FakeAnswerer(), store, settings, root=root)) as base:
+        yield base, store
+    store.close()
+
+
+def test_the_queue_the_demo_builds_shows_a_person_s_question_and_says_the_grade_saved(demo_expert_server, page):
+    base, store = demo_expert_server
+    page.goto(f"{base}/expert#token={EXPERT_TOKEN}")
+    page.fill("#expert-name", "ann")
+    page.click("#start")
+    page.wait_for_selector("#item:not([hidden])")
+    assert page.inner_text("#item-question") == ASKED  # the question a person asked comes first
+    assert page.inner_text("#item-passage").strip() and page.inner_text("#item-doc").endswith(".txt")
+    shown = page.inner_text("#item-passage")
+    page.keyboard.press("2")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('Saved:')")
+    said = page.inner_text("#status")
+    assert said.startswith("Saved: relevant (2).") and "label" not in said  # the grade, not the label's id
+    (label,) = store.current_expert_labels().values()
+    assert (label["grade"], label["expert"]) == (2, "ann")
+    assert (page.inner_text("#item-question"), page.inner_text("#item-passage")) != (ASKED, shown)  # the next item

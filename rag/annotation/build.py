@@ -11,7 +11,7 @@ import numpy as np
 from rag.annotation.candidates import Candidate, Question, gather, normalized
 from rag.annotation.config import AnnotationSettings
 from rag.annotation.queue import AnnotationQueue, QueueItem, item_id
-from rag.annotation.select import Pool, select
+from rag.annotation.select import Pool, select_preferred
 from rag.annotation.signals import combine, pair_signals
 from rag.retrieval import Hit
 
@@ -22,6 +22,7 @@ class QueueBuild:
     questions: list[Question]  # the questions whose candidates were scored
     candidates: int  # pairs scored
     skipped_labelled: int  # pairs left out because an expert labelled them already
+    skipped_furniture: int = 0  # pairs left out because the passage is page furniture
 
 
 def question_vectors(texts: list[str], embed: Callable[[list[str]], np.ndarray] | None) -> np.ndarray | None:
@@ -63,17 +64,20 @@ def build_queue(
     labelled: Collection[str] = (),
     depth: int = 100,
     served: dict | None = None,
+    furniture: Callable[[dict], bool] | None = None,
 ) -> QueueBuild:
     """`rank(question)`: the served ranking, best first (hits with their first-stage signals); `reranked`: a reranker
     produced it (scores are probabilities); `embed`: question texts → vectors for the diversity of `active`;
     `labelled`: item ids experts have labelled; `depth`: the first stage's list depth; `served`: what served (kept in
-    the queue's config)."""
+    the queue's config); `furniture(chunk)`: the passage is page furniture (left out). Pairs of questions people
+    asked fill the queue first (select_preferred); generated questions top it up."""
     candidates = gather(questions, rank, settings.k, reranked)
     signals = pair_signals(candidates, depth)
     uncertainty = combine(signals, settings.weights)
     ids = [item_id(c.question.text, c.chunk["chunk_id"]) for c in candidates]
     done = set(labelled) if settings.skip_labelled else set()
-    rows = [i for i, key in enumerate(ids) if key not in done]
+    unlabelled = [i for i, key in enumerate(ids) if key not in done]
+    rows = [i for i in unlabelled if furniture is None or not furniture(candidates[i].chunk)]
     texts = [normalized(candidates[i].question.text) for i in rows]
     diverse = settings.method == "active"  # only active reads the question vectors: encode nothing otherwise
     pool = Pool(
@@ -82,11 +86,13 @@ def build_queue(
         [str(candidates[i].chunk["doc_id"]) for i in rows],
         question_vectors([candidates[i].question.text for i in rows], embed if diverse else None),
     )
-    picked = [rows[j] for j in select(pool, settings.size, settings.method, settings)]
+    asked = np.array([candidates[i].question.source == "production" for i in rows], dtype=bool)
+    picked = [rows[j] for j in select_preferred(pool, settings.size, settings.method, settings, asked)]
     config = settings.model_dump(mode="json") | ({"served": served} if served else {})
     items = [queue_item(candidates[i], uncertainty[i], signals[i]) for i in picked]
     queue = AnnotationQueue(strategy=strategy, selection=settings.method, config=config, items=items)
-    return QueueBuild(queue, questions, len(candidates), len(candidates) - len(rows))
+    skipped = len(candidates) - len(unlabelled)
+    return QueueBuild(queue, questions, len(candidates), skipped, len(unlabelled) - len(rows))
 
 
 __all__ = ["QueueBuild", "build_queue", "question_vectors", "queue_item"]

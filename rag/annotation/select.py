@@ -7,7 +7,8 @@
   question, or on one document, teach a model less than the same labels spread over what people ask.
 - uncertainty: the most uncertain pairs first, nothing else (the baseline active learning has to beat).
 - random: a seeded uniform sample (what labelling without a queue amounts to).
-Ties are broken by a seeded permutation, so the same seed gives the same queue.
+Ties are broken by a seeded permutation, so the same seed gives the same queue. select_preferred runs a method on the
+preferred rows first (questions people asked) and tops the queue up from the others.
 """
 
 from __future__ import annotations
@@ -33,6 +34,15 @@ class Pool:
     def __len__(self) -> int:
         return len(self.questions)
 
+    def subset(self, rows: np.ndarray) -> Pool:
+        """The pool of these rows only, in their order."""
+        return Pool(
+            self.uncertainty[rows],
+            [self.questions[i] for i in rows],
+            [self.documents[i] for i in rows],
+            None if self.vectors is None else np.asarray(self.vectors)[rows],
+        )
+
 
 Selector = Callable[..., list[int]]
 SELECTORS: dict[str, Selector] = {}
@@ -56,6 +66,18 @@ def select(pool: Pool, size: int, method: str, settings) -> list[int]:
     """Row indexes of the chosen pairs, in queue order. `settings`: rag.annotation.config.AnnotationSettings."""
     chosen = selector(method)
     return [int(i) for i in chosen(pool, size, settings)] if size > 0 and len(pool) else []
+
+
+def select_preferred(pool: Pool, size: int, method: str, settings, preferred: np.ndarray) -> list[int]:
+    """Row indexes in queue order: `method` over the preferred rows first, then over the rest for what is left of
+    `size`. Quotas and diversity hold within each part: a label of a question people asked is worth more than any
+    label of a generated one, which only stands in for what people ask."""
+    preferred = np.asarray(preferred, dtype=bool)
+    chosen: list[int] = []
+    for rows in (np.flatnonzero(preferred), np.flatnonzero(~preferred)):
+        if len(chosen) < size and len(rows):
+            chosen += [int(rows[i]) for i in select(pool.subset(rows), size - len(chosen), method, settings)]
+    return chosen
 
 
 def _tiebreak(n: int, seed: int) -> np.ndarray:
@@ -119,4 +141,4 @@ def _active(pool: Pool, size: int, settings) -> list[int]:
     return chosen
 
 
-__all__ = ["SELECTORS", "Pool", "register_selector", "select", "selector"]
+__all__ = ["SELECTORS", "Pool", "register_selector", "select", "select_preferred", "selector"]

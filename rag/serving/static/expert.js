@@ -76,7 +76,8 @@ function label(grade) {
     });
     labelled.push(item);
     $("undo").disabled = false;
-    status(`Saved: ${GRADES[grade]} (label ${ack.label_id}).` + await next());
+    // The grade the server stored (a retry answers with the first label's), in words and as the key that gives it.
+    status(`Saved: ${GRADES[ack.grade]} (${ack.grade}).` + await next());
   });
 }
 
