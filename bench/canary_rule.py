@@ -4,10 +4,10 @@ evidence of harm, or reaches the horizon, with the one-sided harm test (rollback
 1. Simulated canaries (rag.rollout.replay, the rule canary_sensor applies, ticking after every query): each canary
    query is a tie with probability --tie-rates, else a candidate win with probability p (its win share among
    decisive queries), over a grid of p; --runs canaries per cell, horizon --max-queries, alpha --alpha.
-2. Recorded canaries (--replay-data-dir, a finished bench/self_improvement.py or bench/canary_loop.py run): the
+2. Recorded canaries (--replay-data-dir: a finished bench/loop.py run's work dir, or a retired loop bench's): the
    per-query outcomes its simulated users produced (rag.rollout.evidence.collect from the run's feedback store, from
    each canary's start, as many as the canary's logged decision counted) replayed under every rule: where each would
-   have stopped. Those canaries' users were simulated too (bench.lib.canary.Users), on the run's human questions.
+   have stopped. Those canaries' users were simulated too (bench.lib.loop.People), on the run's human questions.
 
     .venv/bin/python bench/canary_rule.py [--runs 400] [--replay-data-dir /tmp/self-improvement-scifact-...]
 

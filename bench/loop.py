@@ -35,8 +35,7 @@ from pathlib import Path
 
 from bench.lib import cli
 from bench.lib.datasets import RESULTS
-from bench.lib.feedback import TOKEN, USER_HEADER
-from bench.lib.loop import ClickModel, Operations, People, rankings, scored, served_versions
+from bench.lib.loop import TOKEN, USER_HEADER, ClickModel, Operations, People, rankings, scored, served_versions
 from bench.lib.loop_data import CORPORA, SOURCES, load, relevance
 from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
 from bench.lib.results import log, write

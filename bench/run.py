@@ -97,9 +97,9 @@ def trained_models() -> dict:
 
 
 def canary_rollouts() -> dict:
-    """The gradual-rollout loop on SciFact from each bench/canary_loop.py result file
-    (bench/results/canary-scifact*.json, written by the script with its args, date and commit): it retrains, so this
-    suite reports it instead of rerunning."""
+    """The gradual-rollout loop on SciFact from each result file of the retired bench/canary_loop.py
+    (bench/results/canary-scifact*.json, kept as history with its args, date and commit; bench/loop.py answers its
+    question now): reported, not rerun."""
 
     def needed(phase: dict) -> str:
         if not phase.get("decision"):
@@ -232,7 +232,7 @@ def summary_lines(r: dict) -> list[str]:
             + "; ".join(f"{k} {v}" for k, v in trained.items())
         )
     for label, line in r.get("canary_rollout", {}).items():
-        lines.append(f"gradual rollout, simulated users on SciFact (bench/canary_loop.py) [{label}]: {line}")
+        lines.append(f"gradual rollout, simulated users on SciFact (retired bench/canary_loop.py) [{label}]: {line}")
     return lines
 
 

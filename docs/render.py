@@ -1066,18 +1066,19 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
     (
         "recanary-*",
         "Does a finished run's canary, rerun with today's code on the same candidate and users, decide "
-        "differently? (`bench/recanary.py`)",
+        "differently? (`bench/recanary.py`, retired: `bench/loop.py` answers it now; kept as history)",
         recanary,
     ),
     (
         "canary-*-paired",
-        "Is the canary loop's end-to-end gain significant per test query? (`bench/canary_paired.py`)",
+        "Is the canary loop's end-to-end gain significant per test query? (`bench/canary_paired.py`, retired: "
+        "`bench/loop.py` answers it now; kept as history)",
         canary_paired,
     ),
     (
         "canary-*",
         "Does feedback → retrain → gate → canary → promotion or rollback run with no manual step, and does "
-        "what is served get better? (`bench/canary_loop.py`)",
+        "what is served get better? (`bench/canary_loop.py`, retired: `bench/loop.py` answers it now; kept as history)",
         canary_loop,
     ),
     (
@@ -1100,7 +1101,7 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
     (
         "self-improvement*",
         "Does the product, from the documents alone, answer people's questions better after "
-        "`retrain_job`? (`bench/self_improvement.py`)",
+        "`retrain_job`? (`bench/self_improvement.py`, retired: `bench/loop.py` answers it now; kept as history)",
         self_improvement,
     ),
     (

@@ -25,7 +25,7 @@ def test_no_bench_script_edits_the_import_path():
 def test_bench_imports_from_any_directory(tmp_path):
     """Installed with the package (setup.py): `python -m bench.<name>` and imports work outside the repository."""
     done = subprocess.run(
-        [sys.executable, "-c", "import bench.lib.edge, bench.lib.feedback; print('ok')"],
+        [sys.executable, "-c", "import bench.lib.edge, bench.lib.loop; print('ok')"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -13,10 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.lib.feedback import TOKEN, USER_HEADER
 from bench.lib.loop_data import Question
 
+TOKEN = "loop-bench-token-0123456789"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+# Every simulated person is its own client, as people behind an authenticating proxy are: the bench's server reads
+# this header (ServeSettings.client_header), since all its requests come from one address, which a canary bounds as
+# one client.
+USER_HEADER = "X-Simulated-User"
 BEHAVIOURS = ("consistent", "random", "shuffled")
 
 
