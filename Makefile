@@ -75,11 +75,13 @@ dev: install
 	$(VENV)/bin/rag instance-config
 	$(VENV)/bin/dagster dev -w workspace.yaml
 
-# The MLflow UI on the embedded store (rag.registry): training runs, registered versions, aliases, on
-# http://127.0.0.1:5000. The store is made first as the registry makes it (a migrated copy holding the registered
+# The MLflow UI on the embedded store (rag.registry): training runs, registered versions, aliases, served on
+# 127.0.0.1:5000. The store is made first as the registry makes it (a migrated copy holding the registered
 # models), so the UI never creates a bare one. With MLFLOW_TRACKING_URI set, open that server's own UI instead.
+# The address printed is the one Dagster's links use (RAG_MLFLOW_UI_URL, e.g. a proxy in front of this server).
 mlflow: install
-	$(PY) -c "from rag.registry import ModelRegistry; ModelRegistry().mlflow_client()"
+	$(PY) -c "from rag.registry import ModelRegistry; from rag.registry.tracking import mlflow_ui_url; \
+	  r = ModelRegistry(); r.mlflow_client(); print(f'MLflow UI: {mlflow_ui_url(r)} (links from Dagster open it)')"
 	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(RAG_DATA_DIR)/models/mlflow.db \
 	  --default-artifact-root $(RAG_DATA_DIR)/models/mlartifacts --host 127.0.0.1 --port 5000 --workers 1
 

@@ -17,8 +17,9 @@ from resources.feedback import FeedbackLoop
     kinds={"sql", "json"},
     description="BEIR-compatible RAG-Dataset of every rated query: corpus, queries, answers (system / user / expert), "
     "chunk, document and answer qrels with ±1 scores, raw feedback rows, stats.json. One folder per feedback "
-    "high-water mark under `<data dir>/feedback_dataset`; the training assets read its +1 passages as positives and "
-    "its -1 retrieved passages as hard negatives.",
+    "high-water mark under `<data dir>/feedback_dataset`; the training assets downstream read its +1 passages as "
+    "positives and its -1 retrieved passages as hard negatives (feedback_volume_sensor, drift_sensor and "
+    "weekly_retrain export it and hand its folder to retrain_job).",
 )
 def feedback_dataset(context: AssetExecutionContext, feedback_loop: FeedbackLoop) -> MaterializeResult:
     store = feedback_loop.store()
@@ -47,8 +48,10 @@ query_drift = AssetSpec(
     "query_drift",
     group_name="feedback",
     kinds={"python"},
-    description="Observed by drift_sensor on every tick with new queries: MMD² and its permutation p-value, classifier "
-    "AUC (recent vs reference query embeddings), up-vote share of answers and passages per query, recent vs "
+    description="Whether the questions people ask are drifting from those the models were trained for, observed by "
+    "drift_sensor on every tick with new questions: how different the recent and reference questions' embeddings "
+    "are (MMD², with the p-value of a permutation test: small means really different), how well a classifier tells "
+    "them apart (AUC: 0.5 is chance, 1 always), and the share of answers and passages rated up, recent vs "
     "reference. Plot any of them over time on the asset page.",
 )
 

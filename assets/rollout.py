@@ -5,20 +5,27 @@ log-likelihood ratio and threshold), the last gate verdict per kind and the last
 It is observed on every change of that state: by canary_sensor (its cursor holds the state's fingerprint and the
 canary's evidence: an unchanged tick observes nothing), by each gate check and release step of retrain_job, and
 materialized by each rollout job (start, promote, rollback). Every event carries `state_fingerprint`, so the sensor
-does not observe again what a job has just reported (and works stopped: the jobs report on their own)."""
+does not observe again what a job has just reported (and works stopped: the jobs report on their own).
+
+In the lineage it is downstream of the release steps (production_embedder, production_reranker,
+production_configuration): training → release → what serves. `rag demo` ends by recording what serves before any
+retrain (serving_events: the base embedder, no reranker, the server's own settings), so neither it nor the release
+steps read "Never materialized"."""
 
 from collections.abc import Callable
 
-from dagster import AssetObservation, AssetSpec, Definitions, MetadataValue
+from dagster import AssetKey, AssetMaterialization, AssetObservation, AssetSpec, Definitions, MetadataValue
 
 from rag.registry import KINDS, ModelRegistry
 from rag.rollout.ui_state import fingerprint, loop_state, tracking_url
 
 ROLLOUT_ASSET = "model_rollout"
 FINGERPRINT = "state_fingerprint"
+RELEASE_ASSETS = {kind: f"production_{kind}" for kind in KINDS}  # assets/training.py: each kind's release step
 
 model_rollout = AssetSpec(
     ROLLOUT_ASSET,
+    deps=[AssetKey(name) for name in RELEASE_ASSETS.values()],
     group_name="training",
     kinds={"json"},
     description="The model loop (rag.rollout; state in `<data dir>/models/rollout/<kind>.json`): production embedder "
@@ -102,6 +109,29 @@ def rollout_observation(
     return AssetObservation(
         ROLLOUT_ASSET, description=description, metadata={**rollout_metadata(registry, warn), **extra}
     )
+
+
+def serving_events(registry: ModelRegistry, why: str) -> list[AssetMaterialization]:
+    """What serves now, as materializations of each release step (the production version, or the implicit v0: the
+    base embedder, no reranker, the server's own settings) and of model_rollout. `why` says who recorded it."""
+    state = loop_state(registry)
+    events = []
+    for kind, asset in RELEASE_ASSETS.items():
+        entry = state[kind]
+        summary = f"{entry['production']} serves ({why})"
+        metadata = {
+            "action": "serving",
+            "summary": summary,
+            "production": entry["production"],
+            "production_version": entry["production_version"] or "v0 (implicit)",
+        }
+        link = mlflow_link(registry, kind, entry["production_version"])
+        if link is not None:
+            metadata["mlflow"] = link
+        events.append(AssetMaterialization(asset, description=summary, metadata=metadata))
+    loop = rollout_metadata(registry)
+    events.append(AssetMaterialization(ROLLOUT_ASSET, description=f"what serves ({why})", metadata=loop))
+    return events
 
 
 defs = Definitions(assets=[model_rollout])

@@ -3,7 +3,11 @@ model registry, gated by a blocking significance check against `production`, and
 promoted directly (for the embedder: collections of the new model built, then the serving alias
 `<strategy>__production` swapped), or started as a canary that canary_sensor promotes or rolls back, as the rollout
 resource's promotion policy says (rag.lifecycle.rollout.release; by default 'auto': a significant gain is promoted,
-a candidate found no worse gets a canary)."""
+a candidate found no worse gets a canary). A candidate whose gate keeps production (worse, unchanged, no verdict)
+loses the `candidate` alias; its version and verdict stay in the registry and MLflow.
+
+Lineage: each learner is downstream of `feedback_dataset` (what it learns people's judgements from) and the release
+steps upstream of `model_rollout` (what serves), so the loop reads feedback → training → rollout in the graph."""
 
 from pathlib import Path
 
@@ -29,7 +33,7 @@ from orchestration.partitions import chunking_strategy_partitions
 from rag.evaluation.plots import markdown_image
 from rag.progress import LogProgress
 from rag.registry import ModelRegistry
-from rag.registry.tracking import run_url
+from rag.registry.tracking import dagster_run, run_url
 from rag.store import CHUNKS_TABLE
 from rag.training import EmbedderTrainingConfig, GateSettings, RerankerTrainingConfig
 from rag.lifecycle.rollout import release
@@ -135,6 +139,12 @@ class GateConfig(Config):
     )
 
 
+# Lineage only: each learner reads the exported feedback folder its run config names (the feedback sensors export it
+# and pass it on), so the graph shows the loop's edge from people's feedback to training. retrain_job selects its
+# assets by name, so this dep never adds feedback_dataset to a run.
+FEEDBACK = AssetKey("feedback_dataset")
+
+
 def _registry(data_store: DataStore) -> ModelRegistry:
     return ModelRegistry(data_store.root / "models")
 
@@ -143,15 +153,16 @@ def _train(kind: str, settings, context: AssetExecutionContext, data_store: Data
     """Train, register as candidate; the materialization shows the data, the run (with its MLflow link), the
     manifest and the loss curve."""
     registry = _registry(data_store)
-    mv, run, inputs = train_candidate(
-        kind,
-        data_store.tables,
-        registry,
-        settings,
-        log=context.log.info,
-        mining_cache=data_store.root / "training" / "mining-cache",
-        progress=LogProgress(context.log.info),
-    )
+    with dagster_run(context.run_id):
+        mv, run, inputs = train_candidate(
+            kind,
+            data_store.tables,
+            registry,
+            settings,
+            log=context.log.info,
+            mining_cache=data_store.root / "training" / "mining-cache",
+            progress=LogProgress(context.log.info),
+        )
     url = run_url(registry, mv)
     return mv, {
         **({"mlflow_run": MetadataValue.url(url)} if url else {}),
@@ -167,7 +178,7 @@ def _train(kind: str, settings, context: AssetExecutionContext, data_store: Data
 
 
 @asset(
-    deps=[AssetKey(QA_TABLE), AssetKey(CHUNKS_TABLE)],
+    deps=[AssetKey(QA_TABLE), AssetKey(CHUNKS_TABLE), FEEDBACK],
     group_name="training",
     kinds={"python", "pytorch"},
     description="Fine-tuned embedder (sentence-transformers, MNRL / cached MNRL with hard negatives, no-duplicate "
@@ -184,7 +195,7 @@ def finetuned_embedder(
 
 
 @asset(
-    deps=[AssetKey(QA_TABLE), AssetKey(CHUNKS_TABLE)],
+    deps=[AssetKey(QA_TABLE), AssetKey(CHUNKS_TABLE), FEEDBACK],
     group_name="training",
     kinds={"python", "pytorch"},
     description="Reranker trained on the QA set's train split (+ feedback): by default a LightGBM LambdaRank model "
@@ -206,7 +217,9 @@ def trained_reranker(
     return MaterializeResult(metadata=_train("reranker", settings, context, data_store)[1])
 
 
-def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout) -> AssetCheckResult:
+def _gate(
+    kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout, run_id: str | None = None
+) -> AssetCheckResult:
     registry = _registry(data_store)
     candidate = registry.resolve(kind, "candidate")
     if candidate is None:  # ERROR: the blocking check stops the release step, which would have nothing to release
@@ -219,35 +232,52 @@ def _gate(kind: str, config: GateConfig, data_store: DataStore, rollout: Rollout
     against = production_label(registry, kind)
     settings = _gate_settings(config, rollout, **{f"generated_{kind}_gain": config.generated_gain})
     try:
-        result = gate_candidate(kind, data_store.tables, registry, candidate, settings)
+        with dagster_run(run_id):
+            result = gate_candidate(kind, data_store.tables, registry, candidate, settings)
     except TooFewGateQuestions as exc:  # no verdict, recorded as such: production stays, the run goes on
+        withdrawn = _withdrawn(registry, kind, candidate)
         return AssetCheckResult(
             passed=False,
             severity=AssetCheckSeverity.WARN,
-            description=f"{candidate.name} vs {against}: no verdict, keep production. {exc}",
+            description=f"{candidate.name} vs {against}: no verdict, keep production. {exc}{_said(withdrawn)}",
             metadata={
                 "verdict": f"no verdict: {exc}",
                 "outcome": "no verdict",
                 "candidate": candidate.name,
                 "production": against,
+                **withdrawn,
             },
         )
     verdict = _verdict_words(result, rollout)
+    withdrawn = _withdrawn(registry, kind, candidate)
     # A rejected candidate is a normal outcome of retraining, not a broken run: WARN lets the run succeed, and the
     # production asset downstream reads the recorded verdict and keeps production (it never promotes without one).
     return AssetCheckResult(
         passed=result.passed,
         severity=AssetCheckSeverity.WARN,
         description=f"{candidate.name} vs {against} on {result.questions} held-out dev questions "
-        f"({result.copied_questions} copied ones set aside): {verdict}",
+        f"({result.copied_questions} copied ones set aside): {verdict}{_said(withdrawn)}",
         metadata={
             "verdict": verdict,
             **result.metadata,
             "candidate": candidate.name,
             "production": against,
             "comparison": MetadataValue.md(gate_table(result)),
+            **withdrawn,
         },
     )
+
+
+def _withdrawn(registry: ModelRegistry, kind: str, candidate) -> dict:
+    """The check's metadata when the gate took the `candidate` alias from a version it rejected
+    (rag.training.pipeline.withdraw_rejected); empty while the version keeps it."""
+    if registry.aliases()[kind].get("candidate") is not None:  # still this version's, or a newer training's
+        return {}
+    return {"candidate_alias": f"removed from {candidate.name}: the gate keeps production"}
+
+
+def _said(withdrawn: dict) -> str:
+    return f" The `candidate` alias was {withdrawn['candidate_alias']}." if withdrawn else ""
 
 
 def _gate_settings(config: GateConfig, rollout: Rollout, **extra) -> GateSettings:
@@ -289,6 +319,10 @@ def _gate_observed(
     return result
 
 
+def _run_id(context: AssetCheckExecutionContext) -> str:
+    return context.op_execution_context.run_id
+
+
 _POLICY = (
     "By the rollout resource's promotion policy: 'direct' needs a significant gain; 'canary' and 'auto' (default) "
     "need only 'no worse' (neither metric significantly lower nor lower by more than max_drop, recall kept), and the "
@@ -307,7 +341,7 @@ _POLICY = (
 def finetuned_embedder_gate(
     context: AssetCheckExecutionContext, config: GateConfig, data_store: DataStore, rollout: Rollout
 ) -> AssetCheckResult:
-    return _gate_observed(context, _gate("embedder", config, data_store, rollout), data_store)
+    return _gate_observed(context, _gate("embedder", config, data_store, rollout, _run_id(context)), data_store)
 
 
 @asset_check(
@@ -319,7 +353,7 @@ def finetuned_embedder_gate(
 def trained_reranker_gate(
     context: AssetCheckExecutionContext, config: GateConfig, data_store: DataStore, rollout: Rollout
 ) -> AssetCheckResult:
-    return _gate_observed(context, _gate("reranker", config, data_store, rollout), data_store)
+    return _gate_observed(context, _gate("reranker", config, data_store, rollout, _run_id(context)), data_store)
 
 
 GATE_CHECKS = {
@@ -396,6 +430,19 @@ def _kept(context: AssetExecutionContext, kind: str, registry: ModelRegistry, ca
     return refusal is not None
 
 
+def _to_release(kind: str, registry: ModelRegistry, rollout: Rollout):
+    """The version a release step acts on: the `candidate` alias's, else the newest version when its gate verdict
+    against today's production rejected it (the gate took its alias away: the step reports that verdict and keeps
+    production, as it did while rejected candidates kept the alias). Raises, saying what to run, when neither."""
+    candidate = registry.resolve(kind, "candidate")
+    if candidate is not None:
+        return candidate
+    versions = registry.versions(kind)
+    if versions and rejected_by_gate(kind, registry, versions[-1], rollout.gate_criterion) is not None:
+        return versions[-1]
+    raise ValueError(f"no {kind} candidate to promote: materialize {TRAINING_ASSET[kind]} first")
+
+
 def _released(kind: str, outcome: dict, extra: dict) -> MaterializeResult:
     """The release step's metadata: what it did (promoted, or a canary started) in `action` and `summary`."""
     metadata = {
@@ -436,9 +483,7 @@ def production_embedder(
     context: AssetExecutionContext, data_store: DataStore, qdrant: QdrantResource, rollout: Rollout
 ):
     registry = _registry(data_store)
-    candidate = registry.resolve("embedder", "candidate")
-    if candidate is None:
-        raise ValueError("no embedder candidate to promote: materialize finetuned_embedder first")
+    candidate = _to_release("embedder", registry, rollout)
     _recorded_gate(context, "embedder", registry, candidate, rollout)
     if _kept(context, "embedder", registry, candidate, rollout):
         return
@@ -486,9 +531,7 @@ def _release_in_registry(kind: str, context: AssetExecutionContext, data_store: 
     """The release step of a kind whose promotion only moves registry aliases (a reranker, a configuration): the
     recorded gate verdict reported, a rejected candidate kept out, else release() under the policy."""
     registry = _registry(data_store)
-    candidate = registry.resolve(kind, "candidate")
-    if candidate is None:
-        raise ValueError(f"no {kind} candidate to promote: materialize {TRAINING_ASSET[kind]} first")
+    candidate = _to_release(kind, registry, rollout)
     _recorded_gate(context, kind, registry, candidate, rollout)
     if _kept(context, kind, registry, candidate, rollout):
         return
@@ -524,6 +567,7 @@ class ConfigurationRunConfig(TrainingRunConfig):
 
 
 @asset(
+    deps=[FEEDBACK],
     group_name="training",
     kinds={"python"},
     pool=qdrant_pool(),
@@ -543,16 +587,17 @@ def trained_configuration(
     )
     overrides = config.overrides()
     try:
-        learned = train_configuration(
-            data_store.tables,
-            registry,
-            root=data_store.root,
-            space=space,
-            feedback_dataset=overrides.get("feedback_dataset"),
-            dev_fraction=config.feedback_dev_fraction,
-            qdrant=qdrant.settings(),
-            log=context.log.info,
-        )
+        with dagster_run(context.run_id):
+            learned = train_configuration(
+                data_store.tables,
+                registry,
+                root=data_store.root,
+                space=space,
+                feedback_dataset=overrides.get("feedback_dataset"),
+                dev_fraction=config.feedback_dev_fraction,
+                qdrant=qdrant.settings(),
+                log=context.log.info,
+            )
     except TooFewQuestions as exc:
         context.log.info(f"no configuration candidate: {exc}")
         return
@@ -590,28 +635,38 @@ def trained_configuration_gate(
     settings = _gate_settings(config, rollout)
     against = production_label(registry, "configuration")
     try:
-        result = gate_configuration(
-            data_store.tables, registry, candidate, settings, root=data_store.root, log=context.log.info
-        )
+        with dagster_run(_run_id(context)):
+            result = gate_configuration(
+                data_store.tables, registry, candidate, settings, root=data_store.root, log=context.log.info
+            )
     except TooFewGateQuestions as exc:
+        withdrawn = _withdrawn(registry, "configuration", candidate)
         outcome = AssetCheckResult(
             passed=False,
             severity=AssetCheckSeverity.WARN,
-            description=f"{candidate.name} vs {against}: no verdict, keep production. {exc}",
-            metadata={"verdict": f"no verdict: {exc}", "outcome": "no verdict", "candidate": candidate.name},
+            description=f"{candidate.name} vs {against}: no verdict, keep production. {exc}{_said(withdrawn)}",
+            metadata={
+                "verdict": f"no verdict: {exc}",
+                "outcome": "no verdict",
+                "candidate": candidate.name,
+                **withdrawn,
+            },
         )
         return _gate_observed(context, outcome, data_store)
     verdict = _verdict_words(result, rollout)
+    withdrawn = _withdrawn(registry, "configuration", candidate)
     outcome = AssetCheckResult(
         passed=result.passed,
         severity=AssetCheckSeverity.WARN,
-        description=f"{candidate.name} vs {against} on {result.questions} held-out questions people rated: {verdict}",
+        description=f"{candidate.name} vs {against} on {result.questions} held-out questions people rated: "
+        f"{verdict}{_said(withdrawn)}",
         metadata={
             "verdict": verdict,
             **result.metadata,
             "candidate": candidate.name,
             "production": against,
             "comparison": MetadataValue.md(gate_table(result)),
+            **withdrawn,
         },
     )
     return _gate_observed(context, outcome, data_store)

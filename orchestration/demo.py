@@ -91,6 +91,8 @@ def run_demo(instance) -> int:
             )
         _ask(models[0])
         failures += build_annotation_queue(instance, quiet, models[0])
+    serving = record_serving(instance, store.root)
+    print(f"\nmodel loop (model_rollout and the production_* assets): {'; '.join(serving)}")
     print(
         f"\ndone in {time.perf_counter() - started:.1f}s. Tables: {tables.root}/<table>[/<strategy>]/data.parquet; "
         f"BM25: {store.data_dir}/indexes/bm25; Qdrant: {store.data_dir}/qdrant"
@@ -203,6 +205,20 @@ def _evaluate(instance, quiet, store, models) -> int:
     print(markdown_table(view, ["config", "model", "retrieval_score", "recall@5", "ndcg@10", "delta_retrieval_score"]))
     print(summary_run.asset_materializations_for_node("evaluation_summary")[0].metadata["best_vs_baseline"].value)
     return failures
+
+
+def record_serving(instance, root) -> list[str]:
+    """What serves now, recorded as materializations of model_rollout and of each release step (production_embedder,
+    production_reranker, production_configuration): before the first retrain, the base embedder, no reranker and the
+    server's own settings, which the UI would otherwise show as "Never materialized". Reported without a run (the
+    demo moved nothing). Returns one line per release step."""
+    from assets.rollout import serving_events
+    from rag.registry import ModelRegistry
+
+    events = serving_events(ModelRegistry(root / "models"), "recorded by rag demo")
+    for event in events:
+        instance.report_runless_asset_event(event)
+    return [event.description for event in events if event.asset_key.to_user_string().startswith("production_")]
 
 
 def sensor_starts(instance, source, models: list[str]) -> dict[str, str]:

@@ -7,7 +7,9 @@
 - promote_canary_job and rollback_canary_job materialize production_<kind> when production moved;
 - a gate check that could not decide says "no verdict", and production_<kind> materialized alone reports the
   candidate's recorded verdict on the gate check instead of leaving a check that never ran;
-- a QdrantLockedError is retried by the op, and canary_sensor requests a failed decision again (attempt in run_key).
+- a QdrantLockedError is retried by the op, and canary_sensor requests a failed decision again (attempt in run_key);
+- a candidate the gate rejects loses the `candidate` alias (its verdict goes to MLflow with the Dagster run that
+  gated it), and the release step still reports that verdict and keeps production instead of failing.
 
 Fake weights throughout: nothing is embedded (reranker canaries never open Qdrant)."""
 
@@ -333,8 +335,23 @@ def _check_evaluations(instance, check_name: str):
     return instance.event_log_storage.get_latest_asset_check_execution_by_key([key]).get(key)
 
 
-def test_a_gate_that_reaches_no_verdict_says_so_and_observes_the_loop(loop, monkeypatch):
+def _gate_check_alone(env):
+    """trained_reranker_gate executed on its own (the candidate is the one the registry holds)."""
     from dagster import AssetSelection
+
+    import assets.training as training
+
+    return materialize(
+        [training.trained_reranker, training.trained_reranker_gate],
+        instance=env["instance"],
+        resources=env["resources"],
+        selection=AssetSelection.checks(training.trained_reranker_gate),
+        raise_on_error=False,
+        run_config=QUIET_LOGS,
+    )
+
+
+def test_a_gate_that_reaches_no_verdict_says_so_and_observes_the_loop(loop, monkeypatch):
 
     import assets.training as training
     from rag.training.gate import TooFewGateQuestions
@@ -343,14 +360,7 @@ def test_a_gate_that_reaches_no_verdict_says_so_and_observes_the_loop(loop, monk
         raise TooFewGateQuestions("only 4 held-out gate question(s) with a relevant chunk, the gate needs at least 5")
 
     monkeypatch.setattr(training, "gate_candidate", too_few)
-    result = materialize(
-        [training.trained_reranker, training.trained_reranker_gate],
-        instance=loop["instance"],
-        resources=loop["resources"],
-        selection=AssetSelection.checks(training.trained_reranker_gate),
-        raise_on_error=False,
-        run_config=QUIET_LOGS,
-    )
+    result = _gate_check_alone(loop)
     (evaluation,) = result.get_asset_check_evaluations()
     assert not evaluation.passed and evaluation.severity.value == "WARN"
     assert evaluation.metadata["verdict"].value == (
@@ -427,3 +437,67 @@ def test_canary_sensor_skips_with_a_reason_while_an_unfinished_promotion_waits_f
         "an unfinished promotion or rollback waits for Qdrant (the embedded Qdrant folder is in use"
     )
     assert "completes on the next tick" in message
+
+
+# --- a rejected candidate (issue 49, item 2) ---------------------------------------------------------------------
+def _rejecting_gate(monkeypatch) -> None:
+    """rag.training.pipeline.gate_candidate itself, with what it reads faked: six held-out questions on which the
+    candidate ranks far below production (a significant loss: outcome "worse")."""
+    import pandas as pd
+
+    import rag.rerank
+    from rag.training import pipeline
+    from rag.training.data import TrainingData
+    from rag.training.gate import gate_decision
+
+    def scores(values):
+        return pd.DataFrame(
+            {"qid": [f"q{i}" for i in range(6)], "ndcg@10": values, "mrr@10": values, "recall@20": [1.0] * 6}
+        )
+
+    def worse(first, current, candidate, gate, settings, **_):
+        return gate_decision(scores([0.9, 0.8, 0.9, 0.7, 0.8, 0.9]), scores([0.1, 0.2, 0.1, 0.2, 0.1, 0.3]), settings)
+
+    inputs = pipeline.Inputs("paragraph", pd.DataFrame({"chunk_id": ["c"], "text": ["t"]}), TrainingData([]), "qa1")
+    monkeypatch.setattr(pipeline, "load_inputs", lambda tables, config: inputs)
+    monkeypatch.setattr(pipeline, "decision_questions", lambda gate, chunks, settings: (None, chunks, 0))
+    monkeypatch.setattr(rag.rerank, "load_reranker", lambda name, registry=None: name)
+    monkeypatch.setattr(pipeline, "reranker_gate", worse)
+
+
+def test_a_rejected_candidate_loses_its_alias_and_the_release_step_still_keeps_production(loop, monkeypatch):
+
+    import assets.training as training
+    from rag.registry.tracking import GATE_RUN_TAG
+    from resources.rollout import Rollout
+
+    env, registry, r1 = loop, loop["registry"], loop["r1"]
+    _rejecting_gate(monkeypatch)
+    gated = _gate_check_alone(env)
+    (evaluation,) = gated.get_asset_check_evaluations()
+    assert not evaluation.passed and evaluation.metadata["outcome"].value == "worse"
+    assert evaluation.metadata["candidate_alias"].value == f"removed from {r1.name}: the gate keeps production"
+    assert evaluation.description.endswith(
+        f"The `candidate` alias was removed from {r1.name}: the gate keeps production."
+    )
+    assert registry.aliases()["reranker"] == {}  # MLflow's alias editor offers no candidate the gate refused
+    # The verdict went to MLflow with the Dagster run that gated it.
+    gate_run = registry.resolve("reranker", r1.version)._tags[GATE_RUN_TAG]
+    assert registry.mlflow_client().get_run(gate_run).data.tags["gate.dagster.run_id"] == gated.run_id
+
+    # The release step of the same retrain (or materialized alone) finds no alias: it reports the verdict that took
+    # it and keeps production, a normal end of the run, instead of failing with "no reranker candidate".
+    released = materialize(
+        [training.production_reranker],
+        instance=env["instance"],
+        resources={"data_store": env["resources"]["data_store"], "rollout": Rollout()},
+        raise_on_error=False,
+        run_config=QUIET_LOGS,
+    )
+    assert released.success and not released.get_asset_materialization_events()
+    record = _check_evaluations(env["instance"], "trained_reranker_gate")
+    reported = record.event.dagster_event.event_specific_data
+    assert record.run_id == released.run_id and not reported.passed
+    assert reported.metadata["verdict"].value.startswith("worse: the gate rejected it against no reranker")
+    assert registry.aliases()["reranker"] == {}
+

@@ -18,7 +18,8 @@ import pytest
 import rag.registry
 from rag.registry import READY, STATE_TAG, ModelRegistry, RegistryError
 from rag.registry.migrate import migrate_folder_registry
-from rag.registry.tracking import log_training, record_gate, run_url, training_run
+from rag.registry.backend import ui_url
+from rag.registry.tracking import dagster_run, log_training, record_gate, run_url, training_run
 from rag.training.config import GateSettings, TrainingConfig
 from rag.training.embedder import TrainingRun
 from rag.training.gate import gate_decision
@@ -38,8 +39,8 @@ MANIFEST = {
 
 @pytest.fixture(autouse=True)
 def embedded(monkeypatch):
-    """The embedded store under each test's tmp dir, whatever the developer's shell points MLflow at."""
-    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
+    """The embedded store under each test's tmp dir, whatever the developer's shell points MLflow and UI links at."""
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "RAG_MLFLOW_UI_URL", "RAG_DAGSTER_UI_URL"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -115,6 +116,20 @@ def training_like_run() -> TrainingRun:
         {"step": 2, "loss": 0.7, "epoch": 1.0},
     ]
     return TrainingRun(Path("unused"), 12.5, 2, 40, {"dev_ndcg@10": 0.61}, "checkpoint-2", history)
+
+
+def light_run(registry: ModelRegistry, kind: str, seed: int = 1):
+    """training_run for a test that trains nothing (no torch to import for the hardware tags)."""
+    return training_run(
+        registry,
+        kind,
+        seed=seed,
+        training_data_hash="h",
+        qa_set_version="q",
+        strategy="paragraph",
+        base_model="minilm",
+        uses_torch=False,
+    )
 
 
 def test_a_training_run_records_what_went_in_and_links_its_version_and_gate(tmp_path, monkeypatch):
@@ -277,6 +292,137 @@ def test_train_and_gate_candidate_record_into_mlflow(tmp_path, monkeypatch):
     assert registry.resolve("embedder", "v1").metrics["gate"]["outcome"] == result.outcome == "unchanged"
     assert client.get_run(mv.run_id).data.tags["gate.outcome"] == "unchanged"
     assert client.get_model_version("rag-embedder", "1").tags["gate.outcome"] == "unchanged"
+    # Production stays, so the gate takes the alias back: MLflow's alias editor offers no refused candidate.
+    assert client.get_registered_model("rag-embedder").aliases == {} and registry.aliases()["embedder"] == {}
+    assert registry.resolve("embedder", "v1") is not None  # the version and its verdict stay
+
+
+def rejected(registry, version: str, outcome: str) -> None:
+    """A gate verdict on `version` as gate_candidate records it, with the flags each outcome carries."""
+    registry.update_metrics(
+        "embedder",
+        version,
+        {
+            "gate": {
+                "outcome": outcome,
+                "better": outcome == "better",
+                "not_worse": outcome in ("better", "inconclusive"),
+                "passed": outcome == "better",
+                "candidate_version": version,
+                "production_version": None,
+            }
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("outcome", "keeps"),
+    [("worse", False), ("unchanged", False), ("no verdict", False), ("inconclusive", True), ("better", True)],
+)
+def test_the_gate_takes_the_candidate_alias_only_from_a_version_it_kept_out(tmp_path, outcome, keeps):
+    """Worse, unchanged or no verdict keep production: the version loses `candidate`. A candidate found no worse
+    (inconclusive) may still get a canary, now or queued, and keeps it; so does a better one."""
+    from rag.training.pipeline import withdraw_rejected
+
+    registry = ModelRegistry(tmp_path / "models")
+    mv = registry.register("embedder", fake_model(tmp_path / "m"), MANIFEST)
+    registry.set_alias("embedder", "candidate", mv.version)
+    rejected(registry, mv.version, outcome)
+    verdict = registry.resolve("embedder", mv.version).metrics["gate"]
+    assert withdraw_rejected(registry, "embedder", mv, verdict) is not keeps
+    assert registry.aliases()["embedder"] == ({"candidate": "v1"} if keeps else {})
+
+
+def test_a_rejected_version_leaves_a_newer_candidates_alias_alone(tmp_path):
+    from rag.training.pipeline import withdraw_rejected
+
+    registry = ModelRegistry(tmp_path / "models")
+    old = registry.register("embedder", fake_model(tmp_path / "a"), MANIFEST)
+    registry.set_alias(
+        "embedder", "candidate", registry.register("embedder", fake_model(tmp_path / "b"), MANIFEST).version
+    )
+    rejected(registry, old.version, "worse")
+    assert not withdraw_rejected(registry, "embedder", old, registry.resolve("embedder", "v1").metrics["gate"])
+    assert registry.aliases()["embedder"] == {"candidate": "v2"}
+
+
+def test_a_run_opened_inside_a_dagster_run_links_back_to_it(tmp_path, monkeypatch):
+    registry = ModelRegistry(tmp_path / "models")
+
+    def opened() -> dict[str, str]:
+        with light_run(registry, "reranker") as run_id:
+            return plain_client(tmp_path / "models").get_run(run_id).data.tags
+
+    with dagster_run("3f2a9c1e-0000-4000-8000-000000000001"):
+        tags = opened()
+    url = "http://127.0.0.1:3000/runs/3f2a9c1e-0000-4000-8000-000000000001"
+    assert (tags["dagster.run_id"], tags["dagster.run_url"]) == ("3f2a9c1e-0000-4000-8000-000000000001", url)
+    # The run's description on its MLflow page, where a Markdown link is clickable (tags are plain text there).
+    assert (
+        tags["mlflow.note.content"] == f"Trained reranker by Dagster run [3f2a9c1e-0000-4000-8000-000000000001]({url})."
+    )
+
+    monkeypatch.setenv("RAG_DAGSTER_UI_URL", "https://dagster.example.org/prefix/")
+    with dagster_run("r2"):
+        assert opened()["dagster.run_url"] == "https://dagster.example.org/prefix/runs/r2"
+    assert not {"dagster.run_id", "dagster.run_url", "mlflow.note.content"} & set(opened())  # outside a Dagster run
+
+
+def test_a_training_asset_tags_its_mlflow_run_with_its_dagster_run(tmp_path, monkeypatch):
+    """finetuned_embedder (trainer faked, the MLflow run real): the run links to the Dagster run, and the asset's
+    metadata links to the MLflow run, both ways."""
+    from dagster import DagsterInstance, materialize
+
+    import assets.training as training
+    from resources.storage import DataStore
+
+    def fake_train(kind, tables, registry, config, **_):
+        with light_run(registry, kind, config.seed) as run_id:
+            mv = registry.register(kind, fake_model(tmp_path / "m"), MANIFEST, run_id=run_id)
+        return mv, training_like_run(), SimpleNamespace(strategy="paragraph", data=SimpleNamespace(summary={}))
+
+    monkeypatch.setattr(training, "train_candidate", fake_train)
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize(
+            [training.finetuned_embedder],
+            instance=instance,
+            resources={"data_store": DataStore(data_dir=str(tmp_path))},
+        )
+    (event,) = result.get_asset_materialization_events()
+    link = event.materialization.metadata["mlflow_run"].value
+    mv = ModelRegistry(tmp_path / "models").resolve("embedder", "v1")
+    assert link.startswith("http://127.0.0.1:5000/#/experiments/") and link.endswith(f"/runs/{mv.run_id}")
+    tags = plain_client(tmp_path / "models").get_run(mv.run_id).data.tags
+    assert tags["dagster.run_id"] == result.run_id
+    assert tags["dagster.run_url"] == f"http://127.0.0.1:3000/runs/{result.run_id}"
+
+
+def test_the_gate_records_the_dagster_run_that_gated_the_version(tmp_path):
+    registry = ModelRegistry(tmp_path / "models")
+    mv = registry.register("reranker", fake_model(tmp_path / "m"), MANIFEST)  # no training run: the gate makes one
+    with dagster_run("gate-run"):
+        run_id = record_gate(registry, mv, {"outcome": "worse", "passed": False, "candidate_version": "v1"})
+    tags = plain_client(tmp_path / "models").get_run(run_id).data.tags
+    assert (tags["gate.dagster.run_id"], tags["dagster.run_id"]) == ("gate-run", "gate-run")
+    assert tags["gate.dagster.run_url"] == "http://127.0.0.1:3000/runs/gate-run"
+    assert tags["mlflow.note.content"].startswith("Gated ce-minilm-v1 by Dagster run [gate-run](")
+
+
+def test_one_mlflow_ui_address_for_every_link(tmp_path, monkeypatch):
+    """RAG_MLFLOW_UI_URL wins (a proxy, another port); else an http(s) tracking server's own address; else `make
+    mlflow`'s for the embedded store; a database URL with no UI named has nothing to link to."""
+    assert ui_url("sqlite:////data/models/mlflow.db", embedded=True) == "http://127.0.0.1:5000"
+    assert ui_url("https://mlflow.team.example/", embedded=False) == "https://mlflow.team.example"
+    assert ui_url("postgresql://db/mlflow", embedded=False) is None
+    monkeypatch.setenv("RAG_MLFLOW_UI_URL", "https://mlflow.example.org/ui/")
+    for uri, embedded in (("sqlite:////x.db", True), ("http://mlflow:5000", False), ("postgresql://db/m", False)):
+        assert ui_url(uri, embedded) == "https://mlflow.example.org/ui"
+
+    registry = ModelRegistry(tmp_path / "models")
+    with light_run(registry, "embedder") as run_id:
+        mv = registry.register("embedder", fake_model(tmp_path / "m"), MANIFEST, run_id=run_id)
+    experiment = plain_client(tmp_path / "models").get_run(run_id).info.experiment_id
+    assert run_url(registry, mv) == f"https://mlflow.example.org/ui/#/experiments/{experiment}/runs/{run_id}"
 
 
 class Killed(BaseException):

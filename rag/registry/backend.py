@@ -34,8 +34,9 @@ DESCRIPTION = (
     "Versions trained by rag (rag.registry): aliases production / candidate; in embedded mode each "
     "version's weights and manifest.json are the folder its source names"
 )
-# What `make mlflow` serves: the address run links point at in embedded mode.
+# What `make mlflow` serves: the address run links point at in embedded mode unless UI_URL_ENV names another.
 LOCAL_UI = "http://127.0.0.1:5000"
+UI_URL_ENV = "RAG_MLFLOW_UI_URL"
 # Bump when what the template database holds changes (today: the three registered models), so caches rebuild.
 TEMPLATE_FORMAT = 3
 
@@ -78,6 +79,18 @@ class MlflowSettings(BaseModel):
     def uris(self, root: Path) -> tuple[str, str]:
         tracking = self.tracking_uri or f"sqlite:///{Path(root).resolve() / DB_NAME}"
         return tracking, self.registry_uri or tracking
+
+
+def ui_url(tracking_uri: str, embedded: bool) -> str | None:
+    """Where people open this store's MLflow UI (no trailing slash): RAG_MLFLOW_UI_URL when set (a proxy, another
+    port), else the tracking server itself for an http(s) MLFLOW_TRACKING_URI, else `make mlflow`'s address for the
+    embedded store; None for a database URL with no UI named (nothing to link to)."""
+    named = os.environ.get(UI_URL_ENV, "").strip()
+    if named:
+        return named.rstrip("/")
+    if tracking_uri.startswith(("http://", "https://")):
+        return tracking_uri.rstrip("/")
+    return LOCAL_UI if embedded else None
 
 
 def mlflow_module():

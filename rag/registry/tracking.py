@@ -9,6 +9,9 @@ version it registered, and the gate's verdict with its per-question scores.
     record_gate(registry, candidate, verdict, result)   # the verdict, onto the candidate's run
     run_url(registry, mv)                               # a link for Dagster metadata
 
+    with dagster_run(context.run_id):                   # in a Dagster asset: the runs opened inside are tagged
+        train_candidate(...)                            # with that run's id and link back to its page
+
 Used by rag.training.pipeline; nothing here trains or decides.
 """
 
@@ -23,14 +26,56 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from pathlib import Path
 
 from rag.registry import GATE_RUN_TAG, ModelRegistry, ModelVersion, library_versions
-from rag.registry.backend import LOCAL_UI, MODEL_NAME, key
+from rag.registry.backend import MODEL_NAME, key, ui_url
 
 MAX_PARAM = 6000  # MLflow's longest parameter value
 MAX_TAG = 5000
+DAGSTER_UI_ENV = "RAG_DAGSTER_UI_URL"
+DAGSTER_LOCAL_UI = "http://127.0.0.1:3000"  # what `make dev` serves
+DAGSTER_RUN_TAG = "dagster.run_id"
+DAGSTER_URL_TAG = "dagster.run_url"
+NOTE_TAG = "mlflow.note.content"  # the run's description on its MLflow page, rendered as Markdown
+
+_dagster_run: ContextVar[str | None] = ContextVar("dagster_run", default=None)
+
+
+def dagster_run_url(run_id: str) -> str:
+    """The Dagster UI page of a run: RAG_DAGSTER_UI_URL (default `make dev`'s address) + /runs/<id>."""
+    base = os.environ.get(DAGSTER_UI_ENV, "").strip() or DAGSTER_LOCAL_UI
+    return f"{base.rstrip('/')}/runs/{run_id}"
+
+
+@contextlib.contextmanager
+def dagster_run(run_id: str | None) -> Iterator[None]:
+    """Within the block, the MLflow runs this module opens or gates are tagged with this Dagster run and link back
+    to its page. A context, not an argument: the trainers between a Dagster asset and its MLflow run (rag.training)
+    know nothing of Dagster."""
+    token = _dagster_run.set(run_id)
+    try:
+        yield
+    finally:
+        _dagster_run.reset(token)
+
+
+def dagster_tags(prefix: str = "") -> dict[str, str]:
+    """The current Dagster run's id and page as MLflow tags (none outside dagster_run())."""
+    run_id = _dagster_run.get()
+    if not run_id:
+        return {}
+    return {f"{prefix}{DAGSTER_RUN_TAG}": run_id, f"{prefix}{DAGSTER_URL_TAG}": dagster_run_url(run_id)}
+
+
+def _note(action: str) -> dict[str, str]:
+    """The run's description with a clickable link to the Dagster run that did `action` (none outside one)."""
+    tags = dagster_tags()
+    if not tags:
+        return {}
+    return {NOTE_TAG: f"{action} by Dagster run [{tags[DAGSTER_RUN_TAG]}]({tags[DAGSTER_URL_TAG]})."}
 
 
 def hardware(uses_torch: bool = True) -> dict[str, str]:
@@ -116,6 +161,8 @@ def training_run(
         **_versions(),
         **hardware(uses_torch),
         **code_version(),
+        **dagster_tags(),
+        **_note(f"Trained {kind}"),
     }
     run = client.create_run(
         registry.experiment_id(kind),
@@ -179,9 +226,8 @@ def _gate_run(registry: ModelRegistry, mv: ModelVersion) -> str:
     if current._tags.get(GATE_RUN_TAG):
         return current._tags[GATE_RUN_TAG]
     client = registry.mlflow_client()
-    run_id = client.create_run(
-        registry.experiment_id(mv.kind), run_name=f"gate {mv.name}", tags={"rag.kind": mv.kind, "rag.version": mv.name}
-    ).info.run_id
+    tags = {"rag.kind": mv.kind, "rag.version": mv.name, **dagster_tags(), **_note(f"Gated {mv.name}")}
+    run_id = client.create_run(registry.experiment_id(mv.kind), run_name=f"gate {mv.name}", tags=tags).info.run_id
     client.set_terminated(run_id)
     client.set_model_version_tag(MODEL_NAME[mv.kind], mv.version[1:], GATE_RUN_TAG, run_id)
     return run_id
@@ -210,6 +256,7 @@ def record_gate(registry: ModelRegistry, mv: ModelVersion, verdict: dict, result
         )
         if verdict.get(k) is not None
     ]
+    tags += [RunTag(k, v) for k, v in dagster_tags("gate.").items()]  # the Dagster run that gated it
     client.log_batch(run_id, metrics=metrics[:1000], tags=tags)
     folder = f"gate/{datetime.now(UTC):%Y%m%dT%H%M%S}"
     with tempfile.TemporaryDirectory() as tmp:
@@ -229,13 +276,18 @@ def record_gate(registry: ModelRegistry, mv: ModelVersion, verdict: dict, result
 
 
 def run_url(registry: ModelRegistry, mv: ModelVersion) -> str | None:
-    """Where the version's run shows in the MLflow UI: `make mlflow`'s address for the embedded store, the team
-    server's own for an http(s) MLFLOW_TRACKING_URI; None for a version without a run or a store without a UI."""
+    """Where the version's run shows in the MLflow UI (mlflow_ui_url); None for a version without a run or a store
+    without a UI."""
     current = registry.resolve(mv.kind, mv.version) or mv
     run_id = current.run_id or current._tags.get(GATE_RUN_TAG)
-    uri = registry.tracking_uri
-    base = LOCAL_UI if registry.embedded else (uri if uri.startswith(("http://", "https://")) else None)
+    base = mlflow_ui_url(registry)
     if run_id is None or base is None:
         return None
     experiment = registry.mlflow_client().get_run(run_id).info.experiment_id
-    return f"{base.rstrip('/')}/#/experiments/{experiment}/runs/{run_id}"
+    return f"{base}/#/experiments/{experiment}/runs/{run_id}"
+
+
+def mlflow_ui_url(registry: ModelRegistry) -> str | None:
+    """The one MLflow UI address links use: RAG_MLFLOW_UI_URL, else an http(s) tracking server's own, else `make
+    mlflow`'s for the embedded store (rag.registry.backend.ui_url)."""
+    return ui_url(registry.tracking_uri, registry.embedded)

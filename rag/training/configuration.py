@@ -534,6 +534,7 @@ def gate_configuration(tables: TableStore, registry, candidate, settings, *, roo
     from rag.registry.tracking import record_gate
     from rag.training.data import split_feedback
     from rag.training.gate import TooFewGateQuestions, gate_decision, gate_metrics
+    from rag.training.pipeline import withdraw_rejected
 
     trained = candidate.hyperparameters
     split = split_feedback(judgments(Path(trained["feedback_dataset"])), trained["feedback_dev_fraction"])
@@ -577,6 +578,7 @@ def gate_configuration(tables: TableStore, registry, candidate, settings, *, roo
         }
         registry.update_metrics("configuration", candidate.version, {"gate": verdict})
         record_gate(registry, candidate, verdict)
+        withdraw_rejected(registry, "configuration", candidate, verdict)
         raise TooFewGateQuestions(why)
     metrics = gate_metrics(settings)
     tables_by = {}
@@ -588,5 +590,6 @@ def gate_configuration(tables: TableStore, registry, candidate, settings, *, roo
     verdict = {**result.metadata, **recorded, "passed": bool(result.passed), "gated_at": now}
     registry.update_metrics("configuration", candidate.version, {"gate": verdict})
     record_gate(registry, candidate, verdict, result)
+    withdraw_rejected(registry, "configuration", candidate, verdict)
     log(f"configuration gate: {chosen.label} vs {production.label} on {len(held)} questions: {result.outcome}")
     return result

@@ -320,6 +320,7 @@ def gate_candidate(
         }
         registry.update_metrics(kind, candidate.version, {"gate": verdict})
         record_gate(registry, candidate, verdict)
+        withdraw_rejected(registry, kind, candidate, verdict)
         raise
     verdict = {
         **result.metadata,
@@ -330,7 +331,21 @@ def gate_candidate(
     }
     registry.update_metrics(kind, candidate.version, {"gate": verdict})
     record_gate(registry, candidate, verdict, result)  # into its MLflow run, with the per-question scores
+    withdraw_rejected(registry, kind, candidate, verdict)
     return result
+
+
+def withdraw_rejected(registry: ModelRegistry, kind: str, candidate: ModelVersion, verdict: dict) -> bool:
+    """Take the `candidate` alias from a version whose gate verdict keeps production (worse, unchanged, no verdict),
+    so MLflow's alias editor never offers a refused model as the one to promote. A candidate found no worse keeps
+    it: a canary may still serve it, now or queued behind another. Only while the alias still names this version (a
+    newer training may hold it). True when the alias was removed; the verdict stays in the version's manifest."""
+    if verdict.get("better") is True or verdict.get("not_worse") is True:
+        return False
+    if registry.aliases()[kind].get("candidate") != candidate.version:
+        return False
+    registry.set_alias(kind, "candidate", None)
+    return True
 
 
 def decision_questions(
