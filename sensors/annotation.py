@@ -24,6 +24,9 @@ from dagster import (
 from orchestration.training import TRAINING_ASSETS
 from sensors.feedback import active_retrain
 
+ANNOTATION_CRON = os.environ.get("RAG_ANNOTATION_CRON", "0 5 * * *")
+ANNOTATION_TIMEZONE = os.environ.get("RAG_ANNOTATION_TIMEZONE", "UTC")
+
 annotation_queue_job = define_asset_job(
     "annotation_queue_job",
     selection=AssetSelection.assets("annotation_queue"),
@@ -45,9 +48,10 @@ def newest_training_event(instance) -> tuple[int, str | None]:
     job=annotation_queue_job,
     minimum_interval_seconds=120,
     default_status=DefaultSensorStatus.STOPPED,
-    description="Rebuilds annotation_queue after each retrain: when a training asset ("
+    description="Every 2 minutes: after each retrain (a new materialization of "
     + ", ".join(TRAINING_ASSETS)
-    + ") has a materialization newer than the cursor and no retrain_job is running; run_key = that event's id.",
+    + "), once no retrain is running, rebuilds the expert queue (annotation_queue) over what serves now, once per "
+    "retrain.",
 )
 def annotation_after_retrain_sensor(context: SensorEvaluationContext):
     seen = int(context.cursor or 0)
@@ -78,11 +82,12 @@ def annotation_after_retrain_sensor(context: SensorEvaluationContext):
 
 @schedule(
     job=annotation_queue_job,
-    cron_schedule=os.environ.get("RAG_ANNOTATION_CRON", "0 5 * * *"),
-    execution_timezone=os.environ.get("RAG_ANNOTATION_TIMEZONE", "UTC"),
+    cron_schedule=ANNOTATION_CRON,
+    execution_timezone=ANNOTATION_TIMEZONE,
     default_status=DefaultScheduleStatus.STOPPED,
-    description="Daily rebuild of annotation_queue (RAG_ANNOTATION_CRON, default 05:00): new production queries "
-    "and the labels given since replace what experts already did; skipped while a retrain runs.",
+    description=f"Daily rebuild of the expert queue (annotation_queue), at cron '{ANNOTATION_CRON}' "
+    f"{ANNOTATION_TIMEZONE} (RAG_ANNOTATION_CRON; default 05:00 UTC): the newest questions people asked, without "
+    "what experts already labelled; skipped while a retrain runs.",
 )
 def annotation_queue_daily(context: ScheduleEvaluationContext):
     running = active_retrain(context.instance)

@@ -41,6 +41,7 @@ from dagster import (
 from assets.rollout import FINGERPRINT, ROLLOUT_ASSET, rollout_metadata
 from orchestration.rollout import promote_canary_job, rollback_canary_job, start_canary_job
 from rag.registry import KINDS, ModelRegistry
+from rag.rollout import CanarySettings
 from rag.rollout.evidence import collect, evaluate, past_max_days, summary
 from rag.lifecycle.rollout import name_of, queued_candidate, running_canary, status
 from rag.index.qdrant import QdrantLockedError
@@ -54,6 +55,7 @@ REQUEST_TAG = "rollout/request"
 ATTEMPT_TAG = "rollout/attempt"
 JOBS = {"promote": promote_canary_job, "rollback": rollback_canary_job}
 MAX_ATTEMPTS = 3  # runs per decision (or queued start) when the earlier ones failed on a retryable error
+CANARY = CanarySettings()  # the rollout resource's defaults, quoted in the description
 RETRYABLE = ("QdrantLockedError",)  # another process held the embedded Qdrant folder: nothing changed, try again
 
 
@@ -177,11 +179,17 @@ def _last_reported(instance) -> str | None:
     jobs=[promote_canary_job, rollback_canary_job, start_canary_job],
     minimum_interval_seconds=60,
     default_status=DefaultSensorStatus.STOPPED,
-    description="Evaluates the running canary on every tick (always-valid mSPRT on interleaving wins/losses, "
-    "guardrails on latency p95 and the answer up-vote share); requests promote_canary_job or rollback_canary_job "
-    "when it decides (again, up to 3 attempts, when a run failed on a locked Qdrant folder). Observes "
-    "model_rollout whenever the loop's state (production, canary, gate verdicts) or the evidence changed. The skip "
-    "reason states the evidence.",
+    description=f"Every minute while a canary runs (a candidate serving {CANARY.traffic_share:.0%} of sessions, its "
+    "passages mixed into production's): counts the questions where people clicked or rated up the candidate's "
+    "passages (wins) or production's (losses). It promotes the candidate when a sequential test, valid however often "
+    f"it looks, finds it wins (at most a {CANARY.alpha:.0%} chance of promoting one no better), and rolls it back "
+    f"when it loses (at most a {CANARY.rollback_alpha or CANARY.alpha:.0%} chance for one at least as good), when "
+    f"its ranking's 95th percentile latency is over {CANARY.max_latency_p95_ratio}× production's and over "
+    f"{CANARY.latency_p95_allowance_ms:.0f} ms slower, when its answers' up-vote share falls "
+    f"{CANARY.max_upvote_share_drop * 100:.0f} points below, or undecided after {CANARY.max_queries} canary "
+    f"questions or {CANARY.max_days:.0f} days. A decision run that found the Qdrant folder busy is requested again, "
+    f"{MAX_ATTEMPTS} attempts in all. With no canary running it starts a queued candidate's. It records the loop's "
+    "state on model_rollout when it changed; each tick says the evidence.",
 )
 def canary_sensor(
     context: SensorEvaluationContext,

@@ -23,8 +23,9 @@ def _state_digest(scan: SourceScan) -> str:
 @sensor(
     job=nightly_reindex_job,
     minimum_interval_seconds=60,
-    description="Watches the document folder (paths, "
-    "sizes, mtimes) and requests an incremental parse → chunk → BM25 → embed run of every partition when it changes.",
+    description="Every minute: lists the document folder (file names, sizes, modification times) and, when anything "
+    "was added, changed or removed, starts nightly_reindex_job: only what changed is parsed, chunked, BM25-indexed "
+    "and embedded again, for every chunk set.",
 )
 def new_documents_sensor(context: SensorEvaluationContext, document_source: DocumentSource):
     scan = document_source.scan(with_hashes=False)  # cheap listing: the asset hashes what it parses

@@ -28,7 +28,7 @@ from orchestration.training import retrain_job
 from rag.embedding import load_embedder
 from rag.feedback.drift import DriftReport, drift_report
 from resources.feedback import FeedbackLoop
-from sensors.feedback import FINISHED, active_retrain, canary_running, retrain_request
+from sensors.feedback import FINISHED, active_retrain, canary_running, retrain_request, setting
 
 DRIFT_ASSET = "query_drift"
 
@@ -164,10 +164,16 @@ def _pct(value: float | None) -> str:
     job=retrain_job,
     minimum_interval_seconds=600,
     default_status=DefaultSensorStatus.STOPPED,
-    description="Compares recent query embeddings with a reference (MMD permutation test, classifier AUC): the "
-    "production queries asked first after the latest promotion or retrain, the QA set's written questions "
-    "while there are too few. Tracks the answers' up-vote share and passages per query; records each tick "
-    "with new queries as a query_drift observation; requests retrain_job after N consecutive drifted ticks.",
+    description=f"Every 10 minutes, when people asked new questions: are they still the kind the models were trained "
+    f"for? The latest {setting('drift_window')} questions are compared with a reference: the first "
+    f"{setting('drift_reference_window')} asked after the latest promotion or retrain (the generated questions until "
+    f"{2 * setting('drift_min_queries')} were asked). Drift is a kernel two-sample test on the questions' embeddings "
+    f"saying the two sets differ (MMD, p < {setting('drift_mmd_p_value')}), a classifier telling recent from "
+    f"reference questions apart (AUC at least {setting('drift_classifier_auc')}; 0.5 is chance), or the share of "
+    f"answers rated up {setting('drift_positive_ratio_drop') * 100:.0f} points lower (once each side has "
+    f"{setting('drift_min_votes')} votes). Each measured tick is recorded on query_drift; after "
+    f"{setting('drift_consecutive_ticks')} drifted ticks in a row it starts retrain_job (not while a retrain or a "
+    "canary runs).",
 )
 def drift_sensor(context: SensorEvaluationContext, feedback_loop: FeedbackLoop):
     state = json.loads(context.cursor) if context.cursor else {"consecutive": 0, "newest": None}

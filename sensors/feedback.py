@@ -40,6 +40,8 @@ LEARNER_ASSETS = {
 }
 TRAINING_ASSETS = tuple(assets[0] for assets in LEARNER_ASSETS.values())
 FINISHED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE]
+RETRAIN_CRON = os.environ.get("RAG_RETRAIN_CRON", "0 3 * * 0")
+RETRAIN_TIMEZONE = os.environ.get("RAG_RETRAIN_TIMEZONE", "UTC")
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 
@@ -130,12 +132,21 @@ def retrain_request(
     return request, materialization
 
 
+def setting(field: str):
+    """A feedback_loop setting's default as this code location loads it (environment included): the sensors'
+    descriptions quote the numbers people will see."""
+    info = FeedbackLoop.model_fields[field]
+    return info.default_factory() if info.default_factory is not None else info.default
+
+
 @sensor(
     job=retrain_job,
     minimum_interval_seconds=300,
     default_status=DefaultSensorStatus.STOPPED,
-    description="Requests retrain_job when the feedback events since the last finished retrain reach the "
-    "threshold (FeedbackLoop.volume_threshold); the run_key is the feedback high-water mark.",
+    description="Every 5 minutes: counts the answer and passage ratings and expert labels that arrived since the "
+    "last finished retrain (a rejected or failed one too, so the count restarts after each), and at "
+    f"{setting('volume_threshold')} (RAG_RETRAIN_FEEDBACK_THRESHOLD) exports them and starts retrain_job. Waits "
+    "while a retrain or a canary runs. Each tick says how far it is.",
 )
 def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: FeedbackLoop):
     store = feedback_loop.store()
@@ -173,11 +184,12 @@ def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: Feed
 
 @schedule(
     job=retrain_job,
-    cron_schedule=os.environ.get("RAG_RETRAIN_CRON", "0 3 * * 0"),
-    execution_timezone=os.environ.get("RAG_RETRAIN_TIMEZONE", "UTC"),
+    cron_schedule=RETRAIN_CRON,
+    execution_timezone=RETRAIN_TIMEZONE,
     default_status=DefaultScheduleStatus.STOPPED,
-    description="Weekly fallback retrain (RAG_RETRAIN_CRON, default Sunday 03:00): runs unless a retrain "
-    "is in progress or finished in the last 6 days; trains on the QA set plus all feedback so far.",
+    description=f"Weekly fallback retrain, at cron '{RETRAIN_CRON}' {RETRAIN_TIMEZONE} (RAG_RETRAIN_CRON; default "
+    "Sundays 03:00 UTC): trains on the generated questions and all feedback so far, unless a retrain or a canary "
+    "is running or a retrain finished in the last 6 days.",
 )
 def weekly_retrain(context: ScheduleEvaluationContext, feedback_loop: FeedbackLoop):
     # Two retrains at once would train, gate and promote against each other's production (and each other's

@@ -67,11 +67,11 @@ def _indexed(data_store: DataStore, embedding_models: EmbeddingModels) -> list[s
 @sensor(
     asset_selection=BACKFILLED,
     minimum_interval_seconds=30,
-    description="Adds a chunk_sets partition for every strategy in config/chunking.yaml (RAG_CHUNKING_CONFIG) and, "
-    "for a strategy whose chunk set is missing or was built with other parameters, launches one backfill: chunks, "
-    "BM25 index, a collection for each model that serves (or runs a canary, or is listed as active), their "
-    "evaluation and evaluation_summary. Removes the embedding_model partitions of trained models that are none of "
-    "these.",
+    description="Every 30 seconds: adds a chunk_sets partition for every strategy in config/chunking.yaml "
+    "(RAG_CHUNKING_CONFIG) and, for a strategy whose chunk set is missing or was built with other parameters, "
+    "launches one backfill: chunks, BM25 index, a collection for each model that serves (or runs a canary, or is "
+    "listed as active), their evaluation and evaluation_summary. Removes the embedding_model partitions of trained "
+    "models that are none of these.",
 )
 def chunking_strategy_sensor(
     context: SensorEvaluationContext,
@@ -108,8 +108,8 @@ def chunking_strategy_sensor(
 @sensor(
     asset_selection=BACKFILLED,
     minimum_interval_seconds=60,
-    description="Adds an embedding_model partition for each model that serves (production, or the base minilm "
-    "before any promotion), runs a canary or is listed as active in config/embedders.yaml, and removes those of "
+    description="Every minute: adds an embedding_model partition for each model that serves (production, or the base "
+    "minilm before any promotion), runs a canary or is listed as active in config/embedders.yaml, and removes those of "
     "trained models that are none of these (a candidate the gate rejected); for a model newly among them, launches "
     "one backfill of its collection and evaluation over every chunk set built, and evaluation_summary.",
 )

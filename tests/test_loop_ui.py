@@ -9,7 +9,8 @@
   candidate's recorded verdict on the gate check instead of leaving a check that never ran;
 - a QdrantLockedError is retried by the op, and canary_sensor requests a failed decision again (attempt in run_key);
 - a candidate the gate rejects loses the `candidate` alias (its verdict goes to MLflow with the Dagster run that
-  gated it), and the release step still reports that verdict and keeps production instead of failing.
+  gated it), and the release step still reports that verdict and keeps production instead of failing;
+- the sensors' descriptions give numbers and plain words, not code names or bare acronyms.
 
 Fake weights throughout: nothing is embedded (reranker canaries never open Qdrant)."""
 
@@ -439,7 +440,7 @@ def test_canary_sensor_skips_with_a_reason_while_an_unfinished_promotion_waits_f
     assert "completes on the next tick" in message
 
 
-# --- a rejected candidate (issue 49, item 2) ---------------------------------------------------------------------
+# --- a rejected candidate, and the sensors' descriptions (issue 49, item 2) ---------------------------------------
 def _rejecting_gate(monkeypatch) -> None:
     """rag.training.pipeline.gate_candidate itself, with what it reads faked: six held-out questions on which the
     candidate ranks far below production (a significant loss: outcome "worse")."""
@@ -501,3 +502,26 @@ def test_a_rejected_candidate_loses_its_alias_and_the_release_step_still_keeps_p
     assert reported.metadata["verdict"].value.startswith("worse: the gate rejected it against no reranker")
     assert registry.aliases()["reranker"] == {}
 
+
+def test_sensor_descriptions_say_numbers_and_plain_words_not_code_names():
+    """What the Automation page shows: how often each sensor looks, its thresholds as numbers, and any statistical
+    test named with what it asks, never a class attribute or a bare acronym."""
+    import re
+
+    from orchestration.definitions import defs
+    from sensors.feedback import setting
+
+    descriptions = {s.name: s.description for s in defs.sensors} | {s.name: s.description for s in defs.schedules}
+    for name, text in descriptions.items():
+        assert text and not re.search(r"\b[A-Z][a-z]+[A-Z]\w*\.\w+", text), (name, text)  # FeedbackLoop.x
+        assert "mSPRT" not in text, (name, text)
+    assert (
+        f"at {setting('volume_threshold')} (RAG_RETRAIN_FEEDBACK_THRESHOLD)" in descriptions["feedback_volume_sensor"]
+    )
+    assert descriptions["feedback_volume_sensor"].startswith("Every 5 minutes:")
+    drift = descriptions["drift_sensor"]
+    assert "latest 200 questions" in drift and "MMD, p < 0.01" in drift and "AUC at least 0.7; 0.5 is chance" in drift
+    assert "after 3 drifted ticks in a row" in drift
+    canary = descriptions["canary_sensor"]
+    assert "10% of sessions" in canary and "at most a 5% chance of promoting one no better" in canary
+    assert "after 2000 canary questions or 14 days" in canary
