@@ -97,15 +97,29 @@ def embed_step(
     distance: str = "cosine",
     progress: Progress | None = None,
     registry: ModelRegistry | None = None,
+    *,
+    batch_size: int = 512,
+    sentence_batch_size: int = 256,
 ) -> EmbedRun:
     """Bring the (strategy, model) collection up to date. For the base model, while no embedder is promoted in
     `registry` (default: the data dir's, beside `tables`), also keep `<strategy>__production` on it: serving asks
     for `production` by default and must answer on a fresh index (see base_serving_alias). Then store the vectors
     of the chunks' sentences the data dir's sentence store lacks for this model, so answering encodes only the
-    question (rag.qa.encoding)."""
+    question (rag.qa.encoding).
+
+    Interruptible: chunk vectors are upserted `batch_size` at a time into a collection that survives a kill, and
+    sentence vectors stored `sentence_batch_size` at a time, so a run that dies resumes where it stopped and never
+    encodes again what it stored (rag.index.sync, rag.qa.encoding)."""
     chunks = _chunks(tables, strategy)
     run = sync_collection(
-        client, chunks, embedder, strategy=strategy, model=model, distance=distance, progress=progress
+        client,
+        chunks,
+        embedder,
+        strategy=strategy,
+        model=model,
+        distance=distance,
+        batch_size=batch_size,
+        progress=progress,
     )
     root = Path(tables.root).parent
     registry = registry or ModelRegistry(root / "models")
@@ -116,7 +130,12 @@ def embed_step(
     from rag.qa.encoding import store_sentence_vectors
 
     sentences = store_sentence_vectors(
-        root, chunks["text"].tolist(), embedder, progress=progress, task=f"sentence vectors {strategy}|{model}"
+        root,
+        chunks["text"].tolist(),
+        embedder,
+        batch_size=sentence_batch_size,
+        progress=progress,
+        task=f"sentence vectors {strategy}|{model}",
     )
     return EmbedRun(**vars(run), sentence_vectors=sentences)
 

@@ -2,7 +2,10 @@
 
 Dense: the live collection of (strategy, model) gets upserts for new/changed chunks, then deletes for
 chunks that disappeared (in that order, so a changed document stays findable throughout); a new model
-version (or distance) builds a fresh collection and swaps the alias when it is complete. Each point carries the
+version (or distance) builds a fresh collection and swaps the alias when it is complete. Points are upserted in
+batches as they are encoded, so a build that is interrupted (an error, Ctrl-C, kill -9) leaves the batches it wrote
+in its unaliased collection, and the next run resumes there: it embeds only the chunks that collection lacks (or
+holds with another content hash). Each point carries the
 chunk's BM25 sparse vector beside the dense one (rag.index.bm25_sparse), so the engine ranks BM25 too. The
 strategy's bm25s index: rebuilt when the chunk set's fingerprint changed (seconds, no model); it serves BM25 where
 no collection is opened (bm25-only searches) and for collections built before the sparse vector existed.
@@ -63,6 +66,7 @@ class IndexRun:
     updated: int = 0
     deleted: int = 0
     rebuilt: bool = False
+    resumed: int = 0  # points an interrupted build of this collection had stored, kept instead of re-embedded
     bm25_in_engine: bool = False  # the collection carries BM25 sparse vectors (older ones do not: bm25s serves them)
     dropped_collections: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -79,6 +83,7 @@ class IndexRun:
             "updated": self.updated,
             "deleted": self.deleted,
             "rebuilt": self.rebuilt,
+            "resumed": self.resumed,
             "bm25_in_engine": self.bm25_in_engine,
             "seconds": round(self.seconds, 3),
             "embed_seconds": round(self.embed_seconds, 3),
@@ -210,6 +215,23 @@ def _sync_points(
     return len(new), len(changed), len(stale), embed_seconds
 
 
+def _resumable(client, collection: str, dim: int) -> bool:
+    """Whether `collection`, which no alias points at, is an interrupted build to resume. Its name holds the model's
+    weights version and the distance, so its vectors are this model's; it is reused when it has the shape a build
+    makes now (a dense vector of `dim` and the BM25 sparse vector), else it is rebuilt."""
+    if not client.collection_exists(collection):
+        return False
+    vectors = client.get_collection(collection).config.params.vectors
+    dense = vectors.get(DENSE) if isinstance(vectors, dict) else None
+    return dense is not None and int(dense.size) == dim and has_bm25(client, collection)
+
+
+def _fresh_collection(client, collection: str, dim: int, distance: str) -> None:
+    if client.collection_exists(collection):
+        client.delete_collection(collection)  # a leftover of another shape: nothing in it can be reused
+    create_collection(client, collection, dim, distance)
+
+
 def sync_collection(
     client,
     chunks: pd.DataFrame,
@@ -221,7 +243,8 @@ def sync_collection(
     batch_size: int = 512,
     progress: Progress | None = None,
 ) -> IndexRun:
-    """`progress` counts the chunks embedded (new and changed ones; all of them for a fresh collection)."""
+    """`progress` counts the chunks embedded (new and changed ones; all of them for a fresh collection, all those an
+    interrupted build had not stored for a resumed one)."""
     started = time.perf_counter()
     name = CollectionName(strategy, model_key(model))
     task = f"embedding {strategy}|{model}"
@@ -239,17 +262,23 @@ def sync_collection(
         if live != target:
             point_alias_to(client, name.alias, target)
     else:
-        # New model version / distance, or first build: fill a fresh collection, then swap the alias.
-        if client.collection_exists(target):
-            client.delete_collection(target)  # a half-built leftover: no alias points at it
-        create_collection(client, target, embedder.dim, distance)
-        rows = chunks.to_dict("records")
-        run.embed_seconds = _upsert_embedded(
-            client, target, rows, embedder, batch_size, progress, task, kept_lengths={}
-        )
+        # New model version / distance, or first build: fill a fresh collection (or resume one an interrupted build
+        # left), then swap the alias.
+        if _resumable(client, target, embedder.dim):
+            run.added, run.updated, run.deleted, run.embed_seconds = _sync_points(
+                client, target, chunks, embedder, batch_size, progress, task + " (resumed)"
+            )
+            run.resumed = len(chunks) - run.added - run.updated
+        else:
+            _fresh_collection(client, target, embedder.dim, distance)
+            rows = chunks.to_dict("records")
+            run.embed_seconds = _upsert_embedded(
+                client, target, rows, embedder, batch_size, progress, task, kept_lengths={}
+            )
+            run.added = len(rows)
         optimize(client, target)  # before the swap: a collection goes live searchable at full speed
         point_alias_to(client, name.alias, target)
-        run.rebuilt, run.added = True, len(rows)
+        run.rebuilt = True
     run.bm25_in_engine = has_bm25(client, target)
     run.dropped_collections = drop_unaliased(client, name)
     run.points = client.count(name.alias, exact=True).count
