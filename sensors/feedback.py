@@ -5,6 +5,7 @@ training assets, so the new ratings become positives and hard negatives. Neither
 
 import json
 import os
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from dagster import (
@@ -45,15 +46,37 @@ RETRAIN_TIMEZONE = os.environ.get("RAG_RETRAIN_TIMEZONE", "UTC")
 ACTIVE = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 
-def last_retrain_marks(instance) -> tuple[int, int]:
-    """(feedback event mark, expert label mark) of the newest finished retrains. A failed one counts too: its gate (or
-    its error) has seen that feedback, and counting from an older mark would retrain again on every new rating."""
-    runs = instance.get_runs(filters=RunsFilter(job_name=retrain_job.name, statuses=FINISHED), limit=50)
+@dataclass(frozen=True)
+class CountStart:
+    """Where feedback_volume_sensor's count starts: the feedback event and expert label marks, and in words."""
+
+    feedback: int
+    expert: int
+    label: str  # "retrain run 1a2b3c4d, finished 2025-01-02 03:04 UTC" or "the start (...)"
+
+
+def count_start(instance) -> CountStart:
+    """The marks of the newest finished retrains that read the feedback (tagged by retrain_request), whatever their
+    gate decided. A failed or rejected one counts too: its gate (or its error) has seen that feedback, and counting
+    from an older mark would retrain again on every new rating. A retrain launched without the exported dataset
+    (no mark) read none, so the count goes on from before it; the label names the run the count starts from."""
+    records = instance.get_run_records(filters=RunsFilter(job_name=retrain_job.name, statuses=FINISHED), limit=50)
 
     def newest(tag: str) -> int:
-        return max((int(r.tags[tag]) for r in runs if r.tags.get(tag, "").isdigit()), default=0)
+        return max((int(r.dagster_run.tags[tag]) for r in records if _marked(r, tag)), default=0)
 
-    return newest(MARK_TAG), newest(EXPERT_MARK_TAG)
+    marks = newest(MARK_TAG), newest(EXPERT_MARK_TAG)
+    marked = [r for r in records if _marked(r, MARK_TAG)]
+    if not marked:
+        return CountStart(*marks, "the start (no finished retrain read the feedback)")
+    last = max(marked, key=lambda r: int(r.dagster_run.tags[MARK_TAG]))
+    end = datetime.fromtimestamp(last.end_time, timezone.utc) if last.end_time else None
+    when = f", finished {end:%Y-%m-%d %H:%M} UTC" if end else ""
+    return CountStart(*marks, f"retrain run {last.dagster_run.run_id[:8]}{when}")
+
+
+def _marked(record, tag: str) -> bool:
+    return record.dagster_run.tags.get(tag, "").isdigit()
 
 
 def dataset_mark(feedback: int, expert: int) -> str:
@@ -85,16 +108,6 @@ def canary_running(loop: FeedbackLoop) -> str | None:
         f"a canary of {kind} {name_of(registry, kind, state.candidate_version)} is running: the retrain waits for "
         "canary_sensor's decision"
     )
-
-
-def production_label(loop: FeedbackLoop) -> str:
-    try:
-        from rag.registry import ModelRegistry
-
-        production = ModelRegistry(loop.root / "models").resolve("embedder", "production")
-    except (ImportError, ValueError, FileNotFoundError):
-        production = None
-    return f"model {production.version}" if production else "the start (no model in production yet)"
 
 
 def retrain_request(
@@ -146,7 +159,8 @@ def setting(field: str):
     description="Every 5 minutes: counts the answer and passage ratings and expert labels that arrived since the "
     "last finished retrain (a rejected or failed one too, so the count restarts after each), and at "
     f"{setting('volume_threshold')} (RAG_RETRAIN_FEEDBACK_THRESHOLD) exports them and starts retrain_job. Waits "
-    "while a retrain or a canary runs. Each tick says how far it is.",
+    f"while a retrain or a canary runs. Each tick says how far it is, e.g. '37/{setting('volume_threshold')} new "
+    "feedback events since retrain run 1a2b3c4d'.",
 )
 def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: FeedbackLoop):
     store = feedback_loop.store()
@@ -154,15 +168,14 @@ def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: Feed
         mark, expert_mark = store.high_water_mark(), store.expert_high_water_mark()
         # An expert label counts as one feedback event: experts label what active learning picked, so a batch of
         # them is at least as worth a retrain as the same number of users' ratings.
-        feedback_baseline, expert_baseline = last_retrain_marks(context.instance)
-        ratings = store.count_feedback(since_event_id=feedback_baseline)
-        labels = store.count_expert_labels(since_label_id=expert_baseline)
+        start = count_start(context.instance)
+        ratings = store.count_feedback(since_event_id=start.feedback)
+        labels = store.count_expert_labels(since_label_id=start.expert)
         new = ratings + labels
         experts = f" ({labels} of them expert labels)" if labels else ""
-        progress = (
-            f"{new}/{feedback_loop.volume_threshold} new feedback events{experts} "
-            f"since {production_label(feedback_loop)}"
-        )
+        # Named by the retrain it counts from, not by production: a rejected retrain restarts the count while
+        # production stays, and "since the start" then read as if the count had not restarted.
+        progress = f"{new}/{feedback_loop.volume_threshold} new feedback events{experts} since {start.label}"
         running = active_retrain(context.instance)
         if running:
             return SkipReason(f"{progress}; retrain run {running} is in progress")

@@ -129,7 +129,7 @@ def test_feedback_volume_sensor_counts_since_the_last_retrain(loop, tmp_path):
     with DagsterInstance.ephemeral() as instance:
         skip = tick(feedback_volume_sensor, instance, loop)
         assert isinstance(skip, SkipReason)
-        assert skip.skip_message == "3/5 new feedback events since the start (no model in production yet)"
+        assert skip.skip_message == "3/5 new feedback events since the start (no finished retrain read the feedback)"
         model_dir = tmp_path / "m"
         model_dir.mkdir()
         (model_dir / "weights.bin").write_bytes(b"0")
@@ -152,13 +152,13 @@ def test_feedback_volume_sensor_counts_since_the_last_retrain(loop, tmp_path):
         stats = json.loads((tmp_path / config["feedback_dataset"] / "stats.json").read_text())
         assert stats["high_water_mark"] == mark and stats["chunk_qrels_positive"] == 5
         assert result.asset_events[0].asset_key.path == ["feedback_dataset"]
-        # A finished retrain at this mark resets the count; the message names the production model.
+        # A finished retrain at this mark resets the count; the message names that retrain, not production.
         instance.add_run(
             DagsterRun(job_name="retrain_job", run_id="r1", status=DagsterRunStatus.SUCCESS, tags={MARK_TAG: str(mark)})
         )
         rate(store, 1, start=5)
         skip = tick(feedback_volume_sensor, instance, loop)
-        assert skip.skip_message == "1/5 new feedback events since model v1"
+        assert skip.skip_message == "1/5 new feedback events since retrain run r1"
     store.close()
 
 
@@ -179,7 +179,8 @@ def test_expert_labels_count_toward_a_retrain_and_a_retrain_resets_their_count(l
         skip = tick(feedback_volume_sensor, instance, loop)
         assert (
             skip.skip_message
-            == "4/5 new feedback events (2 of them expert labels) since the start (no model in production yet)"
+            == "4/5 new feedback events (2 of them expert labels) since the start "
+            "(no finished retrain read the feedback)"
         )
         label(store, 1, start=2)
         result = tick(feedback_volume_sensor, instance, loop)

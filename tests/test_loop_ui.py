@@ -10,7 +10,8 @@
 - a QdrantLockedError is retried by the op, and canary_sensor requests a failed decision again (attempt in run_key);
 - a candidate the gate rejects loses the `candidate` alias (its verdict goes to MLflow with the Dagster run that
   gated it), and the release step still reports that verdict and keeps production instead of failing;
-- the sensors' descriptions give numbers and plain words, not code names or bare acronyms.
+- feedback_volume_sensor names the retrain its count starts from (a rejected one restarts it), and the sensors'
+  descriptions give numbers and plain words, not code names or bare acronyms.
 
 Fake weights throughout: nothing is embedded (reranker canaries never open Qdrant)."""
 
@@ -440,7 +441,7 @@ def test_canary_sensor_skips_with_a_reason_while_an_unfinished_promotion_waits_f
     assert "completes on the next tick" in message
 
 
-# --- a rejected candidate, and the sensors' descriptions (issue 49, item 2) ---------------------------------------
+# --- a rejected candidate, the feedback count after it, and the sensors' descriptions (issue 49, item 2) ---------
 def _rejecting_gate(monkeypatch) -> None:
     """rag.training.pipeline.gate_candidate itself, with what it reads faked: six held-out questions on which the
     candidate ranks far below production (a significant loss: outcome "worse")."""
@@ -501,6 +502,53 @@ def test_a_rejected_candidate_loses_its_alias_and_the_release_step_still_keeps_p
     assert record.run_id == released.run_id and not reported.passed
     assert reported.metadata["verdict"].value.startswith("worse: the gate rejected it against no reranker")
     assert registry.aliases()["reranker"] == {}
+
+
+def _rate(store: FeedbackStore, n: int, start: int) -> None:
+    from rag.feedback import FeedbackSubmission
+
+    for i in range(start, start + n):
+        chunks = [{"chunk_id": "p1", "doc_id": "d.md", "text": "a passage", "rank": 1}]
+        q = store.record_query(f"question {i}", answer="a", chunks=chunks)
+        store.submit_feedback(
+            FeedbackSubmission(query_id=q.query_id, idempotency_key=f"k{i}", passages=[{"chunk_id": "p1", "score": 1}])
+        )
+
+
+def test_the_feedback_count_restarts_after_a_rejected_retrain_and_names_the_run_it_counts_from(loop):
+    """The issue saw "10/100 new feedback events ... since the start" after a rejected retrain: the count had
+    restarted, but the message named production (still the base model), not the retrain it counted from."""
+    from dagster import DagsterRun, DagsterRunStatus
+
+    from sensors.feedback import MARK_TAG, feedback_volume_sensor
+
+    env, store = loop, loop["store"]
+
+    def tick_feedback() -> str:
+        with build_sensor_context(
+            instance=env["instance"], resources={"feedback_loop": env["resources"]["feedback_loop"]}
+        ) as context:
+            return feedback_volume_sensor(context).skip_message
+
+    _rate(store, 3, 0)
+    n = env["resources"]["feedback_loop"].volume_threshold
+    assert tick_feedback() == f"3/{n} new feedback events since the start (no finished retrain read the feedback)"
+    # The retrain that read those 3 succeeded with its candidate rejected (production stays): the count restarts.
+    env["instance"].add_run(
+        DagsterRun(
+            job_name="retrain_job",
+            run_id="5e1ec7ed-0000-4000-8000-000000000000",
+            status=DagsterRunStatus.SUCCESS,
+            tags={MARK_TAG: str(store.high_water_mark())},
+        )
+    )
+    _rate(store, 2, 3)
+    assert tick_feedback() == f"2/{n} new feedback events since retrain run 5e1ec7ed"
+    # A retrain launched without the exported feedback (the Launchpad, `rag retrain --no-feedback`) read none of
+    # it: the count goes on, still from the run that did.
+    env["instance"].add_run(DagsterRun(job_name="retrain_job", run_id="n0feed", status=DagsterRunStatus.SUCCESS))
+    _rate(store, 1, 5)
+    assert tick_feedback() == f"3/{n} new feedback events since retrain run 5e1ec7ed"
 
 
 def test_sensor_descriptions_say_numbers_and_plain_words_not_code_names():

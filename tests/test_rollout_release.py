@@ -206,8 +206,8 @@ def test_a_direct_promotion_is_refused_while_a_canary_runs_and_a_retrain_waits(d
 
     waiting = tick()
     assert isinstance(waiting, SkipReason) and waiting.skip_message == (
-        "3/3 new feedback events since model v1; a canary of embedder ft-minilm-v2 is running: the retrain waits for "
-        "canary_sensor's decision"
+        "3/3 new feedback events since the start (no finished retrain read the feedback); a canary of embedder "
+        "ft-minilm-v2 is running: the retrain waits for canary_sensor's decision"
     )
     roll_back_rollout("embedder", registry, "test", log=quiet)
     fired = tick()
