@@ -110,14 +110,31 @@ def canary_running(loop: FeedbackLoop) -> str | None:
     )
 
 
+def canary_kind(loop: FeedbackLoop) -> str | None:
+    """The model kind whose canary is running (None: none)."""
+    try:
+        from rag.registry import ModelRegistry
+        from rag.lifecycle.rollout import running_canary
+
+        running = running_canary(ModelRegistry(loop.root / "models"))
+    except (ImportError, ValueError, FileNotFoundError):
+        return None
+    return running[0] if running is not None else None
+
+
 def retrain_request(
-    loop: FeedbackLoop, store: FeedbackStore, *, reason: str, run_key: str | None
+    loop: FeedbackLoop,
+    store: FeedbackStore,
+    *,
+    reason: str,
+    run_key: str | None,
+    without: str | None = None,
 ) -> tuple[RunRequest, AssetMaterialization]:
-    """Export the dataset up to now and request retrain_job with it."""
+    """Export the dataset up to now and request retrain_job with it, for the resource's learners (but `without`)."""
     folder = export_versioned(store, loop.root)
     stats = json.loads((folder / "stats.json").read_text())
     op_config = {**loop.retrain_run_config, "feedback_dataset": str(folder)}
-    learners = [kind for kind in LEARNER_ASSETS if kind in loop.learners]
+    learners = [kind for kind in LEARNER_ASSETS if kind in loop.learners and kind != without]
     request = RunRequest(
         run_key=run_key,
         run_config={"ops": {LEARNER_ASSETS[kind][0]: {"config": op_config} for kind in learners}},
@@ -159,7 +176,8 @@ def setting(field: str):
     description="Every 5 minutes: counts the answer and passage ratings and expert labels that arrived since the "
     "last finished retrain (a rejected or failed one too, so the count restarts after each), and at "
     f"{setting('volume_threshold')} (RAG_RETRAIN_FEEDBACK_THRESHOLD) exports them and starts retrain_job. Waits "
-    f"while a retrain or a canary runs. Each tick says how far it is, e.g. '37/{setting('volume_threshold')} new "
+    "while a retrain runs; while a canary runs, retrains every learner but the canary's. Each tick says how far it "
+    f"is, e.g. '37/{setting('volume_threshold')} new "
     "feedback events since retrain run 1a2b3c4d'.",
 )
 def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: FeedbackLoop):
@@ -181,13 +199,20 @@ def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: Feed
             return SkipReason(f"{progress}; retrain run {running} is in progress")
         if new < feedback_loop.volume_threshold:
             return SkipReason(progress)
-        waiting = canary_running(feedback_loop)
-        if waiting:
-            return SkipReason(f"{progress}; {waiting}")
+        # While a canary runs its own kind waits for the decision; the other learners go on, so an undecided canary
+        # cannot hold every improvement back (one the gate finds significantly better pre-empts it on release).
+        busy = canary_kind(feedback_loop)
+        if busy is not None and set(feedback_loop.learners) <= {busy}:
+            return SkipReason(f"{progress}; {canary_running(feedback_loop)}")
         request, materialization = retrain_request(
-            feedback_loop, store, reason="feedback_volume", run_key=f"feedback-volume:{dataset_mark(mark, expert_mark)}"
+            feedback_loop,
+            store,
+            reason="feedback_volume",
+            run_key=f"feedback-volume:{dataset_mark(mark, expert_mark)}",
+            without=busy,
         )
-        context.log.info(f"{progress}: requesting retrain_job")
+        waits = f" (not the {busy}: its canary is running)" if busy else ""
+        context.log.info(f"{progress}: requesting retrain_job{waits}")
         return SensorResult(
             run_requests=[request], asset_events=[materialization], cursor=dataset_mark(mark, expert_mark)
         )

@@ -2,9 +2,10 @@
 "canary" starts its canary (collections built, state canary, production and its serving alias untouched) and says so
 in production_embedder's metadata; "direct" promotes as before, but is refused while a canary runs instead of
 replacing production under it; "auto" (the default) promotes what the gate found significantly better and starts a
-canary for what it found only no worse (or queues either behind a running canary). A retrain waits while a canary
-runs. An operator can start a canary over the gate with force_reason, logged and recorded, and such a canary is
-promoted only as a recorded forced promotion.
+canary for what it found only no worse (or queues it behind a running canary, which a significant gain of another
+kind pre-empts). While a canary runs, the learners of other kinds retrain; its own waits. An operator can start a
+canary over the gate with force_reason, logged and recorded, and such a canary is promoted only as a recorded forced
+promotion.
 
 Fake weights where nothing is embedded; a real MiniLM where production_embedder builds collections."""
 
@@ -204,7 +205,19 @@ def test_a_direct_promotion_is_refused_while_a_canary_runs_and_a_retrain_waits(d
         with build_sensor_context(instance=env["instance"], resources={"feedback_loop": loop}) as context:
             return feedback_volume_sensor(context)
 
-    waiting = tick()
+    # While the embedder's canary runs, the other learners retrain; the embedder waits for the decision.
+    (partial,) = tick().run_requests
+    assert {k.to_user_string() for k in partial.asset_selection} == {
+        "trained_reranker",
+        "production_reranker",
+        "trained_configuration",
+        "production_configuration",
+    }
+    embedder_only = FeedbackLoop(
+        db_url=store.url, data_dir=str(env["root"]), volume_threshold=3, learners=["embedder"]
+    )
+    with build_sensor_context(instance=env["instance"], resources={"feedback_loop": embedder_only}) as context:
+        waiting = feedback_volume_sensor(context)
     assert isinstance(waiting, SkipReason) and waiting.skip_message == (
         "3/3 new feedback events since the start (no finished retrain read the feedback); a canary of embedder "
         "ft-minilm-v2 is running: the retrain waits for canary_sensor's decision"
@@ -212,9 +225,30 @@ def test_a_direct_promotion_is_refused_while_a_canary_runs_and_a_retrain_waits(d
     roll_back_rollout("embedder", registry, "test", log=quiet)
     fired = tick()
     assert isinstance(fired, SensorResult) and isinstance(fired.run_requests[0], RunRequest)
+    assert fired.run_requests[0].asset_selection is None  # every learner again
     store.close()
     # With the canary decided, the direct promotion of v3 goes through.
     assert release_step(env, promotion="direct").success and registry.aliases()["embedder"]["production"] == "v3"
+
+
+def test_a_significantly_better_candidate_of_another_kind_ends_an_undecided_canary(tmp_path, registry):
+    """Under the default policy an offline win on held-out questions pre-empts a canary of another kind that has not
+    decided (waiting behind it would hold a known gain back up to the canary's horizon); a candidate found only no
+    worse still waits."""
+    from rag.lifecycle.rollout import release
+
+    release("embedder", registry, registry.resolve("embedder", "v2"), policy="canary", log=quiet)
+    r1 = registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})
+    not_worse_verdict(registry, "reranker", r1, production=None)
+    assert release("reranker", registry, r1, policy="auto", log=quiet)["action"] == "waiting"
+    assert read_state(registry, "embedder").stage == "canary"
+    r2 = registry.register("reranker", fake_model(tmp_path / "r2"), {"base_model": "minilm"})
+    verdict(registry, "reranker", r2, production=None)  # significantly better
+    outcome = release("reranker", registry, r2, policy="auto", log=quiet)
+    assert outcome["action"] == "promoted" and registry.aliases()["reranker"]["production"] == r2.version
+    ended = read_state(registry, "embedder")
+    assert ended.stage == "rolled_back" and f"pre-empted by reranker {r2.name}" in ended.reason
+    assert registry.aliases()["embedder"]["production"] == "v1"  # the embedder's canary never moved production
 
 
 def test_a_candidate_gated_while_a_canary_runs_waits_and_canary_sensor_starts_it_afterwards(tmp_path, registry):

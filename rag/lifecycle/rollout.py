@@ -358,8 +358,9 @@ def release(
       While another canary runs (one retrain_job gates an embedder and a reranker), the candidate waits instead:
       its manifest is marked `canary_queued` and canary_sensor starts its canary once the running one has ended, if
       its gate verdict is still against the production of that moment.
-    - policy "auto": "direct" when the gate found it significantly better and no canary runs; otherwise "canary"
-      (the gate found it no worse but could not show it better, or it waits behind the running canary).
+    - policy "auto": "direct" when the gate found it significantly better (a canary of another kind that has not
+      decided is ended first: _preempt); otherwise "canary" (the gate found it no worse but could not show it
+      better, or it waits behind the running canary of its own kind).
 
     A refusal happens before anything changes. Returns what happened: action ("promoted" | "canary" | "waiting"),
     summary (one line), production (the name serving production now), and the step's details."""
@@ -369,6 +370,8 @@ def release(
     mv = _resolve(registry, kind, candidate.version)
     if policy == "auto":
         better = promotion_refusal(kind, registry, mv, "better") is None
+        if better:
+            _preempt(kind, registry, mv, target=target, approved_by=approved_by, log=log)
         policy = "direct" if better and running_canary(registry) is None else "canary"
     if policy == "canary":
         running = running_canary(registry)
@@ -426,6 +429,31 @@ def release(
             f"(was {outcome['previous'] or name_of(registry, kind, None)})"
         ),
     }
+
+
+def _preempt(
+    kind: str,
+    registry: ModelRegistry,
+    mv: ModelVersion,
+    *,
+    target: ServingTarget | None,
+    approved_by: str | None,
+    log: Log,
+) -> None:
+    """Under policy "auto", a candidate the gate found significantly better on held-out questions ends a canary of
+    another kind that has not decided: an offline win on people's questions is stronger evidence than a canary still
+    short of its threshold, and waiting behind it (up to its horizon) would hold a known gain back. The canary is
+    rolled back (production never moved for it); its kind is retrained and canaried again later."""
+    running = running_canary(registry)
+    if running is None or running[0] == kind:
+        return
+    other, state = running
+    reason = (
+        f"pre-empted by {kind} {mv.name}, which the gate found significantly better on held-out questions; "
+        f"{other} {name_of(registry, other, state.candidate_version)} had not decided (retrain to try it again)"
+    )
+    log(f"ending the canary of {other}: {reason}")
+    roll_back_rollout(other, registry, reason, target=target, approved_by=approved_by, log=log)
 
 
 def _queue(kind: str, registry: ModelRegistry, mv: ModelVersion, running: tuple[str, RolloutState], log: Log) -> dict:
