@@ -619,10 +619,13 @@ def loop(record: dict) -> dict[str, Table]:
     first = corpus.get("round_0")
     if first:
         rounds.append(["0", "0", _serving(first), "—", num(first["scores"].get(metric)), "—", "—"])
-    gates, runs = [], []
+    gates, runs, canaries = [], [], []
     for entry in corpus.get("rounds", []):
         paired = get(entry, "paired_vs_untrained_default", metric, default={}) or {}
         jobs = [op for op in entry.get("operations", []) if "job" in op]
+        said = [op.get("skip") for op in entry.get("operations", []) if op.get("sensor") == "canary_sensor"]
+        if said and said[-1] and said[-1].startswith("canary "):
+            canaries.append([str(entry["round"]), said[-1].split(", log-likelihood")[0]])
         rounds.append(
             [
                 str(entry["round"]),
@@ -655,6 +658,7 @@ def loop(record: dict) -> dict[str, Table]:
             rounds,
         ),
         "gates": (["round", "gate", "outcome", "held-out questions", "Δ nDCG@10", "p"], gates),
+        "canaries": (["round", "canary at the round's end (canary_sensor)"], canaries),
         "releases": (["round", "job", "asset", "what it did"], runs),
     }
 
