@@ -24,13 +24,13 @@ import pandas as pd
 from rag.parsing import (
     ParseError,
     ParsedDocument,
-    ParserBug,
     ParseSettings,
     QuarantineReason,
     parse_file,
     text_length_error,
 )
 from rag.parsing.models import Element
+from rag.parsing.parallel import parse_files
 from rag.progress import Progress, counter
 from rag.source import SourceScan
 
@@ -179,20 +179,22 @@ def update_documents(
     progress: Progress | None = None,
 ) -> ParseRun:
     """`on_progress(doc_id)` before each file is parsed; `progress` counts the files to parse (unchanged ones are
-    not). Every document is checked against the character cap before it is returned, so nothing over it reaches
-    the documents table: parsed ones, and stored ones too (the cap may have been lowered or come after them)."""
+    not) and their megabytes. Every document is checked against the character cap before it is returned, so nothing
+    over it reaches the documents table: parsed ones, and stored ones too (the cap may have been lowered or come after
+    them). PDFs are parsed in parallel processes when more than one core is free (rag.parsing.parallel); outcomes are
+    applied in the scan's order, so the tables are the same whatever order the processes finish in."""
     started = time.perf_counter()
     fingerprint = settings.fingerprint()
     prev_docs, prev_quar = _by_id(previous_documents), _by_id(previous_quarantine)
 
-    def kept(f) -> dict | None:  # the previous row (document or quarantine) of an unchanged file
-        same = (f.content_hash, fingerprint)
-        for old in (prev_docs.get(f.doc_id), prev_quar.get(f.doc_id)):
-            if old and (old["content_hash"], old["settings_fingerprint"]) == same:
-                return old
-        return None
+    def unchanged(f, rows: dict[str, dict]) -> dict | None:  # the previous row of a file parsed as it is now
+        old = rows.get(f.doc_id)
+        same = old and (old["content_hash"], old["settings_fingerprint"]) == (f.content_hash, fingerprint)
+        return old if same else None
 
-    advance = counter(progress, "parsing", sum(1 for f in scan.files if kept(f) is None), "documents")
+    todo = [f for f in scan.files if unchanged(f, prev_docs) is None and unchanged(f, prev_quar) is None]
+    advance = counter(progress, "parsing", len(todo), "documents")
+    outcomes = parse_files(todo, settings, parse, on_start=on_progress, on_done=lambda f: advance(1, f.size))
     doc_rows: list[dict] = []
     run = ParseRun(documents=_empty(DOCUMENT_COLUMNS), quarantine=_empty(QUARANTINE_COLUMNS))
     quar_rows = _rejection_rows(scan, prev_quar, fingerprint, run)
@@ -203,37 +205,22 @@ def update_documents(
         run.quarantined.append(f.doc_id)
 
     for f in scan.files:
-        same = (f.content_hash, fingerprint)
-        old_doc, old_quar = prev_docs.get(f.doc_id), prev_quar.get(f.doc_id)
-        if old_doc and (old_doc["content_hash"], old_doc["settings_fingerprint"]) == same:
+        if (old_doc := unchanged(f, prev_docs)) is not None:
             if too_long := text_length_error(int(old_doc["n_chars"]), settings):
                 quarantine(f, too_long)
                 continue
             doc_rows.append(old_doc)
             run.unchanged.append(f.doc_id)
-            continue
-        if old_quar and (old_quar["content_hash"], old_quar["settings_fingerprint"]) == same:
-            quar_rows.append(old_quar)
+        elif (old_quarantine := unchanged(f, prev_quar)) is not None:
+            quar_rows.append(old_quarantine)
             run.unchanged.append(f.doc_id)
-            continue
-        if on_progress:
-            on_progress(f.doc_id)
-        try:
-            doc = parse(f.path, settings, doc_id=f.doc_id, content_hash=f.content_hash)
-            # Checked here too, so a `parse` other than parse_file cannot store a document over the cap.
-            if too_long := text_length_error(len(doc.canonical_text), settings):
-                raise too_long
-        except ParseError as exc:  # the file's fault: quarantine it and go on with the others
-            advance()
-            quarantine(f, exc)
-            continue
-        except ParserBug:
-            raise
-        except Exception as exc:  # a parse function outside rag.parsing: not known to be the file's fault
-            raise ParserBug(str(f.path), exc) from exc
-        doc_rows.append(document_to_row(doc, fingerprint))
-        run.parsed.append(f.doc_id)
-        advance()
+        elif isinstance(outcome := outcomes[f.doc_id], ParseError):
+            quarantine(f, outcome)
+        elif too_long := text_length_error(len(outcome.canonical_text), settings):
+            quarantine(f, too_long)  # checked here too, so a `parse` other than parse_file cannot store one over it
+        else:
+            doc_rows.append(document_to_row(outcome, fingerprint))
+            run.parsed.append(f.doc_id)
 
     present = {f.doc_id for f in scan.files} | {r.doc_id for r in scan.rejected}
     run.removed = sorted((set(prev_docs) | set(prev_quar)) - present)

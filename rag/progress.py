@@ -2,7 +2,10 @@
 
 A library function that loops over many items takes `progress: Progress | None = None` and reports
 `progress(task, done, total, unit)` (through `counter`, which does nothing when `progress` is None), e.g.
-`progress("embedding paragraph|minilm", 1200, 5000, "chunks")`. Nothing here imports Dagster; the sinks are:
+`progress("embedding paragraph|minilm", 1200, 5000, "chunks")`. The task names the stage ("parsing", "chunking
+paragraph", "embedding paragraph|minilm", "sentence vectors paragraph|minilm"); a stage that reads files also says how
+many bytes it has read (`nbytes`), and the sinks show its data rate beside the item rate ("parsing: 40/98 documents,
+3.1/s, 0.70 MB/s, ETA 19 s"). Nothing here imports Dagster; the sinks are:
 
 - `LogProgress(log)`: a plain line through `log` at most every `interval` seconds per task
   ("embedding paragraph|minilm: 1200/5000 chunks, 85.0/s, ETA 45 s") and a closing line for a task that printed one;
@@ -15,6 +18,7 @@ A library function that loops over many items takes `progress: Progress | None =
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import time
@@ -27,18 +31,32 @@ class Progress(Protocol):
     def __call__(self, task: str, done: int, total: int | None, unit: str = "items") -> None: ...
 
 
-def counter(progress: Progress | None, task: str, total: int | None, unit: str = "items") -> Callable[[int], None]:
-    """Report `0/total` now and return `advance(n=1)`, which adds n and reports the new count (no-op without `progress`,
-    or when there is nothing to do: total 0)."""
+def takes_bytes(progress: Progress) -> bool:
+    """Whether a sink takes the `nbytes` keyword (LogProgress and BarProgress do; a plain Progress need not)."""
+    try:
+        params = inspect.signature(progress).parameters
+    except (TypeError, ValueError):
+        return False
+    return "nbytes" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def counter(progress: Progress | None, task: str, total: int | None, unit: str = "items") -> Callable[..., None]:
+    """Report `0/total` now and return `advance(n=1, nbytes=0)`, which adds n items (and nbytes bytes read) and
+    reports the new counts (no-op without `progress`, or when there is nothing to do: total 0). Bytes reach only a
+    sink that takes them (takes_bytes)."""
     if progress is None or total == 0:
-        return lambda n=1: None
-    done = 0
+        return lambda n=1, nbytes=0: None
+    done, volume = 0, 0
+    sized = takes_bytes(progress)
     progress(task, 0, total, unit)
 
-    def advance(n: int = 1) -> None:
-        nonlocal done
-        done += n
-        progress(task, done, total, unit)
+    def advance(n: int = 1, nbytes: int = 0) -> None:
+        nonlocal done, volume
+        done, volume = done + n, volume + nbytes
+        if sized and volume:
+            progress(task, done, total, unit, nbytes=volume)
+        else:
+            progress(task, done, total, unit)
 
     return advance
 
@@ -52,12 +70,28 @@ def duration(seconds: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
-def progress_line(task: str, done: int, total: int | None, unit: str, elapsed: float, rate: float | None) -> str:
-    """`embedding x: 1200/5000 chunks, 85.0/s, ETA 45 s` (or `..., done in 58 s` once done reaches total)."""
+def byte_rate(bytes_per_second: float) -> str:
+    mb = bytes_per_second / 1e6
+    return f"{mb:.2f} MB/s" if mb < 1 else f"{mb:.1f} MB/s"
+
+
+def progress_line(
+    task: str,
+    done: int,
+    total: int | None,
+    unit: str,
+    elapsed: float,
+    rate: float | None,
+    bytes_per_second: float | None = None,
+) -> str:
+    """`embedding x: 1200/5000 chunks, 85.0/s, ETA 45 s` (or `..., done in 58 s` once done reaches total); with
+    `bytes_per_second`, the data rate after the item rate (`parsing: 40/98 documents, 3.1/s, 0.70 MB/s, ETA 19 s`)."""
     count = f"{done}/{total}" if total else f"{done}"
     parts = [f"{task}: {count} {unit}"]
     if rate:
         parts.append(f"{rate:.1f}/s" if rate < 100 else f"{rate:.0f}/s")
+    if bytes_per_second:
+        parts.append(byte_rate(bytes_per_second))
     if total and done >= total:
         parts.append(f"done in {duration(elapsed)}")
     elif total and rate:
@@ -81,7 +115,7 @@ class LogProgress:
         self.log, self.interval, self.clock = log, interval, clock
         self._tasks: dict[str, _Task] = {}
 
-    def __call__(self, task: str, done: int, total: int | None, unit: str = "items") -> None:
+    def __call__(self, task: str, done: int, total: int | None, unit: str = "items", nbytes: int | None = None) -> None:
         now = self.clock()
         state = self._tasks.get(task)
         if state is None or done < state.first_done:  # a new task, or the same name started over
@@ -91,7 +125,8 @@ class LogProgress:
         if (finished and state.last_line is not None) or (not finished and since >= self.interval):
             elapsed = now - state.started
             rate = (done - state.first_done) / elapsed if elapsed > 0 and done > state.first_done else None
-            self.log(progress_line(task, done, total, unit, elapsed, rate))
+            data = nbytes / elapsed if nbytes and elapsed > 0 else None  # bytes count from the task's start, as done
+            self.log(progress_line(task, done, total, unit, elapsed, rate, data))
             state.last_line = now
         if finished:
             del self._tasks[task]
@@ -113,14 +148,15 @@ class BarProgress:
     def __init__(self, file: TextIO | None = None, delay: float = 1.0, mininterval: float = 0.1):
         self.file, self.delay, self.mininterval = file or sys.stderr, delay, mininterval
         self._task: str | None = None
+        self._started = 0.0
         self._bar = None
 
-    def __call__(self, task: str, done: int, total: int | None, unit: str = "items") -> None:
+    def __call__(self, task: str, done: int, total: int | None, unit: str = "items", nbytes: int | None = None) -> None:
         from tqdm import tqdm
 
         if task != self._task or self._bar is None or done < self._bar.n:
             self.close()
-            self._task = task
+            self._task, self._started = task, time.monotonic()
             self._bar = tqdm(
                 total=total or None,
                 initial=done,
@@ -132,6 +168,8 @@ class BarProgress:
                 leave=False,
                 dynamic_ncols=True,
             )
+        if nbytes and (elapsed := time.monotonic() - self._started) > 0:
+            self._bar.set_postfix_str(byte_rate(nbytes / elapsed), refresh=False)
         self._bar.update(done - self._bar.n)
         if total and done >= total:
             self.close()

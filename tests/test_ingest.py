@@ -1,5 +1,6 @@
 """Incremental parsing and chunking: only what changed is redone; bad files never stop a run."""
 
+import os
 import shutil
 
 import pytest
@@ -134,6 +135,7 @@ def test_a_bug_in_our_parsing_code_fails_loudly_and_is_not_quarantined(corpus, m
     def buggy(path, **kw):
         return {}["missing key"]  # a bug raised by our code, not by an installed parser library
 
+    monkeypatch.setenv("RAG_PARSE_PROCESSES", "1")  # PDFs parsed here, where the patch is: not in spawned processes
     monkeypatch.setattr(rag.parsing.pdf, "parse_pdf", buggy)
     with pytest.raises(ParserBug, match=r"parsing .*\.pdf failed in our code"):
         update_documents(scan_folder(corpus), None, None, ParseSettings())
@@ -146,10 +148,12 @@ def test_a_missing_module_fails_loudly_and_a_library_failure_on_the_file_is_quar
     def missing_module(path, **kw):
         raise ModuleNotFoundError("No module named 'pdfminer'")
 
+    monkeypatch.setenv("RAG_PARSE_PROCESSES", "1")  # PDFs parsed here, where the patch is: not in spawned processes
     monkeypatch.setattr(rag.parsing.pdf, "parse_pdf", missing_module)
     with pytest.raises(ParserBug, match="ModuleNotFoundError"):
         update_documents(scan_folder(corpus), None, None, ParseSettings())
     monkeypatch.undo()
+    monkeypatch.setenv("RAG_PARSE_PROCESSES", "1")
 
     import json
 
@@ -263,3 +267,109 @@ def test_a_document_over_the_chunk_cap_leaves_no_rows_and_is_not_chunked_again(t
     )
     assert chunker.calls == ["long.txt"] and raised.quarantine.empty
     assert (raised.chunks.doc_id == "long.txt").sum() == 6
+
+
+# --- PDFs in parallel processes --------------------------------------------------------------------------------------
+# The parse functions below are module-level so spawned processes can import them.
+
+
+def parse_or_die(path, settings, **kw):
+    """parse_file, except that a file named die*.pdf kills the process parsing it (as a crash in a native library
+    would); never the test's own process."""
+    import multiprocessing
+    import signal
+
+    if path.name.startswith("die") and multiprocessing.parent_process() is not None:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return parse_file(path, settings, **kw)
+
+
+def parse_with_a_bug(path, settings, **kw):
+    if path.suffix == ".pdf":
+        return {}["missing key"]  # a bug in the parse function, raised in the process parsing the PDF
+    return parse_file(path, settings, **kw)
+
+
+def _tables(run):
+    return run.documents.drop(columns="parsed_at"), run.quarantine.drop(columns="quarantined_at")
+
+
+def test_pdfs_parsed_in_processes_give_the_tables_one_process_gives(corpus, monkeypatch, caplog):
+    shutil.copy(corpus / "scotus-transcript-p1.pdf", corpus / "sub" / "copy.pdf")
+    monkeypatch.setenv("RAG_PARSE_PROCESSES", "1")
+    alone = update_documents(scan_folder(corpus), None, None, ParseSettings())
+    monkeypatch.setenv("RAG_PARSE_PROCESSES", "2")
+    with caplog.at_level("INFO", logger="rag.parsing.parallel"):
+        pooled = update_documents(scan_folder(corpus), None, None, ParseSettings())
+    assert "parsing 4 PDFs in 2 processes" in caplog.text
+    for got, want in zip(_tables(pooled), _tables(alone)):
+        assert got.equals(want)
+    assert pooled.parsed == alone.parsed and pooled.quarantined == alone.quarantined
+
+
+def test_a_parse_that_kills_its_process_quarantines_that_file_and_the_run_goes_on(corpus, monkeypatch):
+    shutil.copy(corpus / "scotus-transcript-p1.pdf", corpus / "die.pdf")
+    monkeypatch.setenv("RAG_PARSE_PROCESSES", "2")
+    run = update_documents(scan_folder(corpus), None, None, ParseSettings(), parse=parse_or_die)
+    row = run.quarantine.set_index("doc_id").loc["die.pdf"]
+    assert row.reason == "parser-error" and "process parsing this file died" in row.message
+    assert sorted(run.parsed) == ["notes.txt", "scotus-transcript-p1.pdf", "sub/fake-html.html"]
+    assert dict(zip(run.quarantine.doc_id, run.quarantine.reason)) == {
+        "broken.pdf": "malformed",
+        "die.pdf": "parser-error",
+        "sub/password-example.pdf": "encrypted",
+    }
+
+
+def test_a_bug_in_a_parse_process_fails_the_run_naming_the_file(corpus, monkeypatch):
+    from rag.parsing import ParserBug
+
+    monkeypatch.setenv("RAG_PARSE_PROCESSES", "2")
+    with pytest.raises(ParserBug, match=r"parsing .*\.pdf failed in our code or environment \(KeyError"):
+        update_documents(scan_folder(corpus), None, None, ParseSettings(), parse=parse_with_a_bug)
+
+
+def test_processes_are_used_only_where_cores_are_free(monkeypatch):
+    from rag.parsing import parallel
+
+    monkeypatch.delenv("RAG_PARSE_PROCESSES", raising=False)
+    monkeypatch.setattr(parallel, "available_cores", lambda: 8)
+    for load, processes in [(1.0, 8), (3.5, 5), (9.0, 1)]:  # the load counts this process itself
+        monkeypatch.setattr(parallel.os, "getloadavg", lambda load=load: (load, load, load))
+        assert parallel.parse_processes() == processes
+    monkeypatch.setenv("RAG_PARSE_PROCESSES", "3")
+    assert parallel.parse_processes() == 3
+
+
+UNGUARDED = """
+import sys
+from rag.ingest import update_documents
+from rag.parsing import ParseSettings
+from rag.source import scan_folder
+
+run = update_documents(scan_folder(sys.argv[1]), None, None, ParseSettings())
+print("parsed", sorted(run.parsed), "quarantined", sorted(run.quarantined), flush=True)
+"""
+
+
+def test_a_script_without_a_main_guard_still_parses_its_pdfs(tmp_path, shared_pdfs):
+    """Spawned processes import the script, which starts processes again and dies: the PDFs are parsed in the
+    script's process, not quarantined for it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    shutil.copy(shared_pdfs / "scotus-transcript-p1.pdf", docs / "a.pdf")
+    shutil.copy(shared_pdfs / "scotus-transcript-p1.pdf", docs / "b.pdf")
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED)
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "RAG_PARSE_PROCESSES": "2", "PYTHONPATH": str(repo)}
+    out = subprocess.run(
+        [sys.executable, str(script), str(docs)], cwd=repo, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "parsed ['a.pdf', 'b.pdf'] quarantined []"
+    assert "are parsed in this process instead" in out.stderr

@@ -122,7 +122,7 @@ def test_zero_elements_from_a_non_empty_file_is_an_error(tmp_path, monkeypatch):
     import unstructured.partition.auto as auto
 
     monkeypatch.setattr(auto, "partition", lambda **kwargs: [])
-    path = tmp_path / "note.txt"
+    path = tmp_path / "note.rst"  # a format unstructured still reads (.txt and .md are read natively)
     path.write_text("Some real text that a working parser would return.")
     with pytest.raises(ParseError) as err:
         parse_file(path)

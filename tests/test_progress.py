@@ -35,7 +35,7 @@ class Recorder:
         self.calls.append((task, done, total, unit))
 
     def of(self, task):
-        return [(done, total) for t, done, total, _ in self.calls if t == task]
+        return [(call[1], call[2]) for call in self.calls if call[0] == task]
 
 
 # --- the helper ----------------------------------------------------------------------------------------------------
@@ -112,6 +112,45 @@ def test_counter_is_a_no_op_without_a_sink_or_work():
     advance()
     advance(2)
     assert rec.calls == [("x", 0, 3, "files"), ("x", 1, 3, "files"), ("x", 3, 3, "files")]
+
+
+class ByteRecorder(Recorder):
+    def __call__(self, task, done, total, unit="items", nbytes=None):
+        self.calls.append((task, done, total, unit, nbytes))
+
+
+def test_a_stage_that_reads_bytes_shows_its_data_rate_beside_the_item_rate():
+    clock, lines = FakeClock(), []
+    advance = counter(LogProgress(lines.append, interval=10.0, clock=clock), "parsing", 40, "documents")
+    for i in range(1, 41):
+        clock.now = i / 2  # 2 documents of 250 kB a second
+        advance(1, 250_000)
+    assert lines[0] == "parsing: 20/40 documents, 2.0/s, 0.50 MB/s, ETA 10 s"
+    assert lines[-1] == "parsing: 40/40 documents, 2.0/s, 0.50 MB/s, done in 20 s"
+    assert progress_line("p", 5, 10, "documents", 1.0, 5.0, 3_500_000) == "p: 5/10 documents, 5.0/s, 3.5 MB/s, ETA 1 s"
+
+
+def test_counter_sends_bytes_only_to_sinks_that_take_them():
+    plain, sized = Recorder(), ByteRecorder()
+    for sink in (plain, sized):
+        advance = counter(sink, "parsing", 2, "documents")
+        advance(1, 100)
+        advance(1, 50)
+    assert plain.calls == [
+        ("parsing", 0, 2, "documents"),
+        ("parsing", 1, 2, "documents"),
+        ("parsing", 2, 2, "documents"),
+    ]
+    assert [c[-1] for c in sized.calls] == [None, 100, 150]
+
+
+def test_the_bar_shows_the_data_rate():
+    tty = FakeTTY()
+    bar = BarProgress(tty, delay=0.0, mininterval=0.0)
+    bar("parsing", 0, 10, "documents")
+    bar("parsing", 4, 10, "documents", nbytes=4_000_000)
+    bar("parsing", 5, 10, "documents", nbytes=5_000_000)
+    assert re.search(r"\d+(\.\d+)? MB/s", tty.getvalue())
 
 
 # --- the library reports ---------------------------------------------------------------------------------------------
@@ -215,9 +254,10 @@ def test_update_documents_counts_only_files_to_parse(tmp_path):
     docs = _docs(tmp_path / "docs", n=2)
     first = update_documents(scan_folder(docs), None, None, ParseSettings())
     (docs / "doc9.txt").write_text("A new document about comets.")
-    rec = Recorder()
+    rec = ByteRecorder()
     update_documents(scan_folder(docs), first.documents, first.quarantine, ParseSettings(), progress=rec)
     assert rec.of("parsing") == [(0, 1), (1, 1)]
+    assert rec.calls[-1][-1] == (docs / "doc9.txt").stat().st_size  # the bytes of the one file it parsed
 
 
 def test_training_callback_reports_steps():

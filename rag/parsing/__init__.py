@@ -11,6 +11,7 @@ from rag.parsing import boilerplate
 from rag.parsing.errors import ParseError, ParserBug, QuarantineReason, blames_the_file, unreadable
 from rag.parsing.models import ELEMENT_SEPARATOR, Element, ParsedDocument, assemble
 from rag.parsing.settings import MAX_DOCUMENT_CHARS_ENV, PARSER_VERSION, ParseSettings
+from rag.parsing.text import BOMS
 
 __all__ = [
     "ELEMENT_SEPARATOR",
@@ -39,6 +40,9 @@ def supported_extensions() -> frozenset[str]:
     return frozenset(e.lower() for e in exts)
 
 
+MARKDOWN_EXTENSIONS = frozenset({".md"})
+
+
 @lru_cache(maxsize=1)
 def plain_text_extensions() -> frozenset[str]:
     """The extensions unstructured reads as plain text (.txt, .log, source code…): their text is their characters."""
@@ -61,13 +65,6 @@ def text_length_error(
     )
 
 
-# The UTF-32 little-endian mark begins with the UTF-16 one, so it is tried first.
-_BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
 _WHITESPACE = " \t\n\r\f\v"
 
 
@@ -78,7 +75,7 @@ def _plain_text_chars(path: Path) -> int:
     with open(path, "rb") as fh:
         head = fh.read(4)
         fh.seek(0)
-        encoding = next((e for bom, e in _BOMS if head.startswith(bom)), "utf-8")
+        encoding = next((e for bom, e in BOMS if head.startswith(bom)), "utf-8")
         decoder = codecs.getincrementaldecoder(encoding)("replace")
         count = 0
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -122,6 +119,17 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _parse_text_format(path: Path, ext: str) -> tuple[list, int, str]:
+    """Plain text and Markdown, read natively (megabytes a second, where unstructured read kilobytes)."""
+    if ext in MARKDOWN_EXTENSIONS:
+        from rag.parsing.markdown import parse_markdown
+
+        return *parse_markdown(path), "markdown"
+    from rag.parsing.text import parse_text
+
+    return *parse_text(path), "text"
+
+
 def parse_file(
     path: Path | str,
     settings: ParseSettings | None = None,
@@ -148,6 +156,9 @@ def parse_file(
 
             drafts, n_pages, metadata = parse_pdf(path, doc_id=doc_id, settings=settings)
             parser = "pdfplumber"
+        elif ext in plain_text_extensions() or ext in MARKDOWN_EXTENSIONS:
+            drafts, n_pages, parser = _parse_text_format(path, ext)
+            metadata = {}
         else:
             from rag.parsing.office import parse_with_unstructured
 

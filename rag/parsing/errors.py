@@ -30,6 +30,16 @@ class ParseError(Exception):
         self.message = message
         self.exception_class = type(cause).__name__ if cause is not None else "ParseError"
 
+    def __reduce__(self):
+        # Pickled whole, so a parse in another process (rag.ingest parses PDFs in parallel) raises it here as is.
+        return _restore_parse_error, (self.reason, self.message, self.exception_class)
+
+
+def _restore_parse_error(reason: QuarantineReason, message: str, exception_class: str) -> ParseError:
+    error = ParseError(reason, message)
+    error.exception_class = exception_class
+    return error
+
 
 def symlink_loop(exc: BaseException) -> ParseError:
     message = "symlink loop: the link leads back to itself (fix or remove it)"
@@ -62,6 +72,16 @@ class ParserBug(RuntimeError):
             "the file was not quarantined: fix the cause (see the traceback) and re-run"
         )
         self.path = path
+
+    def __reduce__(self):
+        return _restore_parser_bug, (self.path, str(self))
+
+
+def _restore_parser_bug(path: str, message: str) -> ParserBug:
+    bug = ParserBug.__new__(ParserBug)
+    RuntimeError.__init__(bug, message)
+    bug.path = path
+    return bug
 
 
 def _library_dirs() -> list[Path]:

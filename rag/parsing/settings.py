@@ -97,5 +97,6 @@ class ParseSettings(BaseModel):
 
 # Bump when parser code changes its output, so stored documents are re-parsed.
 # 2: OCR of pages without a text layer; 3: page furniture set aside; 4: table captions, column labels and stacked rows,
-# double-spaced paragraphs, sideways glyphs sized upright.
-PARSER_VERSION = "4"
+# double-spaced paragraphs, sideways glyphs sized upright; 5: plain text and Markdown read natively (rag.parsing.text,
+# rag.parsing.markdown) instead of through unstructured.
+PARSER_VERSION = "5"
