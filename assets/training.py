@@ -618,7 +618,8 @@ def trained_configuration(
     blocking=True,
     description="Promotion gate: the candidate configuration's rankings (through the full serving path, production "
     "embedder and reranker) beat production's on the held-out questions people rated: nDCG@10 and MRR@10 "
-    "(paired test) without losing recall@20. " + _POLICY,
+    "(paired test) without losing recall@20. People could rate only what production showed, so a lower mean there is "
+    "'worse' only when significant; the canary decides the rest. " + _POLICY,
 )
 def trained_configuration_gate(
     context: AssetCheckExecutionContext, config: GateConfig, data_store: DataStore, rollout: Rollout

@@ -143,6 +143,25 @@ def test_the_not_worse_gate_admits_an_unproven_candidate_and_refuses_a_worse_one
     assert not result.passed and result.reasons == ["recall@20 dropped by 0.1000 (tolerance 0.01)"]
 
 
+def test_on_labels_from_productions_own_lists_only_a_significant_drop_is_worse():
+    """People could rate only what production showed, so its ranks of their passages are high by how the labels
+    arose: a candidate lower by more than max_drop but not significantly is left to the canary, a significant drop is
+    still worse."""
+    n = 12
+    production = _table([0.5] * n, [0.5] * n, [0.8] * n)
+    settings = GateSettings(resamples=2000, criterion="not_worse", max_drop=0.02)
+    lower_by_chance = _table([0.5] * (n - 2) + [0.2, 0.2], [0.5] * (n - 2) + [0.3, 0.3], [0.8] * n)  # -0.05, -0.033
+    assert not gate_decision(production, lower_by_chance, settings).passed
+    result = gate_decision(production, lower_by_chance, settings, labels_from_production=True)
+    assert result.passed and result.not_worse and not result.better
+    worse = _table([0.4] * n, [0.4] * n, [0.8] * n)
+    result = gate_decision(production, worse, settings, labels_from_production=True)
+    assert not result.passed and result.reasons[0].startswith("ndcg@10: -0.1000 is worse (p=")
+    assert "at most" not in result.reasons[0]
+    loses_recall = _table([0.5] * n, [0.5] * n, [0.7] * n)  # the recall guard stands
+    assert not gate_decision(production, loses_recall, settings, labels_from_production=True).passed
+
+
 def test_a_candidate_that_scores_every_question_as_production_gets_no_canary():
     """Training that kept its starting point registers the same model again: no worse, but a canary of it could only
     tie and would hold later retrains back, so the gate calls it unchanged and no policy releases it."""
@@ -827,9 +846,9 @@ def test_retrain_job_rejects_then_promotes_and_reindexes(scifact_tables, monkeyp
     materialized = {m.asset_key.to_user_string() for m in first.get_asset_materialization_events()}
     assert "finetuned_embedder" in materialized and "production_embedder" not in materialized
     assert ("production_reranker" in materialized) == checks["trained_reranker_gate"].passed
-    assert registry.resolve("embedder", "production") is None and "ft-minilm-v1" in instance.get_dynamic_partitions(
-        "embedding_model"
-    )
+    # A rejected model gets no embedding_model partition: a backfill of "all missing" would index it for nobody.
+    assert registry.resolve("embedder", "production") is None
+    assert "ft-minilm-v1" not in instance.get_dynamic_partitions("embedding_model")
 
     # With a deliberately worse production (noisy weights), the same candidate passes, is promoted and indexed, once
     # the gate lets a gain on generated questions alone promote (by default only a canary or people's questions can).

@@ -586,8 +586,14 @@ def gate_configuration(tables: TableStore, registry, candidate, settings, *, roo
         answerer = Answerer(config.apply(base), root=root)
         served = served_table(answerer, held, tables.read(CHUNKS_TABLE, config.strategy), metrics)
         tables_by[name] = held.weighted(served, metrics)
-    result = gate_decision(tables_by["production"], tables_by["candidate"], settings)
-    verdict = {**result.metadata, **recorded, "passed": bool(result.passed), "gated_at": now}
+    result = gate_decision(tables_by["production"], tables_by["candidate"], settings, labels_from_production=True)
+    verdict = {
+        **result.metadata,
+        **recorded,
+        "worse_means": "significantly lower (the labels come from production's own lists)",
+        "passed": bool(result.passed),
+        "gated_at": now,
+    }
     registry.update_metrics("configuration", candidate.version, {"gate": verdict})
     record_gate(registry, candidate, verdict, result)
     withdraw_rejected(registry, "configuration", candidate, verdict)

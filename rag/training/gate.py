@@ -196,14 +196,25 @@ def _figures(table: pd.DataFrame) -> dict:
 
 
 def gate_decision(
-    production: pd.DataFrame, candidate: pd.DataFrame, settings: GateSettings | None = None
+    production: pd.DataFrame,
+    candidate: pd.DataFrame,
+    settings: GateSettings | None = None,
+    *,
+    labels_from_production: bool = False,
 ) -> GateResult:
     """Both tables: one row per question (`qid` + metric columns), as rag.evaluation.metrics.evaluate_run returns.
 
     Two verdicts from the same per-question scores: `better` (each metric significantly higher, recall kept) and
     `not_worse` (no metric significantly lower nor lower by more than max_drop, recall kept); settings.criterion
-    picks the one that sets `passed`."""
+    picks the one that sets `passed`.
+
+    labels_from_production: the questions' relevant passages are those people opened and rated in production's own
+    lists, so production holds them near the top by how the labels arose and any other ranking reads lower. A drop
+    of the mean is then expected of a better candidate too (TAT-QA: a configuration +26 recall@5 points better on the
+    test questions read MRR@10 -0.045 on them, bench/results/loop-tatqa-first.json); only a significant drop says
+    worse, and the canary's interleaving, which shows both rankings alike, decides the rest."""
     settings = settings or GateSettings()
+    max_drop = float("inf") if labels_from_production else settings.max_drop
     prod = production.set_index("qid")
     cand = candidate.set_index("qid").reindex(prod.index)
     if cand.isna().any().any():
@@ -220,15 +231,16 @@ def gate_decision(
         p_worse = paired_p_value(p_, c, **kw)  # one-sided: production higher
         delta = float(cand[metric].mean() - prod[metric].mean())
         ok = delta > 0 and p < settings.p_value
-        not_worse = not (delta < 0 and p_worse < settings.p_value) and delta >= -settings.max_drop
+        not_worse = not (delta < 0 and p_worse < settings.p_value) and delta >= -max_drop
         if not ok:
             better_reasons.append(
                 f"{metric}: {delta:+.4f} (p={p:.4f}) is not a significant improvement at p<{settings.p_value}"
             )
         if not not_worse:
+            allowed = "" if labels_from_production else f"at most {settings.max_drop} lower and "
             worse_reasons.append(
-                f"{metric}: {delta:+.4f} is worse (p={p_worse:.4f} that production is better; at most "
-                f"{settings.max_drop} lower and not significantly at p<{settings.p_value})"
+                f"{metric}: {delta:+.4f} is worse (p={p_worse:.4f} that production is better; {allowed}not "
+                f"significantly at p<{settings.p_value})"
             )
         rows.append(
             {
