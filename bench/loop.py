@@ -164,8 +164,10 @@ def one_corpus(args, record: dict, save) -> None:
         log(f"  round 0 (untrained default): {out['round_0']['scores']}")
         save()
 
-        def relevant(question) -> set[str]:  # what people recognise as answering, in the chunk set served now
-            return set(users_judge.qrels(app.state.serving.current().settings.strategy).get(question.qid, {}))
+        def relevant(question) -> set[str]:
+            # What people recognise as answering, in whichever chunk set a passage comes from: a configuration's
+            # canary interleaves the candidate's chunk set with production's, and its passages answer just as well.
+            return {c for strategy in args.strategies for c in users_judge.qrels(strategy).get(question.qid, {})}
 
         people = People(http, clicks, relevant, seed=args.seed)
         queue = list(corpus.users)
