@@ -8,8 +8,12 @@ provenance (commit, date, arguments, machine). Any other page of docs/ (and READ
 
     <!-- figures:FILE -->              every table of bench/results/FILE.json
     <!-- figures:FILE:VIEW -->         one of them (the view names are listed under each section of benchmarks.md)
+    <!-- figures:FILE? -->             the same, or "not measured yet" while bench/results/FILE.json is absent
     ...                                (replaced on every render)
     <!-- /figures -->
+
+A block naming an absent result file fails the render unless it ends with `?` (a figure promised before it is
+measured).
 
 A result file of a kind this script does not know gets the generic rendering (its scalar figures in a flat
 table), so a new benchmark shows up without a code change; a kind earns its own render function once its figures
@@ -32,7 +36,7 @@ DOCS = ROOT / "docs"
 BENCHMARKS = "benchmarks.md"
 # Pages outside docs/ whose figure blocks are filled too.
 EXTRA_PAGES = ("README.md",)
-BLOCK = re.compile(r"(<!-- figures:(?P<name>[A-Za-z0-9._:@-]+) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
+BLOCK = re.compile(r"(<!-- figures:(?P<name>[A-Za-z0-9._:@-]+\??) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
 PROVENANCE_KEYS = {
     "args",
     "argv",
@@ -1020,6 +1024,64 @@ def encoder_int8(record: dict) -> dict[str, Table]:
     return views
 
 
+def indexing(record: dict) -> dict[str, Table]:
+    """bench/indexing.py: index_folder's stages from nothing to served, and the same texts encoded bare."""
+    corpus = record.get("corpus", {})
+    stages = []
+    for row in record["stages"]:
+        rate = "—" if row.get("per_s") is None else f"{num(float(row['per_s']), 1)} {row['unit']}/s"
+        stages.append(
+            [
+                row["stage"],
+                row.get("strategy") or "—",
+                num(row.get("items")),
+                num(float(row["seconds"]), 2),
+                rate,
+                num(row.get("mb_per_s"), 3),
+                num(row.get("peak_rss_mb"), 0),
+            ]
+        )
+    total = record.get("total", {})
+    stages.append(
+        ["from nothing to served", "", "", num(total.get("seconds"), 2), "", "", num(total.get("peak_rss_mb"), 0)]
+    )
+    encode = []
+    for strategy, bare in record.get("bare", {}).items():
+        for texts, stage in (("chunks", "chunk vectors"), ("sentences", "sentence vectors")):
+            row = next((r for r in record["stages"] if r["stage"] == stage and r.get("strategy") == strategy), None)
+            if row is None:
+                continue
+            cells = [f"{strategy} {texts}", num(row.get("items")), num(float(row["seconds"]), 2)]
+            for kind in ("fp32", "int8"):
+                ratio = get(record, "ratios", strategy, f"{stage.replace(' ', '_')}_vs_{kind}")
+                cells += [num(get(bare, kind, texts, "seconds"), 2), num(ratio, 2)]
+            encode.append(cells)
+    shares = [
+        [strategy, num(ratios.get("sentence_vectors_over_chunk_vectors"), 2)]
+        for strategy, ratios in record.get("ratios", {}).items()
+    ]
+    return {
+        "stages": (
+            [
+                f"stage ({corpus.get('corpus')}: {num(corpus.get('documents'))} documents, "
+                f"{num((corpus.get('bytes') or 0) / 1e6, 1)} MB)",
+                "chunk set",
+                "items",
+                "seconds",
+                "rate",
+                "MB/s",
+                "peak RSS MB",
+            ],
+            stages,
+        ),
+        "encode": (
+            ["texts", "count", "product s", "bare fp32 s", "product / fp32", "bare int8 s", "product / int8"],
+            encode,
+        ),
+        "share": (["chunk set", "sentence vectors' seconds / chunk vectors'"], shares),
+    }
+
+
 def generic(record: dict) -> dict[str, Table]:
     """Scalar figures outside the provenance, by their path in the file (lists and per-query maps left out)."""
     rows: list[list[str]] = []
@@ -1143,6 +1205,12 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
         encoder_int8,
     ),
     (
+        "indexing-*",
+        "How long does a folder take from nothing to served, per stage (parse, chunk, BM25, chunk vectors, sentence "
+        "vectors), and how close does the product encode to a bare encode of the same texts? (`bench/indexing.py`)",
+        indexing,
+    ),
+    (
         "load-api*",
         "How fast does `rag serve` answer `/ask` with 1 and 10 clients, alone and while `rag index` re-indexes, and "
         "is every answered ask stored? (`bench/load_api.py`)",
@@ -1235,7 +1303,10 @@ def views_of(record: dict, name: str) -> dict[str, Table]:
 
 
 def block(records: dict[str, dict], spec: str) -> str:
-    name, _, view = spec.partition(":")
+    optional = spec.endswith("?")
+    name, _, view = spec.removesuffix("?").partition(":")
+    if name not in records and optional:
+        return f"Not measured yet: `bench/results/{name}.json` is absent.\n"
     if name not in records:
         raise SystemExit(f"figures:{spec}: no bench/results/{name}.json")
     views = views_of(records[name], name)
