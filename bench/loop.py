@@ -35,12 +35,22 @@ from pathlib import Path
 
 from bench.lib import cli
 from bench.lib.datasets import RESULTS
-from bench.lib.loop import TOKEN, USER_HEADER, ClickModel, Operations, People, rankings, scored, served_versions
+from bench.lib.loop import (
+    TOKEN,
+    USER_HEADER,
+    ClickModel,
+    Operations,
+    People,
+    scored,
+    served_lists,
+    served_versions,
+)
 from bench.lib.loop_data import CORPORA, SOURCES, load, relevance
 from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
 from bench.lib.results import log, write
 
 METRICS = ["recall@5", "ndcg@10", "mrr@10", "recall@20"]
+ANSWER_READ = "answer_read"  # share of questions whose passages the answer reads (top_k, context budget) hold it
 HEADLINE = {"tatqa": "recall@5", "scifact": "ndcg@10", "conditionalqa": "recall@5", "squad": "recall@5"}
 
 
@@ -67,12 +77,21 @@ class Judge:
         from rag.evaluation.metrics import paired_comparison
 
         strategy = answerer.settings.strategy
-        means, table = scored(self.qrels(strategy), rankings(answerer, self.questions), self.questions, METRICS)
+        qrels = self.qrels(strategy)
+        run, read = served_lists(answerer, self.questions)
+        means, table = scored(qrels, run, self.questions, METRICS)
+        # recall@5 counts a share of the relevant chunks, so it cannot compare chunk sets (every paragraph of a
+        # document counts where no answer string is found, one whole document stands for them all); whether the
+        # passages the answer reads hold the answer can.
+        table[ANSWER_READ] = [float(any(c in qrels.get(q, {}) for c in read[q])) for q in table.index]
+        means[ANSWER_READ] = round(float(table[ANSWER_READ].mean()), 4)
         out = {"served": answerer.served(), "scores": means}
         if self.baseline is None:
             self.baseline = table
         else:
-            out["paired_vs_untrained_default"] = {m: paired_comparison(table[m], self.baseline[m]) for m in METRICS}
+            out["paired_vs_untrained_default"] = {
+                m: paired_comparison(table[m], self.baseline[m]) for m in [*METRICS, ANSWER_READ]
+            }
         return out
 
 
@@ -237,20 +256,26 @@ def retrain_config(args) -> dict:
     return config
 
 
+def _served(entry: dict) -> str:
+    served = entry.get("served") or {}
+    return f"{served.get('strategy', '?')} · {served.get('mode', '?')}"
+
+
 def markdown(record: dict) -> str:
     """Rounds of one loop run: what served, its headline figure and the paired test against round 0."""
     corpus = record.get("corpus", {})
     name = corpus.get("corpus", "?")
     metric = HEADLINE.get(name, "recall@5")
     lines = [
-        f"| round | people's questions so far | serving (embedder, reranker) | what the sensors ran | {metric} | "
+        f"| round | people's questions so far | serving (chunks · mode, embedder, reranker) | what the sensors ran | "
+        f"{metric} | "
         f"Δ vs untrained default [95% CI], p |",
         "|---|---|---|---|---|---|",
     ]
     first = corpus.get("round_0", {})
     if first:
         lines.append(
-            f"| 0 | 0 | {first['production']['embedder'] or 'minilm (base)'}, "
+            f"| 0 | 0 | {_served(first)}, {first['production']['embedder'] or 'minilm (base)'}, "
             f"{first['production']['reranker'] or 'none'} | — | {first['scores'][metric]:.4f} | — |"
         )
     for entry in corpus.get("rounds", []):
@@ -258,7 +283,8 @@ def markdown(record: dict) -> str:
         ran = "; ".join(f"{op['job']} ({'ok' if op['success'] else 'failed'})" for op in runs) or "—"
         paired = entry["paired_vs_untrained_default"][metric]
         lines.append(
-            f"| {entry['round']} | {entry['asked_total']:,} | {entry['production']['embedder'] or 'minilm (base)'}, "
+            f"| {entry['round']} | {entry['asked_total']:,} | {_served(entry)}, "
+            f"{entry['production']['embedder'] or 'minilm (base)'}, "
             f"{entry['production']['reranker'] or 'none'} | {ran} | {entry['scores'][metric]:.4f} | "
             f"{paired['delta']:+.4f} [{paired['ci_low']:+.4f}, {paired['ci_high']:+.4f}], p {paired['p_value']:.2g} |"
         )

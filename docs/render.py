@@ -621,8 +621,15 @@ def loop(record: dict) -> dict[str, Table]:
     metric = LOOP_HEADLINE.get(corpus.get("corpus"), "recall@5")
     rounds = []
     first = corpus.get("round_0")
+    read = "answer_read"  # whether the passages the answer reads hold it (runs before it was scored show —)
+
+    def read_cells(entry: dict) -> list[str]:
+        paired = get(entry, "paired_vs_untrained_default", read, default={}) or {}
+        delta = f"{signed(paired['delta'])} ({pvalue(paired.get('p_value'))})" if paired else "—"
+        return [num(entry["scores"].get(read)) if read in entry["scores"] else "—", delta]
+
     if first:
-        rounds.append(["0", "0", _serving(first), "—", num(first["scores"].get(metric)), "—", "—"])
+        rounds.append(["0", "0", _serving(first), "—", num(first["scores"].get(metric)), "—", "—", *read_cells(first)])
     gates, runs, canaries = [], [], []
     for entry in corpus.get("rounds", []):
         paired = get(entry, "paired_vs_untrained_default", metric, default={}) or {}
@@ -639,6 +646,7 @@ def loop(record: dict) -> dict[str, Table]:
                 num(entry["scores"].get(metric)),
                 f"{signed(paired.get('delta'))} [{signed(paired.get('ci_low'))}, {signed(paired.get('ci_high'))}]",
                 pvalue(paired.get("p_value")),
+                *read_cells(entry),
             ]
         )
         for op in jobs:
@@ -658,7 +666,17 @@ def loop(record: dict) -> dict[str, Table]:
                     runs.append([str(entry["round"]), op["job"], asset, released["summary"]])
     return {
         "rounds": (
-            ["round", "people's questions", "serving", "jobs the sensors ran", metric, "Δ vs round 0 [95% CI]", "p"],
+            [
+                "round",
+                "people's questions",
+                "serving",
+                "jobs the sensors ran",
+                metric,
+                "Δ vs round 0 [95% CI]",
+                "p",
+                "answer in what the answer reads",
+                "Δ (p)",
+            ],
             rounds,
         ),
         "gates": (["round", "gate", "outcome", "held-out questions", "Δ nDCG@10", "p"], gates),

@@ -140,3 +140,16 @@ def test_a_configuration_canary_is_served_from_its_own_chunk_set_and_settings(tm
     assert options["lock_wait_seconds"] == 5.0
     pinned = SimpleNamespace(settings=lambda: production, pinned=frozenset({"strategy"}), current=lambda: None)
     assert "pins strategy" in server.canary_router(pinned, root=tmp_path).refuses("configuration", None)
+
+
+def test_a_configuration_is_judged_on_what_the_answer_reads():
+    """The first top_k passages, fewer when they overflow the context budget (the best always stays): a chunk set of
+    whole documents cannot win on passages the prompt never holds."""
+    from rag.training.configuration import ReadBudget
+
+    budget = ReadBudget(top_k=3, max_chars=1000)
+    sizes = {"a": 400, "b": 500, "c": 300, "d": 10, "huge": 5000}
+    assert budget.cut(["a", "b", "c", "d"], sizes.get) == ["a", "b"]  # c would overflow 1,000 characters
+    assert budget.cut(["d", "a", "b", "c"], sizes.get) == ["d", "a", "b"]  # top_k 3
+    assert budget.cut(["huge", "a"], sizes.get) == ["huge"]  # the best stays, alone
+    assert budget.cut([], sizes.get) == []

@@ -230,13 +230,18 @@ class Operations:
         return record
 
 
-def rankings(answerer, questions: list[Question], depth: int = 10) -> dict[str, dict[str, float]]:
-    """Each question through the served answerer's ranking (retrieve, rerank, filter), as a ranx run."""
-    run = {}
+def served_lists(answerer, questions: list[Question], depth: int = 10) -> tuple[dict, dict[str, list[str]]]:
+    """(ranx run of the served ranking, chunk ids the answer reads per question): the ranking cut to the server's
+    top_k and context budget as the answer stage cuts it (rag.qa.prompt.fit_context)."""
+    from rag.qa.prompt import fit_context
+
+    run, read = {}, {}
     for q in questions:
-        hits = answerer.rank(q.text)[:depth]
-        run[q.qid] = {h.chunk["chunk_id"]: float(len(hits) - r) for r, h in enumerate(hits)} or {"-": 0.0}
-    return run
+        hits = answerer.rank(q.text)
+        ranked = hits[:depth]
+        run[q.qid] = {h.chunk["chunk_id"]: float(len(ranked) - r) for r, h in enumerate(ranked)} or {"-": 0.0}
+        read[q.qid] = [h.chunk["chunk_id"] for h in fit_context(hits, answerer.settings.max_context_chars)]
+    return run, read
 
 
 def scored(qrels: dict[str, dict[str, int]], run: dict, questions: list[Question], metrics: list[str]):
