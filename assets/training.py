@@ -103,6 +103,11 @@ class TrainingRunConfig(Config):
 class EmbedderTrainingRunConfig(TrainingRunConfig):
     loss: str = Field("cached-mnrl", description="mnrl | cached-mnrl")
     batch_size: int = 64
+    selection_passages: int | None = Field(
+        None,
+        description="each checkpoint is scored on at most this many passages (default 10,000): those of the "
+        "selection questions and a random sample of the others; a chunk set no larger is scored whole",
+    )
 
 
 class RerankerTrainingRunConfig(TrainingRunConfig):
@@ -189,7 +194,8 @@ def _train(kind: str, settings, context: AssetExecutionContext, data_store: Data
 def finetuned_embedder(
     context: AssetExecutionContext, config: EmbedderTrainingRunConfig, data_store: DataStore
 ) -> MaterializeResult:
-    settings = EmbedderTrainingConfig(**config.overrides(), loss=config.loss, batch_size=config.batch_size)
+    sample = {"selection_passages": config.selection_passages} if config.selection_passages else {}
+    settings = EmbedderTrainingConfig(**config.overrides(), loss=config.loss, batch_size=config.batch_size, **sample)
     _mv, metadata = _train("embedder", settings, context, data_store)
     return MaterializeResult(metadata=metadata)
 

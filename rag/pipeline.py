@@ -13,6 +13,7 @@ from rag.chunk_sets import CHUNK_QUARANTINE_TABLE, ChunkLimits, ChunkRun, update
 from rag.chunking import Chunker, get_chunker, load_strategies
 from rag.embedding import TextEmbedder, load_embedder, model_key
 from rag.index.qdrant import CollectionName, QdrantSettings, alias_target, drop_unaliased, get_client, point_alias_to
+from rag.index.stored import ReusingEmbedder, StoredVectors, weights_collections
 from rag.index.sync import BM25Run, IndexRun, sync_bm25, sync_collection
 from rag.ingest import ParseRun, update_documents
 from rag.parsing import ParseSettings
@@ -79,13 +80,19 @@ def bm25_step(tables: TableStore, root: Path, strategy: str) -> BM25Run:
 
 @dataclass
 class EmbedRun(IndexRun):
-    """The collection's sync and the sentence vectors stored beside it (rag.qa.encoding)."""
+    """The collection's sync and the sentence vectors stored beside it (rag.qa.encoding). `reused`: chunks written
+    with a vector the model had already given their text (a sentence of the store, a chunk of another chunk set)."""
 
     sentence_vectors: dict = field(default_factory=dict)
+    reused: int = 0
 
     @property
     def summary(self) -> dict:
-        return super().summary | {f"sentence_vectors_{k}": v for k, v in self.sentence_vectors.items()}
+        return (
+            super().summary
+            | {"reused_vectors": self.reused}
+            | {f"sentence_vectors_{k}": v for k, v in self.sentence_vectors.items()}
+        )
 
 
 def embed_step(
@@ -109,26 +116,37 @@ def embed_step(
 
     Interruptible: chunk vectors are upserted `batch_size` at a time into a collection that survives a kill, and
     sentence vectors stored `sentence_batch_size` at a time, so a run that dies resumes where it stopped and never
-    encodes again what it stored (rag.index.sync, rag.qa.encoding)."""
+    encodes again what it stored (rag.index.sync, rag.qa.encoding).
+
+    Every text is encoded once per model version: a chunk whose text the model already encoded (a sentence in the
+    store, a chunk of another chunk set's collection of the same model and weights) is written with that vector, and
+    a sentence that is a chunk's whole text takes the chunk's (rag.index.stored)."""
+    # Imported when used: rag.qa brings the answer stack (LLM backends), which importing the pipeline should not load.
+    from rag.qa.encoding import open_sentence_store, store_sentence_vectors
+
     chunks = _chunks(tables, strategy)
-    run = sync_collection(
-        client,
-        chunks,
-        embedder,
-        strategy=strategy,
-        model=model,
-        distance=distance,
-        batch_size=batch_size,
-        progress=progress,
-    )
     root = Path(tables.root).parent
+    target = CollectionName(strategy, model_key(model)).versioned(embedder.version, distance)
+    others = StoredVectors(client, weights_collections(client, embedder.version, model=model_key(model), skip=[target]))
+    store = open_sentence_store(root, embedder)
+    reusing = ReusingEmbedder(embedder, store.vectors_of, others)
+    try:
+        run = sync_collection(
+            client,
+            chunks,
+            reusing,
+            strategy=strategy,
+            model=model,
+            distance=distance,
+            batch_size=batch_size,
+            progress=progress,
+        )
+    finally:
+        store.close()
     registry = registry or ModelRegistry(root / "models")
     if base_serving_alias(client, strategy, model, run.collection, registry):
         # The collection the serving alias left may be an old version of the base model nothing else holds.
         run.dropped_collections += drop_unaliased(client, CollectionName(strategy, model_key(model)))
-    # Imported when used: rag.qa brings the answer stack (LLM backends), which importing the pipeline should not load.
-    from rag.qa.encoding import store_sentence_vectors
-
     sentences = store_sentence_vectors(
         root,
         chunks["text"].tolist(),
@@ -136,8 +154,9 @@ def embed_step(
         batch_size=sentence_batch_size,
         progress=progress,
         task=f"sentence vectors {strategy}|{model}",
+        known=StoredVectors(client, [run.collection, *others.collections]),
     )
-    return EmbedRun(**vars(run), sentence_vectors=sentences)
+    return EmbedRun(**vars(run), sentence_vectors=sentences, reused=reusing.reused)
 
 
 def base_serving_alias(client, strategy: str, model: str, collection: str, registry: ModelRegistry) -> bool:

@@ -77,6 +77,15 @@ def weights_version(model_dir: Path) -> str:
     return _hash_files(files)
 
 
+def weights_digest(model) -> str:
+    """Hash of a torch model's loaded parameters (its state_dict), exact for local directories and hub ids alike: the
+    `version` of a sentence-transformers embedder, so a model in training can tell which stored vectors are its own."""
+    digest = hashlib.sha256()
+    for tensor in model.state_dict().values():
+        digest.update(tensor.detach().cpu().numpy().tobytes())
+    return digest.hexdigest()[:12]
+
+
 def _e5_like(source: str) -> bool:
     return bool(re.search(r"(^|/)(multilingual-)?e5-", source.lower()))
 
@@ -179,11 +188,7 @@ class SentenceTransformerEmbedder(_Prefixed):
         self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
         get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
         self.dim = int(get_dim())
-        # Hash of the loaded parameters: exact for local directories and hub ids alike.
-        digest = hashlib.sha256()
-        for tensor in self._model.state_dict().values():
-            digest.update(tensor.detach().cpu().numpy().tobytes())
-        self.version = digest.hexdigest()[:12]
+        self.version = weights_digest(self._model)
         self.window = self._model.max_seq_length  # what encode() truncates to (256 for all-MiniLM-L6-v2)
 
     def _embed(self, texts: list[str]) -> np.ndarray:

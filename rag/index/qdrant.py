@@ -235,6 +235,20 @@ def borrowed_client(settings: QdrantSettings) -> Iterator:
                 close_client(settings)
 
 
+@contextmanager
+def reading_client(settings: QdrantSettings) -> Iterator:
+    """The location's client for a few reads by a step that does not otherwise open Qdrant (training): the process's
+    own client when it has one open (left open), else a borrowed one (borrowed_client), so an embedded folder's lock
+    is held only while reading."""
+    with _clients_lock:
+        client = _clients.get(settings.location)
+    if client is not None:
+        yield client
+        return
+    with borrowed_client(settings) as client:
+        yield client
+
+
 def is_local(client) -> bool:
     from qdrant_client.local.qdrant_local import QdrantLocal
 

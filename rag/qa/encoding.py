@@ -112,6 +112,12 @@ class SentenceVectorStore:
                 return {}
         return found
 
+    def vectors_of(self, texts: list[str]) -> dict[str, np.ndarray]:
+        """The stored vectors of those `texts` that have one, by text."""
+        keys = {t: text_hash(t) for t in dict.fromkeys(texts)}
+        stored = self.get(keys.values())
+        return {t: stored[k] for t, k in keys.items() if k in stored}
+
     def put(self, vectors: dict[str, np.ndarray]) -> None:
         if not vectors:
             return
@@ -181,9 +187,7 @@ class CachedEmbedder:
                 found[t] = v
         missing = [t for t in dict.fromkeys(texts) if t not in found]
         if missing and self.store is not None:
-            keys = {t: text_hash(t) for t in missing}
-            stored = self.store.get(keys.values())
-            new = {t: stored[k] for t, k in keys.items() if k in stored}
+            new = self.store.vectors_of(missing)
             found.update(new)
             missing = [t for t in missing if t not in new]
             self._remember(new)
@@ -217,18 +221,32 @@ def store_sentence_vectors(
     batch_size: int = 256,
     progress: Progress | None = None,
     task: str = "sentence vectors",
+    known: Callable[[list[str]], dict[str, np.ndarray]] | None = None,
 ) -> dict[str, int | float]:
     """Encode and store the sentences of `texts` (chunk texts) the store does not hold yet for `embedder`: the
-    index-time half of CachedEmbedder's store. Returns {"sentences": distinct ones, "encoded": newly encoded}."""
+    index-time half of CachedEmbedder's store. `known` (sentences -> the vectors `embedder` already gave some of them,
+    e.g. a chunk whose text is one sentence, in its collection: rag.index.stored) answers before encoding. Batches are
+    sorted by length, so each pads little. Returns {"sentences": distinct ones, "encoded": newly encoded, "reused":
+    taken from `known`}."""
     from rag.qa.generators import sentence_units
 
     store = open_sentence_store(root, embedder)
     units = list(dict.fromkeys(u for text in texts for u in sentence_units(text or "")))
     keys = [text_hash(u) for u in units]
-    known: set[str] = set()
+    stored: set[str] = set()
     for i in range(0, len(keys), 5000):
-        known.update(store.get(keys[i : i + 5000]))
-    todo = [(u, k) for u, k in zip(units, keys) if k not in known]
+        stored.update(store.get(keys[i : i + 5000]))
+    todo = [(u, k) for u, k in zip(units, keys) if k not in stored]
+    reused, left = 0, []
+    for i in range(0, len(todo) if known is not None else 0, 5000):
+        part = todo[i : i + 5000]
+        found = known([u for u, _ in part])
+        store.put({k: found[u] for u, k in part if u in found})
+        reused += len(found)
+        left += [(u, k) for u, k in part if u not in found]
+    todo = left if known is not None else todo
+    # Longest first, as chunks are (rag.index.sync): a batch of similar lengths pads little, and memory peaks at once.
+    todo.sort(key=lambda unit: len(unit[0]), reverse=True)
     advance = counter(progress, task, len(todo), "sentences")
     started = time.perf_counter()
     for i in range(0, len(todo), batch_size):
@@ -236,7 +254,12 @@ def store_sentence_vectors(
         vectors = embedder.encode_passages([u for u, _ in batch])
         store.put({k: v for (_, k), v in zip(batch, vectors)})
         advance(len(batch))
-    out: dict = {"sentences": len(units), "encoded": len(todo), "seconds": round(time.perf_counter() - started, 3)}
+    out: dict = {
+        "sentences": len(units),
+        "encoded": len(todo),
+        "reused": reused,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
     if store.broken:
         out["store_error"] = store.broken
     store.close()

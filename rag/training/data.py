@@ -170,6 +170,21 @@ def ir_set(items: list[QAItem], chunks: pd.DataFrame, relevance: Relevance | Non
     )
 
 
+def selection_sample(selection: IRSet | None, limit: int | None, seed: int) -> IRSet | None:
+    """The selection questions over at most `limit` passages of their corpus (all of them when it has no more, or
+    `limit` is None): every passage relevant to or judged for a question, then a seeded random sample of the others.
+    Each checkpoint has new weights, so each evaluation encodes every passage it scores: this bounds what it costs on
+    a large chunk set. The untrained start is scored on the same passages, so checkpoints and start compare alike."""
+    if selection is None or limit is None or len(selection.corpus) <= limit:
+        return selection
+    kept = {c for rel in selection.qrels.values() for c in rel} | {c for j in selection.judged.values() for c in j}
+    kept &= selection.corpus.keys()
+    others = sorted(c for c in selection.corpus if c not in kept)
+    kept |= set(random.Random(seed).sample(others, max(0, min(len(others), limit - len(kept)))))
+    corpus = {c: text for c, text in selection.corpus.items() if c in kept}
+    return IRSet(selection.queries, corpus, selection.qrels, selection.judged, selection.types)
+
+
 # Fewer selection questions than this picks a checkpoint on noise: training then keeps the last step instead.
 MIN_SELECTION_QUESTIONS = 2
 

@@ -35,8 +35,10 @@ from rag.training.data import (
     expert_copies,
     expert_scale,
     positives_by_query,
+    selection_sample,
     with_negatives,
 )
+from rag.training.vectors import known_documents
 
 Log = Callable[[str], None]
 # The gate's first metric (GateSettings.metrics): a checkpoint chosen on another metric than the one that judges it
@@ -56,10 +58,13 @@ class TrainingRun:
     max_seq_length: int | None = None  # the length it was actually trained at (None: the trainer did not say)
     start_selection_metrics: dict[str, float] = field(default_factory=dict)  # the untrained model's, for comparison
     expert: dict[str, float] = field(default_factory=dict)  # how the expert pairs were weighed (expert_summary)
+    selection_passages: int | None = None  # passages checkpoints were scored on, when a sample (selection_sample)
 
     @property
     def summary(self) -> dict:
         length = {"max_seq_length": self.max_seq_length} if self.max_seq_length else {}
+        if self.selection_passages:
+            length["selection_passages"] = self.selection_passages
         return {
             "train_seconds": round(self.seconds, 1),
             "steps": self.steps,
@@ -212,7 +217,21 @@ def ir_evaluator(selection: IRSet | None):
         return None
     from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
 
-    return InformationRetrievalEvaluator(
+    from rag.embedding import weights_digest
+
+    class ScoredOnce(InformationRetrievalEvaluator):
+        """Scores each set of weights once. Weights scored already get their figures again instead of encoding every
+        passage again: the untrained start at a first checkpoint whose steps left it unchanged (linear warmup starts
+        at a learning rate of 0), the best checkpoint reloaded at the end."""
+
+        def __call__(self, model, *args, **kwargs):
+            key = (weights_digest(model), model.max_seq_length)
+            scored = self.__dict__.setdefault("scored", {})
+            if key not in scored:
+                scored[key] = super().__call__(model, *args, **kwargs)
+            return dict(scored[key])
+
+    return ScoredOnce(
         selection.queries,
         selection.corpus,
         {q: set(r) for q, r in selection.qrels.items()},
@@ -288,7 +307,10 @@ def train_embedder(
     log: Log = print,
     mining_cache: Path | None = None,
     progress: Progress | None = None,
+    stored_passages: Callable | None = None,
 ) -> TrainingRun:
+    """`stored_passages` (rag.training.vectors.index_passages): the index's vectors of passages under the base
+    weights, so that mining and the untrained start's score encode none of those again."""
     from datasets import Dataset
     from sentence_transformers import (
         SentenceTransformer,
@@ -309,6 +331,21 @@ def train_embedder(
     # Default: train at the serving length (see TrainingConfig.max_seq_length); the saved model keeps the base's length.
     model.max_seq_length = config.max_seq_length or serving_length
     trained_length = model.max_seq_length
+    # The model card's usage example encodes a few training texts at every save: nothing reads it, and they would be
+    # encoded again by weights that already encoded them (checkpoint scores, the index).
+    model.model_card_data.generate_widget_examples = False
+    limit = getattr(config, "selection_passages", None)
+    selection = selection_sample(data.selection, limit, config.seed)
+    if selection is not data.selection:
+        log(
+            f"checkpoints are scored on {len(selection.corpus)} of the {len(data.selection.corpus)} passages "
+            f"(selection_passages {limit}): those of the selection questions and a random sample of the others"
+        )
+    evaluator = ir_evaluator(selection)
+    base_vectors: dict = {}  # passage vectors of the base weights, by text: from the index, or encoded once here
+    if stored_passages is not None and trained_length == serving_length and (config.hard_negatives or evaluator):
+        texts = list(corpus) + (list(selection.corpus.values()) if evaluator else [])
+        base_vectors = stored_passages(model, list(dict.fromkeys(texts)), log)
     pairs = sample_pairs(data.positives, config.max_pairs, config.seed)
     experts, expert_negatives = expert_pairs(data, config)
     expert_positives = list(dict.fromkeys((e.query, e.passage) for e in experts))
@@ -317,13 +354,11 @@ def train_embedder(
     mined = {}
     if config.hard_negatives:
         log(f"mining hard negatives for {len(pairs) + len(expert_positives)} pairs over {len(corpus)} passages")
-        mined = {
-            k: v[0]
-            for k, v in mine_negatives(
+        with known_documents(model, base_vectors):
+            mined = mine_negatives(
                 model, pairs + expert_positives, corpus, config, 1, mining_cache, known_positives=known
-            ).items()
-            if v
-        }
+            )
+        mined = {k: v[0] for k, v in mined.items() if v}
     rejected = data.negatives + expert_negatives
     triplets = with_negatives(pairs, mined, rejected, config.seed, known_positives=known)
     expert, weighed = expert_triplets(data, config, len(triplets), mined, rejected, known)
@@ -344,7 +379,6 @@ def train_embedder(
         loss = losses.CachedMultipleNegativesRankingLoss(model, mini_batch_size=min(config.mini_batch_size, batch_size))
     else:
         loss = losses.MultipleNegativesRankingLoss(model)
-    evaluator = ir_evaluator(data.selection)
     log(
         f"training {config.base_model} on {len(dataset)} triplets ({len(mined)} mined, {len(data.negatives)} feedback "
         f"negatives), loss {config.loss}, batch {batch_size}"
@@ -371,18 +405,24 @@ def train_embedder(
         )
         # The untrained start is a checkpoint too: when no trained step scores above it on the selection questions,
         # the base weights are kept (the gate then sees no change) instead of the least bad step.
-        start = {k.removeprefix("dev_"): float(v) for k, v in evaluator(model).items()} if evaluator else {}
+        start = {}
+        if evaluator:
+            with known_documents(model, base_vectors):
+                start = {k.removeprefix("dev_"): float(v) for k, v in evaluator(model).items()}
         run = run_trainer(trainer, model, evaluator, output_dir, started, len(dataset), serving_length)
     key = SELECTION_METRIC.removeprefix("dev_")
     if start and run.selection_metrics.get(key, -1.0) <= start.get(key, -1.0):
         log(f"no checkpoint beat the untrained start on selection {key} ({start[key]:.4f}): keeping the base weights")
         shutil.rmtree(output_dir, ignore_errors=True)
         base = SentenceTransformer(source, device="cpu", local_files_only=Path(source).is_dir())
+        base.model_card_data.generate_widget_examples = False
         base.save(str(output_dir))
         run.selection_metrics, run.best_checkpoint = start, "untrained start"
     run.start_selection_metrics = start
     run.max_seq_length = trained_length
     run.expert = weighed
+    if selection is not data.selection:
+        run.selection_passages = len(selection.corpus)
     return run
 
 

@@ -31,6 +31,7 @@ from rag.training.first_stage import (
 )
 from rag.training.ltr import train_learned_ranker
 from rag.training.reranker import train_reranker
+from rag.training.vectors import index_location, index_passages
 
 QA_TABLE = "synthetic_qa"  # written by the synthetic_qa asset
 Kind = Literal["embedder", "reranker"]
@@ -144,6 +145,7 @@ def train_candidate(
     `mining_cache`: a folder where hard-negative mining keeps corpus embeddings between runs; `progress` hears the
     training steps of the sentence-transformers trainers."""
     inputs = load_inputs(tables, config)
+    root = Path(tables.root).parent
     log(f"{kind}: {inputs.data.summary} on chunk set {inputs.strategy!r}")
     trainer = train_embedder if kind == "embedder" else train_reranker
     if mining_cache is not None:  # cached corpus embeddings are only valid for the same base weights
@@ -176,6 +178,8 @@ def train_candidate(
                 mode=serving_mode(Path(tables.root).parent),
             )
         else:
+            # The embedder reads the base weights' passage vectors from the index instead of encoding them again.
+            stored = {"stored_passages": index_passages(index_location(root), inputs.strategy, config.base_model)}
             run = trainer(
                 inputs.data,
                 config,
@@ -184,6 +188,7 @@ def train_candidate(
                 log=log,
                 mining_cache=mining_cache,
                 progress=progress,
+                **(stored if kind == "embedder" else {}),
             )
         manifest = _manifest(kind, config, inputs, run, registry.resolve(kind, "production"))
         log_training(registry, run_id, run, manifest["hyperparameters"], inputs.data.summary)
