@@ -42,6 +42,7 @@ from bench.lib.loop import (
     Operations,
     People,
     scored,
+    configuration_ceiling,
     served_lists,
     served_versions,
 )
@@ -107,6 +108,7 @@ def one_corpus(args, record: dict, save) -> None:
     from rag.serving.settings import ServeSettings
     from rag.store import TableStore
     from rag.lifecycle.rollout import running_canary
+    from rag.training.configuration import ReadBudget
     from resources.feedback import FeedbackLoop
     from resources.qdrant import QdrantResource
     from resources.rollout import Rollout
@@ -182,6 +184,18 @@ def one_corpus(args, record: dict, save) -> None:
         out["round_0"] = {**judge.score(served), "production": served_versions(registry)}
         log(f"  round 0 (untrained default): {out['round_0']['scores']}")
         save()
+        if args.ceiling:
+            t = time.perf_counter()
+            budget = ReadBudget.of(served.settings)
+            grid = configuration_ceiling(tables, root, judge, corpus.test, args.strategies, budget)
+            out["ceiling"] = {
+                "what": "every configuration of the learner's grid scored on the test split's own labels (an oracle)",
+                "read_budget": {"top_k": budget.top_k, "max_context_chars": budget.max_chars},
+                "configurations": grid,
+                "seconds": round(time.perf_counter() - t, 1),
+            }
+            log(f"  ceiling (oracle on the test labels): {grid[:3]}")
+            save()
 
         def relevant(question) -> set[str]:
             # What people recognise as answering, in whichever chunk set a passage comes from: a configuration's
@@ -307,6 +321,11 @@ def main() -> int:
         nargs="+",
         default=["paragraph", "fixed-512", "recursive-1000-200", "section-low", "whole-document"],
         help="chunk sets indexed (the server starts on its default, paragraph; a configuration may move it)",
+    )
+    p.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="also score every configuration of the learner's grid on the test labels (an oracle ceiling)",
     )
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--round-size", type=int, default=250, help="people's questions per round")

@@ -64,7 +64,7 @@ def tiny_corpus(folder):
     return folder
 
 
-def run_loop(tmp_path, monkeypatch, behaviour: str) -> dict:
+def run_loop(tmp_path, monkeypatch, behaviour: str, ceiling: bool = False) -> dict:
     from bench import loop
 
     monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path / "unused"))  # restored after: the bench points it at its own
@@ -95,6 +95,7 @@ def run_loop(tmp_path, monkeypatch, behaviour: str) -> dict:
         p_answer_rating=0.8,
         p_correction=0.8,
         seed=3,
+        ceiling=ceiling,
     )
     record: dict = {}
     loop.one_corpus(args, record, lambda: None)
@@ -112,7 +113,7 @@ def promotions(corpus: dict) -> list[dict]:
 
 
 def test_a_strong_consistent_signal_ends_in_a_served_improvement(tmp_path, monkeypatch):
-    corpus = run_loop(tmp_path, monkeypatch, "consistent")
+    corpus = run_loop(tmp_path, monkeypatch, "consistent", ceiling=True)
     before = corpus["round_0"]["scores"]["recall@5"]
     last = corpus["rounds"][-1]
     assert promotions(corpus), json.dumps(corpus["rounds"], indent=1, default=str)[:4000]
@@ -120,6 +121,12 @@ def test_a_strong_consistent_signal_ends_in_a_served_improvement(tmp_path, monke
     assert last["served"]["strategy"] == "whole-document"
     assert last["scores"]["recall@5"] > before + 0.3
     assert last["paired_vs_untrained_default"]["recall@5"]["p_value"] < 0.05
+    # What people get: the passages the answer reads hold the answer more often, and no more often than the best
+    # configuration scored on the test labels themselves (the oracle ceiling).
+    assert last["scores"]["answer_read"] > corpus["round_0"]["scores"]["answer_read"]
+    best = corpus["ceiling"]["configurations"][0]
+    assert len(corpus["ceiling"]["configurations"]) == 2 * 8  # two chunk sets x the grid
+    assert best["answer_read"] >= last["scores"]["answer_read"] - 0.05, best
 
 
 def test_people_who_click_at_random_get_nothing_promoted(tmp_path, monkeypatch):

@@ -261,3 +261,40 @@ def served_versions(registry) -> dict:
 
 def data_dir_of(app) -> Path:
     return Path(app.state.serving.root)
+
+
+def configuration_ceiling(tables, root: Path, judge, questions: list[Question], strategies: list[str], budget) -> list:
+    """The grid of serving configurations (rag.training.configuration.ConfigurationSpace) scored on the test split's
+    own labels: what a configuration learner could reach at best (an oracle, not a result). Rankings as the
+    configuration search makes them (dense and BM25 fused, production embedder), cut to what the answer reads."""
+    from rag.index.qdrant import QdrantSettings
+    from rag.retrieval.service import open_index
+    from rag.store import CHUNKS_TABLE
+    from rag.training.configuration import ConfigurationSpace, _components, _fused, passage_lengths
+
+    space, rows = ConfigurationSpace(), []
+    texts = {q.qid: q.text for q in questions}
+    for strategy in strategies:
+        chunks = tables.read(CHUNKS_TABLE, strategy)
+        if chunks is None:
+            continue
+        lengths, qrels = passage_lengths(chunks), judge.qrels(strategy)
+        index = open_index(strategy, "production", root=root, qdrant=QdrantSettings(path=str(root / "qdrant")))
+        known = set(index.chunks.index)
+        components = _components(index, texts, space.candidates)
+        for config in space.grid([strategy]):
+            read_hits, recall = [], []
+            for q, (dense, sparse) in components.items():
+                ranked = [c for c, _ in _fused(config.mode, config.alpha, dense, sparse) if c in known]
+                relevant = qrels.get(q, {})
+                read = budget.cut(ranked, lambda c: lengths.get(c, 0))
+                read_hits.append(any(c in relevant for c in read))
+                recall.append(len(set(ranked[:5]) & set(relevant)) / len(relevant) if relevant else 0.0)
+            rows.append(
+                {
+                    "configuration": config.label,
+                    "answer_read": round(sum(read_hits) / len(read_hits), 4),
+                    "recall@5": round(sum(recall) / len(recall), 4),
+                }
+            )
+    return sorted(rows, key=lambda r: -r["answer_read"])
