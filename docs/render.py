@@ -664,7 +664,7 @@ def loop(record: dict) -> dict[str, Table]:
             for asset, released in op.get("released", {}).items():
                 if released.get("summary"):
                     runs.append([str(entry["round"]), op["job"], asset, released["summary"]])
-    return {
+    views = {
         "rounds": (
             [
                 "round",
@@ -683,6 +683,19 @@ def loop(record: dict) -> dict[str, Table]:
         "canaries": (["round", "canary at the round's end (canary_sensor)"], canaries),
         "releases": (["round", "job", "asset", "what it did"], runs),
     }
+    ceiling = corpus.get("ceiling")
+    if ceiling:  # runs with --ceiling: the learner's grid on the test labels
+        grid = ceiling["configurations"]
+        shown, chunk_sets = grid[:5], {r["configuration"].split(" · ")[0] for r in grid[:5]}
+        for row in grid[5:]:  # and the best of every other chunk set
+            if row["configuration"].split(" · ")[0] not in chunk_sets:
+                chunk_sets.add(row["configuration"].split(" · ")[0])
+                shown.append(row)
+        views["ceiling"] = (
+            ["configuration (oracle: scored on the test labels)", "answer in what the answer reads", "recall@5"],
+            [[r["configuration"], num(r["answer_read"]), num(r["recall@5"])] for r in shown],
+        )
+    return views
 
 
 def gate_calibration(record: dict) -> dict[str, Table]:
