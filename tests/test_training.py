@@ -210,7 +210,11 @@ def test_reranker_gate_promotes_a_better_and_rejects_a_worse_reranker():
     assert held.better_on_generated and not held.passed and held.not_worse and held.outcome == "inconclusive"
     # A reranker that never trained on generated questions is not flattered by them: its gain there stands.
     assert reranker_gate(first, None, OracleReranker(ir), ir, settings, trained_on_generated=False).passed
+    # One people's question among many generated ones does not let them vouch: the gain must hold on people's alone.
     ir.types["q0"] = "feedback"
+    held = reranker_gate(first, None, OracleReranker(ir), ir, settings)
+    assert held.better_on_generated and not held.passed and "people's questions alone" in held.why_not["better"][-1]
+    ir.types.update(dict.fromkeys([f"q{i}" for i in range(10)], "feedback"))
     assert reranker_gate(first, None, OracleReranker(ir), ir, settings).passed
 
 
