@@ -36,7 +36,7 @@ DOCS = ROOT / "docs"
 BENCHMARKS = "benchmarks.md"
 # Pages outside docs/ whose figure blocks are filled too.
 EXTRA_PAGES = ("README.md",)
-BLOCK = re.compile(r"(<!-- figures:(?P<name>[A-Za-z0-9._:@-]+\??) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
+BLOCK = re.compile(r"(<!-- figures:(?P<name>[A-Za-z0-9._:@+-]+\??) -->\n)(?P<body>.*?)(<!-- /figures -->)", re.S)
 PROVENANCE_KEYS = {
     "args",
     "argv",
