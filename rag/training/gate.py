@@ -209,10 +209,10 @@ def gate_decision(
     picks the one that sets `passed`.
 
     labels_from_production: the questions' relevant passages are those people opened and rated in production's own
-    lists, so production holds them near the top by how the labels arose and any other ranking reads lower. A drop
-    of the mean is then expected of a better candidate too (TAT-QA: a configuration +26 recall@5 points better on the
-    test questions read MRR@10 -0.045 on them, bench/results/loop-tatqa-first.json); only a significant drop says
-    worse, and the canary's interleaving, which shows both rankings alike, decides the rest."""
+    lists, so production holds them near the top by how the labels arose (people click what it ranks first) and any
+    other ranking reads lower there, a better one too. A drop of the mean by more than max_drop is then no evidence;
+    only a significant drop says worse, and the canary's interleaving, which shows both rankings alike, decides the
+    rest."""
     settings = settings or GateSettings()
     max_drop = float("inf") if labels_from_production else settings.max_drop
     prod = production.set_index("qid")
@@ -410,7 +410,7 @@ def hold_generated_gain(
     from rag.training.data import PEOPLE_TYPES
 
     if not any(t in PEOPLE_TYPES for t in ir.types.values()):
-        return result  # no generated questions known among them (types unknown): nothing to hold
+        return result  # no people's questions: types unknown (generated-only sets were held above)
     people = gain_on_people(result, settings)
     if not people.better:
         # A few people's questions among many generated ones must not let the generated ones vouch: on TAT-QA a
