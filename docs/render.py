@@ -662,8 +662,9 @@ def loop(record: dict) -> dict[str, Table]:
                     ]
                 )
             for asset, released in op.get("released", {}).items():
-                if released.get("summary"):
-                    runs.append([str(entry["round"]), op["job"], asset, released["summary"]])
+                said = released.get("summary") or released.get("reason")  # a rollback or promotion gives its reason
+                if said:
+                    runs.append([str(entry["round"]), op["job"], asset, said])
     views = {
         "rounds": (
             [
