@@ -699,6 +699,74 @@ def loop(record: dict) -> dict[str, Table]:
     return views
 
 
+def loop_ablation(record: dict) -> dict[str, Table]:
+    """bench/loop_ablation.py: one row per full loop run, the last round against the untrained default."""
+
+    def paired(row: dict, metric: str) -> str:
+        p = (row.get("paired") or {}).get(metric)
+        return f"{signed(p['delta'])} ({pvalue(p.get('p_value'))})" if p else "—"
+
+    runs, ceilings = [], []
+    for row in record.get("runs", []):
+        metric, people = row["metric"], row["behaviour"] + (
+            f", canary judged {row['canary_behaviour']}" if row.get("canary_behaviour") else ""
+        )
+        served = ", ".join(f"{kind} {v}" for kind, v in (row.get("production") or {}).items() if v)
+        runs.append(
+            [
+                row["corpus"],
+                " + ".join(row.get("learners") or []),
+                people,
+                num(row.get("people_questions")),
+                served or "untrained default" + (" (a canary running)" if row.get("canary_running") else ""),
+                f"{metric} {num(row['last_round'].get(metric))}",
+                paired(row, metric),
+                paired(row, "answer_read"),
+                f"`{row['source']}` ({short_commit(row.get('source_commit'))})",
+            ]
+        )
+        ceiling = row.get("ceiling") or {}
+        ceilings.append(
+            [
+                row["corpus"],
+                " + ".join(row.get("learners") or []),
+                f"{num(row['round_0'].get(metric))} / {num(row['round_0'].get('answer_read'))}",
+                num(ceiling.get("first_stage_recall@20")),
+                (
+                    f"{ceiling['best_configuration']}: {num(ceiling['best_configuration_answer_read'])}"
+                    if ceiling.get("best_configuration")
+                    else "— (run without --ceiling)"
+                ),
+            ]
+        )
+    return {
+        "runs": (
+            [
+                "corpus",
+                "learners",
+                "people",
+                "people's questions",
+                "served at the end",
+                "headline",
+                "Δ vs untrained default (p)",
+                "Δ answer read (p)",
+                "result file",
+            ],
+            runs,
+        ),
+        "ceilings": (
+            [
+                "corpus",
+                "learners",
+                "untrained default: headline / answer read",
+                "first stage recall@20 (a reranker's top-5 ceiling)",
+                "best configuration on the test labels: answer read",
+            ],
+            ceilings,
+        ),
+    }
+
+
 def gate_calibration(record: dict) -> dict[str, Table]:
     rows = []
     for name, corpus in record.get("corpora", {}).items():
@@ -1189,6 +1257,12 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
         "question-style*",
         "How do the rule-based synthetic questions compare with people's questions? (`bench/question_style.py`)",
         question_style,
+    ),
+    (
+        "loop-ablation",
+        "What does each learner add, on each corpus? Every full `bench/loop.py` run side by side, with the ceilings "
+        "it measured (`bench/loop_ablation.py`)",
+        loop_ablation,
     ),
     (
         "loop-*",

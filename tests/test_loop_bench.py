@@ -97,9 +97,9 @@ def run_loop(tmp_path, monkeypatch, behaviour: str, ceiling: bool = False) -> di
         seed=3,
         ceiling=ceiling,
     )
-    record: dict = {}
+    record: dict = {"args": vars(args)}
     loop.one_corpus(args, record, lambda: None)
-    return record["corpus"]
+    return record
 
 
 def promotions(corpus: dict) -> list[dict]:
@@ -113,7 +113,8 @@ def promotions(corpus: dict) -> list[dict]:
 
 
 def test_a_strong_consistent_signal_ends_in_a_served_improvement(tmp_path, monkeypatch):
-    corpus = run_loop(tmp_path, monkeypatch, "consistent", ceiling=True)
+    record = run_loop(tmp_path, monkeypatch, "consistent", ceiling=True)
+    corpus = record["corpus"]
     before = corpus["round_0"]["scores"]["recall@5"]
     last = corpus["rounds"][-1]
     assert promotions(corpus), json.dumps(corpus["rounds"], indent=1, default=str)[:4000]
@@ -127,9 +128,18 @@ def test_a_strong_consistent_signal_ends_in_a_served_improvement(tmp_path, monke
     best = corpus["ceiling"]["configurations"][0]
     assert len(corpus["ceiling"]["configurations"]) == 2 * 8  # two chunk sets x the grid
     assert best["answer_read"] >= last["scores"]["answer_read"] - 0.05, best
+    # The ablation summary reads the same run back: what served at the end, its paired gain and the ceiling.
+    from bench.loop_ablation import row_of
+
+    row = row_of("loop-tiny", record)
+    assert row["production"]["configuration"] == last["production"]["configuration"]
+    assert row["paired"]["recall@5"]["delta"] > 0.3 and row["paired"]["recall@5"]["p_value"] < 0.05
+    assert row["ceiling"]["best_configuration_answer_read"] == best["answer_read"]
+    assert row["releases"], "the promotion that served the configuration is listed"
+    assert row_of("loop-tiny-quick", {**record, "args": {**record["args"], "quick": True}}) is None
 
 
 def test_people_who_click_at_random_get_nothing_promoted(tmp_path, monkeypatch):
-    corpus = run_loop(tmp_path, monkeypatch, "random")
+    corpus = run_loop(tmp_path, monkeypatch, "random")["corpus"]
     assert not promotions(corpus)
     assert all(entry["production"]["configuration"] is None for entry in corpus["rounds"])

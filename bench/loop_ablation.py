@@ -1,0 +1,123 @@
+"""What does each learner add, on each corpus? One row per full run of `bench/loop.py` (its result files under
+bench/results/loop-*.json, quick runs left out): the corpus, which learners the feedback retrains trained, how the
+simulated people clicked, what served at the end and where it came from, the headline figure and *answer read*
+after the last round against the untrained default (paired, as the loop bench scored them), and the ceilings the
+run measured: the best configuration of the learner's grid on the test labels (`--ceiling`, an oracle) and the
+first stage's recall@20, the most any reranker of its top 20 can bring into the top 5. Reads result files only;
+writes its own JSON (arguments, commit, date, the source files with their commits); asserts nothing.
+
+    .venv/bin/python bench/loop_ablation.py             # after one or more bench/loop.py runs
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.lib import cli
+from bench.lib.datasets import RESULTS
+from bench.lib.provenance import run_record, stamp_end
+from bench.lib.results import write
+
+HEADLINE = {"tatqa": "recall@5", "scifact": "ndcg@10", "conditionalqa": "recall@5", "squad": "recall@5"}
+READ = "answer_read"
+
+
+def _paired(entry: dict, metric: str) -> dict | None:
+    paired = (entry.get("paired_vs_untrained_default") or {}).get(metric)
+    if not paired:
+        return None
+    return {k: paired.get(k) for k in ("delta", "ci_low", "ci_high", "p_value", "better", "worse", "n")}
+
+
+def _promotions(rounds: list[dict]) -> list[dict]:
+    """Every promotion and rollback the product's jobs reported, in order: which kind served what, and why."""
+    out = []
+    for entry in rounds:
+        for op in entry.get("operations", []):
+            for asset, released in (op.get("released") or {}).items():
+                said = released.get("summary") or released.get("reason")
+                if said:
+                    out.append({"round": entry["round"], "job": op.get("job"), "asset": asset, "what": said})
+    return out
+
+
+def row_of(name: str, record: dict) -> dict | None:
+    """One loop run summarised, or None for a file that is not a finished full run."""
+    corpus, args = record.get("corpus") or {}, record.get("args") or {}
+    rounds, first = corpus.get("rounds") or [], corpus.get("round_0")
+    if args.get("quick") or not rounds or not first:
+        return None
+    metric, last = HEADLINE.get(corpus.get("corpus"), "recall@5"), rounds[-1]
+    ceiling = (corpus.get("ceiling") or {}).get("configurations") or []
+    best = max(ceiling, key=lambda r: r[READ]) if ceiling else None
+    return {
+        "source": name,
+        "source_commit": record.get("commit"),
+        "source_date": record.get("date"),
+        "corpus": corpus.get("corpus"),
+        "learners": args.get("learners"),
+        "behaviour": args.get("behaviour"),
+        "canary_behaviour": args.get("canary_behaviour"),
+        "people_questions": last.get("asked_total"),
+        "test_questions": corpus.get("test_questions"),
+        "metric": metric,
+        "round_0": {metric: first["scores"].get(metric), READ: first["scores"].get(READ)},
+        "last_round": {metric: last["scores"].get(metric), READ: last["scores"].get(READ)},
+        "paired": {metric: _paired(last, metric), READ: _paired(last, READ)},
+        "production": last.get("production"),
+        "canary_running": last.get("canary_running"),
+        "releases": _promotions(rounds),
+        "ceiling": {
+            "best_configuration": best and best["configuration"],
+            "best_configuration_answer_read": best and best[READ],
+            "first_stage_recall@20": first["scores"].get("recall@20"),
+        },
+    }
+
+
+def collect(results: Path) -> list[dict]:
+    rows = []
+    for path in sorted(results.glob("loop-*.json")):
+        if path.stem == "loop-ablation":
+            continue
+        row = row_of(path.stem, json.loads(path.read_text()))
+        if row:
+            rows.append(row)
+    return rows
+
+
+def markdown(record: dict) -> str:
+    head = "| corpus | learners | people | served at the end | Δ headline (p) | Δ answer read (p) |"
+    lines = [head, "|" + "---|" * 6]
+    for r in record["runs"]:
+        metric, paired = r["metric"], r["paired"]
+
+        def cell(m: str) -> str:
+            p = paired.get(m)
+            return f"{p['delta']:+.4f} ({p['p_value']:.2g})" if p else "—"
+
+        served = ", ".join(f"{k} {v}" for k, v in (r["production"] or {}).items() if v) or "untrained default"
+        lines.append(
+            f"| {r['corpus']} | {'+'.join(r['learners'] or [])} | {r['behaviour']} | {served} | "
+            f"{metric} {cell(metric)} | {cell(READ)} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("--results", type=Path, default=RESULTS, help="where the loop result files are")
+    cli.add_output(p, flags=("--out",), help="result JSON (default bench/results/loop-ablation.json)")
+    args = p.parse_args()
+    record = run_record(args)
+    record["runs"] = collect(args.results)
+    out = args.out or RESULTS / "loop-ablation.json"
+    write(stamp_end(record), out, indent=2, default=str)
+    print(markdown(record))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
