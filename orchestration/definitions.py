@@ -5,9 +5,7 @@ module merges them and adds what they share: the resources (defined once, here) 
 its module to STAGES. Only modules are imported here: Dagster refuses a module with two Definitions objects in scope.
 """
 
-import os
-
-from dagster import Definitions, in_process_executor, multiprocess_executor
+from dagster import Definitions
 
 from assets import (
     annotation,
@@ -25,6 +23,7 @@ from assets import (
 from orchestration import jobs, nightly
 from orchestration import rollout as rollout_jobs
 from orchestration import training as training_jobs
+from orchestration.executor import executor_from_env
 from resources.chunking import ChunkingStrategies
 from resources.documents import DocumentSource
 from resources.feedback import FeedbackLoop
@@ -62,9 +61,9 @@ STAGES = (
     annotation_sensors,  # annotation: the expert queue (active learning), rebuilt daily and after retrains
 )
 
-# Embedded Qdrant locks its folder to one process, so steps run in the run's own process unless a
-# Qdrant server is configured; then steps may run in parallel (Qdrant writers share the "qdrant" pool).
-executor = multiprocess_executor if os.environ.get("QDRANT_URL") else in_process_executor
+# Embedded Qdrant locks its folder to one process, so steps run in the run's own process unless a Qdrant server is
+# configured; then in parallel processes. RAG_EXECUTOR=celery sends them to Celery workers (orchestration/executor.py).
+executor = executor_from_env()
 
 defs = Definitions.merge(
     *(stage.defs for stage in STAGES),
