@@ -14,8 +14,11 @@ os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 # Tests register models in their own temporary registries (embedded MLflow beside them): a developer's team server
 # named in the environment must never receive them. Tests of the shared-store mode set these themselves.
-for _name in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
+for _name in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "RAG_STATE_NAMESPACE"):
     os.environ.pop(_name, None)
+# Rollout state and locks in files (tests copy data dirs whole), even beside a FEEDBACK_DB_URL naming PostgreSQL;
+# the tests of the database backend set RAG_STATE_DB_URL themselves (tests/test_state_backends.py).
+os.environ["RAG_STATE_DB_URL"] = "files"
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "datasets"

@@ -14,14 +14,17 @@ v1, which no command could repair. Now:
 The next open — `rag serve` starting or refreshing, canary_sensor's tick, every lifecycle step and `rag models`
 command (via recover()) — finds an unfinished intent and rolls it forward; when a step can no longer be done (a
 collection or a version is gone) it rolls back to the recorded values instead. Either way it ends whole and says so.
+
+Where the intent, the rollout states, the log and the lock live is rag.state's backend: files under the registry
+root with flock (the default; the paths below), or PostgreSQL tables with an advisory lock when a database is
+configured (RAG_STATE_DB_URL, or FEEDBACK_DB_URL naming PostgreSQL). The steps and their guarantees are these, on
+either.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,10 +35,12 @@ from pydantic import BaseModel, Field
 
 from rag.index.qdrant import alias_target, point_alias_to
 from rag.registry import KINDS, ModelRegistry
-from rag.store import atomic_write, fsync_dir
+from rag.state import StateBackend, StateBusy, for_registry
 
 Log = Callable[[str], None]
-_held = threading.local()  # lock depth per (thread, registry): a step inside a step must not deadlock on flock
+_held = threading.local()  # lock depth per (thread, lock): a step inside a step must not deadlock on its own lock
+LIFECYCLE = "lifecycle"  # the lock's name in the state backend
+INTENT = "rollout/intent"
 
 
 class PendingTransaction(RuntimeError):
@@ -66,6 +71,7 @@ class Intent(BaseModel):
 
 
 def lifecycle_dir(registry: ModelRegistry) -> Path:
+    """The file backend's folder (rag.state.files); with a database the state is not there."""
     return registry.root / "rollout"
 
 
@@ -81,14 +87,22 @@ def log_path(registry: ModelRegistry) -> Path:
     return lifecycle_dir(registry) / "log.jsonl"
 
 
+def state_key(kind: str) -> str:
+    return f"rollout/{kind}"
+
+
+def backend(registry: ModelRegistry) -> StateBackend:
+    return for_registry(registry)
+
+
 @contextlib.contextmanager
 def lifecycle_lock(registry: ModelRegistry, wait: bool = True) -> Iterator[None]:
-    """One lifecycle change at a time across processes (flock), re-entrant within a thread: conclude() holds it
-    while its promotion runs. `wait=False` raises LifecycleBusy instead of waiting (readers that must not block for
-    the minutes a promotion spends building collections under the lock)."""
-    folder = lifecycle_dir(registry)
-    folder.mkdir(parents=True, exist_ok=True)
-    key = str(folder.resolve())
+    """One lifecycle change at a time across processes (the backend's lock: flock, or a PostgreSQL advisory lock),
+    re-entrant within a thread: conclude() holds it while its promotion runs. `wait=False` raises LifecycleBusy
+    instead of waiting (readers that must not block for the minutes a promotion spends building collections under
+    the lock)."""
+    store = backend(registry)
+    key = store.lock_id(LIFECYCLE)
     depth = getattr(_held, "depth", {})
     _held.depth = depth
     if depth.get(key):
@@ -98,55 +112,56 @@ def lifecycle_lock(registry: ModelRegistry, wait: bool = True) -> Iterator[None]
         finally:
             depth[key] -= 1
         return
-    with open(folder / ".lock", "w") as fh:
+    with contextlib.ExitStack() as held:
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise LifecycleBusy(f"another process is changing production now (it holds {folder / '.lock'})") from None
+            held.enter_context(store.hold(LIFECYCLE, wait))
+        except StateBusy as busy:
+            raise LifecycleBusy(f"another process is changing production now ({busy})") from None
         depth[key] = 1
         try:
             yield
         finally:
             depth[key] = 0
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def pending(registry: ModelRegistry) -> Intent | None:
-    path = intent_path(registry)
-    try:
-        return Intent.model_validate_json(path.read_text())
-    except FileNotFoundError:
-        return None
+    raw = backend(registry).read(INTENT)
+    return Intent.model_validate_json(raw) if raw is not None else None
 
 
 def _write_intent(registry: ModelRegistry, intent: Intent) -> None:
-    lifecycle_dir(registry).mkdir(parents=True, exist_ok=True)
-    atomic_write(intent_path(registry), lambda fh: fh.write(intent.model_dump_json(indent=2)), mode="w")
+    backend(registry).write(INTENT, intent.model_dump_json(indent=2))
 
 
 def _clear_intent(registry: ModelRegistry) -> None:
-    intent_path(registry).unlink(missing_ok=True)
-    fsync_dir(lifecycle_dir(registry))
+    backend(registry).delete(INTENT)
+
+
+def read_state_text(registry: ModelRegistry, kind: str) -> str | None:
+    """The stored RolloutState of `kind` as JSON (None: never started)."""
+    return backend(registry).read(state_key(kind))
+
+
+def state_marks(registry: ModelRegistry) -> tuple:
+    """Changes whenever a kind's rollout state is written: a server re-reads the states only then. On a database
+    it is one query at most every rag.state.sql.MARKS_TTL_SECONDS."""
+    return backend(registry).marks([state_key(kind) for kind in KINDS])
 
 
 def _write_state(registry: ModelRegistry, kind: str, state: dict) -> None:
-    atomic_write(state_path(registry, kind), lambda fh: fh.write(json.dumps(state, indent=2, default=str)), mode="w")
+    backend(registry).write(state_key(kind), json.dumps(state, indent=2, default=str))
 
 
 def _logged(registry: ModelRegistry, intent_id: str) -> bool:
-    path = log_path(registry)
-    if not path.exists():
-        return False
-    tail = path.read_text().splitlines()[-20:]  # the intent's line, if written, is among the last ones
-    return any(json.loads(line).get("op") == intent_id for line in tail if line.strip())
+    return backend(registry).logged(intent_id)
 
 
 def append_log(registry: ModelRegistry, entry: dict) -> None:
-    lifecycle_dir(registry).mkdir(parents=True, exist_ok=True)
-    with open(log_path(registry), "a", encoding="utf-8") as fh:  # one short line per append: never interleaved
-        fh.write(json.dumps(entry, sort_keys=True, default=str) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    backend(registry).append(entry)
+
+
+def history_entries(registry: ModelRegistry, limit: int | None = None) -> list[dict]:
+    return backend(registry).entries(limit)
 
 
 def _needs_qdrant(intent: Intent) -> bool:
@@ -270,8 +285,8 @@ def consistency(registry: ModelRegistry, kind: str) -> dict:
 
     if kind not in KINDS:
         raise ValueError(f"unknown model kind {kind!r}")
-    path = state_path(registry, kind)
-    state = RolloutState.model_validate_json(path.read_text()) if path.exists() else None
+    raw = read_state_text(registry, kind)
+    state = RolloutState.model_validate_json(raw) if raw is not None else None
     by_state = None
     if state is not None:
         by_state = state.candidate_version if state.stage == "production" else state.production_version

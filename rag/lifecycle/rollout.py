@@ -6,7 +6,9 @@
     <registry root>/rollout/intent.json      the step being applied (absent when none): recovery rolls it
                                              forward or back
 
-The state file is replaced atomically, so the API (which looks at it on every request) reads the old state or the
+(the file backend; with a database, the same documents and log are rows of rag.state.sql's tables.)
+
+The state is replaced atomically, so the API (which looks at it on every request) reads the old state or the
 new one. Every step recovers an unfinished one first, then reads, checks and writes under the lock, so the
 sensor's promotion and an operator's rollback cannot both act on the same canary: whichever comes second finds the
 canary finished and is refused.
@@ -30,7 +32,17 @@ import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from rag.lifecycle.journal import Intent, lifecycle_lock, log_path, recover, run, state_path
+from rag.lifecycle.journal import (
+    Intent,
+    history_entries,
+    lifecycle_lock,
+    log_path,
+    read_state_text,
+    recover,
+    run,
+    state_marks,
+    state_path,
+)
 from rag.lifecycle.promotion import build_collections, operator, promote as promote_model, restore_implicit_production
 from rag.lifecycle.target import ServingTarget, chunk_sets
 from rag.lifecycle.verdicts import PromotionRefused, check_promotable, promotion_refusal, refused
@@ -56,6 +68,7 @@ __all__ = [
     "roll_back_production",
     "chunk_sets",
     "state_path",
+    "state_marks",
     "log_path",
     "ServingTarget",
 ]
@@ -73,10 +86,8 @@ def _now() -> datetime:
 def read_state(registry: ModelRegistry, kind: str) -> RolloutState | None:
     """The latest rollout of `kind` (None: never started)."""
     _check_kind(kind)
-    try:
-        return RolloutState.model_validate_json(state_path(registry, kind).read_text())
-    except FileNotFoundError:
-        return None
+    raw = read_state_text(registry, kind)
+    return RolloutState.model_validate_json(raw) if raw is not None else None
 
 
 def running_canary(registry: ModelRegistry) -> tuple[str, RolloutState] | None:
@@ -91,11 +102,7 @@ def running_canary(registry: ModelRegistry) -> tuple[str, RolloutState] | None:
 
 def history(registry: ModelRegistry, limit: int | None = None) -> list[dict]:
     """The logged steps, oldest first (the last `limit`)."""
-    path = log_path(registry)
-    if not path.exists():
-        return []
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return lines[-limit:] if limit else lines
+    return history_entries(registry, limit)
 
 
 def _entry(

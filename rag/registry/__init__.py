@@ -9,6 +9,10 @@
       reranker/v1/ ...
       mlartifacts/                    the runs' artifacts (embedded mode)
       .changed                        rewritten by every registration and alias change (serving's cheap signal)
+      .lock                           the writers' lock
+
+The change signal and the writers' lock are rag.state's: these files by default, a row and a PostgreSQL advisory
+lock when a database is configured (so writers on several machines sharing one MLflow exclude each other too).
 
 MLflow alone says which versions exist and where the aliases point; there is no alias table beside it. The manifest
 (how the model was made, its metrics, gate verdict, promotion record) stays in the version's folder, read with the
@@ -18,13 +22,12 @@ Registration survives a kill at any point: the MLflow version is created in stat
 in place complete (files, manifest, one rename), and only then is the version tagged `ready`; readers see ready
 versions only. Each registration (and a process's first use of the store) repairs what a kill left: a registering
 version whose folder is complete is finished, any other is deleted together with its folder, staging folders are
-reclaimed. Writers hold a file lock around every read-check-write; moving an alias is one MLflow call.
+reclaimed. Writers hold a lock around every read-check-write; moving an alias is one MLflow call.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -42,6 +45,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from rag.registry.backend import DB_NAME, EXPERIMENT, MODEL_NAME, MlflowSettings
+from rag.state import StateBusy, for_registry
 from rag.store import data_dir, fsync_dir
 
 Kind = Literal["embedder", "reranker", "configuration"]
@@ -60,6 +64,8 @@ READY, REGISTERING = "ready", "registering"
 MANIFEST_SHA_TAG = "rag.manifest_sha256"  # shared store: which manifest.json artifact is current
 GATE_RUN_TAG = "rag.gate_run_id"  # a version registered without a training run: the run its gate verdict went to
 MARKER = ".changed"
+CHANGED = "registry/changed"  # the change signal's key in the state backend (the file backend's MARKER)
+WRITERS = "registry"  # the writers' lock in the state backend
 LEGACY_ALIASES = "aliases.json"  # the folder registry's alias table, before MLflow
 # On a shared store another machine may be registering right now, beyond this machine's file lock: only versions
 # left in `registering` for this long count as abandoned.
@@ -154,12 +160,12 @@ def mirror_tags(mv: ModelVersion) -> dict[str, str]:
 
 
 class _RootLock:
-    """The registry's file lock, re-entrant within a process: register() repairs and reads while holding it."""
+    """The registry's writers' lock, re-entrant within a process: register() repairs and reads while holding it."""
 
     def __init__(self):
         self.rlock = threading.RLock()
         self.depth = 0
-        self.fh = None
+        self.held: contextlib.ExitStack | None = None
 
 
 _root_locks: dict[Path, _RootLock] = {}
@@ -267,7 +273,7 @@ class ModelRegistry:
     # --- locking and the change signal -------------------------------------------------------------
     @contextlib.contextmanager
     def _locked(self, blocking: bool = True) -> Iterator[bool]:
-        """Holds the registry's file lock; `blocking=False` yields False instead of waiting for another holder."""
+        """Holds the registry's writers' lock; `blocking=False` yields False instead of waiting for another holder."""
         lock = _shared(_root_locks, self.root.resolve(), _RootLock)
         if not lock.rlock.acquire(blocking=blocking):
             yield False
@@ -275,45 +281,42 @@ class ModelRegistry:
         try:
             if lock.depth == 0:
                 self.root.mkdir(parents=True, exist_ok=True)
-                fh = open(self.root / ".lock", "w")
+                held = contextlib.ExitStack()
                 try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-                except BlockingIOError:
-                    fh.close()
+                    held.enter_context(for_registry(self).hold(WRITERS, blocking))
+                except StateBusy:
                     yield False
                     return
-                lock.fh = fh
+                lock.held = held
             lock.depth += 1
             try:
                 yield True
             finally:
                 lock.depth -= 1
                 if lock.depth == 0:
-                    fcntl.flock(lock.fh, fcntl.LOCK_UN)
-                    lock.fh.close()
-                    lock.fh = None
+                    lock.held.close()
+                    lock.held = None
         finally:
             lock.rlock.release()
 
     def changed_marker(self) -> Path:
-        """Rewritten by every registration and alias change made through this registry."""
+        """The file backend's change signal, rewritten by every registration and alias change made here."""
         return self.root / MARKER
 
     def _touch(self) -> None:
-        from rag.store import atomic_write
-
-        atomic_write(self.changed_marker(), lambda fh: fh.write(uuid.uuid4().hex), mode="w")
+        for_registry(self).write(CHANGED, uuid.uuid4().hex)
 
     def change_signature(self) -> tuple:
-        """Changes whenever a version is registered or an alias moves: the marker's stat (changes made here), and the
-        alias table as MLflow holds it (changes made in the MLflow UI or from another machine). A store that cannot
-        be reached repeats the last table it gave, so an outage does not look like a change."""
-        try:
-            stat = self.changed_marker().stat()
-            mark = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-        except FileNotFoundError:
-            mark = None
+        """Changes whenever a version is registered or an alias moves: the change signal (changes made through a
+        registry: a file's stat, or a database row's token), and the alias table as MLflow holds it (changes made in
+        the MLflow UI or from another machine). A store that cannot be reached repeats the last value it gave, so an
+        outage does not look like a change."""
         state = self._state()
+        try:
+            mark = for_registry(self).marks([CHANGED])[0]
+            state["signature_mark"] = mark
+        except Exception:  # noqa: BLE001 - the state database cannot be reached right now
+            mark = state.get("signature_mark")
         try:
             table = tuple((kind, tuple(sorted(aliases.items()))) for kind, aliases in self.aliases().items())
             state["signature_aliases"] = table
