@@ -122,7 +122,7 @@ def annotation_queue(
         furniture=lambda chunk: is_furniture(chunk, furniture),
     )
     path = write_queue(data_store.root, built.queue)
-    covered = coverage(built.queue, int(ranking.chunks["doc_id"].nunique()))
+    covered = coverage(built.queue, ranking.documents())
     progress = since_refresh(previous, labels)
     table = preview(built.queue)
     considered = {source: sum(q.source == source for q in built.questions) for source in ("production", "synthetic")}

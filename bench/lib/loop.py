@@ -280,7 +280,7 @@ def configuration_ceiling(tables, root: Path, judge, questions: list[Question], 
             continue
         lengths, qrels = passage_lengths(chunks), judge.qrels(strategy)
         index = open_index(strategy, "production", root=root, qdrant=QdrantSettings(path=str(root / "qdrant")))
-        known = set(index.chunks.index)
+        known = set(chunks["chunk_id"])  # the chunk set the index serves
         components = _components(index, texts, space.candidates)
         for config in space.grid([strategy]):
             read_hits, recall = [], []

@@ -64,6 +64,10 @@ class ServedRanking:
     def chunks(self):
         return self.answerer.index.chunks
 
+    def documents(self) -> int:
+        """How many documents the served chunk set holds."""
+        return self.answerer.index.lookup.document_count()
+
     def rank(self, question: str) -> list[Hit]:
         return self.answerer.rank(question)
 

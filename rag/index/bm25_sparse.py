@@ -116,10 +116,13 @@ class EngineBM25:
     def __init__(self, client, collection: str):
         self.client, self.collection = client, collection
 
-    def search(self, query: str, k: int, query_filter=None, chunk_ranking=None) -> list[tuple[str, float]]:
+    def search(
+        self, query: str, k: int, query_filter=None, chunk_ranking=None, with_payload=False
+    ) -> list[tuple[str, float]]:
         """(chunk_id, score) best first; chunks sharing no term with the query are not returned. `chunk_ranking`:
-        turns scored points into (chunk_id, score) from their ids alone (rag.retrieval.Index.chunk_ranking), so
-        no payload is fetched; without it each hit's chunk_id payload is."""
+        turns scored points, fetched with `with_payload`, into (chunk_id, score) (rag.retrieval.Index.chunk_ranking:
+        from their ids alone, or from their chunk_id payload when the chunk records are the collection's payloads);
+        without it each hit's chunk_id payload is fetched and read here."""
         vector = query_vector(query)
         if vector is None or k <= 0:
             return []
@@ -129,7 +132,7 @@ class EngineBM25:
             using=SPARSE,
             limit=k,
             query_filter=query_filter,
-            with_payload=False if chunk_ranking is not None else ["chunk_id"],
+            with_payload=with_payload if chunk_ranking is not None else ["chunk_id"],
         ).points
         points = [p for p in points if p.score > 0]
         if chunk_ranking is not None:

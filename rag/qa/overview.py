@@ -21,6 +21,7 @@ Documents, titles and opening chunks come from the index's chunk table (`Catalog
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -98,7 +99,7 @@ def detect_overview(question: str, catalog: Catalog | None = None) -> OverviewRe
 class Document:
     doc_id: str
     title: str
-    chunks: list[dict]  # its first chunks, in text order
+    chunks: Sequence[dict]  # its first chunks, in text order
     name_words: frozenset[str] = field(default_factory=frozenset)
 
     @property
@@ -107,14 +108,38 @@ class Document:
         return self.doc_id if self.title in (name, self.doc_id) else f"{self.title} ({self.doc_id})"
 
 
-def _title(doc_id: str, chunks: list[dict]) -> str:
+def heading(chunk: dict) -> str | None:
+    """The first heading of a chunk's section path, None when it names none."""
+    path = chunk.get("section_path")
+    for name in list(path) if path is not None and not isinstance(path, str) else []:
+        if isinstance(name, str) and name.strip():
+            return " ".join(name.split())
+    return None
+
+
+def _title(doc_id: str, chunks: Sequence[dict]) -> str:
     """The first heading of the document (its chunks' section path), else its file name."""
     for c in chunks:
-        path = c.get("section_path")
-        for heading in list(path) if path is not None and not isinstance(path, str) else []:
-            if isinstance(heading, str) and heading.strip():
-                return " ".join(heading.split())
+        if (title := heading(c)) is not None:
+            return title
     return PurePosixPath(doc_id).name
+
+
+class OpeningChunks(Sequence):
+    """A document's opening chunks read when used (each time: an answer shows a few documents of many), so a catalog
+    of every document holds no chunk text (rag.retrieval.chunks.PayloadChunks.catalog)."""
+
+    def __init__(self, load: Callable[[], list[dict]]):
+        self._load = load
+
+    def __getitem__(self, i):
+        return self._load()[i]
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
 
 
 @dataclass
@@ -140,6 +165,20 @@ class Catalog:
             title = _title(doc_id, records)
             documents.append(Document(doc_id, title, records, frozenset(words(doc_id) + words(title))))
         return cls(documents)
+
+    @classmethod
+    def from_openings(
+        cls, documents: dict[str, tuple[str | None, str]], opening: Callable[[str], list[dict]]
+    ) -> Catalog:
+        """From each document's (title or None, first chunk id), documents in doc_id order; `opening(first chunk id)`
+        reads a document's first chunks when an answer shows it. A document without a title gets its file name."""
+        out = []
+        for doc_id in sorted(documents):
+            title, first = documents[doc_id]
+            title = title or _title(doc_id, [])
+            chunks = OpeningChunks(lambda first=first: opening(first))
+            out.append(Document(doc_id, title, chunks, frozenset(words(doc_id) + words(title))))
+        return cls(out)
 
     def select(self, request: OverviewRequest) -> list[Document]:
         if request.doc_ids is None:

@@ -19,10 +19,15 @@ from rag.qa.overview import OVERVIEW_CUES, Catalog, detect_overview, extractive_
 from rag.qa.prompt import Passage, fit_context, label_passages
 from rag.qa.steps import augment_prev_next, filter_hits, reorder_long_context
 from rag.rerank import rerank
+from rag.rerank.features import PASSAGE_TERMS_KEPT
+from rag.retrieval.chunks import lookup_of
 from rag.retrieval import DENSE_MODES, RETRIEVERS, Hit, Index, RetrievalError, RetrievalParams, retrieve, validate_query
 from rag.store import data_dir
 
 NO_RETRIEVAL = "none"
+# The most passages a learned ranker is warmed with: its term cache's bound, so a larger corpus is never read for it
+# (its warm would refuse them anyway).
+WARM_PASSAGES = PASSAGE_TERMS_KEPT
 log = logging.getLogger(__name__)
 
 
@@ -183,13 +188,15 @@ class Answerer:
         guardrail times against production) cost what later ones do. Not done on construction: a one-question
         `rag ask` would pay for the whole corpus beside its only question."""
         warm = getattr(self.reranker, "warm", None)
-        chunks = getattr(self.index, "chunks", None)
-        if warm is None or chunks is None or "text" not in getattr(chunks, "columns", ()):
+        lookup = lookup_of(self.index)
+        if warm is None or lookup is None:
             return
 
         def run() -> None:
             try:
-                warm(chunks["text"].astype(str).tolist())
+                # A corpus larger than the ranker's term cache is not warmed: the cache would empty on the way.
+                if (texts := lookup.texts(limit=WARM_PASSAGES)) is not None:
+                    warm(texts)
             except Exception:  # noqa: BLE001 - a cold cache is slower, never wrong: answering goes on
                 log.warning("warming the reranker's passage terms failed", exc_info=True)
 
@@ -209,7 +216,7 @@ class Answerer:
         return embedder
 
     def _chunk_record(self, chunk_id: str) -> dict | None:
-        return self.index.record(chunk_id) if chunk_id in self.index.chunks.index else None
+        return self.index.lookup.get_many([chunk_id]).get(chunk_id)
 
     def served(self) -> dict[str, str | None]:
         """The versions this answerer serves, resolved: what /health and `rag ask --json` name. A settings value like
@@ -232,7 +239,7 @@ class Answerer:
     def catalog(self) -> Catalog | None:
         """The index's documents with their titles and first chunks (None without an index)."""
         if self._catalog is None and self.index is not None:
-            self._catalog = Catalog.from_chunks(self.index.chunks)
+            self._catalog = self.index.lookup.catalog()
         return self._catalog
 
     def _overview(self, question: str):

@@ -29,15 +29,17 @@ def augment_prev_next(index: Index, hits: list[Hit]) -> list[Hit]:
         out.append(Hit(len(out) + 1, score, {**chunk, "neighbour_of": neighbour_of} if neighbour_of else chunk))
 
     hit_ids = {h.chunk["chunk_id"] for h in hits}
+    # Every neighbour's record in one read (the chunk records may be the collection's payloads, read per hit).
+    wanted = [h.chunk.get(key) for h in hits for key in ("prev_chunk_id", "next_chunk_id")]
+    records = index.lookup.get_many([n for n in wanted if isinstance(n, str) and n not in hit_ids])
     for hit in hits:
-        neighbours = [hit.chunk.get("prev_chunk_id"), hit.chunk.get("next_chunk_id")]
-        prev_id, next_id = (n if isinstance(n, str) and n in index.chunks.index else None for n in neighbours)
+        prev_id, next_id = hit.chunk.get("prev_chunk_id"), hit.chunk.get("next_chunk_id")
         # A neighbour that is itself a hit keeps its own place (and score) rather than riding along here.
-        if prev_id and prev_id not in hit_ids:
-            add(index.record(prev_id), hit.score, hit.chunk["chunk_id"])
+        if isinstance(prev_id, str) and prev_id in records:
+            add(records[prev_id], hit.score, hit.chunk["chunk_id"])
         add(hit.chunk, hit.score, None)
-        if next_id and next_id not in hit_ids:
-            add(index.record(next_id), hit.score, hit.chunk["chunk_id"])
+        if isinstance(next_id, str) and next_id in records:
+            add(records[next_id], hit.score, hit.chunk["chunk_id"])
     return out
 
 

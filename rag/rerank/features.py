@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 K1, B = 1.2, 0.75  # the BM25 index's own parameters (rag.index.bm25)
+PASSAGE_TERMS_KEPT = 50_000  # passages whose terms PassageTerms remembers
 
 FIRST_STAGE = [
     "first_stage_rank",
@@ -108,7 +109,7 @@ class PassageTerms:
     """`terms` for passages, remembered by text: a server reranks the same passages for many questions, and
     tokenizing 50 of them is most of a learned ranker's time per question. Bounded: emptied when full."""
 
-    def __init__(self, max_entries: int = 50_000):
+    def __init__(self, max_entries: int = PASSAGE_TERMS_KEPT):
         self.max_entries = max_entries
         self._terms: dict[str, list[str]] = {}
 

@@ -17,6 +17,7 @@ from rag.embedding import TextEmbedder
 from rag.index.bm25 import BM25Index
 from rag.index.bm25_sparse import EngineBM25
 from rag.index.qdrant import DENSE, collection_distance, point_id, similarity
+from rag.retrieval.chunks import ChunkLookup, TableChunks
 from rag.retrieval.fusion import convex_combination, reciprocal_rank_fusion
 from rag.retrieval.mmr import mmr
 
@@ -78,9 +79,12 @@ QUERY_VECTORS_KEPT = 4096
 
 @dataclass
 class Index:
-    """Everything a retriever reads: the chunk table, the BM25 index, the dense collection alias."""
+    """Everything a retriever reads: the chunk records, the BM25 index, the dense collection alias."""
 
-    chunks: pd.DataFrame  # indexed by chunk_id
+    # The chunk records: a chunk table indexed by chunk_id (in memory), or a lookup that reads them per hit (the
+    # collection's payloads: rag.retrieval.chunks.PayloadChunks, what open_index gives a search that opens a
+    # collection). Everything reads them through `lookup`.
+    chunks: pd.DataFrame | ChunkLookup
     # BM25 from the collection's sparse vectors (the engine ranks it, filters by the payload indexes) or from the
     # strategy's bm25s index (searches that open no collection, collections built before the sparse vector).
     bm25: EngineBM25 | BM25Index | None
@@ -102,9 +106,10 @@ class Index:
     # question is encoded on every request, the passages once at index time by `embedder`, whose weights the
     # collection was checked against.
     query_encoder: TextEmbedder | None = None
-    # Chunk ids by point id (a point's id is derived from its chunk's: rag.index.qdrant.point_id), built on first use:
-    # searches ask the engine for ids only, as fetching each hit's payload took half of a search's time.
-    _point_chunks: dict[str, str] | None = field(default=None, repr=False)
+    lookup: ChunkLookup = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.lookup = TableChunks(self.chunks) if isinstance(self.chunks, pd.DataFrame) else self.chunks
 
     @property
     def question_encoder(self) -> TextEmbedder | None:
@@ -119,16 +124,15 @@ class Index:
             self._query_vectors[query] = self.question_encoder.encode_queries([query])[0]
         return self._query_vectors[query]
 
-    def point_chunks(self) -> dict[str, str]:
-        if self._point_chunks is None:
-            self._point_chunks = {point_id(cid): cid for cid in self.chunks.index}
-        return self._point_chunks
+    @property
+    def point_payload(self) -> bool | list[str]:
+        """The payload searches ask the engine for with each scored point (what chunk_ranking reads)."""
+        return self.lookup.point_payload
 
     def chunk_ranking(self, points) -> list[tuple[str, float]]:
-        """(chunk_id, engine score) of scored points, best first; points of chunks this chunk table does not hold
+        """(chunk_id, engine score) of scored points, best first; points of chunks the chunk records do not hold
         (between a re-chunk and its re-embed) are left out, as retrieve() would drop them."""
-        chunks = self.point_chunks()
-        return [(chunks[pid], float(p.score)) for p in points if (pid := str(p.id)) in chunks]
+        return self.lookup.chunk_ranking(points)
 
     def dense_distance(self) -> str:
         if self._distance is None:
@@ -154,23 +158,19 @@ class Index:
             self._query_vectors.update(zip(todo, self.embedder.encode_queries(todo)))
 
     def record(self, chunk_id: str) -> dict:
-        return {"chunk_id": chunk_id, **self.chunks.loc[chunk_id].to_dict()}
+        """A chunk's record; KeyError when the chunk records hold none."""
+        found = self.lookup.get_many([chunk_id])
+        if chunk_id not in found:
+            raise KeyError(chunk_id)
+        return found[chunk_id]
 
     def records(self, chunk_ids: list[str]) -> list[dict]:
-        """record() of many in one lookup: a pandas lookup per hit was a large share of a fast query's own time."""
-        rows = self.chunks.loc[chunk_ids].to_dict("records") if chunk_ids else []
-        return [{"chunk_id": cid, **row} for cid, row in zip(chunk_ids, rows)]
+        """The records of those chunks the chunk records hold, in the given order, read in one lookup."""
+        found = self.lookup.get_many(chunk_ids)
+        return [found[cid] for cid in chunk_ids if cid in found]
 
     def allowed_ids(self, flt: SearchFilter) -> set[str]:
-        df = self.chunks
-        keep = pd.Series(True, index=df.index)
-        if flt.doc_ids:
-            keep &= df["doc_id"].isin(flt.doc_ids)
-        if flt.page_from is not None:
-            keep &= df["page_end"] >= flt.page_from
-        if flt.page_to is not None:
-            keep &= df["page_start"] <= flt.page_to
-        return set(df.index[keep])
+        return self.lookup.allowed_ids(flt)
 
 
 def validate_query(query: str) -> str:
@@ -181,7 +181,7 @@ def validate_query(query: str) -> str:
     return query.strip()
 
 
-def _qdrant_filter(flt: SearchFilter):
+def qdrant_filter(flt: SearchFilter):
     if not flt.active:
         return None
     from qdrant_client import models
@@ -200,7 +200,9 @@ def bm25_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> lis
     if index.bm25 is None:
         raise RetrievalError("this index has no BM25 part: build it (materialize bm25_indexes or run `rag index`)")
     if isinstance(index.bm25, EngineBM25):
-        return index.bm25.search(query, depth, _qdrant_filter(flt), chunk_ranking=index.chunk_ranking)
+        return index.bm25.search(
+            query, depth, qdrant_filter(flt), chunk_ranking=index.chunk_ranking, with_payload=index.point_payload
+        )
     mask = index.bm25.mask_for(index.allowed_ids(flt)) if flt.active else None
     return index.bm25.search(query, depth, mask)
 
@@ -219,9 +221,9 @@ def dense_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> li
         query=vector.tolist(),
         using=DENSE,
         limit=depth,
-        query_filter=_qdrant_filter(flt),
+        query_filter=qdrant_filter(flt),
         search_params=search_params,
-        with_payload=False,
+        with_payload=index.point_payload,
     ).points
     # Similarities for every distance (l2 scores are distances): hybrid-cc and min_score expect higher = better.
     distance = index.dense_distance()
@@ -295,14 +297,26 @@ def retrieve(index: Index, query: str, mode: str, params: RetrievalParams | None
     # re-embedding); those are skipped rather than served or crashed on.
     ranked = ranker(index, query, params)
     signals = getattr(ranked, "signals", {})
-    ranking = [(cid, score) for cid, score in ranked if cid in index.chunks.index]
+    ranking = index.lookup.keep_known(ranked)
     if params.mmr_lambda is not None and ranking:
         ranking = _diversify(index, query, ranking, params)
-    top = ranking[: params.k]
     return [
         Hit(rank, score, record, {**signals.get(cid, {}), "first_stage_rank": float(rank)})
-        for rank, ((cid, score), record) in enumerate(zip(top, index.records([cid for cid, _ in top])), start=1)
+        for rank, (cid, score, record) in enumerate(_top_records(index, ranking, params.k), start=1)
     ]
+
+
+def _top_records(index: Index, ranking: list[tuple[str, float]], k: int) -> list[tuple[str, float, dict]]:
+    """The first k of a ranking with their records, read a few at a time (one read when all are held, as they are
+    whenever the ranking came from the records' own engine); an id whose record is gone is passed over."""
+    top: list[tuple[str, float, dict]] = []
+    start = 0
+    while len(top) < k and start < len(ranking):
+        part = ranking[start : start + k - len(top)]
+        start += len(part)
+        found = index.lookup.get_many([cid for cid, _ in part])
+        top += [(cid, score, found[cid]) for cid, score in part if cid in found]
+    return top
 
 
 def _diversify(

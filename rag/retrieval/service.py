@@ -12,10 +12,15 @@ from rag.index.bm25 import BM25Index
 from rag.index.bm25_sparse import EngineBM25, has_bm25
 from rag.index.qdrant import CollectionName, QdrantSettings, alias_target, get_client, is_local
 from rag.retrieval import DENSE_MODES, RETRIEVERS, Hit, Index, RetrievalError, RetrievalParams, retrieve, validate_query
+from rag.retrieval.chunks import PayloadChunks
 from rag.store import CHUNKS_TABLE, TableStore, bm25_root, data_dir
 
 
 BM25Source = Literal["auto", "engine", "bm25s"]
+# Where a search reads its hits' chunk records (rag.retrieval.chunks): "engine", the opened collection's payloads,
+# per hit; "table", the whole chunk table in memory (the way before); "auto", the engine whenever a collection is
+# opened (dense and hybrid modes), else the table.
+ChunkSource = Literal["auto", "engine", "table"]
 PRODUCTION = "production"  # the registry alias serving follows (rag.training.pipeline.SERVING names the same)
 log = logging.getLogger(__name__)
 # Who encodes a question: the index's embedding model itself, or its int8 twin (rag.embedding.onnx_int8).
@@ -26,6 +31,13 @@ def bm25_source_from_env() -> BM25Source:
     value = os.environ.get("RAG_BM25") or "auto"
     if value not in ("auto", "engine", "bm25s"):
         raise RetrievalError(f"RAG_BM25={value!r}: use auto, engine or bm25s")
+    return value  # type: ignore[return-value]
+
+
+def chunk_source_from_env() -> ChunkSource:
+    value = os.environ.get("RAG_CHUNKS") or "auto"
+    if value not in ("auto", "engine", "table"):
+        raise RetrievalError(f"RAG_CHUNKS={value!r}: use auto, engine or table")
     return value  # type: ignore[return-value]
 
 
@@ -77,16 +89,27 @@ def open_index(
     need_bm25: bool = True,
     bm25: BM25Source | None = None,
     query_encoder: QueryEncoder = "model",
+    chunk_source: ChunkSource | None = None,
 ) -> Index:
     """`query_encoder` "int8": questions are encoded by the model's int8 twin (a few times faster on a CPU) against
-    the float passage vectors, when that twin loads and agrees with the model; else by the model, with a warning."""
+    the float passage vectors, when that twin loads and agrees with the model; else by the model, with a warning.
+    `chunk_source` (default RAG_CHUNKS, else auto): where hits' chunk records are read (ChunkSource)."""
     root = Path(root or data_dir())
-    chunks = TableStore(root / "tables").read(CHUNKS_TABLE, strategy)
-    if chunks is None:
+    source = chunk_source or chunk_source_from_env()
+    tables = TableStore(root / "tables")
+    no_chunk_set = RetrievalError(
+        f"no chunk set for strategy {strategy!r} under {root}: run `rag index DOCS --strategy {strategy}` "
+        "or materialize chunk_sets for that partition"
+    )
+    if source == "engine" and not need_dense:
         raise RetrievalError(
-            f"no chunk set for strategy {strategy!r} under {root}: run `rag index DOCS --strategy {strategy}` "
-            "or materialize chunk_sets for that partition"
+            "RAG_CHUNKS=engine reads chunk records from a collection, and this search opens none (bm25 alone): "
+            "use a dense or hybrid mode with a model, or RAG_CHUNKS=auto"
         )
+    from_engine = source == "engine" or (source == "auto" and need_dense)
+    has_table = tables.exists(CHUNKS_TABLE, strategy)
+    if not has_table and not from_engine:
+        raise no_chunk_set
     client = alias = embedder = twin = None
     qdrant = qdrant or QdrantSettings.from_env()
     if need_dense:
@@ -98,6 +121,8 @@ def open_index(
         fallback = production_fallback(strategy, model)
         if live is None and fallback is not None and (live := alias_target(client, fallback)) is not None:
             alias = fallback
+        if live is None and not has_table:
+            raise no_chunk_set
         if live is None:
             raise RetrievalError(
                 f"no collection for strategy {strategy!r} and model {model!r}: run "
@@ -120,12 +145,19 @@ def open_index(
             twin, why_not = int8_query_encoder(model, embedder)
             if why_not:
                 log.warning(why_not)
-        hint = None if is_local(client) else qdrant.breadth_hint(len(chunks))  # local mode always scans exactly
-        if hint:
+    if from_engine:
+        chunks = PayloadChunks(client, alias)  # read per hit: no chunk table in memory
+    else:
+        table = tables.read(CHUNKS_TABLE, strategy)
+        if table is None:  # removed since the check above
+            raise no_chunk_set
+        chunks = table.set_index("chunk_id")
+    if client is not None and not is_local(client):  # local mode always scans exactly
+        if hint := qdrant.breadth_hint(len(chunks)):
             log.warning("%s: %s", live, hint)
     sparse = open_bm25(bm25_root(root, strategy), client, alias, bm25) if need_bm25 else None
     return Index(
-        chunks=chunks.set_index("chunk_id"),
+        chunks=chunks,
         bm25=sparse,
         client=client,
         alias=alias,

@@ -29,7 +29,6 @@ from typing import Annotated, Protocol
 from urllib.parse import quote
 
 import numpy as np
-import pandas as pd
 import pyarrow.parquet as pq
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi import Path as PathParam
@@ -55,6 +54,7 @@ from rag.feedback import (
 )
 from rag.feedback.models import MAX_EXPERT_CHARS
 from rag.retrieval import MAX_QUERY_CHARS, RetrievalError
+from rag.retrieval.chunks import ChunkLookup, lookup_of
 from rag.serving.sessions import COOKIE, Session, SessionKeys
 from rag.serving.settings import ServeSettings
 from rag.source import resolve_inside
@@ -313,14 +313,14 @@ def _clip_end(text: str, limit: int) -> str:
     return cut[:space] if space > 0 else cut
 
 
-def chunk_row(chunks: pd.DataFrame, chunk_id) -> pd.Series | None:
-    """The chunk table's row of a chunk id (indexed by chunk_id), None when it holds none."""
-    if not isinstance(chunk_id, str) or chunk_id not in chunks.index:
+def chunk_row(chunks: ChunkLookup, chunk_id) -> dict | None:
+    """The record of a chunk id in the served chunk records (read per chunk), None when they hold none."""
+    if not isinstance(chunk_id, str):
         return None
-    return chunks.loc[[chunk_id]].iloc[0]
+    return chunks.get_many([chunk_id]).get(chunk_id)
 
 
-def context_of(passage: pd.Series, chunks: pd.DataFrame, document: str | None) -> tuple[str, str, bool]:
+def context_of(passage: dict, chunks: ChunkLookup, document: str | None) -> tuple[str, str, bool]:
     """(before, after, exact): the document's text around the passage when its stored text still holds the passage
     where the chunk set says (offsets into the text as parsed when the chunks were made); else the neighbouring
     passages' text (the served index is the one consistent source: the document may have been re-parsed since)."""
@@ -675,9 +675,9 @@ def create_app(
     def events(body: ImplicitEvent, request: Request) -> EventAck:
         return EventAck(event_id=store.record_event(body, client_session=verified(request, body.session)))
 
-    def served_chunks() -> pd.DataFrame:
-        """The chunk table of the index answering now (what /ask's passages come from), already in memory."""
-        chunks = getattr(getattr(answerer_provider(), "index", None), "chunks", None)
+    def served_chunks() -> ChunkLookup:
+        """The chunk records of the index answering now (what /ask's passages come from)."""
+        chunks = lookup_of(getattr(answerer_provider(), "index", None))
         if chunks is None:
             raise StarletteHTTPException(
                 404, "this server answers without a passage index, so no passage has a context here"

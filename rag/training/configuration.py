@@ -375,7 +375,7 @@ def search(
         chunks = tables.read(CHUNKS_TABLE, strategy)
         qrels = judged.qrels(chunks)
         index = open_index(strategy, "production", root=root, qdrant=qdrant or QdrantSettings.from_env())
-        known = set(index.chunks.index)
+        known = set(chunks["chunk_id"])  # the chunk set the index serves
         lengths = passage_lengths(chunks)
         components = _components(index, judged.queries, space.candidates)
         for config in space.grid([strategy]):
