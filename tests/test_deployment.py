@@ -244,3 +244,17 @@ def test_each_shipped_instance_loads_whole_on_postgres(tmp_path, monkeypatch, no
             assert "PostgresRunStorage" in instance.info_str()
         finally:
             instance.dispose()
+
+
+def test_the_kubernetes_replicas_share_the_runs_env_and_data_dir():
+    """`rag serve` pods read what the runs write: the same ConfigMap, Secret and data volume as the run Jobs."""
+    deployment, service = yaml.safe_load_all((DEPLOY / "k8s" / "serve.yaml").read_text())
+    launcher = load(K8S_INSTANCE)["run_launcher"]["config"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert deployment["spec"]["replicas"] == 2 and container["command"][:2] == ["rag", "serve"]
+    sources = container["envFrom"]
+    assert [s["configMapRef"]["name"] for s in sources if "configMapRef" in s] == launcher["env_config_maps"]
+    assert [s["secretRef"]["name"] for s in sources if "secretRef" in s] == launcher["env_secrets"]
+    assert container["volumeMounts"] == launcher["volume_mounts"] and pod["volumes"] == launcher["volumes"]
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
