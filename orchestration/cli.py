@@ -141,6 +141,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from orchestration.partitions import StrategyBackfill, strategies_to_build
     from rag.chunking import strategy_fingerprint
     from resources.chunking import ChunkingStrategies
+    from resources.storage import DataStore
 
     instance, _ = prepared_instance()
     added = sync_partitions(instance)
@@ -154,7 +155,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     if not args.materialize:
         return 0
     fingerprints = {name: strategy_fingerprint(cfg) for name, cfg in ChunkingStrategies().strategies().items()}
-    todo = strategies_to_build(instance, fingerprints)
+    todo = strategies_to_build(instance, fingerprints, tables=DataStore().tables)
     if not todo:
         print("every chunk set is built with its strategy's current parameters: nothing to materialize")
         return 0

@@ -1,6 +1,13 @@
 """Partitions shared by assets, jobs and sensors, and which of them are worth building: the embedding models that
 serve (or are canaried, or the operator lists as active), and the chunking strategies whose chunk set is missing or
-was built with other parameters."""
+was built with other parameters.
+
+The dynamic partitions are derived from what the product knows (the strategies of config/chunking.yaml, the indexed
+models of the registry and the embedders YAML), never kept only in Dagster's instance: a new instance (Dagster's
+storage moved to Postgres, a wiped DAGSTER_HOME) gets them back from partition_requests, which dynamic_partitions_sensor
+(running by default), the strategy sensors, the nightly_reindex schedule, `rag demo` and `rag sync-strategies` apply.
+What was built is read from the data dir when the instance has no record of it (built_fingerprints), so a new
+instance does not rebuild chunk sets that exist."""
 
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ if TYPE_CHECKING:
     from dagster import DagsterInstance
 
     from rag.registry import ModelRegistry
+    from rag.store import TableStore
 
 # One partition per chunking strategy named in config/chunking.yaml; added by the strategy sensor
 # or `rag sync-strategies`, so a new strategy is a partition to backfill rather than code.
@@ -91,6 +99,20 @@ def model_partition_requests(
     return requests
 
 
+def partition_requests(
+    instance: DagsterInstance, strategies: Iterable[str], models: list[str]
+) -> list[AddDynamicPartitionsRequest | DeleteDynamicPartitionsRequest]:
+    """What makes the partitions hold what the product knows: a chunking_strategy partition per configured strategy
+    (one removed from the YAML keeps its partition and history), and the embedding_model partitions of
+    model_partition_requests."""
+    existing = set(instance.get_dynamic_partitions(chunking_strategy_partitions.name))
+    new = [name for name in strategies if name not in existing]
+    requests: list[AddDynamicPartitionsRequest | DeleteDynamicPartitionsRequest] = (
+        [chunking_strategy_partitions.build_add_request(new)] if new else []
+    )
+    return [*requests, *model_partition_requests(instance, models)]
+
+
 def apply_partition_requests(
     instance: DagsterInstance, requests: Iterable[AddDynamicPartitionsRequest | DeleteDynamicPartitionsRequest]
 ) -> None:
@@ -103,8 +125,11 @@ def apply_partition_requests(
                 instance.delete_dynamic_partition(request.partitions_def_name, key)
 
 
-def built_fingerprints(instance: DagsterInstance, strategies: Iterable[str]) -> dict[str, str | None]:
-    """The parameters' fingerprint each strategy's chunk set was last materialized with (None: never built)."""
+def built_fingerprints(
+    instance: DagsterInstance, strategies: Iterable[str], tables: TableStore | None = None
+) -> dict[str, str | None]:
+    """The parameters' fingerprint each strategy's chunk set was last materialized with (None: never built). With
+    `tables`, a strategy the instance has no record of (a new instance) is read from its chunk set in the data dir."""
     out: dict[str, str | None] = {}
     for name in strategies:
         records = instance.fetch_materializations(
@@ -112,17 +137,38 @@ def built_fingerprints(instance: DagsterInstance, strategies: Iterable[str]) -> 
         ).records
         value = records[0].asset_materialization.metadata.get(FINGERPRINT_KEY) if records else None
         out[name] = getattr(value, "value", value)
+        if not records and tables is not None:
+            out[name] = fingerprint_on_disk(tables, name)
     return out
 
 
+def fingerprint_on_disk(tables: TableStore, strategy: str) -> str | None:
+    """The fingerprint every chunk of the strategy's chunk set in the data dir was made with (rag.chunk_sets writes
+    it on each chunk); None when there is no chunk set, it is empty, or its chunks were made with several."""
+    from rag.store import CHUNKS_TABLE
+
+    try:
+        chunks = tables.read(CHUNKS_TABLE, strategy, columns=[FINGERPRINT_KEY])
+    except ValueError:  # pyarrow's ArrowInvalid: a chunk set written before chunks recorded their fingerprint
+        return None
+    if chunks is None:
+        return None
+    found = chunks[FINGERPRINT_KEY].unique()
+    return str(found[0]) if len(found) == 1 else None
+
+
 def strategies_to_build(
-    instance: DagsterInstance, fingerprints: Mapping[str, str], requested: Mapping[str, str] | None = None
+    instance: DagsterInstance,
+    fingerprints: Mapping[str, str],
+    requested: Mapping[str, str] | None = None,
+    tables: TableStore | None = None,
 ) -> list[str]:
     """Strategies whose chunk set is missing or built with other parameters than the YAML's `fingerprints`, less
-    those already `requested` with these parameters (a sensor's cursor: a backfill under way)."""
+    those already `requested` with these parameters (a sensor's cursor: a backfill under way). `tables`: see
+    built_fingerprints."""
     requested = requested or {}
     pending = [name for name, fp in fingerprints.items() if requested.get(name) != fp]
-    built = built_fingerprints(instance, pending)
+    built = built_fingerprints(instance, pending, tables)
     return [name for name in pending if built[name] != fingerprints[name]]
 
 

@@ -2,11 +2,14 @@
 
 import hashlib
 
-from dagster import Definitions, RunRequest, SensorEvaluationContext, SkipReason, sensor
+from dagster import Definitions, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
-from orchestration.nightly import nightly_reindex_job
+from orchestration.nightly import nightly_plan, nightly_reindex_job, run_requests
 from rag.source import SourceScan
+from resources.chunking import ChunkingStrategies
 from resources.documents import DocumentSource
+from resources.models import EmbeddingModels
+from resources.storage import DataStore
 
 
 def _state_digest(scan: SourceScan) -> str:
@@ -24,18 +27,26 @@ def _state_digest(scan: SourceScan) -> str:
     job=nightly_reindex_job,
     minimum_interval_seconds=60,
     description="Every minute: lists the document folder (file names, sizes, modification times) and, when anything "
-    "was added, changed or removed, starts nightly_reindex_job: only what changed is parsed, chunked, BM25-indexed "
-    "and embedded again, for every chunk set.",
+    "was added, changed or removed, starts nightly_reindex_job for every chunk set × model that serves, as the "
+    "nightly schedule does: only what changed is parsed, chunked, BM25-indexed and embedded again.",
 )
-def new_documents_sensor(context: SensorEvaluationContext, document_source: DocumentSource):
+def new_documents_sensor(
+    context: SensorEvaluationContext,
+    document_source: DocumentSource,
+    chunking: ChunkingStrategies,
+    embedding_models: EmbeddingModels,
+    data_store: DataStore,
+):
     scan = document_source.scan(with_hashes=False)  # cheap listing: the asset hashes what it parses
     digest = _state_digest(scan)
     if digest == context.cursor:
         return SkipReason(
             f"{len(scan.files)} files ({len(scan.rejected)} refused), unchanged since the last re-index request"
         )
-    context.update_cursor(digest)
-    return RunRequest(run_key=f"documents:{digest}", tags={"documents": str(len(scan.files))})
+    keys, partitions = nightly_plan(context.instance, chunking, embedding_models, data_store)
+    return SensorResult(
+        run_requests=run_requests(keys, f"documents:{digest}"), dynamic_partitions_requests=partitions, cursor=digest
+    )
 
 
 defs = Definitions(sensors=[new_documents_sensor])

@@ -3,15 +3,20 @@ with new parameters) becomes one backfill that chunks it, BM25-indexes it, embed
 served ones and those listed as active, never a candidate the gate rejected), evaluates it and refreshes
 evaluation_summary. A model newly indexed (a promotion, a canary, a new `active:` entry) gets the same over every
 chunk set. Only what is missing runs: a strategy whose chunk set was last built with its current parameters is left
-alone, so a first tick after `make demo` launches nothing."""
+alone, so a first tick after `make demo` launches nothing, nor one on a new Dagster instance over a data dir that holds
+the chunk sets (their fingerprints are read there).
+
+dynamic_partitions_sensor, running by default, gives a new instance its partitions back without launching anything."""
 
 from __future__ import annotations
 
 import json
 
 from dagster import (
+    AddDynamicPartitionsRequest,
     AssetKey,
     AssetSelection,
+    DefaultSensorStatus,
     Definitions,
     RunRequest,
     SensorEvaluationContext,
@@ -24,10 +29,8 @@ from dagster._core.definitions.events import AssetKeyPartitionKey
 from orchestration.partitions import (
     StrategyBackfill,
     built_fingerprints,
-    chunking_strategy_partitions,
-    embedding_model_partitions,
     indexed_models,
-    model_partition_requests,
+    partition_requests,
     strategies_to_build,
 )
 from rag.chunking import strategy_fingerprint
@@ -82,12 +85,9 @@ def chunking_strategy_sensor(
     instance = context.instance
     fingerprints = {name: strategy_fingerprint(cfg) for name, cfg in chunking.strategies().items()}
     requested: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-    todo = strategies_to_build(instance, fingerprints, requested)
+    todo = strategies_to_build(instance, fingerprints, requested, data_store.tables)
     models = _indexed(data_store, embedding_models)
-    existing = set(instance.get_dynamic_partitions(chunking_strategy_partitions.name))
-    new = [name for name in fingerprints if name not in existing]
-    partitions = [chunking_strategy_partitions.build_add_request(new)] if new else []
-    partitions += model_partition_requests(instance, models)
+    partitions = partition_requests(instance, fingerprints, models)
     # A requested backfill is not requested again when it fails: re-execute it from its page, or change the params.
     cursor = json.dumps({**requested, **fingerprints}, sort_keys=True)
     if not todo:
@@ -121,12 +121,14 @@ def embedding_model_sensor(
 ):
     instance = context.instance
     models = _indexed(data_store, embedding_models)
-    # Without a cursor (never ticked, and no demo set one), a model that is already a partition counts as indexed.
-    partitioned = instance.get_dynamic_partitions(embedding_model_partitions.name)
-    seen = json.loads(context.cursor) if context.cursor else partitioned
+    # Without a cursor (never ticked, no demo set one, or a new instance) the models are taken as found: a promotion
+    # and a canary's start build their own collections, and nightly_reindex fills any other gap incrementally.
+    seen = json.loads(context.cursor) if context.cursor else models
     new = [m for m in models if m not in seen]
-    partitions = model_partition_requests(instance, models)
-    built = [s for s, fp in built_fingerprints(instance, chunking.strategies()).items() if fp is not None]
+    partitions = partition_requests(instance, chunking.strategies(), models)
+    built = [
+        s for s, fp in built_fingerprints(instance, chunking.strategies(), data_store.tables).items() if fp is not None
+    ]
     cursor = json.dumps(models)
     if not new or not built:
         reason = f"{len(models)} indexed models ({', '.join(models)}), none new" if not new else "no chunk set yet"
@@ -140,4 +142,31 @@ def embedding_model_sensor(
     )
 
 
-defs = Definitions(sensors=[chunking_strategy_sensor, embedding_model_sensor])
+@sensor(
+    minimum_interval_seconds=60,
+    default_status=DefaultSensorStatus.RUNNING,
+    description="Running by default, launches nothing: keeps the dynamic partitions what the product knows, so a new "
+    "Dagster instance (storage moved to Postgres, DAGSTER_HOME wiped) gets them back within a minute: a "
+    "chunking_strategy partition per strategy of config/chunking.yaml, an embedding_model partition per model that "
+    "serves, runs a canary or is listed as active, and none for a trained model that is none of these.",
+)
+def dynamic_partitions_sensor(
+    context: SensorEvaluationContext,
+    chunking: ChunkingStrategies,
+    embedding_models: EmbeddingModels,
+    data_store: DataStore,
+):
+    strategies, models = list(chunking.strategies()), _indexed(data_store, embedding_models)
+    requests = partition_requests(context.instance, strategies, models)
+    changes = [
+        f"{'adds' if isinstance(r, AddDynamicPartitionsRequest) else 'removes'} {', '.join(r.partition_keys)}"
+        for r in requests
+    ]
+    return SensorResult(
+        skip_reason=f"{len(strategies)} strategies, models {', '.join(models)}"
+        + (f"; {'; '.join(changes)}" if changes else ": partitions already in step"),
+        dynamic_partitions_requests=requests,
+    )
+
+
+defs = Definitions(sensors=[chunking_strategy_sensor, embedding_model_sensor, dynamic_partitions_sensor])

@@ -237,16 +237,24 @@ def test_strategy_sensor_adds_a_partition_for_a_new_yaml_entry(env):
 
 
 def test_new_documents_sensor_requests_reindex_only_on_change(env):
+    from dagster import MultiPartitionKey
+
     from sensors.documents import new_documents_sensor
 
-    source = env["resources"]["document_source"]
-    first = new_documents_sensor(build_sensor_context(resources={"document_source": source}))
-    cursor = first.run_key.split(":")[1]
-    same = new_documents_sensor(build_sensor_context(cursor=cursor, resources={"document_source": source}))
+    def tick(cursor=None):
+        context = build_sensor_context(cursor=cursor, instance=env["instance"], resources=env["resources"])
+        return new_documents_sensor(context)
+
+    first = tick()
+    # one run per chunk set × model that serves (the base model before any promotion) or is listed as active
+    assert {r.partition_key for r in first.run_requests} == {
+        MultiPartitionKey({"strategy": s, "model": m}) for s in ("paragraph", "page") for m in ("minilm", "wordllama")
+    }
+    same = tick(first.cursor)
     assert isinstance(same, SkipReason)
     (env["docs"] / "new.txt").write_text("A new document arrived.")
-    changed = new_documents_sensor(build_sensor_context(cursor=cursor, resources={"document_source": source}))
-    assert changed.run_key != first.run_key
+    changed = tick(first.cursor)
+    assert not {r.run_key for r in changed.run_requests} & {r.run_key for r in first.run_requests}
     assert new_documents_sensor.job_name == "nightly_reindex_job"  # parse, chunk and index: the file becomes searchable
 
 
@@ -279,6 +287,7 @@ def test_cli_parse_and_chunk_json(shared_mixed):
 def test_collection_partition_and_nightly_reindex(env):
     from dagster import MultiPartitionKey
 
+    from orchestration.nightly import TICK_TAG
     from rag.retrieval.service import search
 
     instance = env["instance"]
@@ -295,15 +304,23 @@ def test_collection_partition_and_nightly_reindex(env):
     )
 
     (env["docs"] / "new-note.txt").write_text("The nightly job indexes this brand new note about lighthouses.")
-    nightly = defs.resolve_job_def("nightly_reindex_job").execute_in_process(
-        instance=instance, resources=env["resources"], run_config=QUIET
-    )
-    assert nightly.success
-    events = [e.event_specific_data.materialization for e in nightly.get_asset_materialization_events()]
-    mats = {(m.asset_key.to_user_string(), m.partition): m.metadata for m in events}
-    collection = mats[("embedding_collections", MultiPartitionKey({"strategy": "paragraph", "model": "wordllama"}))]
+    key = MultiPartitionKey({"strategy": "paragraph", "model": "wordllama"})
+
+    def nightly_run(tick: str) -> dict:
+        """One of the runs a nightly tick requests (orchestration.nightly.run_requests): its materializations."""
+        run = defs.resolve_job_def("nightly_reindex_job").execute_in_process(
+            instance=instance, resources=env["resources"], run_config=QUIET, partition_key=key, tags={TICK_TAG: tick}
+        )
+        assert run.success
+        events = [e.event_specific_data.materialization for e in run.get_asset_materialization_events()]
+        return {(m.asset_key.to_user_string(), m.partition): m.metadata for m in events}
+
+    mats = nightly_run("tick-1")
+    collection = mats[("embedding_collections", key)]
     assert collection["added"].value >= 1 and collection["deleted"].value == 0 and not collection["rebuilt"].value
     assert mats[("chunk_sets", "paragraph")]["rechunked_documents"].value == 1
+    # Another partition's run of the same tick finds parsing, chunking and BM25 done and only embeds.
+    assert set(nightly_run("tick-1")) == {("embedding_collections", key)}
 
     qdrant = env["resources"]["qdrant"].settings()
     hits = search(

@@ -231,7 +231,9 @@ def test_demo_sets_the_sensors_starting_points(setup, tmp_path):
     from sensors.documents import new_documents_sensor
 
     unchanged = new_documents_sensor(
-        build_sensor_context(cursor=starts["new_documents_sensor"], resources={"document_source": source})
+        build_sensor_context(
+            cursor=starts["new_documents_sensor"], resources={"document_source": source, **setup["resources"]}
+        )
     )
     assert unchanged.skip_message.endswith("unchanged since the last re-index request")
 
