@@ -198,3 +198,16 @@ def test_a_data_dirs_files_are_imported_on_the_databases_first_use(postgres, tmp
         assert history_entries(registry) == files["log"] and pending(registry) == files["intent"]
     (registry.root / "rollout" / "reranker.json").write_text(json.dumps({"stale": True}))  # no longer read
     assert read_state(registry, "reranker") == files["state"]
+
+
+def test_while_the_state_store_cannot_be_reached_the_last_marks_are_repeated(backend, tmp_path, monkeypatch):
+    from rag.lifecycle.journal import backend as store_of
+
+    registry = ModelRegistry(tmp_path / "models")
+    marks, signature = state_marks(registry), registry.change_signature()
+
+    def unreachable(keys):
+        raise ConnectionError("the state database cannot be reached")
+
+    monkeypatch.setattr(store_of(registry), "marks", unreachable)
+    assert state_marks(registry) == marks and registry.change_signature() == signature  # an outage is no change

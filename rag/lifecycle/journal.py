@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -41,6 +42,8 @@ Log = Callable[[str], None]
 _held = threading.local()  # lock depth per (thread, lock): a step inside a step must not deadlock on its own lock
 LIFECYCLE = "lifecycle"  # the lock's name in the state backend
 INTENT = "rollout/intent"
+_last_marks: dict[StateBackend, tuple] = {}  # per backend: the last state marks read (see state_marks)
+logger = logging.getLogger(__name__)
 
 
 class PendingTransaction(RuntimeError):
@@ -144,8 +147,18 @@ def read_state_text(registry: ModelRegistry, kind: str) -> str | None:
 
 def state_marks(registry: ModelRegistry) -> tuple:
     """Changes whenever a kind's rollout state is written: a server re-reads the states only then. On a database
-    it is one query at most every rag.state.sql.MARKS_TTL_SECONDS."""
-    return backend(registry).marks([state_key(kind) for kind in KINDS])
+    it is one query at most every rag.state.sql.MARKS_TTL_SECONDS; while the database cannot be reached the last
+    marks are repeated (an outage is no change: the server keeps serving what it read)."""
+    store = backend(registry)
+    try:
+        marks = store.marks([state_key(kind) for kind in KINDS])
+    except Exception as exc:  # noqa: BLE001 - connection errors of the state database
+        if store not in _last_marks:
+            raise
+        logger.warning("rollout state not re-read: %s cannot be reached (%s)", store.describe(), exc)
+        return _last_marks[store]
+    _last_marks[store] = marks
+    return marks
 
 
 def _write_state(registry: ModelRegistry, kind: str, state: dict) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,7 +86,7 @@ class FileState:
         return any(json.loads(line).get("op") == op for line in self._lines()[-RECENT_LINES:] if line.strip())
 
     def lock_path(self, name: str) -> Path:
-        return self.root / LOCKS.get(name, f"locks/{name}.lock")
+        return self.root / LOCKS.get(name, f"locks/{re.sub(r'[^A-Za-z0-9._-]', '_', name)}.lock")
 
     def lock_id(self, name: str) -> str:
         return str(self.lock_path(name).resolve())
