@@ -405,12 +405,16 @@ def test_unsupported_features_say_what_to_do(tmp_path):
                 "bm25": models.SparseVectorParams(index=models.SparseIndexParams(datatype=models.Datatype.FLOAT16))
             },
         )
-    with pytest.raises(EdgeUnsupportedError, match="quantization_config"):
+    with pytest.raises(EdgeUnsupportedError, match="shard_number"):  # a server's: int8 quantization is mapped
         client.create_collection(
-            "h",
+            "h", vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE), shard_number=2
+        )
+    with pytest.raises(EdgeUnsupportedError, match="ProductQuantization"):
+        client.create_collection(
+            "p",
             vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE),
-            quantization_config=models.ScalarQuantization(
-                scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8)
+            quantization_config=models.ProductQuantization(
+                product=models.ProductQuantizationConfig(compression=models.CompressionRatio.X16)
             ),
         )
     vector_collection(client, "c", 2)

@@ -96,10 +96,12 @@ def query_vector(query: str):
     return models.SparseVector(indices=ids, values=[float(c) for c in counts]) if ids else None
 
 
-def sparse_params():
+def sparse_params(on_disk: bool | None = None):
+    """The sparse vector's params; `on_disk`: its inverted index on disk (CollectionLayout.sparse_on_disk)."""
     from qdrant_client import models
 
-    return {SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)}
+    index = models.SparseIndexParams(on_disk=on_disk) if on_disk is not None else None
+    return {SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF, index=index)}
 
 
 def has_bm25(client, collection: str) -> bool:

@@ -94,6 +94,7 @@ class EdgeQueryResponse:
 class EdgeCollectionConfig:
     params: models.CollectionParams
     hnsw_config: models.HnswConfigDiff | None = None  # the graph parameters given at create (None: Edge's defaults)
+    quantization_config: models.ScalarQuantization | None = None  # as given at create (None: float vectors only)
 
 
 @dataclass(frozen=True)
@@ -274,18 +275,43 @@ def _sparse_config(name: str, params: Any) -> dict:
     return params.model_dump(mode="json", exclude_none=True)
 
 
-def _hnsw_config(diff: models.HnswConfigDiff | None) -> dict[str, int]:
-    """The graph's build parameters Edge takes (m, ef_construct); the rest of a server's HNSW config says so."""
+_GRAPH_FIELDS = ("m", "ef_construct", "on_disk")
+
+
+def _hnsw_config(diff: models.HnswConfigDiff | None) -> dict[str, int | bool]:
+    """The graph's parameters Edge takes (m, ef_construct, on_disk); the rest of a server's HNSW config says so."""
     if diff is None:
         return {}
     given = set(diff.model_dump(exclude_none=True))
-    if given - {"m", "ef_construct"}:
+    if given - set(_GRAPH_FIELDS):
         raise EdgeUnsupportedError(
-            f"hnsw_config fields {sorted(given - {'m', 'ef_construct'})} are not mapped to the "
-            "edge engine: give m and ef_construct only (EdgeOptions holds the indexing threads "
+            f"hnsw_config fields {sorted(given - set(_GRAPH_FIELDS))} are not mapped to the "
+            "edge engine: give m, ef_construct and on_disk only (EdgeOptions holds the indexing threads "
             "and the full-scan threshold)"
         )
-    return {k: int(getattr(diff, k)) for k in ("m", "ef_construct") if getattr(diff, k) is not None}
+    return {k: getattr(diff, k) for k in _GRAPH_FIELDS if getattr(diff, k) is not None}
+
+
+def _quantization_config(config: Any) -> dict | None:
+    """A scalar quantization's config.json form (int8 only: what CollectionLayout makes); other kinds say so."""
+    if config is None:
+        return None
+    if not isinstance(config, models.ScalarQuantization):
+        raise EdgeUnsupportedError(
+            f"quantization {type(config).__name__} is not mapped to the edge engine: use scalar int8 "
+            "(RAG_QDRANT_QUANTIZATION=int8) or a Qdrant server"
+        )
+    scalar = config.scalar
+    if getattr(scalar, "memory", None) is not None:
+        raise EdgeUnsupportedError("quantization `memory` is not mapped to the edge engine: use always_ram")
+    return models.ScalarQuantization(scalar=scalar).model_dump(mode="json", exclude_none=True)
+
+
+def _edge_quantization(saved: dict | None) -> qe.ScalarQuantizationConfig | None:
+    if not saved:
+        return None
+    scalar = models.ScalarQuantization.model_validate(saved).scalar
+    return qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, quantile=scalar.quantile, always_ram=scalar.always_ram)
 
 
 def _edge_sparse(params: models.SparseVectorParams) -> qe.EdgeSparseVectorParams:
@@ -511,21 +537,22 @@ class EdgeClient:
     def _config(self, collection: str) -> dict:
         return json.loads((self._dir(collection) / "config.json").read_text())
 
-    def _edge_config(
-        self, vectors: dict, sparse: Mapping[str, dict] | None = None, graph: Mapping[str, int] | None = None
-    ) -> qe.EdgeConfig:
+    def _edge_config(self, config: Mapping[str, Any]) -> qe.EdgeConfig:
+        """The shard's config from a collection's config.json (as create_collection wrote it)."""
         params = {
-            name: qe.EdgeVectorParams(size=v["size"], distance=_distance(v["distance"])) for name, v in vectors.items()
+            name: qe.EdgeVectorParams(size=v["size"], distance=_distance(v["distance"]), on_disk=v.get("on_disk"))
+            for name, v in config["vectors"].items()
         }
         sparse_params = {
-            name: _edge_sparse(models.SparseVectorParams.model_validate(p)) for name, p in (sparse or {}).items()
+            name: _edge_sparse(models.SparseVectorParams.model_validate(p))
+            for name, p in (config.get("sparse_vectors") or {}).items()
         } or None
         optimizers = None
         if self.options.indexing_threshold_kb is not None:
             optimizers = qe.EdgeOptimizersConfig(indexing_threshold=self.options.indexing_threshold_kb)
         hnsw = None
         opts = self.options
-        graph = graph or {}
+        graph = config.get("hnsw") or {}
         if graph or opts.max_indexing_threads is not None or opts.full_scan_threshold_kb is not None:
             # Edge takes the HNSW config whole: Qdrant's defaults for what is not set.
             hnsw = qe.HnswIndexConfig(
@@ -533,8 +560,16 @@ class EdgeClient:
                 ef_construct=graph.get("ef_construct", 100),
                 full_scan_threshold=opts.full_scan_threshold_kb or 10_000,
                 max_indexing_threads=opts.max_indexing_threads or 0,
+                on_disk=graph.get("on_disk"),
             )
-        return qe.EdgeConfig(vectors=params, sparse_vectors=sparse_params, optimizers=optimizers, hnsw_config=hnsw)
+        return qe.EdgeConfig(
+            vectors=params,
+            sparse_vectors=sparse_params,
+            optimizers=optimizers,
+            hnsw_config=hnsw,
+            on_disk_payload=config.get("on_disk_payload"),
+            quantization_config=_edge_quantization(config.get("quantization")),
+        )
 
     def _shard(self, name: str) -> tuple[str, qe.EdgeShard]:
         self._check_open()
@@ -549,7 +584,7 @@ class EdgeClient:
             if shard is None:
                 config = self._config(collection)
                 try:
-                    edge_config = self._edge_config(config["vectors"], config.get("sparse_vectors"), config.get("hnsw"))
+                    edge_config = self._edge_config(config)
                     shard = qe.EdgeShard.load(str(self._dir(collection) / "shard"), edge_config)
                 except Exception as exc:  # Edge raises bare Exception; its WAL lock says WouldBlock
                     if "WouldBlock" in str(exc):
@@ -625,8 +660,12 @@ class EdgeClient:
         vectors_config: models.VectorParams | Mapping[str, models.VectorParams],
         sparse_vectors_config: Mapping[str, Any] | None = None,
         hnsw_config: models.HnswConfigDiff | None = None,
+        on_disk_payload: bool | None = None,
+        quantization_config: models.ScalarQuantization | None = None,
         **unsupported: Any,
     ) -> bool:
+        """Vectors (dense on disk or in RAM), sparse vectors, the graph's parameters, the payload's placement and
+        int8 scalar quantization: a server's sharding and replication options raise EdgeUnsupportedError."""
         self._check_open()
         given = sorted(k for k, v in unsupported.items() if v is not None and k != "timeout")
         if given:
@@ -635,19 +674,27 @@ class EdgeClient:
                 "them out or use engine local"
             )
         hnsw = _hnsw_config(hnsw_config)
+        quantization = _quantization_config(quantization_config)
         named = vectors_config if isinstance(vectors_config, Mapping) else {"": vectors_config}
         vectors = {
             name: {"size": int(p.size), "distance": getattr(p.distance, "value", p.distance)}
+            | ({"on_disk": bool(p.on_disk)} if p.on_disk is not None else {})
             for name, p in named.items()
         }
         sparse = {name: _sparse_config(name, p) for name, p in (sparse_vectors_config or {}).items()}
         if set(sparse) & set(vectors):
             raise ValueError(f"vector names {sorted(set(sparse) & set(vectors))} are both dense and sparse")
+        # Only what was given is written: a collection built with the engine's defaults keeps the config.json it had
+        # before these options were mapped, and Edge takes all of it again on every load.
         config: dict[str, Any] = {"vectors": vectors}
-        if sparse:  # dense-only collections keep the config.json they had before sparse vectors were mapped
+        if sparse:
             config["sparse_vectors"] = sparse
-        if hnsw:  # kept in config.json: Edge takes the graph's parameters again on every load
+        if hnsw:
             config["hnsw"] = hnsw
+        if on_disk_payload is not None:
+            config["on_disk_payload"] = bool(on_disk_payload)
+        if quantization:
+            config["quantization"] = quantization
         with self._mutex:
             if self._exists(collection_name):
                 raise ValueError(f"Collection {collection_name} already exists")
@@ -656,7 +703,7 @@ class EdgeClient:
             folder = self._dir(collection_name)
             shutil.rmtree(folder, ignore_errors=True)  # a create that crashed before config.json: never complete
             folder.mkdir(parents=True)
-            shard = qe.EdgeShard.create(str(folder / "shard"), self._edge_config(vectors, sparse, hnsw))
+            shard = qe.EdgeShard.create(str(folder / "shard"), self._edge_config(config))
             _write_atomic(folder / "config.json", config)
             self._shards[collection_name] = shard
         return True
@@ -665,7 +712,7 @@ class EdgeClient:
         collection, shard = self._shard(collection_name)
         config = self._config(collection)
         vectors = {
-            name: models.VectorParams(size=v["size"], distance=models.Distance(v["distance"]))
+            name: models.VectorParams(size=v["size"], distance=models.Distance(v["distance"]), on_disk=v.get("on_disk"))
             for name, v in config["vectors"].items()
         }
         sparse = {
@@ -673,11 +720,19 @@ class EdgeClient:
         }
         info = shard.info()
         params = models.CollectionParams(
-            vectors=vectors.get("") if set(vectors) == {""} else vectors, sparse_vectors=sparse or None
+            vectors=vectors.get("") if set(vectors) == {""} else vectors,
+            sparse_vectors=sparse or None,
+            on_disk_payload=config.get("on_disk_payload"),
         )
         graph = models.HnswConfigDiff(**config["hnsw"]) if config.get("hnsw") else None
+        quantization = config.get("quantization")
         return EdgeCollectionInfo(
-            EdgeCollectionConfig(params, graph), info.points_count, info.indexed_vectors_count, info.segments_count
+            EdgeCollectionConfig(
+                params, graph, models.ScalarQuantization.model_validate(quantization) if quantization else None
+            ),
+            info.points_count,
+            info.indexed_vectors_count,
+            info.segments_count,
         )
 
     def delete_collection(self, collection_name: str, **_: Any) -> bool:

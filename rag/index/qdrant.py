@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from rag.index.aliases import aliased_collections, alias_target, point_alias_to  # noqa: F401 - re-exported
+from rag.index.layout import CollectionLayout
 from rag.index.embedded import (  # noqa: F401 - re-exported: callers import the folder facts from here too
     EDGE_ENGINE_MARK,
     EDGE_META,
@@ -73,12 +74,13 @@ class HnswBuild(BaseModel):
     def from_env(cls) -> HnswBuild:
         return cls(m=_int_from_env("RAG_HNSW_M", "32"), ef_construct=_int_from_env("RAG_HNSW_EF_CONSTRUCT", "256"))
 
-    def config(self):
+    def config(self, on_disk: bool | None = None):
+        """The graph's create_collection setting; `on_disk`: the graph on disk (CollectionLayout.hnsw_on_disk)."""
         from qdrant_client import models
 
-        if self.m is None and self.ef_construct is None:
+        if self.m is None and self.ef_construct is None and on_disk is None:
             return None
-        return models.HnswConfigDiff(m=self.m, ef_construct=self.ef_construct)
+        return models.HnswConfigDiff(m=self.m, ef_construct=self.ef_construct, on_disk=on_disk)
 
 
 def _engine_from_env() -> str:
@@ -307,20 +309,31 @@ def drop_unaliased(client, name: CollectionName) -> list[str]:
 
 
 def create_collection(
-    client, collection: str, dim: int, distance: str, *, bm25: bool = True, graph: HnswBuild | None = None
+    client,
+    collection: str,
+    dim: int,
+    distance: str,
+    *,
+    bm25: bool = True,
+    graph: HnswBuild | None = None,
+    layout: CollectionLayout | None = None,
 ) -> None:
     """The dense vector and, with `bm25`, the BM25 sparse vector (rag.index.bm25_sparse) beside it; the HNSW graph
-    built with `graph` (default: HnswBuild.from_env(), the engine's own parameters where nothing is set)."""
+    built with `graph` (default: HnswBuild.from_env(), the engine's own parameters where nothing is set); parts on
+    disk, quantization, shards and replicas as `layout` says (default: CollectionLayout.from_env(), the engine's own
+    defaults where nothing is set)."""
     from qdrant_client import models
 
     from rag.index.bm25_sparse import sparse_params
 
+    layout = layout or CollectionLayout.from_env()
     metric = models.Distance(_METRICS[distance])
     client.create_collection(
         collection,
-        vectors_config={DENSE: models.VectorParams(size=dim, distance=metric)},
-        sparse_vectors_config=sparse_params() if bm25 else None,
-        hnsw_config=(graph or HnswBuild.from_env()).config(),
+        vectors_config={DENSE: layout.vector_params(dim, metric)},
+        sparse_vectors_config=sparse_params(on_disk=layout.sparse_on_disk) if bm25 else None,
+        hnsw_config=(graph or HnswBuild.from_env()).config(on_disk=layout.hnsw_on_disk),
+        **layout.create_options(server=engine_of(client) == "server"),
     )
     add_payload_indexes(client, collection)
 
@@ -366,11 +379,21 @@ def copy_collection(source, target, collection: str, batch: int = 512, *, add_bm
         terms = PassageTerms.of(texts)
         avgdl = float(terms.lengths.mean()) if len(terms) else 0.0
         sparse_config = {**(sparse_config or {}), **sparse_params()}
+    # The layout travels with the collection: vectors' and sparse index's placement are in their params; the graph's,
+    # the payload's and the quantization are carried where the source set them.
+    layout = {"quantization_config": getattr(config, "quantization_config", None)}
+    if getattr(params, "on_disk_payload", None):
+        layout["on_disk_payload"] = True
     target.create_collection(
         collection,
         vectors_config=params.vectors,
         sparse_vectors_config=sparse_config,
-        hnsw_config=models.HnswConfigDiff(m=graph.m, ef_construct=graph.ef_construct) if graph else None,
+        hnsw_config=models.HnswConfigDiff(
+            m=graph.m, ef_construct=graph.ef_construct, on_disk=getattr(graph, "on_disk", None) or None
+        )
+        if graph
+        else None,
+        **{k: v for k, v in layout.items() if v is not None},
     )
     add_payload_indexes(target, collection)
     copied = 0
