@@ -46,7 +46,7 @@ from bench.lib.loop import (
     served_lists,
     served_versions,
 )
-from bench.lib.loop_data import CORPORA, SOURCES, load, relevance
+from bench.lib.loop_data import CORPORA, SOURCES, answer_evidence, holds_answer, load, relevance
 from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
 from bench.lib.results import log, write
 
@@ -64,6 +64,7 @@ class Judge:
 
         self.tables, self.questions = tables, questions
         self.documents = tables.read(DOCUMENTS_TABLE)
+        self.evidence = answer_evidence(questions, self.documents)
         self._qrels: dict[str, dict] = {}
         self.baseline = None
 
@@ -71,8 +72,14 @@ class Judge:
         from rag.store import CHUNKS_TABLE
 
         if strategy not in self._qrels:
-            self._qrels[strategy] = relevance(self.questions, self.documents, self.tables.read(CHUNKS_TABLE, strategy))
+            chunks = self.tables.read(CHUNKS_TABLE, strategy)
+            self._qrels[strategy] = relevance(self.questions, self.documents, chunks, self.evidence)
         return self._qrels[strategy]
+
+    def reads_answer(self, qid: str, read: list[tuple[str, int, int]]) -> bool:
+        """Whether the text the answer reads ((doc_id, start, end) per passage, a passage cut to the context budget
+        ending at the cut) holds an answer span: a long passage holding the answer past the cut does not."""
+        return any(holds_answer(self.evidence.get(qid, []), *span) for span in read)
 
     def score(self, answerer) -> dict:
         from rag.evaluation.metrics import paired_comparison
@@ -84,7 +91,7 @@ class Judge:
         # recall@5 counts a share of the relevant chunks, so it cannot compare chunk sets (every paragraph of a
         # document counts where no answer string is found, one whole document stands for them all); whether the
         # passages the answer reads hold the answer can.
-        table[ANSWER_READ] = [float(any(c in qrels.get(q, {}) for c in read[q])) for q in table.index]
+        table[ANSWER_READ] = [float(self.reads_answer(q, read[q])) for q in table.index]
         means[ANSWER_READ] = round(float(table[ANSWER_READ].mean()), 4)
         out = {"served": answerer.served(), "scores": means}
         if self.baseline is None:

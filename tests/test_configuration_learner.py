@@ -153,3 +153,30 @@ def test_a_configuration_is_judged_on_what_the_answer_reads():
     assert budget.cut(["d", "a", "b", "c"], sizes.get) == ["d", "a", "b"]  # top_k 3
     assert budget.cut(["huge", "a"], sizes.get) == ["huge"]  # the best stays, alone
     assert budget.cut([], sizes.get) == []
+    # How much of each is read: all of it, but a passage alone over the budget only up to the cut.
+    assert budget.chars_read(["a", "b"], sizes.get) == {"a": 400, "b": 500}
+    assert budget.chars_read(["huge"], sizes.get) == {"huge": 1000}
+
+
+def test_a_whole_document_holding_the_answer_past_the_cut_is_no_hit():
+    """A whole document cut to the context budget answers only when the answer is before the cut: judged as a chunk,
+    it held every answer of its document, and on ConditionalQA's long pages a whole-document configuration passed
+    its gate "significantly better" on that alone."""
+    from rag.evaluation.qaset import NOT_RELEVANT_IN_CONTEXT, Evidence
+    from rag.training.configuration import Judged, ReadBudget
+
+    judged = Judged(
+        queries={"early": "q1", "late": "q2"},
+        spans={
+            "early": [Evidence(doc_id="d", start=200, end=260)],
+            "late": [Evidence(doc_id="d", start=4000, end=4060)],
+        },
+    )
+    budget, length = ReadBudget(top_k=5, max_chars=1000), {"d#whole": 9000, "d#p4": 900}.get
+    starts = {"d#whole": ("d", 0), "d#p4": ("d", 3600)}
+    whole = {q: budget.chars_read(budget.cut(["d#whole"], length), length) for q in judged.queries}
+    run = judged.read_run(whole, starts, depth=10)
+    assert list(run["early"]) == ["d#whole"]  # the answer lies in the first 1,000 characters read
+    assert list(run["late"]) == ["d#whole" + NOT_RELEVANT_IN_CONTEXT]  # past the cut: read, but no hit
+    paragraph = judged.read_run({"late": budget.chars_read(["d#p4"], length)}, starts, depth=10)
+    assert list(paragraph["late"]) == ["d#p4"]  # the paragraph holding it, read whole

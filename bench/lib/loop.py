@@ -230,9 +230,11 @@ class Operations:
         return record
 
 
-def served_lists(answerer, questions: list[Question], depth: int = 10) -> tuple[dict, dict[str, list[str]]]:
-    """(ranx run of the served ranking, chunk ids the answer reads per question): the ranking cut to the server's
-    top_k and context budget as the answer stage cuts it (rag.qa.prompt.fit_context)."""
+def served_lists(answerer, questions: list[Question], depth: int = 10) -> tuple[dict, dict[str, list]]:
+    """(ranx run of the served ranking, the text the answer reads per question as (doc_id, start, end) spans): the
+    ranking cut to the server's top_k and context budget as the answer stage cuts it (rag.qa.prompt.fit_context:
+    a passage alone over the budget is read up to the cut)."""
+    from rag.evaluation.qaset import visible_span
     from rag.qa.prompt import fit_context
 
     run, read = {}, {}
@@ -240,7 +242,8 @@ def served_lists(answerer, questions: list[Question], depth: int = 10) -> tuple[
         hits = answerer.rank(q.text)
         ranked = hits[:depth]
         run[q.qid] = {h.chunk["chunk_id"]: float(len(ranked) - r) for r, h in enumerate(ranked)} or {"-": 0.0}
-        read[q.qid] = [h.chunk["chunk_id"] for h in fit_context(hits, answerer.settings.max_context_chars)]
+        kept = fit_context(hits, answerer.settings.max_context_chars)
+        read[q.qid] = [(h.chunk["doc_id"], *visible_span(h.chunk)) for h in kept]
     return run, read
 
 
@@ -270,7 +273,7 @@ def configuration_ceiling(tables, root: Path, judge, questions: list[Question], 
     from rag.index.qdrant import QdrantSettings
     from rag.retrieval.service import open_index
     from rag.store import CHUNKS_TABLE
-    from rag.training.configuration import ConfigurationSpace, _components, _fused, passage_lengths
+    from rag.training.configuration import ConfigurationSpace, _components, _fused, chunk_starts, passage_lengths
 
     space, rows = ConfigurationSpace(), []
     texts = {q.qid: q.text for q in questions}
@@ -278,7 +281,8 @@ def configuration_ceiling(tables, root: Path, judge, questions: list[Question], 
         chunks = tables.read(CHUNKS_TABLE, strategy)
         if chunks is None:
             continue
-        lengths, qrels = passage_lengths(chunks), judge.qrels(strategy)
+        lengths, starts, qrels = passage_lengths(chunks), chunk_starts(chunks), judge.qrels(strategy)
+        length = lengths.get
         index = open_index(strategy, "production", root=root, qdrant=QdrantSettings(path=str(root / "qdrant")))
         known = set(chunks["chunk_id"])  # the chunk set the index serves
         components = _components(index, texts, space.candidates)
@@ -287,8 +291,9 @@ def configuration_ceiling(tables, root: Path, judge, questions: list[Question], 
             for q, (dense, sparse) in components.items():
                 ranked = [c for c, _ in _fused(config.mode, config.alpha, dense, sparse) if c in known]
                 relevant = qrels.get(q, {})
-                read = budget.cut(ranked, lambda c: lengths.get(c, 0))
-                read_hits.append(any(c in relevant for c in read))
+                read = budget.chars_read(budget.cut(ranked, lambda c: length(c, 0)), lambda c: length(c, 0))
+                spans = [(starts[c][0], starts[c][1], starts[c][1] + chars) for c, chars in read.items()]
+                read_hits.append(judge.reads_answer(q, spans))
                 recall.append(len(set(ranked[:5]) & set(relevant)) / len(relevant) if relevant else 0.0)
             rows.append(
                 {

@@ -188,14 +188,14 @@ def load(name: str, work: Path, args) -> Corpus:
     return Corpus(name, docs_dir, users, test)
 
 
-def relevance(questions: list[Question], documents, chunks) -> dict[str, dict[str, int]]:
-    """qid -> {chunk_id: 1}: the chunks holding an answer string of the question within its relevant documents (case
-    and spacing aside), or every chunk of those documents where no answer string is found in their parsed text.
-    `documents`: the documents table (doc_id, canonical text); `chunks`: one chunk set."""
-    from rag.evaluation.qaset import Evidence, QAItem, Relevance, qrels_for_chunks
+def answer_evidence(questions: list[Question], documents) -> dict:
+    """qid -> the spans (rag.evaluation.qaset.Evidence) answering it: where an answer string of the question occurs in
+    its relevant documents (case and spacing aside), or those whole documents where no answer string is found in their
+    parsed text. `documents`: the documents table (doc_id, canonical text)."""
+    from rag.evaluation.qaset import Evidence
 
     texts = dict(zip(documents["doc_id"], documents["canonical_text"]))
-    items = []
+    out = {}
     for q in questions:
         spans = []
         for doc in q.doc_ids:
@@ -208,5 +208,30 @@ def relevance(questions: list[Question], documents, chunks) -> dict[str, dict[st
         if not spans:
             spans = [Evidence(doc_id=d, start=0, end=len(texts[d])) for d in q.doc_ids if d in texts]
         if spans:
-            items.append(QAItem(qid=q.qid, question=q.text, qtype="dataset", doc_id=spans[0].doc_id, evidence=spans))
-    return qrels_for_chunks(items, chunks, Relevance(mode="any"))
+            out[q.qid] = spans
+    return out
+
+
+ANY_OVERLAP = "any"  # a passage answers when it overlaps an answer span at all (rag.evaluation.qaset.Relevance)
+
+
+def relevance(questions: list[Question], documents, chunks, evidence: dict | None = None) -> dict[str, dict[str, int]]:
+    """qid -> {chunk_id: 1}: the chunks of one chunk set overlapping a span of answer_evidence (given, or found)."""
+    from rag.evaluation.qaset import QAItem, Relevance, qrels_for_chunks
+
+    evidence = answer_evidence(questions, documents) if evidence is None else evidence
+    text = {q.qid: q.text for q in questions}
+    items = [
+        QAItem(qid=q, question=text[q], qtype="dataset", doc_id=spans[0].doc_id, evidence=spans)
+        for q, spans in evidence.items()
+        if q in text
+    ]
+    return qrels_for_chunks(items, chunks, Relevance(mode=ANY_OVERLAP))
+
+
+def holds_answer(spans: list, doc_id: str, start: int, end: int) -> bool:
+    """Whether the text [start, end) of a document, as a passage the answer reads, overlaps one of the spans."""
+    from rag.evaluation.qaset import Relevance
+
+    rule = Relevance(mode=ANY_OVERLAP)
+    return any(rule.holds(ev, doc_id, start, end) for ev in spans)

@@ -31,7 +31,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from rag.evaluation.metrics import evaluate_run
-from rag.evaluation.qaset import Evidence, QAItem, Relevance, qrels_for_chunks
+from rag.evaluation.qaset import NOT_RELEVANT_IN_CONTEXT, Evidence, QAItem, Relevance, qrels_for_chunks
 from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE, TableStore, bm25_root
 
 FILE = "configuration.yaml"
@@ -222,6 +222,22 @@ class Judged:
         found = qrels_for_chunks(items, chunks, Relevance())
         return {q: found.get(q, {}) for q in self.queries}
 
+    def read_run(self, reads: dict[str, dict[str, int]], starts: dict[str, tuple[str, int]], depth: int) -> dict:
+        """A ranx run of what the answer reads per question ({chunk_id: characters read}, best first; `starts`:
+        chunk_id -> (doc_id, char_start)). A passage read only in part stays a hit only when that part holds one of
+        the question's spans: a whole document cut to the budget holds the answer only if the answer is before
+        the cut (rag.evaluation.qaset.context_run's rule)."""
+        rule, run = Relevance(), {}
+        for q, read in reads.items():
+            ranked = []
+            for cid, chars in read.items():
+                doc, start = starts.get(cid, ("", 0))
+                if not any(rule.holds(ev, doc, start, start + chars) for ev in self.spans.get(q, ())):
+                    cid += NOT_RELEVANT_IN_CONTEXT  # takes its place in the context, counts as no hit
+                ranked.append(cid)
+            run[q] = {c: float(depth - r) for r, c in enumerate(ranked)} or {"-": 0.0}
+        return run
+
 
 def judged_questions(split, locate: PassageSpans) -> tuple[Judged, Judged]:
     """(training questions, held-out questions) of a FeedbackSplit with the spans of their +1 passages and of their
@@ -342,6 +358,13 @@ class ReadBudget:
             kept.append(chunk_id)
         return kept
 
+    def chars_read(self, kept: list[str], length) -> dict[str, int]:
+        """How much of each kept passage the answer reads: all of it, but the best passage alone over the budget is
+        cut to the budget (fit_context), and an answer past the cut is not read."""
+        if len(kept) == 1 and length(kept[0]) > self.max_chars:
+            return {kept[0]: self.max_chars}
+        return {c: length(c) for c in kept}
+
 
 def passage_lengths(chunks: pd.DataFrame) -> dict[str, int]:
     """Each chunk's size as the prompt reads it (tables as HTML), as fit_context counts it."""
@@ -352,6 +375,12 @@ def passage_lengths(chunks: pd.DataFrame) -> dict[str, int]:
         cid: len(passage_text({"text": text, "table_html": table}))
         for cid, text, table in zip(chunks["chunk_id"], chunks["text"], html)
     }
+
+
+def chunk_starts(chunks: pd.DataFrame) -> dict[str, tuple[str, int]]:
+    """chunk_id -> (doc_id, char_start): where the part of a chunk the answer reads begins."""
+    located = zip(chunks["chunk_id"], chunks["doc_id"], chunks["char_start"])
+    return {cid: (doc, int(start)) for cid, doc, start in located}
 
 
 def search(
@@ -376,15 +405,15 @@ def search(
         qrels = judged.qrels(chunks)
         index = open_index(strategy, "production", root=root, qdrant=qdrant or QdrantSettings.from_env())
         known = set(chunks["chunk_id"])  # the chunk set the index serves
-        lengths = passage_lengths(chunks)
+        lengths, starts = passage_lengths(chunks), chunk_starts(chunks)
+        length = lengths.get  # a chunk the table lacks reads as empty
         components = _components(index, judged.queries, space.candidates)
         for config in space.grid([strategy]):
-            run = {}
+            reads = {}
             for q, (dense, sparse) in components.items():
                 ranked = [c for c, _ in _fused(config.mode, config.alpha, dense, sparse) if c in known]
-                read = budget.cut(ranked, lambda c: lengths.get(c, 0))
-                run[q] = {c: float(space.depth - r) for r, c in enumerate(read)} or {"-": 0.0}
-            _, per_question = evaluate_run(qrels, run, METRICS)
+                reads[q] = budget.chars_read(budget.cut(ranked, lambda c: length(c, 0)), lambda c: length(c, 0))
+            _, per_question = evaluate_run(qrels, judged.read_run(reads, starts, space.depth), METRICS)
             weights = judged.weight_of(per_question)
             means = {m: float((per_question[m] * weights).mean()) for m in METRICS}
             rows.append({**config.model_dump(), "label": config.label, **{m: round(v, 4) for m, v in means.items()}})
@@ -414,11 +443,15 @@ def served_table(
     judged questions."""
     from rag.qa.prompt import passage_text
 
-    run = {}
+    reads = {}
     for q, text in judged.queries.items():
         hits = {h.chunk["chunk_id"]: h for h in answerer.rank(text)[:depth]}
-        read = budget.cut(list(hits), lambda c: len(passage_text(hits[c].chunk)))
-        run[q] = {c: float(depth - r) for r, c in enumerate(read)} or {"-": 0.0}
+
+        def length(c: str) -> int:
+            return len(passage_text(hits[c].chunk))
+
+        reads[q] = budget.chars_read(budget.cut(list(hits), length), length)
+    run = judged.read_run(reads, chunk_starts(chunks), depth)
     return evaluate_run(judged.qrels(chunks), run, metrics)[1]
 
 
