@@ -204,7 +204,8 @@ def test_the_compose_file_runs_every_part_from_one_image_behind_one_address():
     assert python_services | {"postgres", "proxy"} <= set(services)
     assert {services[s]["build"]["dockerfile"] for s in python_services} == {"Dockerfile"}
     assert len({services[s]["image"] for s in python_services}) == 1
-    assert services["code-server"]["command"].endswith("-m orchestration.definitions")
+    assert services["code-server"]["command"].startswith('sh -c "rag instance-config && exec dagster api grpc')
+    assert services["code-server"]["command"].endswith('-m orchestration.definitions"')
     replicas = [s for s, spec in services.items() if str(spec.get("command", "")).startswith("rag serve")]
     assert sorted(replicas) == ["serve-1", "serve-2"]
     # Both replicas share the data dir, the tokens and the stores; the proxy sends requests to both.
