@@ -1,9 +1,13 @@
 """The shipped Dagster instance configs under deploy/, set up as a deployment would: a DAGSTER_HOME holding the file,
-and the environment its `{env: ...}` entries read."""
+the environment its `{env: ...}` entries read, and the deployment's processes (code server, daemon, workers)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -12,6 +16,7 @@ DEPLOY = REPO / "deploy"
 CELERY_INSTANCE = DEPLOY / "celery" / "dagster.yaml"
 K8S_INSTANCE = DEPLOY / "k8s" / "dagster.yaml"
 CELERY_WORKER_CONFIG = DEPLOY / "celery" / "celery.yaml"
+BIN = Path(sys.executable).parent  # the environment's commands: dagster, dagster-daemon, dagster-celery, rag
 # Every instance config a deployment copies, the local one of `make dev` included.
 SHIPPED_INSTANCES = (DEPLOY / "dagster-local.yaml", CELERY_INSTANCE, K8S_INSTANCE)
 
@@ -36,3 +41,23 @@ def instance_home(parent: Path, config: Path) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     shutil.copy(config, home / "dagster.yaml")
     return home
+
+
+def start_process(command: list[str], env: dict, log: Path) -> subprocess.Popen:
+    """A deployment's process, output to `log`, in a session of its own so that it and what it starts (a Celery
+    worker's pool, a run's process) stop together."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def stop_process(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

@@ -9,9 +9,7 @@ tests/test_deployment.py checks in `make test` that runs and workers meet on the
 import json
 import os
 import random
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,11 +21,18 @@ from rag.store import TableStore
 from resources.documents import DocumentSource
 from resources.storage import DataStore
 from tests.conftest import REPO
-from tests.instance_configs import CELERY_INSTANCE, CELERY_WORKER_CONFIG, dagster_pg_env, instance_home
+from tests.instance_configs import (
+    BIN,
+    CELERY_INSTANCE,
+    CELERY_WORKER_CONFIG,
+    dagster_pg_env,
+    instance_home,
+    start_process,
+    stop_process,
+)
 from tests.test_feedback_store import POSTGRES, scratch_postgres
 
 REDIS = os.environ.get("RAG_TEST_REDIS_URL")
-BIN = Path(sys.executable).parent
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 pytestmark = pytest.mark.slow
@@ -56,25 +61,10 @@ def database():
 
 
 def start_worker(name: str, env: dict, log: Path) -> subprocess.Popen:
-    """A Celery worker as a deployment starts it (one task at a time), in a session of its own so that it and
-    the celery process it starts can be stopped together."""
+    """A Celery worker as a deployment starts it, one task at a time."""
     command = [str(BIN / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app"]
     command += ["-y", str(CELERY_WORKER_CONFIG), "-n", name, "--", "--concurrency=1"]
-    with log.open("w") as out:
-        return subprocess.Popen(
-            command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-
-def stop(worker: subprocess.Popen) -> None:
-    try:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(timeout=30)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(worker.pid, signal.SIGKILL)
-        worker.wait()
+    return start_process(command, env, log)
 
 
 def ancestors(pid: int) -> set[int]:
@@ -166,4 +156,4 @@ def test_a_chunking_job_runs_each_step_in_a_celery_worker_with_postgres_storage(
         instance.dispose()
     finally:
         for worker in workers:
-            stop(worker)
+            stop_process(worker)

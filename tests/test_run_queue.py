@@ -8,12 +8,9 @@ daemon and two runs in their own processes); needs RAG_TEST_POSTGRES_URL."""
 
 import json
 import os
-import signal
 import socket
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
@@ -24,10 +21,9 @@ from resources.chunking import ChunkingStrategies
 from resources.documents import DocumentSource
 from resources.storage import DataStore
 from tests.conftest import REPO
-from tests.instance_configs import CELERY_INSTANCE, dagster_pg_env, instance_home
+from tests.instance_configs import BIN, CELERY_INSTANCE, dagster_pg_env, instance_home, start_process, stop_process
 from tests.test_feedback_store import POSTGRES, scratch_postgres
 
-BIN = Path(sys.executable).parent
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
 
 pytestmark = [
@@ -40,24 +36,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def start(command: list[str], env: dict, log: Path) -> subprocess.Popen:
-    with log.open("w") as out:
-        return subprocess.Popen(
-            command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-
-def stop(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def wait_for(condition, timeout: float, what: str):
@@ -102,7 +80,7 @@ def test_two_embedding_runs_on_the_embedded_folder_queue_one_behind_the_other(tm
         env = {k: v for k, v in os.environ.items() if k not in ("QDRANT_URL", "RAG_EXECUTOR", "PYTEST_XDIST_WORKER")}
         env["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
         code_server = f"rag instance-config && exec dagster api grpc -h 127.0.0.1 -p {port} -m {CODE_LOCATION}"
-        processes = [start(["sh", "-c", code_server], env, tmp_path / "code-server.log")]
+        processes = [start_process(["sh", "-c", code_server], env, tmp_path / "code-server.log")]
         try:
             instance = DagsterInstance.from_config(str(home))
             # What the embedding runs read: parsed documents and two chunk sets, built here meanwhile.
@@ -123,7 +101,7 @@ def test_two_embedding_runs_on_the_embedded_folder_queue_one_behind_the_other(tm
             health = [str(BIN / "dagster"), "api", "grpc-health-check", "-p", str(port)]
             wait_for(lambda: subprocess.run(health, env=env, capture_output=True).returncode == 0, 180, "code server")
             processes.append(
-                start([str(BIN / "dagster-daemon"), "run", "-w", str(workspace)], env, tmp_path / "daemon.log")
+                start_process([str(BIN / "dagster-daemon"), "run", "-w", str(workspace)], env, tmp_path / "daemon.log")
             )
             for strategy in ("paragraph", "page"):
                 tags = {
@@ -153,4 +131,4 @@ def test_two_embedding_runs_on_the_embedded_folder_queue_one_behind_the_other(tm
             instance.dispose()
         finally:
             for process in reversed(processes):
-                stop(process)
+                stop_process(process)
