@@ -33,14 +33,25 @@ pg_bin() {  # the newest installed server's bin folder
 }
 
 start_postgres() {
+  # A cluster left broken (a stale lock file whose PID was reused, a half-written folder) is made anew, once.
+  # Status 2: PostgreSQL cannot be had here at all.
+  start_postgres_cluster
+  if [ $? = 1 ]; then
+    note "making the throwaway cluster anew"
+    rm -rf "$PG_DATA"
+    start_postgres_cluster || note "no PostgreSQL: the Postgres tests will be skipped"
+  fi
+}
+
+start_postgres_cluster() {
   local bin
   if ! bin=$(pg_bin); then
     note "PostgreSQL is not installed (Debian package postgresql): the Postgres tests will be skipped"
-    return 1
+    return 2
   fi
   if [ "$PG_USER" = postgres ] && ! id postgres >/dev/null 2>&1; then
     note "there is no 'postgres' user to run PostgreSQL as: the Postgres tests will be skipped"
-    return 1
+    return 2
   fi
   mkdir -p "$DIR"
   chmod 755 "$DIR"
@@ -55,7 +66,7 @@ start_postgres() {
     if ! as_pg "$bin/initdb" -D "$PG_DATA" -U postgres --pwfile="$pwfile" --auth-local=trust \
       --auth-host=scram-sha-256 --encoding=UTF8 --locale=C.UTF-8 >"$DIR/initdb.log" 2>&1; then
       rm -f "$pwfile"
-      note "initdb failed ($DIR/initdb.log): the Postgres tests will be skipped"
+      note "initdb failed ($DIR/initdb.log)"
       return 1
     fi
     rm -f "$pwfile"
@@ -65,7 +76,7 @@ start_postgres() {
     if ! as_pg "$bin/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/server.log" -w -t 60 start \
       -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DATA -c fsync=off -c synchronous_commit=off \
           -c full_page_writes=off -c max_connections=200" >/dev/null 2>&1; then
-      note "PostgreSQL did not start on 127.0.0.1:$PG_PORT ($PG_DATA/server.log): the Postgres tests will be skipped"
+      note "PostgreSQL did not start on 127.0.0.1:$PG_PORT ($PG_DATA/server.log)"
       return 1
     fi
   fi
