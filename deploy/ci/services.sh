@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The servers the database tests need, on 127.0.0.1: a throwaway PostgreSQL cluster and a Redis, each in its own
-# folder under $RAG_CI_SERVICES_DIR (default /var/tmp/rag-ci-services) and on its own port, so a cluster the machine
-# already runs (Debian's 15/main on 5432) is never touched. `make test` runs it and evals what it prints:
+# folder under $RAG_CI_SERVICES_DIR (default /var/tmp/rag-ci-services-<user>) and on its own port, so a cluster the
+# machine already runs (Debian's 15/main on 5432) is never touched. `make test` runs it and evals what it prints:
 #   export RAG_TEST_POSTGRES_URL=postgresql+psycopg://...   (the feedback store and deployment tests)
 #   export RAG_TEST_REDIS_URL=redis://127.0.0.1:.../        (the Celery executor test)
 # Idempotent: a server already answering from its folder is reused; a stopped one is started again. Where a server
@@ -11,7 +11,7 @@
 # Stops nothing; `deploy/ci/services.sh stop` stops the two servers this script started.
 set -uo pipefail
 
-DIR=${RAG_CI_SERVICES_DIR:-/var/tmp/rag-ci-services}
+DIR=${RAG_CI_SERVICES_DIR:-/var/tmp/rag-ci-services-$(id -un)}
 PG_PORT=${RAG_CI_POSTGRES_PORT:-55432}
 REDIS_PORT=${RAG_CI_REDIS_PORT:-56379}
 PG_PASSWORD=rag-ci  # a loopback-only throwaway cluster; the password only makes the tests connect as a deployment does
