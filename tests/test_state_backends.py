@@ -182,6 +182,26 @@ def test_a_replica_without_the_shared_volume_learns_the_canary_and_registry_chan
     assert not (replica.root / "rollout").exists() and not (writer.root / "rollout").exists()
 
 
+def test_a_replicas_canary_router_learns_a_canary_from_the_database(postgres, tmp_path, monkeypatch):
+    """What `rag serve` routes by (rag.serving.canary): it re-reads the state when its marks change, and with the
+    state in PostgreSQL a replica without the writer's volume sees the canary start."""
+    from rag.serving.canary import CanaryRouter
+    from rag.state import sql
+    from tests.test_rollout_serving import fake_model
+
+    monkeypatch.setenv("RAG_STATE_NAMESPACE", "team-deployment")
+    monkeypatch.setattr(sql, "MARKS_TTL_SECONDS", 0)
+    writer = ModelRegistry(tmp_path / "pod-a" / "models")
+    replica = ModelRegistry(tmp_path / "pod-b" / "models")
+    replica.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})
+    router = CanaryRouter(replica, open_arm=lambda kind, candidate: object())
+    assert router._sync() is None
+    started = canary_state().model_copy(update={"candidate_version": "v1", "production_version": None})
+    record_step(writer, "reranker", None, started, "start", quiet, approved_by="test")
+    active = router._sync()
+    assert active is not None and (active.kind, active.state.candidate_version) == ("reranker", "v1")
+
+
 def test_a_data_dirs_files_are_imported_on_the_databases_first_use(postgres, tmp_path, monkeypatch):
     registry = ModelRegistry(tmp_path / "models")
     monkeypatch.setenv("RAG_STATE_DB_URL", "files")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from rag.registry import KINDS, ModelRegistry, ModelVersion
 from rag.rollout.interleaving import seed_from, team_draft_interleave
 from rag.rollout.state import RolloutState, arm_for
-from rag.lifecycle.rollout import read_state, state_path
+from rag.lifecycle.rollout import read_state, state_marks
 from rag.training.data import normalized_question
 
 log = logging.getLogger(__name__)
@@ -147,14 +147,9 @@ class CanaryRouter:
         self.last_refresh_error: str | None = None
 
     def _file_marks(self) -> tuple:
-        marks = []
-        for kind in KINDS:
-            try:
-                stat = state_path(self.registry, kind).stat()
-                marks.append((stat.st_mtime_ns, stat.st_size))
-            except FileNotFoundError:
-                marks.append(None)
-        return tuple(marks)
+        """The rollout state's change marks: file stats, or the state database's (rag.state), where a replica
+        without the shared volume learns a canary from."""
+        return state_marks(self.registry)
 
     def _sync(self) -> _Active | None:
         """The running canary (its arm possibly not opened yet), after re-reading state files that changed."""
