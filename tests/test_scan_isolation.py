@@ -208,19 +208,31 @@ def test_index_folder_indexes_the_good_documents_and_quarantines_each_bad_one(ba
     assert tables.read(CHUNK_QUARANTINE_TABLE, "whole-document").empty
 
 
-def test_the_new_documents_sensor_lists_a_folder_of_bad_entries_without_crashing(bad_folder):
-    from dagster import RunRequest, SkipReason, build_sensor_context
+def test_the_new_documents_sensor_lists_a_folder_of_bad_entries_without_crashing(bad_folder, tmp_path):
+    from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context
 
+    from resources.chunking import ChunkingStrategies
     from resources.documents import DocumentSource
+    from resources.models import EmbeddingModels
+    from resources.storage import DataStore
     from sensors.documents import new_documents_sensor
 
-    source = DocumentSource(path=str(bad_folder), passwords_file=str(bad_folder / "none.yaml"))
-    first = new_documents_sensor(build_sensor_context(resources={"document_source": source}))
-    assert isinstance(first, RunRequest)
-    cursor = first.run_key.split(":")[1]
-    same = new_documents_sensor(build_sensor_context(cursor=cursor, resources={"document_source": source}))
-    assert isinstance(same, SkipReason) and "refused" in same.skip_message
-    (bad_folder / "broken.txt").unlink()  # a mended link is a change worth a run
-    (bad_folder / "broken.txt").symlink_to(bad_folder / "good.txt")
-    changed = new_documents_sensor(build_sensor_context(cursor=cursor, resources={"document_source": source}))
-    assert isinstance(changed, RunRequest) and changed.run_key != first.run_key
+    resources = {
+        "document_source": DocumentSource(path=str(bad_folder), passwords_file=str(bad_folder / "none.yaml")),
+        "chunking": ChunkingStrategies(),
+        "embedding_models": EmbeddingModels(),
+        "data_store": DataStore(data_dir=str(tmp_path / "data")),
+    }
+    with DagsterInstance.ephemeral() as instance:
+
+        def tick(cursor=None):
+            return new_documents_sensor(build_sensor_context(cursor=cursor, instance=instance, resources=resources))
+
+        first = tick()
+        assert isinstance(first, SensorResult) and first.run_requests
+        same = tick(first.cursor)
+        assert isinstance(same, SkipReason) and "refused" in same.skip_message
+        (bad_folder / "broken.txt").unlink()  # a mended link is a change worth a run
+        (bad_folder / "broken.txt").symlink_to(bad_folder / "good.txt")
+        changed = tick(first.cursor)
+        assert isinstance(changed, SensorResult) and changed.cursor != first.cursor and changed.run_requests
