@@ -1182,6 +1182,79 @@ def indexing(record: dict) -> dict[str, Table]:
     }
 
 
+def serving_memory(record: dict) -> dict[str, Table]:
+    """bench/serving_memory.py: a serving replica's resident memory, the whole chunk table against records per hit."""
+    data = record["data"]
+    replicas = []
+    for row in record["replicas"]:
+        s = row["summary"]
+        replicas.append(
+            [
+                row["label"],
+                "table in memory" if row.get("holds_chunk_table") else "read per hit",
+                num(s["steady_rss_mb"], 0),
+                num(s["anon_mb"], 0),
+                num(s["file_mb"], 0),
+                num(s["peak_rss_mb"], 0),
+                num(s["model_rss_mb"], 0),
+                num(s["floor_rss_mb"], 0),
+                num(row.get("passages_shared_with_before"), 3),
+                ms(s["ask"]["p50_ms"]),
+            ]
+        )
+    builds = [
+        [
+            label,
+            ", ".join(f"{k}: {v}" for k, v in build["layout"].items()) or "the engine's defaults",
+            num(build["points"]),
+            num(build["upsert_seconds"], 0),
+            num(build["optimize_seconds"], 0),
+            num(build["disk_mb"], 0),
+        ]
+        for label, build in record["builds"].items()
+    ]
+    sizing = []
+    for row in record["replicas"]:
+        s = row["summary"]
+        heap, mapped = s["anon_bytes_per_chunk"], s["file_bytes_per_chunk"]
+        disk = record["builds"].get(row["layout"], {}).get("disk_bytes_per_chunk")
+        # A replica's heap at n chunks: this run's, plus what each chunk added from the floor's size to this one.
+        at = [(s["anon_mb"] * 2**20 + heap * (n - data["chunks"])) / 2**30 for n in (10**7, 10**8)]
+        sizing.append([row["label"], num(heap), num(mapped), num(disk), *(num(gb, 1) for gb in at)])
+    ratios = [[figure.removesuffix("_new_over_before"), num(value, 3)] for figure, value in record["ratios"].items()]
+    ratios.append(["same passages, same collection both ways", "yes" if record.get("same_passages") else "no"])
+    return {
+        "replicas": (
+            [
+                f"replica ({num(data['chunks'])} chunks, {num(data['mean_text_chars'], 0)} characters each)",
+                "chunk records",
+                "RSS MB",
+                "heap (anon) MB",
+                "mapped files MB",
+                "peak MB",
+                "after the model MB",
+                f"RSS at {num(record['floor']['chunks'])} chunks MB",
+                "passages shared with before",
+                "ask p50 ms",
+            ],
+            replicas,
+        ),
+        "sizing": (
+            [
+                "replica",
+                f"heap B / chunk (from {num(record['floor']['chunks'])} chunks to {num(data['chunks'])})",
+                "mapped B / chunk",
+                "disk B / chunk",
+                "heap at 10M chunks GB (linear)",
+                "heap at 100M chunks GB (linear)",
+            ],
+            sizing,
+        ),
+        "builds": (["collection layout", "settings", "points", "upsert s", "HNSW s", "disk MB"], builds),
+        "ratios": (["new / before", "ratio"], ratios),
+    }
+
+
 def generic(record: dict) -> dict[str, Table]:
     """Scalar figures outside the provenance, by their path in the file (lists and per-query maps left out)."""
     rows: list[list[str]] = []
@@ -1315,6 +1388,12 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
         "How long does a folder take from nothing to served, per stage (parse, chunk, BM25, chunk vectors, sentence "
         "vectors), and how close does the product encode to a bare encode of the same texts? (`bench/indexing.py`)",
         indexing,
+    ),
+    (
+        "serving-memory*",
+        "How much memory does a serving replica hold at 1M chunks, the whole chunk table in memory against records "
+        "read per hit from the collection, and with which collection layout? (`bench/serving_memory.py`)",
+        serving_memory,
     ),
     (
         "load-api*",

@@ -51,7 +51,8 @@ def test_a_layout_comes_from_a_yaml_file_and_each_variable_overrides_it(tmp_path
         CollectionLayout.from_env()
     sizes = {p.stem: CollectionLayout.from_file(p) for p in sorted(CONFIGS.glob("*.yaml"))}
     assert set(sizes) == {"1m", "10m", "100m"}
-    assert all(s.vectors_on_disk and s.quantization == "int8" for s in sizes.values())
+    assert all(s.vectors_on_disk and s.payload_on_disk and s.sparse_on_disk for s in sizes.values())
+    assert [sizes[size].quantization for size in ("1m", "10m", "100m")] == ["none", "int8", "int8"]
 
 
 def write_points(client, collection: str, dim: int = 8) -> None:
