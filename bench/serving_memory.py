@@ -20,7 +20,7 @@ layouts take about 20 GB). Default output: bench/results/serving-memory.json (--
 
 from __future__ import annotations
 
-import shutil
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -100,10 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     layouts = {label: layout_of(label) for label in args.layouts}  # a missing file fails before anything is built
     out = args.json or RESULTS / ("serving-memory-quick.json" if args.quick else "serving-memory.json")
     record = run_record(args, floor_chunks=FLOOR_CHUNKS)
-    work = Path(args.keep or tempfile.mkdtemp(prefix="serving-memory-"))
-    if work.exists() and any(work.iterdir()):
-        p.error(f"{work} is not empty: the bench builds from nothing")
-    try:
+    if args.keep and args.keep.exists() and any(args.keep.iterdir()):
+        p.error(f"{args.keep} is not empty: the bench builds from nothing")
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    scratch = contextlib.nullcontext(str(args.keep)) if args.keep else tempfile.TemporaryDirectory(prefix="serving-")
+    with scratch as folder:
+        work = Path(folder)
         # The same at a floor of a few thousand chunks: what a replica holds whatever the corpus (the model, the
         # answer stage, the engine's own) is what both sizes share, so the difference is what the chunks add.
         log(f"the floor: {FLOOR_CHUNKS:,} chunks")
@@ -140,9 +143,6 @@ def main(argv: list[str] | None = None) -> int:
             for figure in ("steady_rss_mb", "peak_rss_mb", "index_rss_mb", "anon_mb")
         }
         finish(record, out, show)
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
