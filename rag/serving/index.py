@@ -5,9 +5,11 @@ Dagster re-index fail, so in embedded mode the server answers from a **serving r
 collection in its own folder (`data/serving/replica-N`). It takes the primary folder's lock only for the copy
 (seconds), and only once the primary has stopped changing; while a re-index holds the lock it keeps answering
 from the replica it has. Between edge folders the copy is of the shard's files, HNSW graph included; other
-engines copy point by point and the replica indexes on its own. The chunk table and BM25 files are replaced
-atomically on disk, so they are read directly. With a Qdrant server (QDRANT_URL) there is no replica: the server
-serves readers and writers at once.
+engines copy point by point and the replica indexes on its own. Hits' chunk records come from the copy's payloads
+(rag.retrieval.chunks), so the copy is all a replica holds of the chunk set; the chunk table and BM25 files, read
+only by searches that open no collection and by collections older than the engine's BM25, are replaced atomically
+on disk and read directly. With a Qdrant server (QDRANT_URL) there is no replica: the server serves readers and
+writers at once.
 """
 
 from __future__ import annotations
