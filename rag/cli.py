@@ -34,6 +34,12 @@ def add_library_commands(sub: argparse._SubParsersAction) -> None:
     i.add_argument("docs_dir", type=Path)
     i.add_argument("--strategy", action="append", help="chunking strategy (repeatable; default: all in the YAML)")
     i.add_argument("--model", action="append", help="embedding model (repeatable; default: minilm)")
+    i.add_argument(
+        "--sentence-encoder",
+        choices=["model", "int8"],
+        help="who encodes the sentence vectors answering reads (default: AnswerSettings.sentence_encoder's; answering "
+        "must use the same, or it encodes sentences itself)",
+    )
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_index)
 
@@ -195,7 +201,12 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     with cli_progress() as progress:
         report = index_folder(
-            args.docs_dir, data_dir(), strategies=args.strategy, models=args.model or ["minilm"], progress=progress
+            args.docs_dir,
+            data_dir(),
+            strategies=args.strategy,
+            models=args.model or ["minilm"],
+            progress=progress,
+            sentence_encoder=args.sentence_encoder,
         )
     fits = _window_fits(data_dir(), report.collections)
     for name, fit in fits.items():

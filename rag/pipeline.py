@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rag.chunk_sets import CHUNK_QUARANTINE_TABLE, ChunkLimits, ChunkRun, update_chunk_set
 from rag.chunking import Chunker, get_chunker, load_strategies
@@ -22,6 +23,9 @@ from rag.registry import IMPLICIT_PRODUCTION, ModelRegistry
 from rag.retrieval.service import PRODUCTION
 from rag.source import SourceScan, scan_folder
 from rag.store import CHUNK_FAILURES_TABLE, CHUNKS_TABLE, DOCUMENTS_TABLE, QUARANTINE_TABLE, TableStore, bm25_root
+
+if TYPE_CHECKING:  # rag.qa brings the answer stack, which importing the pipeline should not load
+    from rag.qa.encoding import SentenceEncoder
 
 
 def ingest_step(
@@ -107,6 +111,7 @@ def embed_step(
     *,
     batch_size: int = 512,
     sentence_batch_size: int = 256,
+    sentence_encoder: SentenceEncoder | None = None,
 ) -> EmbedRun:
     """Bring the (strategy, model) collection up to date. For the base model, while no embedder is promoted in
     `registry` (default: the data dir's, beside `tables`), also keep `<strategy>__production` on it: serving asks
@@ -120,9 +125,12 @@ def embed_step(
 
     Every text is encoded once per model version: a chunk whose text the model already encoded (a sentence in the
     store, a chunk of another chunk set's collection of the same model and weights) is written with that vector, and
-    a sentence that is a chunk's whole text takes the chunk's (rag.index.stored)."""
+    a sentence that is a chunk's whole text takes the chunk's (rag.index.stored). `sentence_encoder` "int8": the
+    sentences are encoded by the model's int8 twin, into the twin's own store (rag.qa.encoding.sentence_encoder);
+    None: the answer stage's default, so what is stored is what answering reads."""
     # Imported when used: rag.qa brings the answer stack (LLM backends), which importing the pipeline should not load.
-    from rag.qa.encoding import open_sentence_store, store_sentence_vectors
+    from rag.qa.encoding import DEFAULT_SENTENCE_ENCODER, open_sentence_store, store_sentence_vectors
+    from rag.qa.encoding import sentence_encoder as sentence_encoder_of
 
     chunks = _chunks(tables, strategy)
     root = Path(tables.root).parent
@@ -147,14 +155,16 @@ def embed_step(
     if base_serving_alias(client, strategy, model, run.collection, registry):
         # The collection the serving alias left may be an old version of the base model nothing else holds.
         run.dropped_collections += drop_unaliased(client, CollectionName(strategy, model_key(model)))
+    sentences_by = sentence_encoder_of(model, embedder, sentence_encoder or DEFAULT_SENTENCE_ENCODER)
     sentences = store_sentence_vectors(
         root,
         chunks["text"].tolist(),
-        embedder,
+        sentences_by,
         batch_size=sentence_batch_size,
         progress=progress,
         task=f"sentence vectors {strategy}|{model}",
-        known=StoredVectors(client, [run.collection, *others.collections]),
+        # The chunks' vectors are the model's: a twin's store takes none of them.
+        known=StoredVectors(client, [run.collection, *others.collections]) if sentences_by is embedder else None,
     )
     return EmbedRun(**vars(run), sentence_vectors=sentences, reused=reusing.reused)
 
@@ -195,6 +205,7 @@ def index_folder(
     qdrant: QdrantSettings | None = None,
     distance: str = "cosine",
     progress: Progress | None = None,
+    sentence_encoder: SentenceEncoder | None = None,
 ) -> PipelineReport:
     """Everything for one folder, without Dagster: what `rag index` runs. `progress` hears every step's counts.
     No file stops it: what cannot be read or is over a cap is quarantined (report.parse, report.chunks)."""
@@ -220,6 +231,6 @@ def index_folder(
         report.bm25[strategy] = bm25_step(tables, root, strategy).summary
         for name, embedder in embedders.items():
             report.collections[f"{strategy}|{name}"] = embed_step(
-                tables, client, strategy, name, embedder, distance, progress
+                tables, client, strategy, name, embedder, distance, progress, sentence_encoder=sentence_encoder
             ).summary
     return report

@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Literal
 from pathlib import Path
 
 import numpy as np
@@ -152,6 +153,31 @@ class SentenceVectorStore:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+SentenceEncoder = Literal["model", "int8"]
+# Who encodes sentence vectors unless told: the one default of the index (rag.pipeline.embed_step) and the answer
+# stage (AnswerSettings.sentence_encoder), so both use one store. Why this one: docs/answering.md.
+DEFAULT_SENTENCE_ENCODER: SentenceEncoder = "model"
+
+
+def sentence_encoder(model: str, embedder: TextEmbedder, choice: SentenceEncoder) -> TextEmbedder:
+    """Who encodes passage sentences for `embedder` (loaded as `model`): the model itself, or with "int8" its int8
+    ONNX twin (rag.embedding.onnx_int8), whose vectors the store keeps under the twin's own key, so float and int8
+    sentence vectors never mix. The index (rag.pipeline.embed_step) and the answer stage (rag.qa.pipeline) both ask
+    here, so they agree. A twin that cannot load or disagrees with the model falls back to the model, with a warning."""
+    if choice == "model":
+        return embedder
+    from rag.embedding.onnx_int8 import OnnxInt8Embedder, int8_query_encoder
+
+    base = getattr(embedder, "embedder", embedder)  # a CachedEmbedder: the twin of the model it wraps
+    if isinstance(base, OnnxInt8Embedder):
+        return embedder  # already int8
+    twin, why_not = int8_query_encoder(model, base)
+    if twin is None:
+        log.warning("sentence vectors: %s", (why_not or "no int8 twin").replace("questions", "sentences"))
+        return embedder
+    return twin
 
 
 def open_sentence_store(root: Path | None, embedder: TextEmbedder) -> SentenceVectorStore | None:

@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from rag.llm import LLMSettings
+from rag.qa.encoding import DEFAULT_SENTENCE_ENCODER, SentenceEncoder
 
 # The fixed answer for a question the retrieved context does not answer; the prompt asks the model for exactly
 # this sentence, so coverage is counted by comparing against it.
@@ -54,6 +55,10 @@ class AnswerSettings(BaseModel):
     # vectors (a few times faster on a CPU; falls back to the model, with a warning, when no twin loads or it
     # disagrees with the model); "model", the model itself. bench/encoder_int8.py measures both on human questions.
     query_encoder: Literal["model", "int8"] = "int8"
+    # Who encodes passage sentences (extractive answers, attribution): "model" or its int8 twin, whose vectors are
+    # stored apart. Must match the index's (`rag index --sentence-encoder`), or the answer stage encodes them itself.
+    # Default and why: docs/answering.md (bench/answers.py --only spans, arm after-int8-sentences).
+    sentence_encoder: SentenceEncoder = DEFAULT_SENTENCE_ENCODER
     mode: str = DEFAULT_MODE  # a retrieval mode of rag.retrieval.RETRIEVERS, or "none" (no context: closed book)
     k: int = Field(10, ge=1, le=1000, description="hits retrieved (and reranked) before filtering")
     candidates: int = Field(100, ge=1, description="per-retriever depth before fusion")

@@ -12,7 +12,7 @@ from pathlib import Path
 from rag.embedding import INT8_SUFFIX, TextEmbedder, load_embedder
 from rag.llm import LLM, LLMSettings, load_llm
 from rag.qa.attribution import CrossEncoderScorer, EmbeddingScorer, PairScorer, attribute
-from rag.qa.encoding import CachedEmbedder, open_sentence_store
+from rag.qa.encoding import CachedEmbedder, open_sentence_store, sentence_encoder
 from rag.qa.generators import GENERATORS, ExtractiveGenerator, Generation, Generator
 from rag.qa.models import AnswerResult, AnswerSettings
 from rag.qa.overview import OVERVIEW_CUES, Catalog, detect_overview, extractive_overview, llm_overview, words
@@ -209,9 +209,12 @@ class Answerer:
         if embedder is None:
             return None
         if not isinstance(embedder, CachedEmbedder):
+            embedder = sentence_encoder(self.settings.model or embedder.name, embedder, self.settings.sentence_encoder)
             embedder = CachedEmbedder(embedder, store=open_sentence_store(root, embedder))
         index_embedder = getattr(self.index, "embedder", None)
-        if embedder.query_vector is None and index_embedder is not None and embedder.embedder is index_embedder:
+        # The int8 twin is shared per model folder (rag.embedding.onnx_int8), so retrieval's query encoder may be it.
+        same = embedder.embedder is index_embedder or embedder.embedder is getattr(self.index, "query_encoder", None)
+        if embedder.query_vector is None and index_embedder is not None and same:
             embedder.query_vector = self.index.query_vector
         return embedder
 
