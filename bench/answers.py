@@ -6,7 +6,8 @@ accuracy, source accuracy, coverage, latency. Then a small table-QA check on the
     .venv/bin/python bench/answers.py --only spans [--span-articles 12] [--span-questions 600] --json OUT
 
 --only spans: the extractive answer's EM / F1 against all human answers on SQuAD dev articles, before and after the
-lead-in continuation and the index-time sentence vectors, and with the int8 encoder (squad_spans).
+lead-in continuation and the index-time sentence vectors, with the int8 twin's sentence vectors (after-int8-sentences,
+paired against after too) and with the int8 encoder throughout (squad_spans).
 
 SmolLM2-135M runs through transformers on the CPU at tens of seconds per answer on 2 shared cores, so it answers a
 seeded subset (--llm-questions) of the same questions; the extractive generator's figures on that subset are printed
@@ -205,7 +206,7 @@ def squad_spans(model: str, int8_model: str | None, n_articles: int, n_questions
     from rag.qa import Answerer
     from rag.qa.encoding import CachedEmbedder
     from rag.retrieval.service import open_index
-    from rag.store import DOCUMENTS_TABLE, TableStore
+    from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE, TableStore
 
     docs, items = squad_articles(SQUAD, max_articles=n_articles)
     random.Random(7).shuffle(items)
@@ -230,12 +231,22 @@ def squad_spans(model: str, int8_model: str | None, n_articles: int, n_questions
         run = embed_step(tables, get_client(qdrant), "paragraph", name, load_embedder(name))
         out["indexing"][name] = {**run.summary, "wall_seconds": round(time.perf_counter() - started, 1)}
         print(f"  indexed {len(chunked.chunks)} chunks with {name}: {out['indexing'][name]}", flush=True)
-    # (label, model, lead-ins and stored sentences, who encodes the question)
-    runs = [("before", model, False, "model"), ("after", model, True, AnswerSettings().query_encoder)] + (
-        [("after-int8", int8_model, True, "model")] if int8_model else []
-    )
+    # The model's chunks and retrieval, its int8 twin's sentence vectors (AnswerSettings.sentence_encoder "int8").
+    started = time.perf_counter()
+    run = embed_step(tables, get_client(qdrant), "paragraph", model, load_embedder(model), sentence_encoder="int8")
+    wall = round(time.perf_counter() - started, 1)
+    out["indexing"][f"{model}+int8-sentences"] = {**run.summary, "wall_seconds": wall}
+    out["sentence_encode"] = _sentence_encode_seconds(model, tables.read(CHUNKS_TABLE, "paragraph")["text"].tolist())
+    print(f"  sentence encode: {out['sentence_encode']}", flush=True)
+    # (label, model, lead-ins and stored sentences, who encodes the question, who encodes the sentences)
+    default_query = AnswerSettings().query_encoder
+    runs = [
+        ("before", model, False, "model", "model"),
+        ("after", model, True, default_query, "model"),
+        ("after-int8-sentences", model, True, default_query, "int8"),
+    ] + ([("after-int8", int8_model, True, "model", "model")] if int8_model else [])
     per_question: dict[str, pd.Series] = {}
-    for label, name, after, query_encoder in runs:
+    for label, name, after, query_encoder, sentences_by in runs:
         settings = AnswerSettings(
             strategy="paragraph",
             model=name,
@@ -243,6 +254,7 @@ def squad_spans(model: str, int8_model: str | None, n_articles: int, n_questions
             continue_lead_ins=after,
             max_answer_chars=budget,
             query_encoder=query_encoder,
+            sentence_encoder=sentences_by,
         )
         index = open_index("paragraph", name, root=root, qdrant=qdrant, query_encoder=query_encoder)
         embedder = None if after else CachedEmbedder(_Unshared(index.embedder))
@@ -270,6 +282,7 @@ def squad_spans(model: str, int8_model: str | None, n_articles: int, n_questions
         out["runs"][label] = {
             "model": name,
             "query_encoder": query_encoder,
+            "sentence_encoder": sentences_by,
             "continue_lead_ins": after,
             "sentence_store": after,
             "exact_match": round(frame["em"].mean(), 4),
@@ -284,14 +297,34 @@ def squad_spans(model: str, int8_model: str | None, n_articles: int, n_questions
         print(f"  {label:10s} {json.dumps(out['runs'][label])}", flush=True)
     from rag.evaluation.metrics import paired_comparison
 
-    out["paired_f1_vs_before"] = {
-        label: {
-            k: round(v, 4) if isinstance(v, float) else v
-            for k, v in paired_comparison(f1, per_question["before"]).items()
-        }
-        for label, f1 in per_question.items()
-        if label != "before"
-    }
+    def paired(label: str, baseline: str) -> dict:
+        compared = paired_comparison(per_question[label], per_question[baseline])
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in compared.items()}
+
+    out["paired_f1_vs_before"] = {label: paired(label, "before") for label in per_question if label != "before"}
+    # The int8 sentence vectors' own effect: everything else as in "after".
+    out["paired_f1_vs_after"] = {"after-int8-sentences": paired("after-int8-sentences", "after")}
+    return out
+
+
+def _sentence_encode_seconds(model: str, texts: list[str]) -> dict:
+    """A bare encode of the chunks' distinct sentences, longest first, by the model and by its int8 twin, one after
+    the other in this run: what the sentence-vector stage costs with each, apart from the store."""
+    from rag.embedding import load_embedder
+    from rag.embedding.onnx_int8 import int8_query_encoder
+    from rag.qa.generators import sentence_units
+
+    units = sorted(dict.fromkeys(u for t in texts for u in sentence_units(t or "")), key=len, reverse=True)
+    embedder = load_embedder(model)
+    twin, why_not = int8_query_encoder(model, embedder)
+    out: dict = {"sentences": len(units), "int8_twin": twin.name if twin is not None else why_not}
+    for label, encoder in (("model", embedder), ("int8", twin)):
+        if encoder is None:
+            continue
+        started = time.perf_counter()
+        for i in range(0, len(units), 256):
+            encoder.encode_passages(units[i : i + 256])
+        out[f"{label}_seconds"] = round(time.perf_counter() - started, 1)
     return out
 
 

@@ -975,6 +975,8 @@ def answers(record: dict) -> dict[str, Table]:
         )
         if run.get("query_encoder") == "int8":
             setting += ", question encoded by the int8 twin"
+        if run.get("sentence_encoder") == "int8":
+            setting += ", sentence vectors by the int8 twin"
         paired = spans.get("paired_f1_vs_before", {}).get(label)
         versus = "—" if not paired else f"{signed(paired['delta'])} (p {num(paired['p_value'], 3)})"
         quality.append(
@@ -1006,6 +1008,30 @@ def answers(record: dict) -> dict[str, Table]:
         ),
         "stages": (["run"] + [f"{stage} p50/p95 ms" for stage in stages], timing),
     }
+    encode = spans.get("sentence_encode") or {}
+    versus_after = [
+        [
+            label,
+            f"{signed(p['delta'])} [{signed(p['ci_low'])}, {signed(p['ci_high'])}], p {num(p['p_value'], 3)}",
+            f"{p.get('better')}/{p.get('tied')}/{p.get('worse')}",
+            num(encode.get("sentences")),
+            num(encode.get("model_seconds"), 1),
+            num(encode.get("int8_seconds"), 1),
+        ]
+        for label, p in spans.get("paired_f1_vs_after", {}).items()
+    ]
+    if versus_after:  # int8 twin sentence vectors, all else as in "after" (AnswerSettings.sentence_encoder)
+        views["int8-sentences"] = (
+            [
+                "run",
+                "F1 − after [95% CI], paired t-test",
+                "better/tied/worse",
+                "sentences",
+                "encode s, model",
+                "encode s, int8 twin",
+            ],
+            versus_after,
+        )
     return views
 
 
