@@ -173,7 +173,7 @@ def test_a_whole_document_holding_the_answer_past_the_cut_is_no_hit():
         },
     )
     budget, length = ReadBudget(top_k=5, max_chars=1000), {"d#whole": 9000, "d#p4": 900}.get
-    starts = {"d#whole": ("d", 0), "d#p4": ("d", 3600)}
+    starts = {"d#whole": ("d", 0, 9000), "d#p4": ("d", 3600, 4500)}
     whole = {q: budget.chars_read(budget.cut(["d#whole"], length), length) for q in judged.queries}
     run = judged.read_run(whole, starts, depth=10)
     assert list(run["early"]) == ["d#whole"]  # the answer lies in the first 1,000 characters read

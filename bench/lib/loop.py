@@ -292,7 +292,7 @@ def configuration_ceiling(tables, root: Path, judge, questions: list[Question], 
                 ranked = [c for c, _ in _fused(config.mode, config.alpha, dense, sparse) if c in known]
                 relevant = qrels.get(q, {})
                 read = budget.chars_read(budget.cut(ranked, lambda c: length(c, 0)), lambda c: length(c, 0))
-                spans = [(starts[c][0], starts[c][1], starts[c][1] + chars) for c, chars in read.items()]
+                spans = [(doc, start, min(end, start + read[c])) for c in read for doc, start, end in [starts[c]]]
                 read_hits.append(judge.reads_answer(q, spans))
                 recall.append(len(set(ranked[:5]) & set(relevant)) / len(relevant) if relevant else 0.0)
             rows.append(

@@ -222,17 +222,18 @@ class Judged:
         found = qrels_for_chunks(items, chunks, Relevance())
         return {q: found.get(q, {}) for q in self.queries}
 
-    def read_run(self, reads: dict[str, dict[str, int]], starts: dict[str, tuple[str, int]], depth: int) -> dict:
+    def read_run(self, reads: dict[str, dict[str, int]], starts: dict[str, tuple[str, int, int]], depth: int) -> dict:
         """A ranx run of what the answer reads per question ({chunk_id: characters read}, best first; `starts`:
-        chunk_id -> (doc_id, char_start)). A passage read only in part stays a hit only when that part holds one of
-        the question's spans: a whole document cut to the budget holds the answer only if the answer is before
-        the cut (rag.evaluation.qaset.context_run's rule)."""
+        chunk_id -> (doc_id, char_start, char_end): chunk_starts). A passage read only in part stays a hit only
+        when that part holds one of the question's spans: a whole document cut to the budget holds the answer only
+        if the answer is before the cut (rag.evaluation.qaset.context_run's rule)."""
         rule, run = Relevance(), {}
         for q, read in reads.items():
             ranked = []
             for cid, chars in read.items():
-                doc, start = starts.get(cid, ("", 0))
-                if not any(rule.holds(ev, doc, start, start + chars) for ev in self.spans.get(q, ())):
+                doc, start, end = starts.get(cid, ("", 0, 0))
+                read_end = min(end, start + chars)  # a table's HTML is longer than its span in the text
+                if not any(rule.holds(ev, doc, start, read_end) for ev in self.spans.get(q, ())):
                     cid += NOT_RELEVANT_IN_CONTEXT  # takes its place in the context, counts as no hit
                 ranked.append(cid)
             run[q] = {c: float(depth - r) for r, c in enumerate(ranked)} or {"-": 0.0}
@@ -377,10 +378,10 @@ def passage_lengths(chunks: pd.DataFrame) -> dict[str, int]:
     }
 
 
-def chunk_starts(chunks: pd.DataFrame) -> dict[str, tuple[str, int]]:
-    """chunk_id -> (doc_id, char_start): where the part of a chunk the answer reads begins."""
-    located = zip(chunks["chunk_id"], chunks["doc_id"], chunks["char_start"])
-    return {cid: (doc, int(start)) for cid, doc, start in located}
+def chunk_starts(chunks: pd.DataFrame) -> dict[str, tuple[str, int, int]]:
+    """chunk_id -> (doc_id, char_start, char_end): where the part of a chunk the answer reads lies."""
+    located = zip(chunks["chunk_id"], chunks["doc_id"], chunks["char_start"], chunks["char_end"])
+    return {cid: (doc, int(start), int(end)) for cid, doc, start, end in located}
 
 
 def search(
