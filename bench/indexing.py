@@ -58,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         help="intra-op threads of the bare int8 encode (default: every core, as torch uses; the product's int8 query "
         "encoder runs RAG_ONNX_THREADS, default 1)",
     )
+    p.add_argument(
+        "--sentence-encoder",
+        choices=["model", "int8"],
+        help="who encodes the sentence vectors (default: the product's, rag.qa.encoding.DEFAULT_SENTENCE_ENCODER)",
+    )
     p.add_argument("--keep", type=Path, help="build the data dir here and keep it (default: a temporary one)")
     cli.add_seed(p)
     cli.add_output(p, flags=("--out",), help="result JSON (default bench/results/indexing-<name>[-<limit>].json)")
@@ -90,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             model=args.model,
             bare=args.bare,
             onnx_threads=args.onnx_threads,
+            sentence_encoder=args.sentence_encoder,
         )
         parse = next(r for r in record["stages"] if r["stage"] == "parse")
         record["corpus"] |= {"files": parse["files"], "bytes": parse["bytes"], "documents": parse["items"]}

@@ -1177,7 +1177,9 @@ def indexing(record: dict) -> dict[str, Table]:
             row = next((r for r in record["stages"] if r["stage"] == stage and r.get("strategy") == strategy), None)
             if row is None:
                 continue
-            cells = [f"{strategy} {texts}", num(row.get("items")), num(float(row["seconds"]), 2)]
+            by = get(record, "model", "name") if texts == "chunks" else get(record, "model", "sentence_encoder")
+            label = f"{strategy} {texts}" + (f" (by {by})" if by else "")
+            cells = [label, num(row.get("items")), num(float(row["seconds"]), 2)]
             for kind in ("fp32", "int8"):
                 ratio = get(record, "ratios", strategy, f"{stage.replace(' ', '_')}_vs_{kind}")
                 cells += [num(get(bare, kind, texts, "seconds"), 2), num(ratio, 2)]

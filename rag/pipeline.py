@@ -5,6 +5,7 @@ The Dagster assets, the nightly job and `rag index` all call these, so there is 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,7 +156,10 @@ def embed_step(
     if base_serving_alias(client, strategy, model, run.collection, registry):
         # The collection the serving alias left may be an old version of the base model nothing else holds.
         run.dropped_collections += drop_unaliased(client, CollectionName(strategy, model_key(model)))
-    sentences_by = sentence_encoder_of(model, embedder, sentence_encoder or DEFAULT_SENTENCE_ENCODER)
+    # Indexing encodes batch after batch with nothing else to serve: the twin gets every core (a server's gets one).
+    sentences_by = sentence_encoder_of(
+        model, embedder, sentence_encoder or DEFAULT_SENTENCE_ENCODER, threads=os.cpu_count() or 1
+    )
     sentences = store_sentence_vectors(
         root,
         chunks["text"].tolist(),

@@ -136,7 +136,11 @@ def test_index_then_retrain_encodes_every_text_once_per_weights(data_dir, monkey
     client = get_client(settings)
     lines: list[str] = []
     try:
-        runs = {s: embed_step(tables, client, s, "minilm", embedder) for s in ("para", "sent")}
+        # The float model's sentence path, where a chunk's vector serves its sentence (the int8 twin's store takes
+        # none of the float vectors: tests/test_sentence_encoder.py).
+        runs = {
+            s: embed_step(tables, client, s, "minilm", embedder, sentence_encoder="model") for s in ("para", "sent")
+        }
         counter.stage = "retrain"
         # Each checkpoint scored on 8 of the 17 passages (selection_passages); the first one after a warmup step with
         # a learning rate of 0 has the base weights.

@@ -51,7 +51,9 @@ def _index_para(data_dir, monkeypatch, twin):  # noqa: F811
 
     monkeypatch.setattr(
         "rag.embedding.onnx_int8.int8_query_encoder",
-        lambda model, embedder: (twin, None) if twin is not None else (None, "no int8 twin in this test"),
+        lambda model, embedder, threads=None: (
+            (twin, None) if twin is not None else (None, "no int8 twin in this test")
+        ),
     )
     embedder = load_embedder("minilm")
     settings = QdrantSettings(path=str(data_dir / "qdrant"))

@@ -12,7 +12,8 @@ the functions it calls (as bench/replica_swap.py's stopwatch does: nothing is ch
     chunk vectors      rag.pipeline.sync_collection, per strategy and model: encode, upsert (dense + BM25 sparse
                        vectors), HNSW build, alias; chunks/s, and the encoding's own seconds the sync reports
     sentence vectors   rag.qa.encoding.store_sentence_vectors (called by embed_step): the answer stage's sentence
-                       index, every distinct sentence of the chunk set encoded and stored; sentences/s
+                       index, every distinct sentence of the chunk set encoded and stored by the sentence
+                       encoder (the model's int8 twin by default, model.sentence_encoder names it); sentences/s
     other              total.other_seconds: the rest of index_folder's wall time (opening the engine, aliases,
                        the tables' writes between)
 
@@ -25,7 +26,9 @@ nothing around it:
     int8   the model's int8 ONNX twin (rag.embedding.onnx_int8.OnnxInt8Embedder over the folder the float model was
            loaded from) with --onnx-threads intra-op threads; its export (once per weights version, into
            RAG_ONNX_CACHE or the data dir) is timed apart, before any encoding
-and the ratio product / bare of seconds for the same texts (1.0: the product encodes at the hardware's speed).
+and the ratio product / bare of seconds for the same texts (1.0: the product encodes at the hardware's speed): the
+sentence stage against the bare encode by its own encoder is `sentence_vectors_vs_int8` with the int8 twin (the
+default), `sentence_vectors_vs_fp32` with `--sentence-encoder model`.
 """
 
 from __future__ import annotations
@@ -214,6 +217,7 @@ def _sentences(bound: dict, out: dict, stages: Stages) -> dict:
         "sentences": out["sentences"],
         "encoded": out["encoded"],
         "encode_seconds": out["seconds"],  # the encode-and-store loop, without splitting and the store's lookups
+        "encoder": getattr(bound.get("embedder"), "name", None),  # the model, or its int8 twin (sentence_encoder)
     }
 
 
@@ -286,7 +290,8 @@ def stage_rows(calls: list[dict]) -> list[dict]:
 
 def index_holds(root: Path, report, embedder, qdrant) -> dict[str, dict]:
     """Per chunk set and model: the chunk table's rows, the BM25 index's documents, the collection's points (through
-    its alias, as serving reads it) and the sentence vectors stored for the model."""
+    its alias, as serving reads it) and the sentence vectors stored by `embedder` (the sentence encoder: the model or
+    its int8 twin)."""
     from rag.index.bm25 import BM25Index
     from rag.index.qdrant import get_client
     from rag.qa.encoding import open_sentence_store
@@ -302,7 +307,7 @@ def index_holds(root: Path, report, embedder, qdrant) -> dict[str, dict]:
             "chunk_table": len(tables.read(CHUNKS_TABLE, strategy)),
             "bm25_documents": len(BM25Index.load(bm25_root(root, strategy))),
             "collection_points": client.count(collection_name=collection["alias"], exact=True).count,
-            "sentence_vectors_stored": store.count(),  # every chunk set's, for this model
+            "sentence_vectors_stored": store.count(),  # every chunk set's, for this encoder
         }
     store.close()
     return holds
@@ -427,6 +432,7 @@ def measure(
     bare: list[str],
     onnx_threads: int,
     interval: float = 30.0,
+    sentence_encoder: str | None = None,
 ) -> dict:
     """Index `docs` from nothing into the data dir `root` (RAG_DATA_DIR must name it: the registry and the int8
     export read it) through index_folder, then encode the same texts bare. Every figure of one run."""
@@ -439,13 +445,28 @@ def measure(
     try:
         started = time.perf_counter()
         with LogProgress(log, interval) as progress:
-            report = index_folder(docs, root, strategies=strategies, models=[model], qdrant=qdrant, progress=progress)
+            report = index_folder(
+                docs,
+                root,
+                strategies=strategies,
+                models=[model],
+                qdrant=qdrant,
+                progress=progress,
+                sentence_encoder=sentence_encoder,
+            )
         total = time.perf_counter() - started
     finally:
         stages.restore()
     from rag.embedding import load_embedder
 
+    from rag.qa.encoding import DEFAULT_SENTENCE_ENCODER
+    from rag.qa.encoding import sentence_encoder as sentence_encoder_of
+
     embedder = load_embedder(model)  # the instance index_folder used (loaded once per process)
+    # The one embed_step used (the twin's session is shared per folder and thread count, as the pipeline asks).
+    sentences_by = sentence_encoder_of(
+        model, embedder, sentence_encoder or DEFAULT_SENTENCE_ENCODER, threads=os.cpu_count() or 1
+    )
     rows = stage_rows(stages.calls)
     for row in rows:
         rate = f"{row['items']} {row['unit']}, {row['per_s']}/s, " if row["items"] is not None else ""
@@ -458,6 +479,7 @@ def measure(
             "dim": embedder.dim,
             "batch_size": getattr(embedder, "batch_size", None),
             "window": getattr(embedder, "window", None),
+            "sentence_encoder": sentences_by.name,
         },
         "stages": rows,
         "total": {
@@ -474,7 +496,7 @@ def measure(
     }
     log(f"from nothing to served: {record['total']['seconds']} s")
     try:
-        record["index_holds"] = index_holds(root, report, embedder, qdrant)
+        record["index_holds"] = index_holds(root, report, sentences_by, qdrant)
     finally:
         close_client(qdrant)
     record["bare"], record["ratios"] = {}, {}

@@ -259,9 +259,13 @@ PROBE_QUESTIONS = (
 MIN_PROBE_COSINE = 0.95
 
 
-def int8_query_encoder(model: str, embedder) -> tuple[OnnxInt8Embedder | None, str | None]:
+def int8_query_encoder(
+    model: str, embedder, *, threads: int | None = None
+) -> tuple[OnnxInt8Embedder | None, str | None]:
     """The int8 ONNX twin of `embedder` (loaded as `model`) for encoding questions against the float model's passage
-    vectors, or (None, why not): the float model then encodes questions too. The twin is exported from the very
+    vectors, or (None, why not): the float model then encodes questions too. `threads`: its session's intra-op
+    threads (None: RAG_ONNX_THREADS, default 1, what a server answering questions side by side wants; indexing, which
+    encodes one batch after another, passes every core). The twin is exported from the very
     folder the float model was loaded from (no name is resolved again, so a promotion in between cannot pair other
     weights, and no hub id is looked up), and accepted only when its vectors of a few probe questions agree with the
     float model's (cosine >= MIN_PROBE_COSINE)."""
@@ -275,7 +279,12 @@ def int8_query_encoder(model: str, embedder) -> tuple[OnnxInt8Embedder | None, s
         )
     try:
         encoder = _twin(
-            f"{embedder.name}-int8", str(source), embedder.query_prefix, embedder.passage_prefix, embedder.batch_size
+            f"{embedder.name}-int8",
+            str(source),
+            embedder.query_prefix,
+            embedder.passage_prefix,
+            embedder.batch_size,
+            threads or _threads(),
         )
     except Exception as exc:  # no onnxruntime, a model the exporter cannot handle
         return None, f"no int8 query encoder for {model!r} ({type(exc).__name__}: {exc}); questions use the float model"
@@ -293,6 +302,9 @@ def int8_query_encoder(model: str, embedder) -> tuple[OnnxInt8Embedder | None, s
 
 
 @lru_cache(maxsize=16)
-def _twin(name: str, source: str, query_prefix: str, passage_prefix: str, batch_size: int) -> OnnxInt8Embedder:
-    """One session per model folder and process: every index a server opens (each re-index swap) shares it."""
-    return OnnxInt8Embedder(name, source, query_prefix, passage_prefix, batch_size)
+def _twin(
+    name: str, source: str, query_prefix: str, passage_prefix: str, batch_size: int, threads: int
+) -> OnnxInt8Embedder:
+    """One session per model folder, thread count and process: every index a server opens (each re-index swap)
+    shares it."""
+    return OnnxInt8Embedder(name, source, query_prefix, passage_prefix, batch_size, threads=threads)

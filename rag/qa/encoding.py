@@ -158,14 +158,17 @@ class SentenceVectorStore:
 SentenceEncoder = Literal["model", "int8"]
 # Who encodes sentence vectors unless told: the one default of the index (rag.pipeline.embed_step) and the answer
 # stage (AnswerSettings.sentence_encoder), so both use one store. Why this one: docs/answering.md.
-DEFAULT_SENTENCE_ENCODER: SentenceEncoder = "model"
+DEFAULT_SENTENCE_ENCODER: SentenceEncoder = "int8"
 
 
-def sentence_encoder(model: str, embedder: TextEmbedder, choice: SentenceEncoder) -> TextEmbedder:
+def sentence_encoder(
+    model: str, embedder: TextEmbedder, choice: SentenceEncoder, *, threads: int | None = None
+) -> TextEmbedder:
     """Who encodes passage sentences for `embedder` (loaded as `model`): the model itself, or with "int8" its int8
     ONNX twin (rag.embedding.onnx_int8), whose vectors the store keeps under the twin's own key, so float and int8
     sentence vectors never mix. The index (rag.pipeline.embed_step) and the answer stage (rag.qa.pipeline) both ask
-    here, so they agree. A twin that cannot load or disagrees with the model falls back to the model, with a warning."""
+    here, so they agree. A twin that cannot load or disagrees with the model falls back to the model, with a warning.
+    `threads`: the twin's intra-op threads (None: the query encoder's setting, RAG_ONNX_THREADS)."""
     if choice == "model":
         return embedder
     from rag.embedding.onnx_int8 import OnnxInt8Embedder, int8_query_encoder
@@ -173,7 +176,7 @@ def sentence_encoder(model: str, embedder: TextEmbedder, choice: SentenceEncoder
     base = getattr(embedder, "embedder", embedder)  # a CachedEmbedder: the twin of the model it wraps
     if isinstance(base, OnnxInt8Embedder):
         return embedder  # already int8
-    twin, why_not = int8_query_encoder(model, base)
+    twin, why_not = int8_query_encoder(model, base, threads=threads)
     if twin is None:
         log.warning("sentence vectors: %s", (why_not or "no int8 twin").replace("questions", "sentences"))
         return embedder
