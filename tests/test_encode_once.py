@@ -125,7 +125,7 @@ def test_index_then_retrain_encodes_every_text_once_per_weights(data_dir, monkey
     from rag.pipeline import embed_step
     from rag.qa.generators import sentence_units
     from rag.training import EmbedderTrainingConfig
-    from rag.training.pipeline import train_candidate
+    from rag.training.pipeline import gate_candidate, train_candidate
 
     counter = EncodeCounter()
     counter.patch(monkeypatch)
@@ -147,9 +147,13 @@ def test_index_then_retrain_encodes_every_text_once_per_weights(data_dir, monkey
         config = EmbedderTrainingConfig(
             strategy="para", max_steps=2, batch_size=4, mini_batch_size=4, eval_steps=1, selection_passages=8
         )
-        _, run, inputs = train_candidate(
-            "embedder", tables, ModelRegistry(data_dir / "models"), config, log=lines.append
-        )
+        registry = ModelRegistry(data_dir / "models")
+        _, run, inputs = train_candidate("embedder", tables, registry, config, log=lines.append)
+        # The gate scores production (the base weights) and the candidate on the held-out questions' passages (4
+        # here: below the fewest a verdict may rest on, which this test of what is encoded lets through).
+        counter.stage = "gate"
+        monkeypatch.setattr("rag.training.gate.check_gate_questions", lambda *args, **kwargs: None)
+        verdict = gate_candidate("embedder", tables, registry, registry.resolve("embedder", "candidate"))
     finally:
         close_client(settings)
     twice = counter.twice()
@@ -172,6 +176,12 @@ def test_index_then_retrain_encodes_every_text_once_per_weights(data_dir, monkey
     new = [texts for (stage, w), texts in counter.texts.items() if stage == "retrain" and w != base]
     assert new and all(len(texts) == len(selection.queries) + 8 for texts in new)
     assert run.selection_passages == 8 and run.summary["selection_passages"] == 8
+
+    # The gate read production's passage vectors from the index (and the candidate's: its best checkpoint here is the
+    # first, whose warmup step left the base weights), so it encoded no passage; only its questions.
+    assert verdict.questions >= 1
+    gated = set().union(*(texts for (stage, _), texts in counter.texts.items() if stage == "gate"))
+    assert gated and not gated & set(para.values()), "the gate encoded a passage the index holds for those weights"
 
 
 def test_selection_sample_keeps_the_questions_passages_and_fills_at_random():

@@ -455,7 +455,10 @@ def embedder_gate(
     questions alone does not promote a candidate `trained_on_generated` (hold_generated_gain)."""
     settings = settings or GateSettings()
     check_gate_questions(ir, settings, copied)
-    result = compare_runs(ir, dense_run(production, ir), dense_run(candidate, ir), settings)
+    current = dense_run(production, ir)
+    # The same weights (a best checkpoint that kept the start's) rank alike: nothing to encode again.
+    same = getattr(candidate, "version", None) is not None and candidate.version == getattr(production, "version", "")
+    result = compare_runs(ir, current, current if same else dense_run(candidate, ir), settings)
     hold_generated_gain(result, "embedder", ir, settings, trained_on_generated=trained_on_generated)
     result.copied_questions = copied
     return result

@@ -31,7 +31,7 @@ from rag.training.first_stage import (
 )
 from rag.training.ltr import train_learned_ranker
 from rag.training.reranker import train_reranker
-from rag.training.vectors import index_location, index_passages
+from rag.training.vectors import index_location, index_passages, index_vectors
 
 QA_TABLE = "synthetic_qa"  # written by the synthetic_qa asset
 Kind = Literal["embedder", "reranker"]
@@ -279,14 +279,16 @@ def gate_candidate(
     trained = bool(candidate.training_data_hash)
     try:
         if kind == "embedder":
-            result = embedder_gate(
-                _production_embedder(production),
-                load_embedder(str(candidate.path)),
-                gate,
-                settings,
-                copied=copied,
-                trained_on_generated=trained,
-            )
+            # Production's passage vectors are in the index already (its own weights): read, not encoded again.
+            root = Path(tables.root).parent
+            with index_vectors(root, _production_embedder(production), load_embedder(str(candidate.path))) as pair:
+                result = embedder_gate(
+                    *pair,
+                    gate,
+                    settings,
+                    copied=copied,
+                    trained_on_generated=trained,
+                )
         else:
             first = (
                 hybrid_candidates(

@@ -10,7 +10,7 @@ they encode what they score (a bounded sample of the chunk set, rag.training.dat
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -134,3 +134,39 @@ def index_passages(settings: QdrantSettings, strategy: str, base_model: str) -> 
         return found
 
     return stored
+
+
+@contextmanager
+def index_vectors(root: Path, *embedders) -> Iterator[tuple]:
+    """The `embedders` (TextEmbedders), each one's encode_passages first reading the vectors the data dir's index
+    holds for its exact weights (any chunk set's collection of that version: rag.index.stored) and encoding only the
+    rest; an embedder as it is when the index cannot be opened now or holds none of its weights. The gate scores
+    production, and a candidate whose best checkpoint kept the weights it started from, on passages the index has
+    encoded with those weights: reading them keeps each text encoded once per weights version."""
+    from rag.embedding import model_key
+    from rag.index.qdrant import QdrantLockedError, reading_client
+    from rag.index.stored import ReusingEmbedder, StoredVectors, weights_collections
+
+    settings = index_location(root)
+    local = settings.url is None and settings.location != ":memory:"
+    if local and not Path(settings.location).is_dir():
+        yield embedders
+        return
+    with ExitStack() as stack:
+        try:
+            client = stack.enter_context(reading_client(settings))
+        except QdrantLockedError:  # a writer holds the folder: encoding is slower, never wrong
+            yield embedders
+            return
+
+        def reading(embedder):
+            version = getattr(embedder, "version", None)
+            if version is None:
+                return embedder
+            # The version is the weights' hash: any chunk set's collection of it holds these passages' vectors,
+            # unless a passage prefix (a setting of the name, not of the weights) encoded them: then the name's only.
+            by_name = model_key(embedder.name) if getattr(embedder, "passage_prefix", "") else None
+            collections = weights_collections(client, version, model=by_name)
+            return ReusingEmbedder(embedder, StoredVectors(client, collections)) if collections else embedder
+
+        yield tuple(reading(e) for e in embedders)
