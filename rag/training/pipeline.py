@@ -290,17 +290,14 @@ def gate_candidate(
                     trained_on_generated=trained,
                 )
         else:
-            first = (
-                hybrid_candidates(
-                    chunks,
-                    gate,
-                    _production_embedder(registry.resolve("embedder", "production")),
-                    settings.rerank_depth,
-                    serving_mode(Path(tables.root).parent),
-                )
-                if gate is not None
-                else {}
-            )
+            first: dict = {}
+            if gate is not None:  # the first stage's passage vectors: the index's, for production's weights
+                root = Path(tables.root).parent
+                embedder = _production_embedder(registry.resolve("embedder", "production"))
+                with index_vectors(root, embedder) as (current_embedder,):
+                    first = hybrid_candidates(
+                        chunks, gate, current_embedder, settings.rerank_depth, serving_mode(root)
+                    )
             current = load_reranker(production.name, registry=registry) if production is not None else None
             result = reranker_gate(
                 first,
