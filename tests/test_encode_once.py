@@ -184,6 +184,32 @@ def test_index_then_retrain_encodes_every_text_once_per_weights(data_dir, monkey
     assert gated and not gated & set(para.values()), "the gate encoded a passage the index holds for those weights"
 
 
+def test_a_promotion_encodes_a_text_two_chunk_sets_share_once(data_dir, monkeypatch):
+    """A promotion (or a canary's start) builds the embedder's collection of every chunk set: a chunk another chunk
+    set has too (here `copy`, the very chunks of `para`) takes that collection's vector instead of being encoded."""
+    from rag.index.qdrant import QdrantSettings, close_client, get_client
+    from rag.lifecycle.promotion import build_collections
+
+    para, sent, _ = corpus()
+    tables = TableStore(data_dir / "tables")
+    tables.write(chunk_table(para).assign(strategy="copy"), CHUNKS_TABLE, "copy")
+    counter = EncodeCounter()
+    counter.patch(monkeypatch)
+    settings = QdrantSettings(path=str(data_dir / "qdrant"))
+    client = get_client(settings)
+    lines: list[str] = []
+    try:
+        strategies = ["para", "copy", "sent"]
+        built = build_collections(None, tables=tables, client=client, strategies=strategies, log=lines.append)
+        points = {s: client.count(collection_name=c, exact=True).count for s, c in built.items()}
+    finally:
+        close_client(settings)
+    assert points == {"para": len(para), "copy": len(para), "sent": len(sent)}
+    assert not counter.twice()
+    assert sum(len(texts) for texts in counter.texts.values()) == len(set(para.values()) | set(sent.values()))
+    assert any(f"{len(para)} of them from another chunk set's vectors" in line for line in lines)
+
+
 def test_selection_sample_keeps_the_questions_passages_and_fills_at_random():
     from rag.training.data import IRSet, selection_sample
 

@@ -13,8 +13,9 @@ import socket
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from rag.embedding import load_embedder
+from rag.embedding import load_embedder, model_key
 from rag.index.qdrant import CollectionName, alias_target
+from rag.index.stored import ReusingEmbedder, StoredVectors, weights_collections
 from rag.index.sync import sync_collection
 from rag.lifecycle.journal import Intent, lifecycle_lock, recover, run
 from rag.lifecycle.target import ServingTarget
@@ -56,11 +57,17 @@ def build_collections(
     name = embedder.name if embedder is not None else IMPLICIT_PRODUCTION["embedder"]
     model = load_embedder(str(embedder.path) if embedder is not None else name)
     for strategy in strategies:
+        # A text another chunk set's collection of these weights holds (the same paragraph in two chunk sets) takes
+        # that vector: each text is encoded once per weights version, as in rag.pipeline.embed_step.
+        target = CollectionName(strategy, model_key(name)).versioned(model.version, distance)
+        others = weights_collections(client, model.version, model=model_key(name), skip=[target])
+        reusing = ReusingEmbedder(model, StoredVectors(client, others))
         synced = sync_collection(
-            client, tables.read(CHUNKS_TABLE, strategy), model, strategy=strategy, model=name, distance=distance
+            client, tables.read(CHUNKS_TABLE, strategy), reusing, strategy=strategy, model=name, distance=distance
         )
         collections[strategy] = synced.collection
-        log(f"{strategy}: collection {synced.collection} ready ({synced.points} points, {synced.added} embedded)")
+        reused = f", {reusing.reused} of them from another chunk set's vectors" if reusing.reused else ""
+        log(f"{strategy}: collection {synced.collection} ready ({synced.points} points, {synced.added} added{reused})")
     return collections
 
 
