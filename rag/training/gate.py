@@ -379,7 +379,27 @@ def compare_runs(ir: IRSet, production_run: dict, candidate_run: dict, settings:
         views[lists].per_question = rows.assign(type=rows["qid"].map(ir.types), question=rows["qid"].map(ir.queries))
     decided = views["condensed" if ir.judged and settings.feedback_lists == "condensed" else "plain"]
     decided.other = next((v for k, v in views.items() if v is not decided), None)
+    plain = views["plain"]
+    if decided is not plain and decided.changed_questions == 0 and plain.changed_questions:
+        reach_people_on_plain_lists(decided, plain, settings)
     return decided
+
+
+def reach_people_on_plain_lists(decided: GateResult, plain: GateResult, settings: GateSettings) -> None:
+    """Condensed lists keep only the passages people rated, mostly the one they opened: a candidate that reorders
+    what they were shown around it ties there on every question, yet is no copy of production (its plain lists
+    differ). Whether it may reach people is then the plain lists' no-worse verdict (they favour production, whose
+    results were the only ones rated, so it is the stricter test); a canary's online test decides the rest. On TAT-QA
+    a reranker trained on 500 people's questions was held back as "unchanged" on 40 such questions."""
+    decided.changed_questions = plain.changed_questions
+    decided.not_worse = plain.not_worse
+    why_not = dict(decided.why_not or {})
+    why_not["not_worse"] = [
+        f"on plain lists: {reason}" for reason in (plain.why_not or {}).get("not_worse", [])
+    ]
+    decided.why_not = why_not
+    if settings.criterion == "not_worse":
+        decided.passed, decided.reasons = decided.not_worse, list(why_not["not_worse"])
 
 
 def generated_gain_reason(kind: str) -> str:

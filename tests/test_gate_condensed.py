@@ -1,0 +1,67 @@
+"""The gate on people's questions, judged only in part: condensed lists keep the passages people rated (mostly the one
+they opened), so a candidate that reorders what they were shown around it ties there on every question. Such a
+candidate is no copy of production: the plain lists' no-worse verdict says whether it may reach people (a canary then
+decides), instead of "unchanged", which held a reranker trained on TAT-QA people's clicks back for good."""
+
+from __future__ import annotations
+
+from rag.training.config import GateSettings
+from rag.training.data import IRSet
+from rag.training.gate import compare_runs
+
+PASSAGES = [f"c{i}" for i in range(10)]
+
+
+def people(n: int = 30) -> IRSet:
+    queries = {f"q{i:02d}": f"question {i}" for i in range(n)}
+    return IRSet(
+        queries=queries,
+        corpus={c: f"passage {c}" for c in PASSAGES},
+        qrels={q: {"c0": 1} for q in queries},  # the passage each person opened
+        judged={q: {"c0"} for q in queries},
+        types=dict.fromkeys(queries, "feedback"),
+    )
+
+
+def ranked(order: list[str]) -> dict[str, float]:
+    return {c: float(len(order) - r) for r, c in enumerate(order)}
+
+
+def runs(ir: IRSet, moved_up: int, moved_down: int) -> tuple[dict, dict]:
+    """Production shows the opened passage second on the first `moved_up` questions (the candidate first), first on
+    the next `moved_down` (the candidate second), and both rank alike elsewhere."""
+    second, first = ranked(["c1", "c0", *PASSAGES[2:]]), ranked(PASSAGES)
+    production, candidate = {}, {}
+    for i, q in enumerate(ir.queries):
+        if i < moved_up:
+            production[q], candidate[q] = second, first
+        elif i < moved_up + moved_down:
+            production[q], candidate[q] = first, second
+        else:
+            production[q] = candidate[q] = first
+    return production, candidate
+
+
+SETTINGS = GateSettings(criterion="not_worse", resamples=2000)
+
+
+def test_a_reordering_the_condensed_lists_cannot_see_goes_to_a_canary_when_plain_lists_show_no_loss():
+    ir = people()
+    result = compare_runs(ir, *runs(ir, moved_up=5, moved_down=5), SETTINGS)
+    assert result.lists == "condensed" and result.other.changed_questions == 10
+    assert result.changed_questions == 10 and result.not_worse and not result.better
+    assert result.passed and result.outcome == "inconclusive"
+
+
+def test_a_reordering_that_plain_lists_find_worse_is_kept_from_people():
+    ir = people()
+    result = compare_runs(ir, *runs(ir, moved_up=0, moved_down=30), SETTINGS)
+    assert result.lists == "condensed" and result.changed_questions == 30
+    assert not result.passed and result.outcome == "worse"
+    assert any(reason.startswith("on plain lists: ") for reason in result.reasons)
+
+
+def test_a_candidate_that_ranks_alike_everywhere_is_unchanged():
+    ir = people()
+    result = compare_runs(ir, *runs(ir, moved_up=0, moved_down=0), SETTINGS)
+    assert result.changed_questions == 0 and not result.passed and result.outcome == "unchanged"
