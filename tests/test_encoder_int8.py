@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rag.embedding import EMBEDDERS, _minilm_dir, load_embedder
-from rag.embedding.onnx_int8 import MODEL_FILE, OnnxInt8Embedder
+from rag.embedding.onnx_int8 import MODEL_FILE, OnnxInt8Embedder, _twin
 from rag.index.qdrant import QdrantSettings, close_client, get_client
 from rag.index.sync import sync_collection
 from rag.registry import ModelRegistry
@@ -29,9 +29,12 @@ def data_dir(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAG_DATA_DIR", str(folder))
         mp.delenv("RAG_ONNX_CACHE", raising=False)  # the default place, under the data dir
+        # Twins an earlier test of this process exported (into RAG_ONNX_CACHE) are not this data dir's.
         load_embedder.cache_clear()
+        _twin.cache_clear()
         yield folder
         load_embedder.cache_clear()
+        _twin.cache_clear()
 
 
 @pytest.fixture(scope="module")
