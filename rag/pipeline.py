@@ -5,7 +5,6 @@ The Dagster assets, the nightly job and `rag index` all call these, so there is 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +129,7 @@ def embed_step(
     sentences are encoded by the model's int8 twin, into the twin's own store (rag.qa.encoding.sentence_encoder);
     None: the answer stage's default, so what is stored is what answering reads."""
     # Imported when used: rag.qa brings the answer stack (LLM backends), which importing the pipeline should not load.
+    from rag.embedding.onnx_int8 import available_cores
     from rag.qa.encoding import DEFAULT_SENTENCE_ENCODER, open_sentence_store, store_sentence_vectors
     from rag.qa.encoding import sentence_encoder as sentence_encoder_of
 
@@ -158,7 +158,7 @@ def embed_step(
         run.dropped_collections += drop_unaliased(client, CollectionName(strategy, model_key(model)))
     # Indexing encodes batch after batch with nothing else to serve: the twin gets every core (a server's gets one).
     sentences_by = sentence_encoder_of(
-        model, embedder, sentence_encoder or DEFAULT_SENTENCE_ENCODER, threads=os.cpu_count() or 1
+        model, embedder, sentence_encoder or DEFAULT_SENTENCE_ENCODER, threads=available_cores()
     )
     sentences = store_sentence_vectors(
         root,

@@ -459,13 +459,14 @@ def measure(
         stages.restore()
     from rag.embedding import load_embedder
 
+    from rag.embedding.onnx_int8 import available_cores
     from rag.qa.encoding import DEFAULT_SENTENCE_ENCODER
     from rag.qa.encoding import sentence_encoder as sentence_encoder_of
 
     embedder = load_embedder(model)  # the instance index_folder used (loaded once per process)
     # The one embed_step used (the twin's session is shared per folder and thread count, as the pipeline asks).
     sentences_by = sentence_encoder_of(
-        model, embedder, sentence_encoder or DEFAULT_SENTENCE_ENCODER, threads=os.cpu_count() or 1
+        model, embedder, sentence_encoder or DEFAULT_SENTENCE_ENCODER, threads=available_cores()
     )
     rows = stage_rows(stages.calls)
     for row in rows:

@@ -156,6 +156,12 @@ def _threads() -> int:
     return int(os.environ.get("RAG_ONNX_THREADS") or 1)
 
 
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container's cpuset narrows), for an encode that
+    has the machine to itself (indexing)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 class OnnxInt8Embedder(_Prefixed):
     """A sentence-transformers model folder served as int8 ONNX through onnxruntime (CPU)."""
 
