@@ -92,7 +92,7 @@ def test_the_docs_render_the_result_and_say_when_it_is_missing(result, tmp_path)
     assert "Not measured yet: `bench/results/indexing-zz.json` is absent." in render.render(root)[page]
     (root / "bench" / "results" / "indexing-zz.json").write_text(json.dumps(result))
     text = render.render(root)[page]
-    assert "| chunk vectors | paragraph |" in text and "| paragraph sentences |" in text
+    assert "| chunk vectors | paragraph |" in text and "| paragraph sentences (by minilm-int8) |" in text
     assert "did not fit" not in text and "Not measured" not in text
 
 
