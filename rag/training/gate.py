@@ -381,25 +381,19 @@ def compare_runs(ir: IRSet, production_run: dict, candidate_run: dict, settings:
     decided.other = next((v for k, v in views.items() if v is not decided), None)
     plain = views["plain"]
     if decided is not plain and decided.changed_questions == 0 and plain.changed_questions:
-        reach_people_on_plain_lists(decided, plain, settings)
+        return decided_on_plain_lists(plain, decided)
     return decided
 
 
-def reach_people_on_plain_lists(decided: GateResult, plain: GateResult, settings: GateSettings) -> None:
+def decided_on_plain_lists(plain: GateResult, condensed: GateResult) -> GateResult:
     """Condensed lists keep only the passages people rated, mostly the one they opened: a candidate that reorders
     what they were shown around it ties there on every question, yet is no copy of production (its plain lists
-    differ). Whether it may reach people is then the plain lists' no-worse verdict (they favour production, whose
-    results were the only ones rated, so it is the stricter test); a canary's online test decides the rest. On TAT-QA
-    a reranker trained on 500 people's questions was held back as "unchanged" on 40 such questions."""
-    decided.changed_questions = plain.changed_questions
-    decided.not_worse = plain.not_worse
-    why_not = dict(decided.why_not or {})
-    why_not["not_worse"] = [
-        f"on plain lists: {reason}" for reason in (plain.why_not or {}).get("not_worse", [])
-    ]
-    decided.why_not = why_not
-    if settings.criterion == "not_worse":
-        decided.passed, decided.reasons = decided.not_worse, list(why_not["not_worse"])
+    differ). The plain lists then decide: they favour production (its results were the only ones people could rate;
+    a passage nobody rated counts as irrelevant), so a gain significant there is a gain on the very passages people
+    chose, and their no-worse verdict is the stricter one. On TAT-QA a reranker trained on 1,000 people's questions
+    was +0.032 nDCG@10 (p 0.013) on 82 held-out ones on plain lists and tied on every condensed one."""
+    plain.other, condensed.other = condensed, None
+    return plain
 
 
 def generated_gain_reason(kind: str) -> str:
