@@ -14,7 +14,7 @@ from rag.chunk_sets import CHUNK_QUARANTINE_TABLE, ChunkLimits, ChunkRun, update
 from rag.chunking import Chunker, get_chunker, load_strategies
 from rag.embedding import TextEmbedder, load_embedder, model_key
 from rag.index.qdrant import CollectionName, QdrantSettings, alias_target, drop_unaliased, get_client, point_alias_to
-from rag.index.stored import ReusingEmbedder, StoredVectors, weights_collections
+from rag.index.stored import ReusingEmbedder, StoredVectors, other_chunk_sets
 from rag.index.sync import BM25Run, IndexRun, sync_bm25, sync_collection
 from rag.ingest import ParseRun, update_documents
 from rag.parsing import ParseSettings
@@ -135,8 +135,7 @@ def embed_step(
 
     chunks = _chunks(tables, strategy)
     root = Path(tables.root).parent
-    target = CollectionName(strategy, model_key(model)).versioned(embedder.version, distance)
-    others = StoredVectors(client, weights_collections(client, embedder.version, model=model_key(model), skip=[target]))
+    others = other_chunk_sets(client, strategy, model, embedder.version, distance)
     store = open_sentence_store(root, embedder)
     reusing = ReusingEmbedder(embedder, store.vectors_of, others)
     try:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from rag.index.qdrant import DENSE, _pages, aliased_collections
+from rag.index.qdrant import DENSE, CollectionName, _pages, aliased_collections
 
 Lookup = Callable[[list[str]], dict[str, np.ndarray]]  # texts -> the vectors known for some of them
 RETRIEVE_BATCH = 1024
@@ -43,6 +43,15 @@ def collection_model(collection: str) -> str:
 
 def _key(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+def other_chunk_sets(client, strategy: str, model: str, version: str, distance: str) -> StoredVectors:
+    """The vectors that collections of `model` (its weights `version`) for chunk sets other than `strategy` hold: a
+    text two chunk sets share is encoded once (indexing, promotion and a canary's start all build through this)."""
+    from rag.embedding import model_key
+
+    target = CollectionName(strategy, model_key(model)).versioned(version, distance)
+    return StoredVectors(client, weights_collections(client, version, model=model_key(model), skip=[target]))
 
 
 class StoredVectors:

@@ -13,9 +13,9 @@ import socket
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from rag.embedding import load_embedder, model_key
+from rag.embedding import load_embedder
 from rag.index.qdrant import CollectionName, alias_target
-from rag.index.stored import ReusingEmbedder, StoredVectors, weights_collections
+from rag.index.stored import ReusingEmbedder, other_chunk_sets
 from rag.index.sync import sync_collection
 from rag.lifecycle.journal import Intent, lifecycle_lock, recover, run
 from rag.lifecycle.target import ServingTarget
@@ -59,9 +59,7 @@ def build_collections(
     for strategy in strategies:
         # A text another chunk set's collection of these weights holds (the same paragraph in two chunk sets) takes
         # that vector: each text is encoded once per weights version, as in rag.pipeline.embed_step.
-        target = CollectionName(strategy, model_key(name)).versioned(model.version, distance)
-        others = weights_collections(client, model.version, model=model_key(name), skip=[target])
-        reusing = ReusingEmbedder(model, StoredVectors(client, others))
+        reusing = ReusingEmbedder(model, other_chunk_sets(client, strategy, name, model.version, distance))
         synced = sync_collection(
             client, tables.read(CHUNKS_TABLE, strategy), reusing, strategy=strategy, model=name, distance=distance
         )
