@@ -1,7 +1,8 @@
 """What starts a retrain from the feedback store: enough new feedback (feedback_volume_sensor), or a week
 without one (weekly_retrain schedule). Both export the feedback RAG-Dataset first and hand its folder to the
-training assets, so the new ratings become positives and hard negatives. Neither starts one while a canary runs
-(its decision comes first; the feedback keeps counting)."""
+training assets, so the new ratings become positives and hard negatives. The weekly fallback waits while a canary
+runs; the feedback sensor does not (a later candidate of the canary's kind supersedes it only when the gate finds it
+significantly better)."""
 
 import json
 import os
@@ -128,13 +129,12 @@ def retrain_request(
     *,
     reason: str,
     run_key: str | None,
-    without: str | None = None,
 ) -> tuple[RunRequest, AssetMaterialization]:
-    """Export the dataset up to now and request retrain_job with it, for the resource's learners (but `without`)."""
+    """Export the dataset up to now and request retrain_job with it, for the resource's learners."""
     folder = export_versioned(store, loop.root)
     stats = json.loads((folder / "stats.json").read_text())
     op_config = {**loop.retrain_run_config, "feedback_dataset": str(folder)}
-    learners = [kind for kind in LEARNER_ASSETS if kind in loop.learners and kind != without]
+    learners = [kind for kind in LEARNER_ASSETS if kind in loop.learners]
     request = RunRequest(
         run_key=run_key,
         run_config={"ops": {LEARNER_ASSETS[kind][0]: {"config": op_config} for kind in learners}},
@@ -176,7 +176,8 @@ def setting(field: str):
     description="Every 5 minutes: counts the answer and passage ratings and expert labels that arrived since the "
     "last finished retrain (a rejected or failed one too, so the count restarts after each), and at "
     f"{setting('volume_threshold')} (RAG_RETRAIN_FEEDBACK_THRESHOLD) exports them and starts retrain_job. Waits "
-    "while a retrain runs; while a canary runs, retrains every learner but the canary's. Each tick says how far it "
+    "while a retrain runs. A running canary holds no learner back: a later candidate of its kind that the gate finds "
+    "significantly better replaces it, one found only no worse waits for it to end. Each tick says how far it "
     f"is, e.g. '37/{setting('volume_threshold')} new "
     "feedback events since retrain run 1a2b3c4d'.",
 )
@@ -199,20 +200,18 @@ def feedback_volume_sensor(context: SensorEvaluationContext, feedback_loop: Feed
             return SkipReason(f"{progress}; retrain run {running} is in progress")
         if new < feedback_loop.volume_threshold:
             return SkipReason(progress)
-        # While a canary runs its own kind waits for the decision; the other learners go on, so an undecided canary
-        # cannot hold every improvement back (one the gate finds significantly better pre-empts it on release).
+        # A running canary holds no learner back, its own kind included: interleavings mostly tie, so a canary may
+        # run for weeks, and meanwhile people's feedback grows. A later candidate the gate finds significantly better
+        # on held-out questions supersedes it on release; one found only no worse waits for the canary's end.
         busy = canary_kind(feedback_loop)
-        if busy is not None and set(feedback_loop.learners) <= {busy}:
-            return SkipReason(f"{progress}; {canary_running(feedback_loop)}")
         request, materialization = retrain_request(
             feedback_loop,
             store,
             reason="feedback_volume",
             run_key=f"feedback-volume:{dataset_mark(mark, expert_mark)}",
-            without=busy,
         )
-        waits = f" (not the {busy}: its canary is running)" if busy else ""
-        context.log.info(f"{progress}: requesting retrain_job{waits}")
+        beside = f" (beside the {busy}'s canary)" if busy else ""
+        context.log.info(f"{progress}: requesting retrain_job{beside}")
         return SensorResult(
             run_requests=[request], asset_events=[materialization], cursor=dataset_mark(mark, expert_mark)
         )

@@ -143,3 +143,25 @@ def test_people_who_click_at_random_get_nothing_promoted(tmp_path, monkeypatch):
     corpus = run_loop(tmp_path, monkeypatch, "random")["corpus"]
     assert not promotions(corpus)
     assert all(entry["production"]["configuration"] is None for entry in corpus["rounds"])
+
+
+def test_the_run_by_document_counts_each_document_once_where_its_first_passage_comes():
+    from types import SimpleNamespace
+
+    from bench.lib.loop import served_lists
+    from bench.lib.loop_data import Question
+    from rag.retrieval import Hit
+
+    docs = ["a.md", "a.md", "b.md", "c.md", "b.md"]
+    hits = [
+        Hit(
+            rank=r,
+            score=1.0 - r / 10,
+            chunk={"chunk_id": f"{d}#{r}", "doc_id": d, "text": "x", "char_start": 0, "char_end": 1},
+        )
+        for r, d in enumerate(docs)
+    ]
+    answerer = SimpleNamespace(rank=lambda text: hits, settings=SimpleNamespace(max_context_chars=10_000))
+    run, by_document, _ = served_lists(answerer, [Question("q", "question?", ["b.md"])])
+    assert list(run["q"]) == [f"{d}#{r}" for r, d in enumerate(docs)]
+    assert sorted(by_document["q"], key=by_document["q"].get, reverse=True) == ["a.md", "b.md", "c.md"]

@@ -2,8 +2,8 @@
 "canary" starts its canary (collections built, state canary, production and its serving alias untouched) and says so
 in production_embedder's metadata; "direct" promotes as before, but is refused while a canary runs instead of
 replacing production under it; "auto" (the default) promotes what the gate found significantly better and starts a
-canary for what it found only no worse (or queues it behind a running canary, which a significant gain of another
-kind pre-empts). While a canary runs, the learners of other kinds retrain; its own waits. An operator can start a
+canary for what it found only no worse (or queues it behind a running canary, which a significant gain of any
+kind pre-empts). While a canary runs every learner retrains, its own kind too. An operator can start a
 canary over the gate with force_reason, logged and recorded, and such a canary is promoted only as a recorded forced
 promotion.
 
@@ -12,7 +12,7 @@ Fake weights where nothing is embedded; a real MiniLM where production_embedder 
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, RunRequest, SensorResult, SkipReason, build_sensor_context, materialize
+from dagster import DagsterInstance, RunRequest, build_sensor_context, materialize
 
 from rag.feedback import FeedbackStore, FeedbackSubmission
 from rag.registry import ModelRegistry
@@ -156,7 +156,7 @@ def test_under_the_default_policy_a_significantly_better_candidate_is_promoted_d
     assert registry.resolve("embedder", "v2").metrics["promotion"]["forced"] is False
 
 
-def test_a_direct_promotion_is_refused_while_a_canary_runs_and_a_retrain_waits(deployed, tmp_path):
+def test_a_direct_promotion_is_refused_while_a_canary_runs_and_every_learner_retrains(deployed, tmp_path):
     from rag.embedding import _minilm_dir
     from resources.feedback import FeedbackLoop
     from sensors.feedback import feedback_volume_sensor
@@ -205,27 +205,15 @@ def test_a_direct_promotion_is_refused_while_a_canary_runs_and_a_retrain_waits(d
         with build_sensor_context(instance=env["instance"], resources={"feedback_loop": loop}) as context:
             return feedback_volume_sensor(context)
 
-    # While the embedder's canary runs, the other learners retrain; the embedder waits for the decision.
-    (partial,) = tick().run_requests
-    assert {k.to_user_string() for k in partial.asset_selection} == {
-        "trained_reranker",
-        "production_reranker",
-        "trained_configuration",
-        "production_configuration",
-    }
-    embedder_only = FeedbackLoop(
-        db_url=store.url, data_dir=str(env["root"]), volume_threshold=3, learners=["embedder"]
-    )
+    # While the embedder's canary runs every learner retrains, the embedder too: people's feedback keeps growing
+    # while interleavings tie, and a later embedder the gate finds significantly better supersedes the canary.
+    (during,) = tick().run_requests
+    assert isinstance(during, RunRequest) and during.asset_selection is None
+    embedder_only = FeedbackLoop(db_url=store.url, data_dir=str(env["root"]), volume_threshold=3, learners=["embedder"])
     with build_sensor_context(instance=env["instance"], resources={"feedback_loop": embedder_only}) as context:
-        waiting = feedback_volume_sensor(context)
-    assert isinstance(waiting, SkipReason) and waiting.skip_message == (
-        "3/3 new feedback events since the start (no finished retrain read the feedback); a canary of embedder "
-        "ft-minilm-v2 is running: the retrain waits for canary_sensor's decision"
-    )
+        (alone,) = feedback_volume_sensor(context).run_requests
+    assert {k.to_user_string() for k in alone.asset_selection} == {"finetuned_embedder", "production_embedder"}
     roll_back_rollout("embedder", registry, "test", log=quiet)
-    fired = tick()
-    assert isinstance(fired, SensorResult) and isinstance(fired.run_requests[0], RunRequest)
-    assert fired.run_requests[0].asset_selection is None  # every learner again
     store.close()
     # With the canary decided, the direct promotion of v3 goes through.
     assert release_step(env, promotion="direct").success and registry.aliases()["embedder"]["production"] == "v3"
@@ -548,21 +536,40 @@ def test_the_default_policy_hands_a_candidate_found_only_no_worse_to_a_canary(de
     assert "`rag models rollout rollback --kind embedder` ends it now" in line
 
 
-def test_the_default_policy_queues_a_better_candidate_behind_a_running_canary_instead_of_failing(deployed):
+def test_the_default_policy_queues_a_no_worse_candidate_behind_a_running_canary_of_its_kind(deployed):
     from rag.embedding import _minilm_dir
 
     env, registry = deployed, deployed["registry"]
     start("embedder", registry, "v2", 0.1, log=quiet)
     v3 = registry.register("embedder", Path(_minilm_dir()), {"base_model": "minilm"})
     registry.set_alias("embedder", "candidate", v3.version)
-    verdict(registry, "embedder", v3, production="v1")  # significantly better than today's production
+    not_worse_verdict(registry, "embedder", v3, production="v1")
     result = release_step(env)
     assert result.success
     (event,) = result.get_asset_materialization_events()
     metadata = {k: v.value for k, v in event.materialization.metadata.items()}
     assert (metadata["action"], metadata["waiting_behind"]) == ("waiting", "embedder ft-minilm-v2")
     assert registry.aliases()["embedder"] == {"production": "v1", "candidate": "v3"}
+    assert read_state(registry, "embedder").candidate_version == "v2"
     assert aliases(env)["t__production"] == env["production_collection"] and aliases(env)["t__ft-minilm-v3"] is None
+
+
+def test_a_later_candidate_of_the_canarys_kind_found_significantly_better_supersedes_the_canary(tmp_path, registry):
+    """A reranker canary whose interleavings tie holds no retrain back: the next reranker, trained on more feedback
+    and found significantly better on held-out questions, ends the undecided canary and is promoted directly."""
+    from rag.lifecycle.rollout import release
+
+    r1 = registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})
+    not_worse_verdict(registry, "reranker", r1, production=None)
+    assert release("reranker", registry, r1, policy="auto", log=quiet)["action"] == "canary"
+    r2 = registry.register("reranker", fake_model(tmp_path / "r2"), {"base_model": "minilm"})
+    registry.set_alias("reranker", "candidate", r2.version)
+    verdict(registry, "reranker", r2, production=None)  # significantly better
+    outcome = release("reranker", registry, r2, policy="auto", log=quiet)
+    assert outcome["action"] == "promoted" and registry.aliases()["reranker"]["production"] == r2.version
+    (started, ended) = history(registry)
+    assert (started["step"], ended["step"], ended["candidate"]) == ("start", "rollback", r1.version)
+    assert f"superseded by {r2.name}, a later candidate the gate found significantly better" in ended["reason"]
 
 
 def test_under_the_default_policy_a_worse_candidate_keeps_production_and_gets_no_canary(deployed):

@@ -230,21 +230,25 @@ class Operations:
         return record
 
 
-def served_lists(answerer, questions: list[Question], depth: int = 10) -> tuple[dict, dict[str, list]]:
-    """(ranx run of the served ranking, the text the answer reads per question as (doc_id, start, end) spans): the
-    ranking cut to the server's top_k and context budget as the answer stage cuts it (rag.qa.prompt.fit_context:
-    a passage alone over the budget is read up to the cut)."""
+def served_lists(answerer, questions: list[Question], depth: int = 10) -> tuple[dict, dict, dict[str, list]]:
+    """(ranx run of the served ranking, the same run by document, the text the answer reads per question as
+    (doc_id, start, end) spans). The run by document lists the documents of the served passages in the order their
+    first passage comes (what BEIR scores on SciFact, where a claim's relevant unit is an abstract); the text read is
+    the ranking cut to the server's top_k and context budget as the answer stage cuts it
+    (rag.qa.prompt.fit_context: a passage alone over the budget is read up to the cut)."""
     from rag.evaluation.qaset import visible_span
     from rag.qa.prompt import fit_context
 
-    run, read = {}, {}
+    run, by_document, read = {}, {}, {}
     for q in questions:
         hits = answerer.rank(q.text)
         ranked = hits[:depth]
         run[q.qid] = {h.chunk["chunk_id"]: float(len(ranked) - r) for r, h in enumerate(ranked)} or {"-": 0.0}
+        documents = list(dict.fromkeys(h.chunk["doc_id"] for h in ranked))
+        by_document[q.qid] = {d: float(len(documents) - r) for r, d in enumerate(documents)} or {"-": 0.0}
         kept = fit_context(hits, answerer.settings.max_context_chars)
         read[q.qid] = [(h.chunk["doc_id"], *visible_span(h.chunk)) for h in kept]
-    return run, read
+    return run, by_document, read
 
 
 def scored(qrels: dict[str, dict[str, int]], run: dict, questions: list[Question], metrics: list[str]):

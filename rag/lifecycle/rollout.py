@@ -365,9 +365,9 @@ def release(
       While another canary runs (one retrain_job gates an embedder and a reranker), the candidate waits instead:
       its manifest is marked `canary_queued` and canary_sensor starts its canary once the running one has ended, if
       its gate verdict is still against the production of that moment.
-    - policy "auto": "direct" when the gate found it significantly better (a canary of another kind that has not
-      decided is ended first: _preempt); otherwise "canary" (the gate found it no worse but could not show it
-      better, or it waits behind the running canary of its own kind).
+    - policy "auto": "direct" when the gate found it significantly better (a canary that has not decided, of
+      another kind or an older candidate of its own, is ended first: _preempt); otherwise "canary" (the gate found it
+      no worse but could not show it better: it waits behind a running canary).
 
     A refusal happens before anything changes. Returns what happened: action ("promoted" | "canary" | "waiting"),
     summary (one line), production (the name serving production now), and the step's details."""
@@ -447,17 +447,23 @@ def _preempt(
     approved_by: str | None,
     log: Log,
 ) -> None:
-    """Under policy "auto", a candidate the gate found significantly better on held-out questions ends a canary of
-    another kind that has not decided: an offline win on people's questions is stronger evidence than a canary still
-    short of its threshold, and waiting behind it (up to its horizon) would hold a known gain back. The canary is
-    rolled back (production never moved for it); its kind is retrained and canaried again later."""
+    """Under policy "auto", a candidate the gate found significantly better on held-out questions ends a canary that
+    has not decided: an offline win on people's questions is stronger evidence than a canary still short of its
+    threshold, and waiting behind it (up to its horizon) would hold a known gain back. A canary of another kind is
+    retrained and canaried again later; one of an older candidate of the same kind is superseded by a model trained
+    on more of people's feedback (retraining goes on while a canary runs, so interleavings that mostly tie cannot
+    hold the kind at its first candidate). The canary is rolled back either way: production never moved for it."""
     running = running_canary(registry)
-    if running is None or running[0] == kind:
+    if running is None or (running[0] == kind and running[1].candidate_version == mv.version):
         return
     other, state = running
+    running_name = f"{other} {name_of(registry, other, state.candidate_version)}"
     reason = (
-        f"pre-empted by {kind} {mv.name}, which the gate found significantly better on held-out questions; "
-        f"{other} {name_of(registry, other, state.candidate_version)} had not decided (retrain to try it again)"
+        f"superseded by {mv.name}, a later candidate the gate found significantly better on held-out questions; "
+        f"{running_name} had not decided"
+        if other == kind
+        else f"pre-empted by {kind} {mv.name}, which the gate found significantly better on held-out questions; "
+        f"{running_name} had not decided (retrain to try it again)"
     )
     log(f"ending the canary of {other}: {reason}")
     roll_back_rollout(other, registry, reason, target=target, approved_by=approved_by, log=log)
