@@ -605,6 +605,8 @@ GENERATED_ONLY = " (better on generated questions only)"  # GateSettings.generat
 
 # Runs before bench/loop.py recorded its headline figure led with these.
 LOOP_HEADLINE = {"tatqa": "recall@5", "scifact": "ndcg@10", "conditionalqa": "recall@5", "squad": "recall@5"}
+# bench/loop.py's figures over the served passages' documents, each counted once where its first passage comes.
+LOOP_METRIC_LABEL = {"doc_ndcg@10": "nDCG@10 by document", "doc_recall@5": "recall@5 by document"}
 
 
 def _serving(entry: dict) -> str:
@@ -673,7 +675,7 @@ def loop(record: dict) -> dict[str, Table]:
                 "people's questions",
                 "serving",
                 "jobs the sensors ran",
-                metric,
+                LOOP_METRIC_LABEL.get(metric, metric),
                 "Δ vs round 0 [95% CI]",
                 "p",
                 "answer in what the answer reads",
@@ -720,7 +722,7 @@ def loop_ablation(record: dict) -> dict[str, Table]:
                 people,
                 num(row.get("people_questions")),
                 served or "untrained default" + (" (a canary running)" if row.get("canary_running") else ""),
-                f"{metric} {num(row['last_round'].get(metric))}",
+                f"{LOOP_METRIC_LABEL.get(metric, metric)} {num(row['last_round'].get(metric))}",
                 paired(row, metric),
                 paired(row, "answer_read"),
                 f"`{row['source']}` ({short_commit(row.get('source_commit'))})",
