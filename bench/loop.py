@@ -43,6 +43,7 @@ from bench.lib.loop import (
     People,
     scored,
     configuration_ceiling,
+    rerankers_on_test,
     served_lists,
     served_versions,
 )
@@ -252,6 +253,10 @@ def one_corpus(args, record: dict, save) -> None:
                 f"{entry['scores'][headline]:.4f} ({paired['delta']:+.4f}, p {paired['p_value']:.2g})"
             )
             save()
+        if "reranker" in args.learners:
+            out["rerankers_on_test"] = rerankers_on_test(app, judge, registry)
+            for row in out["rerankers_on_test"]:
+                log(f"  {row['name']} on the test split (oracle view): {row['scores']}")
     out["seconds"] = round(time.perf_counter() - started, 1)
     out["work_dir"] = str(work)
     save()

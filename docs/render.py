@@ -618,6 +618,35 @@ def _serving(entry: dict) -> str:
     )
 
 
+def _rerankers_on_test(candidates: list[dict], metric: str) -> Table:
+    """Every reranker a loop run trained, scored on its test split whatever its gate and canary said."""
+    rows = []
+    for row in candidates:
+        paired = (row.get("paired_vs_untrained_default") or {}).get(metric) or {}
+        gate = row.get("gate") or {}
+        rows.append(
+            [
+                row["name"],
+                f"{gate.get('outcome') or '—'} ({num(gate.get('questions'))} questions)",
+                row.get("canary") or "—",
+                num(row["scores"].get(metric)),
+                f"{signed(paired.get('delta'))} ({pvalue(paired.get('p_value'))})" if paired else "—",
+            ]
+        )
+    label = LOOP_METRIC_LABEL.get(metric, metric)
+    return (
+        ["reranker (oracle view: scored on the test split)", "gate", "canary", label, "Δ vs untrained default (p)"],
+        rows,
+    )
+
+
+def loop_candidates(record: dict) -> dict[str, Table]:
+    """bench/loop_candidates.py: a finished loop run's rerankers on its test split."""
+    corpus = record.get("corpus", {})
+    metric = corpus.get("headline") or LOOP_HEADLINE.get(corpus.get("corpus"), "recall@5")
+    return {"rerankers": _rerankers_on_test(corpus.get("rerankers_on_test", []), metric)}
+
+
 def loop(record: dict) -> dict[str, Table]:
     """bench/loop.py: the served pipeline after each round of people's questions, paired against round 0."""
     corpus = record.get("corpus", {})
@@ -687,6 +716,8 @@ def loop(record: dict) -> dict[str, Table]:
         "canaries": (["round", "canary at the round's end (canary_sensor)"], canaries),
         "releases": (["round", "job", "asset", "what it did"], runs),
     }
+    if corpus.get("rerankers_on_test"):  # every reranker the loop trained, scored on the test split
+        views["rerankers_on_test"] = _rerankers_on_test(corpus["rerankers_on_test"], metric)
     ceiling = corpus.get("ceiling")
     if ceiling:  # runs with --ceiling: the learner's grid on the test labels
         grid = ceiling["configurations"]
@@ -711,8 +742,9 @@ def loop_ablation(record: dict) -> dict[str, Table]:
 
     runs, ceilings = [], []
     for row in record.get("runs", []):
-        metric, people = row["metric"], row["behaviour"] + (
-            f", canary judged {row['canary_behaviour']}" if row.get("canary_behaviour") else ""
+        metric, people = (
+            row["metric"],
+            row["behaviour"] + (f", canary judged {row['canary_behaviour']}" if row.get("canary_behaviour") else ""),
         )
         served = ", ".join(f"{kind} {v}" for kind, v in (row.get("production") or {}).items() if v)
         runs.append(
@@ -1361,6 +1393,12 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
         "question-style*",
         "How do the rule-based synthetic questions compare with people's questions? (`bench/question_style.py`)",
         question_style,
+    ),
+    (
+        "loop-*-rerankers-on-test",
+        "Would any reranker the loop trained have served people better? Each scored on the run's test split, "
+        "whatever its gate and canary said (`bench/loop_candidates.py`)",
+        loop_candidates,
     ),
     (
         "loop-ablation",

@@ -260,6 +260,29 @@ def scored(qrels: dict[str, dict[str, int]], run: dict, questions: list[Question
     return {m: round(float(v), 4) for m, v in mean.items()}, table.set_index("qid")
 
 
+def rerankers_on_test(app, judge, registry) -> list[dict]:
+    """Every reranker the loop registered, served as its canary arm is (production's answerer with it in place) and
+    scored on the test split: what each would have served, whatever its gate and canary said. An oracle view that
+    decides nothing; it tells a learner that made no gain from a gate or canary that missed one."""
+    from rag.serving.server import RerankerArm
+
+    rows = []
+    for mv in registry.versions("reranker"):
+        arm = RerankerArm(app.state.serving.current, mv.name, data_dir_of(app))
+        scored = judge.score(arm.current())
+        gate, canary = mv.metrics.get("gate") or {}, mv.metrics.get("canary") or {}
+        rows.append(
+            {
+                "name": mv.name,
+                "gate": {k: gate.get(k) for k in ("outcome", "questions", "passed", "better")},
+                "canary": canary.get("decision"),
+                "scores": scored["scores"],
+                "paired_vs_untrained_default": scored.get("paired_vs_untrained_default"),
+            }
+        )
+    return rows
+
+
 def served_versions(registry) -> dict:
     from rag.registry import KINDS
 

@@ -1,0 +1,78 @@
+"""Would any reranker the loop trained have served people better? Every reranker a finished `bench/loop.py` run
+registered, served as its canary arm is (the run's production answerer with it in place), scored on that run's test
+split and paired against the untrained default. An oracle view that decides nothing: it tells a learner that made
+no gain from a gate or a canary that missed one. `bench/loop.py` records the same view at the end of new runs
+(`rerankers_on_test`); this script reads a run that finished before, from the work folder its result file names.
+
+    .venv/bin/python bench/loop_candidates.py --result bench/results/loop-scifact-reranker+configuration.json
+
+Writes bench/results/<that result's name>-rerankers-on-test.json (arguments, commit, date, machine, the source
+result with its commit). Refused where the run promoted anything: its production is then no untrained default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from bench.lib import cli
+from bench.lib.datasets import RESULTS
+from bench.lib.provenance import run_record, stamp_end
+from bench.lib.results import log, write
+
+
+def rescored(result: dict) -> dict:
+    from fastapi.testclient import TestClient
+
+    from bench.lib.loop import TOKEN, USER_HEADER, rerankers_on_test, served_versions
+    from bench.lib.loop_data import load
+    from bench.loop import Judge
+    from rag.feedback import FeedbackStore
+    from rag.registry import ModelRegistry
+    from rag.serving.server import build_app
+    from rag.serving.settings import ServeSettings
+    from rag.store import TableStore
+
+    corpus_record, run_args = result["corpus"], argparse.Namespace(**result["args"])
+    work = Path(corpus_record["work_dir"])
+    root = work / "data"
+    if not (root / "tables").is_dir():
+        raise SystemExit(f"{work}: the run's work folder is gone; run bench/loop.py again (it records this view)")
+    os.environ["RAG_DATA_DIR"] = str(root)
+    registry = ModelRegistry(root / "models")
+    if any(served_versions(registry).values()):
+        raise SystemExit(f"the run promoted {served_versions(registry)}: its production is no untrained default")
+    corpus = load(run_args.corpus, work / "rescored", run_args)  # the run's split: same seed, same questions
+    judge = Judge(TableStore(root / "tables"), corpus.test)
+    store = FeedbackStore(root=root)
+    settings = ServeSettings(api_token=TOKEN, refresh_seconds=0, client_header=USER_HEADER)
+    app = build_app(settings, root=root, store=store, top_k=10, attribution=False)
+    with TestClient(app):
+        default = judge.score(app.state.serving.current())["scores"]
+        log(f"untrained default: {default}")
+        rows = rerankers_on_test(app, judge, registry)
+    for row in rows:
+        log(f"{row['name']}: {row['scores']}")
+    return {"untrained_default": default, "rerankers_on_test": rows, "test_questions": len(corpus.test)}
+
+
+def main() -> int:
+    p = cli.parser(__doc__)
+    p.add_argument("--result", type=Path, required=True, help="a finished bench/loop.py result file")
+    cli.add_output(p, flags=("--out",), help="result JSON (default: next to --result, -rerankers-on-test.json)")
+    args = p.parse_args()
+    source = json.loads(args.result.read_text())
+    record = run_record(args)
+    record["source"] = {"file": args.result.name, "commit": source.get("commit"), "date": source.get("date")}
+    record["corpus"] = {"corpus": source["corpus"]["corpus"], "headline": source["corpus"].get("headline")}
+    record["corpus"] |= rescored(source)
+    out = args.out or RESULTS / f"{args.result.stem}-rerankers-on-test.json"
+    write(stamp_end(record), out, indent=2, default=str)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
