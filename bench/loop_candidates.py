@@ -26,9 +26,8 @@ from bench.lib.results import log, write
 def rescored(result: dict) -> dict:
     from fastapi.testclient import TestClient
 
-    from bench.lib.loop import TOKEN, USER_HEADER, rerankers_on_test, served_versions
+    from bench.lib.loop import TOKEN, USER_HEADER, Judge, rerankers_on_test, served_versions
     from bench.lib.loop_data import load
-    from bench.loop import Judge
     from rag.feedback import FeedbackStore
     from rag.registry import ModelRegistry
     from rag.serving.server import build_app

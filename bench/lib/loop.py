@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.lib.loop_data import Question
+from bench.lib.loop_data import Question, answer_evidence, holds_answer, relevance
 
 TOKEN = "loop-bench-token-0123456789"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
@@ -228,6 +228,67 @@ class Operations:
         self.log.append(record)
         self.say(f"    {'ok' if result.success else 'FAILED'} in {record['seconds']} s: {record['released']}")
         return record
+
+
+METRICS = ["recall@5", "ndcg@10", "mrr@10", "recall@20"]
+# The same, with each document counted once where its first served passage comes: SciFact judges abstracts (BEIR's
+# nDCG@10), so chunk-level figures count every paragraph of a relevant abstract and cannot be set beside BEIR's.
+DOCUMENT_METRICS = {"doc_ndcg@10": "ndcg@10", "doc_recall@5": "recall@5"}
+ANSWER_READ = "answer_read"  # share of questions whose passages the answer reads (top_k, context budget) hold it
+HEADLINE = {"tatqa": "recall@5", "scifact": "doc_ndcg@10", "conditionalqa": "recall@5", "squad": "recall@5"}
+
+
+class Judge:
+    """The test split's relevance per chunk set (computed once per strategy the server serves), and the scoring of
+    the served answerer against round 0."""
+
+    def __init__(self, tables, questions):
+        from rag.store import DOCUMENTS_TABLE
+
+        self.tables, self.questions = tables, questions
+        self.documents = tables.read(DOCUMENTS_TABLE)
+        self.evidence = answer_evidence(questions, self.documents)
+        self._qrels: dict[str, dict] = {}
+        self.baseline = None
+
+    def qrels(self, strategy: str) -> dict:
+        from rag.store import CHUNKS_TABLE
+
+        if strategy not in self._qrels:
+            chunks = self.tables.read(CHUNKS_TABLE, strategy)
+            self._qrels[strategy] = relevance(self.questions, self.documents, chunks, self.evidence)
+        return self._qrels[strategy]
+
+    def reads_answer(self, qid: str, read: list[tuple[str, int, int]]) -> bool:
+        """Whether the text the answer reads ((doc_id, start, end) per passage, a passage cut to the context budget
+        ending at the cut) holds an answer span: a long passage holding the answer past the cut does not."""
+        return any(holds_answer(self.evidence.get(qid, []), *span) for span in read)
+
+    def score(self, answerer) -> dict:
+        from rag.evaluation.metrics import paired_comparison
+
+        strategy = answerer.settings.strategy
+        qrels = self.qrels(strategy)
+        run, by_document, read = served_lists(answerer, self.questions)
+        means, table = scored(qrels, run, self.questions, METRICS)
+        documents = {q.qid: {d: 1 for d in q.doc_ids} for q in self.questions}
+        doc_means, doc_table = scored(documents, by_document, self.questions, list(DOCUMENT_METRICS.values()))
+        for name, metric in DOCUMENT_METRICS.items():
+            table[name] = doc_table[metric].reindex(table.index)
+            means[name] = doc_means[metric]
+        # recall@5 counts a share of the relevant chunks, so it cannot compare chunk sets (every paragraph of a
+        # document counts where no answer string is found, one whole document stands for them all); whether the
+        # passages the answer reads hold the answer can.
+        table[ANSWER_READ] = [float(self.reads_answer(q, read[q])) for q in table.index]
+        means[ANSWER_READ] = round(float(table[ANSWER_READ].mean()), 4)
+        out = {"served": answerer.served(), "scores": means}
+        if self.baseline is None:
+            self.baseline = table
+        else:
+            out["paired_vs_untrained_default"] = {
+                m: paired_comparison(table[m], self.baseline[m]) for m in [*METRICS, *DOCUMENT_METRICS, ANSWER_READ]
+            }
+        return out
 
 
 def served_lists(answerer, questions: list[Question], depth: int = 10) -> tuple[dict, dict, dict[str, list]]:
