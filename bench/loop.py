@@ -37,14 +37,13 @@ from bench.lib import cli
 from bench.lib.datasets import RESULTS
 from bench.lib.loop import (
     HEADLINE,
-    TOKEN,
-    USER_HEADER,
     ClickModel,
     Judge,
     Operations,
     People,
     configuration_ceiling,
     rerankers_on_test,
+    served_app,
     served_versions,
 )
 from bench.lib.loop_data import CORPORA, SOURCES, load
@@ -60,8 +59,6 @@ def one_corpus(args, record: dict, save) -> None:
     from rag.index.qdrant import QdrantSettings, close_client
     from rag.pipeline import index_folder
     from rag.registry import ModelRegistry
-    from rag.serving.server import build_app
-    from rag.serving.settings import ServeSettings
     from rag.store import TableStore
     from rag.lifecycle.rollout import running_canary
     from rag.training.configuration import ReadBudget
@@ -113,13 +110,7 @@ def one_corpus(args, record: dict, save) -> None:
         ),
     }
     store = FeedbackStore(root=root)
-    app = build_app(
-        ServeSettings(api_token=TOKEN, refresh_seconds=0, client_header=USER_HEADER),
-        root=root,
-        store=store,
-        top_k=10,
-        attribution=False,
-    )  # the chunk set and retrieval settings are the server's defaults until a configuration is promoted
+    app = served_app(root, store)
     registry = ModelRegistry(root / "models")
 
     def refresh() -> None:

@@ -26,12 +26,10 @@ from bench.lib.results import log, write
 def rescored(result: dict) -> dict:
     from fastapi.testclient import TestClient
 
-    from bench.lib.loop import TOKEN, USER_HEADER, Judge, rerankers_on_test, served_versions
+    from bench.lib.loop import Judge, rerankers_on_test, served_app, served_versions
     from bench.lib.loop_data import load
     from rag.feedback import FeedbackStore
     from rag.registry import ModelRegistry
-    from rag.serving.server import build_app
-    from rag.serving.settings import ServeSettings
     from rag.store import TableStore
 
     corpus_record, run_args = result["corpus"], argparse.Namespace(**result["args"])
@@ -46,8 +44,7 @@ def rescored(result: dict) -> dict:
     corpus = load(run_args.corpus, work / "rescored", run_args)  # the run's split: same seed, same questions
     judge = Judge(TableStore(root / "tables"), corpus.test)
     store = FeedbackStore(root=root)
-    settings = ServeSettings(api_token=TOKEN, refresh_seconds=0, client_header=USER_HEADER)
-    app = build_app(settings, root=root, store=store, top_k=10, attribution=False)
+    app = served_app(root, store)
     with TestClient(app):
         default = judge.score(app.state.serving.current())["scores"]
         log(f"untrained default: {default}")

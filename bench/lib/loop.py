@@ -344,6 +344,16 @@ def rerankers_on_test(app, judge, registry) -> list[dict]:
     return rows
 
 
+def served_app(root: Path, store):
+    """`rag serve`'s app as the loop runs it: the server's default settings (the chunk set and retrieval settings
+    until a configuration is promoted), 10 passages shown, the bench's token and client header."""
+    from rag.serving.server import build_app
+    from rag.serving.settings import ServeSettings
+
+    settings = ServeSettings(api_token=TOKEN, refresh_seconds=0, client_header=USER_HEADER)
+    return build_app(settings, root=root, store=store, top_k=10, attribution=False)
+
+
 def served_versions(registry) -> dict:
     from rag.registry import KINDS
 
