@@ -6,7 +6,7 @@ from dagster import AssetExecutionContext, AssetKey, Config, Definitions, Materi
 from pydantic import Field
 
 from assets.evaluation import library_field
-from rag.annotation.build import build_queue
+from rag.annotation.build import build_queue, pooled_items, with_pool
 from rag.annotation.candidates import (
     furniture_keys,
     is_furniture,
@@ -16,6 +16,7 @@ from rag.annotation.candidates import (
     synthetic_questions,
 )
 from rag.annotation.config import AnnotationSettings
+from rag.annotation.pool import read_pools
 from rag.annotation.queue import read_queue, write_queue
 from rag.annotation.report import coverage, current_labels, expert_labels, preview, since_refresh
 from rag.annotation.served import ServedRanking
@@ -52,6 +53,7 @@ class AnnotationQueueConfig(Config):
     per_question: int | None = library_field(AnnotationSettings, "per_question")
     weights: dict[str, float] = library_field(AnnotationSettings, "weights")
     skip_labelled: bool = library_field(AnnotationSettings, "skip_labelled")
+    gate_pairs: int = library_field(AnnotationSettings, "gate_pairs")
     seed: int = library_field(AnnotationSettings, "seed")
     strategy: str | None = Field(None, description="chunk set whose passages are labelled (None: the one that serves)")
     model: str | None = Field(
@@ -72,7 +74,9 @@ class AnnotationQueueConfig(Config):
     "served ranking's top k (active configuration or defaults: production embedder and reranker), page-furniture "
     "passages left out, scored by uncertainty (reranker probability near 0.5, small score margin to the top passage, "
     "BM25 / dense / reranker ranks disagreeing; weights in run config) and picked for diversity (MMR or k-center over "
-    "question embeddings, quotas per document and question). Written to `<data dir>/annotation/queue.json` for the "
+    "question embeddings, quotas per document and question). The gate's pool goes first: held-out questions people "
+    "asked, with a passage one model ranks high and the other does not, that nobody rated (up to gate_pairs). "
+    "Written to `<data dir>/annotation/queue.json` for the "
     "expert view; built at the end of `rag demo`, refreshed daily and after each retrain.",
 )
 def annotation_queue(
@@ -121,6 +125,13 @@ def annotation_queue(
         served=served,
         furniture=lambda chunk: is_furniture(chunk, furniture),
     )
+    pooled = pooled_items(
+        read_pools(data_store.root),
+        settings.gate_pairs,
+        labelled=labelled,
+        furniture=lambda chunk: is_furniture(chunk, furniture),
+    )
+    built.queue = with_pool(built.queue, pooled)
     path = write_queue(data_store.root, built.queue)
     covered = coverage(built.queue, ranking.documents())
     progress = since_refresh(previous, labels)
@@ -140,6 +151,7 @@ def annotation_queue(
             "questions_considered": len(built.questions),
             "production_questions_considered": considered["production"],
             "synthetic_questions_considered": considered["synthetic"],
+            "gate_pool_pairs": len(pooled),
             "candidates_scored": built.candidates,
             "already_labelled_skipped": built.skipped_labelled,
             "furniture_passages_skipped": built.skipped_furniture,

@@ -420,11 +420,24 @@ def test_asset_writes_the_queue_with_coverage_and_progress(tmp_path):
             },
         )
         store.close()
+        # A gate left a pair nobody rated (rag.annotation.pool): it goes first, before active learning's picks.
+        from rag.annotation.pool import GatePool, PoolItem, write_pool
+
+        other = queue.items[1]
+        pooled = PoolItem(
+            question=ASKED, chunk_id=other.chunk_id, doc_id=other.doc_id, text=other.text, side="candidate", rank=2
+        )
+        write_pool(
+            root, GatePool(kind="reranker", candidate="v2", against="v1", outcome="inconclusive", items=[pooled])
+        )
         second = materialize([annotation_queue], resources=resources, run_config=config)
         meta2 = _metadata(second)
         assert meta2["previous_queue_size"] == 6 and meta2["labels_since_refresh"] == 1
         assert meta2["labelled_from_previous_queue"] == 1 and meta2["already_labelled_skipped"] == 1
-        assert labelled not in {i.item_id for i in read_queue(root).items}
+        rebuilt = read_queue(root).items
+        assert labelled not in {i.item_id for i in rebuilt}
+        assert meta2["gate_pool_pairs"] == 1 and (rebuilt[0].source, rebuilt[0].question) == ("gate", ASKED)
+        assert rebuilt[0].chunk_id == other.chunk_id and len({i.item_id for i in rebuilt}) == len(rebuilt)
     finally:
         close_client(qdrant.settings())
 

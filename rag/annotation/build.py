@@ -10,6 +10,7 @@ import numpy as np
 
 from rag.annotation.candidates import Candidate, Question, gather, normalized
 from rag.annotation.config import AnnotationSettings
+from rag.annotation.pool import GatePool
 from rag.annotation.queue import AnnotationQueue, QueueItem, item_id
 from rag.annotation.select import Pool, select_preferred
 from rag.annotation.signals import combine, pair_signals
@@ -95,4 +96,50 @@ def build_queue(
     return QueueBuild(queue, questions, len(candidates), skipped, len(unlabelled) - len(rows))
 
 
-__all__ = ["QueueBuild", "build_queue", "question_vectors", "queue_item"]
+def pooled_items(
+    pools: list[GatePool],
+    limit: int,
+    *,
+    labelled: Collection[str] = (),
+    furniture: Callable[[dict], bool] | None = None,
+) -> list[QueueItem]:
+    """The gate pools' pairs as queue items (rag.annotation.pool), newest pool first, without those already labelled,
+    the page furniture and repeats; at most `limit`. Whole questions first: a question's pairs settle its judgments
+    only together, so a pool's items stay grouped by question."""
+    done, out, seen = set(labelled), [], set()
+    for pool in pools:
+        by_question: dict[str, list] = {}
+        for item in pool.items:
+            by_question.setdefault(normalized(item.question), []).append(item)
+        for items in by_question.values():
+            for item in items:
+                key = item_id(item.question, item.chunk_id)
+                chunk = {"chunk_id": item.chunk_id, "doc_id": item.doc_id, "text": item.text}
+                if key in done or key in seen or (furniture is not None and furniture(chunk)):
+                    continue
+                seen.add(key)
+                out.append(
+                    QueueItem(
+                        item_id=key,
+                        question=item.question,
+                        source="gate",
+                        chunk_id=item.chunk_id,
+                        doc_id=item.doc_id,
+                        text=item.text,
+                        page_start=item.page_start,
+                        page_end=item.page_end,
+                        uncertainty=1.0,
+                        signals={"gate_pool": 1.0, f"{pool.kind}_{item.side}_rank": float(item.rank)},
+                    )
+                )
+    return out[:limit]
+
+
+def with_pool(queue: AnnotationQueue, pooled: list[QueueItem]) -> AnnotationQueue:
+    """The queue with the gate's pairs first; a pair active learning picked too keeps its place among them."""
+    first = {item.item_id for item in pooled}
+    rest = [item for item in queue.items if item.item_id not in first]
+    return queue.model_copy(update={"items": [*pooled, *rest]})
+
+
+__all__ = ["QueueBuild", "build_queue", "pooled_items", "question_vectors", "queue_item", "with_pool"]

@@ -59,6 +59,13 @@ class AnnotationSettings(BaseModel):
         "reranker) drops out and the others are re-weighted",
     )
     skip_labelled: bool = Field(True, description="leave out pairs an expert already labelled")
+    gate_pairs: int = Field(
+        100,
+        ge=0,
+        description="most pairs of the gate's pool (rag.annotation.pool: held-out people's questions with a passage "
+        "one model ranks high and the other does not, that nobody rated) put first, before the `size` picks of "
+        "`method`: their grades settle a pending verdict",
+    )
     seed: int = 0
 
     @field_validator("weights")

@@ -28,7 +28,10 @@ class QueueItem(BaseModel):
     item_id: str
     question: str
     query_id: str | None = Field(None, description="the production query it came from; None for a synthetic question")
-    source: Literal["production", "synthetic"]
+    source: Literal["production", "synthetic", "gate"] = Field(
+        description="production: a question people asked; synthetic: a generated one; gate: a held-out question "
+        "people asked, with a passage the gate could not judge (rag.annotation.pool)"
+    )
     chunk_id: str
     doc_id: str
     text: str = Field(description="the passage text as the pipeline serves it")

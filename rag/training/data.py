@@ -320,8 +320,9 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
 
     Expert labels follow the same groups and the same `dev_fraction` (one decision per group: a question cannot
     train through its expert labels while the gate scores it through users' ratings). Where an expert graded a
-    pair, the grade replaces users' ratings of that pair; a held-out question experts graded is scored on their
-    grades alone (one dev question, graded)."""
+    pair, the grade replaces users' ratings of that pair. A held-out question experts graded is scored on their
+    grades alone (one dev question, graded), unless people liked a passage of it that no expert graded: then it
+    stays people's question and the experts' grades join its judgments (graded 1 or 2: relevant; 0: not)."""
     if window_seconds is None:
         from rag.feedback.store import REFORMULATION_SECONDS
 
@@ -351,15 +352,28 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
             dev.setdefault(f"expert:{digest(text)[:16]}", {}).setdefault(cid, []).append(grade)
             split.expert_dev_queries[f"expert:{digest(text)[:16]}"] = text
     split.expert = [ExpertPair(text, judged.corpus[cid], _agreed(g)) for (text, cid), g in trained.items()]
+    said = {(normalized_question(judged.queries[q]), cid) for q, cid, _ in experts}
+    # A held-out question people rated, with a passage they liked that no expert graded, stays their question: the
+    # experts' grades complete its judgments (the gate's pool asks them about the passages a candidate ranks that
+    # nobody rated) rather than replace the answer key people gave.
+    users_keyed = {
+        normalized_question(judged.queries[q])
+        for q, cid, score in judged.chunk_qrels
+        if score > 0 and group[q] in held_out and (normalized_question(judged.queries[q]), cid) not in said
+    }
+    completing: dict[str, dict[str, int]] = {}  # normalized text -> passage -> the experts' agreed grade
     for key, labelled in dev.items():
         grades = {cid: _agreed(g) for cid, g in labelled.items()}
+        if normalized_question(split.expert_dev_queries[key]) in users_keyed:
+            completing[normalized_question(split.expert_dev_queries.pop(key))] = grades
+            split.dev_passages.update({cid: judged.corpus[cid] for cid in grades})
+            continue
         if any(grades.values()):  # an answer key: at least one passage graded 1 or 2
             split.expert_dev_judged[key] = grades
             split.expert_dev_qrels[key] = {cid: g for cid, g in grades.items() if g > 0}
             split.dev_passages.update({cid: judged.corpus[cid] for cid in grades})
         else:
             del split.expert_dev_queries[key]
-    said = {(normalized_question(judged.queries[q]), cid) for q, cid, _ in experts}
     graded = {normalized_question(text) for text in split.expert_dev_queries.values()}
     liked = {normalized_question(judged.queries[q]) for q, _, score in judged.chunk_qrels if score > 0}
     for qid, cid, score in judged.chunk_qrels:
@@ -375,6 +389,11 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
             if score > 0:
                 split.dev_queries[key] = text
                 split.dev_qrels.setdefault(key, {})[cid] = 1
+    for key, text in split.dev_queries.items():
+        for cid, grade in completing.get(normalized_question(text), {}).items():
+            split.dev_judged[key][cid] = 1 if grade > 0 else -1  # people's scale: a partial answer is an answer
+            if grade > 0:
+                split.dev_qrels[key][cid] = 1
     votes = getattr(judged, "answer_votes", {}) or {}
     answered = {normalized_question(judged.queries[q]) for q, _, score in judged.chunk_qrels if score > 0}
     failed = {q for q, vote in votes.items() if vote < 0} | set(corrected)

@@ -102,6 +102,37 @@ def paired_p_value(
     return (extreme + 1) / (resamples + 1)
 
 
+@dataclass(frozen=True)
+class UnjudgedPair:
+    """A (held-out question, passage) pair no one rated, in one model's top `GateSettings.pool_depth` and not the
+    other's: a grade of it can move the verdict either way."""
+
+    qid: str
+    passage: str
+    side: str  # "candidate" or "production": whose top it is in
+    rank: int  # its rank there, from 1
+
+
+def unjudged_pairs(ir: IRSet, production_run: dict, candidate_run: dict, depth: int) -> list[UnjudgedPair]:
+    """Per partly judged question (people's), the passages either run ranks in its top `depth` and the other
+    does not, that nobody rated: the symmetric difference pools both sides, so the grades favour neither model
+    (a passage both rank high counts alike for both). In question order, then by rank."""
+    pairs = []
+    for q in ir.judged:
+        if q not in production_run or q not in candidate_run:
+            continue
+        tops = {"production": _top(production_run[q], depth), "candidate": _top(candidate_run[q], depth)}
+        for side, other in (("candidate", "production"), ("production", "candidate")):
+            for rank, passage in enumerate(tops[side], start=1):
+                if passage not in tops[other] and passage not in ir.judged[q]:
+                    pairs.append(UnjudgedPair(q, passage, side, rank))
+    return pairs
+
+
+def _top(scores: dict[str, float], depth: int) -> list[str]:
+    return [p for p, _ in sorted(scores.items(), key=lambda kv: -kv[1])[:depth]]
+
+
 @dataclass
 class GateResult:
     passed: bool
@@ -125,6 +156,9 @@ class GateResult:
     # One row per question: qid, production_<metric> and candidate_<metric> (what the test was computed from; the
     # audit trail rag.registry.tracking.record_gate stores), plus its type and text when compare_runs made it.
     per_question: pd.DataFrame | None = None
+    # The pairs nobody judged that would tell the two models apart (unjudged_pairs); the pipeline queues them
+    # for experts when the verdict falls short of better
+    unjudged: list[UnjudgedPair] = field(default_factory=list)
 
     def without_direct_promotion(self, reason: str) -> None:
         """Keep a gain on record (better_on_generated) without letting it promote: the verdict becomes no worse, so
@@ -381,7 +415,9 @@ def compare_runs(ir: IRSet, production_run: dict, candidate_run: dict, settings:
     decided.other = next((v for k, v in views.items() if v is not decided), None)
     plain = views["plain"]
     if decided is not plain and decided.changed_questions == 0 and plain.changed_questions:
-        return decided_on_plain_lists(plain, decided)
+        decided = decided_on_plain_lists(plain, decided)
+    if settings.pool_depth:
+        decided.unjudged = unjudged_pairs(ir, production_run, candidate_run, settings.pool_depth)
     return decided
 
 

@@ -336,7 +336,20 @@ def gate_candidate(
     registry.update_metrics(kind, candidate.version, {"gate": verdict})
     record_gate(registry, candidate, verdict, result)  # into its MLflow run, with the per-question scores
     withdraw_rejected(registry, kind, candidate, verdict)
+    pool_unjudged(Path(tables.root).parent, kind, candidate, result, gate, chunks, recorded)
     return result
+
+
+def pool_unjudged(root: Path, kind: str, candidate: ModelVersion, result: GateResult, gate, chunks, recorded) -> None:
+    """The gate's pool for the experts (rag.annotation.pool): after a verdict short of better, the pairs nobody rated
+    that would tell the two models apart; a verdict of better settles the kind's pool."""
+    from rag.annotation.pool import clear_pool, pool_of, write_pool
+
+    if result.better or not result.unjudged or gate is None:
+        clear_pool(root, kind)
+        return
+    about = {"against": recorded["against"], "outcome": result.outcome, "strategy": recorded["strategy"]}
+    write_pool(root, pool_of(result.unjudged, gate.queries, chunks, kind=kind, candidate=candidate.name, **about))
 
 
 def withdraw_rejected(registry: ModelRegistry, kind: str, candidate: ModelVersion, verdict: dict) -> bool:
