@@ -15,6 +15,12 @@ round the held-out test split is scored on exactly what the server serves, paire
    rollback_canary_job. No training or promotion function is called by hand.
 4. After each round the test split is ranked by the server's production answerer and scored (recall@5, nDCG@10,
    MRR@10, recall@20), paired (rag.evaluation.metrics.paired_comparison) against round 0, the untrained default.
+5. With `--expert-labels N`, after the round's sensors annotation_after_retrain_sensor is evaluated too (after a
+   retrain it runs annotation_queue_job, which rebuilds the expert queue), and a simulated expert
+   (bench.lib.loop.Expert) grades up to N items of the queue through GET /annotation/next and POST
+   /annotation/labels: 2 where the passage holds the answer as people judge it, else 0; items whose question no
+   person asked (generated ones) are skipped. Expert labels count toward feedback_volume_sensor and go into the
+   retrains and the gate's held-out questions.
 
     .venv/bin/python bench/loop.py --corpus tatqa                 # TAT-QA: users ask dev questions, test scores
     .venv/bin/python bench/loop.py --corpus scifact               # 809 train claims ask, 300 test claims score
@@ -22,8 +28,10 @@ round the held-out test split is scored on exactly what the server serves, paire
     .venv/bin/python bench/loop.py --corpus squad                 # split by article
     .venv/bin/python bench/loop.py --corpus tatqa --behaviour random     # people who click at random
     .venv/bin/python bench/loop.py --corpus tatqa --quick         # a slice, minutes
+    .venv/bin/python bench/loop.py --corpus tatqa --expert-labels 20     # and an expert grades 20 items a round
 
-Writes bench/results/loop-<corpus>[-<behaviour>][-quick].json (arguments, commit, date, machine).
+Writes bench/results/loop-<corpus>[-<behaviour>][-<learners>][-experts<N>][-quick].json (arguments, commit, date,
+machine).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from bench.lib.datasets import RESULTS
 from bench.lib.loop import (
     HEADLINE,
     ClickModel,
+    Expert,
     Judge,
     Operations,
     People,
@@ -151,6 +160,8 @@ def one_corpus(args, record: dict, save) -> None:
             return {c for strategy in args.strategies for c in users_judge.qrels(strategy).get(question.qid, {})}
 
         people = People(http, clicks, relevant, seed=args.seed)
+        expert_labels = getattr(args, "expert_labels", 0) or 0
+        expert = Expert(http, corpus.users, relevant) if expert_labels > 0 else None
         queue = list(corpus.users)
         for number in range(1, args.rounds + 1):
             if not queue:
@@ -164,6 +175,11 @@ def one_corpus(args, record: dict, save) -> None:
                     ops.tick("canary_sensor")
             for sensor in ("canary_sensor", "feedback_volume_sensor", "drift_sensor", "canary_sensor"):
                 ops.tick(sensor)
+            experts = None
+            if expert is not None:  # the queue is rebuilt after each retrain; the expert grades what it holds now
+                ops.tick("annotation_after_retrain_sensor")
+                experts = expert.label(expert_labels)
+                log(f"  expert: {experts}")
             close_client(qdrant)
             served = app.state.serving.current()
             entry = {
@@ -173,6 +189,7 @@ def one_corpus(args, record: dict, save) -> None:
                 "operations": ops.log[log_start:],
                 "production": served_versions(registry),
                 "canary_running": bool(running_canary(registry)),
+                **({"experts": experts} if experts is not None else {}),
                 **judge.score(served),
                 "seconds": round(time.perf_counter() - t, 1),
             }
@@ -256,6 +273,19 @@ def markdown(record: dict) -> str:
     return "\n".join(lines)
 
 
+def result_name(args) -> str:
+    """loop-<corpus>[-<behaviour>[-canary-<behaviour>]][-<learners>][-experts<N>][-quick].json: the defaults leave
+    their part out."""
+    judged = f"-canary-{args.canary_behaviour}" if args.canary_behaviour else ""
+    suffix = (
+        ("" if args.behaviour == "consistent" else f"-{args.behaviour}{judged}")
+        + ("" if len(args.learners) == 3 else "-" + "+".join(args.learners))
+        + (f"-experts{args.expert_labels}" if getattr(args, "expert_labels", 0) > 0 else "")
+        + ("-quick" if args.quick else "")
+    )
+    return f"loop-{args.corpus}{suffix}.json"
+
+
 def main() -> int:
     p = cli.parser(__doc__, summary_only=True)
     p.add_argument("--corpus", choices=CORPORA, default="tatqa")
@@ -304,6 +334,13 @@ def main() -> int:
     p.add_argument("--p-click-noise", type=float, default=0.05)
     p.add_argument("--p-answer-rating", type=float, default=0.5)
     p.add_argument("--p-correction", type=float, default=0.2)
+    p.add_argument(
+        "--expert-labels",
+        type=int,
+        default=0,
+        help="after each round's sensors, annotation_after_retrain_sensor rebuilds the expert queue after a retrain "
+        "and a simulated expert grades up to this many of its items through /annotation/* (0: no expert)",
+    )
     cli.add_seed(p, 11)
     cli.add_quick(p, "a slice: 80 documents, 150 people's questions in 2 rounds, 150 test questions, short training")
     cli.add_output(p, flags=("--out",), help="result JSON (default bench/results/loop-<corpus>[...].json)")
@@ -317,13 +354,7 @@ def main() -> int:
         args.users_questions, args.test_questions = args.users_questions or 150, args.test_questions or 150
         args.rounds, args.round_size, args.feedback_threshold = 2, 75, min(args.feedback_threshold, 50)
         args.max_steps, args.max_pairs = args.max_steps or 8, args.max_pairs or 400
-    judged = f"-canary-{args.canary_behaviour}" if args.canary_behaviour else ""
-    suffix = (
-        ("" if args.behaviour == "consistent" else f"-{args.behaviour}{judged}")
-        + ("" if len(args.learners) == 3 else "-" + "+".join(args.learners))
-        + ("-quick" if args.quick else "")
-    )
-    out = args.out or RESULTS / f"loop-{args.corpus}{suffix}.json"
+    out = args.out or RESULTS / result_name(args)
     record = run_record(args)
 
     def save() -> None:

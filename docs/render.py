@@ -716,6 +716,16 @@ def loop(record: dict) -> dict[str, Table]:
         "canaries": (["round", "canary at the round's end (canary_sensor)"], canaries),
         "releases": (["round", "job", "asset", "what it did"], runs),
     }
+    experts = [entry for entry in corpus.get("rounds", []) if "experts" in entry]
+    if experts:  # runs with --expert-labels: what the simulated expert graded after each round
+        views["experts"] = (
+            ["round", "queue items", "labelled", "graded relevant", "skipped (no person's question)"],
+            [
+                [str(e["round"]), "no queue" if e["experts"].get("no_queue") else num(e["experts"]["queue_size"])]
+                + [num(e["experts"][k]) for k in ("labelled", "relevant", "skipped")]
+                for e in experts
+            ],
+        )
     if corpus.get("rerankers_on_test"):  # every reranker the loop trained, scored on the test split
         views["rerankers_on_test"] = _rerankers_on_test(corpus["rerankers_on_test"], metric)
     ceiling = corpus.get("ceiling")

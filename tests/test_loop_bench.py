@@ -165,3 +165,82 @@ def test_the_run_by_document_counts_each_document_once_where_its_first_passage_c
     run, by_document, _ = served_lists(answerer, [Question("q", "question?", ["b.md"])])
     assert list(run["q"]) == [f"{d}#{r}" for r, d in enumerate(docs)]
     assert sorted(by_document["q"], key=by_document["q"].get, reverse=True) == ["a.md", "b.md", "c.md"]
+
+
+def test_the_expert_grades_people_questions_by_their_relevance_and_skips_generated_ones(tmp_path):
+    """bench.lib.loop.Expert through the real annotation routes (a fake answerer, no model): 2 where the passage is
+    relevant to the people's question, else 0; items of a question no person asked skipped without counting against
+    the round's labels; at most the labels asked for; no queue yet is no label and no error."""
+    from fastapi.testclient import TestClient
+
+    from bench.lib.loop import EXPERT_TOKEN, TOKEN, Expert
+    from bench.lib.loop_data import Question
+    from rag.annotation.queue import AnnotationQueue, QueueItem, item_id, write_queue
+    from rag.feedback import FeedbackStore
+    from rag.serving.app import create_app
+    from rag.serving.settings import ServeSettings
+    from tests.test_api import FakeAnswerer
+
+    people = [Question("q1", "What was the revenue of Kestrel Group?", []), Question("q2", "Where is Oban?", [])]
+    relevant = {"q1": {"a1"}, "q2": {"b1"}}
+
+    def queued(question: str, chunk_id: str, source: str) -> QueueItem:
+        return QueueItem(
+            item_id=item_id(question, chunk_id),
+            question=question,
+            source=source,
+            chunk_id=chunk_id,
+            doc_id="d",
+            text=f"passage {chunk_id}",
+            uncertainty=0.5,
+        )
+
+    items = [
+        queued("a generated question?", "a1", "synthetic"),  # skipped, though its passage answers q1
+        queued("What was the revenue of Kestrel Group?", "a1", "gate"),  # 2
+        queued("another generated one", "b1", "synthetic"),  # skipped
+        queued("what was  the REVENUE of kestrel group?", "a2", "production"),  # q1 as normalized text: 0
+        queued("Where is Oban?", "b1", "production"),  # 2
+        queued("Where is Oban?", "b2", "production"),  # 0, left for the next call
+    ]
+    root = tmp_path / "data"
+    store = FeedbackStore(f"sqlite:///{tmp_path / 'fb.sqlite'}")
+    settings = ServeSettings(api_token=TOKEN, expert_token=EXPERT_TOKEN)
+    app = create_app(lambda: FakeAnswerer(), store, settings, root=root)
+    with TestClient(app) as http:
+        expert = Expert(http, people, lambda q: relevant[q.qid], page=3)  # a small page: the skipped come back first
+        none = expert.label(5)
+        assert none["no_queue"] and none["labelled"] == none["skipped"] == 0 and not store.current_expert_labels()
+
+        write_queue(root, AnnotationQueue(strategy="paragraph", selection="active", items=items))
+        first = expert.label(3)
+        assert first["labelled"] == 3 and first["relevant"] == 2 and first["skipped"] == 2
+        assert first["queue_size"] == 6 and not first["no_queue"]
+        assert first["by_source"] == {"gate": 1, "production": 2}
+        grades = {k: v["grade"] for k, v in store.current_expert_labels().items()}
+        assert grades == {items[1].item_id: 2, items[3].item_id: 0, items[4].item_id: 2}
+
+        rest = expert.label(10)  # only one gradable item is left: one label, the generated ones still skipped
+        assert rest["labelled"] == 1 and rest["relevant"] == 0 and rest["skipped"] == 2
+        grades = {k: v["grade"] for k, v in store.current_expert_labels().items()}
+        assert grades[items[5].item_id] == 0 and len(grades) == 4
+        assert expert.label(10)["labelled"] == 0  # nothing gradable left
+    store.close()
+
+
+def test_the_result_file_names_the_expert_labels():
+    from bench.loop import result_name
+
+    args = argparse.Namespace(
+        corpus="tatqa",
+        behaviour="consistent",
+        canary_behaviour=None,
+        learners=["embedder", "reranker", "configuration"],
+        quick=False,
+        expert_labels=0,
+    )
+    assert result_name(args) == "loop-tatqa.json"
+    args.expert_labels, args.quick = 20, True
+    assert result_name(args) == "loop-tatqa-experts20-quick.json"
+    args.behaviour, args.learners, args.quick = "random", ["reranker"], False
+    assert result_name(args) == "loop-tatqa-random-reranker-experts20.json"

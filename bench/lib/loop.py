@@ -3,7 +3,9 @@ Dagster launching the product's jobs, and the served pipeline scored on held-out
 
 Nothing here trains, gates or promotes by itself: the bench asks, clicks, rates and corrects through the API; then it
 evaluates feedback_volume_sensor, drift_sensor and canary_sensor as the Dagster daemon would and runs whatever job
-they request (retrain_job, start_canary_job, promote_canary_job, rollback_canary_job) in the same instance."""
+they request (retrain_job, start_canary_job, promote_canary_job, rollback_canary_job) in the same instance. With an
+expert (`Expert`), annotation_after_retrain_sensor too (annotation_queue_job), and the expert grades queue items
+through the expert view's routes."""
 
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ from bench.lib.loop_data import Question, answer_evidence, holds_answer, relevan
 
 TOKEN = "loop-bench-token-0123456789"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+# The expert view's token (ServeSettings.expert_token): /annotation/* refuses the users' token.
+EXPERT_TOKEN = "loop-bench-expert-token-0123456789"
+EXPERT_HEADERS = {"Authorization": f"Bearer {EXPERT_TOKEN}"}
 # Every simulated person is its own client, as people behind an authenticating proxy are: the bench's server reads
 # this header (ServeSettings.client_header), since all its requests come from one address, which a canary bounds as
 # one client.
@@ -124,6 +129,84 @@ class People:
         response.raise_for_status()
 
 
+def normalized(text: str) -> str:
+    """A question's text as the expert matches it: lowercase, whitespace collapsed."""
+    return " ".join(str(text).lower().split())
+
+
+@dataclass
+class Expert:
+    """A simulated expert working through the annotation queue over the API, as the expert view does: takes the
+    queue's unlabelled items in order (GET /annotation/next) and grades each (POST /annotation/labels): 2 when the
+    passage holds the answer of the question as the people's own judgement has it (`relevant`), else 0.
+
+    The expert knows the answers of the users-split questions only (`questions`): an item whose question is none of
+    them (a generated question topping up the queue) cannot be graded from the corpus labels and is skipped, which
+    does not count against the round's labels."""
+
+    http: object  # a TestClient (or httpx client) on the app `rag serve` builds, with served_app's expert token
+    questions: list[Question]  # the questions whose relevance is known (the users split)
+    relevant: Callable[[Question], set[str]]  # chunk ids that hold the question's answer (what People judge by)
+    name: str = "loop-bench-expert"
+    page: int = 100  # the most items asked for at once (GET /annotation/next's most)
+
+    def __post_init__(self):
+        self.by_text: dict[str, list[Question]] = {}
+        for question in self.questions:
+            self.by_text.setdefault(normalized(question.text), []).append(question)
+
+    def grade(self, item: dict) -> int | None:
+        """2 relevant, 0 not; None when the item's question is none of the known questions."""
+        known = self.by_text.get(normalized(item.get("question", "")))
+        if not known:
+            return None
+        return 2 if any(item["chunk_id"] in self.relevant(q) for q in known) else 0
+
+    def label(self, limit: int) -> dict:
+        """Grade up to `limit` items of the current queue. Returns what was done: labelled, graded relevant,
+        skipped (not a known question), the queue's size, labels per item source, and whether there was no queue
+        (GET /annotation/next answered 409 or 503: nothing is labelled)."""
+        done = {"labelled": 0, "relevant": 0, "skipped": 0, "queue_size": 0, "no_queue": False, "by_source": {}}
+        skipped: set[str] = set()
+        while done["labelled"] < limit:
+            # Skipped items stay unlabelled, so they come first again: ask for them and what is still to label.
+            wanted = min(self.page, limit - done["labelled"] + len(skipped))
+            response = self.http.get(
+                "/annotation/next", params={"expert": self.name, "limit": wanted}, headers=EXPERT_HEADERS
+            )
+            if response.status_code in (409, 503):  # no queue yet (no retrain), or one that cannot be read
+                done["no_queue"] = True
+                break
+            response.raise_for_status()
+            batch = response.json()
+            done["queue_size"] = batch["progress"]["total"]
+            fresh = [item for item in batch["items"] if item["item_id"] not in skipped]
+            if not fresh:  # every unlabelled item the page shows was skipped already (more than `page` of them)
+                break
+            for item in fresh:
+                if done["labelled"] >= limit:
+                    break
+                grade = self.grade(item)
+                if grade is None:
+                    skipped.add(item["item_id"])
+                    continue
+                body = {
+                    "item_id": item["item_id"],
+                    "expert": self.name,
+                    "grade": grade,
+                    "idempotency_key": f"{self.name}-{item['item_id']}-{grade}",
+                }
+                self.http.post("/annotation/labels", json=body, headers=EXPERT_HEADERS).raise_for_status()
+                done["labelled"] += 1
+                done["relevant"] += grade == 2
+                source = item.get("source") or "?"
+                done["by_source"][source] = done["by_source"].get(source, 0) + 1
+            if len(batch["items"]) < wanted:  # the page held every unlabelled item: nothing further to take
+                break
+        done["skipped"] = len(skipped)
+        return done
+
+
 COUNTS = (
     "asked",
     "asked_with_answer_shown",
@@ -173,7 +256,7 @@ class Operations:
             requests, skip = list(result or []), None
         self.cursors[sensor_name] = cursor
         said = getattr(skip, "skip_message", None)
-        entry = {"sensor": sensor_name, "skip": said, "requests": [r.job_name or "retrain_job" for r in requests]}
+        entry = {"sensor": sensor_name, "skip": said, "requests": [r.job_name or sensor.job_name for r in requests]}
         self.log.append(entry)
         runs = []
         for request in requests:
@@ -346,11 +429,11 @@ def rerankers_on_test(app, judge, registry) -> list[dict]:
 
 def served_app(root: Path, store):
     """`rag serve`'s app as the loop runs it: the server's default settings (the chunk set and retrieval settings
-    until a configuration is promoted), 10 passages shown, the bench's token and client header."""
+    until a configuration is promoted), 10 passages shown, the bench's token, expert token and client header."""
     from rag.serving.server import build_app
     from rag.serving.settings import ServeSettings
 
-    settings = ServeSettings(api_token=TOKEN, refresh_seconds=0, client_header=USER_HEADER)
+    settings = ServeSettings(api_token=TOKEN, expert_token=EXPERT_TOKEN, refresh_seconds=0, client_header=USER_HEADER)
     return build_app(settings, root=root, store=store, top_k=10, attribution=False)
 
 
