@@ -170,3 +170,92 @@ def test_pool_of_leaves_out_pairs_the_chunk_set_does_not_hold():
     pairs = [UnjudgedPair("q", "a0", "candidate", 1), UnjudgedPair("q", "gone", "production", 2)]
     pool = pool_of(pairs, {"q": "question"}, _chunks(), kind="embedder", candidate="v2", against="v1", outcome="x")
     assert [i.chunk_id for i in pool.items] == ["a0"] and pool.items[0].page_end is None
+
+
+# --- questions production failed: no passage people liked, so no answer key until experts grade the pool ----------
+FAILED = {f"f{j}": f"which passage answers failed question {j}?" for j in range(N)}
+CORPUS |= {f"c{j}": f"the answer to failed question {j}, never shown" for j in range(N)}
+
+
+def failed_run(j: int, candidate: bool) -> dict[str, float]:
+    return _run(([f"c{j}"] if candidate else []) + NOISE)  # production showed noise only, n0 rated -1
+
+
+def with_failures(expert_grades=()) -> SimpleNamespace:
+    judged = people()
+    judged.queries |= FAILED
+    judged.chunk_qrels += [(q, "n0", -1) for q in FAILED]
+    judged.answer_votes = dict.fromkeys(FAILED, -1)
+    for j, passage, grade in expert_grades:
+        judged.queries[f"expert:f{j}"] = FAILED[f"f{j}"]
+        judged.expert_qrels.append((f"expert:f{j}", passage, grade))
+    return judged
+
+
+def _failed_index(text: str) -> int:
+    return int(text.split()[-1].rstrip("?"))
+
+
+def test_questions_production_failed_are_pooled_first_and_once_graded_decide_beside_people_s_own(tmp_path):
+    from rag.evaluation.qaset import Evidence, QAItem
+    from rag.training.data import training_data
+
+    # Generated questions on the users' answers (train split only, so the gate is people's questions).
+    items = [
+        QAItem(
+            qid=f"s{i}",
+            question=f"generated {i}",
+            qtype="answer-aware",
+            doc_id=f"doc-a{i}",
+            evidence=[Evidence(doc_id=f"doc-a{i}", start=0, end=5)],
+            split="train",
+        )
+        for i in range(5)
+    ]
+    chunks = _chunks().assign(
+        char_start=0, char_end=lambda f: f["text"].str.len(), content_hash=lambda f: f["chunk_id"]
+    )
+
+    def gate_of(judged) -> IRSet:
+        split = split_feedback(judged, 1.0)
+        data = training_data(items, chunks, feedback=split, selection_fraction=0.0, min_expert_gate=10)
+        return data.gate
+
+    def runs_of(ir: IRSet) -> tuple[dict, dict]:
+        pooled = ir.with_unanswered()
+        production, candidate = {}, {}
+        for q, text in pooled.queries.items():
+            if text in FAILED.values():
+                production[q], candidate[q] = (
+                    failed_run(_failed_index(text), False),
+                    failed_run(_failed_index(text), True),
+                )
+            else:
+                i = _failed_index(text)
+                production[q], candidate[q] = production_run(i), candidate_run(i)
+        return production, candidate
+
+    gate = gate_of(with_failures())
+    assert len(gate.unanswered) == N and set(gate.types.values()) == {"feedback"}
+    assert all(judged == {"n0"} for judged in gate.unanswered_judged.values())
+    before = compare_runs(gate, *runs_of(gate), SETTINGS, pooled=gate.with_unanswered())
+    assert before.questions == N and not before.better  # the failures decide nothing yet
+    first = before.unjudged[: 2 * N]
+    assert {p.qid for p in first} == set(gate.unanswered)  # where production failed comes first
+    assert {p.passage for p in first if p.side == "candidate"} == {f"c{j}" for j in range(N)}
+
+    # The experts grade the whole pool: each c_j answers its failed question, b_i answers question i.
+    texts = {**gate.unanswered, **gate.queries}
+    grades = [(texts[p.qid], p.passage, 2 if p.passage[0] in "bc" else 0) for p in before.unjudged]
+    failed_grades = [(_failed_index(t), c, g) for t, c, g in grades if t in FAILED.values()]
+    people_grades = [(_failed_index(t), c, g) for t, c, g in grades if t not in FAILED.values()]
+    judged = with_failures(failed_grades)
+    for i, passage, grade in people_grades:
+        judged.queries[f"expert:{i}"] = judged.queries[f"u{i}"]
+        judged.expert_qrels.append((f"expert:{i}", passage, grade))
+    after_gate = gate_of(judged)
+    kinds = set(after_gate.types.values())
+    assert kinds == {"feedback", "expert"} and not after_gate.unanswered  # the failures have a key now
+    assert sum(t == "expert" for t in after_gate.types.values()) == N  # joined people's questions, not replaced
+    after = compare_runs(after_gate, *runs_of(after_gate), SETTINGS, pooled=after_gate.with_unanswered())
+    assert after.better and after.by_type["expert"]["delta"] > 0

@@ -36,6 +36,12 @@ class IRSet:
     # qid -> how the question was made (QAItem.qtype: "answer-aware", "keyword", "inverse-cloze", an LLM type) or
     # "feedback" for users' questions: the gate decides on questions that are not copies and reports each type.
     types: dict[str, str] = field(default_factory=dict)
+    # Held-out questions people asked that production failed (a down-voted answer, a correction, or passages rated
+    # only -1) and that have no answer key: they decide nothing, but the gate's pool asks experts about what the two
+    # models rank for them (rag.annotation.pool), the questions a better model would gain on. id -> text, and the
+    # passages rated there (what not to ask about again).
+    unanswered: dict[str, str] = field(default_factory=dict)
+    unanswered_judged: dict[str, set[str]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.queries)
@@ -48,6 +54,19 @@ class IRSet:
             {q: self.qrels[q] for q in keep},
             {q: self.judged[q] for q in keep if q in self.judged},
             {q: self.types[q] for q in keep if q in self.types},
+            self.unanswered,
+            self.unanswered_judged,
+        )
+
+    def with_unanswered(self) -> IRSet:
+        """The questions the models are run on: the deciding ones and the unanswered ones (pooled, never scored),
+        every one of them judged in part."""
+        return IRSet(
+            {**self.unanswered, **self.queries},
+            self.corpus,
+            self.qrels,
+            {**{q: self.unanswered_judged.get(q, set()) for q in self.unanswered}, **self.judged},
+            self.types,
         )
 
 
@@ -242,6 +261,10 @@ class FeedbackSplit:
     # of its side when questions are weighted (rag.training.configuration)
     failed_questions: int = 0
     dev_failed_questions: int = 0
+    # Held-out failed questions with no answer key yet, by the id an expert's grades will give them
+    # ("expert:<hash>"): text, and the passages rated there (-1, or graded 0 by an expert)
+    dev_unanswered: dict[str, str] = field(default_factory=dict)
+    dev_unanswered_judged: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def paraphrase_groups(judged, window_seconds: float) -> dict[str, str]:
@@ -316,7 +339,9 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
     one dev question per normalized text, with the passages liked in any of its askings (repeats would count as
     independent samples in the gate's paired test). Only questions with a +1 passage (or an expert's grade 1 or 2)
     can be dev questions (they need an answer key), so only a group with one is held out; its other questions are
-    then left out of training rather than trained on beside their paraphrase.
+    then left out of training rather than trained on beside their paraphrase. A group production failed (a down-voted
+    answer, a correction, passages rated only -1) is held out the same way: with no answer key it scores nothing, but
+    the gate's pool asks experts about it (dev_unanswered), and it is where a better model gains.
 
     Expert labels follow the same groups and the same `dev_fraction` (one decision per group: a question cannot
     train through its expert labels while the gate scores it through users' ratings). Where an expert graded a
@@ -334,10 +359,15 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
     group = paraphrase_groups(judged, window_seconds)
     experts = expert_labels(judged)
     corrected = getattr(judged, "corrections", {}) or {}
+    down_voted = {q for q, vote in (getattr(judged, "answer_votes", {}) or {}).items() if vote < 0}
+    failed = down_voted | set(corrected) | {q for q, _, score in judged.chunk_qrels if score < 0}
+    # A question production failed is held out or trained on as a whole too: held out, it has no answer key yet,
+    # but the gate's pool asks experts about it (dev_unanswered)
     keyed = (
         {group[q] for q, _, score in judged.chunk_qrels if score > 0}
         | {group[q] for q, _, g in experts if g > 0}
         | {group[q] for q in corrected if q in group}
+        | {group[q] for q in failed if q in group}
     )
     held_out = {key for key in keyed if int(digest(key)[:16], 16) / 2**64 < dev_fraction}
     split = FeedbackSplit([], [], {}, {}, {}, {})
@@ -394,10 +424,7 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
             split.dev_judged[key][cid] = 1 if grade > 0 else -1  # people's scale: a partial answer is an answer
             if grade > 0:
                 split.dev_qrels[key][cid] = 1
-    votes = getattr(judged, "answer_votes", {}) or {}
     answered = {normalized_question(judged.queries[q]) for q, _, score in judged.chunk_qrels if score > 0}
-    failed = {q for q, vote in votes.items() if vote < 0} | set(corrected)
-    failed |= {q for q, _, score in judged.chunk_qrels if score < 0}
     sides: dict[str, bool] = {}
     for qid in failed:
         text = normalized_question(judged.queries.get(qid, ""))
@@ -405,6 +432,18 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
             sides[text] = int(digest(group[qid])[:16], 16) / 2**64 < dev_fraction
     split.dev_failed_questions = sum(sides.values())
     split.failed_questions = len(sides) - split.dev_failed_questions
+    keyed_texts = graded | {normalized_question(t) for t in split.dev_queries.values()}
+    first_asked: dict[str, str] = {}
+    for qid in sorted(failed & set(judged.queries)):
+        first_asked.setdefault(normalized_question(judged.queries[qid]), judged.queries[qid])
+    rated_by_text: dict[str, dict[str, int]] = {}
+    for qid, cid, _ in [*judged.chunk_qrels, *experts]:  # -1 ratings, and experts' grades of 0 (no answer key)
+        rated_by_text.setdefault(normalized_question(judged.queries[qid]), {})[cid] = -1
+    for text, held in sorted(sides.items()):
+        if held and text not in keyed_texts and text in first_asked:
+            key = f"expert:{digest(text)[:16]}"
+            split.dev_unanswered[key] = first_asked[text]
+            split.dev_unanswered_judged[key] = rated_by_text.get(text, {})
     for qid, answers in sorted(corrected.items()):
         if qid not in group:
             continue
@@ -495,6 +534,7 @@ def training_data(
     dev = [i for i in items if i.split != "train" and normalized_question(i.question) not in asked]
     dev_set = ir_set(dev, chunks, relevance)
     selection, gate = split_dev(dev_set.queries, selection_fraction)
+    users_decide = False
     for kind, held, enough in (("feedback", users, min_feedback_gate), ("expert", experts, min_expert_gate)):
         if not held:
             continue
@@ -508,13 +548,29 @@ def training_data(
         )
         held_selection, held_gate = split_dev({q: queries[q] for q in held}, selection_fraction)
         selection += held_selection
-        gate = held_gate if len(held_gate) >= enough else gate + held_gate
+        if kind == "expert" and users_decide:
+            # Both are people's questions: experts' grades replace what generated questions stand in for, not what
+            # people asked (the gate's pool makes expert questions of the ones production failed, and those alone
+            # would favour any candidate).
+            gate += held_gate
+        else:
+            gate = held_gate if len(held_gate) >= enough else gate + held_gate
+        users_decide = users_decide or (kind == "feedback" and len(held_gate) >= enough)
     uncopied = [q for q in selection if dev_set.types.get(q) not in COPIED_TYPES]
     if len(uncopied) >= MIN_UNCOPIED_SELECTION:
         selection = uncopied  # the checkpoint is picked on questions like people's, as the gate decides on them
     if len(selection) < MIN_SELECTION_QUESTIONS:
         selection = []
     gate_set = dev_set.subset(gate)
+    if feedback is not None and feedback.dev_unanswered:
+        unanswered = {
+            q: t for q, t in feedback.dev_unanswered.items() if normalized_question(t) not in asked
+        }
+        _, pooled = split_dev(unanswered, selection_fraction)  # the side the gate's would be once they have a key
+        gate_set.unanswered = {q: unanswered[q] for q in pooled}
+        gate_set.unanswered_judged = {
+            q: {c for c in feedback.dev_unanswered_judged.get(q, {}) if c in text} for q in pooled
+        }
     return TrainingData(
         positives,
         negatives,
@@ -548,7 +604,9 @@ def gate_set_line(types: dict[str, str], min_expert_gate: int) -> str:
     label = next(iter(kinds)) if len(kinds) == 1 else "mixed"
     names = {"expert": "expert-labelled", "feedback": "users'", "synthetic": "synthetic"}
     line = f"{label}: " + ", ".join(f"{kinds[k]} {names[k]}" for k in ("expert", "feedback", "synthetic") if kinds[k])
-    if kinds["expert"]:
+    if kinds["expert"] and kinds["feedback"] >= 1 and kinds["expert"] >= min_expert_gate:
+        line += " questions (expert-labelled ones join users' questions: both are people's)"
+    elif kinds["expert"]:
         line += (
             f" questions (expert-labelled ones are fewer than min_expert_gate_questions={min_expert_gate}, so "
             "they join the others)"

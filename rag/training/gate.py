@@ -118,7 +118,8 @@ def unjudged_pairs(ir: IRSet, production_run: dict, candidate_run: dict, depth: 
     does not, that nobody rated: the symmetric difference pools both sides, so the grades favour neither model
     (a passage both rank high counts alike for both). In question order, then by rank."""
     pairs = []
-    for q in ir.judged:
+    # Unanswered questions first (no passage people liked: where production failed, and a better model gains)
+    for q in sorted(ir.judged, key=lambda q: q in ir.qrels and bool(ir.qrels[q])):
         if q not in production_run or q not in candidate_run:
             continue
         tops = {"production": _top(production_run[q], depth), "candidate": _top(candidate_run[q], depth)}
@@ -385,6 +386,7 @@ def per_query(
     ir: IRSet, run: dict[str, dict[str, float]], settings: GateSettings, *, condensed: bool = False
 ) -> pd.DataFrame:
     """Per-question metrics; `condensed`: rankings of partly judged questions (ir.judged) keep only judged passages."""
+    run = {q: ranking for q, ranking in run.items() if q in ir.qrels}  # unanswered questions are pooled, not scored
     if condensed and ir.judged:
         from rag.rollout.condensed import condensed_run
 
@@ -393,8 +395,11 @@ def per_query(
     return evaluate_run(ir.qrels, run, gate_metrics(settings))[1]
 
 
-def compare_runs(ir: IRSet, production_run: dict, candidate_run: dict, settings: GateSettings) -> GateResult:
-    """The verdict on both models' runs. Questions users judged in part are decided on condensed lists
+def compare_runs(
+    ir: IRSet, production_run: dict, candidate_run: dict, settings: GateSettings, *, pooled: IRSet | None = None
+) -> GateResult:
+    """The verdict on both models' runs (of `pooled`'s questions, when given: ir's and its unanswered ones, which
+    join the pool of unjudged pairs but are not scored). Questions users judged in part are decided on condensed lists
     (settings.feedback_lists): plain lists favour production, whose results were the only ones users could rate.
     The other kind of list is computed too and reported beside the verdict."""
     views = {}
@@ -417,7 +422,7 @@ def compare_runs(ir: IRSet, production_run: dict, candidate_run: dict, settings:
     if decided is not plain and decided.changed_questions == 0 and plain.changed_questions:
         decided = decided_on_plain_lists(plain, decided)
     if settings.pool_depth:
-        decided.unjudged = unjudged_pairs(ir, production_run, candidate_run, settings.pool_depth)
+        decided.unjudged = unjudged_pairs(pooled or ir, production_run, candidate_run, settings.pool_depth)
     return decided
 
 
@@ -505,10 +510,11 @@ def embedder_gate(
     questions alone does not promote a candidate `trained_on_generated` (hold_generated_gain)."""
     settings = settings or GateSettings()
     check_gate_questions(ir, settings, copied)
-    current = dense_run(production, ir)
+    pooled = ir.with_unanswered() if settings.pool_depth and ir.unanswered else ir
+    current = dense_run(production, pooled)
     # The same weights (a best checkpoint that kept the start's) rank alike: nothing to encode again.
     same = getattr(candidate, "version", None) is not None and candidate.version == getattr(production, "version", "")
-    result = compare_runs(ir, current, current if same else dense_run(candidate, ir), settings)
+    result = compare_runs(ir, current, current if same else dense_run(candidate, pooled), settings, pooled=pooled)
     hold_generated_gain(result, "embedder", ir, settings, trained_on_generated=trained_on_generated)
     result.copied_questions = copied
     return result
@@ -555,8 +561,13 @@ def reranker_gate(
     gain on generated questions alone does not promote a candidate `trained_on_generated` (hold_generated_gain)."""
     settings = settings or GateSettings()
     check_gate_questions(ir, settings, copied)
+    pooled = ir.with_unanswered() if settings.pool_depth and ir.unanswered else ir
     result = compare_runs(
-        ir, reranked_run(first_stage, ir, production), reranked_run(first_stage, ir, candidate), settings
+        ir,
+        reranked_run(first_stage, pooled, production),
+        reranked_run(first_stage, pooled, candidate),
+        settings,
+        pooled=pooled,
     )
     hold_generated_gain(result, "reranker", ir, settings, trained_on_generated=trained_on_generated)
     result.copied_questions = copied

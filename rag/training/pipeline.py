@@ -295,9 +295,9 @@ def gate_candidate(
                 root = Path(tables.root).parent
                 embedder = _production_embedder(registry.resolve("embedder", "production"))
                 with index_vectors(root, embedder) as (current_embedder,):
-                    first = hybrid_candidates(
-                        chunks, gate, current_embedder, settings.rerank_depth, serving_mode(root)
-                    )
+                    pooled = gate.with_unanswered() if settings.pool_depth else gate
+                    mode = serving_mode(root)
+                    first = hybrid_candidates(chunks, pooled, current_embedder, settings.rerank_depth, mode)
             current = load_reranker(production.name, registry=registry) if production is not None else None
             result = reranker_gate(
                 first,
@@ -349,7 +349,8 @@ def pool_unjudged(root: Path, kind: str, candidate: ModelVersion, result: GateRe
         clear_pool(root, kind)
         return
     about = {"against": recorded["against"], "outcome": result.outcome, "strategy": recorded["strategy"]}
-    write_pool(root, pool_of(result.unjudged, gate.queries, chunks, kind=kind, candidate=candidate.name, **about))
+    questions = {**gate.unanswered, **gate.queries}
+    write_pool(root, pool_of(result.unjudged, questions, chunks, kind=kind, candidate=candidate.name, **about))
 
 
 def withdraw_rejected(registry: ModelRegistry, kind: str, candidate: ModelVersion, verdict: dict) -> bool:
@@ -385,7 +386,9 @@ def decision_questions(
     }
     if settings.copied_questions == "include":
         cut, _ = without_questions(chunks, [(gate.queries[q], c) for q, rel in gate.qrels.items() for c in rel])
-        return IRSet(gate.queries, dict(zip(cut["chunk_id"], cut["text"])), gate.qrels, gate.judged, gate.types), cut, 0
+        corpus = dict(zip(cut["chunk_id"], cut["text"]))
+        ir = IRSet(gate.queries, corpus, gate.qrels, gate.judged, gate.types, gate.unanswered, gate.unanswered_judged)
+        return ir, cut, 0
     return gate.subset([q for q in gate.queries if q not in copied]), chunks, len(copied)
 
 
