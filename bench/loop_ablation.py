@@ -61,6 +61,7 @@ def row_of(name: str, record: dict) -> dict | None:
         "behaviour": args.get("behaviour"),
         "canary_behaviour": args.get("canary_behaviour"),
         "people_questions": last.get("asked_total"),
+        "expert_labels": sum((r.get("experts") or {}).get("labelled", 0) for r in rounds),
         "test_questions": corpus.get("test_questions"),
         "metric": metric,
         "round_0": {metric: first["scores"].get(metric), READ: first["scores"].get(READ)},

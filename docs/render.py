@@ -754,7 +754,9 @@ def loop_ablation(record: dict) -> dict[str, Table]:
     for row in record.get("runs", []):
         metric, people = (
             row["metric"],
-            row["behaviour"] + (f", canary judged {row['canary_behaviour']}" if row.get("canary_behaviour") else ""),
+            row["behaviour"]
+            + (f", canary judged {row['canary_behaviour']}" if row.get("canary_behaviour") else "")
+            + (f"; an expert graded {num(row['expert_labels'])} pairs" if row.get("expert_labels") else ""),
         )
         served = ", ".join(f"{kind} {v}" for kind, v in (row.get("production") or {}).items() if v)
         runs.append(
