@@ -59,8 +59,10 @@ class AnnotationSettings(BaseModel):
         "reranker) drops out and the others are re-weighted",
     )
     skip_labelled: bool = Field(True, description="leave out pairs an expert already labelled")
+    # One gate's pool on TAT-QA held more than 100 pairs after each retrain of a reranker (held-out questions with up
+    # to 10 pairs each): a cap below that leaves part of a verdict's questions unasked.
     gate_pairs: int = Field(
-        100,
+        300,
         ge=0,
         description="most pairs of the gate's pool (rag.annotation.pool: held-out people's questions with a passage "
         "one model ranks high and the other does not, that nobody rated) put first, before the `size` picks of "
