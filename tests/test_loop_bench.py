@@ -13,6 +13,7 @@ import argparse
 import json
 import random
 import tempfile
+from types import SimpleNamespace
 
 
 NAMES = [
@@ -244,3 +245,36 @@ def test_the_result_file_names_the_expert_labels():
     assert result_name(args) == "loop-tatqa-experts20-quick.json"
     args.behaviour, args.learners, args.quick = "random", ["reranker"], False
     assert result_name(args) == "loop-tatqa-random-reranker-experts20.json"
+
+
+class _FakeServer:
+    """/ask shows passages p0..p9 (p0 holds the answer); every /feedback body is kept."""
+
+    def __init__(self):
+        self.cookies, self.feedback = SimpleNamespace(clear=lambda: None), []
+
+    def post(self, path, json, headers):
+        if path == "/feedback":
+            self.feedback.append(json)
+        body = {
+            "query_id": "q",
+            "session": "s",
+            "model_version": "base",
+            "passages": [{"chunk_id": f"p{i}"} for i in range(10)],
+        }
+        return SimpleNamespace(json=lambda: body, raise_for_status=lambda: None)
+
+
+def test_people_who_click_at_random_vote_at_random_and_consistent_people_by_what_they_were_shown():
+    from bench.lib.loop import ClickModel, People
+    from bench.lib.loop_data import Question
+
+    def votes(behaviour: str, relevant: set[str]) -> set[int]:
+        server = _FakeServer()
+        people = People(server, ClickModel(behaviour=behaviour, p_answer_rating=1.0), lambda q: relevant, seed=3)
+        for i in range(40):
+            people.ask(Question(f"q{i}", "what is it?", []), person=f"person-{i}")
+        return {body["answer_score"] for body in server.feedback if "answer_score" in body}
+
+    assert votes("consistent", {"p0"}) == {1} and votes("consistent", {"elsewhere"}) == {-1}
+    assert votes("random", {"p0"}) == {1, -1}  # before, a random clicker's own click made every vote an up-vote

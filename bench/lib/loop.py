@@ -111,7 +111,10 @@ class People:
                 self.stats["clicks"] += 1
         body: dict = {"passages": ratings} if ratings else {}
         if self.rng.random() < self.clicks.p_answer_rating:
-            body["answer_score"] = 1 if hits else -1
+            # People who click at random vote at random too: scored as "a hit is whatever they clicked", every vote
+            # of theirs was an up-vote, and any canary judged by others fell that far below on the guardrail.
+            sure = 1 if hits else -1
+            body["answer_score"] = self.rng.choice((1, -1)) if behaviour == "random" else sure
         if not hits and judged.answers and self.rng.random() < self.clicks.p_correction:
             body["correction"] = judged.answers[0][:4000]
         if body:
