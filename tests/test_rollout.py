@@ -391,14 +391,20 @@ def test_guardrails():
     assert guardrail_breaches([40.0] * 100, [20.0] * 100, Votes(8, 2), Votes(80, 20), settings) == []
     (breach,) = guardrail_breaches([50.0] * 100, [20.0] * 100, Votes(8, 2), Votes(80, 20), settings)
     assert breach.observed == pytest.approx(2.5) and "or 25 ms slower" in breach.message
-    # Up-votes: production 80 %, canary 20 of 30 = 66.7 %: 13.3 points lower > 10.
-    (breach,) = guardrail_breaches([], [], Votes(20, 10), Votes(80, 20), settings)
-    assert breach.guardrail == "upvote_share" and breach.observed == pytest.approx(0.8 - 2 / 3)
+    # Up-votes: production 80 %, canary 15 of 30 = 50 %: 30 points lower > 10, and significant (p 0.0006).
+    (breach,) = guardrail_breaches([], [], Votes(15, 15), Votes(80, 20), settings)
+    assert breach.guardrail == "upvote_share" and breach.observed == pytest.approx(0.3)
+    assert "p 0.00058 < 0.01" in breach.message
+    # 20 of 30 = 66.7 %: 13.3 points lower, but 30 votes cannot tell it from noise (p 0.06): no rollback.
+    assert guardrail_breaches([], [], Votes(20, 10), Votes(80, 20), settings) == []
+    # TAT-QA's false rollback of a better reranker, 70 % of 117 against 82 % of 146: p 0.0104, not below 0.01.
+    assert guardrail_breaches([], [], Votes(82, 35), Votes(120, 26), settings) == []
+    assert guardrail_breaches([], [], Votes(200, 100), Votes(800, 200), settings)  # the same 13.3 points, 300 votes
     assert guardrail_breaches([], [], Votes(22, 8), Votes(80, 20), settings) == []  # 73.3 %: within 10 points
-    assert guardrail_breaches([], [], Votes(14, 10), Votes(80, 20), settings) == []  # 24 votes < 30
+    assert guardrail_breaches([], [], Votes(10, 14), Votes(80, 20), settings) == []  # 24 votes < 30
     # A breach overrides even a promotion.
     promoted = sequential_decision(8, 0, 0, "v4", UNIFORM)
-    breaches = guardrail_breaches([160.0] * 100, production_ms, Votes(20, 10), Votes(80, 20), settings)
+    breaches = guardrail_breaches([160.0] * 100, production_ms, Votes(15, 15), Votes(80, 20), settings)
     forced = with_guardrails(promoted, breaches)
     assert forced.decision == "rollback" and len(forced.breaches) == 2
     assert "guardrail breached: ranking latency p95 160 ms is 1.60x" in forced.reason

@@ -69,6 +69,16 @@ class CanarySettings(BaseModel):
         "votes may fall at most this far (absolute) below production's",
     )
     min_votes: int = Field(30, ge=1, description="answer votes per arm before the up-vote guardrail can fire")
+    # The guardrail is looked at on every canary_sensor tick, so a point comparison fires on noise sooner or later: on
+    # TAT-QA a reranker +2.4 points of recall@5 better on the test split was rolled back at 70 % of 117 votes against
+    # production's 82 % of 146 (bench/results/loop-tatqa-reranker+configuration-experts100.json).
+    upvote_alpha: float = Field(
+        0.01,
+        gt=0,
+        lt=0.5,
+        description="the up-vote drop must also be significant: a one-sided two-proportion test of the canary's share "
+        "below production's at this level (small, as the guardrail is looked at on every tick)",
+    )
     # One client (an address, or the user a trusted proxy names) can open any number of sessions and ask any number
     # of questions; counted as independent users, one script would decide a canary (8 straight wins cross the test
     # at alpha 0.05, 5 straight losses the harm test at 0.10). So each client's say is bounded, and bounded below

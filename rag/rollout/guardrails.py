@@ -83,15 +83,28 @@ def latency_breach(
     )
 
 
-def upvote_breach(canary: Votes, production: Votes, settings: CanarySettings) -> Breach | None:
-    """Canary up-vote share below production's by more than max_upvote_share_drop, once both arms have min_votes.
+def upvote_drop_p_value(canary: Votes, production: Votes) -> float:
+    """One-sided p-value that the canary's up-vote share is below production's (two-proportion z-test, pooled)."""
+    from statistics import NormalDist
 
-    A point comparison, not a test: the guardrail is meant to stop gross regressions quickly, and a false
-    rollback costs only a new canary of the same candidate."""
+    pooled = (canary.up + production.up) / (canary.total + production.total)
+    se = (pooled * (1 - pooled) * (1 / canary.total + 1 / production.total)) ** 0.5
+    if se == 0:
+        return 1.0
+    return 1 - NormalDist().cdf((production.up_share - canary.up_share) / se)
+
+
+def upvote_breach(canary: Votes, production: Votes, settings: CanarySettings) -> Breach | None:
+    """Canary up-vote share below production's by more than max_upvote_share_drop, and significantly so
+    (upvote_alpha), once both arms have min_votes. Meant to stop gross regressions quickly; the significance keeps
+    the noise of a few dozen votes, looked at on every tick, from rolling back a better candidate."""
     if min(canary.total, production.total) < settings.min_votes:
         return None
     drop = production.up_share - canary.up_share
     if drop <= settings.max_upvote_share_drop:
+        return None
+    p = upvote_drop_p_value(canary, production)
+    if p >= settings.upvote_alpha:
         return None
     return Breach(
         "upvote_share",
@@ -99,7 +112,7 @@ def upvote_breach(canary: Votes, production: Votes, settings: CanarySettings) ->
         settings.max_upvote_share_drop,
         f"up-vote share {canary.up_share:.0%} of {canary.total} votes is {drop * 100:.1f} points below "
         f"production's {production.up_share:.0%} of {production.total} (at most "
-        f"{settings.max_upvote_share_drop * 100:g} points)",
+        f"{settings.max_upvote_share_drop * 100:g} points; p {p:.2g} < {settings.upvote_alpha:g})",
     )
 
 
