@@ -59,8 +59,9 @@ class AnnotationSettings(BaseModel):
         "reranker) drops out and the others are re-weighted",
     )
     skip_labelled: bool = Field(True, description="leave out pairs an expert already labelled")
-    # One gate's pool on TAT-QA held more than 100 pairs after each retrain of a reranker (held-out questions with up
-    # to 10 pairs each): a cap below that leaves part of a verdict's questions unasked.
+    # A pool is one gate's pairs, up to 10 per held-out question: on TAT-QA a reranker gate's held 98-100 with 20-80
+    # questions deciding (bench/results/loop-tatqa-reranker+configuration-experts*.json). The cap leaves room for
+    # larger gates while active learning still gets its `size` places behind them.
     gate_pairs: int = Field(
         300,
         ge=0,
