@@ -87,7 +87,7 @@ def test_experts_grading_the_pool_turn_a_hidden_gain_into_a_verdict_of_better():
     before = compare_runs(ir, *runs(ir), SETTINGS)
     assert not before.better and before.outcome == "worse"  # b_i counts as irrelevant: a_i only moved down
     assert {(p.side, p.rank) for p in before.unjudged} == {("candidate", 1), ("production", 5)}
-    assert len(before.unjudged) == 2 * N
+    assert len(before.unjudged) == 2 * N and before.metadata["unjudged_pairs"] == 2 * N  # the verdict says so
     texts = {q: int(t.split()[-1].rstrip("?")) for q, t in ir.queries.items()}
     # The experts grade the pool: each b_i answers (2), the noise production ranked fifth does not (0).
     grades = [(texts[p.qid], p.passage, 2 if p.passage.startswith("b") else 0) for p in before.unjudged]

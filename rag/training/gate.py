@@ -201,6 +201,8 @@ class GateResult:
             "reasons": "; ".join(self.reasons) or "all criteria met",
             "lists": self.lists,
             "user_judged_questions": self.judged_questions,
+            # pairs nobody rated that would tell the models apart (rag.annotation.pool): the experts' next work
+            "unjudged_pairs": len(self.unjudged),
             **_figures(self.table),
         }
         for criterion, reasons in (self.why_not or {}).items():
