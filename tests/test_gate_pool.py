@@ -219,6 +219,7 @@ def test_questions_production_failed_are_pooled_first_and_once_graded_decide_bes
     def gate_of(judged) -> IRSet:
         split = split_feedback(judged, 1.0)
         data = training_data(items, chunks, feedback=split, selection_fraction=0.0, min_expert_gate=10)
+        assert data.summary["gate_unanswered_questions"] == len(data.gate.unanswered)  # the run says how many
         return data.gate
 
     def runs_of(ir: IRSet) -> tuple[dict, dict]:

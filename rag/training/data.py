@@ -144,6 +144,8 @@ class TrainingData:
             "gate_questions": len(self.gate or ()),
             "gate_questions_from_feedback": users,
             "gate_questions_from_experts": sum(q.startswith("expert:") for q in gate),
+            # held-out questions production failed, with no answer key yet: pooled for the experts, not scored
+            "gate_unanswered_questions": len(self.gate.unanswered) if self.gate else 0,
             **({"gate_set": self.gate_set} if self.gate_set else {}),
             "training_data_hash": self.data_hash,
         }
