@@ -132,11 +132,6 @@ class People:
         response.raise_for_status()
 
 
-def normalized(text: str) -> str:
-    """A question's text as the expert matches it: lowercase, whitespace collapsed."""
-    return " ".join(str(text).lower().split())
-
-
 @dataclass
 class Expert:
     """A simulated expert working through the annotation queue over the API, as the expert view does: takes the
@@ -154,13 +149,16 @@ class Expert:
     page: int = 100  # the most items asked for at once (GET /annotation/next's most)
 
     def __post_init__(self):
+        from rag.annotation.candidates import normalized  # the queue's own sense of "the same question"
+
+        self._normalized = normalized
         self.by_text: dict[str, list[Question]] = {}
         for question in self.questions:
-            self.by_text.setdefault(normalized(question.text), []).append(question)
+            self.by_text.setdefault(self._normalized(question.text), []).append(question)
 
     def grade(self, item: dict) -> int | None:
         """2 relevant, 0 not; None when the item's question is none of the known questions."""
-        known = self.by_text.get(normalized(item.get("question", "")))
+        known = self.by_text.get(self._normalized(item.get("question", "")))
         if not known:
             return None
         return 2 if any(item["chunk_id"] in self.relevant(q) for q in known) else 0

@@ -59,7 +59,7 @@ class AnnotationSettings(BaseModel):
         "reranker) drops out and the others are re-weighted",
     )
     skip_labelled: bool = Field(True, description="leave out pairs an expert already labelled")
-    # A pool is one gate's pairs, up to 10 per held-out question: on TAT-QA a reranker gate's held 98-100 with 20-80
+    # A pool is one gate's pairs, up to 10 per held-out question: on TAT-QA a reranker gate's held 63-111 with 20-86
     # questions deciding (bench/results/loop-tatqa-reranker+configuration-experts*.json). The cap leaves room for
     # larger gates while active learning still gets its `size` places behind them.
     gate_pairs: int = Field(
