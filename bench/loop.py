@@ -27,6 +27,7 @@ round the held-out test split is scored on exactly what the server serves, paire
     .venv/bin/python bench/loop.py --corpus conditionalqa         # split by question, pages shared
     .venv/bin/python bench/loop.py --corpus squad                 # split by article
     .venv/bin/python bench/loop.py --corpus tatqa --behaviour random     # people who click at random
+    .venv/bin/python bench/loop.py --corpus tatqa --behaviour inverted --canary-behaviour consistent  # poisoned
     .venv/bin/python bench/loop.py --corpus tatqa --quick         # a slice, minutes
     .venv/bin/python bench/loop.py --corpus tatqa --expert-labels 20     # and an expert grades 20 items a round
 
@@ -44,6 +45,7 @@ from pathlib import Path
 from bench.lib import cli
 from bench.lib.datasets import RESULTS
 from bench.lib.loop import (
+    BEHAVIOURS,
     HEADLINE,
     ClickModel,
     Expert,
@@ -321,10 +323,10 @@ def main() -> int:
     p.add_argument("--passages-per-document", type=int, default=4, help="synthetic warm start (0: none)")
     p.add_argument("--max-steps", type=int, default=None, help="training steps per retrain (default: the assets')")
     p.add_argument("--max-pairs", type=int, default=None, help="training pairs per retrain (default: the assets')")
-    p.add_argument("--behaviour", choices=["consistent", "random", "shuffled"], default="consistent")
+    p.add_argument("--behaviour", choices=list(BEHAVIOURS), default="consistent")
     p.add_argument(
         "--canary-behaviour",
-        choices=["consistent", "random", "shuffled"],
+        choices=list(BEHAVIOURS),
         help="how the answers a canary interleaves are judged (default: as --behaviour); consistent with a corrupted "
         "--behaviour: a harmful candidate judged by the people it serves",
     )

@@ -278,3 +278,19 @@ def test_people_who_click_at_random_vote_at_random_and_consistent_people_by_what
 
     assert votes("consistent", {"p0"}) == {1} and votes("consistent", {"elsewhere"}) == {-1}
     assert votes("random", {"p0"}) == {1, -1}  # before, a random clicker's own click made every vote an up-vote
+
+
+def test_inverted_judgements_like_the_passages_without_the_answer_and_vote_on_the_answer_honestly():
+    from bench.lib.loop import ClickModel, People
+    from bench.lib.loop_data import Question
+
+    server = _FakeServer()
+    model = ClickModel(behaviour="inverted", eta=0.0, p_answer_rating=1.0, p_negative=1.0, p_correction=0.0)
+    people = People(server, model, lambda q: {"p0"}, seed=3)
+    for i in range(20):
+        people.ask(Question(f"q{i}", "what is it?", []), person=f"person-{i}")
+    ratings = [r for body in server.feedback for r in body.get("passages", [])]
+    liked = {r["chunk_id"] for r in ratings if r["score"] > 0}
+    rejected = {r["chunk_id"] for r in ratings if r["score"] < 0}
+    assert rejected == {"p0"} and "p0" not in liked and len(liked) == 9
+    assert {body["answer_score"] for body in server.feedback} == {1}  # the answer was shown: voted up, honestly

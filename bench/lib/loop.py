@@ -26,7 +26,7 @@ EXPERT_HEADERS = {"Authorization": f"Bearer {EXPERT_TOKEN}"}
 # this header (ServeSettings.client_header), since all its requests come from one address, which a canary bounds as
 # one client.
 USER_HEADER = "X-Simulated-User"
-BEHAVIOURS = ("consistent", "random", "shuffled")
+BEHAVIOURS = ("consistent", "random", "shuffled", "inverted")
 
 
 @dataclass
@@ -41,7 +41,10 @@ class ClickModel:
 
     behaviour "random": people who click and rate shown passages at random (relevance ignored); "shuffled": people
     whose judgements are consistent but about another question's answer (labels shuffled across questions). Neither
-    carries any signal about what helps: whatever they train must never be promoted. `canary_behaviour` is how the
+    carries any signal about what helps: whatever they train must never be promoted. "inverted": passage judgements
+    recorded with their meaning flipped (a broken or poisoned collection: the shown passages without the answer are
+    opened and liked, the ones with it rated down), while answer votes stay honest; a model trained on them is
+    harmful, and held-out judgements of the same kind call it better. `canary_behaviour` is how the
     answers a canary interleaves are judged (None: as the others): "consistent" models feedback that was corrupted
     (a poisoned or broken collection) while the people the canary serves react to what they see, so a harmful
     candidate meets real judgement."""
@@ -94,6 +97,8 @@ class People:
         if behaviour == "random":
             relevant = set(self.rng.sample(shown, k=min(len(shown), 1)))
         hits = [c for c in shown if c in relevant]
+        if behaviour == "inverted":
+            relevant = set(shown) - relevant
         self.stats["asked_with_answer_shown"] += bool(hits)
         ratings = []
         for rank, chunk in enumerate(shown, start=1):
