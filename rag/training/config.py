@@ -234,6 +234,15 @@ class GateSettings(BaseModel):
         description="canary: an embedder trained on generated questions that the gate found better on generated "
         "questions alone is not promoted directly (as generated_reranker_gain); promote: such a gain promotes directly",
     )
+    # Generated questions never vouch for people, but a candidate that ranks them significantly worse has unlearned
+    # something the documents say: feedback that was corrupted (a broken click logger, a poisoned collection) is
+    # consistent with itself, so held-out judgements of the same kind call the model it trains better.
+    generated_veto: bool = Field(
+        True,
+        description="when people's questions decide and find the candidate better, its held-out generated "
+        "questions are scored too: significantly worse there, it is not promoted directly; a canary (people's "
+        "online judgement) decides instead. False: generated questions play no part once people's decide",
+    )
     confidence: float = Field(
         0.95,
         gt=0.5,

@@ -117,6 +117,9 @@ class TrainingData:
     copied: set[str] = field(default_factory=set)  # training questions (text) of a copied type (COPIED_TYPES)
     expert: list[ExpertPair] = field(default_factory=list)  # training side of the expert labels, graded
     gate_set: str = ""  # which questions the gate decides on, and why (gate_set_line): recorded with the verdict
+    # The held-out generated questions people's questions took the gate from: they may veto a direct promotion,
+    # never vouch for one (GateSettings.generated_veto). None while they decide themselves.
+    guard: IRSet | None = None
 
     @property
     def data_hash(self) -> str:
@@ -536,6 +539,7 @@ def training_data(
     dev = [i for i in items if i.split != "train" and normalized_question(i.question) not in asked]
     dev_set = ir_set(dev, chunks, relevance)
     selection, gate = split_dev(dev_set.queries, selection_fraction)
+    generated_gate = list(gate)
     users_decide = False
     for kind, held, enough in (("feedback", users, min_feedback_gate), ("expert", experts, min_expert_gate)):
         if not held:
@@ -564,10 +568,9 @@ def training_data(
     if len(selection) < MIN_SELECTION_QUESTIONS:
         selection = []
     gate_set = dev_set.subset(gate)
+    guard = dev_set.subset(generated_gate) if generated_gate and not set(generated_gate) & set(gate) else None
     if feedback is not None and feedback.dev_unanswered:
-        unanswered = {
-            q: t for q, t in feedback.dev_unanswered.items() if normalized_question(t) not in asked
-        }
+        unanswered = {q: t for q, t in feedback.dev_unanswered.items() if normalized_question(t) not in asked}
         _, pooled = split_dev(unanswered, selection_fraction)  # the side the gate's would be once they have a key
         gate_set.unanswered = {q: unanswered[q] for q in pooled}
         gate_set.unanswered_judged = {
@@ -581,6 +584,7 @@ def training_data(
         {i.question for i in train if i.qtype in COPIED_TYPES},
         expert,
         gate_set_line(gate_set.types, min_expert_gate),
+        guard,
     )
 
 

@@ -160,13 +160,17 @@ class GateResult:
     # The pairs nobody judged that would tell the two models apart (unjudged_pairs); the pipeline queues them
     # for experts when the verdict falls short of better
     unjudged: list[UnjudgedPair] = field(default_factory=list)
+    # The same comparison on the held-out generated questions, when people's questions found the candidate better
+    # (GateSettings.generated_veto): worse there, it goes to a canary
+    guard: GateResult | None = None
 
-    def without_direct_promotion(self, reason: str) -> None:
-        """Keep a gain on record (better_on_generated) without letting it promote: the verdict becomes no worse, so
-        only a canary's online test can promote the candidate."""
+    def without_direct_promotion(self, reason: str, *, gain_on_generated: bool = True) -> None:
+        """Keep a gain on record without letting it promote: the verdict becomes no worse, so only a canary's online
+        test can promote the candidate. `gain_on_generated`: the gain was shown on generated questions alone
+        (better_on_generated); False when generated questions vetoed a gain people's questions showed."""
         if not self.better:
             return
-        self.better, self.better_on_generated = False, True
+        self.better, self.better_on_generated = False, gain_on_generated
         why_not = dict(self.why_not or {})
         why_not["better"] = [*why_not.get("better", []), reason]
         self.why_not = why_not
@@ -210,6 +214,10 @@ class GateResult:
         if self.other is not None:
             out |= {f"{self.other.lists}_{k}": v for k, v in _figures(self.other.table).items()}
             out[f"{self.other.lists}_would_pass"] = self.other.passed
+        if self.guard is not None:
+            out["generated_guard_questions"] = self.guard.questions
+            out["generated_guard_outcome"] = self.guard.outcome
+            out |= {f"generated_guard_{k}": v for k, v in _figures(self.guard.table).items()}
         return out
 
 
@@ -476,6 +484,23 @@ def hold_generated_gain(
         result.without_direct_promotion(
             f"{generated_gain_reason(kind)}; on the {people.questions} people's questions alone the gain is not "
             f"significant ({'; '.join(people.why_not['better']) if people.why_not else 'too few'})"
+        )
+    return result
+
+
+def veto_by_generated(result: GateResult, guard: GateResult) -> GateResult:
+    """Generated questions may veto a direct promotion, never vouch for one: a candidate people's held-out questions
+    found better but that ranks the held-out generated questions significantly worse goes to a canary, where people
+    judge what it serves. Judgements from a broken or poisoned collection agree with themselves on held-out questions;
+    the documents' own questions do not go along."""
+    result.guard = guard
+    if result.better and guard.outcome == "worse":
+        why = (guard.why_not or {}).get("not_worse") or guard.reasons
+        result.without_direct_promotion(
+            f"worse on {guard.questions} held-out generated questions ({'; '.join(why)}): a gain shown by "
+            "people's questions alone that loses what the documents' own questions find is left to a canary "
+            "(GateSettings.generated_veto)",
+            gain_on_generated=False,
         )
     return result
 

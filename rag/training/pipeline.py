@@ -20,7 +20,13 @@ from rag.store import CHUNKS_TABLE, TableStore
 from rag.training.config import GateSettings, TrainingConfig
 from rag.training.data import COPIED_TYPES, IRSet, TrainingData, split_feedback, training_data
 from rag.training.embedder import TrainingRun, base_source, train_embedder
-from rag.training.gate import GateResult, TooFewGateQuestions, embedder_gate, reranker_gate
+from rag.training.gate import (
+    GateResult,
+    TooFewGateQuestions,
+    embedder_gate,
+    reranker_gate,
+    veto_by_generated,
+)
 from rag.training.first_stage import (
     FIRST_STAGE_MODE,
     cut_question,
@@ -277,10 +283,11 @@ def gate_candidate(
         recorded["first_stage_embedder"] = first_stage.version if first_stage else None
     # Trained by this pipeline, it learned from the QA set's generated questions (hold_generated_gain).
     trained = bool(candidate.training_data_hash)
+    guard = guard_questions(inputs.data.guard, inputs.chunks, settings)
+    root = Path(tables.root).parent
     try:
         if kind == "embedder":
             # Production's passage vectors are in the index already (its own weights): read, not encoded again.
-            root = Path(tables.root).parent
             with index_vectors(root, _production_embedder(production), load_embedder(str(candidate.path))) as pair:
                 result = embedder_gate(
                     *pair,
@@ -289,25 +296,26 @@ def gate_candidate(
                     copied=copied,
                     trained_on_generated=trained,
                 )
+                if result.better and guard is not None:
+                    veto_by_generated(result, embedder_gate(*pair, guard, settings, trained_on_generated=False))
         else:
             first: dict = {}
+            guard_first: dict = {}
             if gate is not None:  # the first stage's passage vectors: the index's, for production's weights
-                root = Path(tables.root).parent
                 embedder = _production_embedder(registry.resolve("embedder", "production"))
                 with index_vectors(root, embedder) as (current_embedder,):
                     pooled = gate.with_unanswered() if settings.pool_depth else gate
                     mode = serving_mode(root)
                     first = hybrid_candidates(chunks, pooled, current_embedder, settings.rerank_depth, mode)
+                    if guard is not None:
+                        guard_first = hybrid_candidates(chunks, guard, current_embedder, settings.rerank_depth, mode)
             current = load_reranker(production.name, registry=registry) if production is not None else None
-            result = reranker_gate(
-                first,
-                current,
-                load_reranker(candidate.name, registry=registry),
-                gate,
-                settings,
-                copied=copied,
-                trained_on_generated=trained,
-            )
+            scored = load_reranker(candidate.name, registry=registry)
+            result = reranker_gate(first, current, scored, gate, settings, copied=copied, trained_on_generated=trained)
+            if result.better and guard is not None:
+                veto_by_generated(
+                    result, reranker_gate(guard_first, current, scored, guard, settings, trained_on_generated=False)
+                )
     except TooFewGateQuestions as exc:
         # No verdict either way, recorded as such: production stays, and the message says what to generate.
         verdict = {
@@ -390,6 +398,16 @@ def decision_questions(
         ir = IRSet(gate.queries, corpus, gate.qrels, gate.judged, gate.types, gate.unanswered, gate.unanswered_judged)
         return ir, cut, 0
     return gate.subset([q for q in gate.queries if q not in copied]), chunks, len(copied)
+
+
+def guard_questions(guard: IRSet | None, chunks: pd.DataFrame, settings: GateSettings) -> IRSet | None:
+    """The held-out generated questions that may veto a direct promotion (GateSettings.generated_veto), without the
+    copied ones (decision_questions) and only as many as could show a loss; None when there are too few or the veto
+    is off. They are scored on the chunk set the people's questions are, so copied ones are set aside, not cut."""
+    if not settings.generated_veto or guard is None:
+        return None
+    kept, _, _ = decision_questions(guard, chunks, settings.model_copy(update={"copied_questions": "exclude"}))
+    return kept if kept is not None and len(kept) >= settings.min_questions else None
 
 
 def _now() -> str:
