@@ -7,12 +7,12 @@ from types import SimpleNamespace
 
 import pandas as pd
 
+from rag.training.answers import answer_spans
 from rag.training.configuration import (
     ConfigurationSpace,
     Judged,
     PassageSpans,
     ServingConfiguration,
-    answer_spans,
     choose,
     judged_questions,
 )

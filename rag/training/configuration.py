@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rag.evaluation.metrics import evaluate_run
 from rag.evaluation.qaset import NOT_RELEVANT_IN_CONTEXT, Evidence, QAItem, Relevance, qrels_for_chunks
 from rag.store import CHUNKS_TABLE, DOCUMENTS_TABLE, TableStore, bm25_root
+from rag.training.answers import answer_spans
 
 FILE = "configuration.yaml"
 SEARCH_FILE = "search.csv"
@@ -146,29 +147,6 @@ class PassageSpans:
                     else [Evidence(doc_id=doc, start=_raw_offset(text, at), end=_raw_offset(text, at + len(needle)))]
                 )
         return []
-
-
-MAX_ANSWER_DOCUMENTS = 3  # a corrected answer found in more documents than this says too little about where
-
-
-def answer_spans(answer: str, documents: dict[str, str]) -> list[Evidence]:
-    """Where a corrected answer occurs in the documents (case and spacing aside): every occurrence, when it is found
-    in at most MAX_ANSWER_DOCUMENTS documents and is more than a word or a number of three characters; else none (a
-    "yes" or a "2019" is everywhere and names no passage)."""
-    import re
-
-    words = answer.split()
-    if len(" ".join(words)) < 4:
-        return []
-    pattern = re.compile(r"\s+".join(map(re.escape, words)), re.IGNORECASE)
-    found = []
-    for doc, text in documents.items():
-        matches = list(pattern.finditer(text))[:5]
-        if matches:
-            found.append((doc, matches))
-            if len(found) > MAX_ANSWER_DOCUMENTS:
-                return []
-    return [Evidence(doc_id=doc, start=m.start(), end=m.end()) for doc, matches in found for m in matches]
 
 
 def _raw_offset(text: str, squashed_offset: int) -> int:

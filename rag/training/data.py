@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from rag.evaluation.qaset import QAItem, Relevance, qrels_for_chunks
+from rag.training.answers import answer_chunks
 
 Pair = tuple[str, str]  # (query, passage text)
 
@@ -120,6 +121,10 @@ class TrainingData:
     # The held-out generated questions people's questions took the gate from: they may veto a direct promotion,
     # never vouch for one (GateSettings.generated_veto). None while they decide themselves.
     guard: IRSet | None = None
+    # People's corrected answers located in the chunk set (rag.training.answers): training pairs, and held-out
+    # questions production failed that the correction keys
+    correction_pairs: int = 0
+    correction_gate_questions: int = 0
 
     @property
     def data_hash(self) -> str:
@@ -147,6 +152,8 @@ class TrainingData:
             "gate_questions": len(self.gate or ()),
             "gate_questions_from_feedback": users,
             "gate_questions_from_experts": sum(q.startswith("expert:") for q in gate),
+            "correction_pairs": self.correction_pairs,
+            "gate_questions_keyed_by_corrections": self.correction_gate_questions,
             # held-out questions production failed, with no answer key yet: pooled for the experts, not scored
             "gate_unanswered_questions": len(self.gate.unanswered) if self.gate else 0,
             **({"gate_set": self.gate_set} if self.gate_set else {}),
@@ -492,9 +499,13 @@ def training_data(
     positives += [tuple(p) for p in extra_positives or []]
     negatives = [tuple(n) for n in extra_negatives or []]
     expert = list(feedback.expert) if feedback is not None else []
+    corrected_pairs: list[Pair] = []
     if feedback is not None:
         positives += feedback.positives
         negatives += feedback.negatives
+        # A corrected answer says where the answer was when no passage shown held it: the chunks holding it answer
+        corrected_pairs = [(q, text[c]) for q, answer in feedback.corrections for c in answer_chunks(answer, text)]
+        positives += corrected_pairs
     if expert:
         said = {(normalized_question(e.query), e.passage) for e in expert}
         positives = [(q, p) for q, p in positives if (normalized_question(q), p) not in said]
@@ -510,6 +521,8 @@ def training_data(
         | {normalized_question(e.query) for e in expert}
     )
     users: dict[str, dict[str, int]] = {}  # held-out feedback question -> its liked chunks in this chunk set
+    user_queries: dict[str, str] = dict(feedback.dev_queries) if feedback is not None else {}
+    correction_keys: set[str] = set()
     experts: dict[str, dict[str, int]] = {}  # held-out expert question -> its chunks graded 1 or 2 in this chunk set
     judged: dict[str, set[str]] = {}  # held-out feedback and expert question -> every chunk rated in this chunk set
     if feedback is not None:
@@ -530,10 +543,24 @@ def training_data(
 
         users = held_out(feedback.dev_queries, feedback.dev_qrels, feedback.dev_judged)
         experts = held_out(feedback.expert_dev_queries, feedback.expert_dev_qrels, feedback.expert_dev_judged)
+        # A held-out question people corrected is keyed by the chunks that hold their answer, found without looking
+        # at what either model ranks: scored on plain lists, it is the key a failed question lacked. One that also
+        # has a liked passage keeps its judged (condensed) view, with the answer's chunks judged too.
+        for key, (asked_text, answers) in sorted(feedback.dev_corrections.items()):
+            if normalized_question(asked_text) in trained:
+                continue
+            found = {c: 1 for a in answers for c in answer_chunks(a, text)}
+            if not found:
+                continue
+            correction_keys.add(key)
+            user_queries.setdefault(key, asked_text)
+            users.setdefault(key, {}).update(found)
+            if key in judged:
+                judged[key] |= set(found)
     # A synthetic question a user or an expert also asked is kept once, as theirs: it would otherwise sit on both sides.
     asked = (
         trained
-        | {normalized_question(feedback.dev_queries[q]) for q in users}
+        | {normalized_question(user_queries[q]) for q in users}
         | {normalized_question(feedback.expert_dev_queries[q]) for q in experts}
     )
     dev = [i for i in items if i.split != "train" and normalized_question(i.question) not in asked]
@@ -544,7 +571,7 @@ def training_data(
     for kind, held, enough in (("feedback", users, min_feedback_gate), ("expert", experts, min_expert_gate)):
         if not held:
             continue
-        queries = feedback.dev_queries if kind == "feedback" else feedback.expert_dev_queries
+        queries = user_queries if kind == "feedback" else feedback.expert_dev_queries
         dev_set = IRSet(
             {**dev_set.queries, **{q: queries[q] for q in held}},
             dev_set.corpus,
@@ -585,6 +612,8 @@ def training_data(
         expert,
         gate_set_line(gate_set.types, min_expert_gate),
         guard,
+        correction_pairs=len(corrected_pairs),
+        correction_gate_questions=len(correction_keys & set(gate_set.queries)),
     )
 
 
