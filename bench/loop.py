@@ -53,6 +53,7 @@ from bench.lib.loop import (
     Operations,
     People,
     configuration_ceiling,
+    embedders_on_test,
     rerankers_on_test,
     served_app,
     served_versions,
@@ -207,6 +208,11 @@ def one_corpus(args, record: dict, save) -> None:
             out["rerankers_on_test"] = rerankers_on_test(app, judge, registry)
             for row in out["rerankers_on_test"]:
                 log(f"  {row['name']} on the test split (oracle view): {row['scores']}")
+        if "embedder" in args.learners:
+            close_client(qdrant)  # the candidates' collections are opened as replicas, as a canary opens them
+            out["embedders_on_test"] = embedders_on_test(app, judge, registry)
+            for row in out["embedders_on_test"]:
+                log(f"  {row['name']} on the test split (oracle view): {row['scores'] or row.get('not_scored')}")
     out["seconds"] = round(time.perf_counter() - started, 1)
     out["work_dir"] = str(work)
     save()

@@ -618,8 +618,9 @@ def _serving(entry: dict) -> str:
     )
 
 
-def _rerankers_on_test(candidates: list[dict], metric: str) -> Table:
-    """Every reranker a loop run trained, scored on its test split whatever its gate and canary said."""
+def _rerankers_on_test(candidates: list[dict], metric: str, kind: str = "reranker") -> Table:
+    """Every reranker (or embedder, `kind`) a loop run trained, scored on its test split whatever its gate and canary
+    said; an embedder no canary built a collection for is listed unscored."""
     rows = []
     for row in candidates:
         paired = (row.get("paired_vs_untrained_default") or {}).get(metric) or {}
@@ -629,13 +630,13 @@ def _rerankers_on_test(candidates: list[dict], metric: str) -> Table:
                 row["name"],
                 f"{gate.get('outcome') or '—'} ({num(gate.get('questions'))} questions)",
                 row.get("canary") or "—",
-                num(row["scores"].get(metric)),
+                num(row["scores"].get(metric)) if row.get("scores") else "not scored (no collection)",
                 f"{signed(paired.get('delta'))} ({pvalue(paired.get('p_value'))})" if paired else "—",
             ]
         )
     label = LOOP_METRIC_LABEL.get(metric, metric)
     return (
-        ["reranker (oracle view: scored on the test split)", "gate", "canary", label, "Δ vs untrained default (p)"],
+        [f"{kind} (oracle view: scored on the test split)", "gate", "canary", label, "Δ vs untrained default (p)"],
         rows,
     )
 
@@ -644,7 +645,10 @@ def loop_candidates(record: dict) -> dict[str, Table]:
     """bench/loop_candidates.py: a finished loop run's rerankers on its test split."""
     corpus = record.get("corpus", {})
     metric = corpus.get("headline") or LOOP_HEADLINE.get(corpus.get("corpus"), "recall@5")
-    return {"rerankers": _rerankers_on_test(corpus.get("rerankers_on_test", []), metric)}
+    views = {"rerankers": _rerankers_on_test(corpus.get("rerankers_on_test", []), metric)}
+    if corpus.get("embedders_on_test"):
+        views["embedders"] = _rerankers_on_test(corpus["embedders_on_test"], metric, kind="embedder")
+    return views
 
 
 def loop(record: dict) -> dict[str, Table]:
@@ -728,6 +732,8 @@ def loop(record: dict) -> dict[str, Table]:
         )
     if corpus.get("rerankers_on_test"):  # every reranker the loop trained, scored on the test split
         views["rerankers_on_test"] = _rerankers_on_test(corpus["rerankers_on_test"], metric)
+    if corpus.get("embedders_on_test"):  # every embedder a canary built a collection for, scored on the test split
+        views["embedders_on_test"] = _rerankers_on_test(corpus["embedders_on_test"], metric, kind="embedder")
     ceiling = corpus.get("ceiling")
     if ceiling:  # runs with --ceiling: the learner's grid on the test labels
         grid = ceiling["configurations"]
@@ -1405,6 +1411,12 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
         "question-style*",
         "How do the rule-based synthetic questions compare with people's questions? (`bench/question_style.py`)",
         question_style,
+    ),
+    (
+        "loop-*-candidates-on-test",
+        "Would any model the loop trained have served people better, or worse? Each reranker and each canaried "
+        "embedder scored on the run's test split, whatever its gate and canary said (`bench/loop_candidates.py`)",
+        loop_candidates,
     ),
     (
         "loop-*-rerankers-on-test",

@@ -433,6 +433,37 @@ def rerankers_on_test(app, judge, registry) -> list[dict]:
     return rows
 
 
+def embedders_on_test(app, judge, registry) -> list[dict]:
+    """Every embedder the loop registered whose collection was built (a canary builds one), served as its canary arm
+    is (production's settings with it as the model, from a replica of its collection) and scored on the test split.
+    The oracle view rerankers_on_test gives; an embedder that never reached a canary has no collection to serve from
+    and is listed without scores."""
+    from rag.serving.server import serving_index
+
+    rows = []
+    answer = app.state.serving.settings()
+    for mv in registry.versions("embedder"):
+        gate, canary = mv.metrics.get("gate") or {}, mv.metrics.get("canary") or {}
+        row = {
+            "name": mv.name,
+            "gate": {k: gate.get(k) for k in ("outcome", "questions", "passed", "better")},
+            "canary": canary.get("decision"),
+        }
+        try:
+            index = serving_index(answer.model_copy(update={"model": mv.name}), root=data_dir_of(app))
+            answerer = index.current()
+        except Exception as exc:  # noqa: BLE001 - no collection of its own (never canaried): nothing to serve from
+            rows.append({**row, "scores": None, "not_scored": f"{type(exc).__name__}: {exc}"[:300]})
+            continue
+        try:
+            scored = judge.score(answerer)
+        finally:
+            index.close()
+        paired = scored.get("paired_vs_untrained_default")
+        rows.append({**row, "scores": scored["scores"], "paired_vs_untrained_default": paired})
+    return rows
+
+
 def served_app(root: Path, store):
     """`rag serve`'s app as the loop runs it: the server's default settings (the chunk set and retrieval settings
     until a configuration is promoted), 10 passages shown, the bench's token, expert token and client header."""
