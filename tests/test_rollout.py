@@ -143,6 +143,7 @@ def test_duplicates_go_to_the_team_that_picks_them_first_and_a_common_next_doc_i
     assert credit(shown, {"d1": "click"}).outcome == "a"  # a put d1 first where b had d2
     assert credit(shown, {"d2": "click"}).outcome == "tie"  # both would have shown d2 second
     assert credit(shown, {"d4": "click", "d3": -1}).outcome == "b"
+    assert credit(shown, {"d1": "click", "d3": -1, "d4": "click"}).outcome == "tie"  # a -1 takes nothing from a
     # A doc repeated inside one ranking is shown once; d1 tops both lists: shared.
     assert team_draft_interleave(["d1", "d1", "d2"], ["d1", "d3"], 10, Coins(0.1, 0.1)) == [
         ("d1", "a", True),
@@ -164,11 +165,12 @@ def test_an_exhausted_ranking_leaves_the_picks_to_the_other_team():
 def test_credit_rules():
     shown = [("d1", "a"), ("d2", "b"), ("d3", "a"), ("d4", "b")]
     r = credit(shown, {"d1": -1, "d2": "click"})  # a rated down, b clicked
-    assert (r.a, r.b, r.outcome) == (-1, 1, "b")
+    assert (r.a, r.b, r.outcome) == (0, 1, "b")
     r = credit(shown, {"d3": 1, "d4": -1, "d9": 1})  # d9 was not shown: nobody's credit
-    assert (r.a, r.b, r.outcome) == (1, -1, "a")
-    r = credit(shown, {"d1": -1, "d3": -1, "d2": -1})  # more of a's passages rated down: b wins
-    assert (r.a, r.b, r.outcome) == (-2, -1, "b")
+    assert (r.a, r.b, r.outcome) == (1, 0, "a")
+    # -1s say which passages were read and were not the answer, not which ranking found it: they credit nobody
+    r = credit(shown, {"d1": -1, "d3": -1, "d2": -1})
+    assert (r.a, r.b, r.outcome) == (0, 0, "tie")
     r = credit(shown, {"d1": 0})
     assert (r.a, r.b, r.outcome) == (0, 0, "tie")
     assert credit(shown, {}).outcome == "tie"

@@ -16,7 +16,7 @@ What one client can say is bounded, because a client can open any number of sess
   window adds nothing in it (`clients_with_too_many_sessions`): it was drawing arms until it got one. A client is its
   key (queries.client_key), or its session when the key is missing.
 - Outcome of a canary judgement: credit() of its signals on the shown passages — a passage rated +1 or clicked
-  credits its team, one rated -1 debits it; a passage both clicked and rated counts its rating only (the later
+  credits its team, one rated -1 credits nobody; a passage both clicked and rated counts its rating only (the later
   rating wins when a user changed their mind); a shared pick (retrievals.shared: both rankings would have shown it
   there) credits nobody. A judgement without credited signals is a tie: it counts towards the horizon (max_queries)
   and tells the test nothing. The outcomes plain team draft would have given (shared picks credited to the team

@@ -277,6 +277,7 @@ def gate_candidate(
         "strategy": inputs.strategy,
         "settings": settings.model_dump(),
         "gate_set": inputs.data.gate_set,
+        "gate_questions_keyed_by_corrections": inputs.data.correction_gate_questions,
     }  # which questions decide (expert-labelled first when enough), and why
     if kind == "reranker":  # what it re-ranked: a verdict over another embedder's candidates does not carry over
         first_stage = registry.resolve("embedder", "production")
