@@ -651,6 +651,41 @@ def loop_candidates(record: dict) -> dict[str, Table]:
     return views
 
 
+def canary_credit(record: dict) -> dict[str, Table]:
+    """bench/canary_credit.py: the loop runs' canary queries counted under each credit rule."""
+
+    def cell(row: dict) -> str:
+        return f"{row['wins']}:{row['losses']} ({row['log_likelihood_ratio']:+.2f})"
+
+    rows = []
+    for run in record.get("runs", []):
+        deltas = [
+            d["mrr@10"]["delta"]
+            for r in run.get("rerankers_on_test", [])
+            if (d := r.get("paired_vs_untrained_default") or {}).get("mrr@10")
+        ]
+        known = f"{signed(min(deltas))} to {signed(max(deltas))}" if deltas else "—"
+        for split in run["interleaved"].values():
+            rows.append(
+                [
+                    f"`{run['source']}` ({short_commit(run.get('source_commit'))})",
+                    ", ".join(run.get("canaries") or []) or "—",
+                    *(cell(split[rule]) for rule in ("positive", "signed", "negative", "plain")),
+                    known,
+                ]
+            )
+    header = [
+        "loop run",
+        "canaries",
+        "clicks and +1s (decides now)",
+        "with −1 debits (before)",
+        "−1s alone",
+        "plain team draft",
+        "its rerankers on test, Δ MRR@10",
+    ]
+    return {"runs": (header, rows)}
+
+
 def loop(record: dict) -> dict[str, Table]:
     """bench/loop.py: the served pipeline after each round of people's questions, paired against round 0."""
     corpus = record.get("corpus", {})
@@ -1376,6 +1411,12 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
         "Do the trained embedder and learned reranker beat their untrained start on SciFact's test "
         "queries? (`bench/training.py`)",
         training,
+    ),
+    (
+        "canary-credit",
+        "Which signals tell a better ranking in a canary? The loop runs' interleaved queries counted under each credit "
+        "rule, candidate wins:losses (log-likelihood ratio; 3.0 promotes) (`bench/canary_credit.py`)",
+        canary_credit,
     ),
     (
         "canary-rule*",

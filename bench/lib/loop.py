@@ -521,3 +521,69 @@ def configuration_ceiling(tables, root: Path, judge, questions: list[Question], 
                 }
             )
     return sorted(rows, key=lambda r: -r["answer_read"])
+
+
+def canary_credit_split(store_path: Path) -> dict:
+    """What the interleaved canary queries of a finished loop run's feedback store (SQLite) count under each credit
+    rule: `positive` (clicks and +1s, what the canary decides on), `signed` (a -1 debiting its team, the rule
+    before), `negative` (the -1s alone) and `plain` (shared picks credited, positive signals). Each as candidate
+    wins, losses, ties, with the sequential test's log-likelihood ratios, per interleaved model pair."""
+    import sqlite3
+    from collections import Counter, defaultdict
+
+    from rag.rollout.interleaving import credit
+    from rag.rollout.sequential import log_harm_ratio, log_likelihood_ratio
+
+    teams = {"production": "a", "canary": "b"}
+    rules = ("positive", "signed", "negative", "plain")
+    counts: dict[str, dict[str, Counter]] = defaultdict(lambda: {rule: Counter() for rule in rules})
+    with sqlite3.connect(f"file:{store_path}?mode=ro", uri=True) as db:
+        for query, pair in db.execute("select query_id, model_version from queries where arm = 'canary'").fetchall():
+            shown = [
+                (chunk, teams[team], bool(shared))
+                for chunk, team, shared in db.execute(
+                    "select chunk_id, team, shared from retrievals where query_id = ? and team is not null "
+                    "order by rank",
+                    (query,),
+                )
+            ]
+            clicks = db.execute("select chunk_id from implicit_events where query_id = ? and kind = 'click'", (query,))
+            ratings = db.execute(
+                "select chunk_id, score from feedback where query_id = ? and target = 'passage' order by event_id",
+                (query,),
+            )
+            said: dict = {chunk: "click" for (chunk,) in clicks}
+            said |= {chunk: int(score) for chunk, score in ratings}
+            negative = {chunk: 1 for chunk, signal in said.items() if signal == -1}  # each -1 as a point for its team
+            outcome = {
+                "positive": credit(shown, said).outcome,
+                "signed": _signed_outcome(shown, said),
+                # a -1 is a point against its team: the team with more of them loses
+                "negative": {"a": "b", "b": "a", "tie": "tie"}[credit(shown, negative).outcome],
+                "plain": credit([(d, t) for d, t, _ in shown], said).outcome,
+            }
+            for rule in rules:
+                counts[pair][rule][outcome[rule]] += 1
+    out = {}
+    for pair, by_rule in counts.items():
+        out[pair] = {}
+        for rule, c in by_rule.items():
+            wins, losses = c["b"], c["a"]
+            out[pair][rule] = {
+                "wins": wins,
+                "losses": losses,
+                "ties": c["tie"],
+                "log_likelihood_ratio": round(float(log_likelihood_ratio(wins, losses)), 2),
+                "log_harm_ratio": round(float(log_harm_ratio(wins, losses)), 2),
+            }
+    return out
+
+
+def _signed_outcome(shown, said: dict) -> str:
+    """The credit rule before: a click or +1 credits its team, a -1 debits it (shared picks credit nobody)."""
+    team_of = {doc: None if shared else team for doc, team, shared in shown}
+    score = {"a": 0, "b": 0}
+    for doc, signal in said.items():
+        if team_of.get(doc) is not None:
+            score[team_of[doc]] += 1 if signal == "click" else int(signal)
+    return "a" if score["a"] > score["b"] else "b" if score["b"] > score["a"] else "tie"
