@@ -300,23 +300,28 @@ def gate_candidate(
                 if result.better and guard is not None:
                     veto_by_generated(result, embedder_gate(*pair, guard, settings, trained_on_generated=False))
         else:
-            first: dict = {}
-            guard_first: dict = {}
-            if gate is not None:  # the first stage's passage vectors: the index's, for production's weights
-                embedder = _production_embedder(registry.resolve("embedder", "production"))
-                with index_vectors(root, embedder) as (current_embedder,):
-                    pooled = gate.with_unanswered() if settings.pool_depth else gate
-                    mode = serving_mode(root)
-                    first = hybrid_candidates(chunks, pooled, current_embedder, settings.rerank_depth, mode)
-                    if guard is not None:
-                        guard_first = hybrid_candidates(chunks, guard, current_embedder, settings.rerank_depth, mode)
             current = load_reranker(production.name, registry=registry) if production is not None else None
             scored = load_reranker(candidate.name, registry=registry)
-            result = reranker_gate(first, current, scored, gate, settings, copied=copied, trained_on_generated=trained)
-            if result.better and guard is not None:
-                veto_by_generated(
-                    result, reranker_gate(guard_first, current, scored, guard, settings, trained_on_generated=False)
-                )
+            if gate is None:  # no questions: reranker_gate says what to generate
+                result = reranker_gate({}, current, scored, gate, settings, copied=copied)
+            else:  # the first stage's passage vectors: the index's, for production's weights
+                embedder = _production_embedder(registry.resolve("embedder", "production"))
+                with index_vectors(root, embedder) as (current_embedder,):
+                    mode = serving_mode(root)
+
+                    def first_stage(ir: IRSet) -> dict:
+                        return hybrid_candidates(chunks, ir, current_embedder, settings.rerank_depth, mode)
+
+                    pooled = gate.with_unanswered() if settings.pool_depth else gate
+                    ranked = first_stage(pooled)
+                    result = reranker_gate(
+                        ranked, current, scored, gate, settings, copied=copied, trained_on_generated=trained
+                    )
+                    if result.better and guard is not None:  # the generated questions' first stage only when asked
+                        guarded = reranker_gate(
+                            first_stage(guard), current, scored, guard, settings, trained_on_generated=False
+                        )
+                        veto_by_generated(result, guarded)
     except TooFewGateQuestions as exc:
         # No verdict either way, recorded as such: production stays, and the message says what to generate.
         verdict = {
