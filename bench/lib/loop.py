@@ -43,8 +43,9 @@ class ClickModel:
     whose judgements are consistent but about another question's answer (labels shuffled across questions). Neither
     carries any signal about what helps: whatever they train must never be promoted. "inverted": passage judgements
     recorded with their meaning flipped (a broken or poisoned collection: the shown passages without the answer are
-    opened and liked, the ones with it rated down), while answer votes stay honest; a model trained on them is
-    harmful, and held-out judgements of the same kind call it better. `canary_behaviour` is how the
+    opened and liked, the ones with it rated down), while answer votes stay honest: meant to train a harmful model
+    that held-out judgements of the same kind call better (on TAT-QA the warm start kept what it trained within 0.13
+    points of recall@5 of the untrained default). `canary_behaviour` is how the
     answers a canary interleaves are judged (None: as the others): "consistent" models feedback that was corrupted
     (a poisoned or broken collection) while the people the canary serves react to what they see, so a harmful
     candidate meets real judgement."""
@@ -452,7 +453,7 @@ def embedders_on_test(app, judge, registry) -> list[dict]:
         try:
             index = serving_index(answer.model_copy(update={"model": mv.name}), root=data_dir_of(app))
             answerer = index.current()
-        except Exception as exc:  # noqa: BLE001 - no collection of its own (never canaried): nothing to serve from
+        except FileNotFoundError as exc:  # no collection of its own (never canaried): nothing to serve from
             rows.append({**row, "scores": None, "not_scored": f"{type(exc).__name__}: {exc}"[:300]})
             continue
         try:
@@ -531,7 +532,7 @@ def canary_credit_split(store_path: Path) -> dict:
     import sqlite3
     from collections import Counter, defaultdict
 
-    from rag.rollout.interleaving import credit
+    from rag.rollout.interleaving import QueryCredit, credit
     from rag.rollout.sequential import log_harm_ratio, log_likelihood_ratio
 
     teams = {"production": "a", "canary": "b"}
@@ -555,11 +556,13 @@ def canary_credit_split(store_path: Path) -> dict:
             said: dict = {chunk: "click" for (chunk,) in clicks}
             said |= {chunk: int(score) for chunk, score in ratings}
             negative = {chunk: 1 for chunk, signal in said.items() if signal == -1}  # each -1 as a point for its team
+            liked, disliked = credit(shown, said), credit(shown, negative)
+            signed = QueryCredit(liked.a - disliked.a, liked.b - disliked.b)  # the rule before: a -1 debits its team
             outcome = {
-                "positive": credit(shown, said).outcome,
-                "signed": _signed_outcome(shown, said),
+                "positive": liked.outcome,
+                "signed": signed.outcome,
                 # a -1 is a point against its team: the team with more of them loses
-                "negative": {"a": "b", "b": "a", "tie": "tie"}[credit(shown, negative).outcome],
+                "negative": {"a": "b", "b": "a", "tie": "tie"}[disliked.outcome],
                 "plain": credit([(d, t) for d, t, _ in shown], said).outcome,
             }
             for rule in rules:
@@ -577,13 +580,3 @@ def canary_credit_split(store_path: Path) -> dict:
                 "log_harm_ratio": round(float(log_harm_ratio(wins, losses)), 2),
             }
     return out
-
-
-def _signed_outcome(shown, said: dict) -> str:
-    """The credit rule before: a click or +1 credits its team, a -1 debits it (shared picks credit nobody)."""
-    team_of = {doc: None if shared else team for doc, team, shared in shown}
-    score = {"a": 0, "b": 0}
-    for doc, signal in said.items():
-        if team_of.get(doc) is not None:
-            score[team_of[doc]] += 1 if signal == "click" else int(signal)
-    return "a" if score["a"] > score["b"] else "b" if score["b"] > score["a"] else "tie"

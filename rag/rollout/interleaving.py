@@ -128,8 +128,8 @@ def credit(shown: Iterable[Shown | tuple], signals: Mapping[str, Signal]) -> Que
     rating, which says more than the click (a click then rated -1 credits nobody). A -1 debits nobody: people rate
     down the passages they read that were not the answer, so -1s follow which team's passages were read more than
     which ranking found the answer, and team draft credits what was chosen. On TAT-QA a reranker +0.053 MRR@10 on the
-    test split stood at 43 wins to 41 with -1s counted; its passages found the answer 29 times to production's 16,
-    and the -1s went 24 to 31 against it (bench/results/canary-credit.json, where other runs are less one-sided).
+    test split stood at 43 wins to 41 with -1s counted; on clicks and +1s it won 29 questions to production's 16,
+    on -1s alone it lost 24 to 31 (bench/results/canary-credit.json, where other runs are less one-sided).
     Signals on passages that were not shown, or that were shared picks (both teams would have shown them there), are
     ignored: they tell the two rankings apart no more than a coin would. `shown`: Shown records or (doc, team[,
     shared]) tuples."""
