@@ -211,14 +211,25 @@ def record_serving(instance, root) -> list[str]:
     """What serves now, recorded as materializations of model_rollout and of each release step (production_embedder,
     production_reranker, production_configuration): before the first retrain, the base embedder, no reranker and the
     server's own settings, which the UI would otherwise show as "Never materialized". Reported without a run (the
-    demo moved nothing). Returns one line per release step."""
+    demo moved nothing). MLflow shows the same from the first minute: the training experiments and, on each
+    registered model, a `rag.production` tag naming what serves ("v0 · minilm ..." before any promotion); an MLflow
+    server that cannot be reached is reported, not fatal. Returns one line per release step, then one for MLflow."""
     from assets.rollout import serving_events
     from rag.registry import ModelRegistry
 
-    events = serving_events(ModelRegistry(root / "models"), "recorded by rag demo")
+    registry = ModelRegistry(root / "models")
+    try:
+        tags = registry.record_serving()
+        mlflow = f"MLflow ({registry.tracking_uri}) tags what serves: " + "; ".join(
+            f"{kind} {tag.split(' (')[0]}" for kind, tag in tags.items()
+        )
+    except Exception as exc:  # noqa: BLE001 - the demo's work is done; MLflow's view of it can be recorded later
+        mlflow = f"MLflow not updated ({type(exc).__name__}: {exc}); `make demo` again records it"
+    events = serving_events(registry, "recorded by rag demo")
     for event in events:
         instance.report_runless_asset_event(event)
-    return [event.description for event in events if event.asset_key.to_user_string().startswith("production_")]
+    lines = [event.description for event in events if event.asset_key.to_user_string().startswith("production_")]
+    return [*lines, mlflow]
 
 
 def sensor_starts(instance, source, models: list[str]) -> dict[str, str]:

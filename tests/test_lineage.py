@@ -12,7 +12,8 @@ from dagster import AssetKey, DagsterInstance
 
 from orchestration.definitions import defs
 from orchestration.training import TRAINING_ASSETS
-from rag.registry import ModelRegistry
+from rag.registry import BASE_V0, PRODUCTION_TAG, ModelRegistry
+from rag.registry.backend import EXPERIMENT, MODEL_NAME
 from tests.test_rollout_serving import fake_model
 
 LEARNERS = ("finetuned_embedder", "trained_reranker", "trained_configuration")
@@ -86,13 +87,23 @@ def test_the_demo_records_the_base_models_serving_before_any_retrain(instance, t
     assert configuration["production"] == "the server's own settings (implicit v0)"
     loop = latest(instance, "model_rollout")
     assert loop["embedder_production"] == "minilm (base, implicit v0)" and loop["canary"] == "none running"
-    assert lines == [
+    assert lines[:3] == [
         "minilm (base, implicit v0) serves (recorded by rag demo)",
         "no reranker (implicit v0) serves (recorded by rag demo)",
         "the server's own settings (implicit v0) serves (recorded by rag demo)",
     ]
-    # Recording what serves creates no MLflow store: the registry stays as the demo found it.
-    assert not (tmp_path / "models" / "mlflow.db").exists()
+    assert "embedder v0 · minilm" in lines[3], lines[3]
+    # MLflow from the first minute: the training experiments, and each registered model tagged with what serves,
+    # the built-in base as v0 (MLflow's own versions start at 1, so no alias can name it), no version made up.
+    client = ModelRegistry(tmp_path / "models").mlflow_client()
+    for kind, model in MODEL_NAME.items():
+        assert client.get_experiment_by_name(EXPERIMENT[kind]) is not None
+        tags = client.get_registered_model(model).tags
+        assert tags[PRODUCTION_TAG] == BASE_V0[kind]
+        assert tags[PRODUCTION_TAG].startswith("v0 · ")
+        assert list(client.search_model_versions(f"name='{model}'")) == []
+    # Idempotent: a second demo records the same.
+    assert record_serving(instance, tmp_path) == lines
 
 
 def test_the_demo_records_a_promoted_model_on_a_data_dir_that_has_one(instance, tmp_path):
@@ -108,3 +119,23 @@ def test_the_demo_records_a_promoted_model_on_a_data_dir_that_has_one(instance, 
     assert (embedder["production"], embedder["production_version"]) == (e1.name, "v1")
     assert latest(instance, "production_reranker")["production"] == "no reranker (implicit v0)"
     assert latest(instance, "model_rollout")["embedder_production"] == e1.name
+    tags = registry.mlflow_client().get_registered_model(MODEL_NAME["embedder"]).tags
+    assert tags[PRODUCTION_TAG] == f"v1 · {e1.name}"
+
+
+def test_the_production_tag_follows_promotion_and_rollback(tmp_path):
+    registry = ModelRegistry(tmp_path / "models")
+    e1 = registry.register("embedder", fake_model(tmp_path / "e1"), {"base_model": "minilm"})
+    e2 = registry.register("embedder", fake_model(tmp_path / "e2"), {"base_model": "minilm"})
+
+    def tag() -> str:
+        return registry.mlflow_client().get_registered_model(MODEL_NAME["embedder"]).tags.get(PRODUCTION_TAG)
+
+    registry.set_alias("embedder", "candidate", e2.version)
+    assert tag() is None  # a candidate serves nobody: only production moves the tag
+    registry.set_alias("embedder", "production", e1.version)
+    assert tag() == f"v1 · {e1.name}"
+    registry.set_alias("embedder", "production", e2.version)
+    assert tag() == f"v2 · {e2.name}"
+    registry.set_alias("embedder", "production", None)  # rolled back to the base
+    assert tag() == BASE_V0["embedder"]

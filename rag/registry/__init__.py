@@ -63,6 +63,15 @@ STATE_TAG = "rag.state"  # on each MLflow version: "registering" until its folde
 READY, REGISTERING = "ready", "registering"
 MANIFEST_SHA_TAG = "rag.manifest_sha256"  # shared store: which manifest.json artifact is current
 GATE_RUN_TAG = "rag.gate_run_id"  # a version registered without a training run: the run its gate verdict went to
+# On each registered model: what serves, as "vN · name", the base before any promotion included ("v0 · ..."). MLflow
+# numbers versions from 1 and an alias can only name one of them, so the built-in base that serves first (the implicit
+# v0, no weights of ours to register) is shown by this tag, kept in step with the production alias by set_alias.
+PRODUCTION_TAG = "rag.production"
+BASE_V0 = {
+    "embedder": "v0 · minilm (the built-in all-MiniLM-L6-v2; no MLflow version: MLflow numbers from 1)",
+    "reranker": "v0 · no reranker (the first stage's order)",
+    "configuration": "v0 · the server's own settings",
+}
 MARKER = ".changed"
 CHANGED = "registry/changed"  # the change signal's key in the state backend (the file backend's MARKER)
 WRITERS = "registry"  # the writers' lock in the state backend
@@ -366,7 +375,28 @@ class ModelRegistry:
                         f"{kind} {version} is not registered under {self.root} ({self.registry_uri}): register it first"
                     )
                 client.set_registered_model_alias(MODEL_NAME[kind], alias, found.version)
+            if alias == "production":
+                self._tag_production(client, kind, None if version is None else found)
             self._touch()
+
+    def record_serving(self) -> dict[str, str]:
+        """Make what serves visible in MLflow from the first minute: the store, each kind's training experiment and
+        each registered model's PRODUCTION_TAG (the base's "v0 · ..." before any promotion). Idempotent; returns the
+        tag per kind."""
+        with self._locked():
+            client = self.mlflow_client()
+            out = {}
+            for kind in KINDS:
+                self.experiment_id(kind)
+                production = self.resolve(kind, "production")
+                found = None if production is None else self._mlflow_version(client, kind, production.version)
+                out[kind] = self._tag_production(client, kind, found)
+            return out
+
+    def _tag_production(self, client, kind: str, found) -> str:
+        value = BASE_V0[kind] if found is None else f"v{found.version} · {found.tags.get('rag.name', '')}".strip()
+        client.set_registered_model_tag(MODEL_NAME[kind], PRODUCTION_TAG, value)
+        return value
 
     # --- versions ----------------------------------------------------------------------------------
     def _all_versions(self, client, kind: str) -> list:
@@ -685,6 +715,8 @@ __all__ = [
     "ALIASES",
     "KINDS",
     "IMPLICIT_PRODUCTION",
+    "BASE_V0",
+    "PRODUCTION_TAG",
     "is_registry_name",
     "library_versions",
     "registered_embedder",
