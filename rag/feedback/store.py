@@ -720,6 +720,29 @@ class FeedbackStore:
             )
         return df.iloc[::-1].reset_index(drop=True)
 
+    def corrections(self) -> pd.DataFrame:
+        """Every answer people wrote in (question, answer, sender, created_at), oldest first. `sender` is who asked:
+        the client's keyed identity (rag.serving.sessions), else its session, else the query itself, so that one
+        client correcting the same answer under many sessions still counts once where agreement is needed."""
+        sender = func.coalesce(
+            s.queries.c.client_key, s.queries.c.client_session, s.queries.c.session_id, s.queries.c.query_id
+        )
+        stmt = (
+            select(
+                s.queries.c.text.label("question"),
+                s.answers.c.text.label("answer"),
+                sender.label("sender"),
+                s.answers.c.created_at,
+            )
+            .select_from(s.answers.join(s.queries, s.answers.c.query_id == s.queries.c.query_id))
+            .where(s.answers.c.source != "system")
+            .order_by(s.answers.c.created_at)
+        )
+        with self.engine.connect() as conn:
+            return pd.DataFrame(
+                conn.execute(stmt).mappings().all(), columns=["question", "answer", "sender", "created_at"]
+            )
+
     def oldest_queries(self, limit: int) -> pd.DataFrame:
         stmt = select(s.queries.c.query_id, s.queries.c.text).order_by(s.queries.c.created_at).limit(limit)
         with self.engine.connect() as conn:

@@ -55,6 +55,7 @@ from rag.feedback import (
 from rag.feedback.models import MAX_EXPERT_CHARS
 from rag.retrieval import MAX_QUERY_CHARS, RetrievalError
 from rag.retrieval.chunks import ChunkLookup, lookup_of
+from rag.serving.corrected import CorrectedAnswers
 from rag.serving.sessions import COOKIE, Session, SessionKeys
 from rag.serving.settings import ServeSettings
 from rag.source import resolve_inside
@@ -525,6 +526,9 @@ def create_app(
     )
     metrics = Metrics()
     store_counts = CachedCounts(store.counts, settings.metrics_cache_seconds)
+    corrected = CorrectedAnswers(
+        store.corrections, settings.corrected_answers_min_clients, settings.corrections_cache_seconds
+    )
     ask_slots = asyncio.Semaphore(settings.ask_concurrency)
     bearer = HTTPBearer(auto_error=False)
     queue_file = QueueFile(lambda: root or data_dir())
@@ -612,6 +616,7 @@ def create_app(
                     canary.answer, answerer, body.question, sessions.arm_key(session.session_id)
                 )
                 result, arm, version = served.result, served.arm, served.model_version
+            result = await run_in_threadpool(corrected.apply, result)
         stored = await run_in_threadpool(
             store.record_query,
             result.question,

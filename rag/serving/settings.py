@@ -44,6 +44,16 @@ class ServeSettings(BaseModel):
         description="GET /metrics counts the store's tables at most this "
         "often (each count scans a table); 0 = on every call",
     )
+    # rag.serving.corrected: why agreement and the documents, not a client's word, decide what is served back.
+    corrected_answers_min_clients: int = Field(
+        2,
+        ge=0,
+        description="a question asked again is answered with a correction this many different clients wrote, "
+        "when a passage retrieved for it holds that answer; 0 = never; RAG_CORRECTED_ANSWERS_MIN_CLIENTS",
+    )
+    corrections_cache_seconds: float = Field(
+        30.0, ge=0, description="how often /ask re-reads the corrections people wrote; 0 = on every question"
+    )
 
     @model_validator(mode="after")
     def _tokens_differ(self) -> ServeSettings:
@@ -58,7 +68,7 @@ class ServeSettings(BaseModel):
     def from_env(cls, **overrides) -> ServeSettings:
         """RAG_API_TOKEN and RAG_EXPERT_TOKEN (random ones when unset: `rag serve` prints them), RAG_ANSWER_CONFIG
         (default: the active configuration when one was applied), RAG_SERVE_REFRESH_SECONDS, RAG_ASK_CONCURRENCY,
-        RAG_CLIENT_HEADER."""
+        RAG_CLIENT_HEADER, RAG_CORRECTED_ANSWERS_MIN_CLIENTS."""
         tokens = {}
         for field, name in (("api_token", "RAG_API_TOKEN"), ("expert_token", "RAG_EXPERT_TOKEN")):
             token = os.environ.get(name)
@@ -73,6 +83,8 @@ class ServeSettings(BaseModel):
             env["refresh_seconds"] = float(os.environ["RAG_SERVE_REFRESH_SECONDS"])
         if os.environ.get("RAG_ASK_CONCURRENCY"):
             env["ask_concurrency"] = int(os.environ["RAG_ASK_CONCURRENCY"])
+        if os.environ.get("RAG_CORRECTED_ANSWERS_MIN_CLIENTS"):
+            env["corrected_answers_min_clients"] = int(os.environ["RAG_CORRECTED_ANSWERS_MIN_CLIENTS"])
         if os.environ.get("RAG_CLIENT_HEADER"):
             env["client_header"] = os.environ["RAG_CLIENT_HEADER"]
         return cls(**{**env, **{k: v for k, v in overrides.items() if v is not None}})
