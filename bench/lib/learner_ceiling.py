@@ -1,0 +1,73 @@
+"""How far the reranker learner can go when its labels are perfect: the ceiling beside the loop's served figure.
+
+The loop's people label only what they were shown and clicked (position bias, noise, a share never rated). Here the
+same learner (rag.training.ltr.train_learned_ranker, RerankerTrainingConfig's defaults, the base embedder's first
+stage) is trained on complete labels instead: every chunk of the served chunk set that holds a question's answer
+(bench.lib.loop_data.relevance, the loop's own judge). Each arm is then served as a reranker canary arm is
+(production's untrained answerer with it in place) and scored on the test split, paired against the untrained
+default, as the loop scores its rounds. Arms:
+- `users-<n>`: the first n users-split questions (the loop's people's questions, in the order they ask them);
+- `test-in-sample`: the test split's own questions and labels, scored on themselves: an oracle no learner of this
+  kind reaches from other questions (what the issue calls "an oracle that trains on the test split's own labels").
+A share of each arm's questions picks the checkpoint (early stopping), as the pipeline's selection questions do.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from bench.lib.results import log
+
+SELECTION_SHARE = 0.15
+
+
+def labelled_data(questions, qrels: dict, chunks, seed: int):
+    """TrainingData of complete labels: (question, chunk text) for every relevant chunk; a seeded share of the
+    questions as the selection set."""
+    from rag.training.data import IRSet, TrainingData
+
+    text = dict(zip(chunks["chunk_id"], chunks["text"]))
+    labelled = [q for q in questions if qrels.get(q.qid)]
+    order = list(labelled)
+    random.Random(seed).shuffle(order)
+    selected = {q.qid for q in order[: max(1, int(len(order) * SELECTION_SHARE))]}
+    positives = [(q.text, text[c]) for q in labelled if q.qid not in selected for c in qrels[q.qid] if c in text]
+    chosen = [q for q in labelled if q.qid in selected]
+    selection = IRSet(
+        {q.qid: q.text for q in chosen},
+        text,
+        {q.qid: {c: 1 for c in qrels[q.qid] if c in text} for q in chosen},
+    )
+    return TrainingData(positives, selection=selection), {
+        "questions": len(questions),
+        "labelled": len(labelled),
+        "training_questions": len(labelled) - len(chosen),
+        "selection_questions": len(chosen),
+        "training_pairs": len(positives),
+    }
+
+
+def train_arm(name: str, data, chunks, embedder, known_vectors, work: Path, seed: int) -> tuple[Path, dict]:
+    from rag.training.config import RerankerTrainingConfig
+    from rag.training.ltr import train_learned_ranker
+
+    out = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=work))
+    t = time.perf_counter()
+    run = train_learned_ranker(
+        data,
+        RerankerTrainingConfig(seed=seed),
+        out,
+        chunks=chunks,
+        embedder=embedder,
+        known_vectors=known_vectors,
+        log=lambda line: log(f"    {line}"),
+    )
+    return out, {
+        "seconds": round(time.perf_counter() - t, 1),
+        "rounds": run.steps,
+        "candidates": run.examples,
+        "selection_metrics": {k: round(float(v), 4) for k, v in run.selection_metrics.items()},
+    }

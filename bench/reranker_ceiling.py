@@ -1,0 +1,150 @@
+"""How far can the loop's reranker learner go with perfect labels? The same learner the loop retrains (LambdaMART over
+the first stage, the pipeline's defaults) trained on complete labels of the loop's own judge instead of people's
+clicks, served as a reranker canary arm is and scored on the test split, paired against the untrained default: the
+measured ceiling beside the loop's served figure (bench/loop.py).
+
+Arms (bench.lib.learner_ceiling): `users-<n>`, the first n users-split questions people ask in the loop, every chunk
+holding the answer labelled; `test-in-sample`, the test split's own questions and labels scored on themselves (an
+oracle). The documents are indexed by the product (paragraph chunks, MiniLM), as bench/loop.py indexes them.
+
+    .venv/bin/python bench/reranker_ceiling.py --corpus tatqa                     # users 250 500 1000 all, and test
+    .venv/bin/python bench/reranker_ceiling.py --corpus tatqa --users 1000 --quick
+
+Writes bench/results/reranker-ceiling-<corpus>[-quick].json (arguments, commit, date, machine).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from bench.lib import cli
+from bench.lib.datasets import RESULTS
+from bench.lib.learner_ceiling import labelled_data, train_arm
+from bench.lib.loop import Judge, served_app
+from bench.lib.loop_data import CORPORA, SOURCES, load
+from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
+from bench.lib.results import log, write
+
+STRATEGY = "paragraph"  # what the server serves before a configuration is promoted
+
+
+def run(args, record: dict, save) -> None:
+    from fastapi.testclient import TestClient
+
+    from rag.embedding import load_embedder
+    from rag.feedback import FeedbackStore
+    from rag.index.qdrant import QdrantSettings, close_client
+    from rag.pipeline import index_folder
+    from rag.retrieval.service import open_index
+    from rag.serving.server import RerankerArm
+    from rag.store import CHUNKS_TABLE, TableStore
+    from rag.training.first_stage import vectors_by_text
+
+    out: dict = {"arms": []}
+    record["corpus"] = out
+    work = Path(tempfile.mkdtemp(prefix=f"ceiling-{args.corpus}-"))
+    root = work / "data"
+    os.environ["RAG_DATA_DIR"] = str(root)
+    corpus = load(args.corpus, work, args)
+    out |= corpus.summary()
+    t = time.perf_counter()
+    qdrant = QdrantSettings(path=str(root / "qdrant"))
+    index_folder(corpus.docs_dir, root, strategies=[STRATEGY], models=["minilm"], qdrant=qdrant)
+    tables = TableStore(root / "tables")
+    chunks = tables.read(CHUNKS_TABLE, STRATEGY)
+    index = open_index(STRATEGY, "minilm", root=root, qdrant=qdrant, need_bm25=False)
+    known = vectors_by_text(index)
+    close_client(qdrant)
+    out["index_seconds"] = round(time.perf_counter() - t, 1)
+    log(f"{args.corpus}: {len(chunks)} chunks indexed in {out['index_seconds']} s")
+    embedder = load_embedder("minilm")
+
+    judge = Judge(tables, corpus.test)
+    users_qrels = Judge(tables, corpus.users).qrels(STRATEGY)
+    store = FeedbackStore(root=root)
+    app = served_app(root, store)
+    with TestClient(app):
+        default = app.state.serving.current()
+        out["untrained_default"] = judge.score(default)
+        log(f"  untrained default: {out['untrained_default']['scores']}")
+        save()
+        arms = [(f"users-{n}", corpus.users[:n], users_qrels) for n in args.users if n < len(corpus.users)]
+        arms.append((f"users-{len(corpus.users)}", corpus.users, users_qrels))
+        arms.append(("test-in-sample", corpus.test, judge.qrels(STRATEGY)))
+        for name, questions, qrels in arms:
+            data, counts = labelled_data(questions, qrels, chunks, args.seed)
+            log(f"  {name}: {counts}")
+            model, trained = train_arm(name, data, chunks, embedder, known, work, args.seed)
+            arm = RerankerArm(app.state.serving.current, str(model), root)
+            scored = judge.score(arm.current())
+            paired = scored["paired_vs_untrained_default"]
+            out["arms"].append({"arm": name, **counts, **trained, **scored})
+            log(
+                f"  {name}: recall@5 {scored['scores']['recall@5']:.4f} "
+                f"({paired['recall@5']['delta']:+.4f}, p {paired['recall@5']['p_value']:.2g})"
+            )
+            save()
+    out["work_dir"] = str(work)
+    save()
+
+
+def markdown(record: dict) -> str:
+    corpus = record.get("corpus", {})
+    base = (corpus.get("untrained_default") or {}).get("scores") or {}
+    lines = [
+        "| arm | questions labelled (training / selection) | recall@5 | Δ recall@5 [95% CI], p | nDCG@10 "
+        "| Δ nDCG@10, p | first stage recall@20 |",
+        "|---|---|---|---|---|---|---|",
+        f"| untrained default | — | {base.get('recall@5', 0):.4f} | — | {base.get('ndcg@10', 0):.4f} | — | "
+        f"{base.get('recall@20', 0):.4f} |",
+    ]
+    for arm in corpus.get("arms", []):
+        s, p = arm["scores"], arm["paired_vs_untrained_default"]
+        r, n = p["recall@5"], p["ndcg@10"]
+        lines.append(
+            f"| {arm['arm']} | {arm['training_questions']:,} / {arm['selection_questions']:,} | {s['recall@5']:.4f} | "
+            f"{r['delta']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}], p {r['p_value']:.2g} | "
+            f"{s['ndcg@10']:.4f} | {n['delta']:+.4f}, p {n['p_value']:.2g} | {s['recall@20']:.4f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = cli.parser(__doc__, summary_only=True)
+    p.add_argument("--corpus", choices=[c for c in CORPORA if c != "beir"], default="tatqa")
+    p.add_argument(
+        "--users", type=int, nargs="+", default=[250, 500, 1000], help="users-split question counts (all is added)"
+    )
+    p.add_argument("--users-questions", type=int, default=None, help="users-split questions (default: all)")
+    p.add_argument("--test-questions", type=int, default=None, help="test-split questions scored (default: all)")
+    p.add_argument("--documents", type=int, default=None, help="documents (judged ones kept; default: all)")
+    p.add_argument("--articles", type=int, default=None, help="SQuAD dev articles (default: all 48)")
+    p.add_argument("--users-share", type=float, default=0.5, help="conditionalqa/squad: share asked by people")
+    cli.add_seed(p, 11)
+    cli.add_quick(p, "a slice: 80 documents, 150 users' and 150 test questions")
+    cli.add_output(p, flags=("--out",), help="result JSON (default bench/results/reranker-ceiling-<corpus>.json)")
+    cli.add_markdown(p)
+    args = p.parse_args()
+    if rendered_or_skipped(args, markdown, Path(SOURCES[args.corpus] or "."), f"the {args.corpus} data"):
+        return 0
+    if args.quick:
+        args.documents, args.articles = args.documents or 80, args.articles or 6
+        args.users_questions, args.test_questions = args.users_questions or 150, args.test_questions or 150
+    name = f"reranker-ceiling-{args.corpus}{'-quick' if args.quick else ''}.json"
+    out = args.out or RESULTS / name
+    record = run_record(args)
+
+    def save() -> None:
+        write(stamp_end(record), out, indent=2, default=str)
+
+    run(args, record, save)
+    print(markdown(record))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
