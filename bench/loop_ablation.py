@@ -1,10 +1,13 @@
 """What does each learner add, on each corpus? One row per full run of `bench/loop.py` (its result files under
 bench/results/loop-*.json, quick runs left out): the corpus, which learners the feedback retrains trained, how the
 simulated people clicked, what served at the end and where it came from, the headline figure and *answer read*
-after the last round against the untrained default (paired, as the loop bench scored them), and the ceilings the
-run measured: the best configuration of the learner's grid on the test labels (`--ceiling`, an oracle) and the
-first stage's recall@20, the most any reranker of its top 20 can bring into the top 5. Reads result files only;
-writes its own JSON (arguments, commit, date, the source files with their commits); asserts nothing.
+after the last round against the untrained default (paired, as the loop bench scored them). Corrections: runs that
+differ only in the share of failed questions people correct (`--p-correction`) side by side. Ceilings, one row per
+corpus: the recall of the ten passages the untrained default serves, the best configuration of the learner's grid on
+the test labels (`--ceiling`, an oracle) and, from `bench/reranker_ceiling.py`'s result, the first stage's recall
+down to the depth a reranker re-orders and what the reranker learner serves when trained on complete labels (of
+people's questions, and of the test questions themselves). Reads result files only; writes its own JSON
+(arguments, commit, date, the source files with their commits); asserts nothing.
 
     .venv/bin/python bench/loop_ablation.py             # after one or more bench/loop.py runs
 """
@@ -67,15 +70,86 @@ def row_of(name: str, record: dict) -> dict | None:
         "round_0": {metric: first["scores"].get(metric), READ: first["scores"].get(READ)},
         "last_round": {metric: last["scores"].get(metric), READ: last["scores"].get(READ)},
         "paired": {metric: _paired(last, metric), READ: _paired(last, READ)},
+        "p_correction": args.get("p_correction"),
+        "corrections_sent": sum((r.get("people") or {}).get("corrections", 0) for r in rounds),
+        # what else set the run: two runs that differ only in p_correction measure what corrections add
+        "setting": json.dumps(
+            {k: v for k, v in sorted(args.items()) if k not in ("p_correction", "out", "markdown")}, default=str
+        ),
         "production": last.get("production"),
         "canary_running": last.get("canary_running"),
         "releases": _promotions(rounds),
         "ceiling": {
             "best_configuration": best and best["configuration"],
             "best_configuration_answer_read": best and best[READ],
-            "first_stage_recall@20": first["scores"].get("recall@20"),
+            # The loop judges the server's 10 passages, so its recall@20 is their recall@10.
+            "served_recall@10": first["scores"].get("recall@20"),
         },
     }
+
+
+def corrections(rows: list[dict]) -> list[dict]:
+    """Runs that differ only in p_correction, grouped: what people's corrections add to the same run."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["setting"], []).append(row)
+    out = []
+    for runs in groups.values():
+        if len({r["p_correction"] for r in runs}) < 2:
+            continue
+        for r in sorted(runs, key=lambda r: r["p_correction"] or 0):
+            keep = ("source", "corpus", "learners", "people_questions", "p_correction", "corrections_sent")
+            out.append({**{k: r[k] for k in keep}, "production": r["production"], "paired": r["paired"]})
+    return out
+
+
+def reranker_ceiling(results: Path, corpus: str) -> dict | None:
+    """bench/reranker_ceiling.py's figures for a corpus, when it ran."""
+    path = results / f"reranker-ceiling-{corpus}.json"
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    found = record.get("corpus") or {}
+    arms = {a["arm"]: a for a in found.get("arms", [])}
+    users = [a for name, a in arms.items() if name.startswith("users-")]
+    widest = max(users, key=lambda a: a["questions"]) if users else None
+    first = found.get("first_stage") or {}
+
+    def delta(arm: dict | None) -> dict | None:
+        paired = arm and (arm.get("paired_vs_untrained_default") or {}).get("recall@5")
+        return paired and {"questions": arm["questions"], **{k: paired.get(k) for k in ("delta", "p_value")}}
+
+    return {
+        "source": path.stem,
+        "source_commit": record.get("commit"),
+        "rerank_depth": first.get("depth"),
+        "first_stage_recall_at_depth": first.get(f"recall@{first.get('depth')}"),
+        "recall@5_complete_users_labels": delta(widest),
+        "recall@5_in_sample_oracle": delta(arms.get("test-in-sample")),
+    }
+
+
+def ceilings(rows: list[dict], results: Path) -> list[dict]:
+    """One row per corpus: the untrained default, the best configuration any run's --ceiling found, and
+    bench/reranker_ceiling.py's figures."""
+    out = []
+    for corpus in sorted({r["corpus"] for r in rows}):
+        runs = [r for r in rows if r["corpus"] == corpus]
+        first = runs[0]
+        found = [r["ceiling"] for r in runs if r["ceiling"].get("best_configuration")]
+        best = max(found, key=lambda c: c["best_configuration_answer_read"]) if found else {}
+        out.append(
+            {
+                "corpus": corpus,
+                "metric": first["metric"],
+                "round_0": first["round_0"],
+                "served_recall@10": first["ceiling"].get("served_recall@10"),
+                "best_configuration": best.get("best_configuration"),
+                "best_configuration_answer_read": best.get("best_configuration_answer_read"),
+                "reranker": reranker_ceiling(results, corpus),
+            }
+        )
+    return out
 
 
 def collect(results: Path) -> list[dict]:
@@ -114,6 +188,8 @@ def main() -> int:
     args = p.parse_args()
     record = run_record(args)
     record["runs"] = collect(args.results)
+    record["corrections"] = corrections(record["runs"])
+    record["ceilings"] = ceilings(record["runs"], args.results)
     out = args.out or RESULTS / "loop-ablation.json"
     write(stamp_end(record), out, indent=2, default=str)
     print(markdown(record))

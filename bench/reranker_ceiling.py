@@ -8,6 +8,7 @@ holding the answer labelled; `test-in-sample`, the test split's own questions an
 oracle). The documents are indexed by the product (paragraph chunks, MiniLM), as bench/loop.py indexes them.
 
     .venv/bin/python bench/reranker_ceiling.py --corpus tatqa                     # users 250 500 1000 all, and test
+    .venv/bin/python bench/reranker_ceiling.py --corpus tatqa --generated         # and with generated questions
     .venv/bin/python bench/reranker_ceiling.py --corpus tatqa --users 1000 --quick
 
 Writes bench/results/reranker-ceiling-<corpus>[-quick].json (arguments, commit, date, machine).
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from bench.lib import cli
 from bench.lib.datasets import RESULTS
-from bench.lib.learner_ceiling import labelled_data, train_arm
+from bench.lib.learner_ceiling import generated_data, labelled_data, train_arm, with_generated
 from bench.lib.loop import Judge, scored, served_app, served_lists
 from bench.lib.loop_data import CORPORA, SOURCES, load
 from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
@@ -76,8 +77,17 @@ def run(args, record: dict, save) -> None:
         arms = [(f"users-{n}", corpus.users[:n], users_qrels) for n in args.users if n < len(corpus.users)]
         arms.append((f"users-{len(corpus.users)}", corpus.users, users_qrels))
         arms.append(("test-in-sample", corpus.test, judge.qrels(STRATEGY)))
+        if args.generated:
+            generated, out["generated"] = generated_data(tables, chunks, args.passages_per_document, args.seed)
+            log(f"  generated questions: {generated.summary}")
+            arms += [
+                (f"{name}+generated", questions, qrels) for name, questions, qrels in arms if name != "test-in-sample"
+            ]
         for name, questions, qrels in arms:
             data, counts = labelled_data(questions, qrels, chunks, args.seed)
+            if name.endswith("+generated"):
+                data = with_generated(data, generated)
+                counts |= {"generated_pairs": len(generated.positives), "selection_questions": len(data.selection)}
             log(f"  {name}: {counts}")
             model, trained = train_arm(name, data, chunks, embedder, known, work, args.seed)
             arm = RerankerArm(app.state.serving.current, str(model), root)
@@ -150,6 +160,10 @@ def main() -> int:
     p.add_argument("--documents", type=int, default=None, help="documents (judged ones kept; default: all)")
     p.add_argument("--articles", type=int, default=None, help="SQuAD dev articles (default: all 48)")
     p.add_argument("--users-share", type=float, default=0.5, help="conditionalqa/squad: share asked by people")
+    p.add_argument(
+        "--generated", action="store_true", help="also each users arm with the loop's generated questions mixed in"
+    )
+    p.add_argument("--passages-per-document", type=int, default=4, help="generated questions: as the loop's default")
     cli.add_seed(p, 11)
     cli.add_quick(p, "a slice: 80 documents, 150 users' and 150 test questions")
     cli.add_output(p, flags=("--out",), help="result JSON (default bench/results/reranker-ceiling-<corpus>.json)")

@@ -791,7 +791,7 @@ def loop_ablation(record: dict) -> dict[str, Table]:
         p = (row.get("paired") or {}).get(metric)
         return f"{signed(p['delta'])} ({pvalue(p.get('p_value'))})" if p else "—"
 
-    runs, ceilings = [], []
+    runs = []
     for row in record.get("runs", []):
         metric, people = (
             row["metric"],
@@ -813,20 +813,6 @@ def loop_ablation(record: dict) -> dict[str, Table]:
                 f"`{row['source']}` ({short_commit(row.get('source_commit'))})",
             ]
         )
-        ceiling = row.get("ceiling") or {}
-        ceilings.append(
-            [
-                row["corpus"],
-                " + ".join(row.get("learners") or []),
-                f"{num(row['round_0'].get(metric))} / {num(row['round_0'].get('answer_read'))}",
-                num(ceiling.get("first_stage_recall@20")),
-                (
-                    f"{ceiling['best_configuration']}: {num(ceiling['best_configuration_answer_read'])}"
-                    if ceiling.get("best_configuration")
-                    else "— (run without --ceiling)"
-                ),
-            ]
-        )
     return {
         "runs": (
             [
@@ -842,17 +828,122 @@ def loop_ablation(record: dict) -> dict[str, Table]:
             ],
             runs,
         ),
-        "ceilings": (
+        "corrections": (
             [
                 "corpus",
                 "learners",
-                "untrained default: headline / answer read",
-                "first stage recall@20 (a reranker's top-5 ceiling)",
-                "best configuration on the test labels: answer read",
+                "people's questions",
+                "share of failed questions corrected",
+                "corrections sent",
+                "served at the end",
+                "Δ recall@5 vs untrained default (p)",
+                "Δ answer read (p)",
+                "result file",
             ],
-            ceilings,
+            [
+                [
+                    row["corpus"],
+                    " + ".join(row.get("learners") or []),
+                    num(row.get("people_questions")),
+                    num(row.get("p_correction")),
+                    num(row.get("corrections_sent")),
+                    ", ".join(f"{kind} {v}" for kind, v in (row.get("production") or {}).items() if v)
+                    or "untrained default",
+                    paired(row, "recall@5"),
+                    paired(row, "answer_read"),
+                    f"`{row['source']}`",
+                ]
+                for row in record.get("corrections", [])
+            ],
+        ),
+        "ceilings": (
+            [
+                "corpus",
+                "untrained default: headline / answer read",
+                "recall of the 10 passages served",
+                "best configuration on the test labels: answer read",
+                "first stage recall down to the rerank depth",
+                "reranker on complete labels of people's questions: Δ recall@5 (p)",
+                "reranker trained on the test labels (oracle): Δ recall@5 (p)",
+            ],
+            [_ablation_ceiling(row) for row in record.get("ceilings", [])],
         ),
     }
+
+
+def reranker_ceiling(record: dict) -> dict[str, Table]:
+    """bench/reranker_ceiling.py: the loop's reranker learner on complete labels, scored on the test split."""
+    corpus = record.get("corpus") or {}
+    first, base = corpus.get("first_stage") or {}, (corpus.get("untrained_default") or {}).get("scores") or {}
+    depth = first.get("depth", 50)
+    rows = [
+        [
+            "untrained default (no reranker)",
+            "—",
+            num(base.get("recall@5")),
+            "—",
+            num(base.get("ndcg@10")),
+            "—",
+        ]
+    ]
+    for arm in corpus.get("arms", []):
+        scores, paired = arm["scores"], arm["paired_vs_untrained_default"]
+        r, n = paired["recall@5"], paired["ndcg@10"]
+        rows.append(
+            [
+                "the test questions' own labels (an oracle)"
+                if arm["arm"] == "test-in-sample"
+                else f"the first {num(arm['questions'])} people's questions"
+                + (
+                    f", generated questions mixed in ({num(arm['generated_pairs'])} pairs)"
+                    if arm["arm"].endswith("+generated")
+                    else ""
+                ),
+                f"{num(arm['training_questions'])} / {num(arm['selection_questions'])}",
+                num(scores["recall@5"]),
+                f"{signed(r['delta'])} [{signed(r['ci_low'])}, {signed(r['ci_high'])}] ({pvalue(r['p_value'])})",
+                num(scores["ndcg@10"]),
+                f"{signed(n['delta'])} ({pvalue(n['p_value'])})",
+            ]
+        )
+    return {
+        "first_stage": (
+            ["first stage of the untrained default", "recall@5", "recall@10", "recall@20", f"recall@{depth}"],
+            [["hybrid-cc, paragraph chunks, MiniLM"] + [num(first.get(f"recall@{k}")) for k in (5, 10, 20, depth)]],
+        ),
+        "arms": (
+            [
+                "reranker trained on complete labels of",
+                "questions: training / selection",
+                "recall@5",
+                "Δ recall@5 [95% CI] (p)",
+                "nDCG@10",
+                "Δ nDCG@10 (p)",
+            ],
+            rows,
+        ),
+    }
+
+
+def _ablation_ceiling(row: dict) -> list[str]:
+    metric, rr = row["metric"], row.get("reranker") or {}
+
+    def arm(key: str) -> str:
+        got = rr.get(key)
+        return f"{signed(got['delta'])} ({pvalue(got['p_value'])}), {num(got['questions'])} questions" if got else "—"
+
+    return [
+        row["corpus"],
+        f"{LOOP_METRIC_LABEL.get(metric, metric)} {num(row['round_0'].get(metric))} / "
+        f"{num(row['round_0'].get('answer_read'))}",
+        num(row.get("served_recall@10")),
+        f"{row['best_configuration']}: {num(row['best_configuration_answer_read'])}"
+        if row.get("best_configuration")
+        else "— (no run with --ceiling)",
+        f"{num(rr['first_stage_recall_at_depth'])} (top {rr['rerank_depth']})" if rr else "— (not run)",
+        arm("recall@5_complete_users_labels"),
+        arm("recall@5_in_sample_oracle"),
+    ]
 
 
 def gate_calibration(record: dict) -> dict[str, Table]:
@@ -1464,6 +1555,12 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
         "Would any reranker the loop trained have served people better? Each scored on the run's test split, "
         "whatever its gate and canary said (`bench/loop_candidates.py`)",
         loop_candidates,
+    ),
+    (
+        "reranker-ceiling*",
+        "How far can the loop's reranker learner go with perfect labels? Trained on every chunk that holds the answer "
+        "instead of people's clicks, served as a canary arm, scored on the test split (`bench/reranker_ceiling.py`)",
+        reranker_ceiling,
     ),
     (
         "loop-ablation",

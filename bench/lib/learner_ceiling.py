@@ -10,6 +10,10 @@ default, as the loop scores its rounds. Arms:
 - `test-in-sample`: the test split's own questions and labels, scored on themselves: an oracle no learner of this
   kind reaches from other questions (what the issue calls "an oracle that trains on the test split's own labels").
 A share of each arm's questions picks the checkpoint (early stopping), as the pipeline's selection questions do.
+With generated questions (`users-<n>+generated`), the synthetic QA set the loop warm-starts from (rule-based, no
+LLM, as the synthetic_qa asset makes it) joins each arm as rag.training.data.training_data mixes it in the loop:
+its training questions as training pairs, its dev questions beside the people's in checkpoint selection. Whether
+generated questions help the learner once people's labels exist is what those arms measure.
 """
 
 from __future__ import annotations
@@ -48,6 +52,34 @@ def labelled_data(questions, qrels: dict, chunks, seed: int):
         "selection_questions": len(chosen),
         "training_pairs": len(positives),
     }
+
+
+def generated_data(tables, chunks, passages_per_document: int, seed: int):
+    """The synthetic QA set of the loop's warm start as TrainingData (training pairs, selection questions), and its
+    summary."""
+    from rag.ingest import document_from_row
+    from rag.store import DOCUMENTS_TABLE
+    from rag.synthetic import SynthSettings, generate_qa
+    from rag.training.data import training_data
+
+    docs = [document_from_row(row) for _, row in tables.read(DOCUMENTS_TABLE).iterrows()]
+    settings = SynthSettings(passages_per_document=passages_per_document, questions_per_passage=1, seed=seed)
+    qa = generate_qa(docs, None, settings)
+    return training_data(qa.items, chunks), qa.summary
+
+
+def with_generated(people, generated):
+    """People's complete labels with the generated questions mixed in, as the loop's training data mixes them."""
+    from rag.training.data import IRSet, TrainingData
+
+    a, b = people.selection, generated.selection
+    selection = IRSet(
+        {**(b.queries if b else {}), **a.queries},
+        {**(b.corpus if b else {}), **a.corpus},
+        {**(b.qrels if b else {}), **a.qrels},
+        types={**(b.types if b else {}), **dict.fromkeys(a.queries, "feedback")},
+    )
+    return TrainingData(people.positives + generated.positives, selection=selection, copied=generated.copied)
 
 
 def train_arm(name: str, data, chunks, embedder, known_vectors, work: Path, seed: int) -> tuple[Path, dict]:
