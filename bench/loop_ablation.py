@@ -111,12 +111,14 @@ def reranker_ceiling(results: Path, corpus: str) -> dict | None:
     record = json.loads(path.read_text())
     found = record.get("corpus") or {}
     arms = {a["arm"]: a for a in found.get("arms", [])}
-    users = [a for name, a in arms.items() if name.startswith("users-")]
+    users = [a for name, a in arms.items() if name.startswith("users-") and not name.endswith("+generated")]
     widest = max(users, key=lambda a: a["questions"]) if users else None
     first = found.get("first_stage") or {}
 
+    metric = found.get("headline", "recall@5")
+
     def delta(arm: dict | None) -> dict | None:
-        paired = arm and (arm.get("paired_vs_untrained_default") or {}).get("recall@5")
+        paired = arm and (arm.get("paired_vs_untrained_default") or {}).get(metric)
         return paired and {"questions": arm["questions"], **{k: paired.get(k) for k in ("delta", "p_value")}}
 
     return {
@@ -124,8 +126,9 @@ def reranker_ceiling(results: Path, corpus: str) -> dict | None:
         "source_commit": record.get("commit"),
         "rerank_depth": first.get("depth"),
         "first_stage_recall_at_depth": first.get(f"recall@{first.get('depth')}"),
-        "recall@5_complete_users_labels": delta(widest),
-        "recall@5_in_sample_oracle": delta(arms.get("test-in-sample")),
+        "metric": metric,
+        "complete_users_labels": delta(widest),
+        "in_sample_oracle": delta(arms.get("test-in-sample")),
     }
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from bench.lib import cli
 from bench.lib.datasets import RESULTS
 from bench.lib.learner_ceiling import generated_data, labelled_data, train_arm, with_generated
-from bench.lib.loop import Judge, scored, served_app, served_lists
+from bench.lib.loop import HEADLINE, Judge, scored, served_app, served_lists
 from bench.lib.loop_data import CORPORA, SOURCES, load
 from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
 from bench.lib.results import log, write
@@ -51,6 +51,7 @@ def run(args, record: dict, save) -> None:
     os.environ["RAG_DATA_DIR"] = str(root)
     corpus = load(args.corpus, work, args)
     out |= corpus.summary()
+    out["headline"] = metric = HEADLINE.get(args.corpus, "recall@5")
     t = time.perf_counter()
     qdrant = QdrantSettings(path=str(root / "qdrant"))
     index_folder(corpus.docs_dir, root, strategies=[STRATEGY], models=["minilm"], qdrant=qdrant)
@@ -95,8 +96,8 @@ def run(args, record: dict, save) -> None:
             paired = scored["paired_vs_untrained_default"]
             out["arms"].append({"arm": name, **counts, **trained, **scored})
             log(
-                f"  {name}: recall@5 {scored['scores']['recall@5']:.4f} "
-                f"({paired['recall@5']['delta']:+.4f}, p {paired['recall@5']['p_value']:.2g})"
+                f"  {name}: {metric} {scored['scores'][metric]:.4f} "
+                f"({paired[metric]['delta']:+.4f}, p {paired[metric]['p_value']:.2g})"
             )
             save()
     out["work_dir"] = str(work)
@@ -123,8 +124,8 @@ def first_stage_recall(default, judge, questions, root: Path) -> dict:
 
 def markdown(record: dict) -> str:
     corpus = record.get("corpus", {})
+    metric = corpus.get("headline", "recall@5")
     base = (corpus.get("untrained_default") or {}).get("scores") or {}
-    # The served list holds the server's 10 passages, so the loop judge's recall@20 is their recall@10.
     first = corpus.get("first_stage") or {}
     depth = first.get("depth", 50)
     lines = [
@@ -132,19 +133,18 @@ def markdown(record: dict) -> str:
         f"{first.get('recall@5', 0):.4f}, recall@10 {first.get('recall@10', 0):.4f}, recall@20 "
         f"{first.get('recall@20', 0):.4f}, recall@{depth} {first.get(f'recall@{depth}', 0):.4f}.",
         "",
-        "| arm | questions labelled (training / selection) | recall@5 | Δ recall@5 [95% CI], p | nDCG@10 "
-        "| Δ nDCG@10, p | recall@10 |",
-        "|---|---|---|---|---|---|---|",
-        f"| untrained default | — | {base.get('recall@5', 0):.4f} | — | {base.get('ndcg@10', 0):.4f} | — | "
-        f"{base.get('recall@20', 0):.4f} |",
+        f"| arm | questions labelled (training / selection) | {metric} | Δ {metric} [95% CI], p | answer read "
+        "| Δ answer read, p |",
+        "|---|---|---|---|---|---|",
+        f"| untrained default | — | {base.get(metric, 0):.4f} | — | {base.get('answer_read', 0):.4f} | — |",
     ]
     for arm in corpus.get("arms", []):
         s, p = arm["scores"], arm["paired_vs_untrained_default"]
-        r, n = p["recall@5"], p["ndcg@10"]
+        r, a = p[metric], p["answer_read"]
         lines.append(
-            f"| {arm['arm']} | {arm['training_questions']:,} / {arm['selection_questions']:,} | {s['recall@5']:.4f} | "
+            f"| {arm['arm']} | {arm['training_questions']:,} / {arm['selection_questions']:,} | {s[metric]:.4f} | "
             f"{r['delta']:+.4f} [{r['ci_low']:+.4f}, {r['ci_high']:+.4f}], p {r['p_value']:.2g} | "
-            f"{s['ndcg@10']:.4f} | {n['delta']:+.4f}, p {n['p_value']:.2g} | {s['recall@20']:.4f} |"
+            f"{s['answer_read']:.4f} | {a['delta']:+.4f}, p {a['p_value']:.2g} |"
         )
     return "\n".join(lines)
 
