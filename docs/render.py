@@ -845,7 +845,7 @@ def loop_ablation(record: dict) -> dict[str, Table]:
                     row["corpus"],
                     " + ".join(row.get("learners") or []),
                     num(row.get("people_questions")),
-                    num(row.get("p_correction")),
+                    f"{row['p_correction']:.0%}" if row.get("p_correction") is not None else "—",
                     num(row.get("corrections_sent")),
                     ", ".join(f"{kind} {v}" for kind, v in (row.get("production") or {}).items() if v)
                     or "untrained default",
