@@ -87,6 +87,23 @@ def test_two_clients_agreeing_change_the_answer_one_client_does_not(store):
         assert CORRECTION in set(answers[answers["source"] == "system"]["text"])
 
 
+def test_corrections_sent_on_other_peoples_questions_count_for_nobody(store):
+    """One client with the API token posts corrections on queries two other people asked: were the asker's identity
+    what counts, that one client would make an agreement. Only a correction sent under the session that asked the
+    question counts."""
+    with serve(store) as alice, serve(store) as bob, serve(store) as mallory, serve(store) as carol:
+        for key, (person, user) in enumerate(((alice, "alice"), (bob, "bob"))):
+            asked = ask(person, user)
+            body = {"query_id": asked["query_id"], "idempotency_key": f"m{key}", "correction": CORRECTION}
+            response = mallory.post("/feedback", json=body, headers={**AUTH, "X-User": "mallory"})
+            assert response.status_code == 201, response.text  # stored for training, as any rating is
+        assert len(store.corrections()) == 0
+        assert ask(carol, "carol")["answer"] == TEXTS["cats"]
+        correct(alice, "alice", CORRECTION, "a1")
+        correct(bob, "bob", CORRECTION, "b1")
+        assert ask(carol, "carol")["answer"] == CORRECTION
+
+
 def test_serving_corrections_can_be_turned_off(store):
     with serve(store, corrected_answers_min_clients=0) as client:
         correct(client, "alice", CORRECTION, "a1")

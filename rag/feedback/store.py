@@ -721,12 +721,12 @@ class FeedbackStore:
         return df.iloc[::-1].reset_index(drop=True)
 
     def corrections(self) -> pd.DataFrame:
-        """Every answer people wrote in (question, answer, sender, created_at), oldest first. `sender` is who asked:
-        the client's keyed identity (rag.serving.sessions), else its session, else the query itself, so that one
-        client correcting the same answer under many sessions still counts once where agreement is needed."""
-        sender = func.coalesce(
-            s.queries.c.client_key, s.queries.c.client_session, s.queries.c.session_id, s.queries.c.query_id
-        )
+        """The answers people wrote in to their own questions (question, answer, sender, created_at), oldest first:
+        only a correction sent under the server-issued session that asked the question (as a canary credits
+        signals), so that nobody can lend a correction the identity of whoever asked. `sender` is that client's
+        keyed identity (rag.serving.sessions), else its session, so that one client correcting the same answer
+        under many sessions counts once where agreement is needed."""
+        sender = func.coalesce(s.queries.c.client_key, s.queries.c.client_session)
         stmt = (
             select(
                 s.queries.c.text.label("question"),
@@ -734,8 +734,15 @@ class FeedbackStore:
                 sender.label("sender"),
                 s.answers.c.created_at,
             )
-            .select_from(s.answers.join(s.queries, s.answers.c.query_id == s.queries.c.query_id))
-            .where(s.answers.c.source != "system")
+            .select_from(
+                s.answers.join(s.queries, s.answers.c.query_id == s.queries.c.query_id)
+                .join(
+                    s.feedback,
+                    (s.feedback.c.answer_id == s.answers.c.answer_id) & (s.feedback.c.target == "correction"),
+                )
+                .join(s.submissions, s.submissions.c.submission_id == s.feedback.c.submission_id)
+            )
+            .where(s.answers.c.source != "system", s.submissions.c.client_session == s.queries.c.client_session)
             .order_by(s.answers.c.created_at)
         )
         with self.engine.connect() as conn:
