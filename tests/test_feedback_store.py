@@ -121,6 +121,22 @@ def test_query_feedback_and_counts(store):
     assert store.table("queries").loc[0, "model_version"] == "minilm@abc"
 
 
+def test_corrections_lists_only_answers_sent_under_the_asking_session(store):
+    """What rag.serving.corrected reads, on each backend: a correction counts under the identity of the client that
+    asked, and only when sent under the session that asked."""
+    asked = [
+        store.record_query("why?", answer="x", chunks=chunks("a1"), client_session=f"s{i}", client_key=f"k{i}")
+        for i in range(3)
+    ]
+    for i, (q, session) in enumerate(zip(asked, ["s0", "s1", "intruder"], strict=True)):
+        sub = FeedbackSubmission(query_id=q.query_id, idempotency_key=f"c{i}", correction=f"because {i}")
+        store.submit_feedback(sub, client_session=session)
+    store.submit_feedback(FeedbackSubmission(query_id=asked[0].query_id, idempotency_key="r", answer_score=1))
+    found = store.corrections()
+    assert list(found["answer"]) == ["because 0", "because 1"] and list(found["sender"]) == ["k0", "k1"]
+    assert set(found["question"]) == {"why?"}
+
+
 def test_duplicate_submission_is_stored_once(store):
     q = store.record_query("q", answer="a", chunks=chunks("a1"))
     sub = FeedbackSubmission(query_id=q.query_id, idempotency_key="same", answer_score=-1)
