@@ -10,6 +10,10 @@ oracle). The documents are indexed by the product (paragraph chunks, MiniLM), as
     .venv/bin/python bench/reranker_ceiling.py --corpus tatqa                     # users 250 500 1000 all, and test
     .venv/bin/python bench/reranker_ceiling.py --corpus tatqa --generated         # and with generated questions
     .venv/bin/python bench/reranker_ceiling.py --corpus tatqa --users 1000 --quick
+    .venv/bin/python bench/reranker_ceiling.py --corpus tatqa --users 1000 --without document_features  # ablation
+
+`--without FIELD` adds, beside each users arm, the same arm trained with that learner setting
+(rag.training.config.RerankerTrainingConfig) switched off: what a feature group adds with perfect labels.
 
 Writes bench/results/reranker-ceiling-<corpus>[-quick].json (arguments, commit, date, machine).
 """
@@ -42,6 +46,7 @@ def run(args, record: dict, save) -> None:
     from rag.retrieval.service import open_index
     from rag.serving.server import RerankerArm
     from rag.store import CHUNKS_TABLE, TableStore
+    from rag.training.config import RerankerTrainingConfig
     from rag.training.first_stage import vectors_by_text
 
     out: dict = {"arms": []}
@@ -84,17 +89,25 @@ def run(args, record: dict, save) -> None:
             arms += [
                 (f"{name}+generated", questions, qrels) for name, questions, qrels in arms if name != "test-in-sample"
             ]
-        for name, questions, qrels in arms:
+        arms = [(name, questions, qrels, {}) for name, questions, qrels in arms]
+        arms += [
+            (f"{name} without {field}", questions, qrels, {field: False})
+            for field in args.without
+            for name, questions, qrels, _ in list(arms)
+            if name.startswith("users-") and not name.endswith("+generated")
+        ]
+        out["learner"] = RerankerTrainingConfig(seed=args.seed).model_dump(mode="json")
+        for name, questions, qrels, options in arms:
             data, counts = labelled_data(questions, qrels, chunks, args.seed)
             if name.endswith("+generated"):
                 data = with_generated(data, generated)
                 counts |= {"generated_pairs": len(generated.positives), "selection_questions": len(data.selection)}
             log(f"  {name}: {counts}")
-            model, trained = train_arm(name, data, chunks, embedder, known, work, args.seed)
+            model, trained = train_arm(name, data, chunks, embedder, known, work, args.seed, options)
             arm = RerankerArm(app.state.serving.current, str(model), root)
             scored = judge.score(arm.current())
             paired = scored["paired_vs_untrained_default"]
-            out["arms"].append({"arm": name, **counts, **trained, **scored})
+            out["arms"].append({"arm": name, "learner_options": options, **counts, **trained, **scored})
             log(
                 f"  {name}: {metric} {scored['scores'][metric]:.4f} "
                 f"({paired[metric]['delta']:+.4f}, p {paired[metric]['p_value']:.2g})"
@@ -164,6 +177,13 @@ def main() -> int:
         "--generated", action="store_true", help="also each users arm with the loop's generated questions mixed in"
     )
     p.add_argument("--passages-per-document", type=int, default=4, help="generated questions: as the loop's default")
+    p.add_argument(
+        "--without",
+        nargs="+",
+        default=[],
+        choices=["document_features", "question_overlap_features"],
+        help="also each users arm with this learner setting switched off",
+    )
     cli.add_seed(p, 11)
     cli.add_quick(p, "a slice: 80 documents, 150 users' and 150 test questions")
     cli.add_output(p, flags=("--out",), help="result JSON (default bench/results/reranker-ceiling-<corpus>.json)")

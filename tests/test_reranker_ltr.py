@@ -203,12 +203,13 @@ def test_trained_ranker_beats_its_untrained_self_on_held_out_questions(phrase_ta
     assert np.allclose(warmed.score_hits(gate.queries[q], hits), reranker.score_hits(gate.queries[q], hits))
 
 
-def test_a_ranker_trained_without_question_overlap_features_never_reads_them(phrase_tables, monkeypatch):
-    """question_overlap_features=False: the training and selection rows LightGBM sees hold nothing in those columns
-    (so the booster cannot split on them, whatever serving computes there), and every other column is untouched."""
+def test_a_ranker_trained_without_a_feature_group_never_reads_it(phrase_tables, monkeypatch):
+    """question_overlap_features=False and document_features=False: the training and selection rows LightGBM sees
+    hold nothing in those columns (so the booster cannot split on them, whatever serving computes there), and every
+    other column is untouched."""
     import lightgbm as lgb
 
-    from rag.rerank.features import FEATURES, QUESTION_OVERLAP
+    from rag.rerank.features import DOCUMENT, FEATURES, QUESTION_OVERLAP
     from rag.rerank.ltr import BOOSTER_FILE
     from rag.training import RerankerTrainingConfig
     from rag.training.pipeline import train_candidate
@@ -223,21 +224,93 @@ def test_a_ranker_trained_without_question_overlap_features_never_reads_them(phr
         return fit(self, X, y, **kwargs)
 
     monkeypatch.setattr(lgb.LGBMRanker, "fit", recording_fit)
-    overlap = [FEATURES.index(f) for f in QUESTION_OVERLAP]
-    others = [i for i in range(len(FEATURES)) if i not in overlap]
     config = RerankerTrainingConfig(trees=60, min_child_samples=5, rerank_depth=10, early_stopping_rounds=20)
-    for setting in ({}, {"question_overlap_features": False}):
+    settings = [
+        ({}, []),
+        ({"question_overlap_features": False}, QUESTION_OVERLAP),
+        ({"document_features": False}, DOCUMENT),
+    ]
+    for setting, group in settings:
         mv, _, _ = train_candidate("reranker", tables, registry, config.model_copy(update=setting), log=lambda m: None)
         booster = lgb.Booster(model_file=str(Path(mv.path) / BOOSTER_FILE))
         used = dict(zip(booster.feature_name(), booster.feature_importance("split")))
         assert len(seen[-1]) == 2  # the training rows and the selection rows
-        if setting:
-            assert all(np.isnan(X[:, overlap]).all() for X in seen[-1])
-            assert all(used[f] == 0 for f in QUESTION_OVERLAP)
-        else:
-            assert all(not np.isnan(X[:, overlap]).all() for X in seen[-1])
-    plain, without = seen
-    assert all(np.array_equal(a[:, others], b[:, others], equal_nan=True) for a, b in zip(plain, without))
+        columns = [FEATURES.index(f) for f in group]
+        assert all(np.isnan(X[:, columns]).all() for X in seen[-1])
+        assert all(used[f] == 0 for f in group)
+    plain = seen[0]
+    for (_, group), rows in zip(settings[1:], seen[1:]):
+        left_out = [FEATURES.index(f) for f in group]
+        assert all(not np.isnan(X[:, left_out]).all() for X in plain)
+        others = [i for i in range(len(FEATURES)) if i not in left_out]
+        assert all(np.array_equal(a[:, others], b[:, others], equal_nan=True) for a, b in zip(plain, rows))
+
+
+def test_document_features_by_hand():
+    """Where each candidate's document stands in the list: two passages of one page (side by side in it) and one
+    of another; a record without a doc_id gets none of these."""
+    from rag.rerank.features import DOCUMENT
+
+    def hit(rank, doc, chunk, dense, prev=None, next_=None):
+        record = {
+            "chunk_id": chunk,
+            "doc_id": doc,
+            "text": "glacier ice",
+            "prev_chunk_id": prev,
+            "next_chunk_id": next_,
+        }
+        return Hit(rank, 0.0, record, {"dense_score": dense, "dense_rank": rank})
+
+    hits = [
+        hit(1, "b", "b1", 0.9),
+        hit(2, "a", "a1", 0.7, next_="a2"),
+        hit(3, "a", "a2", 0.8, prev="a1"),
+        Hit(4, 0.0, {"chunk_id": "x", "text": "glacier"}, {}),
+    ]
+    rows = feature_matrix("glacier ice", hits, CorpusStats.build(["glacier ice", "sand"]))
+    col = {n: i for i, n in enumerate(FEATURES)}
+    get = lambda i, name: rows[i, col[name]]  # noqa: E731
+    assert [get(i, "document_candidates") for i in range(3)] == [1, 2, 2]
+    assert [get(i, "document_rank") for i in range(3)] == [1, 2, 2]
+    assert get(2, "document_best_reciprocal_rank") == pytest.approx(1 / 2)  # its page's best passage is second
+    assert (
+        get(1, "sibling_best_reciprocal_rank") == pytest.approx(1 / 3) and get(0, "sibling_best_reciprocal_rank") == 0
+    )
+    assert get(2, "neighbour_best_reciprocal_rank") == pytest.approx(1 / 2)  # the chunk before it is second
+    assert get(0, "neighbour_best_reciprocal_rank") == 0
+    assert get(1, "document_dense_gap_to_best") == pytest.approx(0.1)  # page a's best dense 0.8 against 0.9
+    assert get(0, "document_bm25_share_of_best") == pytest.approx(1.0)
+    assert np.isnan(rows[3, [col[f] for f in DOCUMENT]]).all()
+
+
+def test_a_ranker_trained_before_features_were_added_still_serves_on_its_own_columns(tmp_path):
+    """A registry version is immutable: a ranker saved with an older, shorter feature list keeps serving, its booster
+    reading exactly the columns it learned from; one naming a feature this version lacks asks to be retrained."""
+    import json
+
+    import lightgbm as lgb
+
+    from rag.rerank.features import DOCUMENT
+    from rag.rerank.ltr import LTR_FILE, LearnedRanker, save_ltr
+
+    older = [f for f in FEATURES if f not in DOCUMENT]
+    rng = np.random.default_rng(0)
+    X, y = rng.random((200, len(older))), rng.integers(0, 2, 200)
+    booster = lgb.train(
+        {"objective": "lambdarank", "verbose": -1, "min_data_in_leaf": 5}, lgb.Dataset(X, y, group=[20] * 10), 5
+    )
+    save_ltr(tmp_path / "old", booster, CorpusStats.build(["glacier ice", "sand"]), FeedbackPriors(), {}, {})
+    meta = json.loads((tmp_path / "old" / LTR_FILE).read_text())
+    (tmp_path / "old" / LTR_FILE).write_text(json.dumps({**meta, "features": older}))
+    hits = [_hit(r, t, dense_score=s, dense_rank=r) for r, t, s in ((1, "glacier ice", 0.9), (2, "sand", 0.2))]
+    ranker = LearnedRanker(tmp_path / "old")
+    rows = feature_matrix("glacier", hits, ranker.stats)
+    expected = booster.predict(rows[:, [FEATURES.index(f) for f in older]])
+    assert np.allclose(ranker.raw_scores("glacier", hits), expected)
+    save_ltr(tmp_path / "future", booster, ranker.stats, FeedbackPriors(), {}, {})  # models load once per folder
+    (tmp_path / "future" / LTR_FILE).write_text(json.dumps({**meta, "features": [*older, "a_feature_of_the_future"]}))
+    with pytest.raises(ValueError, match="a_feature_of_the_future"):
+        LearnedRanker(tmp_path / "future")
 
 
 def test_first_stage_margin_starts_rank_one_at_zero_and_falls_with_log_rank():

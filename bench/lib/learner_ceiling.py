@@ -82,7 +82,10 @@ def with_generated(people, generated):
     return TrainingData(people.positives + generated.positives, selection=selection, copied=generated.copied)
 
 
-def train_arm(name: str, data, chunks, embedder, known_vectors, work: Path, seed: int) -> tuple[Path, dict]:
+def train_arm(
+    name: str, data, chunks, embedder, known_vectors, work: Path, seed: int, options: dict | None = None
+) -> tuple[Path, dict]:
+    """`options`: RerankerTrainingConfig fields that differ from its defaults (an ablation arm's)."""
     from rag.training.config import RerankerTrainingConfig
     from rag.training.ltr import train_learned_ranker
 
@@ -90,7 +93,7 @@ def train_arm(name: str, data, chunks, embedder, known_vectors, work: Path, seed
     t = time.perf_counter()
     run = train_learned_ranker(
         data,
-        RerankerTrainingConfig(seed=seed),
+        RerankerTrainingConfig(seed=seed, **(options or {})),
         out,
         chunks=chunks,
         embedder=embedder,

@@ -9,7 +9,11 @@ Three sources, all cheap on a CPU:
   plain and IDF-weighted query-term coverage, query bigrams found in the passage, the longest run of
   consecutive query terms, lengths, and where the chunk sits in its document;
 - users' ratings of the passage text (up / down counts and a smoothed prior), keyed by a hash of the text so a
-  rating sticks to what the user saw, not to a chunk id whose text may change.
+  rating sticks to what the user saw, not to a chunk id whose text may change;
+- where the candidate's document stands among the same question's candidates (DOCUMENT): how many of the list's
+  passages come from it, its best first-stage rank, dense score and BM25, the rank of the document itself, and
+  whether the chunks beside this one were found too. A passage of a page that holds the question's other words is
+  the answer more often than an equally good-looking passage of a page found once.
 """
 
 from __future__ import annotations
@@ -47,11 +51,22 @@ LEXICAL = [
     "page_start",
 ]
 FEEDBACK = ["feedback_up", "feedback_down", "feedback_prior"]
+# Measured with complete labels of 1,000 people's TAT-QA questions (bench/reranker_ceiling.py): the learner went from
+# +5.8 to +8.9 recall@5 over the first stage with these; on ConditionalQA and SciFact it gained too (docs/training.md).
+DOCUMENT = [
+    "document_candidates",
+    "document_best_reciprocal_rank",
+    "document_rank",
+    "document_dense_gap_to_best",
+    "document_bm25_share_of_best",
+    "sibling_best_reciprocal_rank",
+    "neighbour_best_reciprocal_rank",
+]
 # How much of the question's wording a passage holds. Generated questions are built from their passage's own words, so
 # these looked like what misleads a ranker on people's questions; left out (RerankerTrainingConfig.
 # question_overlap_features), rankers lost more on people's questions on both corpora (docs/training.md).
 QUESTION_OVERLAP = ["term_coverage", "idf_weighted_coverage", "bigram_coverage", "longest_term_run"]
-FEATURES = FIRST_STAGE + LEXICAL + FEEDBACK
+FEATURES = FIRST_STAGE + LEXICAL + FEEDBACK + DOCUMENT
 
 PriorLookup = Callable[[str, str], tuple[float, float]]  # (question, passage text hash) -> (up, down)
 
@@ -207,7 +222,43 @@ def feature_matrix(
         up, down = priors(query, text_key(texts[i])) if priors else (0.0, 0.0)
         row[col["feedback_up"]], row[col["feedback_down"]] = up, down
         row[col["feedback_prior"]] = (up + 1.0) / (up + down + 2.0)
+    _document_context(rows, hits, col)
     return rows
+
+
+def _document_context(rows: np.ndarray, hits: Sequence, col: dict[str, int]) -> None:
+    """Fill the DOCUMENT columns from the list itself: every candidate of the question is in `hits`, so these need
+    nothing but the chunk records' doc_id and neighbour ids (NaN where a record has no doc_id)."""
+    chunks = [getattr(h, "chunk", None) or {} for h in hits]
+    docs = [c.get("doc_id") for c in chunks]
+    reciprocal = rows[:, col["first_stage_reciprocal_rank"]]
+    dense = rows[:, col["dense_score"]]
+    bm25 = rows[:, col["bm25_corpus_stats"]]
+    by_doc: dict[str, list[int]] = {}
+    for i, doc in enumerate(docs):
+        if doc is not None:
+            by_doc.setdefault(str(doc), []).append(i)
+    best_rr = {doc: max(reciprocal[i] for i in members) for doc, members in by_doc.items()}
+    doc_rank = {doc: r + 1 for r, doc in enumerate(sorted(by_doc, key=lambda d: -best_rr[d]))}
+    best_dense = np.nanmax(dense) if not np.all(np.isnan(dense)) else np.nan
+    best_bm25 = np.nanmax(bm25) if not np.all(np.isnan(bm25)) else np.nan
+    position = {c.get("chunk_id"): i for i, c in enumerate(chunks) if c.get("chunk_id") is not None}
+    for i, doc in enumerate(docs):
+        if doc is None:
+            continue
+        members = by_doc[str(doc)]
+        row = rows[i]
+        row[col["document_candidates"]] = len(members)
+        row[col["document_best_reciprocal_rank"]] = best_rr[str(doc)]
+        row[col["document_rank"]] = doc_rank[str(doc)]
+        doc_dense = dense[members]
+        if not np.all(np.isnan(doc_dense)):
+            row[col["document_dense_gap_to_best"]] = best_dense - np.nanmax(doc_dense)
+        if best_bm25 and best_bm25 > 0:
+            row[col["document_bm25_share_of_best"]] = np.nanmax(bm25[members]) / best_bm25
+        row[col["sibling_best_reciprocal_rank"]] = max((reciprocal[j] for j in members if j != i), default=0.0)
+        beside = [position.get(chunks[i].get(key)) for key in ("prev_chunk_id", "next_chunk_id")]
+        row[col["neighbour_best_reciprocal_rank"]] = max((reciprocal[j] for j in beside if j is not None), default=0.0)
 
 
 @dataclass
@@ -251,6 +302,7 @@ class FeedbackPriors:
 
 
 __all__ = [
+    "DOCUMENT",
     "FEATURES",
     "QUESTION_OVERLAP",
     "CorpusStats",

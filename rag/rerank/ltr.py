@@ -43,9 +43,13 @@ def first_stage_margin(rows: np.ndarray, prior: float) -> np.ndarray:
     return -prior * np.log(ranks)
 
 
-def margins(booster, rows: np.ndarray, prior: float, num_iteration: int | None = None) -> np.ndarray:
-    """The ranker's raw margin: the trees' output plus the first-stage start they were trained on top of."""
-    trees = booster.predict(rows, num_iteration=num_iteration) if len(rows) else np.zeros(0)
+def margins(
+    booster, rows: np.ndarray, prior: float, num_iteration: int | None = None, columns: list[int] | None = None
+) -> np.ndarray:
+    """The ranker's raw margin: the trees' output plus the first-stage start they were trained on top of. `rows`
+    hold every column of FEATURES; `columns`, the ones the booster was trained on (None: all of them)."""
+    given = rows[:, columns] if columns is not None and len(rows) else rows
+    trees = booster.predict(given, num_iteration=num_iteration) if len(rows) else np.zeros(0)
     return np.asarray(trees, dtype=np.float64) + first_stage_margin(rows, prior)
 
 
@@ -69,11 +73,14 @@ class LearnedRanker:
             raise ValueError(f"no learning-to-rank model at {self.path}: train one (the trained_reranker asset) first")
         self.name = name or self.path.name
         meta, self._booster = _load(str(self.path.resolve()))
-        if meta["features"] != FEATURES:
+        unknown = [f for f in meta["features"] if f not in FEATURES]
+        if unknown:
             raise ValueError(
-                f"{self.path} was trained on features {meta['features']}, this version computes {FEATURES}: "
+                f"{self.path} was trained on features this version does not compute ({', '.join(unknown)}): "
                 "retrain the reranker"
             )
+        # A ranker trained before features were added keeps serving on the columns it learned from.
+        self._columns = None if meta["features"] == FEATURES else [FEATURES.index(f) for f in meta["features"]]
         self.stats = CorpusStats.from_json(meta["corpus_stats"])
         self.priors = FeedbackPriors.from_json(meta.get("feedback_priors"))
         self.calibration = meta.get("calibration") or {"slope": 1.0, "intercept": 0.0}
@@ -85,7 +92,7 @@ class LearnedRanker:
         if not len(hits):
             return np.zeros(0, dtype=np.float64)
         rows = feature_matrix(query, hits, self.stats, self.priors.serving, passage_terms=self._passage_terms)
-        return margins(self._booster, rows, self.first_stage_prior)
+        return margins(self._booster, rows, self.first_stage_prior, columns=self._columns)
 
     def warm(self, passages) -> int:
         """Learn the passages' terms ahead of the questions (PassageTerms.warm); the number added."""

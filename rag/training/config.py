@@ -163,6 +163,11 @@ class RerankerTrainingConfig(TrainingConfig):
         "longest run of question terms); false: they are left out of training, so the ranker never splits on them "
         "(an ablation: measured worse on people's questions, docs/training.md)",
     )
+    document_features: bool = Field(
+        True,
+        description="lambdamart: learn from where each candidate's document stands among the question's candidates "
+        "(rag.rerank.features.DOCUMENT); false leaves them out (the ablation of bench/reranker_ceiling.py)",
+    )
     # Trained on generated questions only, a ranker grown from nothing re-learns the first stage's order from a few
     # hundred of them and reorders what it never saw: every such ranker measured worse than its first stage on
     # people's questions. Boosting from the first stage's order keeps that order until the data overturns it. Off by

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from rag.rerank.features import (
+    DOCUMENT,
     FEATURES,
     QUESTION_OVERLAP,
     CorpusStats,
@@ -185,7 +186,8 @@ def train_learned_ranker(
             )
             train_hits = {q: h for q, h in train_hits.items() if q in uncopied}
     X, y, groups, kept = _labeled(train_hits, train_grades, train_queries, stats, priors.leave_one_out)
-    left_out = [] if config.question_overlap_features else QUESTION_OVERLAP
+    left_out = [] if config.question_overlap_features else list(QUESTION_OVERLAP)
+    left_out += [] if getattr(config, "document_features", True) else list(DOCUMENT)
     X = _without(X, left_out)
     if not groups:
         raise ValueError(
