@@ -71,6 +71,7 @@ def one_corpus(args, record: dict, save) -> None:
     from rag.index.qdrant import QdrantSettings, close_client
     from rag.pipeline import index_folder
     from rag.registry import ModelRegistry
+    from rag.rerank.features import FEATURES
     from rag.store import TableStore
     from rag.lifecycle.rollout import running_canary
     from rag.training.configuration import ReadBudget
@@ -88,6 +89,7 @@ def one_corpus(args, record: dict, save) -> None:
     corpus = load(args.corpus, work, args)
     out |= corpus.summary()
     out["headline"] = HEADLINE.get(args.corpus, "recall@5")  # the figure the renderers lead with
+    out["reranker_features"] = list(FEATURES)  # what this version's reranker learner reads (the ablation tells them)
     log(f"{args.corpus}: {out}")
 
     t = time.perf_counter()

@@ -15,6 +15,7 @@ people's questions, and of the test questions themselves). Reads result files on
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from bench.lib import cli
@@ -25,6 +26,30 @@ from bench.lib.results import write
 # Runs before bench/loop.py recorded its headline figure led with these.
 HEADLINE = {"tatqa": "recall@5", "scifact": "ndcg@10", "conditionalqa": "recall@5", "squad": "recall@5"}
 READ = "answer_read"
+# The commit that gave the reranker learner its document features (rag.rerank.features.DOCUMENT). Runs since record
+# the features they read (`reranker_features`); earlier runs of that commit or its descendants are told by git.
+DOCUMENT_FEATURES_COMMIT = "9dbf44f"
+
+
+def reranker_learner(record: dict) -> str:
+    """Which reranker learner a loop run trained: "document features" or "before document features" ("unknown" where
+    neither the result nor git can tell)."""
+    features = (record.get("corpus") or {}).get("reranker_features")
+    if features is not None:
+        return "document features" if "document_rank" in features else "before document features"
+    commit = record.get("commit")
+    if not commit:
+        return "unknown"
+    try:
+        found = subprocess.run(
+            ["git", "merge-base", "--is-ancestor", DOCUMENT_FEATURES_COMMIT, commit],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return {0: "document features", 1: "before document features"}.get(found.returncode, "unknown")
 
 
 def _paired(entry: dict, metric: str) -> dict | None:
@@ -61,6 +86,7 @@ def row_of(name: str, record: dict) -> dict | None:
         "source_date": record.get("date"),
         "corpus": corpus.get("corpus"),
         "learners": args.get("learners"),
+        "reranker_learner": reranker_learner(record),
         "behaviour": args.get("behaviour"),
         "canary_behaviour": args.get("canary_behaviour"),
         "people_questions": last.get("asked_total"),
@@ -74,7 +100,9 @@ def row_of(name: str, record: dict) -> dict | None:
         "corrections_sent": sum((r.get("people") or {}).get("corrections", 0) for r in rounds),
         # what else set the run: two runs that differ only in p_correction measure what corrections add
         "setting": json.dumps(
-            {k: v for k, v in sorted(args.items()) if k not in ("p_correction", "out", "markdown")}, default=str
+            {k: v for k, v in sorted(args.items()) if k not in ("p_correction", "out", "markdown")}
+            | {"reranker_learner": reranker_learner(record)},
+            default=str,
         ),
         "production": last.get("production"),
         "canary_running": last.get("canary_running"),
@@ -98,7 +126,15 @@ def corrections(rows: list[dict]) -> list[dict]:
         if len({r["p_correction"] for r in runs}) < 2:
             continue
         for r in sorted(runs, key=lambda r: r["p_correction"] or 0):
-            keep = ("source", "corpus", "learners", "people_questions", "p_correction", "corrections_sent")
+            keep = (
+                "source",
+                "corpus",
+                "learners",
+                "reranker_learner",
+                "people_questions",
+                "p_correction",
+                "corrections_sent",
+            )
             out.append({**{k: r[k] for k in keep}, "production": r["production"], "paired": r["paired"]})
     return out
 
@@ -111,7 +147,11 @@ def reranker_ceiling(results: Path, corpus: str) -> dict | None:
     record = json.loads(path.read_text())
     found = record.get("corpus") or {}
     arms = {a["arm"]: a for a in found.get("arms", [])}
-    users = [a for name, a in arms.items() if name.startswith("users-") and not name.endswith("+generated")]
+    users = [
+        a
+        for name, a in arms.items()
+        if name.startswith("users-") and not name.endswith("+generated") and not a.get("learner_options")
+    ]
     widest = max(users, key=lambda a: a["questions"]) if users else None
     first = found.get("first_stage") or {}
 

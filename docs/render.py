@@ -784,6 +784,16 @@ def loop(record: dict) -> dict[str, Table]:
     return views
 
 
+def _loop_learners(row: dict) -> str:
+    """The learners of a loop run, the reranker's marked with its features where the learner had document ones."""
+    return " + ".join(
+        "reranker (document features)"
+        if kind == "reranker" and row.get("reranker_learner") == "document features"
+        else kind
+        for kind in row.get("learners") or []
+    )
+
+
 def loop_ablation(record: dict) -> dict[str, Table]:
     """bench/loop_ablation.py: one row per full loop run, the last round against the untrained default."""
 
@@ -803,7 +813,7 @@ def loop_ablation(record: dict) -> dict[str, Table]:
         runs.append(
             [
                 row["corpus"],
-                " + ".join(row.get("learners") or []),
+                _loop_learners(row),
                 people,
                 num(row.get("people_questions")),
                 served or "untrained default" + (" (a canary running)" if row.get("canary_running") else ""),
@@ -843,7 +853,7 @@ def loop_ablation(record: dict) -> dict[str, Table]:
             [
                 [
                     row["corpus"],
-                    " + ".join(row.get("learners") or []),
+                    _loop_learners(row),
                     num(row.get("people_questions")),
                     f"{row['p_correction']:.0%}" if row.get("p_correction") is not None else "—",
                     num(row.get("corrections_sent")),
@@ -891,7 +901,8 @@ def reranker_ceiling(record: dict) -> dict[str, Table]:
                     f", generated questions mixed in ({num(arm['generated_pairs'])} pairs)"
                     if arm["arm"].endswith("+generated")
                     else ""
-                ),
+                )
+                + "".join(f", without {key.replace('_', ' ')}" for key in _switched_off(arm)),
                 f"{num(arm['training_questions'])} / {num(arm['selection_questions'])}",
                 num(scores[metric]),
                 f"{signed(r['delta'])} [{signed(r['ci_low'])}, {signed(r['ci_high'])}] ({pvalue(r['p_value'])})",
@@ -916,6 +927,11 @@ def reranker_ceiling(record: dict) -> dict[str, Table]:
             rows,
         ),
     }
+
+
+def _switched_off(arm: dict) -> list[str]:
+    """The learner settings an ablation arm of bench/reranker_ceiling.py switched off."""
+    return [key for key, on in (arm.get("learner_options") or {}).items() if not on]
 
 
 def _ablation_ceiling(row: dict) -> list[str]:
