@@ -10,10 +10,11 @@ oracle). The documents are indexed by the product (paragraph chunks, MiniLM), as
     .venv/bin/python bench/reranker_ceiling.py --corpus tatqa                     # users 250 500 1000 all, and test
     .venv/bin/python bench/reranker_ceiling.py --corpus tatqa --generated         # and with generated questions
     .venv/bin/python bench/reranker_ceiling.py --corpus tatqa --users 1000 --quick
-    .venv/bin/python bench/reranker_ceiling.py --corpus tatqa --users 1000 --without document_features  # ablation
+    .venv/bin/python bench/reranker_ceiling.py --corpus tatqa --users 1000 --ablate document_features=false
 
-`--without FIELD` adds, beside each users arm, the same arm trained with that learner setting
-(rag.training.config.RerankerTrainingConfig) switched off: what a feature group adds with perfect labels.
+`--ablate FIELD=VALUE ...` adds, beside each users arm, the same arm trained with that one learner setting
+(rag.training.config.RerankerTrainingConfig) changed, one arm per setting: what a feature group or a rule adds with
+perfect labels. `--without FIELD` is `--ablate FIELD=false`.
 
 Writes bench/results/reranker-ceiling-<corpus>[-quick].json (arguments, commit, date, machine).
 """
@@ -90,9 +91,10 @@ def run(args, record: dict, save) -> None:
                 (f"{name}+generated", questions, qrels) for name, questions, qrels in arms if name != "test-in-sample"
             ]
         arms = [(name, questions, qrels, {}) for name, questions, qrels in arms]
+        ablations = [{field: False} for field in args.without] + [ablation(item) for item in args.ablate]
         arms += [
-            (f"{name} without {field}", questions, qrels, {field: False})
-            for field in args.without
+            (f"{name} {arm_suffix(options)}", questions, qrels, options)
+            for options in ablations
             for name, questions, qrels, _ in list(arms)
             if name.startswith("users-") and not name.endswith("+generated")
         ]
@@ -115,6 +117,22 @@ def run(args, record: dict, save) -> None:
             save()
     out["work_dir"] = str(work)
     save()
+
+
+def ablation(item: str) -> dict:
+    """`FIELD=VALUE` as one RerankerTrainingConfig change, validated by the config itself."""
+    from rag.training.config import RerankerTrainingConfig
+
+    field, sep, value = item.partition("=")
+    if not sep or field not in RerankerTrainingConfig.model_fields:
+        raise SystemExit(f"--ablate {item!r}: give FIELD=VALUE with a RerankerTrainingConfig field")
+    parsed = RerankerTrainingConfig.model_validate({field: value})
+    return {field: getattr(parsed, field)}
+
+
+def arm_suffix(options: dict) -> str:
+    """How an ablation arm is named: `without FIELD` for a switch turned off, else `FIELD=VALUE`."""
+    return " ".join(f"without {k}" if v is False else f"{k}={v}" for k, v in options.items())
 
 
 def first_stage_recall(default, judge, questions, root: Path) -> dict:
@@ -183,6 +201,13 @@ def main() -> int:
         default=[],
         choices=["document_features", "question_overlap_features"],
         help="also each users arm with this learner setting switched off",
+    )
+    p.add_argument(
+        "--ablate",
+        nargs="+",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="also each users arm with this one learner setting changed (one arm per setting)",
     )
     cli.add_seed(p, 11)
     cli.add_quick(p, "a slice: 80 documents, 150 users' and 150 test questions")

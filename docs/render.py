@@ -902,7 +902,7 @@ def reranker_ceiling(record: dict) -> dict[str, Table]:
                     if arm["arm"].endswith("+generated")
                     else ""
                 )
-                + "".join(f", without {key.replace('_', ' ')}" for key in _switched_off(arm)),
+                + "".join(f", {change}" for change in _learner_changes(arm)),
                 f"{num(arm['training_questions'])} / {num(arm['selection_questions'])}",
                 num(scores[metric]),
                 f"{signed(r['delta'])} [{signed(r['ci_low'])}, {signed(r['ci_high'])}] ({pvalue(r['p_value'])})",
@@ -929,9 +929,12 @@ def reranker_ceiling(record: dict) -> dict[str, Table]:
     }
 
 
-def _switched_off(arm: dict) -> list[str]:
-    """The learner settings an ablation arm of bench/reranker_ceiling.py switched off."""
-    return [key for key, on in (arm.get("learner_options") or {}).items() if not on]
+def _learner_changes(arm: dict) -> list[str]:
+    """The learner settings an ablation arm of bench/reranker_ceiling.py changed, in words."""
+    return [
+        f"without {key.replace('_', ' ')}" if value is False else f"{key.replace('_', ' ')} {value}"
+        for key, value in (arm.get("learner_options") or {}).items()
+    ]
 
 
 def _ablation_ceiling(row: dict) -> list[str]:

@@ -91,3 +91,17 @@ def test_the_ablation_sets_runs_that_differ_only_in_corrections_side_by_side_and
     assert ceiling["reranker"]["first_stage_recall_at_depth"] == 0.7
     assert ceiling["reranker"]["complete_users_labels"] == {"questions": 1000, "delta": 0.06, "p_value": 0.001}
     assert ceiling["reranker"]["in_sample_oracle"]["questions"] == 300
+
+
+def test_an_ablation_arm_changes_one_validated_learner_setting():
+    import pytest
+
+    from bench.reranker_ceiling import ablation, arm_suffix
+
+    assert ablation("early_stopping_rounds=50") == {"early_stopping_rounds": 50}
+    assert ablation("document_features=false") == {"document_features": False}
+    assert arm_suffix({"document_features": False}) == "without document_features"
+    assert arm_suffix({"early_stopping_rounds": 50}) == "early_stopping_rounds=50"
+    for bad in ("no_such_field=1", "early_stopping_rounds", "early_stopping_rounds=0"):
+        with pytest.raises((SystemExit, ValueError)):
+            ablation(bad)
