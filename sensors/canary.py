@@ -40,10 +40,10 @@ from dagster import (
 
 from assets.rollout import FINGERPRINT, ROLLOUT_ASSET, rollout_metadata
 from orchestration.rollout import promote_canary_job, rollback_canary_job, start_canary_job
-from rag.registry import KINDS, ModelRegistry
+from rag.registry import ModelRegistry
 from rag.rollout import CanarySettings
 from rag.rollout.evidence import collect, evaluate, past_max_days, summary
-from rag.lifecycle.rollout import name_of, queued_candidate, running_canary, status
+from rag.lifecycle.rollout import name_of, queued_candidates, running_canary, status
 from rag.index.qdrant import QdrantLockedError
 from rag.lifecycle.journal import PendingTransaction, recover
 from resources.feedback import FeedbackLoop
@@ -118,12 +118,9 @@ def _request(context: SensorEvaluationContext, key: str, make, then: str) -> tup
 
 
 def _start_queued(context: SensorEvaluationContext, registry: ModelRegistry, rollout: Rollout) -> tuple[list, str]:
-    """Run requests of start_canary_job for the first queued candidate (embedder before reranker), and what the
-    tick says."""
-    for kind in KINDS:
-        mv = queued_candidate(registry, kind)
-        if mv is None:
-            continue
+    """Run requests of start_canary_job for the queued candidate with the largest gate estimate
+    (rag.lifecycle.rollout.queued_candidates), and what the tick says."""
+    for kind, mv in queued_candidates(registry):
 
         def make(run_key: str, tags: dict) -> RunRequest:
             return RunRequest(

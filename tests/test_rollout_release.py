@@ -613,3 +613,42 @@ def test_a_canary_no_user_decides_is_rolled_back_after_max_days_and_a_fresh_one_
     reason = request.run_config["ops"]["rollback_canary_op"]["config"]["reason"]
     assert request.job_name == "rollback_canary_job" and "no decision 15.0 days after its start (max_days 14)" in reason
     assert registry.aliases()["embedder"]["production"] == "v1"  # the request rolls back; nothing promoted
+
+
+def test_of_two_candidates_a_retrain_gated_the_larger_gate_estimate_takes_the_canary_slot(tmp_path, registry):
+    """One retrain gates several kinds and releases them one after another: the first released no longer takes the
+    one canary slot by its place in the job. A candidate whose gate estimate is smaller waits behind the other kind's
+    (without a canary running), the larger one starts, and canary_sensor, once nothing runs, starts the queued
+    candidate with the largest estimate first. Candidates without an estimate keep the old order."""
+    from rag.lifecycle.rollout import queued_candidates, release, stronger_waiting
+
+    def estimate(kind, mv, delta):
+        registry.update_metrics(
+            kind, mv.version, {"gate": {**registry.resolve(kind, mv.version).metrics["gate"], "delta_ndcg@10": delta}}
+        )
+
+    r1 = registry.register("reranker", fake_model(tmp_path / "r1"), {"base_model": "minilm"})
+    registry.set_alias("reranker", "candidate", r1.version)
+    not_worse_verdict(registry, "reranker", r1, production=None)
+    not_worse_verdict(registry, "embedder", registry.resolve("embedder", "v2"), production="v1")
+    v2 = registry.resolve("embedder", "v2")
+    assert stronger_waiting(registry, "embedder", v2) is None  # no estimates recorded: the old order
+    estimate("embedder", v2, 0.004)
+    estimate("reranker", r1, 0.008)
+    outcome = release("embedder", registry, registry.resolve("embedder", "v2"), policy="canary", log=quiet)
+    assert outcome["action"] == "waiting" and outcome["behind"] == f"reranker {r1.name}"
+    assert "gate estimate is larger (+0.0080 against +0.0040)" in outcome["summary"]
+    assert read_state(registry, "embedder") is None  # no canary started for the weaker one
+    started = release("reranker", registry, registry.resolve("reranker", r1.version), policy="canary", log=quiet)
+    assert started["action"] == "canary" and read_state(registry, "reranker").stage == "canary"
+    assert [k for k, _ in queued_candidates(registry)] == ["embedder"]  # waiting behind the reranker's canary now
+    # Once the reranker's canary ends, the queued embedder is what canary_sensor starts.
+    conclude("reranker", registry, "rollback", "test: the reranker's canary ends", candidate=r1.version, log=quiet)
+    assert [(k, mv.version) for k, mv in queued_candidates(registry)] == [("embedder", "v2")]
+    # Two queued candidates: the larger estimate first.
+    r2 = registry.register("reranker", fake_model(tmp_path / "r2"), {"base_model": "minilm"})
+    registry.set_alias("reranker", "candidate", r2.version)
+    not_worse_verdict(registry, "reranker", r2, production=None)
+    estimate("reranker", r2, 0.02)
+    registry.update_metrics("reranker", r2.version, {"canary_queued": {"at": "2025-01-01", "behind": "embedder x"}})
+    assert [k for k, _ in queued_candidates(registry)] == ["reranker", "embedder"]

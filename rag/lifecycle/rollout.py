@@ -63,7 +63,10 @@ __all__ = [
     "running_canary",
     "history",
     "name_of",
+    "gate_estimate",
     "queued_candidate",
+    "queued_candidates",
+    "stronger_waiting",
     "record_step",
     "roll_back_production",
     "chunk_sets",
@@ -384,6 +387,9 @@ def release(
         running = running_canary(registry)
         if running is not None and (running[0], running[1].candidate_version) != (kind, mv.version):
             return _queue(kind, registry, mv, running, log)
+        ahead = stronger_waiting(registry, kind, mv) if running is None else None
+        if ahead is not None:
+            return _queue(kind, registry, mv, None, log, ahead=ahead)
         state = start(kind, registry, mv.version, traffic_share, target=target, approved_by=approved_by, log=log)
         return {
             "action": "canary",
@@ -469,18 +475,76 @@ def _preempt(
     roll_back_rollout(other, registry, reason, target=target, approved_by=approved_by, log=log)
 
 
-def _queue(kind: str, registry: ModelRegistry, mv: ModelVersion, running: tuple[str, RolloutState], log: Log) -> dict:
+def gate_estimate(mv: ModelVersion) -> float | None:
+    """The gate's estimate of what a candidate gains over production: its delta on the gate's first metric, over all
+    the gate's questions (None when the verdict records none). Only to order candidates waiting for the one canary
+    slot: generated questions may weigh in this estimate, so it never promotes anything; the canary decides."""
+    gate = mv.metrics.get("gate") if isinstance(mv.metrics, dict) else None
+    if not isinstance(gate, dict):
+        return None
+    metrics = (gate.get("settings") or {}).get("metrics") or ["ndcg@10"]
+    value = gate.get(f"delta_{metrics[0]}")
+    return float(value) if isinstance(value, int | float) else None
+
+
+def stronger_waiting(registry: ModelRegistry, kind: str, mv: ModelVersion) -> tuple[str, ModelVersion] | None:
+    """A candidate of another kind that would start a canary too (its gate found it no worse than today's
+    production; it has had no canary) and whose gate estimate is larger than `mv`'s: it should take the one canary
+    slot first. One retrain_job gates every kind and releases them one after another, so without this the first
+    kind released took the slot whatever the others' candidates looked like: on TAT-QA and ConditionalQA a
+    configuration or an embedder barely different from production held it while a reranker the test questions found
+    5 to 7 points better waited (docs/training.md#the-loop-measured)."""
+    own = gate_estimate(mv)
+    if own is None:
+        return None
+    best: tuple[float, str, ModelVersion] | None = None
+    for other in KINDS:
+        if other == kind:
+            continue
+        candidate = registry.resolve(other, "candidate")
+        if candidate is None or "canary_start" in candidate.metrics:
+            continue
+        if candidate.version == (registry.aliases().get(other) or {}).get("production"):
+            continue
+        estimate = gate_estimate(candidate)
+        if estimate is None or estimate <= own or (best is not None and estimate <= best[0]):
+            continue
+        if promotion_refusal(other, registry, candidate, "not_worse") is None:
+            best = (estimate, other, candidate)
+    return (best[1], best[2]) if best else None
+
+
+def _queue(
+    kind: str,
+    registry: ModelRegistry,
+    mv: ModelVersion,
+    running: tuple[str, RolloutState] | None,
+    log: Log,
+    *,
+    ahead: tuple[str, ModelVersion] | None = None,
+) -> dict:
+    """Mark the candidate `canary_queued`: behind the running canary, or (`ahead`) behind another kind's candidate
+    whose gate estimate is larger and that starts its canary first; canary_sensor starts the queued candidate with
+    the largest estimate whenever no canary runs."""
     refusal = promotion_refusal(kind, registry, mv, "not_worse")
     if refusal is not None:  # the same refusal start() would give, before anything is recorded
         raise PromotionRefused(f"cannot queue a canary: {refused(kind, mv, refusal)}")
-    other, state = running
-    behind = f"{other} {name_of(registry, other, state.candidate_version)}"
+    if running is not None:
+        other, state = running
+        behind = f"{other} {name_of(registry, other, state.candidate_version)}"
+        why = f"the canary of {behind} is running (one canary at a time)"
+    else:
+        other, candidate = ahead
+        behind = f"{other} {candidate.name}"
+        why = (
+            f"{behind}'s gate estimate is larger ({gate_estimate(candidate):+.4f} against {gate_estimate(mv):+.4f}), "
+            "so its canary goes first (one canary at a time)"
+        )
     registry.update_metrics(
         kind, mv.version, {"canary_queued": {"at": _now().isoformat(timespec="seconds"), "behind": behind}}
     )
     summary = (
-        f"waiting: {mv.name} passed its gate, but the canary of {behind} is running (one canary at a time); "
-        f"canary_sensor starts {mv.name}'s canary when that one ends"
+        f"waiting: {mv.name} passed its gate, but {why}; canary_sensor starts {mv.name}'s canary when that one ends"
     )
     log(summary)
     return {
@@ -489,6 +553,13 @@ def _queue(kind: str, registry: ModelRegistry, mv: ModelVersion, running: tuple[
         "summary": summary,
         "behind": behind,
     }
+
+
+def queued_candidates(registry: ModelRegistry) -> list[tuple[str, ModelVersion]]:
+    """Every kind's queued candidate that may start now (queued_candidate), the largest gate estimate first (those
+    without one last, in KINDS order)."""
+    found = [(kind, mv) for kind in KINDS if (mv := queued_candidate(registry, kind)) is not None]
+    return sorted(found, key=lambda item: -(gate_estimate(item[1]) if gate_estimate(item[1]) is not None else -1e9))
 
 
 def queued_candidate(registry: ModelRegistry, kind: str) -> ModelVersion | None:
