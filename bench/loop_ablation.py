@@ -78,6 +78,7 @@ def row_of(name: str, record: dict) -> dict | None:
     if args.get("quick") or not rounds or not first:
         return None
     metric, last = corpus.get("headline") or HEADLINE.get(corpus.get("corpus"), "recall@5"), rounds[-1]
+    learner = reranker_learner(record)  # may ask git: once per run
     ceiling = (corpus.get("ceiling") or {}).get("configurations") or []
     best = max(ceiling, key=lambda r: r[READ]) if ceiling else None
     return {
@@ -86,7 +87,7 @@ def row_of(name: str, record: dict) -> dict | None:
         "source_date": record.get("date"),
         "corpus": corpus.get("corpus"),
         "learners": args.get("learners"),
-        "reranker_learner": reranker_learner(record),
+        "reranker_learner": learner,
         "behaviour": args.get("behaviour"),
         "canary_behaviour": args.get("canary_behaviour"),
         "people_questions": last.get("asked_total"),
@@ -101,7 +102,7 @@ def row_of(name: str, record: dict) -> dict | None:
         # what else set the run: two runs that differ only in p_correction measure what corrections add
         "setting": json.dumps(
             {k: v for k, v in sorted(args.items()) if k not in ("p_correction", "out", "markdown")}
-            | {"reranker_learner": reranker_learner(record)},
+            | {"reranker_learner": learner},
             default=str,
         ),
         "production": last.get("production"),

@@ -498,13 +498,14 @@ def stronger_waiting(registry: ModelRegistry, kind: str, mv: ModelVersion) -> tu
     if own is None:
         return None
     best: tuple[float, str, ModelVersion] | None = None
+    aliases = registry.aliases()
     for other in KINDS:
         if other == kind:
             continue
         candidate = registry.resolve(other, "candidate")
         if candidate is None or "canary_start" in candidate.metrics:
             continue
-        if candidate.version == (registry.aliases().get(other) or {}).get("production"):
+        if candidate.version == (aliases.get(other) or {}).get("production"):
             continue
         estimate = gate_estimate(candidate)
         if estimate is None or estimate <= own or (best is not None and estimate <= best[0]):
@@ -558,8 +559,9 @@ def _queue(
 def queued_candidates(registry: ModelRegistry) -> list[tuple[str, ModelVersion]]:
     """Every kind's queued candidate that may start now (queued_candidate), the largest gate estimate first (those
     without one last, in KINDS order)."""
-    found = [(kind, mv) for kind in KINDS if (mv := queued_candidate(registry, kind)) is not None]
-    return sorted(found, key=lambda item: -(gate_estimate(item[1]) if gate_estimate(item[1]) is not None else -1e9))
+    found = [(kind, mv, gate_estimate(mv)) for kind in KINDS if (mv := queued_candidate(registry, kind)) is not None]
+    found.sort(key=lambda item: (item[2] is None, -(item[2] or 0.0)))  # stable: KINDS order among equals
+    return [(kind, mv) for kind, mv, _ in found]
 
 
 def queued_candidate(registry: ModelRegistry, kind: str) -> ModelVersion | None:
