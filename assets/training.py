@@ -133,7 +133,7 @@ class GateConfig(Config):
     max_drop: float = Field(
         0.02,
         description="promotion policy 'canary' (the gate asks 'no worse'): largest allowed drop "
-        "of nDCG@10 / MRR@10, significant or not",
+        "of nDCG@10 / MRR@10, significant or not (on a gate set of users' questions alone, only a significant drop)",
     )
     generated_gain: str = Field(
         "canary",

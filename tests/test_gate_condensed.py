@@ -71,3 +71,19 @@ def test_a_candidate_that_ranks_alike_everywhere_is_unchanged():
     ir = people()
     result = compare_runs(ir, *runs(ir, moved_up=0, moved_down=0), SETTINGS)
     assert result.changed_questions == 0 and not result.passed and result.outcome == "unchanged"
+
+
+def test_on_users_questions_alone_a_drop_within_chance_goes_to_a_canary_and_experts_grades_keep_the_strict_rule():
+    """Users' held-out questions are keyed by what they liked in production's lists, so any other ranking reads lower
+    there: a drop beyond max_drop that is not significant is left to the canary. Once an expert's graded question is
+    among them, the set is not production's alone and max_drop holds again."""
+    ir = people()
+    production, candidate = runs(ir, moved_up=4, moved_down=6)  # -0.025 nDCG@10: beyond max_drop 0.02, by chance
+    result = compare_runs(ir, production, candidate, SETTINGS)
+    assert result.labels_from_production and result.metadata["labels_from_production"] is True
+    assert result.metadata["delta_ndcg@10"] < -SETTINGS.max_drop and result.metadata["p_value_worse_ndcg@10"] > 0.05
+    assert result.passed and result.not_worse and result.outcome == "inconclusive"
+    graded = IRSet(ir.queries, ir.corpus, ir.qrels, ir.judged, {**ir.types, "q29": "expert"})
+    result = compare_runs(graded, production, candidate, SETTINGS)
+    assert not result.labels_from_production and not result.passed and result.outcome == "worse"
+    assert "at most 0.02 lower" in result.reasons[0]

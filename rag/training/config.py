@@ -288,7 +288,12 @@ class GateSettings(BaseModel):
         "whose online test must then show it is better). Both verdicts are computed and recorded; this one decides",
     )
     max_drop: float = Field(
-        0.02, ge=0, le=0.05, description="not_worse: largest allowed drop of a metric's mean, significant or not"
+        0.02,
+        ge=0,
+        le=0.05,
+        description="not_worse: largest allowed drop of a metric's mean, significant or not; not applied where every "
+        "gate question is a user's (keyed by what people liked in production's lists, which favour production: "
+        "rag.training.gate.labels_from_production), where only a significant drop says worse",
     )
     # A held-out question people asked is judged only where they looked: a passage a candidate brings up that
     # production never showed counts as irrelevant on plain lists and drops out of condensed ones, so a gain there is
