@@ -445,12 +445,13 @@ def compare_runs(
 
 def labels_from_production(ir: IRSet) -> bool:
     """Every scored gate question is a user's (type "feedback"): keyed by the passages people liked among what
-    production showed them, or by their corrected answer on a question production failed. Such a set is
-    production's successes. It has no question whose passage only the candidate finds, so a better ranking reads lower
-    there too. On TAT-QA, rerankers that serve +5.1 and +6.0 recall@5 on the 1,663 test questions read -0.052 and
-    -0.027 nDCG@10 on 21 and 41 held-out users' questions (p 0.15 and 0.13 that production is better), and the
-    max_drop rule kept both from a canary (bench/results/loop-tatqa-reranker+configuration-canary-order.json). The
-    strict rule stays where experts graded the pooled passages of both models or generated questions decide."""
+    production showed them, save the few they corrected (keyed by their answer's chunks). Such a set is mostly
+    production's successes: a question production failed and nobody corrected has no key, so a passage only the
+    candidate finds is never scored, and a better ranking reads lower there too. On TAT-QA, rerankers that serve
+    +5.1 and +6.0 recall@5 on the 1,663 test questions read -0.052 and -0.027 nDCG@10 on 21 and 41 held-out users'
+    questions (p 0.15 and 0.13 that production is better), and the max_drop rule kept both from a canary
+    (bench/results/loop-tatqa-reranker+configuration-canary-order.json). The strict rule stays where experts graded
+    the pooled passages of both models or generated questions decide."""
     return bool(ir.qrels) and all(ir.types.get(q) == "feedback" for q in ir.qrels)
 
 
