@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the Dockerfile's Python steps where no image builder works (no Docker daemon, no base image to pull): a copy
 # of this checkout's committed files, a clean venv, deploy/image/install-python.sh in the Dockerfile's two phases,
-# then what each process of the image runs, offline: the code location loads, the launcher and executor packages
-# import, the CLIs answer, and the bundled models encode without a download.
+# then what each process of the image runs, offline (deploy/image/smoke.sh): the code location loads, the launcher
+# and executor packages import, the CLIs answer, and the bundled models encode without a download.
 #   deploy/check_image_steps.sh [WORK_DIR]     (default: a new temp dir, removed at the end unless KEEP=1)
 # It does not run the Dockerfile's apt-get line (tesseract, libgomp1 come from the machine here) nor build layers.
 set -euo pipefail
@@ -33,33 +33,5 @@ unset QDRANT_URL MLFLOW_TRACKING_URI MLFLOW_REGISTRY_URI RAG_ONNX_CACHE
 mkdir -p "$RAG_DATA_DIR" "$DAGSTER_HOME"
 cd "$SRC"
 
-step "the image's smoke test: the code location loads"
-python -c "import orchestration.definitions"
-step "torch is the CPU build; torchvision is absent"
-python -c "import importlib.util, torch; assert not torch.cuda.is_available(); \
-assert importlib.util.find_spec('torchvision') is None; print('torch', torch.__version__)"
-step "launcher and executor packages of the shipped instance configs"
-python -c "import dagster_k8s, dagster_celery, dagster_postgres, redis; print('dagster-k8s', dagster_k8s.__version__, \
-'dagster-celery', dagster_celery.__version__)"
-RAG_EXECUTOR=celery python -c "from orchestration.definitions import defs; print('executor', defs.executor.name)"
-step "the commands the deployment starts"
-dagster --version
-dagster-celery --help >/dev/null
-dagster-webserver --help >/dev/null
-dagster-daemon --help >/dev/null
-rag serve --help >/dev/null
-step "the bundled models load and encode offline"
-python - <<'PY'
-from pathlib import Path
-
-import spacy
-
-from rag.embedding import load_embedder
-from rag.llm.gguf_models import resolve_gguf
-
-for name in ("minilm", "wordllama"):
-    print(name, "encodes to", load_embedder(name).encode(["a question about the deployment"]).shape)
-print("smollm2 weights", resolve_gguf("smollm2", Path("/nonexistent")).stat().st_size, "bytes")
-print("spaCy", spacy.load("en_core_web_sm").meta["name"])
-PY
+bash deploy/image/smoke.sh
 step "OK: every Python step of the Dockerfile ran in a clean venv ($(du -sh "$VENV" | cut -f1))"
