@@ -7,6 +7,7 @@
 # - FROM python:3.11-slim-bookworm cannot be pulled: a stand-in is made with debootstrap (Debian bookworm, minbase)
 #   with Debian's Python 3.11 (/usr/bin/python via python-is-python3, venv), tagged with that name so FROM finds
 #   it. The official image has its own Python build in /usr/local; the Dockerfile's steps are the same.
+#   It stays in vfs storage under that name: `podman --storage-driver vfs rmi <name>` before a build with a registry.
 # - The stand-in trusts this machine's CA bundle and tells pip to use it (/etc/pip.conf): the mirrors here are
 #   reached through a TLS-intercepting proxy. A registry's base image needs neither.
 # - PyTorch's CPU index is not in reach: torch's CPU wheel (on this machine's disk, pip finds it) and its
@@ -19,6 +20,7 @@ WORK=${WORK:-/var/tmp/rag-image-offline}
 BASE=docker.io/library/python:3.11-slim-bookworm
 STORE=(--storage-driver vfs)
 step() { echo "== $*" >&2; }
+[ "$(id -u)" = 0 ] || { echo "run as root: debootstrap, buildah's vfs storage and unshare -n need it" >&2; exit 1; }
 
 if ! command -v buildah >/dev/null || ! command -v podman >/dev/null || ! command -v debootstrap >/dev/null; then
   step "installing Debian's buildah, podman, debootstrap"
