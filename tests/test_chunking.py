@@ -574,6 +574,7 @@ def real_docs() -> list[ParsedDocument]:
     return docs
 
 
+@pytest.mark.slow  # parsing the 20 shared PDFs takes about 35 s: the invariant tests above check every strategy
 @pytest.mark.skipif(not SHARED_PDFS.is_dir(), reason="shared PDF dataset not present")
 @pytest.mark.parametrize("name", SHIPPED_NAMES)
 def test_every_strategy_on_shared_pdfs(real_docs, name):

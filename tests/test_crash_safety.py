@@ -83,6 +83,7 @@ def wait_for_index_writes(root, proc) -> float | None:
     return None
 
 
+@pytest.mark.slow  # six indexing processes, about 3 minutes: tests/test_index_resume.py keeps a kill -9 in make test
 def test_kill_9_during_indexing_then_rerun(tmp_path, corpus):
     import shutil
 

@@ -122,6 +122,7 @@ def test_locked_qdrant_folder_is_a_clear_error(indexed):
         proc.wait()
 
 
+@pytest.mark.slow  # about a minute; tests/test_qa_eval.py checks the metrics by hand in make test
 def test_eval_beir_on_a_tiny_dataset(tmp_path):
     folder = tmp_path / "tiny"
     (folder / "qrels").mkdir(parents=True)

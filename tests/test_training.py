@@ -630,6 +630,7 @@ def scifact_tables(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow  # about 40 s; the gate tests below register and load trained candidates in make test
 def test_tiny_finetune_registers_a_loadable_candidate(scifact_tables, monkeypatch):
     from rag.embedding import load_embedder
     from rag.training import EmbedderTrainingConfig
