@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What each process of the image runs, checked offline where the image's environment is: the code location loads,
 # torch is the CPU build, the launcher and executor packages import, the commands answer, the bundled models encode
-# without a download, Tesseract reads. Run from the source root with the environment's python first on PATH:
+# without a download, Tesseract answers. Run from the source root with the environment's python first on PATH:
 # deploy/check_image_steps.sh runs it in a clean venv, deploy/build_image_offline.sh inside the built image.
 set -euo pipefail
 step() { echo "== $*" >&2; }
