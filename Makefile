@@ -56,7 +56,7 @@ services:
 # One worker per core: most tests wait on one thread (model loads, subprocesses, SQLite), so two share 2 cores well.
 TEST_WORKERS ?= 2
 test: install browser lint services
-	eval "$$(bash deploy/ci/services.sh)"; $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
+	eval "$$(bash deploy/ci/services.sh)"; $(PY) -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: install
 	$(VENV)/bin/ruff check .

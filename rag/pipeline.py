@@ -21,7 +21,7 @@ from rag.parsing import ParseSettings
 from rag.progress import Progress
 from rag.registry import IMPLICIT_PRODUCTION, ModelRegistry
 from rag.retrieval.service import PRODUCTION
-from rag.source import SourceScan, scan_folder
+from rag.source import SourceScan, require_folder, scan_folder
 from rag.store import CHUNK_FAILURES_TABLE, CHUNKS_TABLE, DOCUMENTS_TABLE, QUARANTINE_TABLE, TableStore, bm25_root
 
 if TYPE_CHECKING:  # rag.qa brings the answer stack, which importing the pipeline should not load
@@ -218,6 +218,7 @@ def index_folder(
     unknown = [s for s in strategies if s not in configs]
     if unknown:
         raise ValueError(f"unknown chunking strategies {unknown} (known: {', '.join(configs)})")
+    require_folder(docs_dir)  # before the models load: a mistyped path is said in a second, not after ten
     embedders = {m: load_embedder(m) for m in (models or [])}  # fail fast on an unknown model
     report = PipelineReport()
     parsed = ingest_step(tables, scan_folder(docs_dir), parse_settings or ParseSettings(), progress=progress)

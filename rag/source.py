@@ -46,6 +46,14 @@ class SourceScan:
     rejected: list[RejectedFile]
 
 
+def require_folder(root: Path | str) -> Path:
+    """`root` as a Path, or the error a user reads when the document folder is missing."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"document folder {root} does not exist; set the document source path")
+    return root
+
+
 def scan_folder(root: Path | str, *, with_hashes: bool = True) -> SourceScan:
     """Every non-hidden file under `root`, recursively, in doc_id order; what cannot be read is in `rejected`.
 
@@ -54,9 +62,7 @@ def scan_folder(root: Path | str, *, with_hashes: bool = True) -> SourceScan:
     Without hashes (a cheap listing for watchers) files are only stat'ed, so unreadable ones are found when hashed.
     Only the root itself failing stops the scan: an unreadable root would otherwise read as every document deleted.
     """
-    root = Path(root)
-    if not root.is_dir():
-        raise FileNotFoundError(f"document folder {root} does not exist; set the document source path")
+    root = require_folder(root)
     real_root = root.resolve()
     files: list[SourceFile] = []
     rejected: list[RejectedFile] = []

@@ -20,6 +20,16 @@ for _name in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI", "RAG_STATE_NAMESPACE
 # the tests of the database backend set RAG_STATE_DB_URL themselves (tests/test_state_backends.py).
 os.environ["RAG_STATE_DB_URL"] = "files"
 
+
+def _no_fsync(fd: int) -> None:
+    os.fstat(fd)  # a closed or bad descriptor still fails as it would
+
+
+# fsync only guards against a power cut, which no test simulates (kill -9 leaves the page cache, so the crash tests
+# hold without it); with a freshly copied data dir dirty in the page cache, each one waited ~70 ms here. Tests that
+# check the order of fsyncs wrap this one; child processes (CLIs, servers) keep the real fsync.
+os.fsync = _no_fsync
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "datasets"
 # Answers encode questions with the model's int8 twin, exported at first use into the data dir: every test's fresh
@@ -42,3 +52,25 @@ def shared_mixed() -> Path:
     if not path.is_dir():
         pytest.skip(f"shared mixed-format documents not available at {path}")
     return path
+
+
+# make test hands out whole files to its two workers (--dist loadfile --no-loadscope-reorder). The files that take
+# the longest (training, kill -9, loop and CLI runs) go first, so that neither worker ends with one of them alone
+# while the other idles; the rest keep their order. Measured with --durations=0; a stale list only costs balance.
+LONGEST_FILES = (
+    "test_training.py",
+    "test_lifecycle_kill.py",
+    "test_loop_bench.py",
+    "test_dagster.py",
+    "test_reranker_ltr.py",
+    "test_search_cli.py",
+    "test_rollout_release.py",
+    "test_ingest.py",
+    "test_canary_attack.py",
+    "test_training_learns.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    first = {name: rank for rank, name in enumerate(LONGEST_FILES)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # a stable sort: ties keep collection order

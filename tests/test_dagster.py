@@ -259,10 +259,12 @@ def test_new_documents_sensor_requests_reindex_only_on_change(env):
 
 
 def test_cli_parse_and_chunk_json(shared_mixed):
+    # A Markdown file, read without unstructured (whose HTML partitioner alone takes 8 s to import in each process);
+    # HTML goes through the same parse_file in tests/test_ingest.py.
     rag = [sys.executable, "-m", "orchestration.cli"]
     parsed = json.loads(
         subprocess.run(
-            rag + ["parse", str(shared_mixed / "fake-html.html"), "--json"],
+            rag + ["parse", str(shared_mixed / "codeblock.md"), "--json"],
             capture_output=True,
             text=True,
             check=True,
@@ -272,13 +274,14 @@ def test_cli_parse_and_chunk_json(shared_mixed):
     assert parsed["elements"] and parsed["canonical_text"]
     chunks = json.loads(
         subprocess.run(
-            rag + ["chunk", str(shared_mixed / "fake-html.html"), "--strategy", "paragraph", "--json"],
+            rag + ["chunk", str(shared_mixed / "codeblock.md"), "--strategy", "paragraph", "--json"],
             capture_output=True,
             text=True,
             check=True,
             cwd=REPO,
         ).stdout
     )
+    assert len(chunks) > 1
     assert all(parsed["canonical_text"][c["char_start"] : c["char_end"]] == c["text"] for c in chunks)
     bad = subprocess.run(rag + ["parse", "/dev/null"], capture_output=True, text=True, cwd=REPO)
     assert bad.returncode == 2 and "empty" in bad.stderr

@@ -22,12 +22,9 @@ def _assert_offsets(doc):
         assert ELEMENT_SEPARATOR not in e.text
 
 
-@pytest.fixture(scope="module")
-def parsed_shared(shared_pdfs, shared_mixed):
+def _parse_all(paths) -> dict:
     results = {}
-    for path in sorted(shared_pdfs.glob("*.pdf")) + sorted(
-        p for p in shared_mixed.iterdir() if p.name != "manifest.json"
-    ):
+    for path in paths:
         try:
             results[path.name] = parse_file(path, doc_id=path.name)
         except ParseError as exc:
@@ -35,6 +32,25 @@ def parsed_shared(shared_pdfs, shared_mixed):
     return results
 
 
+@pytest.fixture(scope="module")
+def parsed_shared(shared_pdfs, shared_mixed):
+    return _parse_all(
+        sorted(shared_pdfs.glob("*.pdf")) + sorted(p for p in shared_mixed.iterdir() if p.name != "manifest.json")
+    )
+
+
+# The layout tests below read four files, parsed in seconds; all 38 shared files take about 50 s.
+NAMED = ("senate-expenditures.pdf", "nics-background-checks-2015-11-rotated.pdf", "multi-column.pdf")
+
+
+@pytest.fixture(scope="module")
+def parsed_named(shared_pdfs, shared_mixed):
+    return _parse_all([shared_pdfs / name for name in NAMED] + [shared_mixed / "docx-tables.docx"])
+
+
+# slow: the named-file tests below, tests/test_ocr.py (the shared scans included) and tests/test_text_parsing.py keep
+# parsing, OCR and quarantine reasons in make test; this one reads every shared file (make test-all).
+@pytest.mark.slow
 def test_every_shared_file_is_parsed_or_quarantined_with_the_expected_reason(parsed_shared):
     assert len(parsed_shared) == 38
     quarantined = {name: r.reason.value for name, r in parsed_shared.items() if isinstance(r, ParseError)}
@@ -73,31 +89,37 @@ def test_password_map_opens_the_encrypted_pdf(shared_pdfs):
     assert err.value.reason.value == "encrypted" and "rejected" in err.value.message
 
 
-def test_tables_are_kept_as_html_elements_with_pages(parsed_shared):
-    senate = parsed_shared["senate-expenditures.pdf"]
+def test_each_element_sits_at_its_offsets_in_the_canonical_text(parsed_named):
+    assert len(parsed_named) == 4 and not any(isinstance(r, ParseError) for r in parsed_named.values())
+    for doc in parsed_named.values():
+        _assert_offsets(doc)
+
+
+def test_tables_are_kept_as_html_elements_with_pages(parsed_named):
+    senate = parsed_named["senate-expenditures.pdf"]
     tables = [e for e in senate.elements if e.type == "table"]
     assert tables and tables[0].html.startswith("<table><tr><th>")
     assert "<td>" in tables[0].html and tables[0].page == 1
-    docx = parsed_shared["docx-tables.docx"]
+    docx = parsed_named["docx-tables.docx"]
     assert sum(e.type == "table" for e in docx.elements) == 3
     assert all(e.html and "<tr>" in e.html for e in docx.elements if e.type == "table")
 
 
-def test_rotated_page_reads_as_words_not_one_letter_per_line(parsed_shared):
-    text = parsed_shared["nics-background-checks-2015-11-rotated.pdf"].canonical_text
+def test_rotated_page_reads_as_words_not_one_letter_per_line(parsed_named):
+    text = parsed_named["nics-background-checks-2015-11-rotated.pdf"].canonical_text
     assert "Background" in text and "Alabama" in text
     lines = [ln for ln in text.splitlines() if ln.strip()]
     assert sum(len(ln) <= 2 for ln in lines) / len(lines) < 0.05
 
 
-def test_multi_column_pages_are_read_column_by_column(parsed_shared):
-    text = parsed_shared["multi-column.pdf"].canonical_text
+def test_multi_column_pages_are_read_column_by_column(parsed_named):
+    text = parsed_named["multi-column.pdf"].canonical_text
     # The abstract's sentence continues in the same column, not interleaved with the right column.
     assert "Open-domain question answering relies on ef-\nficient passage retrieval" in text
 
 
-def test_headings_from_font_size_become_titles(parsed_shared):
-    doc = parsed_shared["multi-column.pdf"]
+def test_headings_from_font_size_become_titles(parsed_named):
+    doc = parsed_named["multi-column.pdf"]
     titles = [e for e in doc.elements if e.type == "title"]
     assert titles[0].text.startswith("Dense Passage Retrieval") and titles[0].heading_level == 1
 

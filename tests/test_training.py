@@ -709,14 +709,8 @@ def test_gate_rejects_a_worse_embedder_then_promotes_a_better_one_and_swaps_the_
     # Now the noisy model is production (e.g. a bad promotion in the past) and the untouched base weights are the
     # candidate: a deliberately better model, which the gate must promote.
     registry.set_alias("embedder", "production", worse.version)
-    # Had it been trained on the QA set (a training-data hash in its manifest), its gain on generated questions alone
-    # would not promote it: the gate's questions share the quirks it learned. Registered as it is, it never saw them.
-    trained_look = registry.register(
-        "embedder", _minilm_dir(), {"base_model": "minilm", "strategy": STRATEGY, "training_data_hash": "f00d"}
-    )
-    held = gate_candidate("embedder", tables, registry, trained_look, GateSettings(resamples=2000))
-    assert held.better_on_generated and held.outcome == "inconclusive" and not held.passed
-    assert registry.resolve("embedder", trained_look.version).metrics["gate"]["better_on_generated"] is True
+    # Registered as it is, it never saw the QA set: its gain on generated questions promotes it. (One trained on them
+    # is only recorded better_on_generated: tests/test_training_learns.py gates a real fine-tune so.)
     better = registry.register("embedder", _minilm_dir(), {"base_model": "minilm", "strategy": STRATEGY})
     result = gate_candidate("embedder", tables, registry, better, GateSettings(resamples=2000))
     assert result.passed and not result.better_on_generated, result.reasons

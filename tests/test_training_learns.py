@@ -102,6 +102,7 @@ def test_finetuned_embedder_beats_its_untrained_self_on_held_out_questions(tmp_p
     # questions are all generated, so by default the gain is recorded without promoting (a canary decides) ...
     held = gate_candidate("embedder", tables, registry, mv, GateSettings(resamples=2000))
     assert held.better_on_generated and held.outcome == "inconclusive" and not held.passed
+    assert registry.resolve("embedder", mv.version).metrics["gate"]["better_on_generated"] is True
     # ... and promotes once such gains may.
     result = gate_candidate(
         "embedder", tables, registry, mv, GateSettings(resamples=2000, generated_embedder_gain="promote")
