@@ -87,3 +87,26 @@ def test_on_users_questions_alone_a_drop_within_chance_goes_to_a_canary_and_expe
     result = compare_runs(graded, production, candidate, SETTINGS)
     assert not result.labels_from_production and not result.passed and result.outcome == "worse"
     assert "at most 0.02 lower" in result.reasons[0]
+
+
+def test_on_users_questions_alone_one_question_out_of_the_top_20_is_no_veto_and_a_significant_loss_is():
+    """Production's recall@20 on users' questions is 1.0 by how they were keyed: one question of 40 falling out of
+    the candidate's top 20 (-0.025, beyond the 0.01 tolerance) is chance there, and is left to the canary; the same
+    drop where generated questions decide keeps production, and so does a significant drop on users' questions."""
+    import pandas as pd
+
+    from rag.training.gate import gate_decision
+
+    def table(recall: list[float]) -> pd.DataFrame:
+        return pd.DataFrame(
+            {"qid": [f"q{i}" for i in range(40)], "ndcg@10": 0.8, "mrr@10": 0.8, "recall@20": recall}
+        )
+
+    production, one_lost = table([1.0] * 40), table([0.0] + [1.0] * 39)
+    users = gate_decision(production, one_lost, SETTINGS, labels_from_production=True)
+    assert users.not_worse and users.passed and users.metadata["delta_recall@20"] == -0.025
+    assert users.metadata["p_value_worse_recall@20"] > 0.05
+    generated = gate_decision(production, one_lost, SETTINGS)
+    assert not generated.not_worse and "recall@20 dropped by 0.0250 (tolerance 0.01)" in generated.reasons
+    many_lost = gate_decision(production, table([0.0] * 10 + [1.0] * 30), SETTINGS, labels_from_production=True)
+    assert not many_lost.not_worse and "significantly" in many_lost.reasons[-1]

@@ -215,7 +215,13 @@ class GateSettings(BaseModel):
     test: Literal["permutation", "bootstrap"] = "permutation"
     resamples: int = Field(10_000, ge=500)
     recall_metric: str = "recall@20"
-    recall_tolerance: float = Field(0.01, ge=0, le=0.2, description="largest allowed drop of the recall metric")
+    recall_tolerance: float = Field(
+        0.01,
+        ge=0,
+        le=0.2,
+        description="largest allowed drop of the recall metric (where every gate question is a user's, only a "
+        "significant drop beyond it: rag.training.gate.labels_from_production)",
+    )
     seed: int = 0
     rerank_depth: int = Field(50, ge=1, description="reranker gate: candidates of hybrid retrieval that get re-scored")
     # Questions copied out of the documents (inverse cloze) decide nothing, for embedders and rerankers alike. On
