@@ -218,7 +218,7 @@ def index_folder(
     unknown = [s for s in strategies if s not in configs]
     if unknown:
         raise ValueError(f"unknown chunking strategies {unknown} (known: {', '.join(configs)})")
-    require_folder(docs_dir)  # before the models load: a mistyped path is said in a second, not after ten
+    require_folder(docs_dir)  # before the models load: a mistyped path is said in 2 s, not after 12
     embedders = {m: load_embedder(m) for m in (models or [])}  # fail fast on an unknown model
     report = PipelineReport()
     parsed = ingest_step(tables, scan_folder(docs_dir), parse_settings or ParseSettings(), progress=progress)

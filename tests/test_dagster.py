@@ -259,7 +259,7 @@ def test_new_documents_sensor_requests_reindex_only_on_change(env):
 
 
 def test_cli_parse_and_chunk_json(shared_mixed):
-    # A Markdown file, read without unstructured (whose HTML partitioner alone takes 8 s to import in each process);
+    # A Markdown file, read without unstructured (whose HTML partitioner took 7.5 s to import in each process here);
     # HTML goes through the same parse_file in tests/test_ingest.py.
     rag = [sys.executable, "-m", "orchestration.cli"]
     parsed = json.loads(

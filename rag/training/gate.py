@@ -269,9 +269,9 @@ def gate_decision(
     if cand.isna().any().any():
         raise ValueError("the candidate was not scored on the same questions as production")
     rows, better_reasons, worse_reasons, power = [], [], [], {}
+    kw = {"test": settings.test, "resamples": settings.resamples, "seed": settings.seed}
     for metric in settings.metrics:
         c, p_ = cand[metric].to_numpy(), prod[metric].to_numpy()
-        kw = {"test": settings.test, "resamples": settings.resamples, "seed": settings.seed}
         low, high = paired_interval(
             c - p_, confidence=settings.confidence, resamples=settings.resamples, seed=settings.seed
         )
@@ -315,7 +315,6 @@ def gate_decision(
         # any other ranking can only lose some, and on a few dozen questions one question is more than the tolerance
         # (1/75 > 0.01 vetoed a reranker serving +6.6 recall@5 on TAT-QA's test questions): a drop that is not
         # significant is left to the canary, as for the other metrics.
-        kw = {"test": settings.test, "resamples": settings.resamples, "seed": settings.seed}
         recall_p_worse = paired_p_value(prod[recall].to_numpy(), cand[recall].to_numpy(), **kw)
         ok = ok or recall_p_worse >= settings.p_value
     if not ok:
