@@ -38,6 +38,55 @@ SHARED = REPO.parent / "shared" / "datasets"
 os.environ.setdefault("RAG_ONNX_CACHE", str(REPO / ".pytest_cache" / "onnx-int8"))
 
 
+# Dagster instances entered (`with instance:` sets Dagster's current-instance context variable) and not exited yet.
+_OPEN_DAGSTER_INSTANCES: list[object] = []
+
+
+def _track_dagster_instances() -> bool:
+    """Wraps the context manager that every entered Dagster instance goes through, once Dagster is imported."""
+    import sys
+    from contextlib import contextmanager
+
+    if "dagster" not in sys.modules:
+        return False
+    try:
+        from dagster._core.storage.defs_state import base
+    except ImportError:  # another Dagster layout: no guard
+        return True
+    if getattr(base.set_defs_state_storage, "tracked", False):
+        return True
+    original = base.set_defs_state_storage
+
+    @contextmanager
+    def tracked(storage):
+        marker = object()
+        _OPEN_DAGSTER_INSTANCES.append(marker)
+        try:
+            with original(storage):
+                yield
+        finally:
+            _OPEN_DAGSTER_INSTANCES.remove(marker)
+
+    tracked.tracked = True
+    base.set_defs_state_storage = tracked
+    return True
+
+
+@pytest.fixture(autouse=True)
+def _dagster_instances_closed_by_their_test():
+    """Fails the test that leaves a Dagster instance entered (a `build_schedule_context(...)` left to the garbage
+    collector, say): its late exit resets the current-instance context variable in some later test of the worker, to
+    a disposed instance, and each materialize() after that fails there ("undefined DagsterInstance weakref")."""
+    guarded = _track_dagster_instances()
+    before = set(_OPEN_DAGSTER_INSTANCES)
+    yield
+    if not guarded:
+        _track_dagster_instances()  # this test imported Dagster: the next ones are guarded
+        return
+    if [m for m in _OPEN_DAGSTER_INSTANCES if m not in before]:
+        pytest.fail("this test left a Dagster instance entered: open it (or the context holding it) with `with`")
+
+
 @pytest.fixture(scope="session")
 def shared_pdfs() -> Path:
     path = SHARED / "pdfs"

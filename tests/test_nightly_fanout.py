@@ -115,14 +115,20 @@ def test_a_fresh_instance_gets_its_partitions_back_rebuilds_nothing_and_indexes_
     # The nightly schedule: one run per strategy × model that serves (production: the base model), keyed by the tick
     # and the partition; never the rejected candidate.
     at = datetime(2026, 1, 2, 2, 0, tzinfo=UTC)
-    context = build_schedule_context(instance=instance, scheduled_execution_time=at, resources=resources)
-    requests = nightly_reindex_schedule(context)
+
+    def nightly_tick():
+        # A schedule context opens its own instance from the ref; `with` closes it here, as the daemon does. Left to
+        # the garbage collector, its exit reset Dagster's current-instance context variable in a later test, to this
+        # fixture's disposed instance, and the next materialize() in that worker failed ("undefined DagsterInstance
+        # weakref").
+        with build_schedule_context(instance=instance, scheduled_execution_time=at, resources=resources) as context:
+            return nightly_reindex_schedule(context)
+
+    requests = nightly_tick()
     wanted = {MultiPartitionKey({"strategy": s, "model": "minilm"}) for s in added}
     assert {r.partition_key for r in requests} == wanted
     assert all(rejected not in r.partition_key and r.tags[TICK_TAG].endswith(at.isoformat()) for r in requests)
     assert len({r.run_key for r in requests}) == len(requests)
     assert set(collection_partitions.get_partition_keys(dynamic_partitions_store=instance)) >= wanted  # launchable
-    again = nightly_reindex_schedule(
-        build_schedule_context(instance=instance, scheduled_execution_time=at, resources=resources)
-    )
+    again = nightly_tick()
     assert [r.run_key for r in again] == [r.run_key for r in requests]  # the same tick requests nothing new
