@@ -28,7 +28,7 @@ fi
 if [ "$PHASE" != --deps-only ]; then
   # Editable: the code reads config/ and sample_corpus/ beside its packages (resources/*.py REPO_ROOT).
   "${PIP[@]}" --no-deps -e "$ROOT"
-  # ranx compiles its metrics with numba at first use (~70 s on a 2-core box) into a cache beside itself: compile
+  # ranx compiles its metrics with numba at first use (72 s here) into a cache beside itself: compile
   # them now, once, rather than in each process of the first evaluation, test run or bench.
   "$PY" -m rag.evaluation.warmup
 fi

@@ -1,13 +1,12 @@
 """Compile ranx's metrics once, at install time, into numba's on-disk cache beside ranx.
 
 ranx compiles every metric, and its Qrels and Run builders, with numba the first time a process uses them and keeps
-the machine code in its package's __pycache__. In a fresh environment the first evaluation waited about 70 s here
-(then 6 s), and every process that evaluated before the cache was written compiled again: a fresh checkout's tests
-took 939 s on their first run and 595 s on their second. `make install` (deploy/image/install-python.sh) runs this
-module after installing the project, so nobody waits for it later:
+the machine code in its package's __pycache__. In a fresh environment a first `evaluate` waited 72 s here (6 s once
+cached), and every process that evaluated before the cache was written compiled again. A fresh checkout's tests took
+939 s on their first run, 759 s with this step in `make install` (deploy/image/install-python.sh), and 595 s on a
+second run: the rest of that gap is mostly the builders, which numba compiles again for each length of document id.
 
-    python -m rag.evaluation.warmup
-"""
+    python -m rag.evaluation.warmup"""
 
 from __future__ import annotations
 
@@ -15,20 +14,18 @@ import time
 
 
 def compile_metrics() -> float:
-    """Evaluate a two-question run through each place the product calls ranx (with the same argument types, which
-    numba compiles for), so that each compiled function lands in the cache. Returns the seconds it took."""
+    """Evaluate a two-question run with every metric the product reports, through the product's own function (so with
+    the argument types numba compiles for), and run the paired t-test. Returns the seconds it took."""
     import pandas as pd
 
     from rag.evaluation.metrics import METRICS, evaluate_run, paired_comparison
     from rag.quiet import quiet_known_noise
-    from rag.rollout.condensed import score_run
 
     quiet_known_noise()
     started = time.perf_counter()
     qrels = {"q1": {"a": 1}, "q2": {"b": 2, "c": 1}}
     run = {"q1": {"a": 2.0, "b": 1.0}, "q2": {"a": 3.0, "c": 2.0, "b": 1.0}}
     _, per_query = evaluate_run(qrels, run, METRICS)
-    score_run(qrels, {"q1": ["b", "a"], "q2": ["c", "b"]})
     scores = per_query.set_index("qid")["ndcg@10"]
     paired_comparison(scores, pd.Series([0.1, 0.2], index=scores.index), resamples=10)
     return time.perf_counter() - started
