@@ -124,7 +124,9 @@ def evaluate_beir(
     qdrant: QdrantSettings | None = None,
     progress: Progress | None = None,
 ) -> dict:
-    from ranx import Qrels, Run, evaluate
+    from ranx import evaluate
+
+    from rag.evaluation.ranx_input import ranx_lists
 
     if mode not in RETRIEVERS:
         raise RetrievalError(f"unknown retrieval mode {mode!r} (known: {', '.join(RETRIEVERS)})")
@@ -141,7 +143,7 @@ def evaluate_beir(
         advance()
     seconds = time.perf_counter() - started
     metric_names = [f"ndcg@{k}", f"recall@{k}", "recall@100", f"mrr@{k}", f"map@{k}"]
-    scores = evaluate(Qrels(ds.qrels), Run(run), metric_names, make_comparable=True)
+    scores = evaluate(*ranx_lists(ds.qrels, run, sorted(ds.qrels)), metric_names)
     return {
         **{m: round(float(v), 4) for m, v in scores.items()},
         "n_queries": len(ds.queries),

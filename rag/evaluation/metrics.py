@@ -23,7 +23,9 @@ def evaluate_run(
 ) -> tuple[dict[str, float], pd.DataFrame]:
     """Mean metrics and a per-query table over every query of `qrels`. A query the run lacks or returns nothing for,
     and a query with no relevant id (evidence no chunk holds), scores 0 on every metric."""
-    from ranx import Qrels, Run, evaluate
+    from ranx import evaluate
+
+    from rag.evaluation.ranx_input import ranx_lists
 
     if not qrels:
         raise ValueError(
@@ -34,11 +36,9 @@ def evaluate_run(
     scored = [q for q in qrels if qrels[q] and run.get(q)]
     table = pd.DataFrame(0.0, index=pd.Index(list(qrels), name="qid"), columns=list(metrics))
     if scored:
-        judged = Qrels({q: qrels[q] for q in scored})
-        per_query = evaluate(judged, Run({q: run[q] for q in scored}), metrics, return_mean=False, make_comparable=True)
-        order = list(judged.keys())  # ranx's own (sorted) order, not the dict's
+        per_query = evaluate(*ranx_lists(qrels, run, scored), metrics, return_mean=False)
         for m in metrics:
-            table.loc[order, m] = per_query[m] if len(metrics) > 1 else per_query
+            table.loc[scored, m] = per_query[m] if len(metrics) > 1 else per_query
     return {m: float(table[m].mean()) for m in metrics}, table.reset_index()
 
 

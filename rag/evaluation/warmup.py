@@ -1,10 +1,10 @@
 """Compile ranx's metrics once, at install time, into numba's on-disk cache beside ranx.
 
-ranx compiles every metric, and its Qrels and Run builders, with numba the first time a process uses them and keeps
-the machine code in its package's __pycache__. In a fresh environment a first `evaluate` waited 72 s here (6 s once
-cached), and every process that evaluated before the cache was written compiled again. A fresh checkout's tests took
-939 s on their first run, 759 s with this step in `make install` (deploy/image/install-python.sh), and 595 s on a
-second run: the rest of that gap is mostly the builders, which numba compiles again for each length of document id.
+ranx compiles every metric with numba the first time a process uses it and keeps the machine code in its package's
+__pycache__. In a fresh environment a first `evaluate` waited 72 s here (6 s once cached), and every process that
+evaluated before the cache was written compiled again. A fresh checkout's tests took 939 s on their first run, 759 s
+with this step in `make install` (deploy/image/install-python.sh), and 595 s on a second run. The inputs the metrics
+take are built by rag.evaluation.ranx_input's compiled function, cached the same way (in rag/evaluation/__pycache__).
 
     python -m rag.evaluation.warmup"""
 

@@ -70,7 +70,9 @@ def score_run(
     qrels: dict[str, dict[str, int]], run: Mapping[str, Ranking], metrics: Sequence[str] = DEFAULT_METRICS
 ) -> RunScores:
     """ranx metrics of `run` on the queries of `qrels`; a query the run lacks scores 0."""
-    from ranx import Qrels, Run, evaluate
+    from ranx import evaluate
+
+    from rag.evaluation.ranx_input import ranx_lists
 
     if not qrels:
         raise ValueError(
@@ -79,11 +81,11 @@ def score_run(
         )
     metrics = list(metrics)
     scored = {q: as_scored(run.get(q) or {}) for q in qrels}
-    ranx_qrels = Qrels(qrels)
-    values = evaluate(ranx_qrels, Run(scored), metrics, return_mean=False, make_comparable=True)
+    queries = sorted(qrels)
+    values = evaluate(*ranx_lists(qrels, scored, queries), metrics, return_mean=False)
     if len(metrics) == 1:  # ranx returns the bare array for a single metric
         values = {metrics[0]: values}
-    table = pd.DataFrame({m: values[m] for m in metrics}, index=pd.Index(list(ranx_qrels.keys()), name="qid"))
+    table = pd.DataFrame({m: values[m] for m in metrics}, index=pd.Index(queries, name="qid"))
     return RunScores({m: float(table[m].mean()) for m in metrics}, table.reset_index())
 
 
