@@ -19,6 +19,8 @@ def test_rows_follow_the_queries_given_and_descend_by_score_with_one_code_per_do
     assert ranked[1][:, 1].tolist() == [3.0, 2.0, 1.0]
     # The same document has the same code on both sides (a hit), and another document another code.
     assert ranked[1][0, 0] == codes["d9"] and ranked[1][2, 0] == codes["d1"] and ranked[1][1, 0] not in codes.values()
+    with pytest.raises(ValueError, match="no queries"):
+        ranx_lists(qrels, run, [])
 
 
 @pytest.mark.slow

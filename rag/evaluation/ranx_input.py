@@ -54,6 +54,8 @@ def ranx_lists(
     """`qrels` and `run` restricted to `queries` (in that order; a query the run lacks has no results), as ranx's
     Qrels and Run (made comparable) would hand them to its metrics. Pass both to `ranx.evaluate`; its per-query
     scores come back in the order of `queries`."""
+    if not queries:
+        raise ValueError("no queries to score: ranx needs at least one (an empty typed list has no type)")
     codes: dict[str, int] = {}  # exact per-call document codes (ranx hashes the strings)
     judged = _flatten([qrels[q] for q in queries], codes)
     ranked = _flatten([run.get(q) or {} for q in queries], codes)
