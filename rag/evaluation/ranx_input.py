@@ -2,11 +2,12 @@
 
 ranx's Qrels and Run keep numba typed dicts keyed by strings. Each process that builds them compiles numba's
 typed-dict and typed-list operations again (numba cannot cache those) and the builders once more for each length of
-document id: 16 s for a first evaluation in a fresh process here, 4 s more for ids of another length, each time a
-CLI, a Dagster step or a test worker starts. ranx's `evaluate` also takes what those classes hand to its metrics: a
-typed list with one float64 array of (document, score) rows per query, sorted as they sort. This module builds that
-list with one compiled function that numba keeps in its cache, so the metrics are still ranx's and a process only
-loads them."""
+document id, each time a CLI, a Dagster step or a test worker starts: a first evaluation in a fresh process took
+15.8 s here (5.9 s through this module; 5 s of either is importing ranx), and ids of another length 4.0 s more
+(0.05 s through this module).
+ranx's `evaluate` also takes what those classes hand to its metrics: a typed list with one float64 array of (document,
+score) rows per query, sorted as they sort. This module builds that list with one compiled function that numba keeps
+in its cache, so the metrics are still ranx's and a process only loads them."""
 
 from __future__ import annotations
 
