@@ -22,11 +22,13 @@ os.environ["RAG_STATE_DB_URL"] = "files"
 
 # make test runs two xdist workers on two cores. torch, OpenMP (LightGBM, ONNX Runtime) and numba each start one
 # thread per core in every worker and in every child process, and their spin-waiting threads then fight over the
-# cores. A worker's share of the cores, here and in its children (measured: 903 s -> 667 s for the whole suite).
+# cores. A worker's share of the cores it may run on (a cpuset narrows them), here and in its children (measured:
+# 903 s -> 667 s for the whole suite).
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 if _WORKERS > 1:
     for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
-        os.environ.setdefault(_name, str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+        os.environ.setdefault(_name, str(max(1, _CORES // _WORKERS)))
 
 
 def _no_fsync(fd: int) -> None:
