@@ -178,6 +178,7 @@ def counting_answerer(root, qdrant, wordllama, monkeypatch) -> tuple[Answerer, C
     """An Answerer over the indexed data dir whose (only) embedder counts what it encodes."""
     counting = CountingEmbedder(wordllama)
     monkeypatch.setattr("rag.retrieval.service.load_embedder", lambda name: counting)
+    monkeypatch.setattr("rag.retrieval.service.load_for_queries", lambda name: counting)  # query_encoder int8
     settings = AnswerSettings(strategy="t", model="wordllama", mode="hybrid-rrf", reranker="none", top_k=3)
     return Answerer(settings, root=root, qdrant=qdrant), counting
 

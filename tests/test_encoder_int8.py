@@ -1,7 +1,10 @@
 """minilm-int8: MiniLM exported to ONNX, int8 weights, onnxruntime; exported once per weights version into the data
 dir."""
 
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -189,3 +192,47 @@ def test_an_int8_twin_that_disagrees_or_cannot_load_is_refused(minilm, int8):
     assert twin is None and "disagrees" in why_not
     twin, why_not = int8_query_encoder("wordllama", load_embedder("wordllama"))
     assert twin is None and "no int8 twin" in why_not
+
+
+def test_a_recorded_pairing_spares_a_server_the_float_model(int8, minilm, data_dir):
+    from rag.embedding.onnx_int8 import PAIRING_FILE, PairedEmbedder, int8_query_encoder, paired_embedder
+
+    twin, why_not = int8_query_encoder("minilm", minilm)  # both loaded and the probe passed: the pair is recorded
+    assert why_not is None
+    recorded = twin.model_path.parent / PAIRING_FILE
+    record = json.loads(recorded.read_text())
+    assert (record["float_version"], record["dim"], record["window"]) == (minilm.version, 384, 256)
+    assert record["probe_cosine"] >= 0.95
+    question = "which planet is the biggest?"
+    # A fresh process, as a server starts: the float model's name and version (its collections'), the twin's
+    # question vectors, and neither torch nor sentence-transformers imported.
+    code = (
+        "import json, sys; from rag.embedding import load_for_queries; e = load_for_queries('minilm'); "
+        f"v = e.encode_queries([{question!r}])[0].tolist(); "
+        "print(json.dumps([type(e).__name__, e.name, e.version, e.window, "
+        "[m for m in ('torch', 'sentence_transformers') if m in sys.modules], v]))"
+    )
+    env = {**os.environ, "RAG_DATA_DIR": str(data_dir)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    kind, name, version, window, imported, vector = json.loads(done.stdout.splitlines()[-1])
+    assert (kind, name, version, window, imported) == ("PairedEmbedder", "minilm", minilm.version, 256, [])
+    np.testing.assert_allclose(vector, twin.encode_queries([question])[0], atol=1e-5)
+
+    loads = []
+    paired, why_not = paired_embedder("minilm", _minilm_dir(), "", "", 64, lambda: loads.append(1) or minilm)
+    assert why_not is None and isinstance(paired, PairedEmbedder) and paired.twin is twin
+    assert int8_query_encoder("minilm", paired) == (twin, None)
+    assert paired.count_tokens(["", "protein " * 150]) == minilm.count_tokens(["", "protein " * 150])
+    assert loads == []  # questions and token counts need no float model
+    np.testing.assert_array_equal(paired.encode_passages(SENTENCES), minilm.encode_passages(SENTENCES))
+    paired.encode_passages(SENTENCES[:1])
+    assert loads == [1]  # passages are the float model's vectors: loaded at the first, once
+    other = paired_embedder("minilm", _minilm_dir(), "", "", 64, lambda: int8)[0]
+    with pytest.raises(RuntimeError, match="not the ones its int8 twin was paired with"):
+        other.encode_passages(SENTENCES[:1])
+    # Other prefixes than the pairing's, or no pairing recorded: None, and the caller loads the float model.
+    assert "other prefixes" in paired_embedder("minilm", _minilm_dir(), "query: ", "", 64, lambda: minilm)[1]
+    recorded.unlink()
+    assert "paired yet" in paired_embedder("minilm", _minilm_dir(), "", "", 64, lambda: minilm)[1]
+    int8_query_encoder("minilm", minilm)
+    assert json.loads(recorded.read_text()) == record  # pairing again records it again

@@ -42,6 +42,10 @@ def test_a_tiny_run_measures_both_ways_finds_the_same_passages_and_renders(tmp_p
     assert serving_memory.main(args) == 0
     record = json.loads(out.read_text())
     assert [r["holds_chunk_table"] for r in record["replicas"]] == [True, False, False]
+    assert [r["float_model"] for r in record["replicas"]] == [True, False, False]
+    # The float model (torch) is what the way before adds on top of the int8 twin every replica now pairs it with.
+    before, new = (r["memory_mb"]["model"]["rss"] for r in record["replicas"][:2])
+    assert before > new + 200, (before, new)
     assert record["same_passages"] and record["replicas"][1]["passages_shared_with_before"] == 1.0
     assert all(r["summary"]["steady_rss_mb"] > r["summary"]["model_rss_mb"] > 0 for r in record["replicas"])
     assert set(record["builds"]) == {"default", "1m"} and record["floor"]["chunks"] == 2000
@@ -50,4 +54,4 @@ def test_a_tiny_run_measures_both_ways_finds_the_same_passages_and_renders(tmp_p
     root = copy_tree(tmp_path / "render")
     (root / "bench" / "results" / "serving-memory.json").write_text(out.read_text())
     page = load_renderer().render(root)[root / "docs" / "indexes.md"]
-    assert "| whole chunk table, layout default (before) | table in memory |" in page
+    assert "| whole chunk table and the float model, layout default (before) | table in memory |" in page

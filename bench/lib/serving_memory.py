@@ -219,6 +219,7 @@ def measure_size(work: Path, n: int, layouts: dict, args) -> dict:
     exported into it; the passages' sentence vectors encoded and stored, which indexing does for a real chunk set)
     would otherwise be charged to whichever way is measured first."""
     from rag.embedding import load_embedder
+    from rag.embedding.onnx_int8 import int8_query_encoder
     from rag.store import CHUNKS_TABLE, TableStore
 
     root = work / "data"
@@ -234,7 +235,10 @@ def measure_size(work: Path, n: int, layouts: dict, args) -> dict:
         "table_in_pandas_mb": round(table.memory_usage(deep=True).sum() / 2**20, 1),
     }
     terms = passage_terms(table["text"].tolist())
-    version = load_embedder(MODEL).version
+    embedder = load_embedder(MODEL)
+    version = embedder.version
+    # Indexing pairs the model with its int8 twin (its sentence encoder), which records the pair a replica reads.
+    int8_query_encoder(MODEL, embedder)
     builds = {}
     for label, layout in layouts.items():
         log(f"building the collection with layout {label}: {layout.model_dump(exclude_defaults=True)}")
@@ -247,16 +251,16 @@ def measure_size(work: Path, n: int, layouts: dict, args) -> dict:
     del table, terms
     gc.collect()
     labels = list(layouts)
-    plan = [(f"whole chunk table, layout {labels[0]} (before)", labels[0], "table")]
-    plan += [(f"records per hit, layout {label}", label, "auto") for label in labels]
+    plan = [(f"whole chunk table and the float model, layout {labels[0]} (before)", labels[0], "table", True)]
+    plan += [(f"records per hit, layout {label}", label, "auto", False) for label in labels]
     for label in labels:  # each layout's own: an int8 search may return other passages
         log(f"warm-up replica, layout {label} (not recorded)")
         measure_replica(root, work / f"qdrant-{label}", "auto", asked)
     replicas = []
-    for label, layout, chunks in plan:
+    for label, layout, chunks, float_model in plan:
         log(f"replica: {label}")
-        run = measure_replica(root, work / f"qdrant-{layout}", chunks, asked)
-        replicas.append({"label": label, "layout": layout, "chunks": chunks, **run})
+        run = measure_replica(root, work / f"qdrant-{layout}", chunks, asked, float_model=float_model)
+        replicas.append({"label": label, "layout": layout, "chunks": chunks, "float_model": float_model, **run})
         log(f"  {run['memory_mb']['answered']}")
     return {"data": data, "builds": builds, "replicas": replicas, "disk_mb": round(disk_bytes(work) / 2**20, 1)}
 
@@ -283,12 +287,17 @@ def memory() -> dict[str, float]:
 def replica(spec: dict) -> dict:
     """In a fresh process: what `rag serve` builds over the data dir, then the questions asked; memory at each step."""
     steps = {"start": memory()}
-    from rag.embedding import load_embedder
+    from rag.embedding import load_embedder, load_for_queries
     from rag.qa import AnswerSettings
     from rag.serving.server import serving_index
 
     steps["imports"] = memory()
-    load_embedder(MODEL).encode_queries(["warm up"])  # loaded once per process: open_index finds it loaded
+    # What open_index loads of the model, loaded once per process (it finds it loaded): the model paired with its
+    # int8 twin, which encodes the questions, from the pairing indexing recorded (no torch); the way before, a
+    # server loaded the float model itself too (torch and sentence-transformers).
+    load_for_queries(MODEL).encode_queries(["warm up"])
+    if spec.get("float_model"):
+        load_embedder(MODEL).encode_queries(["warm up"])
     steps["model"] = memory()
     started = time.perf_counter()
     serving = serving_index(
@@ -317,8 +326,9 @@ def replica(spec: dict) -> dict:
     }
 
 
-def measure_replica(root: Path, qdrant: Path, chunks: str, asked: list[str]) -> dict:
-    """replica() in a child process with the serving environment: this data dir, this Edge folder, RAG_CHUNKS."""
+def measure_replica(root: Path, qdrant: Path, chunks: str, asked: list[str], *, float_model: bool = False) -> dict:
+    """replica() in a child process with the serving environment: this data dir, this Edge folder, RAG_CHUNKS;
+    `float_model`: the float embedding model loaded too, as every replica did before (the way before)."""
     env = {
         **os.environ,
         "RAG_DATA_DIR": str(root),
@@ -326,7 +336,7 @@ def measure_replica(root: Path, qdrant: Path, chunks: str, asked: list[str]) -> 
         "RAG_QDRANT_ENGINE": "edge",
         "RAG_CHUNKS": chunks,
     }
-    spec = json.dumps({"root": str(root), "questions": asked})
+    spec = json.dumps({"root": str(root), "questions": asked, "float_model": float_model})
     done = subprocess.run(
         [sys.executable, "-m", "bench.lib.serving_memory", spec],
         env=env,

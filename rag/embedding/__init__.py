@@ -11,6 +11,7 @@ so `window_fit` can say how many chunks of a strategy a model does not see whole
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -348,9 +349,56 @@ def _load_registered(name: str, source: str) -> TextEmbedder:
     return _build(name, EmbedderSpec(source=source, quantization="int8" if name.endswith(INT8_SUFFIX) else None))
 
 
+def load_for_queries(name: str) -> TextEmbedder:
+    """Embedder `name` as a search of its collection needs it when the int8 twin encodes the questions (a server's
+    default query_encoder): paired with its twin from the pairing an earlier process recorded, without loading the
+    float model (rag.embedding.onnx_int8.paired_embedder: no torch in the process), or else the model itself
+    (load_embedder), whose pairing with the twin then records the pair for the next process. Names resolve as in
+    load_embedder."""
+    if name.endswith(INT8_SUFFIX):
+        return load_embedder(name)
+    from rag.registry import registered_embedder  # lazy: reads the registry under the data dir
+
+    registered = registered_embedder(name)
+    if registered is not None:
+        name, source = registered
+        if source is not None:
+            return _paired(name, EmbedderSpec(source=source).model_dump_json(), registered=True)
+    spec = embedder_specs().get(name)
+    if spec is None and Path(name).is_dir():
+        spec = EmbedderSpec(source=name)
+    if spec is None:
+        return load_embedder(name)
+    return _paired(name, spec.model_dump_json(), registered=False)
+
+
+@lru_cache(maxsize=None)
+def _paired(name: str, spec_json: str, registered: bool) -> TextEmbedder:
+    spec = EmbedderSpec.model_validate_json(spec_json)
+
+    def load_float() -> TextEmbedder:  # the very weights resolved here, even if an alias moves meanwhile
+        return _load_registered(name, spec.source) if registered else _load_named(name)
+
+    if spec.quantization or spec.source == "builtin:wordllama":
+        return load_float()
+    source = _minilm_dir() if spec.source == "builtin:minilm" else spec.source
+    if not Path(source).is_dir():  # a hub id: nothing local to pair
+        return load_float()
+    from rag.embedding.onnx_int8 import paired_embedder
+
+    query_prefix, passage_prefix = spec.prefixes()
+    try:
+        paired, _why_not = paired_embedder(name, source, query_prefix, passage_prefix, spec.batch_size, load_float)
+    except Exception:  # noqa: BLE001 - a twin that cannot load (no onnxruntime, a damaged file): the model serves
+        logging.getLogger(__name__).warning("%s: the recorded int8 pairing cannot be used", name, exc_info=True)
+        paired = None
+    return paired if paired is not None else load_float()
+
+
 def _clear_loaded() -> None:
     _load_registered.cache_clear()
     _load_named.cache_clear()
+    _paired.cache_clear()
 
 
 load_embedder.cache_clear = _clear_loaded  # as when load_embedder itself was the lru_cache

@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import warnings
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -31,6 +32,7 @@ from rag.store import data_dir
 RECIPE = "opset17-qint8-perchannel-r1"
 MODEL_FILE = "model.int8.onnx"
 META_FILE = "export.json"
+PAIRING_FILE = "paired.json"  # the float model a probe accepted this twin for (int8_query_encoder)
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -277,6 +279,8 @@ def int8_query_encoder(
     float model's (cosine >= MIN_PROBE_COSINE)."""
     if isinstance(embedder, OnnxInt8Embedder):
         return None, None  # already int8: it encodes its own questions
+    if isinstance(embedder, PairedEmbedder):
+        return embedder.twin, None  # paired when it was recorded (paired_embedder)
     source = getattr(embedder, "source", None)
     if source is None or not (Path(source) / "tokenizer.json").exists():
         return None, (
@@ -304,7 +308,100 @@ def int8_query_encoder(
             f"the int8 query encoder of {model!r} disagrees with its float model (probe cosine {cosine:.3f} < "
             f"{MIN_PROBE_COSINE}): questions use the float model"
         )
+    _record_pairing(encoder, embedder, cosine)
     return encoder, None
+
+
+def _pairing(embedder, cosine: float) -> dict:
+    return {
+        "float_version": embedder.version,
+        "dim": int(embedder.dim),
+        "window": getattr(embedder, "window", None),
+        "query_prefix": embedder.query_prefix,
+        "passage_prefix": embedder.passage_prefix,
+        "probe_cosine": round(cosine, 4),
+    }
+
+
+def _record_pairing(twin: OnnxInt8Embedder, embedder, cosine: float) -> None:
+    """Beside the twin's file: what a server needs of the float model it stood in for (its version, which names its
+    collections; dimension; window; prefixes) and the probe that accepted the pair, so that a later process can pair
+    them without loading the float model (paired_embedder). Best effort: without it, the next process loads the
+    float model and pairs again."""
+    path = twin.model_path.parent / PAIRING_FILE
+    record = _pairing(embedder, cosine)
+    try:
+        if _read_json(path) == record:
+            return
+        staging = path.with_name(f".{PAIRING_FILE}.{os.getpid()}")
+        staging.write_text(json.dumps(record, indent=2))
+        os.replace(staging, path)  # a reader sees the old record or the new one, never half of one
+    except (OSError, ValueError):
+        logging.getLogger(__name__).warning("could not record the int8 pairing in %s", path, exc_info=True)
+
+
+class PairedEmbedder(_Prefixed):
+    """A float model as a server searching its collection needs it when the int8 twin encodes the questions: the
+    model's name, version (its collections are named by it), dimension and window, read from the pairing an earlier
+    process recorded (int8_query_encoder, with both loaded and the probe passed), questions encoded by the twin. The
+    float model (torch and sentence-transformers: about 500 MB of a server's memory) is loaded only if a passage text
+    must be encoded as the model itself would (a sentence the data dir's store lacks under sentence_encoder "model")."""
+
+    def __init__(self, name: str, record: dict, twin: OnnxInt8Embedder, load_float) -> None:
+        self.name, self.version, self.dim = name, str(record["float_version"]), int(record["dim"])
+        self.window = record.get("window")
+        self.batch_size = twin.batch_size
+        self.query_prefix, self.passage_prefix = twin.query_prefix, twin.passage_prefix
+        self.twin, self._load_float, self._float = twin, load_float, None
+        self._lock = threading.Lock()
+
+    def float_model(self):
+        """The float model, loaded at the first call (and checked to be the weights the pairing recorded)."""
+        with self._lock:
+            if self._float is None:
+                logging.getLogger(__name__).info("%s: loading the float model to encode passages", self.name)
+                model = self._load_float()
+                if model.version != self.version:
+                    raise RuntimeError(
+                        f"{self.name}: the float model's weights ({model.version}) are not the ones its int8 twin was "
+                        f"paired with ({self.version}): restart the server so that it pairs them again"
+                    )
+                self._float = model
+        return self._float
+
+    def encode_queries(self, texts: list[str]) -> np.ndarray:
+        return self.twin.encode_queries(texts)
+
+    def encode_passages(self, texts: list[str]) -> np.ndarray:
+        return self.float_model().encode_passages(texts)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return self.float_model().encode(texts)
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        return self.twin.count_tokens(texts)  # the same tokenizer.json and window as the float model
+
+
+def paired_embedder(
+    name: str, source: str, query_prefix: str, passage_prefix: str, batch_size: int, load_float
+) -> tuple[PairedEmbedder | None, str | None]:
+    """The float model `name` (weights in the folder `source`) paired with its int8 twin without loading it, when a
+    process that held both recorded the pair (int8_query_encoder) for this folder's weights and these prefixes; else
+    (None, why not): the caller loads the float model, and pairing it records the pair for the next process.
+    `load_float`: loads the float model if a passage must be encoded after all."""
+    folder = Path(source)
+    if not (folder / "tokenizer.json").exists():
+        return None, f"{source!r} is not a local sentence-transformers folder with a tokenizer.json"
+    twin_dir = cache_root() / f"{weights_version(folder)}-{RECIPE}"
+    record = _read_json(twin_dir / PAIRING_FILE) if (twin_dir / MODEL_FILE).exists() else {}
+    if not record:
+        return None, f"no int8 twin of {name!r} paired yet under {cache_root()}"
+    if (record.get("query_prefix"), record.get("passage_prefix")) != (query_prefix, passage_prefix):
+        return None, f"the int8 twin of {name!r} was paired with other prefixes"
+    twin = _twin(f"{name}-int8", str(folder), query_prefix, passage_prefix, batch_size, _threads())
+    if twin.dim != record.get("dim"):
+        return None, f"the int8 twin of {name!r} has another dimension than its pairing records"
+    return PairedEmbedder(name, record, twin, load_float), None
 
 
 @lru_cache(maxsize=16)

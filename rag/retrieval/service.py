@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from rag.embedding import load_embedder, model_key
+from rag.embedding import load_embedder, load_for_queries, model_key
 from rag.index.bm25 import BM25Index
 from rag.index.bm25_sparse import EngineBM25, has_bm25
 from rag.index.qdrant import CollectionName, QdrantSettings, alias_target, get_client, is_local
@@ -130,7 +130,8 @@ def open_index(
                 "embedding_collections"
             )
         try:
-            embedder = load_embedder(model)
+            # With the int8 twin encoding the questions, a recorded pairing spares this process the float model.
+            embedder = load_for_queries(model) if query_encoder == "int8" else load_embedder(model)
         except ValueError as exc:
             raise RetrievalError(str(exc)) from exc
         if f"__{embedder.version}__" not in live:
