@@ -388,11 +388,14 @@ def _paired(name: str, spec_json: str, registered: bool) -> TextEmbedder:
 
     query_prefix, passage_prefix = spec.prefixes()
     try:
-        paired, _why_not = paired_embedder(name, source, query_prefix, passage_prefix, spec.batch_size, load_float)
+        paired, why_not = paired_embedder(name, source, query_prefix, passage_prefix, spec.batch_size, load_float)
     except Exception:  # noqa: BLE001 - a twin that cannot load (no onnxruntime, a damaged file): the model serves
         logging.getLogger(__name__).warning("%s: the recorded int8 pairing cannot be used", name, exc_info=True)
-        paired = None
-    return paired if paired is not None else load_float()
+        return load_float()
+    if paired is None:
+        logging.getLogger(__name__).info("%s: loading the float model (%s)", name, why_not)
+        return load_float()
+    return paired
 
 
 def _clear_loaded() -> None:

@@ -276,7 +276,8 @@ def int8_query_encoder(
     encodes one batch after another, passes every core). The twin is exported from the very
     folder the float model was loaded from (no name is resolved again, so a promotion in between cannot pair other
     weights, and no hub id is looked up), and accepted only when its vectors of a few probe questions agree with the
-    float model's (cosine >= MIN_PROBE_COSINE)."""
+    float model's (cosine >= MIN_PROBE_COSINE). An accepted pair is recorded beside the twin (_record_pairing), so a
+    later process can take the model from paired_embedder without loading it."""
     if isinstance(embedder, OnnxInt8Embedder):
         return None, None  # already int8: it encodes its own questions
     if isinstance(embedder, PairedEmbedder):
