@@ -132,3 +132,39 @@ def test_a_replica_without_the_chunk_table_serves_from_the_collection(indexes, t
     index = open_index(STRATEGY, MODEL, root=bare, qdrant=qdrant, bm25="engine")
     hits = retrieve(index, QUESTIONS[0], "hybrid-cc", RetrievalParams(k=3))
     assert served(hits) == served(retrieve(engine, QUESTIONS[0], "hybrid-cc", RetrievalParams(k=3)))
+
+
+def test_past_catalog_max_chunks_a_question_names_a_document_among_its_hits_and_scans_nothing(indexes, monkeypatch):
+    """A catalog of every document reads every chunk's payload; past overview.catalog_max_chunks an answer reads
+    only its hits' documents (doc_id filter), and a question naming one of them gets the same overview."""
+    table, engine, root = indexes
+    whole = AnswerSettings(strategy=STRATEGY, model=MODEL, mode="hybrid-cc", k=5, attribution=False)
+    hits_only = whole.model_copy(update={"overview": whole.overview.model_copy(update={"catalog_max_chunks": 0})})
+    client = engine.client
+    filters: list = []
+    original = client.scroll
+
+    def recorded(collection, **kw):
+        filters.append(kw.get("scroll_filter"))
+        return original(collection, **kw)
+
+    monkeypatch.setattr(client, "scroll", recorded)
+    named, ordinary = "what does oven.md cover?", "what about the oven for the bread?"
+    before = Answerer(whole, root=root, index=table)
+    answerer = Answerer(hits_only, root=root, index=engine)
+    assert answerer.names_documents_among_hits() and not before.names_documents_among_hits()
+    for question in (named, ordinary):
+        filters.clear()
+        expected, got = before.ask(question), answerer.ask(question)
+        assert (got.answer, got.cited_chunk_ids, got.generator) == (
+            expected.answer,
+            expected.cited_chunk_ids,
+            expected.generator,
+        ), question
+        # Every scroll is of named documents: a filter with a doc_id condition, never the whole collection.
+        assert filters and all(
+            f is not None and any(c.key == "doc_id" for c in f.must if hasattr(c, "key")) for f in filters
+        ), filters
+    assert expected.generator == "extractive" and got.generator == "extractive"
+    assert before.ask(named).generator.startswith("overview:")
+    assert answerer._catalog is None  # no catalog of every document was built

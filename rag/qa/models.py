@@ -27,6 +27,16 @@ class OverviewSettings(BaseModel):
     max_documents: int = Field(20, ge=1, description="documents listed (extractive) or summarised (LLM map step)")
     sentences: int = Field(3, ge=1, description="opening sentences quoted when the question names one document")
     map_chunks: int = Field(2, ge=1, description="LLM map step: first chunks of each document given to the model")
+    # A catalog of every document reads each chunk's payload once to find the first ones and keeps an entry per
+    # document: a replica maps its collection's whole payload file for it (136 MB at 100,000 synthetic 1-KB chunks),
+    # on the first question holding a cue such as "about". Past this size a question names a document only among
+    # the documents of its own hits, which are read through the doc_id index.
+    catalog_max_chunks: int = Field(
+        200_000,
+        ge=0,
+        description="collections up to this many chunks keep a catalog of every document for questions that name "
+        "one; larger ones look for the named document among the question's hits",
+    )
 
 
 # What serving asks for when nothing names a model or reranker: the registry's `production` alias, so a promotion

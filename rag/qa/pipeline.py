@@ -179,6 +179,7 @@ class Answerer:
         if isinstance(self.generator, ExtractiveGenerator) and self.index is not None:
             self.generator.next_chunk = self._chunk_record  # a lead-in's list may go on in the next chunk
         self._catalog: Catalog | None = None  # the documents, for overview questions; built on the first one
+        self._names_in_hits: bool | None = None  # too many chunks for a catalog of every document (catalog_max_chunks)
         self._served: dict[str, str | None] | None = None
 
     def warm_reranker_in_background(self) -> None:
@@ -245,18 +246,36 @@ class Answerer:
             self._catalog = self.index.lookup.catalog()
         return self._catalog
 
-    def _overview(self, question: str):
-        """(passages, generation) answering an overview question (rag.qa.overview), or None for any other."""
+    def names_documents_among_hits(self) -> bool:
+        """Whether a question naming a document is matched against its own hits' documents instead of a catalog of
+        every document: the collection holds more than overview.catalog_max_chunks chunks (counted once)."""
+        lookup = lookup_of(self.index)
+        if lookup is None or self._catalog is not None:
+            return False
+        if self._names_in_hits is None:
+            self._names_in_hits = len(lookup) > self.settings.overview.catalog_max_chunks
+        return self._names_in_hits
+
+    def _overview(self, question: str, hits: list[Hit] | None = None):
+        """(passages, generation) answering an overview question (rag.qa.overview), or None for any other. `hits`:
+        the question's passages, whose documents are the ones it may name (names_documents_among_hits)."""
         s = self.settings
         if not s.overview.enabled or self.index is None or not set(words(question)) & OVERVIEW_CUES:
             return None  # the cue check first: most questions never need the catalog
-        request = detect_overview(question, self.catalog())
+        if hits is not None:
+            named = {str(h.chunk["doc_id"]) for h in hits if h.chunk.get("doc_id") is not None}
+            catalog = lookup_of(self.index).catalog(doc_ids=named)
+        else:
+            catalog = None if self.names_documents_among_hits() else self.catalog()
+        request = detect_overview(question, catalog)
         if request is None:
             return None
+        if request.doc_ids is None:  # about the whole collection
+            catalog = self.catalog()
         if s.generator == "llm":
             max_new_tokens = s.llm.max_new_tokens if s.llm else 128
-            return llm_overview(question, request, self.catalog(), s.overview, self.llm, max_new_tokens=max_new_tokens)
-        return extractive_overview(request, self.catalog(), s.overview)
+            return llm_overview(question, request, catalog, s.overview, self.llm, max_new_tokens=max_new_tokens)
+        return extractive_overview(request, catalog, s.overview)
 
     def _retrieve(self, question: str) -> list[Hit]:
         s = self.settings
@@ -312,6 +331,12 @@ class Answerer:
             hits = filter_hits(hits, top_k=s.top_k, min_score=s.min_score)
         else:
             hits = list(ranked)
+        if self.names_documents_among_hits() and (overview := self._overview(question, hits)) is not None:
+            passages, generation = overview
+            lap("overview")
+            return self._result(
+                question, passages, generation, [], {}, f"overview:{self.generator.name}", timings, started
+            )
         if s.prompt_order == "long-context":
             hits = reorder_long_context(hits)
         if s.prev_next and hits:  # after reordering, so each neighbour sits beside its hit

@@ -19,7 +19,7 @@ rag.retrieval.service.open_index picks PayloadChunks whenever it opens a collect
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import pandas as pd
@@ -55,7 +55,7 @@ class ChunkLookup(Protocol):
 
     def texts(self, limit: int) -> list[str] | None: ...
 
-    def catalog(self, per_document: int = 8) -> Catalog: ...
+    def catalog(self, per_document: int = 8, doc_ids: Collection[str] | None = None) -> Catalog: ...
 
     def document_count(self) -> int: ...
 
@@ -112,10 +112,13 @@ class TableChunks:
             return None
         return self.table["text"].astype(str).tolist()
 
-    def catalog(self, per_document: int = 8) -> Catalog:
+    def catalog(self, per_document: int = 8, doc_ids: Collection[str] | None = None) -> Catalog:
         from rag.qa.overview import Catalog
 
-        return Catalog.from_chunks(self.table, per_document)
+        table = self.table
+        if doc_ids is not None and "doc_id" in getattr(table, "columns", ()):
+            table = table[table["doc_id"].astype(str).isin(set(doc_ids))]
+        return Catalog.from_chunks(table, per_document)
 
     def document_count(self) -> int:
         return int(self.table["doc_id"].nunique()) if len(self.table) else 0
@@ -187,17 +190,23 @@ class PayloadChunks:
             return None
         return [str(p.get("text") or "") for p in self._scroll(["text"])]
 
-    def catalog(self, per_document: int = 8) -> Catalog:
+    def catalog(self, per_document: int = 8, doc_ids: Collection[str] | None = None) -> Catalog:
         """The documents for overview questions (rag.qa.overview), read from the engine: each document's first chunk
         (the one without a previous chunk) and, for its title, the section paths along its next-chunk links, as far
         as `per_document` chunks or the first heading. One small entry per document stays in memory; a document's
-        opening chunks are read when an answer shows it."""
+        opening chunks are read when an answer shows it. `doc_ids`: those documents only, found through the doc_id
+        index, so what is read is theirs (the whole catalog reads every chunk's payload once to find the first ones)."""
         from qdrant_client import models
 
         from rag.qa.overview import Catalog, heading
 
         fields = ["chunk_id", "doc_id", "section_path", "next_chunk_id"]
-        first = models.Filter(must=[models.IsNullCondition(is_null=models.PayloadField(key="prev_chunk_id"))])
+        must: list = [models.IsNullCondition(is_null=models.PayloadField(key="prev_chunk_id"))]
+        if doc_ids is not None:
+            if not doc_ids:
+                return Catalog([])
+            must.append(models.FieldCondition(key="doc_id", match=models.MatchAny(any=sorted(map(str, doc_ids)))))
+        first = models.Filter(must=must)
         heads = {str(p["doc_id"]): p for p in self._scroll(fields, first) if p.get("doc_id") and p.get("chunk_id")}
         titles: dict[str, str] = {}
         current = dict(heads)  # document -> the chunk of it looked at last
@@ -244,4 +253,3 @@ class PayloadChunks:
 
     def document_count(self) -> int:
         return len({p.get("doc_id") for p in self._scroll(["doc_id"])})
-
