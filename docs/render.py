@@ -1442,6 +1442,10 @@ def serving_memory(record: dict) -> dict[str, Table]:
         sizing.append([row["label"], num(heap), num(mapped), num(disk), *(num(gb, 1) for gb in at)])
     ratios = [[figure.removesuffix("_new_over_before"), num(value, 3)] for figure, value in record["ratios"].items()]
     ratios.append(["same passages, same collection both ways", "yes" if record.get("same_passages") else "no"])
+    # Which files the mapped pages are (runs before the breakdown was recorded have none).
+    parts = list(dict.fromkeys(part for row in record["replicas"] for part in row.get("mapped_mb", {})))
+    mapped = [[row["label"], *(num(row["mapped_mb"].get(p, 0.0), 0) for p in parts)] for row in record["replicas"]]
+    tables = {"mapped": (["replica: mapped pages after the questions, MB", *parts], mapped)} if parts else {}
     return {
         "replicas": (
             [
@@ -1458,6 +1462,7 @@ def serving_memory(record: dict) -> dict[str, Table]:
             ],
             replicas,
         ),
+        **tables,
         "sizing": (
             [
                 "replica",

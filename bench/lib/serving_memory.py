@@ -14,7 +14,9 @@ this one, then `ask` of a few questions through the whole answer pipeline. /proc
 imports, after the embedding model is loaded (what every replica holds whatever the corpus), after the index is
 open and after the questions: VmRSS (resident), split into RssAnon (heap: only freed by the process) and RssFile
 (pages of mapped files: the collection's on-disk parts; the kernel drops them under memory pressure and reads them
-again), and VmHWM (the peak resident size).
+again), and VmHWM (the peak resident size). After the questions, /proc/self/smaps says which files the mapped pages
+are: each part of the replica's copy of the collection (vectors, payload, postings, graph, write-ahead log, ...) and
+the libraries and model files together.
 """
 
 from __future__ import annotations
@@ -284,6 +286,39 @@ def memory() -> dict[str, float]:
     return out
 
 
+# Which part of a collection a mapped file is, by the folder Qdrant keeps it in (the first that matches).
+COLLECTION_PARTS = (
+    ("write-ahead log", "/wal/"),
+    ("dense vectors", "vector_storage-dense"),
+    ("BM25 sparse vectors", "vector_storage-bm25"),
+    ("BM25 postings", "vector_index-bm25"),
+    ("HNSW graph", "vector_index-dense"),
+    ("payload", "payload_storage"),
+    ("payload indexes", "payload_index"),
+    ("point ids", "id_tracker"),
+)
+
+
+def mapped_by_part(collection_root: str) -> dict[str, float]:
+    """Resident pages of mapped files now, MB, by what they are: each part of the collection's files under
+    `collection_root` (COLLECTION_PARTS, the rest "other collection files"), and every other file (libraries, model
+    files) together. From /proc/self/smaps: which of the mapped bytes RssFile counts are which."""
+    out: dict[str, int] = {}
+    path = None
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            head = line.split(maxsplit=5)
+            if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
+                path = head[5].strip() if len(head) == 6 and head[5].startswith("/") else None
+            elif head and head[0] == "Rss:" and path is not None:
+                if path.startswith(collection_root):
+                    part = next((name for name, folder in COLLECTION_PARTS if folder in path), "other collection files")
+                else:
+                    part = "libraries and model files"
+                out[part] = out.get(part, 0) + int(head[1])
+    return {part: round(kb / 1024, 1) for part, kb in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
 def replica(spec: dict) -> dict:
     """In a fresh process: what `rag serve` builds over the data dir, then the questions asked; memory at each step."""
     steps = {"start": memory()}
@@ -314,10 +349,12 @@ def replica(spec: dict) -> dict:
         ranked.append([[c["chunk_id"], text_hash(c["text"])] for c in result.chunks])
     gc.collect()
     steps["answered"] = memory()
+    mapped = mapped_by_part(str(Path(spec["root"]) / "serving"))  # where serving keeps the replica's copy
     lookup = type(answerer.index.lookup).__name__
     serving.close()
     return {
         "memory_mb": steps,
+        "mapped_mb": mapped,
         "open_seconds": round(open_seconds, 2),
         "ask_ms": latencies,
         "chunk_lookup": lookup,
