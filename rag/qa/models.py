@@ -28,9 +28,9 @@ class OverviewSettings(BaseModel):
     sentences: int = Field(3, ge=1, description="opening sentences quoted when the question names one document")
     map_chunks: int = Field(2, ge=1, description="LLM map step: first chunks of each document given to the model")
     # A catalog of every document reads each chunk's payload once to find the first ones and keeps an entry per
-    # document: a replica maps its collection's whole payload file for it (136 MB at 100,000 synthetic 1-KB chunks),
-    # on the first question holding a cue such as "about". Past this size a question names a document only among
-    # the documents of its own hits, which are read through the doc_id index.
+    # document: a replica maps its collection's whole payload file for it, on the first question holding a cue such
+    # as "about". Past this size a question names a document only among the documents of its own hits, which are
+    # read through the doc_id index.
     catalog_max_chunks: int = Field(
         200_000,
         ge=0,
