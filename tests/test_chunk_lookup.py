@@ -109,6 +109,14 @@ def test_overview_catalog_and_passage_context_from_the_engine_equal_the_tables(i
     for mine, theirs in zip(from_engine.documents, from_table.documents):
         assert [plain(c) for c in mine.chunks] == [plain(c) for c in theirs.chunks]
     assert engine.lookup.document_count() == table.lookup.document_count() == len(from_table.documents)
+    # Some documents' entries (a question's hits'), from either store: those of the whole catalog, nothing else.
+    some = [d.doc_id for d in from_table.documents][::2] + ["no-such-document"]
+    for lookup in (table.lookup, engine.lookup):
+        part = lookup.catalog(doc_ids=some)
+        assert [(d.doc_id, d.title) for d in part.documents] == [
+            (d.doc_id, d.title) for d in from_table.documents if d.doc_id in some
+        ]
+        assert lookup.catalog(doc_ids=[]).documents == []
 
     for chunk_id in table.chunks.index:
         row = engine.lookup.get_many([chunk_id])[chunk_id]

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
 import pandas as pd
 
 from rag.index.qdrant import point_id
@@ -68,6 +69,7 @@ class TableChunks:
     def __init__(self, table: pd.DataFrame):
         self.table = table
         self._point_chunks: dict[str, str] | None = None
+        self._document_rows: dict[str, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.table)
@@ -117,7 +119,11 @@ class TableChunks:
 
         table = self.table
         if doc_ids is not None and "doc_id" in getattr(table, "columns", ()):
-            table = table[table["doc_id"].astype(str).isin(set(doc_ids))]
+            # Each document's rows found once: filtering the whole table per question cost O(corpus) a question.
+            if self._document_rows is None:
+                self._document_rows = {str(d): rows for d, rows in table.groupby("doc_id", sort=False).indices.items()}
+            found = [self._document_rows[d] for d in sorted(set(map(str, doc_ids))) if d in self._document_rows]
+            table = table.iloc[np.concatenate(found)] if found else table.iloc[:0]
         return Catalog.from_chunks(table, per_document)
 
     def document_count(self) -> int:
