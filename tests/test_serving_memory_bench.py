@@ -49,9 +49,13 @@ def test_a_tiny_run_measures_both_ways_finds_the_same_passages_and_renders(tmp_p
     assert record["same_passages"] and record["replicas"][1]["passages_shared_with_before"] == 1.0
     assert all(r["summary"]["steady_rss_mb"] > r["summary"]["model_rss_mb"] > 0 for r in record["replicas"])
     assert set(record["builds"]) == {"default", "1m"} and record["floor"]["chunks"] == 2000
+    # Which files the mapped pages are: the libraries', and the parts of the replica's copy of the collection.
+    for row in record["replicas"]:
+        assert row["mapped_mb"]["libraries and model files"] > 0 and row["mapped_mb"]["write-ahead log"] > 0, row
 
     (tmp_path / "render").mkdir()
     root = copy_tree(tmp_path / "render")
     (root / "bench" / "results" / "serving-memory.json").write_text(out.read_text())
     page = load_renderer().render(root)[root / "docs" / "indexes.md"]
     assert "| whole chunk table and the float model, layout default (before) | table in memory |" in page
+    assert "| replica: mapped pages after the questions, MB |" in page
