@@ -118,7 +118,7 @@ class TableChunks:
         from rag.qa.overview import Catalog
 
         table = self.table
-        if doc_ids is not None and "doc_id" in getattr(table, "columns", ()):
+        if doc_ids is not None:
             # Each document's rows found once: filtering the whole table per question cost O(corpus) a question.
             if self._document_rows is None:
                 self._document_rows = {str(d): rows for d, rows in table.groupby("doc_id", sort=False).indices.items()}
@@ -205,13 +205,14 @@ class PayloadChunks:
         from qdrant_client import models
 
         from rag.qa.overview import Catalog, heading
+        from rag.retrieval import SearchFilter, qdrant_filter
 
         fields = ["chunk_id", "doc_id", "section_path", "next_chunk_id"]
         must: list = [models.IsNullCondition(is_null=models.PayloadField(key="prev_chunk_id"))]
         if doc_ids is not None:
             if not doc_ids:
                 return Catalog([])
-            must.append(models.FieldCondition(key="doc_id", match=models.MatchAny(any=sorted(map(str, doc_ids)))))
+            must += qdrant_filter(SearchFilter(doc_ids=sorted(map(str, doc_ids)))).must
         first = models.Filter(must=must)
         heads = {str(p["doc_id"]): p for p in self._scroll(fields, first) if p.get("doc_id") and p.get("chunk_id")}
         titles: dict[str, str] = {}
