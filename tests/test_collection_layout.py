@@ -23,6 +23,7 @@ LARGE = CollectionLayout(
     payload_on_disk=True,
     sparse_on_disk=True,
     hnsw_on_disk=True,
+    payload_indexes_on_disk=True,
     quantization="int8",
     quantile=0.99,
     quantization_always_ram=True,
@@ -52,6 +53,7 @@ def test_a_layout_comes_from_a_yaml_file_and_each_variable_overrides_it(tmp_path
     sizes = {p.stem: CollectionLayout.from_file(p) for p in sorted(CONFIGS.glob("*.yaml"))}
     assert set(sizes) == {"1m", "10m", "100m"}
     assert all(s.vectors_on_disk and s.payload_on_disk and s.sparse_on_disk for s in sizes.values())
+    assert all(s.payload_indexes_on_disk for s in sizes.values())
     assert [sizes[size].quantization for size in ("1m", "10m", "100m")] == ["none", "int8", "int8"]
 
 
@@ -66,7 +68,29 @@ def write_points(client, collection: str, dim: int = 8) -> None:
 def searches(client, collection: str) -> list[list[str]]:
     dense = client.query_points(collection, query=[0.1] * 8, using=DENSE, limit=3, with_payload=["chunk_id"])
     sparse = client.query_points(collection, query=query_vector("rockets orbit"), using=SPARSE, limit=3)
-    return [[p.payload["chunk_id"] for p in dense.points], [str(p.id) for p in sparse.points]]
+    in_one_document = client.query_points(
+        collection,
+        query=[0.1] * 8,
+        using=DENSE,
+        limit=3,
+        with_payload=["doc_id"],
+        query_filter=models.Filter(
+            must=[models.FieldCondition(key="doc_id", match=models.MatchValue(value="doc-bread"))]
+        ),
+    )
+    assert {p.payload["doc_id"] for p in in_one_document.points} == {"doc-bread"}
+    return [
+        [p.payload["chunk_id"] for p in dense.points],
+        [str(p.id) for p in sparse.points],
+        [str(p.id) for p in in_one_document.points],
+    ]
+
+
+def indexes_on_disk(client, collection: str) -> dict[str, bool]:
+    return {
+        field: bool(info.params and info.params.on_disk)
+        for field, info in client.get_collection(collection).payload_schema.items()
+    }
 
 
 def test_an_edge_collection_is_built_with_the_layout_and_keeps_it_through_a_reopen_and_a_copy(tmp_path):
@@ -90,12 +114,15 @@ def test_an_edge_collection_is_built_with_the_layout_and_keeps_it_through_a_reop
     assert config.params.vectors[DENSE].on_disk and config.params.on_disk_payload
     assert config.params.sparse_vectors[SPARSE].index.on_disk and config.hnsw_config.on_disk
     assert config.quantization_config == LARGE.quantization_config()
+    on_disk = {"doc_id": True, "page_start": True, "page_end": True}
+    assert indexes_on_disk(client, name) == on_disk
 
     replica = EdgeClient(tmp_path / "replica")  # a replica copied point by point builds the same layout
     try:
         assert copy_collection(client, replica, name) == len(TEXTS)
         copied = replica.get_collection(name).config
         assert (copied.params, copied.quantization_config) == (config.params, config.quantization_config)
+        assert indexes_on_disk(replica, name) == on_disk
         assert searches(replica, name) == before
     finally:
         replica.close()
@@ -120,12 +147,13 @@ class Recording:
 
     def __init__(self):
         self.created: dict = {}
+        self.indexes: dict = {}
 
     def create_collection(self, collection_name, **kwargs):
         self.created = {"collection_name": collection_name, **kwargs}
 
-    def create_payload_index(self, *args, **kwargs):
-        pass
+    def create_payload_index(self, collection_name, field_name, field_schema):
+        self.indexes[field_name] = field_schema
 
 
 def test_a_server_collection_is_requested_with_shards_replicas_placement_and_quantization():
@@ -138,6 +166,11 @@ def test_a_server_collection_is_requested_with_shards_replicas_placement_and_qua
     assert sent["on_disk_payload"] is True
     assert sent["sparse_vectors_config"][SPARSE].index == models.SparseIndexParams(on_disk=True)
     assert sent["hnsw_config"].on_disk is True
+    assert all(schema.on_disk for schema in client.indexes.values()) and set(client.indexes) == {
+        "doc_id",
+        "page_start",
+        "page_end",
+    }
     assert sent["quantization_config"] == models.ScalarQuantization(
         scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8, quantile=0.99, always_ram=True)
     )

@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,7 @@ class EdgeCollectionInfo:
     points_count: int
     indexed_vectors_count: int
     segments_count: int
+    payload_schema: dict[str, models.PayloadIndexInfo] = field(default_factory=dict)
 
 
 def _write_atomic(path: Path, data: dict) -> None:
@@ -472,6 +473,29 @@ def _points(points: Any) -> list[qe.Point]:
     return [qe.Point(id=p.id, vector=_vector_in(p.vector), payload=p.payload) for p in points]
 
 
+def _edge_index(schema: str, field_schema: Any):
+    """Edge's index type, or its index params where a keyword or integer index is asked to live on disk."""
+    if getattr(field_schema, "on_disk", None) and schema == "Keyword":
+        return qe.KeywordIndexParams(on_disk=True)
+    if getattr(field_schema, "on_disk", None) and schema == "Integer":
+        return qe.IntegerIndexParams(lookup=field_schema.lookup, range=field_schema.range, on_disk=True)
+    return getattr(qe.PayloadSchemaType, schema)
+
+
+def _index_info(index) -> models.PayloadIndexInfo:
+    """qdrant-client's record of an Edge payload index: its type, and whether it is on disk where it says."""
+    kind = models.PayloadSchemaType(_SCHEMA_NAMES[str(index.data_type).rsplit(".", 1)[-1]])
+    on_disk = getattr(index.params, "on_disk", None)
+    params = None
+    if on_disk and kind == models.PayloadSchemaType.KEYWORD:
+        params = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, on_disk=True)
+    elif on_disk and kind == models.PayloadSchemaType.INTEGER:
+        params = models.IntegerIndexParams(
+            type=models.IntegerIndexType.INTEGER, lookup=index.params.lookup, range=index.params.range, on_disk=True
+        )
+    return models.PayloadIndexInfo(data_type=kind, params=params, points=index.points or 0)
+
+
 _SCHEMAS = {
     models.PayloadSchemaType.KEYWORD: "Keyword",
     models.PayloadSchemaType.INTEGER: "Integer",
@@ -482,6 +506,7 @@ _SCHEMAS = {
     models.PayloadSchemaType.UUID: "Uuid",
     models.PayloadSchemaType.GEO: "Geo",
 }
+_SCHEMA_NAMES = {edge: kind.value for kind, edge in _SCHEMAS.items()}
 
 
 class EdgeClient:
@@ -733,6 +758,7 @@ class EdgeClient:
             info.points_count,
             info.indexed_vectors_count,
             info.segments_count,
+            {name: _index_info(index) for name, index in (info.payload_schema or {}).items()},
         )
 
     def delete_collection(self, collection_name: str, **_: Any) -> bool:
@@ -782,8 +808,9 @@ class EdgeClient:
         self, collection_name: str, field_name: str, field_schema: Any = None, **_: Any
     ) -> models.UpdateResult:
         collection, shard = self._shard(collection_name)
-        schema = _SCHEMAS.get(models.PayloadSchemaType(getattr(field_schema, "value", field_schema)))
-        shard.update(qe.UpdateOperation.create_field_index(field_name, getattr(qe.PayloadSchemaType, schema)))
+        kind = getattr(field_schema, "type", field_schema)  # a type, or index params that carry theirs
+        schema = _SCHEMAS.get(models.PayloadSchemaType(getattr(kind, "value", kind)))
+        shard.update(qe.UpdateOperation.create_field_index(field_name, _edge_index(schema, field_schema)))
         self._written(collection, shard)
         return models.UpdateResult(operation_id=None, status=models.UpdateStatus.COMPLETED)
 

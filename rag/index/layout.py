@@ -47,6 +47,9 @@ class CollectionLayout(BaseModel):
     sparse_on_disk: bool | None = None
     # The HNSW graph on disk.
     hnsw_on_disk: bool | None = None
+    # The payload indexes (the document and page fields searches filter by) read from disk, not rebuilt in RAM at
+    # every open: held in RAM they are a replica's heap that grows with the corpus (docs/indexes.md).
+    payload_indexes_on_disk: bool | None = None
     # "int8": a scalar-quantized copy of the dense vectors (a quarter of float32) that searches score first, the
     # originals rescoring the best; "none" keeps float32 only.
     quantization: Literal["none", "int8"] = "none"

@@ -335,11 +335,12 @@ def create_collection(
         hnsw_config=(graph or HnswBuild.from_env()).config(on_disk=layout.hnsw_on_disk),
         **layout.create_options(server=engine_of(client) == "server"),
     )
-    add_payload_indexes(client, collection)
+    add_payload_indexes(client, collection, on_disk=layout.payload_indexes_on_disk)
 
 
-def add_payload_indexes(client, collection: str) -> None:
-    """Indexes on the fields searches filter by (document, pages); local mode scans anyway, so it gets none."""
+def add_payload_indexes(client, collection: str, *, on_disk: bool | None = None) -> None:
+    """Indexes on the fields searches filter by (document, pages); local mode scans anyway, so it gets none.
+    `on_disk`: read from disk rather than held in RAM (CollectionLayout.payload_indexes_on_disk)."""
     from qdrant_client import models
 
     if is_local(client):
@@ -349,7 +350,19 @@ def add_payload_indexes(client, collection: str) -> None:
         ("page_start", models.PayloadSchemaType.INTEGER),
         ("page_end", models.PayloadSchemaType.INTEGER),
     ):
+        if on_disk and schema == models.PayloadSchemaType.KEYWORD:
+            schema = models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, on_disk=True)
+        elif on_disk:
+            schema = models.IntegerIndexParams(
+                type=models.IntegerIndexType.INTEGER, lookup=True, range=True, on_disk=True
+            )
         client.create_payload_index(collection, field_name=field, field_schema=schema)
+
+
+def payload_indexes_on_disk(client, collection: str) -> bool | None:
+    """Whether a collection's payload indexes were built on disk (True), or None (the engine's default)."""
+    schema = getattr(client.get_collection(collection), "payload_schema", None) or {}
+    return True if any(getattr(info.params, "on_disk", None) for info in schema.values()) else None
 
 
 def copy_collection(source, target, collection: str, batch: int = 512, *, add_bm25: bool = False) -> int:
@@ -395,7 +408,7 @@ def copy_collection(source, target, collection: str, batch: int = 512, *, add_bm
         else None,
         **{k: v for k, v in layout.items() if v is not None},
     )
-    add_payload_indexes(target, collection)
+    add_payload_indexes(target, collection, on_disk=payload_indexes_on_disk(source, collection))
     copied = 0
     for points in _pages(source, collection, batch):
         structs = [models.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points]
