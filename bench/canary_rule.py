@@ -1,5 +1,6 @@
 """The canary's decision rule, measured: how often and after how many canary queries it promotes, rolls back on
-evidence of harm, or reaches the horizon, with the one-sided harm test (rollback_alpha) and without it.
+evidence of harm, or reaches the horizon, with the one-sided harm test (rollback_alpha) and without it, and with
+Wald's futility boundary beside the default (--futility-win-shares: rolled back on evidence of no edge that size).
 
 1. Simulated canaries (rag.rollout.replay, the rule canary_sensor applies, ticking after every query): each canary
    query is a tie with probability --tie-rates, else a candidate win with probability p (its win share among
@@ -41,6 +42,8 @@ def rules(args) -> dict:
     for ra in args.rollback_alphas:
         default = " (default)" if ra == CanarySettings().rollback_alpha else ""
         out[f"harm test at {ra:g}{default}"] = CanarySettings(**base, rollback_alpha=ra)
+    for share in getattr(args, "futility_win_shares", None) or []:
+        out[f"default + futility at a win share of {share:g}"] = CanarySettings(**base, futility_win_share=share)
     return out
 
 
@@ -149,6 +152,13 @@ def main() -> int:
     p.add_argument("--alpha", type=float, default=0.05, help="the promotion side's error rate (product default)")
     p.add_argument("--rollback-alphas", type=float, nargs="+", default=[0.05, 0.10, 0.20])
     p.add_argument("--max-queries", type=int, default=2000, help="the horizon (product default)")
+    p.add_argument(
+        "--futility-win-shares",
+        type=float,
+        nargs="*",
+        default=[0.6, 0.65],
+        help="rules with the default harm test and Wald's futility boundary at each of these win shares",
+    )
     p.add_argument("--replay-data-dir", nargs="*", default=[], help="finished bench runs' data dirs")
     cli.add_seed(p)
     cli.add_output(p, OUT)

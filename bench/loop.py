@@ -30,9 +30,10 @@ round the held-out test split is scored on exactly what the server serves, paire
     .venv/bin/python bench/loop.py --corpus tatqa --behaviour inverted --canary-behaviour consistent  # poisoned
     .venv/bin/python bench/loop.py --corpus tatqa --quick         # a slice, minutes
     .venv/bin/python bench/loop.py --corpus tatqa --expert-labels 20     # and an expert grades 20 items a round
+    .venv/bin/python bench/loop.py --corpus tatqa --futility-win-share 0.6  # canaries stopped early for futility
 
-Writes bench/results/loop-<corpus>[-<behaviour>][-<learners>][-experts<N>][-quick].json (arguments, commit, date,
-machine).
+Writes bench/results/loop-<corpus>[-<behaviour>][-<learners>][-experts<N>][-futility<share>][-quick].json
+(arguments, commit, date, machine).
 """
 
 from __future__ import annotations
@@ -115,7 +116,11 @@ def one_corpus(args, record: dict, save) -> None:
     resources = {
         "data_store": DataStore(data_dir=str(root)),
         "qdrant": QdrantResource(path=qdrant.path),
-        "rollout": Rollout(promotion="auto", traffic_share=args.canary_share),
+        "rollout": Rollout(
+            promotion="auto",
+            traffic_share=args.canary_share,
+            futility_win_share=getattr(args, "futility_win_share", None),
+        ),
         "feedback_loop": FeedbackLoop(
             data_dir=str(root),
             volume_threshold=args.feedback_threshold,
@@ -284,13 +289,14 @@ def markdown(record: dict) -> str:
 
 
 def result_name(args) -> str:
-    """loop-<corpus>[-<behaviour>[-canary-<behaviour>]][-<learners>][-experts<N>][-quick].json: the defaults leave
-    their part out."""
+    """loop-<corpus>[-<behaviour>[-canary-<behaviour>]][-<learners>][-experts<N>][-futility<share>][-quick].json: the
+    defaults leave their part out."""
     judged = f"-canary-{args.canary_behaviour}" if args.canary_behaviour else ""
     suffix = (
         ("" if args.behaviour == "consistent" else f"-{args.behaviour}{judged}")
         + ("" if len(args.learners) == 3 else "-" + "+".join(args.learners))
         + (f"-experts{args.expert_labels}" if getattr(args, "expert_labels", 0) > 0 else "")
+        + (f"-futility{args.futility_win_share:g}" if getattr(args, "futility_win_share", None) else "")
         + ("-quick" if args.quick else "")
     )
     return f"loop-{args.corpus}{suffix}.json"
@@ -323,6 +329,12 @@ def main() -> int:
     p.add_argument("--tick-every", type=int, default=50, help="questions between canary_sensor ticks in a canary")
     p.add_argument("--feedback-threshold", type=int, default=100, help="FeedbackLoop.volume_threshold")
     p.add_argument("--canary-share", type=float, default=0.5, help="share of sessions a canary serves")
+    p.add_argument(
+        "--futility-win-share",
+        type=float,
+        help="the rollout's futility_win_share: a canary whose evidence favours no edge over this win share is "
+        "rolled back early (default: off, the product's default)",
+    )
     p.add_argument("--users-questions", type=int, default=None, help="users-split questions (default: all)")
     p.add_argument("--test-questions", type=int, default=None, help="test-split questions scored (default: all)")
     p.add_argument("--documents", type=int, default=None, help="documents (judged ones kept; default: all)")

@@ -41,6 +41,14 @@ class Rollout(ConfigurableResource):
     max_days: float = Field(
         _DEFAULTS.max_days, description="days after which an undecided canary is rolled back (too few users)"
     )
+    futility_win_share: float | None = Field(
+        _DEFAULTS.futility_win_share,
+        description="the smallest win share among decisive canary queries worth promoting: a canary whose evidence "
+        "favours no edge over it is rolled back early, freeing the one canary slot (null: off)",
+    )
+    futility_beta: float = Field(
+        _DEFAULTS.futility_beta, description="the chance a candidate winning futility_win_share is stopped for futility"
+    )
     max_latency_p95_ratio: float = _DEFAULTS.max_latency_p95_ratio
     latency_p95_allowance_ms: float = _DEFAULTS.latency_p95_allowance_ms
     min_latency_samples: int = _DEFAULTS.min_latency_samples

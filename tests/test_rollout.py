@@ -34,6 +34,7 @@ from rag.rollout import (
     version_for,
     with_guardrails,
 )
+from rag.rollout.sequential import client_bound
 
 NOW = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -296,6 +297,38 @@ def test_harm_test_error_rate_and_what_it_saves():
     two_sided = _simulate(0.4, runs=200, seed=33, settings=TWO_SIDED)
     assert sum(d.decision == "rollback" for d in harm) == len(harm)
     assert np.median([d.queries for d in harm]) < 0.8 * np.median([d.queries for d in two_sided])
+
+
+FUTILE = CanarySettings(alpha=0.05, max_queries=1000, futility_win_share=0.6)
+
+
+def test_futility_rolls_back_a_candidate_whose_evidence_favours_no_edge():
+    # Wald's lower boundary log(0.2 / 0.95) = -1.56; a win adds log 1.2 = 0.182, a loss log 0.8 = -0.223.
+    assert sequential_decision(31, 33, 80, "v", UNIFORM).decision == "continue"  # off by default
+    stopped = sequential_decision(31, 33, 80, "v", FUTILE)
+    assert stopped.decision == "rollback" and stopped.reason.endswith(
+        "no edge over a win share of 0.6 (futility), roll back"
+    )
+    assert sequential_decision(0, 6, 0, "v", FUTILE.model_copy(update={"rollback_alpha": None})).decision == "continue"
+    assert sequential_decision(0, 7, 0, "v", FUTILE.model_copy(update={"rollback_alpha": None})).decision == "rollback"
+    assert sequential_decision(35, 13, 190, "v", FUTILE).decision == "promote"  # never stops a clear winner first
+    assert sequential_decision(22, 17, 100, "v", FUTILE).decision == "continue"  # a lead keeps the canary going
+    assert replay(["a"] * 7 + ["b"] * 50, "v", FUTILE.model_copy(update={"rollback_alpha": None})).queries == 7
+    # Any one client adds fewer outcomes than could stop a canary alone.
+    assert client_bound(FUTILE.model_copy(update={"max_outcomes_per_client": 10, "rollback_alpha": None})) == 6
+
+
+def test_futility_frees_the_slot_from_candidates_near_production_and_seldom_stops_better_ones():
+    # A candidate no better than production is stopped by futility long before the horizon ...
+    level = _simulate(0.5, runs=300, seed=41, settings=FUTILE)
+    assert sum(d.decision == "rollback" for d in level) >= 0.9 * len(level)
+    assert np.median([d.queries for d in level]) < 0.2 * FUTILE.max_queries
+    assert sum(d.decision == "promote" for d in level) / len(level) <= FUTILE.alpha  # alpha still holds
+    # ... one at the smallest edge worth a canary about futility_beta of the time, a clear winner almost never.
+    edge = _simulate(0.6, runs=300, seed=42, settings=FUTILE)
+    assert sum(d.decision == "rollback" for d in edge) / len(edge) <= FUTILE.futility_beta + 0.05
+    clear = _simulate(0.7, runs=300, seed=43, settings=FUTILE)
+    assert sum(d.decision == "promote" for d in clear) >= 0.97 * len(clear)
 
 
 def _simulate(win_rate: float, runs: int, seed: int, tie_rate: float = 0.3, queries: int = 1000, settings=UNIFORM):

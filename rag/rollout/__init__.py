@@ -12,7 +12,8 @@ rag.rollout.condensed) goes through these stages of a RolloutState:
   Inside the canary share production's and the candidate's rankings are team-draft interleaved; clicks and
   passage ratings credit the team that contributed the passage, giving one outcome per query (win / loss / tie).
   On every tick sequential_decision (an always-valid mSPRT on those outcomes, with a one-sided harm test that
-  rolls a losing candidate back on weaker evidence) says promote, roll back or continue, and guardrails (latency
+  rolls a losing candidate back on weaker evidence, and optionally Wald's futility boundary that rolls back one
+  whose evidence favours no edge worth a canary) says promote, roll back or continue, and guardrails (latency
   p95, answer up-vote share) force a rollback when breached.
 - production / rolled_back: final. The other arm serves everyone; a new candidate starts a new rollout.
 

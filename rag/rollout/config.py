@@ -27,6 +27,21 @@ class CanarySettings(BaseModel):
         description="largest probability that an arm at least as good as production is rolled back by the "
         "one-sided harm test before the horizon; None: roll back early only when the two-sided test at alpha crosses",
     )
+    # One canary runs at a time, so a candidate near production's level holds the slot up to the horizon while
+    # better ones wait. Wald's lower boundary stops it once its wins and losses favour "no better" (p = 0.5) over
+    # the smallest edge worth a canary by (1 - alpha) / futility_beta: a rollback only, so alpha still holds; a
+    # candidate whose win share is exactly futility_win_share is stopped with probability about futility_beta.
+    futility_win_share: float | None = Field(
+        None,
+        gt=0.5,
+        lt=1,
+        description="the smallest win share among decisive canary queries worth promoting; set, a canary whose "
+        "evidence favours a share of 0.5 over it by (1 - alpha) / futility_beta is rolled back (futility); "
+        "None: a canary runs until the test, a guardrail or the horizon ends it",
+    )
+    futility_beta: float = Field(
+        0.2, gt=0, lt=0.5, description="the chance a candidate winning futility_win_share is stopped for futility"
+    )
     # Beta(1, 1) mixes evenly over all win rates. A prior concentrated near 0.5 (larger equal a, b) detects small
     # edges sooner and large ones later; the error rate holds for any prior.
     prior_a: float = Field(1.0, gt=0, description="Beta mixing prior of the win rate: a")

@@ -26,6 +26,13 @@ where I_0.5 is the regularised incomplete beta function at 0.5. For every p >= 0
 expectation at most 1, so LR-_n is a nonnegative supermartingale under any candidate at least as good as
 production, and P(LR- ever >= 1/rollback_alpha) <= rollback_alpha. With a symmetric prior and more losses than
 wins, LR- is at least the two-sided LR, so with rollback_alpha >= alpha it never rolls back later than before.
+
+Futility (settings.futility_win_share, off by default): one canary runs at a time, so a candidate about as good as
+production holds the slot until the horizon while candidates trained later wait. Wald's SPRT between p = 0.5 and
+p1 = futility_win_share, log LR_n = wins log(2 p1) + losses log(2 (1 - p1)), stops for futility once it falls to
+log(beta / (1 - alpha)) (Wald 1945, settings.futility_beta): a candidate whose true win share is p1 is stopped about
+beta of the time, one at 0.5 almost always and early. It only ever rolls back, so the promotion error rate alpha
+holds as before.
 """
 
 from __future__ import annotations
@@ -89,6 +96,28 @@ def _harm_threshold(settings: CanarySettings) -> float | None:
     return math.log(1.0 / settings.rollback_alpha) if settings.rollback_alpha is not None else None
 
 
+def log_futility_ratio(wins, losses, win_share: float):
+    """log LR of p = win_share against p = 0.5 (Wald's SPRT between the two points); numpy arrays broadcast."""
+    wins = np.asarray(wins, dtype=np.float64)
+    losses = np.asarray(losses, dtype=np.float64)
+    return wins * math.log(2.0 * win_share) + losses * math.log(2.0 * (1.0 - win_share))
+
+
+def _futility_threshold(settings: CanarySettings) -> float | None:
+    """Wald's lower boundary, log(beta / (1 - alpha)); None without a futility_win_share."""
+    if settings.futility_win_share is None:
+        return None
+    return math.log(settings.futility_beta / (1.0 - settings.alpha))
+
+
+def _futile(wins, losses, settings: CanarySettings):
+    """Whether the evidence favours "no better" enough to stop (False without a futility_win_share)."""
+    threshold = _futility_threshold(settings)
+    if threshold is None:
+        return np.zeros(np.broadcast(np.asarray(wins), np.asarray(losses)).shape, dtype=bool)
+    return log_futility_ratio(wins, losses, settings.futility_win_share) <= threshold
+
+
 def evidence(candidate: str, wins: int, losses: int, ties: int, log_lr: float, threshold: float) -> str:
     return (
         f"canary {candidate}: {wins + losses + ties} queries, wins {wins} / losses {losses} / ties {ties}, "
@@ -119,6 +148,12 @@ def sequential_decision(
         verdict, why = "promote", f"{said}: the candidate wins significantly more often, promote"
     elif losses > wins and (log_lr >= threshold or harmed):
         verdict, why = "rollback", f"{said}: the candidate loses significantly more often, roll back"
+    elif bool(_futile(wins, losses, settings)):
+        verdict, why = (
+            "rollback",
+            f"{said}: the evidence favours no edge over a win share of {settings.futility_win_share:g} "
+            f"(futility), roll back",
+        )
     elif queries >= settings.max_queries:
         verdict, why = (
             "rollback",
@@ -165,6 +200,7 @@ def replay(
     harm_threshold = _harm_threshold(settings)
     if harm_threshold is not None:
         stop |= (losses > wins) & (log_harm_ratio(wins, losses, settings.prior_a, settings.prior_b) >= harm_threshold)
+    stop |= _futile(wins, losses, settings)
     i = int(np.argmax(stop)) if stop.any() else len(stream) - 1
     won, lost = int(wins[i]), int(losses[i])
     return sequential_decision(won, lost, int(queries[i]) - won - lost, candidate, settings)
@@ -175,8 +211,8 @@ def queries_to_decide(
 ) -> int | None:
     """Canary queries at which the test would cross if wins, losses and ties went on at the rates seen so far: a
     projection for judging whether the horizon (max_queries) can decide an edge this size, never evidence; with
-    more losses, the first crossing of either the two-sided or the harm test. None when no query was decisive yet,
-    wins equal losses, or the crossing lies beyond `limit` queries."""
+    more losses, the first crossing of either the two-sided or the harm test; with futility on, its boundary too.
+    None when no query was decisive yet, wins equal losses, or the crossing lies beyond `limit` queries."""
     settings = settings or CanarySettings()
     decisive, queries = wins + losses, wins + losses + ties
     if decisive == 0 or wins == losses:
@@ -188,6 +224,8 @@ def queries_to_decide(
     def crossed(n: int) -> bool:  # n decisive queries at the observed win share
         won, lost = share * n, (1 - share) * n
         if float(log_likelihood_ratio(won, lost, settings.prior_a, settings.prior_b)) >= threshold:
+            return True
+        if bool(_futile(won, lost, settings)):
             return True
         return (
             harm_threshold is not None
@@ -221,6 +259,8 @@ def client_bound(settings: CanarySettings | None = None) -> int:
         if float(log_likelihood_ratio(n, 0, a, b)) >= math.log(1.0 / settings.alpha):
             return True
         if float(log_likelihood_ratio(0, n, a, b)) >= math.log(1.0 / settings.alpha):
+            return True
+        if bool(_futile(0, n, settings)):
             return True
         return harm_threshold is not None and float(log_harm_ratio(0, n, a, b)) >= harm_threshold
 
