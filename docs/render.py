@@ -1529,7 +1529,8 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
     (
         "canary-rule*",
         "How often and how soon does the canary's sequential rule promote, roll back on evidence of harm or reach its "
-        "horizon, with and without the one-sided harm test, and with Wald's futility boundary? (`bench/canary_rule.py`)",
+        "horizon, with and without the one-sided harm test, and with Wald's futility boundary? "
+        "(`bench/canary_rule.py`)",
         canary_rule,
     ),
     (
