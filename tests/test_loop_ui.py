@@ -147,6 +147,20 @@ def test_canary_sensor_observes_the_loop_state_only_when_it_changed(loop, monkey
     assert values(observation.metadata)["embedder_production"] == e2.name
 
 
+def test_with_futility_on_the_sensor_rolls_back_a_canary_that_shows_no_edge(loop):
+    from resources.rollout import Rollout
+
+    start("reranker", loop["registry"], "v1", 0.5, log=quiet)
+    simulate(loop["store"], 14, 0, team_liked="canary")
+    simulate(loop["store"], 20, 100, team_liked="production")  # 14 wins to 20: no test crosses at alpha 0.2
+    assert tick(loop).run_requests == []  # off by default: the canary runs on
+    loop["resources"]["rollout"] = Rollout(
+        alpha=0.2, min_latency_samples=5, latency_p95_allowance_ms=10_000, futility_win_share=0.6
+    )
+    (request,) = tick(loop).run_requests
+    assert request.job_name == "rollback_canary_job"
+
+
 def test_rollout_jobs_materialize_production_and_the_sensor_does_not_repeat_them(loop):
     from orchestration.rollout import promote_canary_job, rollback_canary_job
 
