@@ -42,7 +42,7 @@ def rules(args) -> dict:
     for ra in args.rollback_alphas:
         default = " (default)" if ra == CanarySettings().rollback_alpha else ""
         out[f"harm test at {ra:g}{default}"] = CanarySettings(**base, rollback_alpha=ra)
-    for share in getattr(args, "futility_win_shares", None) or []:
+    for share in args.futility_win_shares:
         out[f"default + futility at a win share of {share:g}"] = CanarySettings(**base, futility_win_share=share)
     return out
 

@@ -359,10 +359,11 @@ def add_payload_indexes(client, collection: str, *, on_disk: bool | None = None)
         client.create_payload_index(collection, field_name=field, field_schema=schema)
 
 
-def payload_indexes_on_disk(client, collection: str) -> bool | None:
-    """Whether a collection's payload indexes were built on disk (True), or None (the engine's default)."""
-    schema = getattr(client.get_collection(collection), "payload_schema", None) or {}
-    return True if any(getattr(info.params, "on_disk", None) for info in schema.values()) else None
+def payload_indexes_on_disk(info) -> bool | None:
+    """Whether the payload indexes of a collection (its get_collection info) were built on disk (True), or None (the
+    engine's default)."""
+    schema = getattr(info, "payload_schema", None) or {}
+    return True if any(getattr(index.params, "on_disk", None) for index in schema.values()) else None
 
 
 def copy_collection(source, target, collection: str, batch: int = 512, *, add_bm25: bool = False) -> int:
@@ -374,7 +375,8 @@ def copy_collection(source, target, collection: str, batch: int = 512, *, add_bm
 
     from rag.index.bm25_sparse import LENGTH_FIELD, SPARSE, PassageTerms, sparse_params
 
-    config = source.get_collection(collection).config
+    info = source.get_collection(collection)
+    config = info.config
     params, graph = config.params, getattr(config, "hnsw_config", None)
     sparse_config = params.sparse_vectors
     terms = row_of = None
@@ -408,7 +410,7 @@ def copy_collection(source, target, collection: str, batch: int = 512, *, add_bm
         else None,
         **{k: v for k, v in layout.items() if v is not None},
     )
-    add_payload_indexes(target, collection, on_disk=payload_indexes_on_disk(source, collection))
+    add_payload_indexes(target, collection, on_disk=payload_indexes_on_disk(info))
     copied = 0
     for points in _pages(source, collection, batch):
         structs = [models.PointStruct(id=p.id, vector=p.vector, payload=p.payload) for p in points]
