@@ -87,7 +87,15 @@ def test_an_answer_reads_the_records_of_what_it_returns_and_nothing_else(indexes
         reads.append(len(ids))
         return original(collection, ids, **kw)
 
+    searched = client.query_points
+    asked_payload: list = []
+
+    def search(collection, **kw):
+        asked_payload.append(kw.get("with_payload"))
+        return searched(collection, **kw)
+
     monkeypatch.setattr(client, "retrieve", counted)
+    monkeypatch.setattr(client, "query_points", search)
     monkeypatch.setattr(client, "scroll", lambda *a, **kw: pytest.fail("an answer scrolled the collection"))
     for question in QUESTIONS:
         reads.clear()
@@ -97,6 +105,8 @@ def test_an_answer_reads_the_records_of_what_it_returns_and_nothing_else(indexes
         assert [plain(c) for c in after.chunks] == [plain(c) for c in before.chunks]
         # The top k and their neighbours (prev / next), never more: bounded by what the answer returns.
         assert 0 < sum(reads) <= 3 * settings.k, reads
+    # Both searches of hybrid-cc rank point ids: no candidate's payload is read beside its score.
+    assert len(asked_payload) >= 2 * len(QUESTIONS) and not any(asked_payload), asked_payload
 
 
 def test_overview_catalog_and_passage_context_from_the_engine_equal_the_tables(indexes):

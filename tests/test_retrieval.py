@@ -110,6 +110,22 @@ def test_rrf_and_convex_combination_math():
         convex_combination([], [], alpha=1.5)
 
 
+def test_fusion_breaks_ties_by_first_appearance_whatever_the_ids_are():
+    """Retrieval fuses point ids over a collection's payloads and chunk ids over a table (rag.retrieval.chunks):
+    tied items must come out in the same order either way."""
+    dense, sparse = [("z", 0.9), ("m", 0.1)], [("a", 7.0), ("n", 1.0)]
+    renamed = {"z": "a2", "m": "n2", "a": "z2", "n": "m2"}  # the other way round alphabetically
+
+    def rename(ranking):
+        return [(renamed[item], score) for item, score in ranking]
+
+    for fuse in (lambda d, s: convex_combination(d, s, 0.5), lambda d, s: reciprocal_rank_fusion([d, s])):
+        fused = fuse(dense, sparse)
+        assert fused[0][1] == pytest.approx(fused[1][1])  # z (dense's best) and a (sparse's best) tie
+        assert [renamed[item] for item, _ in fused] == [item for item, _ in fuse(rename(dense), rename(sparse))]
+        assert [item for item, _ in fused] == ["z", "a", "m", "n"]
+
+
 def test_mmr_prefers_a_diverse_second_pick():
     q = np.array([1.0, 0.0])
     cands = np.array([[1.0, 0.0], [0.99, 0.141], [0.6, 0.8]])

@@ -118,25 +118,17 @@ class EngineBM25:
     def __init__(self, client, collection: str):
         self.client, self.collection = client, collection
 
-    def search(
-        self, query: str, k: int, query_filter=None, chunk_ranking=None, with_payload=False
-    ) -> list[tuple[str, float]]:
-        """(chunk_id, score) best first; chunks sharing no term with the query are not returned. `chunk_ranking`:
-        turns scored points, fetched with `with_payload`, into (chunk_id, score) (rag.retrieval.Index.chunk_ranking:
-        from their ids alone, or from their chunk_id payload when the chunk records are the collection's payloads);
-        without it each hit's chunk_id payload is fetched and read here."""
+    def points(self, query: str, k: int, query_filter=None, with_payload=False) -> list:
+        """The engine's scored points, best first, with `with_payload` (none by default: rag.retrieval ranks point
+        ids and reads records for its top k only); points sharing no term with the query are not returned."""
         vector = query_vector(query)
         if vector is None or k <= 0:
             return []
         points = self.client.query_points(
-            self.collection,
-            query=vector,
-            using=SPARSE,
-            limit=k,
-            query_filter=query_filter,
-            with_payload=with_payload if chunk_ranking is not None else ["chunk_id"],
+            self.collection, query=vector, using=SPARSE, limit=k, query_filter=query_filter, with_payload=with_payload
         ).points
-        points = [p for p in points if p.score > 0]
-        if chunk_ranking is not None:
-            return chunk_ranking(points)
-        return [(p.payload["chunk_id"], float(p.score)) for p in points]
+        return [p for p in points if p.score > 0]
+
+    def search(self, query: str, k: int, query_filter=None) -> list[tuple[str, float]]:
+        """(chunk_id, score) best first, from each hit's chunk_id payload."""
+        return [(p.payload["chunk_id"], float(p.score)) for p in self.points(query, k, query_filter, ["chunk_id"])]

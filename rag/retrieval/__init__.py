@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rag.embedding import TextEmbedder
 from rag.index.bm25 import BM25Index
 from rag.index.bm25_sparse import EngineBM25
-from rag.index.qdrant import DENSE, collection_distance, point_id, similarity
+from rag.index.qdrant import DENSE, collection_distance, similarity
 from rag.retrieval.chunks import ChunkLookup, TableChunks
 from rag.retrieval.fusion import convex_combination, reciprocal_rank_fusion
 from rag.retrieval.mmr import mmr
@@ -124,15 +124,11 @@ class Index:
             self._query_vectors[query] = self.question_encoder.encode_queries([query])[0]
         return self._query_vectors[query]
 
-    @property
-    def point_payload(self) -> bool | list[str]:
-        """The payload searches ask the engine for with each scored point (what chunk_ranking reads)."""
-        return self.lookup.point_payload
-
-    def chunk_ranking(self, points) -> list[tuple[str, float]]:
-        """(chunk_id, engine score) of scored points, best first; points of chunks the chunk records do not hold
-        (between a re-chunk and its re-embed) are left out, as retrieve() would drop them."""
-        return self.lookup.chunk_ranking(points)
+    def chunk_ranking(self, ranking: list[tuple[str, float]]) -> list[tuple[str, float]]:
+        """A ranking of the lookup's keys as (chunk_id, score), in order; keys whose chunk the chunk records do not
+        hold are left out."""
+        chunk_ids = self.lookup.chunk_ids([key for key, _ in ranking])
+        return [(chunk_ids[key], score) for key, score in ranking if key in chunk_ids]
 
     def dense_distance(self) -> str:
         if self._distance is None:
@@ -197,17 +193,34 @@ def qdrant_filter(flt: SearchFilter):
 
 
 def bm25_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> list[tuple[str, float]]:
-    if index.bm25 is None:
-        raise RetrievalError("this index has no BM25 part: build it (materialize bm25_indexes or run `rag index`)")
-    if isinstance(index.bm25, EngineBM25):
-        return index.bm25.search(
-            query, depth, qdrant_filter(flt), chunk_ranking=index.chunk_ranking, with_payload=index.point_payload
-        )
+    """(chunk_id, BM25 score), best first."""
+    if isinstance(index.bm25, BM25Index):
+        return _bm25s_ranking(index, query, depth, flt)
+    return index.chunk_ranking(_bm25_keys(index, query, depth, flt))
+
+
+def dense_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> list[tuple[str, float]]:
+    """(chunk_id, similarity), best first."""
+    return index.chunk_ranking(_dense_keys(index, query, depth, flt))
+
+
+def _bm25s_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> list[tuple[str, float]]:
     mask = index.bm25.mask_for(index.allowed_ids(flt)) if flt.active else None
     return index.bm25.search(query, depth, mask)
 
 
-def dense_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> list[tuple[str, float]]:
+def _bm25_keys(index: Index, query: str, depth: int, flt: SearchFilter) -> list[tuple[str, float]]:
+    """BM25's ranking keyed by the lookup's keys (rag.retrieval.chunks): the engine's ranks point ids, read no
+    payload."""
+    if index.bm25 is None:
+        raise RetrievalError("this index has no BM25 part: build it (materialize bm25_indexes or run `rag index`)")
+    if isinstance(index.bm25, EngineBM25):
+        return index.lookup.ranking(index.bm25.points(query, depth, qdrant_filter(flt)))
+    return [(index.lookup.key(cid), score) for cid, score in _bm25s_ranking(index, query, depth, flt)]
+
+
+def _dense_keys(index: Index, query: str, depth: int, flt: SearchFilter) -> list[tuple[str, float]]:
+    """The dense ranking keyed by the lookup's keys: the scored points alone, no payload read."""
     if index.client is None or index.embedder is None:
         raise RetrievalError("this index has no dense part: pass an embedding model")
     vector = index.query_vector(query)
@@ -223,15 +236,15 @@ def dense_ranking(index: Index, query: str, depth: int, flt: SearchFilter) -> li
         limit=depth,
         query_filter=qdrant_filter(flt),
         search_params=search_params,
-        with_payload=index.point_payload,
+        with_payload=False,
     ).points
     # Similarities for every distance (l2 scores are distances): hybrid-cc and min_score expect higher = better.
     distance = index.dense_distance()
-    return [(cid, similarity(score, distance)) for cid, score in index.chunk_ranking(points)]
+    return [(key, similarity(score, distance)) for key, score in index.lookup.ranking(points)]
 
 
 class Ranking(list):
-    """(chunk_id, score) best first, plus the component lists' scores and ranks of every item."""
+    """(key, score) best first, plus the component lists' scores and ranks of every item (by key)."""
 
     def __init__(self, items, signals: dict[str, dict[str, float]] | None = None):
         super().__init__(items)
@@ -239,15 +252,17 @@ class Ranking(list):
 
 
 def component_signals(**components: list[tuple[str, float]]) -> dict[str, dict[str, float]]:
-    """{chunk_id: {"<name>_score": s, "<name>_rank": r}} over named rankings (ranks from 1)."""
+    """{key: {"<name>_score": s, "<name>_rank": r}} over named rankings (ranks from 1)."""
     out: dict[str, dict[str, float]] = {}
     for name, ranking in components.items():
-        for rank, (cid, score) in enumerate(ranking, start=1):
-            entry = out.setdefault(cid, {})
+        for rank, (key, score) in enumerate(ranking, start=1):
+            entry = out.setdefault(key, {})
             entry[f"{name}_score"], entry[f"{name}_rank"] = float(score), float(rank)
     return out
 
 
+# A retrieval mode: (key, score) best first, keyed by the index's lookup (Index.lookup: chunk ids or point ids), so
+# that fusion reads no payload; retrieve() reads the records of the top k.
 Ranker = Callable[[Index, str, RetrievalParams], list[tuple[str, float]]]
 RETRIEVERS: dict[str, Ranker] = {}
 
@@ -262,27 +277,27 @@ def register_retriever(name: str) -> Callable[[Ranker], Ranker]:
 
 @register_retriever("bm25")
 def _bm25(index: Index, query: str, p: RetrievalParams) -> list[tuple[str, float]]:
-    ranking = bm25_ranking(index, query, max(p.k, p.candidates), p.filters)
+    ranking = _bm25_keys(index, query, max(p.k, p.candidates), p.filters)
     return Ranking(ranking, component_signals(bm25=ranking))
 
 
 @register_retriever("dense")
 def _dense(index: Index, query: str, p: RetrievalParams) -> list[tuple[str, float]]:
-    ranking = dense_ranking(index, query, max(p.k, p.candidates), p.filters)
+    ranking = _dense_keys(index, query, max(p.k, p.candidates), p.filters)
     return Ranking(ranking, component_signals(dense=ranking))
 
 
 @register_retriever("hybrid-rrf")
 def _hybrid_rrf(index: Index, query: str, p: RetrievalParams) -> list[tuple[str, float]]:
     depth = max(p.k, p.candidates)
-    dense, sparse = dense_ranking(index, query, depth, p.filters), bm25_ranking(index, query, depth, p.filters)
+    dense, sparse = _dense_keys(index, query, depth, p.filters), _bm25_keys(index, query, depth, p.filters)
     return Ranking(reciprocal_rank_fusion([dense, sparse], k=p.rrf_k), component_signals(dense=dense, bm25=sparse))
 
 
 @register_retriever("hybrid-cc")
 def _hybrid_cc(index: Index, query: str, p: RetrievalParams) -> list[tuple[str, float]]:
     depth = max(p.k, p.candidates)
-    dense, sparse = dense_ranking(index, query, depth, p.filters), bm25_ranking(index, query, depth, p.filters)
+    dense, sparse = _dense_keys(index, query, depth, p.filters), _bm25_keys(index, query, depth, p.filters)
     return Ranking(convex_combination(dense, sparse, p.alpha), component_signals(dense=dense, bm25=sparse))
 
 
@@ -301,21 +316,21 @@ def retrieve(index: Index, query: str, mode: str, params: RetrievalParams | None
     if params.mmr_lambda is not None and ranking:
         ranking = _diversify(index, query, ranking, params)
     return [
-        Hit(rank, score, record, {**signals.get(cid, {}), "first_stage_rank": float(rank)})
-        for rank, (cid, score, record) in enumerate(_top_records(index, ranking, params.k), start=1)
+        Hit(rank, score, record, {**signals.get(key, {}), "first_stage_rank": float(rank)})
+        for rank, (key, score, record) in enumerate(_top_records(index, ranking, params.k), start=1)
     ]
 
 
 def _top_records(index: Index, ranking: list[tuple[str, float]], k: int) -> list[tuple[str, float, dict]]:
     """The first k of a ranking with their records, read a few at a time (one read when all are held, as they are
-    whenever the ranking came from the records' own engine); an id whose record is gone is passed over."""
+    whenever the ranking came from the records' own engine); a key whose record is gone is passed over."""
     top: list[tuple[str, float, dict]] = []
     start = 0
     while len(top) < k and start < len(ranking):
         part = ranking[start : start + k - len(top)]
         start += len(part)
-        found = index.lookup.get_many([cid for cid, _ in part])
-        top += [(cid, score, found[cid]) for cid, score in part if cid in found]
+        found = index.lookup.read([key for key, _ in part])
+        top += [(key, score, found[key]) for key, score in part if key in found]
     return top
 
 
@@ -325,12 +340,11 @@ def _diversify(
     if index.client is None or index.embedder is None:
         raise RetrievalError("MMR needs chunk vectors: pass an embedding model")
     pool = ranking[: max(p.candidates, p.k)]
-    points = index.client.retrieve(
-        index.alias, ids=[point_id(cid) for cid, _ in pool], with_vectors=[DENSE], with_payload=["chunk_id"]
-    )
-    vectors = {pt.payload["chunk_id"]: np.asarray(pt.vector[DENSE], dtype=np.float32) for pt in points}
-    pool = [(cid, s) for cid, s in pool if cid in vectors]
-    matrix = np.vstack([vectors[cid] for cid, _ in pool])
+    keys = {index.lookup.point(key): key for key, _ in pool}
+    points = index.client.retrieve(index.alias, ids=list(keys), with_vectors=[DENSE], with_payload=False)
+    vectors = {keys[str(pt.id)]: np.asarray(pt.vector[DENSE], dtype=np.float32) for pt in points if str(pt.id) in keys}
+    pool = [(key, s) for key, s in pool if key in vectors]
+    matrix = np.vstack([vectors[key] for key, _ in pool])
     matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
     order = mmr(index.query_vector(query), matrix, p.k, p.mmr_lambda)
     return [pool[i] for i in order]

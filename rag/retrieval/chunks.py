@@ -8,10 +8,14 @@ calls, so retrieval, the answer stage and the web page have one code path:
 - `TableChunks`: a chunk table indexed by chunk_id (what evaluations, training and tests build in memory, and what
   searches without a collection read: bm25-only over the bm25s index). Point ids map to chunk ids through a dict
   built from the table on first use, so searches ask the engine for ids only.
-- `PayloadChunks`: the collection behind an alias. Searches ask the engine for each hit's `chunk_id` payload beside
-  its score, and records are read per hit (`Index.records`), so memory is bounded by what a question returns. The
-  collection is the one consistent source: the text served is the text that was embedded, and a replica needs
-  neither the chunk table nor a shared disk (a Qdrant server's payload reaches every replica).
+- `PayloadChunks`: the collection behind an alias. Searches rank point ids (no payload read beside a score), fuse
+  them, and read the records of the top k only, so memory and reads are bounded by what a question returns: two
+  searches of 100 candidates read 10 records, not 200 payloads. The collection is the one consistent source: the
+  text served is the text that was embedded, and a replica needs neither the chunk table nor a shared disk (a Qdrant
+  server's payload reaches every replica).
+
+Inside retrieval a ranking is keyed by its lookup's own key (`ranking`, `key`): the chunk id for TableChunks, the
+point id for PayloadChunks; `read` gives the records of keys, `chunk_ids` only their chunk ids.
 
 rag.retrieval.service.open_index picks PayloadChunks whenever it opens a collection (RAG_CHUNKS=auto, the default;
 `table` keeps the old way, `engine` insists on the payloads).
@@ -39,16 +43,23 @@ SCROLL_PAGE = 2048
 
 
 class ChunkLookup(Protocol):
-    """What retrieval and answering read of a chunk set. `point_payload`: the payload a search asks the engine for
-    with each scored point, which `chunk_ranking` turns into (chunk_id, score)."""
-
-    point_payload: bool | list[str]
+    """What retrieval and answering read of a chunk set. Rankings inside retrieval are keyed by the lookup's key:
+    `ranking` turns scored points (asked for no payload) into (key, score), `key` a chunk id into its key, `point` a
+    key into its point id; `read` gives records by key, `chunk_ids` chunk ids by key."""
 
     def __len__(self) -> int: ...
 
-    def chunk_ranking(self, points) -> list[tuple[str, float]]: ...
+    def ranking(self, points) -> list[tuple[str, float]]: ...
+
+    def key(self, chunk_id: str) -> str: ...
+
+    def point(self, key: str) -> str: ...
 
     def keep_known(self, ranking: list[tuple[str, float]]) -> list[tuple[str, float]]: ...
+
+    def read(self, keys: Sequence[str]) -> dict[str, dict]: ...
+
+    def chunk_ids(self, keys: Sequence[str]) -> dict[str, str]: ...
 
     def get_many(self, chunk_ids: Sequence[str]) -> dict[str, dict]: ...
 
@@ -62,9 +73,8 @@ class ChunkLookup(Protocol):
 
 
 class TableChunks:
-    """A chunk table indexed by chunk_id, in memory: what every search used before PayloadChunks."""
-
-    point_payload: bool | list[str] = False
+    """A chunk table indexed by chunk_id, in memory: what every search used before PayloadChunks. Its key is the
+    chunk id."""
 
     def __init__(self, table: pd.DataFrame):
         self.table = table
@@ -82,15 +92,27 @@ class TableChunks:
             self._point_chunks = {point_id(cid): cid for cid in self.table.index}
         return self._point_chunks
 
-    def chunk_ranking(self, points) -> list[tuple[str, float]]:
+    def ranking(self, points) -> list[tuple[str, float]]:
         """Points of chunks this table does not hold (between a re-chunk and its re-embed) are left out, as
         retrieve() would drop them."""
         chunks = self.point_chunks()
         return [(chunks[pid], float(p.score)) for p in points if (pid := str(p.id)) in chunks]
 
+    def key(self, chunk_id: str) -> str:
+        return chunk_id
+
+    def point(self, key: str) -> str:
+        return point_id(key)
+
     def keep_known(self, ranking: list[tuple[str, float]]) -> list[tuple[str, float]]:
         index = self.table.index
         return [(cid, score) for cid, score in ranking if cid in index]
+
+    def read(self, keys: Sequence[str]) -> dict[str, dict]:
+        return self.get_many(keys)
+
+    def chunk_ids(self, keys: Sequence[str]) -> dict[str, str]:
+        return {key: key for key in keys}
 
     def get_many(self, chunk_ids: Sequence[str]) -> dict[str, dict]:
         # One lookup for many: a pandas lookup per hit was a large share of a fast query's own time.
@@ -145,9 +167,8 @@ def _record(payload: dict) -> dict:
 
 
 class PayloadChunks:
-    """A collection's payloads, read per hit: memory bounded by what a question returns, not by the chunk set."""
-
-    point_payload: bool | list[str] = ["chunk_id"]
+    """A collection's payloads, read per hit: memory bounded by what a question returns, not by the chunk set. Its
+    key is the point id: a search reads no payload, only the records of what it returns."""
 
     def __init__(self, client, alias: str):
         self.client, self.alias = client, alias
@@ -155,13 +176,25 @@ class PayloadChunks:
     def __len__(self) -> int:
         return int(self.client.count(self.alias, exact=False).count)
 
-    def chunk_ranking(self, points) -> list[tuple[str, float]]:
-        return [(p.payload["chunk_id"], float(p.score)) for p in points if p.payload and p.payload.get("chunk_id")]
+    def ranking(self, points) -> list[tuple[str, float]]:
+        return [(str(p.id), float(p.score)) for p in points]
+
+    def key(self, chunk_id: str) -> str:
+        return point_id(chunk_id)
+
+    def point(self, key: str) -> str:
+        return key
 
     def keep_known(self, ranking: list[tuple[str, float]]) -> list[tuple[str, float]]:
-        # A ranked id came from this collection (or from a bm25s index of the chunk set, for old collections):
-        # records() skips any the collection lacks, and retrieve() reads further down the ranking to fill k.
+        # A ranked point came from this collection (or from a bm25s index of the chunk set, for old collections):
+        # read() skips any the collection lacks, and retrieve() reads further down the ranking to fill k.
         return ranking
+
+    def read(self, keys: Sequence[str]) -> dict[str, dict]:
+        return {key: _record(payload) for key, payload in self._points(list(keys), list(RECORD_FIELDS)).items()}
+
+    def chunk_ids(self, keys: Sequence[str]) -> dict[str, str]:
+        return {key: payload["chunk_id"] for key, payload in self._points(list(keys), ["chunk_id"]).items()}
 
     def get_many(self, chunk_ids: Sequence[str]) -> dict[str, dict]:
         wanted = list(dict.fromkeys(c for c in chunk_ids if isinstance(c, str)))
@@ -234,16 +267,19 @@ class PayloadChunks:
         )
 
     def _fields(self, chunk_ids: list[str], fields: list[str]) -> dict[str, dict]:
+        """Payload fields by chunk id (chunk_id among `fields`)."""
+        points = self._points([point_id(cid) for cid in chunk_ids], fields)
+        return {payload["chunk_id"]: payload for payload in points.values()}
+
+    def _points(self, ids: list[str], fields: list[str]) -> dict[str, dict]:
+        """Payload fields by point id, of the points that carry a chunk_id (chunk_id among `fields`)."""
         found = {}
-        for start in range(0, len(chunk_ids), READ_BATCH):
+        for start in range(0, len(ids), READ_BATCH):
             for point in self.client.retrieve(
-                self.alias,
-                ids=[point_id(cid) for cid in chunk_ids[start : start + READ_BATCH]],
-                with_payload=fields,
-                with_vectors=False,
+                self.alias, ids=ids[start : start + READ_BATCH], with_payload=fields, with_vectors=False
             ):
                 if point.payload and point.payload.get("chunk_id"):
-                    found[point.payload["chunk_id"]] = point.payload
+                    found[str(point.id)] = point.payload
         return found
 
     def chain(self, first_chunk_id: str, n: int) -> list[dict]:
