@@ -10,7 +10,7 @@ calls, so retrieval, the answer stage and the web page have one code path:
   built from the table on first use, so searches ask the engine for ids only.
 - `PayloadChunks`: the collection behind an alias. Searches rank point ids (no payload read beside a score), fuse
   them, and read the records of the top k only, so memory and reads are bounded by what a question returns: two
-  searches of 100 candidates read 10 records, not 200 payloads. The collection is the one consistent source: the
+  searches of 100 candidates read k records, not 200 payloads. The collection is the one consistent source: the
   text served is the text that was embedded, and a replica needs neither the chunk table nor a shared disk (a Qdrant
   server's payload reaches every replica).
 
