@@ -1,6 +1,7 @@
 """The canary's decision rule, measured: how often and after how many canary queries it promotes, rolls back on
 evidence of harm, or reaches the horizon, with the one-sided harm test (rollback_alpha) and without it, and with
-Wald's futility boundary beside the default (--futility-win-shares: rolled back on evidence of no edge that size).
+Wald's futility boundary at each --futility-win-shares (rolled back on evidence of no edge that size; the default
+rule is the harm test with futility at 0.6).
 
 1. Simulated canaries (rag.rollout.replay, the rule canary_sensor applies, ticking after every query): each canary
    query is a tie with probability --tie-rates, else a candidate win with probability p (its win share among
@@ -34,16 +35,19 @@ WIN_SHARES = (0.35, 0.40, 0.45, 0.50, 0.55, 0.60, 0.65)
 
 
 def rules(args) -> dict:
-    """Label -> CanarySettings: the rule before the harm test, and the harm test at each --rollback-alphas."""
+    """Label -> CanarySettings: the rule before the harm test, the harm test at each --rollback-alphas, and the
+    default harm test with Wald's futility boundary at each --futility-win-shares (the default rule among them)."""
     from rag.rollout import CanarySettings
 
+    defaults = CanarySettings()
     base = dict(alpha=args.alpha, max_queries=args.max_queries)
-    out = {"two-sided only": CanarySettings(**base, rollback_alpha=None)}
+    out = {"two-sided only": CanarySettings(**base, rollback_alpha=None, futility_win_share=None)}
     for ra in args.rollback_alphas:
-        default = " (default)" if ra == CanarySettings().rollback_alpha else ""
-        out[f"harm test at {ra:g}{default}"] = CanarySettings(**base, rollback_alpha=ra)
+        out[f"harm test at {ra:g}"] = CanarySettings(**base, rollback_alpha=ra, futility_win_share=None)
     for share in args.futility_win_shares:
-        out[f"default + futility at a win share of {share:g}"] = CanarySettings(**base, futility_win_share=share)
+        default = " (default)" if share == defaults.futility_win_share else ""
+        label = f"harm test at {defaults.rollback_alpha:g} + futility at a win share of {share:g}{default}"
+        out[label] = CanarySettings(**base, futility_win_share=share)
     return out
 
 

@@ -30,9 +30,9 @@ round the held-out test split is scored on exactly what the server serves, paire
     .venv/bin/python bench/loop.py --corpus tatqa --behaviour inverted --canary-behaviour consistent  # poisoned
     .venv/bin/python bench/loop.py --corpus tatqa --quick         # a slice, minutes
     .venv/bin/python bench/loop.py --corpus tatqa --expert-labels 20     # and an expert grades 20 items a round
-    .venv/bin/python bench/loop.py --corpus tatqa --futility-win-share 0.6  # canaries stopped early for futility
+    .venv/bin/python bench/loop.py --corpus tatqa --futility-win-share off  # canaries never stopped for futility
 
-Writes bench/results/loop-<corpus>[-<behaviour>][-<learners>][-experts<N>][-futility<share>][-quick].json
+Writes bench/results/loop-<corpus>[-<behaviour>][-<learners>][-experts<N>][-futility<share>|-no-futility][-quick].json
 (arguments, commit, date, machine).
 """
 
@@ -116,11 +116,7 @@ def one_corpus(args, record: dict, save) -> None:
     resources = {
         "data_store": DataStore(data_dir=str(root)),
         "qdrant": QdrantResource(path=qdrant.path),
-        "rollout": Rollout(
-            promotion="auto",
-            traffic_share=args.canary_share,
-            futility_win_share=getattr(args, "futility_win_share", None),
-        ),
+        "rollout": Rollout(promotion="auto", traffic_share=args.canary_share, **futility_config(args)),
         "feedback_loop": FeedbackLoop(
             data_dir=str(root),
             volume_threshold=args.feedback_threshold,
@@ -288,15 +284,26 @@ def markdown(record: dict) -> str:
     return "\n".join(lines)
 
 
+def futility_config(args) -> dict:
+    """The rollout's futility_win_share from --futility-win-share: the product's default when not given."""
+    share = getattr(args, "futility_win_share", None)
+    return {} if share is None else {"futility_win_share": None if share == "off" else share}
+
+
+def futility_share(text: str) -> float | str:
+    return "off" if text == "off" else float(text)
+
+
 def result_name(args) -> str:
-    """loop-<corpus>[-<behaviour>[-canary-<behaviour>]][-<learners>][-experts<N>][-futility<share>][-quick].json: the
-    defaults leave their part out."""
+    """loop-<corpus>[-<behaviour>[-canary-<behaviour>]][-<learners>][-experts<N>][-futility<share>|-no-futility]
+    [-quick].json: the defaults leave their part out."""
+    share = getattr(args, "futility_win_share", None)
     judged = f"-canary-{args.canary_behaviour}" if args.canary_behaviour else ""
     suffix = (
         ("" if args.behaviour == "consistent" else f"-{args.behaviour}{judged}")
         + ("" if len(args.learners) == 3 else "-" + "+".join(args.learners))
         + (f"-experts{args.expert_labels}" if getattr(args, "expert_labels", 0) > 0 else "")
-        + (f"-futility{args.futility_win_share:g}" if getattr(args, "futility_win_share", None) else "")
+        + ("" if share is None else "-no-futility" if share == "off" else f"-futility{share:g}")
         + ("-quick" if args.quick else "")
     )
     return f"loop-{args.corpus}{suffix}.json"
@@ -331,9 +338,9 @@ def main() -> int:
     p.add_argument("--canary-share", type=float, default=0.5, help="share of sessions a canary serves")
     p.add_argument(
         "--futility-win-share",
-        type=float,
+        type=futility_share,
         help="the rollout's futility_win_share: a canary whose evidence favours no edge over this win share is "
-        "rolled back early (default: off, the product's default)",
+        "rolled back early; 'off' never (default: the product's, rag.rollout.CanarySettings)",
     )
     p.add_argument("--users-questions", type=int, default=None, help="users-split questions (default: all)")
     p.add_argument("--test-questions", type=int, default=None, help="test-split questions scored (default: all)")

@@ -19,19 +19,20 @@ def test_it_simulates_every_rule_and_records_the_run(tmp_path):
     record = json.loads(out.read_text())
     rows = record["simulated"]
     rules = {r["rule"] for r in rows}
-    futility = {"default + futility at a win share of 0.6", "default + futility at a win share of 0.65"}
-    assert rules == {"two-sided only", "harm test at 0.05", "harm test at 0.1 (default)", "harm test at 0.2", *futility}
+    default = "harm test at 0.1 + futility at a win share of 0.6 (default)"
+    futility = {default, "harm test at 0.1 + futility at a win share of 0.65"}
+    assert rules == {"two-sided only", "harm test at 0.05", "harm test at 0.1", "harm test at 0.2", *futility}
     assert len(rows) == 7 * len(rules) and record["recorded"] == []
     for r in rows:
         assert abs(r["promote"] + r["rollback_on_evidence"] + r["horizon"] - 1) < 1e-3
         assert 1 <= r["median_queries"] <= 400
     cell = {r["rule"]: r for r in rows if r["win_share"] == 0.35}
     # The same simulated streams for every rule: the harm test can only stop a losing candidate sooner.
-    assert cell["harm test at 0.1 (default)"]["mean_queries"] < cell["two-sided only"]["mean_queries"]
-    assert cell["harm test at 0.1 (default)"]["rollback_on_evidence"] >= cell["two-sided only"]["rollback_on_evidence"]
+    assert cell["harm test at 0.1"]["mean_queries"] < cell["two-sided only"]["mean_queries"]
+    assert cell["harm test at 0.1"]["rollback_on_evidence"] >= cell["two-sided only"]["rollback_on_evidence"]
     # Futility stops a candidate no better than production sooner, and promotes it no more often.
     level = {r["rule"]: r for r in rows if r["win_share"] == 0.5}
     for rule in futility:
-        assert level[rule]["mean_queries"] < level["harm test at 0.1 (default)"]["mean_queries"]
-        assert level[rule]["promote"] <= level["harm test at 0.1 (default)"]["promote"]
+        assert level[rule]["mean_queries"] < level["harm test at 0.1"]["mean_queries"]
+        assert level[rule]["promote"] <= level["harm test at 0.1"]["promote"]
     assert record["commit"] and record["finished"] and record["machine"]

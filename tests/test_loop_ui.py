@@ -147,16 +147,16 @@ def test_canary_sensor_observes_the_loop_state_only_when_it_changed(loop, monkey
     assert values(observation.metadata)["embedder_production"] == e2.name
 
 
-def test_with_futility_on_the_sensor_rolls_back_a_canary_that_shows_no_edge(loop):
+def test_by_default_the_sensor_rolls_back_a_canary_that_shows_no_edge_for_futility(loop):
     from resources.rollout import Rollout
 
     start("reranker", loop["registry"], "v1", 0.5, log=quiet)
     simulate(loop["store"], 14, 0, team_liked="canary")
     simulate(loop["store"], 20, 100, team_liked="production")  # 14 wins to 20: no test crosses at alpha 0.2
-    assert tick(loop).run_requests == []  # off by default: the canary runs on
-    loop["resources"]["rollout"] = Rollout(
-        alpha=0.2, min_latency_samples=5, latency_p95_allowance_ms=10_000, futility_win_share=0.6
-    )
+    settings = dict(alpha=0.2, min_latency_samples=5, latency_p95_allowance_ms=10_000)
+    loop["resources"]["rollout"] = Rollout(**settings, futility_win_share=None)
+    assert tick(loop).run_requests == []  # futility off: the canary runs on
+    loop["resources"]["rollout"] = Rollout(**settings)  # the default: futility at a win share of 0.6
     (request,) = tick(loop).run_requests
     assert request.job_name == "rollback_canary_job"
 

@@ -185,7 +185,8 @@ def test_credit_rules():
 
 
 # --- the sequential test -----------------------------------------------------------------------------------
-UNIFORM = CanarySettings(alpha=0.05, prior_a=1, prior_b=1, max_queries=1000)  # harm test at rollback_alpha 0.10
+# The harm test at rollback_alpha 0.10, without futility (on by default, tested on its own below).
+UNIFORM = CanarySettings(alpha=0.05, prior_a=1, prior_b=1, max_queries=1000, futility_win_share=None)
 TWO_SIDED = UNIFORM.model_copy(update={"rollback_alpha": None})  # the rule before the harm test
 
 
@@ -304,8 +305,9 @@ FUTILE = CanarySettings(alpha=0.05, max_queries=1000, futility_win_share=0.6)
 
 def test_futility_rolls_back_a_candidate_whose_evidence_favours_no_edge():
     # Wald's lower boundary log(0.2 / 0.95) = -1.56; a win adds log 1.2 = 0.182, a loss log 0.8 = -0.223.
-    assert sequential_decision(31, 33, 80, "v", UNIFORM).decision == "continue"  # off by default
+    assert sequential_decision(31, 33, 80, "v", UNIFORM).decision == "continue"  # off
     stopped = sequential_decision(31, 33, 80, "v", FUTILE)
+    assert sequential_decision(31, 33, 80, "v", CanarySettings(alpha=0.05, max_queries=1000)) == stopped  # default
     assert stopped.decision == "rollback" and stopped.reason.endswith(
         "no edge over a win share of 0.6 (futility), roll back"
     )

@@ -27,12 +27,12 @@ expectation at most 1, so LR-_n is a nonnegative supermartingale under any candi
 production, and P(LR- ever >= 1/rollback_alpha) <= rollback_alpha. With a symmetric prior and more losses than
 wins, LR- is at least the two-sided LR, so with rollback_alpha >= alpha it never rolls back later than before.
 
-Futility (settings.futility_win_share, off by default): one canary runs at a time, so a candidate about as good as
-production holds the slot until the horizon while candidates trained later wait. Wald's SPRT between p = 0.5 and
-p1 = futility_win_share, log LR_n = wins log(2 p1) + losses log(2 (1 - p1)), stops for futility once it falls to
-log(beta / (1 - alpha)) (Wald 1945, settings.futility_beta): a candidate whose true win share is p1 is stopped about
-beta of the time, one at 0.5 almost always and early. It only ever rolls back, so the promotion error rate alpha
-holds as before.
+Futility (settings.futility_win_share, 0.6 by default, None: off): one canary runs at a time, so a candidate about
+as good as production holds the slot until the horizon while candidates trained later wait. Wald's SPRT between p =
+0.5 and p1 = futility_win_share, log LR_n = wins log(2 p1) + losses log(2 (1 - p1)), stops for futility once it
+falls to log(beta / (1 - alpha)) (Wald 1945, settings.futility_beta): a candidate whose true win share is p1 is
+stopped about beta of the time, one at 0.5 almost always and early. It only ever rolls back, so the promotion error
+rate alpha holds as before.
 """
 
 from __future__ import annotations
