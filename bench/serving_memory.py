@@ -2,10 +2,12 @@
 in memory over a collection of the engine's default layout (RAG_CHUNKS=table), against chunk records read per hit
 from the collection's payloads (RAG_CHUNKS=auto, the default) over the same collection and over collections built
 with the sized layouts of config/qdrant/ (10m: an int8 copy of the vectors in RAM, the rest on disk; 1m: every part
-on disk, the new way the ratios compare with the way before). Each replica is a fresh process that
-builds what `rag serve` builds (a replica copy of the collection, open_index, the answerer) and answers questions
-through the whole answer pipeline; the passages each returns are compared between the two ways. Writes its own JSON
-(arguments, commit, date, machine); asserts nothing. How it builds and measures: bench/lib/serving_memory.py.
+on disk, the new way the ratios compare with the way before, which also bounds the collection's pages it keeps mapped:
+rag.serving.residency; beside it the same without that bound, and with its files dropped from the page cache as
+under memory pressure). Each replica is a fresh process that builds what `rag serve` builds (a replica copy of the
+collection, open_index, the answerer) and answers questions through the whole answer pipeline; the passages each
+returns are compared between the two ways. Writes its own JSON (arguments, commit, date, machine); asserts nothing.
+How it builds and measures: bench/lib/serving_memory.py.
 
     .venv/bin/python bench/serving_memory.py                 # 1,000,000 chunks (an hour or more on 2 cores)
     .venv/bin/python bench/serving_memory.py --quick         # 50,000 chunks, minutes
@@ -31,7 +33,7 @@ from bench.lib import cli
 from bench.lib.datasets import RESULTS
 from bench.lib.provenance import run_record
 from bench.lib.results import finish, log, stats
-from bench.lib.serving_memory import MEASURES, measure_size
+from bench.lib.serving_memory import MAPPED_BUDGET, MEASURES, measure_size
 
 FLOOR_CHUNKS = 2_000  # the small size beside the run's: what the chunks add is the difference
 
@@ -57,6 +59,8 @@ def summary(run: dict, floor: dict, chunks: int, floor_chunks: int) -> dict:
         "model_rss_mb": model["rss"],
         "index_rss_mb": round(after["rss"] - model["rss"], 1),
         "floor_rss_mb": small["rss"],
+        "page_cache_mb": run.get("page_cache_mb"),
+        "mapped_page_trims": run.get("mapped_page_trims"),
         "anon_bytes_per_chunk": round((after["anon"] - small["anon"]) * 2**20 / grown),
         "file_bytes_per_chunk": round((after["file"] - small["file"]) * 2**20 / grown),
         "ask": stats(run["ask_ms"]),
@@ -65,13 +69,13 @@ def summary(run: dict, floor: dict, chunks: int, floor_chunks: int) -> dict:
 
 def show(record: dict) -> None:
     print(f"\n{record['data']['chunks']:,} chunks; {MEASURES}")
-    head = ["steady MB", "anon", "file", "peak MB", "index MB", "ask p50"]
-    print(f"{'replica':44s} " + " ".join(f"{h:>9s}" for h in head))
+    head = ["steady MB", "anon", "file", "peak MB", "index MB", "ask p50", "ask p95"]
+    print(f"{'replica':60s} " + " ".join(f"{h:>9s}" for h in head))
     for row in record["replicas"]:
         s = row["summary"]
         print(
-            f"{row['label']:44s} {s['steady_rss_mb']:9.0f} {s['anon_mb']:9.0f} {s['file_mb']:9.0f} "
-            f"{s['peak_rss_mb']:9.0f} {s['index_rss_mb']:9.0f} {s['ask']['p50_ms']:9.1f}"
+            f"{row['label']:60s} {s['steady_rss_mb']:9.0f} {s['anon_mb']:9.0f} {s['file_mb']:9.0f} "
+            f"{s['peak_rss_mb']:9.0f} {s['index_rss_mb']:9.0f} {s['ask']['p50_ms']:9.1f} {s['ask']['p95_ms']:9.1f}"
         )
     print(record["ratios"])
 
@@ -118,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             "questions are encoded by the real model",
             "bm25": "the product's sparse vectors of the synthetic texts (rag.index.bm25_sparse)",
             "measures": MEASURES,
+            "mapped_pages_budget": MAPPED_BUDGET,
         }
         for row, small in zip(record["replicas"], floor["replicas"]):
             row["summary"] = summary(row, small, args.chunks, FLOOR_CHUNKS)

@@ -286,3 +286,39 @@ def test_serving_refreshes_onto_a_new_replica_after_a_reindex(tmp_path, embedder
 
 
 TEA = "Green tea is brewed from the leaves of Camellia sinensis."
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="Linux only: /proc/self/maps")
+def test_a_replica_past_its_mapped_pages_budget_unmaps_them_and_answers_the_same(tmp_path, embedder, monkeypatch):  # noqa: F811
+    from rag.serving.residency import file_mappings
+
+    monkeypatch.setenv("RAG_QDRANT_ENGINE", "edge")
+    for part in ("VECTORS", "PAYLOAD", "SPARSE"):  # config/qdrant/1m.yaml's: parts the engine maps from disk
+        monkeypatch.setenv(f"RAG_QDRANT_{part}_ON_DISK", "true")
+    root = tmp_path / "data"
+    build_served(root, TEXTS, embedder)
+    asked = ["how is green tea brewed", "what do cats eat", "where is the river", "who wrote the book"]
+
+    def open_index(qdrant: QdrantSettings) -> Index:
+        return Index(chunk_table(TEXTS).set_index("chunk_id"), None, get_client(qdrant), "t__wordllama", embedder)
+
+    answers, trims = {}, {}
+    for budget in (None, 0.0):  # none, as before; 0: unmapped before every question
+        serving = ServingIndex(
+            root=root,
+            strategy="t",
+            model="wordllama",
+            build=lambda index: index,
+            open_index=open_index,
+            qdrant=edge(root / "qdrant"),
+            mapped_pages_mb=budget,
+        )
+        try:
+            params = RetrievalParams(k=3, mmr_lambda=1.0)
+            answers[budget] = [ids(retrieve(serving.current(), q, "dense", params)) for q in asked]
+            trims[budget] = serving.info()["mapped_pages_trims"]
+            assert file_mappings(root / "serving"), "the replica maps no file: nothing here to unmap"
+        finally:
+            serving.close()
+    assert answers[0.0] == answers[None]
+    assert trims == {None: 0, 0.0: len(asked)}

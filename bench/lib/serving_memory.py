@@ -16,7 +16,13 @@ open and after the questions: VmRSS (resident), split into RssAnon (heap: only f
 (pages of mapped files: the collection's on-disk parts; the kernel drops them under memory pressure and reads them
 again), and VmHWM (the peak resident size). After the questions, /proc/self/smaps says which files the mapped pages
 are: each part of the replica's copy of the collection (vectors, payload, postings, graph, write-ahead log, ...) and
-the libraries and model files together.
+the libraries and model files together, and fincore how much of the replica's collection files the kernel's page
+cache holds (shared and reclaimable: not the replica's, but what its searches read instead of the disk).
+
+The new way bounds the replica's mapped collection pages (rag.serving.residency: unmapped before a question once the
+process maps more than the budget; the page cache keeps them). Rows beside it: the same without the budget, and the
+same with the replica's files dropped from the page cache after the copy (fdatasync + POSIX_FADV_DONTNEED), as after
+the kernel reclaimed them: the searches then read the disk.
 """
 
 from __future__ import annotations
@@ -50,6 +56,10 @@ MEASURES = (
     "a replica's resident memory (VmRSS) as /proc/self/status reports it, split into RssAnon (the process's heap, "
     "freed only by the process) and RssFile (mapped file pages: the collection's parts on disk, which the kernel "
     "drops under memory pressure); peak = VmHWM"
+)
+MAPPED_BUDGET = (
+    "the new way unmaps the replica's collection pages before a question once the process maps more than "
+    "rag.serving.residency's budget (MB, libraries and model files included); the kernel's page cache keeps them"
 )
 
 
@@ -252,17 +262,36 @@ def measure_size(work: Path, n: int, layouts: dict, args) -> dict:
     asked = questions(table, args.questions, args.seed)
     del table, terms
     gc.collect()
+    from rag.serving.residency import MAPPED_PAGES_MB
+
     labels = list(layouts)
-    plan = [(f"whole chunk table and the float model, layout {labels[0]} (before)", labels[0], "table", True)]
-    plan += [(f"records per hit, layout {label}", label, "auto", False) for label in labels]
+    # (label, layout, RAG_CHUNKS, float model, mapped-page budget, page cache dropped after the copy)
+    before = f"whole chunk table and the float model, layout {labels[0]} (before)"
+    plan = [(before, labels[0], "table", True, None, False)]
+    plan += [(f"records per hit, layout {label}", label, "auto", False, MAPPED_PAGES_MB, False) for label in labels]
+    last = labels[-1]
+    plan.insert(-1, (f"records per hit, layout {last}, no mapped-page budget", last, "auto", False, None, False))
+    plan.insert(-1, (f"records per hit, layout {last}, page cache dropped", last, "auto", False, MAPPED_PAGES_MB, True))
     for label in labels:  # each layout's own: an int8 search may return other passages
         log(f"warm-up replica, layout {label} (not recorded)")
         measure_replica(root, work / f"qdrant-{label}", "auto", asked)
     replicas = []
-    for label, layout, chunks, float_model in plan:
+    for label, layout, chunks, float_model, budget, cold in plan:
         log(f"replica: {label}")
-        run = measure_replica(root, work / f"qdrant-{layout}", chunks, asked, float_model=float_model)
-        replicas.append({"label": label, "layout": layout, "chunks": chunks, "float_model": float_model, **run})
+        run = measure_replica(
+            root, work / f"qdrant-{layout}", chunks, asked, float_model=float_model, mapped_pages_mb=budget, cold=cold
+        )
+        replicas.append(
+            {
+                "label": label,
+                "layout": layout,
+                "chunks": chunks,
+                "float_model": float_model,
+                "mapped_pages_mb": budget,
+                "page_cache_dropped": cold,
+                **run,
+            }
+        )
         log(f"  {run['memory_mb']['answered']}")
     return {"data": data, "builds": builds, "replicas": replicas, "disk_mb": round(disk_bytes(work) / 2**20, 1)}
 
@@ -336,25 +365,35 @@ def replica(spec: dict) -> dict:
     steps["model"] = memory()
     started = time.perf_counter()
     serving = serving_index(
-        AnswerSettings(strategy=STRATEGY, model=MODEL, mode="hybrid-cc"), root=Path(spec["root"]), lock_wait_seconds=5
+        AnswerSettings(strategy=STRATEGY, model=MODEL, mode="hybrid-cc"),
+        root=Path(spec["root"]),
+        lock_wait_seconds=5,
+        mapped_pages_mb=spec.get("mapped_pages_mb"),
     )
     open_seconds = time.perf_counter() - started
+    replica_folder = Path(spec["root"]) / "serving"
+    if spec.get("cold"):
+        drop_from_page_cache(replica_folder)
     answerer = serving.current()
     steps["open"] = memory()
     latencies, ranked = [], []
     for question in spec["questions"]:
         started = time.perf_counter()
-        result = answerer.ask(question)
+        result = serving.current().ask(question)  # as /ask does: current() first (where the budget is kept)
         latencies.append((time.perf_counter() - started) * 1000)
         ranked.append([[c["chunk_id"], text_hash(c["text"])] for c in result.chunks])
     gc.collect()
     steps["answered"] = memory()
-    mapped = mapped_by_part(str(Path(spec["root"]) / "serving"))  # where serving keeps the replica's copy
+    mapped = mapped_by_part(str(replica_folder))  # where serving keeps the replica's copy
     lookup = type(answerer.index.lookup).__name__
+    cached = page_cache_mb(replica_folder)
+    trims = serving.mapped_pages.trims
     serving.close()
     return {
         "memory_mb": steps,
         "mapped_mb": mapped,
+        "page_cache_mb": cached,
+        "mapped_page_trims": trims,
         "open_seconds": round(open_seconds, 2),
         "ask_ms": latencies,
         "chunk_lookup": lookup,
@@ -363,9 +402,50 @@ def replica(spec: dict) -> dict:
     }
 
 
-def measure_replica(root: Path, qdrant: Path, chunks: str, asked: list[str], *, float_model: bool = False) -> dict:
+def page_cache_mb(folder: Path) -> float | None:
+    """MB of the files under `folder` the kernel's page cache holds now (util-linux fincore); None without it."""
+    files = [str(p) for p in folder.rglob("*") if p.is_file()]
+    if not files:
+        return 0.0
+    try:
+        done = subprocess.run(
+            ["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES", *files],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return round(sum(int(line) for line in done.stdout.split()) / 2**20, 1)
+
+
+def drop_from_page_cache(folder: Path) -> None:
+    """Write back and drop the page cache's copy of every file under `folder`, as the kernel does under memory
+    pressure (POSIX_FADV_DONTNEED drops clean pages only: hence the fdatasync first)."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def measure_replica(
+    root: Path,
+    qdrant: Path,
+    chunks: str,
+    asked: list[str],
+    *,
+    float_model: bool = False,
+    mapped_pages_mb: float | None = None,
+    cold: bool = False,
+) -> dict:
     """replica() in a child process with the serving environment: this data dir, this Edge folder, RAG_CHUNKS;
-    `float_model`: the float embedding model loaded too, as every replica did before (the way before)."""
+    `float_model`: the float embedding model loaded too, as every replica did before (the way before);
+    `mapped_pages_mb`: rag.serving.residency's budget (None: none, as before); `cold`: the replica's files dropped
+    from the page cache once it is open."""
     env = {
         **os.environ,
         "RAG_DATA_DIR": str(root),
@@ -373,7 +453,15 @@ def measure_replica(root: Path, qdrant: Path, chunks: str, asked: list[str], *, 
         "RAG_QDRANT_ENGINE": "edge",
         "RAG_CHUNKS": chunks,
     }
-    spec = json.dumps({"root": str(root), "questions": asked, "float_model": float_model})
+    spec = json.dumps(
+        {
+            "root": str(root),
+            "questions": asked,
+            "float_model": float_model,
+            "mapped_pages_mb": mapped_pages_mb,
+            "cold": cold,
+        }
+    )
     done = subprocess.run(
         [sys.executable, "-m", "bench.lib.serving_memory", spec],
         env=env,

@@ -34,6 +34,7 @@ from rag.index.qdrant import (
     get_client,
     point_alias_to,
 )
+from rag.serving.residency import MAPPED_PAGES_MB, MappedPagesBudget
 from rag.store import CHUNKS_TABLE, TableStore, bm25_root
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,8 @@ def source_fingerprint(root: Path, strategy: str, qdrant: QdrantSettings | None)
 class ServingIndex:
     """Holds the current answerer and swaps in a new one (on a new replica) when the index was re-built.
 
-    `build(index)` makes an answerer from an opened rag.retrieval Index; `open_index(qdrant)` opens one."""
+    `build(index)` makes an answerer from an opened rag.retrieval Index; `open_index(qdrant)` opens one.
+    `mapped_pages_mb`: rag.serving.residency's budget for the replicas' mapped collection pages (None: unbounded)."""
 
     def __init__(
         self,
@@ -108,12 +110,14 @@ class ServingIndex:
         open_index: Callable,
         qdrant: QdrantSettings | None = None,
         lock_wait_seconds: float = 120.0,
+        mapped_pages_mb: float | None = MAPPED_PAGES_MB,
     ):
         self.root, self.strategy, self.model = Path(root), strategy, model
         self.build, self.open_index = build, open_index
         self.primary = qdrant or QdrantSettings.from_env()
         self.embedded = not self.primary.url and model is not None
         self.replicas = self.root / "serving"
+        self.mapped_pages = MappedPagesBudget(self.replicas, mapped_pages_mb if self.embedded else None)
         self._lock = threading.Lock()
         self._current = None
         self._replica: QdrantSettings | None = None
@@ -132,6 +136,7 @@ class ServingIndex:
             time.sleep(2)
 
     def current(self):
+        self.mapped_pages.check()  # before the question that asked for it: what it maps stays until the next
         return self._current
 
     def info(self) -> dict:
@@ -141,6 +146,7 @@ class ServingIndex:
             "generation": self.generation,
             "qdrant": "replica " + self._replica.location if self._replica else self.primary.location,
             "last_refresh_error": self.last_refresh_error,
+            **self.mapped_pages.info(),
         }
 
     def refresh(self, force: bool = False) -> bool:

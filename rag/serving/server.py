@@ -14,6 +14,7 @@ from rag.serving.app import create_app
 from rag.serving.canary import CanaryRouter
 from rag.serving.configured import ConfiguredServing
 from rag.serving.index import ServingIndex, refresh_forever
+from rag.serving.residency import MAPPED_PAGES_MB
 from rag.serving.sessions import SessionKeys
 from rag.serving.settings import ServeSettings
 from rag.store import data_dir
@@ -39,8 +40,11 @@ def pinned_fields(settings: ServeSettings, **overrides) -> frozenset[str]:
     return frozenset(given)
 
 
-def serving_index(answer, *, root: Path, lock_wait_seconds: float = 120.0) -> ServingIndex:
-    """A ServingIndex that builds rag.qa Answerers over (a replica of) the configured index."""
+def serving_index(
+    answer, *, root: Path, lock_wait_seconds: float = 120.0, mapped_pages_mb: float | None = MAPPED_PAGES_MB
+) -> ServingIndex:
+    """A ServingIndex that builds rag.qa Answerers over (a replica of) the configured index; `mapped_pages_mb`:
+    rag.serving.residency's budget (None: unbounded)."""
     from rag.qa import Answerer
     from rag.retrieval import DENSE_MODES
     from rag.retrieval.service import open_index
@@ -69,6 +73,7 @@ def serving_index(answer, *, root: Path, lock_wait_seconds: float = 120.0) -> Se
         build=build,
         open_index=opened,
         lock_wait_seconds=lock_wait_seconds,
+        mapped_pages_mb=mapped_pages_mb,
     )
 
 
@@ -105,7 +110,7 @@ class RerankerArm:
         self._for = self._answerer = None
 
 
-def canary_router(serving, *, root: Path) -> CanaryRouter:
+def canary_router(serving, *, root: Path, mapped_pages_mb: float | None = MAPPED_PAGES_MB) -> CanaryRouter:
     """The router of `rag serve`: an embedder candidate is served from a replica of its own collection
     (<strategy>__<name>, built when the canary started), a reranker candidate over production's index, a
     configuration candidate from the index of its chunk set with its retrieval settings. `serving`: a
@@ -151,7 +156,7 @@ def canary_router(serving, *, root: Path) -> CanaryRouter:
             candidate_settings = answer.model_copy(update={"model": candidate.name})
         # Short lock wait: while a Dagster run holds the embedded folder, production answers canary sessions (outside
         # the comparison) and the open is retried a minute later, instead of a request waiting two minutes.
-        return serving_index(candidate_settings, root=root, lock_wait_seconds=5.0)
+        return serving_index(candidate_settings, root=root, lock_wait_seconds=5.0, mapped_pages_mb=mapped_pages_mb)
 
     return CanaryRouter(ModelRegistry(root / "models"), open_arm, refuses)
 
@@ -213,10 +218,10 @@ def build_app(
     serving = ConfiguredServing(
         answer,
         root=root,
-        open_serving=lambda wanted: serving_index(wanted, root=root),
+        open_serving=lambda wanted: serving_index(wanted, root=root, mapped_pages_mb=settings.mapped_pages_mb),
         pinned=pinned_fields(settings, **answer_overrides),
     )
-    router = canary_router(serving, root=root)
+    router = canary_router(serving, root=root, mapped_pages_mb=settings.mapped_pages_mb)
     store = store or FeedbackStore(root=root)
     stop = threading.Event()
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, model_validator
 
+from rag.serving.residency import MAPPED_PAGES_MB
+
 
 class ServeSettings(BaseModel):
     api_token: str = Field(min_length=16, description="bearer token for POST /ask, /feedback, /events and GET /metrics")
@@ -51,6 +53,13 @@ class ServeSettings(BaseModel):
         description="a question asked again is answered with a correction this many different clients wrote, "
         "when a passage retrieved for it holds that answer; 0 = never; RAG_CORRECTED_ANSWERS_MIN_CLIENTS",
     )
+    # rag.serving.residency: why a replica unmaps its collection's pages, and why that costs no disk read.
+    mapped_pages_mb: float | None = Field(
+        MAPPED_PAGES_MB,
+        ge=0,
+        description="mapped file pages (MB, the model's and libraries' included) above which a replica unmaps its "
+        "collection's before the next question; None = never; RAG_SERVE_MAPPED_MB ('off' = never)",
+    )
     corrections_cache_seconds: float = Field(
         30.0, ge=0, description="how often /ask re-reads the corrections people wrote; 0 = on every question"
     )
@@ -68,7 +77,7 @@ class ServeSettings(BaseModel):
     def from_env(cls, **overrides) -> ServeSettings:
         """RAG_API_TOKEN and RAG_EXPERT_TOKEN (random ones when unset: `rag serve` prints them), RAG_ANSWER_CONFIG
         (default: the active configuration when one was applied), RAG_SERVE_REFRESH_SECONDS, RAG_ASK_CONCURRENCY,
-        RAG_CLIENT_HEADER, RAG_CORRECTED_ANSWERS_MIN_CLIENTS."""
+        RAG_CLIENT_HEADER, RAG_CORRECTED_ANSWERS_MIN_CLIENTS, RAG_SERVE_MAPPED_MB."""
         tokens = {}
         for field, name in (("api_token", "RAG_API_TOKEN"), ("expert_token", "RAG_EXPERT_TOKEN")):
             token = os.environ.get(name)
@@ -87,4 +96,7 @@ class ServeSettings(BaseModel):
             env["corrected_answers_min_clients"] = int(os.environ["RAG_CORRECTED_ANSWERS_MIN_CLIENTS"])
         if os.environ.get("RAG_CLIENT_HEADER"):
             env["client_header"] = os.environ["RAG_CLIENT_HEADER"]
+        if os.environ.get("RAG_SERVE_MAPPED_MB"):
+            mapped = os.environ["RAG_SERVE_MAPPED_MB"]
+            env["mapped_pages_mb"] = None if mapped.strip().lower() == "off" else float(mapped)
         return cls(**{**env, **{k: v for k, v in overrides.items() if v is not None}})

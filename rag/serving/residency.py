@@ -1,0 +1,113 @@
+"""Keeps what a serving replica holds of its collection's files within a budget.
+
+The engine reads a collection's on-disk parts (vectors, HNSW graph, BM25 postings, payloads) through memory maps.
+Every page a search touches stays mapped into the replica, and counted in its resident size, until the kernel needs
+the memory: a replica grows with the questions it is asked toward the size of its collection's files (1.1 GB of a
+1M-chunk collection after 20 questions), not with the hits it returns. Unmapping those pages (madvise
+MADV_DONTNEED) takes them out of the replica, not out of the kernel's page cache: the next search that needs one maps
+it again from the cache (a minor fault, no disk read), and the cache stays shared between replicas and reclaimable,
+which the kernel gives back under pressure (then a search reads the disk again). Only shared or read-only file
+mappings are unmapped: a private writable one may hold changes its file has not, which unmapping would lose.
+
+Linux only (/proc/self/maps and /proc/self/status); elsewhere a budget does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# Mapped file pages (libraries and model files included, about 160 MB) above which a replica unmaps its collection's
+# before the next question. The page cache keeps them, so it costs minor faults, not disk reads.
+MAPPED_PAGES_MB = 256.0
+MADV_DONTNEED = 4  # Linux's value (asm-generic/mman-common.h)
+STATUS = Path("/proc/self/status")
+MAPS = Path("/proc/self/maps")
+
+
+def resident_file_mb() -> float | None:
+    """The process's mapped file pages now (RssFile), MB; None where /proc does not say."""
+    try:
+        with STATUS.open() as fh:
+            for line in fh:
+                if line.startswith("RssFile:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def file_mappings(folder: Path) -> list[tuple[int, int]]:
+    """(start, length) of this process's mappings of files under `folder` that unmapping cannot change: shared ones
+    (what they hold is the page cache's) and read-only private ones (never written). Private writable mappings are
+    left out."""
+    # As the engine was given the path, or resolved (a data dir behind a symbolic link).
+    prefixes = tuple({str(Path(folder).absolute()) + "/", str(Path(folder).resolve()) + "/"})
+    regions = []
+    try:
+        with MAPS.open() as fh:
+            for line in fh:
+                parts = line.split(maxsplit=5)
+                if len(parts) < 6 or not parts[5].startswith(prefixes):
+                    continue
+                perms = parts[1]
+                if perms[3] == "p" and "w" in perms:
+                    continue
+                start, end = (int(x, 16) for x in parts[0].split("-"))
+                regions.append((start, end - start))
+    except OSError:
+        return []
+    return regions
+
+
+def unmap_pages(regions: list[tuple[int, int]]) -> int:
+    """MADV_DONTNEED over each region; the bytes advised. A region the kernel refuses (locked pages, a mapping gone
+    meanwhile) is skipped."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    advised = 0
+    for start, length in regions:
+        if libc.madvise(start, length, MADV_DONTNEED) == 0:
+            advised += length
+        else:
+            log.debug("madvise refused %#x+%d: errno %d", start, length, ctypes.get_errno())
+    return advised
+
+
+@dataclass
+class MappedPagesBudget:
+    """Before a question: when the process's mapped file pages exceed `limit_mb`, unmap those of files under
+    `folder` (the replicas' collections). Libraries and model files mapped elsewhere count toward the limit but are
+    left alone. `limit_mb` None: never."""
+
+    folder: Path
+    limit_mb: float | None
+    trims: int = 0
+    last_trim_mb: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def check(self) -> bool:
+        """Unmap when over the limit; True when it did."""
+        if self.limit_mb is None:
+            return False
+        mapped = resident_file_mb()
+        if mapped is None or mapped <= self.limit_mb:
+            return False
+        if not self._lock.acquire(blocking=False):  # another question is trimming now: one is enough
+            return False
+        try:
+            unmap_pages(file_mappings(self.folder))
+            after = resident_file_mb() or 0.0
+            self.trims += 1
+            self.last_trim_mb = round(mapped - after, 1)
+            return True
+        finally:
+            self._lock.release()
+
+    def info(self) -> dict:
+        return {"mapped_pages_limit_mb": self.limit_mb, "mapped_pages_trims": self.trims}
