@@ -233,6 +233,19 @@ def build_served(root: Path, texts: dict[str, str], embedder) -> None:  # noqa: 
         close_client(settings)
 
 
+def served_index(root: Path, open_index, **options) -> ServingIndex:
+    """What `rag serve` holds over build_served's chunk set "t", its answerer the opened Index itself."""
+    return ServingIndex(
+        root=root,
+        strategy="t",
+        model="wordllama",
+        build=lambda index: index,
+        open_index=open_index,
+        qdrant=edge(root / "qdrant"),
+        **options,
+    )
+
+
 @pytest.mark.parametrize("replica_engine", ["edge", "local"])
 def test_serving_refreshes_onto_a_new_replica_after_a_reindex(tmp_path, embedder, monkeypatch, replica_engine):  # noqa: F811
     def point_by_point(*args, **kwargs):
@@ -257,14 +270,7 @@ def test_serving_refreshes_onto_a_new_replica_after_a_reindex(tmp_path, embedder
     def top(index: Index, question: str) -> str:
         return ids(retrieve(index, question, "dense", RetrievalParams(k=1, mmr_lambda=1.0)))[0]
 
-    serving = ServingIndex(
-        root=root,
-        strategy="t",
-        model="wordllama",
-        build=lambda index: index,
-        open_index=open_index,
-        qdrant=edge(root / "qdrant"),
-    )
+    serving = served_index(root, open_index)
     try:
         first = serving.info()["qdrant"]
         assert top(serving.current(), "how is green tea brewed") != "tea"
@@ -304,15 +310,7 @@ def test_a_replica_past_its_mapped_pages_budget_unmaps_them_and_answers_the_same
 
     answers, trims = {}, {}
     for budget in (None, 0.0):  # none, as before; 0: unmapped before every question
-        serving = ServingIndex(
-            root=root,
-            strategy="t",
-            model="wordllama",
-            build=lambda index: index,
-            open_index=open_index,
-            qdrant=edge(root / "qdrant"),
-            mapped_pages_mb=budget,
-        )
+        serving = served_index(root, open_index, mapped_pages_mb=budget)
         try:
             params = RetrievalParams(k=3, mmr_lambda=1.0)
             answers[budget] = [ids(retrieve(serving.current(), q, "dense", params)) for q in asked]
