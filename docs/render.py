@@ -1407,6 +1407,9 @@ def serving_memory(record: dict) -> dict[str, Table]:
     replicas = []
     for row in record["replicas"]:
         s = row["summary"]
+        # Runs before the mapped-page budget existed record none of it: "—"; a row measured without one: "none".
+        budget = "none" if "mapped_pages_mb" in row and row["mapped_pages_mb"] is None else row.get("mapped_pages_mb")
+        cached = num(row.get("page_cache_mb"), 0) + (" (dropped)" if row.get("page_cache_dropped") else "")
         replicas.append(
             [
                 row["label"],
@@ -1419,6 +1422,10 @@ def serving_memory(record: dict) -> dict[str, Table]:
                 num(s["floor_rss_mb"], 0),
                 num(row.get("passages_shared_with_before"), 3),
                 ms(s["ask"]["p50_ms"]),
+                ms(s["ask"]["p95_ms"]),
+                budget if isinstance(budget, str) else num(budget, 0),
+                num(row.get("mapped_page_trims")),
+                cached,
             ]
         )
     builds = [
@@ -1459,6 +1466,10 @@ def serving_memory(record: dict) -> dict[str, Table]:
                 f"RSS at {num(record['floor']['chunks'])} chunks MB",
                 "passages shared with before",
                 "ask p50 ms",
+                "ask p95 ms",
+                "mapped-page budget MB",
+                "unmapped, times",
+                "its collection in the page cache MB",
             ],
             replicas,
         ),
