@@ -1,5 +1,6 @@
 """A replica's mapped collection pages are unmapped past a budget (rag.serving.residency): they leave the process's
-resident size, what they hold reads the same afterwards, and a private mapping's own changes are never touched."""
+resident size, what they hold reads the same afterwards, and private mappings (which may hold changes their file has
+not) are never touched."""
 
 from __future__ import annotations
 
@@ -52,15 +53,17 @@ def test_only_mappings_under_the_folder_are_found(tmp_path):
             fh.close()
 
 
-def test_a_private_writable_mapping_keeps_its_own_changes(tmp_path):
+def test_private_mappings_are_left_alone_and_keep_their_own_changes(tmp_path):
     mapped, fh = mapped_file(tmp_path / "serving" / "copy.dat", 1, access=mmap.ACCESS_COPY)
+    read_only = mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
     try:
         mapped[:5] = b"hello"  # in this process only: the file still holds 0..4
-        assert file_mappings(tmp_path / "serving") == []
+        assert file_mappings(tmp_path / "serving") == []  # neither the written one nor the read-only one
         unmap_pages(file_mappings(tmp_path / "serving"))
         assert mapped[:5] == b"hello"
         assert (tmp_path / "serving" / "copy.dat").read_bytes()[:5] == bytes(range(5))
     finally:
+        read_only.close()
         mapped.close()
         fh.close()
 

@@ -6,8 +6,9 @@ the memory: a replica grows with the questions it is asked toward the size of it
 1M-chunk collection after 20 questions), not with the hits it returns. Unmapping those pages (madvise
 MADV_DONTNEED) takes them out of the replica, not out of the kernel's page cache: the next search that needs one maps
 it again from the cache (a minor fault, no disk read), and the cache stays shared between replicas and reclaimable,
-which the kernel gives back under pressure (then a search reads the disk again). Only shared or read-only file
-mappings are unmapped: a private writable one may hold changes its file has not, which unmapping would lose.
+which the kernel gives back under pressure (then a search reads the disk again). Only shared file mappings are
+unmapped (the engine's are all shared): a private one may hold copied-on-write changes its file has not, which
+unmapping would lose, even one read-only now.
 
 Linux only (/proc/self/maps and /proc/self/status); elsewhere a budget does nothing.
 """
@@ -43,9 +44,8 @@ def resident_file_mb() -> float | None:
 
 
 def file_mappings(folder: Path) -> list[tuple[int, int]]:
-    """(start, length) of this process's mappings of files under `folder` that unmapping cannot change: shared ones
-    (what they hold is the page cache's) and read-only private ones (never written). Private writable mappings are
-    left out."""
+    """(start, length) of this process's shared mappings of files under `folder`: what they hold is the page
+    cache's, so unmapping cannot change it. Private mappings are left out."""
     # As the engine was given the path, or resolved (a data dir behind a symbolic link).
     prefixes = tuple({str(Path(folder).absolute()) + "/", str(Path(folder).resolve()) + "/"})
     regions = []
@@ -55,8 +55,7 @@ def file_mappings(folder: Path) -> list[tuple[int, int]]:
                 parts = line.split(maxsplit=5)
                 if len(parts) < 6 or not parts[5].startswith(prefixes):
                     continue
-                perms = parts[1]
-                if perms[3] == "p" and "w" in perms:
+                if parts[1][3] != "s":
                     continue
                 start, end = (int(x, 16) for x in parts[0].split("-"))
                 regions.append((start, end - start))
