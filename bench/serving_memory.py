@@ -12,6 +12,7 @@ How it builds and measures: bench/lib/serving_memory.py.
     .venv/bin/python bench/serving_memory.py                 # 1,000,000 chunks (an hour or more on 2 cores)
     .venv/bin/python bench/serving_memory.py --quick         # 50,000 chunks, minutes
     .venv/bin/python bench/serving_memory.py --chunks 200000 --layouts default 100m 1m
+    .venv/bin/python bench/serving_memory.py --reuse bench/results/serving-memory.json  # its --keep dir again
 
 Dense vectors are random 384-d unit vectors around random centres, upserted directly: encoding a million texts
 would take hours, and a vector's bytes do not depend on its values. BM25 sparse vectors, payloads and the chunk
@@ -23,6 +24,7 @@ layouts take about 20 GB). Default output: bench/results/serving-memory.json (--
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -96,15 +98,32 @@ def main(argv: list[str] | None = None) -> int:
         "compare with it (default: %(default)s)",
     )
     p.add_argument("--keep", type=Path, help="build the data dir here and keep it (default: a temporary one)")
+    p.add_argument(
+        "--reuse",
+        type=Path,
+        help="a result of a run with --keep whose folder still holds what it built: its chunk sets and collections "
+        "are measured again by replicas of this code, not built (its sizes, layouts and build figures are taken "
+        "from it; --questions and --seed are this run's)",
+    )
     cli.add_seed(p)
     cli.add_output(p, flags=("--json",), help="result JSON (default bench/results/serving-memory[-quick].json)")
     args = p.parse_args(argv)
     if args.quick:
         args.chunks = 50_000
+    reused = json.loads(args.reuse.read_text()) if args.reuse else None
+    if reused is not None:
+        if not reused["args"].get("keep") or not Path(reused["args"]["keep"]).is_dir():
+            p.error(f"{args.reuse} was not run with --keep, or its folder is gone: nothing to measure again")
+        args.chunks, args.layouts = reused["data"]["chunks"], reused["args"]["layouts"]
+        args.keep = Path(reused["args"]["keep"])
+    elif args.quick:
+        args.chunks = 50_000
     layouts = {label: layout_of(label) for label in args.layouts}  # a missing file fails before anything is built
     out = args.json or RESULTS / ("serving-memory-quick.json" if args.quick else "serving-memory.json")
     record = run_record(args, floor_chunks=FLOOR_CHUNKS)
-    if args.keep and args.keep.exists() and any(args.keep.iterdir()):
+    if reused is not None:
+        record["reused_builds"] = {k: reused[k] for k in ("commit", "date", "machine")} | {"result": str(args.reuse)}
+    elif args.keep and args.keep.exists() and any(args.keep.iterdir()):
         p.error(f"{args.keep} is not empty: the bench builds from nothing")
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
@@ -113,10 +132,15 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(folder)
         # The same at a floor of a few thousand chunks: what a replica holds whatever the corpus (the model, the
         # answer stage, the engine's own) is what both sizes share, so the difference is what the chunks add.
+        floor_built = run_built = None
+        if reused is not None:
+            floor_builds = {label: {"disk_mb": mb} for label, mb in reused["floor"]["disk_mb"].items()}
+            floor_built = {"data": {"chunks": FLOOR_CHUNKS}, "builds": floor_builds}
+            run_built = {"data": reused["data"], "builds": reused["builds"]}
         log(f"the floor: {FLOOR_CHUNKS:,} chunks")
-        floor = measure_size(work / "floor", FLOOR_CHUNKS, layouts, args)
+        floor = measure_size(work / "floor", FLOOR_CHUNKS, layouts, args, floor_built)
         log(f"the run: {args.chunks:,} chunks")
-        record |= measure_size(work / "run", args.chunks, layouts, args)
+        record |= measure_size(work / "run", args.chunks, layouts, args, run_built)
         record["data"] |= {
             "vectors": "random 384-d unit vectors around 4,096 random centres, upserted directly (not encoded); "
             "questions are encoded by the real model",

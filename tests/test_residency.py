@@ -5,6 +5,8 @@ not) are never touched."""
 from __future__ import annotations
 
 import mmap
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -75,8 +77,33 @@ def test_the_budget_unmaps_only_past_its_limit(tmp_path):
         assert MappedPagesBudget(tmp_path / "serving", 10**6).check() is False
         budget = MappedPagesBudget(tmp_path / "serving", 0)
         assert budget.check() is True and budget.trims == 1 and budget.last_trim_mb > 8
-        assert budget.info() == {"mapped_pages_limit_mb": 0, "mapped_pages_trims": 1}
+        assert budget.info()["mapped_pages_limit_mb"] == 0 and budget.info()["mapped_pages_trims"] == 1
         assert mapped[1000] == 1000 % 256
     finally:
         mapped.close()
         fh.close()
+
+
+def cached_bytes(path: Path) -> int | None:
+    """What the page cache holds of `path` (util-linux fincore); None without it."""
+    if shutil.which("fincore") is None:
+        return None
+    done = subprocess.run(["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES", str(path)], **CAPTURE)
+    return int(done.stdout.strip())
+
+
+CAPTURE = {"capture_output": True, "text": True, "check": True}
+
+
+def test_a_copy_bigger_than_the_budget_is_written_back_and_leaves_the_page_cache(tmp_path):
+    copy = tmp_path / "serving" / "replica-1"
+    data = copy / "segments" / "vectors.dat"
+    data.parent.mkdir(parents=True)
+    data.write_bytes(bytes(range(256)) * (8 * MB // 256))  # just written: dirty, in the cache
+    assert MappedPagesBudget(tmp_path / "serving", None).settle_copy(copy) is False
+    assert MappedPagesBudget(tmp_path / "serving", 64).settle_copy(copy) is False  # fits in the budget: stays
+    budget = MappedPagesBudget(tmp_path / "serving", 4)
+    assert budget.settle_copy(copy) is True and budget.info()["replica_copies_dropped_from_page_cache"] == 1
+    cached = cached_bytes(data)
+    assert cached is None or cached < MB, cached
+    assert data.read_bytes()[: 256 * 2] == bytes(range(256)) * 2 and data.stat().st_size == 8 * MB

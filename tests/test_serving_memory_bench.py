@@ -41,11 +41,12 @@ def test_a_tiny_run_measures_both_ways_finds_the_same_passages_and_renders(tmp_p
     args = ["--chunks", "2400", "--questions", "2", "--layouts", "default", "1m", "--json", str(out)]
     assert serving_memory.main(args) == 0
     record = json.loads(out.read_text())
-    # before; records per hit over each layout, and beside the last one without the mapped-page budget and cold
+    # before; records per hit over each layout, and beside the last one without the mapped-page budget and with the
+    # copy left in the page cache (which copies this small, within the budget, are anyway)
     assert [r["holds_chunk_table"] for r in record["replicas"]] == [True, False, False, False, False]
     assert [r["float_model"] for r in record["replicas"]] == [True, False, False, False, False]
     assert [r["mapped_pages_mb"] is None for r in record["replicas"]] == [True, False, True, False, False]
-    assert [r["page_cache_dropped"] for r in record["replicas"]] == [False, False, False, True, False]
+    assert not any(r["page_cache_dropped"] for r in record["replicas"])
     # The float model (torch) is what the way before adds on top of the int8 twin every replica now pairs it with.
     before, new = (r["memory_mb"]["model"]["rss"] for r in record["replicas"][:2])
     assert before > new + 200, (before, new)

@@ -20,9 +20,10 @@ the libraries and model files together, and fincore how much of the replica's co
 cache holds (shared and reclaimable: not the replica's, but what its searches read instead of the disk).
 
 The new way bounds the replica's mapped collection pages (rag.serving.residency: unmapped before a question once the
-process maps more than the budget; the page cache keeps them). Rows beside it: the same without the budget, and the
-same with the replica's files dropped from the page cache after the copy (fdatasync + POSIX_FADV_DONTNEED), as after
-the kernel reclaimed them: the searches then read the disk.
+process maps more than the budget; the page cache keeps them) and, its copy being bigger than the budget, writes the
+copy back and drops it from the page cache once made (searches then read what they need from disk, and the cache
+fills with that). Rows beside it: the same without the budget (neither), and with the budget but the copy left in the
+page cache.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ MEASURES = (
 )
 MAPPED_BUDGET = (
     "the new way unmaps the replica's collection pages before a question once the process maps more than "
-    "rag.serving.residency's budget (MB, libraries and model files included); the kernel's page cache keeps them"
+    "rag.serving.residency's budget (MB, libraries and model files included; the kernel's page cache keeps them), "
+    "and drops a replica copy bigger than the budget from the page cache once made"
 )
 
 
@@ -224,12 +226,29 @@ def questions(table, n: int, seed: int) -> list[str]:
     return out
 
 
-def measure_size(work: Path, n: int, layouts: dict, args) -> dict:
+def measure_size(work: Path, n: int, layouts: dict, args, built: dict | None = None) -> dict:
     """Everything of one size under `work`: the chunk set, a collection per layout, then a replica of each way (the
     whole chunk table over the first layout, records per hit over each), after an unrecorded replica per layout that
     asks every question: what the first replica of a data dir does once (the int8 twin of the question encoder
     exported into it; the passages' sentence vectors encoded and stored, which indexing does for a real chunk set)
-    would otherwise be charged to whichever way is measured first."""
+    would otherwise be charged to whichever way is measured first. `built`: the "data" and "builds" of an earlier
+    run that built `work` (kept): its chunk set and collections are measured again, not built."""
+    from rag.store import CHUNKS_TABLE, TableStore
+
+    root = work / "data"
+    if built is not None:
+        data, builds = built["data"], built["builds"]
+        table = TableStore(root / "tables").read(CHUNKS_TABLE, STRATEGY, columns=["text"])
+    else:
+        data, builds, table = build_size(work, n, layouts, args)
+    asked = questions(table, args.questions, args.seed)
+    del table
+    gc.collect()
+    return {"data": data, "builds": builds, **measure_replicas(work, layouts, asked)}
+
+
+def build_size(work: Path, n: int, layouts: dict, args):
+    """The chunk set of `n` chunks and a collection per layout under `work`; (data, builds, the chunk table)."""
     from rag.embedding import load_embedder
     from rag.embedding.onnx_int8 import int8_query_encoder
     from rag.store import CHUNKS_TABLE, TableStore
@@ -259,27 +278,32 @@ def measure_size(work: Path, n: int, layouts: dict, args) -> dict:
             **build_collection(work / f"qdrant-{label}", table, terms, layout, version, args.seed),
         }
         log(f"  {builds[label]}")
-    asked = questions(table, args.questions, args.seed)
-    del table, terms
-    gc.collect()
+    return data, builds, table
+
+
+def measure_replicas(work: Path, layouts: dict, asked: list[str]) -> dict:
+    """A replica of each way over what `work` holds (see measure_size), after a warm-up replica per layout."""
     from rag.serving.residency import MAPPED_PAGES_MB
 
+    root = work / "data"
     labels = list(layouts)
-    # (label, layout, RAG_CHUNKS, float model, mapped-page budget, page cache dropped after the copy)
+    # (label, layout, RAG_CHUNKS, float model, mapped-page budget, the copy left in the page cache)
     before = f"whole chunk table and the float model, layout {labels[0]} (before)"
-    plan = [(before, labels[0], "table", True, None, False)]
+    plan = [(before, labels[0], "table", True, None, True)]
     plan += [(f"records per hit, layout {label}", label, "auto", False, MAPPED_PAGES_MB, False) for label in labels]
     last = labels[-1]
-    plan.insert(-1, (f"records per hit, layout {last}, no mapped-page budget", last, "auto", False, None, False))
-    plan.insert(-1, (f"records per hit, layout {last}, page cache dropped", last, "auto", False, MAPPED_PAGES_MB, True))
+    plan.insert(-1, (f"records per hit, layout {last}, no mapped-page budget", last, "auto", False, None, True))
+    kept = f"records per hit, layout {last}, copy left in the page cache"
+    plan.insert(-1, (kept, last, "auto", False, MAPPED_PAGES_MB, True))
     for label in labels:  # each layout's own: an int8 search may return other passages
         log(f"warm-up replica, layout {label} (not recorded)")
         measure_replica(root, work / f"qdrant-{label}", "auto", asked)
     replicas = []
-    for label, layout, chunks, float_model, budget, cold in plan:
+    for label, layout, chunks, float_model, budget, cached in plan:
         log(f"replica: {label}")
+        qdrant = work / f"qdrant-{layout}"
         run = measure_replica(
-            root, work / f"qdrant-{layout}", chunks, asked, float_model=float_model, mapped_pages_mb=budget, cold=cold
+            root, qdrant, chunks, asked, float_model=float_model, mapped_pages_mb=budget, cached=cached
         )
         replicas.append(
             {
@@ -288,12 +312,11 @@ def measure_size(work: Path, n: int, layouts: dict, args) -> dict:
                 "chunks": chunks,
                 "float_model": float_model,
                 "mapped_pages_mb": budget,
-                "page_cache_dropped": cold,
                 **run,
             }
         )
         log(f"  {run['memory_mb']['answered']}")
-    return {"data": data, "builds": builds, "replicas": replicas, "disk_mb": round(disk_bytes(work) / 2**20, 1)}
+    return {"replicas": replicas, "disk_mb": round(disk_bytes(work) / 2**20, 1)}
 
 
 # --- a replica ----------------------------------------------------------------------------------------------------
@@ -369,11 +392,10 @@ def replica(spec: dict) -> dict:
         root=Path(spec["root"]),
         lock_wait_seconds=5,
         mapped_pages_mb=spec.get("mapped_pages_mb"),
+        drop_copy_from_cache=not spec.get("cached", True),
     )
     open_seconds = time.perf_counter() - started
     replica_folder = Path(spec["root"]) / "serving"
-    if spec.get("cold"):
-        drop_from_page_cache(replica_folder)
     answerer = serving.current()
     steps["open"] = memory()
     latencies, ranked = [], []
@@ -387,13 +409,14 @@ def replica(spec: dict) -> dict:
     mapped = mapped_by_part(str(replica_folder))  # where serving keeps the replica's copy
     lookup = type(answerer.index.lookup).__name__
     cached = page_cache_mb(replica_folder)
-    trims = serving.mapped_pages.trims
+    trims, dropped = serving.mapped_pages.trims, serving.mapped_pages.copies_dropped
     serving.close()
     return {
         "memory_mb": steps,
         "mapped_mb": mapped,
         "page_cache_mb": cached,
         "mapped_page_trims": trims,
+        "page_cache_dropped": dropped > 0,
         "open_seconds": round(open_seconds, 2),
         "ask_ms": latencies,
         "chunk_lookup": lookup,
@@ -419,19 +442,6 @@ def page_cache_mb(folder: Path) -> float | None:
     return round(sum(int(line) for line in done.stdout.split()) / 2**20, 1)
 
 
-def drop_from_page_cache(folder: Path) -> None:
-    """Write back and drop the page cache's copy of every file under `folder`, as the kernel does under memory
-    pressure (POSIX_FADV_DONTNEED drops clean pages only: hence the fdatasync first)."""
-    for path in folder.rglob("*"):
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fdatasync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
-
-
 def measure_replica(
     root: Path,
     qdrant: Path,
@@ -440,12 +450,12 @@ def measure_replica(
     *,
     float_model: bool = False,
     mapped_pages_mb: float | None = None,
-    cold: bool = False,
+    cached: bool = True,
 ) -> dict:
     """replica() in a child process with the serving environment: this data dir, this Edge folder, RAG_CHUNKS;
     `float_model`: the float embedding model loaded too, as every replica did before (the way before);
-    `mapped_pages_mb`: rag.serving.residency's budget (None: none, as before); `cold`: the replica's files dropped
-    from the page cache once it is open."""
+    `mapped_pages_mb`: rag.serving.residency's budget (None: none, as before); `cached`: the replica's copy left in
+    the page cache (False: dropped once made, when bigger than the budget, as serving does by default)."""
     env = {
         **os.environ,
         "RAG_DATA_DIR": str(root),
@@ -459,7 +469,7 @@ def measure_replica(
             "questions": asked,
             "float_model": float_model,
             "mapped_pages_mb": mapped_pages_mb,
-            "cold": cold,
+            "cached": cached,
         }
     )
     done = subprocess.run(

@@ -98,7 +98,8 @@ class ServingIndex:
     """Holds the current answerer and swaps in a new one (on a new replica) when the index was re-built.
 
     `build(index)` makes an answerer from an opened rag.retrieval Index; `open_index(qdrant)` opens one.
-    `mapped_pages_mb`: rag.serving.residency's budget for the replicas' mapped collection pages (None: unbounded)."""
+    `mapped_pages_mb`: rag.serving.residency's budget for the replicas' mapped collection pages (None: unbounded);
+    `drop_copy_from_cache`: with a budget, a copy bigger than it leaves the page cache once made (residency)."""
 
     def __init__(
         self,
@@ -111,6 +112,7 @@ class ServingIndex:
         qdrant: QdrantSettings | None = None,
         lock_wait_seconds: float = 120.0,
         mapped_pages_mb: float | None = MAPPED_PAGES_MB,
+        drop_copy_from_cache: bool = True,
     ):
         self.root, self.strategy, self.model = Path(root), strategy, model
         self.build, self.open_index = build, open_index
@@ -118,6 +120,7 @@ class ServingIndex:
         self.embedded = not self.primary.url and model is not None
         self.replicas = self.root / "serving"
         self.mapped_pages = MappedPagesBudget(self.replicas, mapped_pages_mb if self.embedded else None)
+        self.drop_copy_from_cache = drop_copy_from_cache
         self._lock = threading.Lock()
         self._current = None
         self._replica: QdrantSettings | None = None
@@ -190,6 +193,8 @@ class ServingIndex:
         alias = CollectionName(self.strategy, _model_key(self.model)).alias
         try:
             replicate_collection(self.primary, target, alias, _production_fallback(self.strategy, self.model))
+            if self.drop_copy_from_cache:
+                self.mapped_pages.settle_copy(Path(target.location))
             return self.build(self.open_index(target)), target
         except BaseException:
             _drop_replica(target)

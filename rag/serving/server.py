@@ -41,10 +41,15 @@ def pinned_fields(settings: ServeSettings, **overrides) -> frozenset[str]:
 
 
 def serving_index(
-    answer, *, root: Path, lock_wait_seconds: float = 120.0, mapped_pages_mb: float | None = MAPPED_PAGES_MB
+    answer,
+    *,
+    root: Path,
+    lock_wait_seconds: float = 120.0,
+    mapped_pages_mb: float | None = MAPPED_PAGES_MB,
+    drop_copy_from_cache: bool = True,
 ) -> ServingIndex:
     """A ServingIndex that builds rag.qa Answerers over (a replica of) the configured index; `mapped_pages_mb`:
-    rag.serving.residency's budget (None: unbounded)."""
+    rag.serving.residency's budget (None: unbounded); `drop_copy_from_cache`: see ServingIndex."""
     from rag.qa import Answerer
     from rag.retrieval import DENSE_MODES
     from rag.retrieval.service import open_index
@@ -74,6 +79,7 @@ def serving_index(
         open_index=opened,
         lock_wait_seconds=lock_wait_seconds,
         mapped_pages_mb=mapped_pages_mb,
+        drop_copy_from_cache=drop_copy_from_cache,
     )
 
 

@@ -58,7 +58,8 @@ class ServeSettings(BaseModel):
         MAPPED_PAGES_MB,
         ge=0,
         description="mapped file pages (MB, the model's and libraries' included) above which a replica unmaps its "
-        "collection's before the next question; None = never; RAG_SERVE_MAPPED_MB ('off' = never)",
+        "collection's before the next question; a replica copy bigger than it leaves the page cache once made; "
+        "None = neither; RAG_SERVE_MAPPED_MB ('off')",
     )
     corrections_cache_seconds: float = Field(
         30.0, ge=0, description="how often /ask re-reads the corrections people wrote; 0 = on every question"
