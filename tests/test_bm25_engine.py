@@ -208,3 +208,24 @@ def test_migrate_engine_gives_a_collection_written_before_the_sparse_vector_bm25
         assert cats.payload[LENGTH_FIELD] == len(tokenize([CORPUS["cats"]])[0]) and "dense" in cats.vector
     finally:
         close_client(edge)
+
+
+def test_bm25_loads_no_numba_and_leaves_it_importable():
+    """bm25s imports numba for a backend nothing here uses; a process that tokenizes, builds and searches BM25 (a
+    serving replica) never loads it, and a later `import numba` (ranx) still works."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from rag.index.bm25 import BM25Index, tokenize\n"
+        "index = BM25Index.build(['a', 'b'], ['green tea is brewed', 'cats chase mice'])\n"
+        "assert [c for c, _ in index.search('brewing tea', k=1)] == ['a']\n"
+        "assert tokenize(['Cats chasing']) == [['cat', 'chase']]\n"
+        "assert 'numba' not in sys.modules, 'numba was loaded'\n"
+        "import numba, bm25s\n"
+        "assert not bm25s.NUMBA_AVAILABLE\n"
+        "print('ok', numba.__version__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("ok"), done.stderr[-2000:]

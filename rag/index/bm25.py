@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,6 +25,27 @@ def _quiet_bm25s() -> None:
     logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 
+def _bm25s():
+    """bm25s, imported without numba. bm25s imports numba whenever it can, for its "numba" retrieval backend, which
+    nothing here uses (BM25 retrieves with its default, numpy); numba's LLVM library alone maps about 100 MB into
+    every process that imports it, a serving replica's included (bench/serving_memory.py). Hidden only while bm25s
+    is first imported: a later `import numba` (ranx) works as usual."""
+    if "bm25s" not in sys.modules:
+        missing = object()
+        numba = sys.modules.get("numba", missing)
+        sys.modules["numba"] = None  # `import numba` raises ImportError, which bm25s handles
+        try:
+            import bm25s  # noqa: F401
+        finally:
+            if numba is missing:
+                del sys.modules["numba"]
+            else:
+                sys.modules["numba"] = numba
+    import bm25s
+
+    return bm25s
+
+
 def _stemmer():
     import Stemmer
 
@@ -31,8 +53,7 @@ def _stemmer():
 
 
 def tokenize(texts: Sequence[str]) -> list[list[str]]:
-    import bm25s
-
+    bm25s = _bm25s()
     return bm25s.tokenize(list(texts), stopwords="en", stemmer=_stemmer(), return_ids=False, show_progress=False)
 
 
@@ -52,8 +73,7 @@ class BM25Index:
 
     @classmethod
     def build(cls, chunk_ids: Sequence[str], texts: Sequence[str], fingerprint: str = "") -> BM25Index:
-        import bm25s
-
+        bm25s = _bm25s()
         _quiet_bm25s()
         retriever = bm25s.BM25(k1=K1, b=B)
         if texts:
@@ -126,8 +146,7 @@ class BM25Index:
 
     @classmethod
     def load_version(cls, root: Path, fingerprint: str) -> BM25Index:
-        import bm25s
-
+        bm25s = _bm25s()
         folder = root / fingerprint
         chunk_ids = json.loads((folder / "chunk_ids.json").read_text())
         retriever = bm25s.BM25.load(str(folder / "bm25s")) if chunk_ids else bm25s.BM25(k1=K1, b=B)
