@@ -13,7 +13,7 @@ import pytest
 
 from rag.serving.residency import MappedPagesBudget, file_mappings, resident_file_mb, unmap_pages
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="Linux only: /proc/self/maps")
+LINUX = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="Linux only: /proc/self/maps")
 
 MB = 2**20
 
@@ -28,6 +28,7 @@ def mapped_file(path: Path, size_mb: int, access=mmap.ACCESS_READ) -> tuple[mmap
     return mapped, fh
 
 
+@LINUX
 def test_a_shared_mapping_leaves_the_resident_size_and_reads_the_same(tmp_path):
     mapped, fh = mapped_file(tmp_path / "serving" / "replica-1" / "vectors.dat", 32)
     try:
@@ -42,6 +43,7 @@ def test_a_shared_mapping_leaves_the_resident_size_and_reads_the_same(tmp_path):
         fh.close()
 
 
+@LINUX
 def test_only_mappings_under_the_folder_are_found(tmp_path):
     inside, fh_in = mapped_file(tmp_path / "serving" / "a.dat", 1)
     outside, fh_out = mapped_file(tmp_path / "models" / "model.onnx", 1)
@@ -55,6 +57,7 @@ def test_only_mappings_under_the_folder_are_found(tmp_path):
             fh.close()
 
 
+@LINUX
 def test_private_mappings_are_left_alone_and_keep_their_own_changes(tmp_path):
     mapped, fh = mapped_file(tmp_path / "serving" / "copy.dat", 1, access=mmap.ACCESS_COPY)
     read_only = mmap.mmap(fh.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
@@ -70,6 +73,7 @@ def test_private_mappings_are_left_alone_and_keep_their_own_changes(tmp_path):
         fh.close()
 
 
+@LINUX
 def test_the_budget_unmaps_only_past_its_limit(tmp_path):
     mapped, fh = mapped_file(tmp_path / "serving" / "replica-1" / "graph.dat", 16)
     try:
@@ -95,6 +99,7 @@ def cached_bytes(path: Path) -> int | None:
 CAPTURE = {"capture_output": True, "text": True, "check": True}
 
 
+@LINUX
 def test_a_copy_bigger_than_the_budget_is_written_back_and_leaves_the_page_cache(tmp_path):
     copy = tmp_path / "serving" / "replica-1"
     data = copy / "segments" / "vectors.dat"
@@ -107,3 +112,17 @@ def test_a_copy_bigger_than_the_budget_is_written_back_and_leaves_the_page_cache
     cached = cached_bytes(data)
     assert cached is None or cached < MB, cached
     assert data.read_bytes()[: 256 * 2] == bytes(range(256)) * 2 and data.stat().st_size == 8 * MB
+
+
+def test_the_budget_is_set_from_the_environment(monkeypatch):
+    from rag.serving.settings import ServeSettings
+
+    monkeypatch.delenv("RAG_SERVE_MAPPED_MB", raising=False)
+    assert ServeSettings.from_env().mapped_pages_mb == 256
+    monkeypatch.setenv("RAG_SERVE_MAPPED_MB", "512")
+    assert ServeSettings.from_env().mapped_pages_mb == 512
+    monkeypatch.setenv("RAG_SERVE_MAPPED_MB", "off")
+    assert ServeSettings.from_env().mapped_pages_mb is None
+    monkeypatch.setenv("RAG_SERVE_MAPPED_MB", "lots")
+    with pytest.raises(ValueError, match="RAG_SERVE_MAPPED_MB must be a number of MB or 'off'"):
+        ServeSettings.from_env()

@@ -3,10 +3,10 @@
 The engine reads a collection's on-disk parts (vectors, HNSW graph, BM25 postings, payloads) through memory maps.
 Every page a search touches stays mapped into the replica, and counted in its resident size, until the kernel needs
 the memory: a replica grows with the questions it is asked toward the size of its collection's files, not with the
-hits it returns. Unmapping those pages (madvise
-MADV_DONTNEED) takes them out of the replica, not out of the kernel's page cache: the next search that needs one maps
-it again from the cache (a minor fault, no disk read), and the cache stays shared between replicas and reclaimable,
-which the kernel gives back under pressure (then a search reads the disk again). Only shared file mappings are
+hits it returns. Unmapping those pages (madvise MADV_DONTNEED) takes them out of the replica, not out of the
+kernel's page cache: the next search that needs one maps it again from the cache (a minor fault, no disk read), and
+the cache stays shared between replicas and reclaimable, which the kernel gives back under pressure (then a search
+reads the disk again). Only shared file mappings are
 unmapped (the engine's are all shared): a private one may hold copied-on-write changes its file has not, which
 unmapping would lose, even one read-only now.
 

@@ -98,6 +98,9 @@ class ServeSettings(BaseModel):
         if os.environ.get("RAG_CLIENT_HEADER"):
             env["client_header"] = os.environ["RAG_CLIENT_HEADER"]
         if os.environ.get("RAG_SERVE_MAPPED_MB"):
-            mapped = os.environ["RAG_SERVE_MAPPED_MB"]
-            env["mapped_pages_mb"] = None if mapped.strip().lower() == "off" else float(mapped)
+            mapped = os.environ["RAG_SERVE_MAPPED_MB"].strip().lower()
+            try:
+                env["mapped_pages_mb"] = None if mapped == "off" else float(mapped)
+            except ValueError:
+                raise ValueError(f"RAG_SERVE_MAPPED_MB must be a number of MB or 'off', not {mapped!r}") from None
         return cls(**{**env, **{k: v for k, v in overrides.items() if v is not None}})
