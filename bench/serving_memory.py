@@ -2,12 +2,12 @@
 in memory over a collection of the engine's default layout (RAG_CHUNKS=table), against chunk records read per hit
 from the collection's payloads (RAG_CHUNKS=auto, the default) over the same collection and over collections built
 with the sized layouts of config/qdrant/ (10m: an int8 copy of the vectors in RAM, the rest on disk; 1m: every part
-on disk, the new way the ratios compare with the way before, which also bounds the collection's pages it keeps mapped:
-rag.serving.residency; beside it the same without that bound, and with its files dropped from the page cache as
-under memory pressure). Each replica is a fresh process that builds what `rag serve` builds (a replica copy of the
-collection, open_index, the answerer) and answers questions through the whole answer pipeline; the passages each
-returns are compared between the two ways. Writes its own JSON (arguments, commit, date, machine); asserts nothing.
-How it builds and measures: bench/lib/serving_memory.py.
+on disk, the new way the ratios compare with the way before, which also bounds the collection's pages it keeps mapped
+and drops its copy from the page cache: rag.serving.residency; beside it the same without either, and with the bound
+but the copy left in the page cache). Each replica is a fresh process that builds what `rag serve` builds (a
+replica copy of the collection, open_index, the answerer) and answers questions through the whole answer pipeline;
+the passages each returns are compared between the two ways. Writes its own JSON (arguments, commit, date,
+machine); asserts nothing. How it builds and measures: bench/lib/serving_memory.py.
 
     .venv/bin/python bench/serving_memory.py                 # 1,000,000 chunks (an hour or more on 2 cores)
     .venv/bin/python bench/serving_memory.py --quick         # 50,000 chunks, minutes
