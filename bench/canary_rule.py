@@ -12,6 +12,7 @@ rule is the harm test with futility at 0.6).
    have stopped. Those canaries' users were simulated too (bench.lib.loop.People), on the run's human questions.
 
     .venv/bin/python bench/canary_rule.py [--runs 400] [--replay-data-dir /tmp/self-improvement-scifact-...]
+    .venv/bin/python bench/canary_rule.py --one-sided --json bench/results/canary-rule-one-sided.json
 
 Writes bench/results/canary-rule.json (arguments, commit, date, machine); asserts nothing.
 """
@@ -35,8 +36,9 @@ WIN_SHARES = (0.35, 0.40, 0.45, 0.50, 0.55, 0.60, 0.65)
 
 
 def rules(args) -> dict:
-    """Label -> CanarySettings: the rule before the harm test, the harm test at each --rollback-alphas, and the
-    default harm test with Wald's futility boundary at each --futility-win-shares (the default rule among them)."""
+    """Label -> CanarySettings: the rule before the harm test, the harm test at each --rollback-alphas, the
+    default harm test with Wald's futility boundary at each --futility-win-shares (the default rule among them), and
+    with --one-sided the default rule with a one-sided promotion test."""
     from rag.rollout import CanarySettings
 
     defaults = CanarySettings()
@@ -48,6 +50,12 @@ def rules(args) -> dict:
         default = " (default)" if share == defaults.futility_win_share else ""
         label = f"harm test at {defaults.rollback_alpha:g} + futility at a win share of {share:g}{default}"
         out[label] = CanarySettings(**base, futility_win_share=share)
+    if args.one_sided:
+        label = (
+            f"harm test at {defaults.rollback_alpha:g} + futility at a win share of {defaults.futility_win_share:g} "
+            "+ one-sided promotion test"
+        )
+        out[label] = CanarySettings(**base, promotion_test="one-sided")
     return out
 
 
@@ -162,6 +170,11 @@ def main() -> int:
         nargs="*",
         default=[0.6, 0.65],
         help="rules with the default harm test and Wald's futility boundary at each of these win shares",
+    )
+    p.add_argument(
+        "--one-sided",
+        action="store_true",
+        help="also the default rule with a one-sided promotion test (CanarySettings.promotion_test)",
     )
     p.add_argument("--replay-data-dir", nargs="*", default=[], help="finished bench runs' data dirs")
     cli.add_seed(p)

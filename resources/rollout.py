@@ -49,6 +49,11 @@ class Rollout(ConfigurableResource):
     futility_beta: float = Field(
         _DEFAULTS.futility_beta, description="the chance a candidate winning futility_win_share is stopped for futility"
     )
+    promotion_test: str = Field(
+        _DEFAULTS.promotion_test,
+        description="'two-sided' or 'one-sided': the mixture a canary's promotion must cross (one-sided: over win "
+        "rates above 0.5 only, at the same alpha)",
+    )
     max_latency_p95_ratio: float = _DEFAULTS.max_latency_p95_ratio
     latency_p95_allowance_ms: float = _DEFAULTS.latency_p95_allowance_ms
     min_latency_samples: int = _DEFAULTS.min_latency_samples

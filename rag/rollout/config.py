@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -43,6 +45,13 @@ class CanarySettings(BaseModel):
     )
     futility_beta: float = Field(
         0.2, gt=0, lt=0.5, description="the chance a candidate winning futility_win_share is stopped for futility"
+    )
+    # The two-sided mixture spends half its prior on losses, which the harm test already watches; the one-sided one
+    # mixes over wins only and promotes on less evidence at the same alpha. bench/canary_rule.py measures both.
+    promotion_test: Literal["two-sided", "one-sided"] = Field(
+        "two-sided",
+        description="the mixture a promotion needs to cross: 'two-sided' over every win rate, or 'one-sided' over "
+        "win rates above 0.5 only (valid at the same alpha; rollbacks are the harm test's and the two-sided one's)",
     )
     # Beta(1, 1) mixes evenly over all win rates. A prior concentrated near 0.5 (larger equal a, b) detects small
     # edges sooner and large ones later; the error rate holds for any prior.

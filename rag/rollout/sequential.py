@@ -27,6 +27,15 @@ expectation at most 1, so LR-_n is a nonnegative supermartingale under any candi
 production, and P(LR- ever >= 1/rollback_alpha) <= rollback_alpha. With a symmetric prior and more losses than
 wins, LR- is at least the two-sided LR, so with rollback_alpha >= alpha it never rolls back later than before.
 
+A one-sided promotion test (settings.promotion_test "one-sided") mixes over p > 0.5 only, the harm ratio's mirror,
+
+    LR+_n = [B(a + wins, b + losses) (1 - I_0.5(a + wins, b + losses)) / (B(a, b) (1 - I_0.5(a, b)))]
+            / 0.5^(wins + losses),
+
+a nonnegative supermartingale under any candidate at most as good as production, so P(ever promoting one) <= alpha
+still; with more wins than losses it is at least the two-sided LR, so it never promotes later. Rollbacks stay the
+two-sided test's and the harm test's.
+
 Futility (settings.futility_win_share, 0.6 by default, None: off): one canary runs at a time, so a candidate about
 as good as production holds the slot until the horizon while candidates trained later wait. Wald's SPRT between p =
 0.5 and p1 = futility_win_share, log LR_n = wins log(2 p1) + losses log(2 (1 - p1)), stops for futility once it
@@ -43,7 +52,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
-from scipy.special import betainc, betaln
+from scipy.special import betainc, betaincc, betaln
 
 from rag.rollout.config import CanarySettings
 from rag.rollout.interleaving import Outcome, Team
@@ -92,6 +101,29 @@ def log_harm_ratio(wins, losses, a: float = 1.0, b: float = 1.0):
     )
 
 
+def log_benefit_ratio(wins, losses, a: float = 1.0, b: float = 1.0):
+    """log LR of the Beta(a, b) mixture restricted to p > 0.5 against p = 0.5 (the harm ratio's mirror); numpy
+    arrays broadcast. -inf where the upper tail underflows, i.e. far more losses than wins."""
+    wins = np.asarray(wins, dtype=np.float64)
+    losses = np.asarray(losses, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        upper = np.log(betaincc(a + wins, b + losses, 0.5))
+    return (
+        betaln(a + wins, b + losses)
+        + upper
+        - betaln(a, b)
+        - math.log(float(betaincc(a, b, 0.5)))
+        + (wins + losses) * math.log(2.0)
+    )
+
+
+def promotion_ratio(wins, losses, settings: CanarySettings):
+    """The log LR a promotion must take past log(1 / alpha): settings.promotion_test's mixture."""
+    if settings.promotion_test == "one-sided":
+        return log_benefit_ratio(wins, losses, settings.prior_a, settings.prior_b)
+    return log_likelihood_ratio(wins, losses, settings.prior_a, settings.prior_b)
+
+
 def _harm_threshold(settings: CanarySettings) -> float | None:
     return math.log(1.0 / settings.rollback_alpha) if settings.rollback_alpha is not None else None
 
@@ -136,7 +168,8 @@ def sequential_decision(
     if min(wins, losses, ties) < 0:
         raise ValueError(f"counts cannot be negative: wins {wins}, losses {losses}, ties {ties}")
     threshold = math.log(1.0 / settings.alpha)
-    log_lr = float(log_likelihood_ratio(wins, losses, settings.prior_a, settings.prior_b))
+    log_lr = float(promotion_ratio(wins, losses, settings))
+    two_sided = float(log_likelihood_ratio(wins, losses, settings.prior_a, settings.prior_b))
     harm_threshold = _harm_threshold(settings)
     log_harm = float(log_harm_ratio(wins, losses, settings.prior_a, settings.prior_b))
     queries = wins + losses + ties
@@ -146,7 +179,7 @@ def sequential_decision(
     harmed = losses > wins and harm_threshold is not None and log_harm >= harm_threshold
     if log_lr >= threshold and wins > losses:
         verdict, why = "promote", f"{said}: the candidate wins significantly more often, promote"
-    elif losses > wins and (log_lr >= threshold or harmed):
+    elif losses > wins and (two_sided >= threshold or harmed):
         verdict, why = "rollback", f"{said}: the candidate loses significantly more often, roll back"
     elif bool(_futile(wins, losses, settings)):
         verdict, why = (
@@ -195,8 +228,10 @@ def replay(
     wins = np.cumsum(stream == candidate_team)
     losses = np.cumsum(stream == other)
     queries = np.arange(1, len(stream) + 1)
-    log_lr = log_likelihood_ratio(wins, losses, settings.prior_a, settings.prior_b)
-    stop = ((log_lr >= math.log(1.0 / settings.alpha)) & (wins != losses)) | (queries >= settings.max_queries)
+    threshold = math.log(1.0 / settings.alpha)
+    promoted = (promotion_ratio(wins, losses, settings) >= threshold) & (wins > losses)
+    harmed = (log_likelihood_ratio(wins, losses, settings.prior_a, settings.prior_b) >= threshold) & (losses > wins)
+    stop = promoted | harmed | (queries >= settings.max_queries)
     harm_threshold = _harm_threshold(settings)
     if harm_threshold is not None:
         stop |= (losses > wins) & (log_harm_ratio(wins, losses, settings.prior_a, settings.prior_b) >= harm_threshold)
@@ -223,7 +258,9 @@ def queries_to_decide(
 
     def crossed(n: int) -> bool:  # n decisive queries at the observed win share
         won, lost = share * n, (1 - share) * n
-        if float(log_likelihood_ratio(won, lost, settings.prior_a, settings.prior_b)) >= threshold:
+        if won > lost and float(promotion_ratio(won, lost, settings)) >= threshold:
+            return True
+        if lost > won and float(log_likelihood_ratio(won, lost, settings.prior_a, settings.prior_b)) >= threshold:
             return True
         if bool(_futile(won, lost, settings)):
             return True
@@ -256,7 +293,7 @@ def client_bound(settings: CanarySettings | None = None) -> int:
 
     def decides(n: int) -> bool:
         a, b = settings.prior_a, settings.prior_b
-        if float(log_likelihood_ratio(n, 0, a, b)) >= math.log(1.0 / settings.alpha):
+        if float(promotion_ratio(n, 0, settings)) >= math.log(1.0 / settings.alpha):
             return True
         if float(log_likelihood_ratio(0, n, a, b)) >= math.log(1.0 / settings.alpha):
             return True
