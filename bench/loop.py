@@ -31,8 +31,10 @@ round the held-out test split is scored on exactly what the server serves, paire
     .venv/bin/python bench/loop.py --corpus tatqa --quick         # a slice, minutes
     .venv/bin/python bench/loop.py --corpus tatqa --expert-labels 20     # and an expert grades 20 items a round
     .venv/bin/python bench/loop.py --corpus tatqa --futility-win-share off  # canaries never stopped for futility
+    .venv/bin/python bench/loop.py --corpus tatqa --promotion-test one-sided  # canaries promoted on a one-sided test
 
-Writes bench/results/loop-<corpus>[-<behaviour>][-<learners>][-experts<N>][-futility<share>|-no-futility][-quick].json
+Writes bench/results/loop-<corpus>[-<behaviour>][-<learners>][-experts<N>][-futility<share>|-no-futility]
+[-<test>-promotion][-quick].json
 (arguments, commit, date, machine).
 """
 
@@ -116,7 +118,9 @@ def one_corpus(args, record: dict, save) -> None:
     resources = {
         "data_store": DataStore(data_dir=str(root)),
         "qdrant": QdrantResource(path=qdrant.path),
-        "rollout": Rollout(promotion="auto", traffic_share=args.canary_share, **futility_config(args)),
+        "rollout": Rollout(
+            promotion="auto", traffic_share=args.canary_share, **futility_config(args), **promotion_config(args)
+        ),
         "feedback_loop": FeedbackLoop(
             data_dir=str(root),
             volume_threshold=args.feedback_threshold,
@@ -290,13 +294,19 @@ def futility_config(args) -> dict:
     return {} if share is None else {"futility_win_share": None if share == "off" else share}
 
 
+def promotion_config(args) -> dict:
+    """The rollout's promotion_test from --promotion-test: the product's default when not given."""
+    test = getattr(args, "promotion_test", None)
+    return {} if test is None else {"promotion_test": test}
+
+
 def futility_share(text: str) -> float | str:
     return "off" if text == "off" else float(text)
 
 
 def result_name(args) -> str:
     """loop-<corpus>[-<behaviour>[-canary-<behaviour>]][-<learners>][-experts<N>][-futility<share>|-no-futility]
-    [-quick].json: the defaults leave their part out."""
+    [-<test>-promotion][-quick].json: the defaults leave their part out."""
     share = getattr(args, "futility_win_share", None)
     judged = f"-canary-{args.canary_behaviour}" if args.canary_behaviour else ""
     suffix = (
@@ -304,6 +314,7 @@ def result_name(args) -> str:
         + ("" if len(args.learners) == 3 else "-" + "+".join(args.learners))
         + (f"-experts{args.expert_labels}" if getattr(args, "expert_labels", 0) > 0 else "")
         + ("" if share is None else "-no-futility" if share == "off" else f"-futility{share:g}")
+        + ("" if getattr(args, "promotion_test", None) is None else f"-{args.promotion_test}-promotion")
         + ("-quick" if args.quick else "")
     )
     return f"loop-{args.corpus}{suffix}.json"
@@ -341,6 +352,11 @@ def main() -> int:
         type=futility_share,
         help="the rollout's futility_win_share: a canary whose evidence favours no edge over this win share is "
         "rolled back early; 'off' never (default: the product's, rag.rollout.CanarySettings)",
+    )
+    p.add_argument(
+        "--promotion-test",
+        choices=["two-sided", "one-sided"],
+        help="the rollout's promotion_test: the mixture a canary's promotion must cross (default: the product's)",
     )
     p.add_argument("--users-questions", type=int, default=None, help="users-split questions (default: all)")
     p.add_argument("--test-questions", type=int, default=None, help="test-split questions scored (default: all)")

@@ -245,6 +245,8 @@ def test_the_result_file_names_the_expert_labels():
     assert result_name(args) == "loop-tatqa-experts20-quick.json"
     args.behaviour, args.learners, args.quick = "random", ["reranker"], False
     assert result_name(args) == "loop-tatqa-random-reranker-experts20.json"
+    args.behaviour, args.expert_labels, args.promotion_test = "consistent", 0, "one-sided"
+    assert result_name(args) == "loop-tatqa-reranker-one-sided-promotion.json"
 
 
 class _FakeServer:
