@@ -33,8 +33,8 @@ A one-sided promotion test (settings.promotion_test "one-sided") mixes over p > 
             / 0.5^(wins + losses),
 
 a nonnegative supermartingale under any candidate at most as good as production, so P(ever promoting one) <= alpha
-still; with more wins than losses it is at least the two-sided LR, so it never promotes later. Rollbacks stay the
-two-sided test's and the harm test's.
+still; with a symmetric prior and more wins than losses it is at least the two-sided LR, so it never promotes later.
+Rollbacks stay the two-sided test's and the harm test's.
 
 Futility (settings.futility_win_share, 0.6 by default, None: off): one canary runs at a time, so a candidate about
 as good as production holds the slot until the horizon while candidates trained later wait. Wald's SPRT between p =
@@ -230,8 +230,8 @@ def replay(
     queries = np.arange(1, len(stream) + 1)
     threshold = math.log(1.0 / settings.alpha)
     promoted = (promotion_ratio(wins, losses, settings) >= threshold) & (wins > losses)
-    harmed = (log_likelihood_ratio(wins, losses, settings.prior_a, settings.prior_b) >= threshold) & (losses > wins)
-    stop = promoted | harmed | (queries >= settings.max_queries)
+    losing = (log_likelihood_ratio(wins, losses, settings.prior_a, settings.prior_b) >= threshold) & (losses > wins)
+    stop = promoted | losing | (queries >= settings.max_queries)
     harm_threshold = _harm_threshold(settings)
     if harm_threshold is not None:
         stop |= (losses > wins) & (log_harm_ratio(wins, losses, settings.prior_a, settings.prior_b) >= harm_threshold)
