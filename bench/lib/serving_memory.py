@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.lib.results import log
+from rag.serving.residency import folder_bytes
 
 STRATEGY = "paragraph"
 MODEL = "minilm"
@@ -205,13 +206,8 @@ def build_collection(folder: Path, table, terms, layout, version: str, seed: int
         "segments": int(info.segments_count),
         "upsert_seconds": round(upserted - started, 1),
         "optimize_seconds": round(optimized - upserted, 1),
-        "disk_mb": round(disk_bytes(folder) / 2**20, 1),
+        "disk_mb": round(folder_bytes(folder) / 2**20, 1),
     }
-
-
-def disk_bytes(folder: Path) -> int:
-    """Bytes the folder's files take on disk (allocated blocks: Edge preallocates sparse files)."""
-    return sum(p.lstat().st_blocks * 512 for p in Path(folder).rglob("*") if p.is_file())
 
 
 def questions(table, n: int, seed: int) -> list[str]:
@@ -316,7 +312,7 @@ def measure_replicas(work: Path, layouts: dict, asked: list[str]) -> dict:
             }
         )
         log(f"  {run['memory_mb']['answered']}")
-    return {"replicas": replicas, "disk_mb": round(disk_bytes(work) / 2**20, 1)}
+    return {"replicas": replicas, "disk_mb": round(folder_bytes(work) / 2**20, 1)}
 
 
 # --- a replica ----------------------------------------------------------------------------------------------------

@@ -85,36 +85,33 @@ def log_likelihood_ratio(wins, losses, a: float = 1.0, b: float = 1.0):
     return betaln(a + wins, b + losses) - betaln(a, b) + (wins + losses) * math.log(2.0)
 
 
+def _log_half_mixture_ratio(wins, losses, a: float, b: float, above: bool):
+    """log LR of the Beta(a, b) mixture restricted to one side of 0.5 (p > 0.5 when `above`) against p = 0.5; numpy
+    arrays broadcast. -inf where that side's tail underflows: no evidence on that side at all."""
+    wins = np.asarray(wins, dtype=np.float64)
+    losses = np.asarray(losses, dtype=np.float64)
+    tail = betaincc if above else betainc
+    with np.errstate(divide="ignore"):
+        side = np.log(tail(a + wins, b + losses, 0.5))
+    return (
+        betaln(a + wins, b + losses)
+        + side
+        - betaln(a, b)
+        - math.log(float(tail(a, b, 0.5)))
+        + (wins + losses) * math.log(2.0)
+    )
+
+
 def log_harm_ratio(wins, losses, a: float = 1.0, b: float = 1.0):
     """log LR of the Beta(a, b) mixture restricted to p < 0.5 against p = 0.5; numpy arrays broadcast. -inf where
     I_0.5 underflows, i.e. far more wins than losses: no evidence of harm at all."""
-    wins = np.asarray(wins, dtype=np.float64)
-    losses = np.asarray(losses, dtype=np.float64)
-    with np.errstate(divide="ignore"):
-        lower = np.log(betainc(a + wins, b + losses, 0.5))
-    return (
-        betaln(a + wins, b + losses)
-        + lower
-        - betaln(a, b)
-        - math.log(float(betainc(a, b, 0.5)))
-        + (wins + losses) * math.log(2.0)
-    )
+    return _log_half_mixture_ratio(wins, losses, a, b, above=False)
 
 
 def log_benefit_ratio(wins, losses, a: float = 1.0, b: float = 1.0):
     """log LR of the Beta(a, b) mixture restricted to p > 0.5 against p = 0.5 (the harm ratio's mirror); numpy
     arrays broadcast. -inf where the upper tail underflows, i.e. far more losses than wins."""
-    wins = np.asarray(wins, dtype=np.float64)
-    losses = np.asarray(losses, dtype=np.float64)
-    with np.errstate(divide="ignore"):
-        upper = np.log(betaincc(a + wins, b + losses, 0.5))
-    return (
-        betaln(a + wins, b + losses)
-        + upper
-        - betaln(a, b)
-        - math.log(float(betaincc(a, b, 0.5)))
-        + (wins + losses) * math.log(2.0)
-    )
+    return _log_half_mixture_ratio(wins, losses, a, b, above=True)
 
 
 def promotion_ratio(wins, losses, settings: CanarySettings):

@@ -155,5 +155,6 @@ class MappedPagesBudget:
         return {
             "mapped_pages_limit_mb": self.limit_mb,
             "mapped_pages_trims": self.trims,
+            "mapped_pages_last_trim_mb": self.last_trim_mb,
             "replica_copies_dropped_from_page_cache": self.copies_dropped,
         }
