@@ -105,3 +105,22 @@ def test_an_ablation_arm_changes_one_validated_learner_setting():
     for bad in ("no_such_field=1", "early_stopping_rounds", "early_stopping_rounds=0"):
         with pytest.raises((SystemExit, ValueError)):
             ablation(bad)
+
+
+def test_the_ceiling_counts_its_people_labels_as_likes_as_the_loops_retrain_does(monkeypatch, tmp_path):
+    """The loop's learner reads feedback priors (how often people liked a passage for other questions); a ceiling
+    without them measured another learner (SciFact: 0.745 for 0.78). Generated pairs never count as likes."""
+    import rag.training.ltr as ltr
+    from bench.lib.learner_ceiling import train_arm
+
+    seen = []
+
+    def fake_train(data, config, out, **kwargs):
+        seen.append((kwargs["feedback"], config.document_features))
+        return type("Run", (), {"steps": 1, "examples": 2, "selection_metrics": {}})()
+
+    monkeypatch.setattr(ltr, "train_learned_ranker", fake_train)
+    liked = [("question", "passage")]
+    train_arm("users-1", None, None, None, None, tmp_path, 0, {"document_features": False}, liked)
+    train_arm("users-1 without feedback_priors", None, None, None, None, tmp_path, 0, {}, [])
+    assert seen == [((liked, []), False), (([], []), True)]

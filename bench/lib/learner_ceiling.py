@@ -83,9 +83,19 @@ def with_generated(people, generated):
 
 
 def train_arm(
-    name: str, data, chunks, embedder, known_vectors, work: Path, seed: int, options: dict | None = None
+    name: str,
+    data,
+    chunks,
+    embedder,
+    known_vectors,
+    work: Path,
+    seed: int,
+    options: dict | None = None,
+    liked: list | None = None,
 ) -> tuple[Path, dict]:
-    """`options`: RerankerTrainingConfig fields that differ from its defaults (an ablation arm's)."""
+    """`options`: RerankerTrainingConfig fields that differ from its defaults (an ablation arm's); `liked`: the
+    people's (question, passage) pairs the ranker's feedback priors count, as the loop's retrain counts its training
+    side's likes (rag.training.pipeline._rated_pairs): complete labels here, never generated questions."""
     from rag.training.config import RerankerTrainingConfig
     from rag.training.ltr import train_learned_ranker
 
@@ -98,6 +108,7 @@ def train_arm(
         chunks=chunks,
         embedder=embedder,
         known_vectors=known_vectors,
+        feedback=(liked or [], []),
         log=lambda line: log(f"    {line}"),
     )
     return out, {
