@@ -7,7 +7,7 @@ Arms (bench.lib.learner_ceiling): `users-<n>`, the first n users-split questions
 holding the answer labelled; `test-in-sample`, the test split's own questions and labels scored on themselves (an
 oracle). The documents are indexed by the product (paragraph chunks, MiniLM), as bench/loop.py indexes them. Each
 arm's labels also count as the people's likes behind the ranker's feedback priors, as the loop's retrain counts its
-training side's likes (before 2026-11-30 they did not, and SciFact's ceiling read 0.745 for 0.78).
+training side's likes (before 5c01361 they did not, and SciFact's ceiling read 0.745 where it reaches 0.78).
 
     .venv/bin/python bench/reranker_ceiling.py --corpus tatqa                     # users 250 500 1000 all, and test
     .venv/bin/python bench/reranker_ceiling.py --corpus tatqa --generated         # and with generated questions
