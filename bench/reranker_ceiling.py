@@ -14,6 +14,12 @@ training side's likes (before 5c01361 they did not, and SciFact's ceiling read 0
     .venv/bin/python bench/reranker_ceiling.py --corpus tatqa --users 1000 --quick
     .venv/bin/python bench/reranker_ceiling.py --corpus tatqa --users 1000 --ablate document_features=false
 
+`--clicks N ...` adds, for the first N users' questions, `clicks-N clicks`: the learner trained on what the loop's
+simulated people clicked, rated and corrected when the untrained default answered them (as a retrain builds its data,
+without generated questions), and `clicks-N liked-complete`: the same with each question people liked labelled
+completely. Between them and `users-N` lies what clicks cost the learner: on the questions people liked, and on the
+ones nobody liked.
+
 `--ablate FIELD=VALUE ...` adds, beside each users arm, the same arm trained with that one learner setting
 (rag.training.config.RerankerTrainingConfig) changed, one arm per setting: what a feature group or a rule adds with
 perfect labels. `--without FIELD` is `--ablate FIELD=false`; `--without feedback_priors` adds each users arm with no
@@ -31,7 +37,7 @@ from pathlib import Path
 
 from bench.lib import cli
 from bench.lib.datasets import RESULTS
-from bench.lib.learner_ceiling import generated_data, labelled_data, train_arm, with_generated
+from bench.lib.learner_ceiling import clicked_data, generated_data, labelled_data, train_arm, with_generated
 from bench.lib.loop import HEADLINE, Judge, scored, served_app, served_lists
 from bench.lib.loop_data import CORPORA, SOURCES, load
 from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
@@ -78,7 +84,7 @@ def run(args, record: dict, save) -> None:
     users_qrels = Judge(tables, corpus.users).qrels(STRATEGY)
     store = FeedbackStore(root=root)
     app = served_app(root, store)
-    with TestClient(app):
+    with TestClient(app) as http:
         default = app.state.serving.current()
         out["untrained_default"] = judge.score(default)
         log(f"  untrained default: {out['untrained_default']['scores']}")
@@ -122,6 +128,24 @@ def run(args, record: dict, save) -> None:
                 f"({paired[metric]['delta']:+.4f}, p {paired[metric]['p_value']:.2g})"
             )
             save()
+        asked = 0
+        for n in sorted(set(args.clicks)):
+            questions = corpus.users[:n]
+            for suffix, (data, (liked, disliked), counts) in clicked_data(
+                http, store, questions, users_qrels, chunks, work, args.seed, asked
+            ).items():
+                name = f"clicks-{len(questions)} {suffix}"
+                log(f"  {name}: {counts}")
+                model, trained = train_arm(name, data, chunks, embedder, known, work, args.seed, {}, liked, disliked)
+                scored = judge.score(RerankerArm(app.state.serving.current, str(model), root).current())
+                paired = scored["paired_vs_untrained_default"]
+                out["arms"].append({"arm": name, "learner_options": {}, **counts, **trained, **scored})
+                log(
+                    f"  {name}: {metric} {scored['scores'][metric]:.4f} "
+                    f"({paired[metric]['delta']:+.4f}, p {paired[metric]['p_value']:.2g})"
+                )
+                save()
+            asked = len(questions)
     out["work_dir"] = str(work)
     save()
 
@@ -215,6 +239,14 @@ def main() -> int:
         default=[],
         metavar="FIELD=VALUE",
         help="also each users arm with this one learner setting changed (one arm per setting)",
+    )
+    p.add_argument(
+        "--clicks",
+        type=int,
+        nargs="+",
+        default=[],
+        help="also arms trained on what the loop's people click, rate and correct after this many questions, and on "
+        "the same liked questions labelled completely",
     )
     cli.add_seed(p, 11)
     cli.add_quick(p, "a slice: 80 documents, 150 users' and 150 test questions")

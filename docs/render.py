@@ -894,7 +894,9 @@ def reranker_ceiling(record: dict) -> dict[str, Table]:
         r, a = paired[metric], paired["answer_read"]
         rows.append(
             [
-                "the test questions' own labels (an oracle)"
+                _ceiling_arm_label(arm)
+                if arm["arm"].startswith("clicks-")
+                else "the test questions' own labels (an oracle)"
                 if arm["arm"] == "test-in-sample"
                 else f"the first {num(arm['questions'])} people's questions"
                 + (
@@ -927,6 +929,14 @@ def reranker_ceiling(record: dict) -> dict[str, Table]:
             rows,
         ),
     }
+
+
+def _ceiling_arm_label(arm: dict) -> str:
+    """A clicks arm of bench/reranker_ceiling.py: not complete labels, but what people gave (and those completed)."""
+    asked = num(arm["questions"])
+    if arm["arm"].endswith("liked-complete"):
+        return f"the {num(arm['liked'])} of the first {asked} people's questions with a liked passage (and corrections)"
+    return f"not complete: what people clicked, rated and corrected for the first {asked} people's questions"
 
 
 def _learner_changes(arm: dict) -> list[str]:

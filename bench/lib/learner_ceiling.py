@@ -54,6 +54,54 @@ def labelled_data(questions, qrels: dict, chunks, seed: int):
     }
 
 
+def clicked_data(http, store, questions, qrels: dict, chunks, work: Path, seed: int, asked_before: int = 0):
+    """What people give the learner against complete labels. The loop's simulated people (bench.lib.loop.People, its
+    default click model) ask `questions` of the untrained default through the served app (`http`, over `store`); their
+    feedback is exported and split as a retrain splits it, and two TrainingData are built, each with (liked, disliked)
+    pairs for its feedback priors (`asked_before`: how many of `questions` were asked already, in an earlier call):
+    - `clicks`: as the loop's retrain builds it (rag.training.data.training_data over the split, no generated
+      questions): what people liked, corrections located in the chunks, held-out people's questions choosing the round;
+    - `liked-complete`: the same, but every question people liked labelled completely (every chunk holding its
+      answer): what the clicks miss on the questions people did answer. The rest of the gap to a `users-<n>` arm is
+      the questions nobody liked."""
+    from rag.feedback.dataset import export_rag_dataset, judgments
+    from rag.training.config import RerankerTrainingConfig
+    from rag.training.data import TrainingData, split_feedback, training_data
+
+    from bench.lib.loop import ClickModel, People
+
+    people = People(http, ClickModel(), lambda q: set(qrels.get(q.qid, {})), seed=seed)
+    for question in questions[asked_before:]:
+        people.ask(question, person=f"ceiling-{question.qid}")
+    dataset = export_rag_dataset(store, work / f"feedback-{len(questions)}")
+    split = split_feedback(judgments(dataset), RerankerTrainingConfig().feedback_dev_fraction)
+    clicks = training_data([], chunks, feedback=split)
+    text = dict(zip(chunks["chunk_id"], chunks["text"]))
+    asked = {q.text: q for q in questions}
+    liked = {q for q, _ in split.positives}
+    completed = [(q, text[c]) for q in sorted(liked) if q in asked for c in qrels.get(asked[q].qid, {}) if c in text]
+    complete = TrainingData(
+        [p for p in clicks.positives if p[0] not in liked] + completed, selection=clicks.selection
+    )
+    complete_likes = [p for p in split.positives if p[0] not in liked] + completed
+
+    def counts(data) -> dict:
+        return {
+            "questions": len(questions),
+            "liked": len(liked),
+            "labelled": len({q for q, _ in data.positives}),
+            "training_questions": len({q for q, _ in data.positives}),
+            "selection_questions": len(data.selection or ()),
+            "training_pairs": len(data.positives),
+            "people": dict(people.stats),
+        }
+
+    return {
+        "clicks": (clicks, (list(split.positives), list(split.negatives)), counts(clicks)),
+        "liked-complete": (complete, (complete_likes, list(split.negatives)), counts(complete)),
+    }
+
+
 def generated_data(tables, chunks, passages_per_document: int, seed: int):
     """The synthetic QA set of the loop's warm start as TrainingData (training pairs, selection questions), and its
     summary."""
@@ -92,10 +140,12 @@ def train_arm(
     seed: int,
     options: dict | None = None,
     liked: list | None = None,
+    disliked: list | None = None,
 ) -> tuple[Path, dict]:
     """`options`: RerankerTrainingConfig fields that differ from its defaults (an ablation arm's); `liked`: the
     people's (question, passage) pairs the ranker's feedback priors count, as the loop's retrain counts its training
-    side's likes (rag.training.pipeline._rated_pairs): complete labels here, never generated questions."""
+    side's likes (rag.training.pipeline._rated_pairs): complete labels here, never generated questions; `disliked`: the
+    passages people rated down (the clicks arms)."""
     from rag.training.config import RerankerTrainingConfig
     from rag.training.ltr import train_learned_ranker
 
@@ -108,7 +158,7 @@ def train_arm(
         chunks=chunks,
         embedder=embedder,
         known_vectors=known_vectors,
-        feedback=(liked or [], []),
+        feedback=(liked or [], disliked or []),
         log=lambda line: log(f"    {line}"),
     )
     return out, {

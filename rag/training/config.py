@@ -189,6 +189,13 @@ class RerankerTrainingConfig(TrainingConfig):
         "-ln(first-stage rank) (LightGBM init_score, added again when serving), and the trees learn corrections to it; "
         "0 grows the ranker from nothing",
     )
+    feedback_dropout: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="lambdamart: share of training questions seen as if none of their candidates had been rated (no "
+        "likes or dislikes), so the ranker also learns to rank passages nobody has rated yet, such as a new document's",
+    )
     loss: Literal["bce", "lambda"] = Field(
         "bce",
         description="cross-encoder: binary cross-entropy on (query, passage, label), or "
