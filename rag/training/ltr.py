@@ -83,7 +83,7 @@ def unrated(X: np.ndarray, groups: list[int], share: float, seed: int) -> np.nda
     seen. Trained where likes are dense (many questions sharing their answers), a ranker learns to trust them alone
     and ranks unrated passages badly: on TAT-QA, complete labels of 1,668 questions counted as likes served recall@5
     0.28 on other reports, 0.44 with half the questions unrated, against 0.49 untrained and 0.59 with no likes counted
-    (bench/results/reranker-ceiling-tatqa-clicks.json). Off by default: not yet measured in the loop."""
+    (bench/results/reranker-ceiling-tatqa-clicks.json). Half by default (RerankerTrainingConfig.feedback_dropout)."""
     if share <= 0 or not groups:
         return X
     rng = np.random.default_rng(seed)
