@@ -38,7 +38,7 @@ from pathlib import Path
 from bench.lib import cli
 from bench.lib.datasets import RESULTS
 from bench.lib.learner_ceiling import clicked_data, generated_data, labelled_data, train_arm, with_generated
-from bench.lib.loop import HEADLINE, Judge, scored, served_app, served_lists
+from bench.lib.loop import HEADLINE, ClickModel, Judge, People, scored, served_app, served_lists
 from bench.lib.loop_data import CORPORA, SOURCES, load
 from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
 from bench.lib.results import log, write
@@ -109,18 +109,13 @@ def run(args, record: dict, save) -> None:
             if name.startswith("users-") and not name.endswith("+generated")
         ]
         out["learner"] = RerankerTrainingConfig(seed=args.seed).model_dump(mode="json")
-        for name, questions, qrels, options in arms:
-            data, counts = labelled_data(questions, qrels, chunks, args.seed)
-            # The loop's learner counts people's likes as feedback priors (never generated questions): so does this
-            liked = list(data.positives) if options.get(PRIORS, True) else []
-            if name.endswith("+generated"):
-                data = with_generated(data, generated)
-                counts |= {"generated_pairs": len(generated.positives), "selection_questions": len(data.selection)}
+
+        def serve_arm(name: str, data, counts: dict, options: dict, liked: list, disliked: list = ()) -> None:
+            """Train the arm, serve it as a reranker canary arm is, score it on the test split and record it."""
             log(f"  {name}: {counts}")
             learner = {k: v for k, v in options.items() if k != PRIORS}
-            model, trained = train_arm(name, data, chunks, embedder, known, work, args.seed, learner, liked)
-            arm = RerankerArm(app.state.serving.current, str(model), root)
-            scored = judge.score(arm.current())
+            model, trained = train_arm(name, data, chunks, embedder, known, work, args.seed, learner, liked, disliked)
+            scored = judge.score(RerankerArm(app.state.serving.current, str(model), root).current())
             paired = scored["paired_vs_untrained_default"]
             out["arms"].append({"arm": name, "learner_options": options, **counts, **trained, **scored})
             log(
@@ -128,23 +123,22 @@ def run(args, record: dict, save) -> None:
                 f"({paired[metric]['delta']:+.4f}, p {paired[metric]['p_value']:.2g})"
             )
             save()
+
+        for name, questions, qrels, options in arms:
+            data, counts = labelled_data(questions, qrels, chunks, args.seed)
+            # The loop's learner counts people's likes as feedback priors (never generated questions): so does this
+            liked = list(data.positives) if options.get(PRIORS, True) else []
+            if name.endswith("+generated"):
+                data = with_generated(data, generated)
+                counts |= {"generated_pairs": len(generated.positives), "selection_questions": len(data.selection)}
+            serve_arm(name, data, counts, options, liked)
+        people = People(http, ClickModel(), lambda q: set(users_qrels.get(q.qid, {})), seed=args.seed)
         asked = 0
         for n in sorted(set(args.clicks)):
             questions = corpus.users[:n]
-            for suffix, (data, (liked, disliked), counts) in clicked_data(
-                http, store, questions, users_qrels, chunks, work, args.seed, asked
-            ).items():
-                name = f"clicks-{len(questions)} {suffix}"
-                log(f"  {name}: {counts}")
-                model, trained = train_arm(name, data, chunks, embedder, known, work, args.seed, {}, liked, disliked)
-                scored = judge.score(RerankerArm(app.state.serving.current, str(model), root).current())
-                paired = scored["paired_vs_untrained_default"]
-                out["arms"].append({"arm": name, "learner_options": {}, **counts, **trained, **scored})
-                log(
-                    f"  {name}: {metric} {scored['scores'][metric]:.4f} "
-                    f"({paired[metric]['delta']:+.4f}, p {paired[metric]['p_value']:.2g})"
-                )
-                save()
+            arms_of = clicked_data(people, store, questions, users_qrels, chunks, work, asked)
+            for suffix, (data, (liked, disliked), counts) in arms_of.items():
+                serve_arm(f"clicks-{len(questions)} {suffix}", data, counts, {}, liked, disliked)
             asked = len(questions)
     out["work_dir"] = str(work)
     save()

@@ -54,11 +54,11 @@ def labelled_data(questions, qrels: dict, chunks, seed: int):
     }
 
 
-def clicked_data(http, store, questions, qrels: dict, chunks, work: Path, seed: int, asked_before: int = 0):
-    """What people give the learner against complete labels. The loop's simulated people (bench.lib.loop.People, its
-    default click model) ask `questions` of the untrained default through the served app (`http`, over `store`); their
-    feedback is exported and split as a retrain splits it, and two TrainingData are built, each with (liked, disliked)
-    pairs for its feedback priors (`asked_before`: how many of `questions` were asked already, in an earlier call):
+def clicked_data(people, store, questions, qrels: dict, chunks, work: Path, asked_before: int = 0):
+    """What people give the learner against complete labels. `people` (bench.lib.loop.People on the served app over
+    `store`, the loop's click model) ask `questions[asked_before:]` of the untrained default (the others were asked in
+    an earlier call); the store's feedback is exported and split as a retrain splits it, and two TrainingData are
+    built, each with (liked, disliked) pairs for its feedback priors:
     - `clicks`: as the loop's retrain builds it (rag.training.data.training_data over the split, no generated
       questions): what people liked, corrections located in the chunks, held-out people's questions choosing the round;
     - `liked-complete`: the same, but every question people liked labelled completely (every chunk holding its
@@ -68,9 +68,6 @@ def clicked_data(http, store, questions, qrels: dict, chunks, work: Path, seed: 
     from rag.training.config import RerankerTrainingConfig
     from rag.training.data import TrainingData, split_feedback, training_data
 
-    from bench.lib.loop import ClickModel, People
-
-    people = People(http, ClickModel(), lambda q: set(qrels.get(q.qid, {})), seed=seed)
     for question in questions[asked_before:]:
         people.ask(question, person=f"ceiling-{question.qid}")
     dataset = export_rag_dataset(store, work / f"feedback-{len(questions)}")
@@ -80,16 +77,12 @@ def clicked_data(http, store, questions, qrels: dict, chunks, work: Path, seed: 
     asked = {q.text: q for q in questions}
     liked = {q for q, _ in split.positives}
     completed = [(q, text[c]) for q in sorted(liked) if q in asked for c in qrels.get(asked[q].qid, {}) if c in text]
-    complete = TrainingData(
-        [p for p in clicks.positives if p[0] not in liked] + completed, selection=clicks.selection
-    )
-    complete_likes = [p for p in split.positives if p[0] not in liked] + completed
+    complete = TrainingData([p for p in clicks.positives if p[0] not in liked] + completed, selection=clicks.selection)
 
     def counts(data) -> dict:
         return {
             "questions": len(questions),
             "liked": len(liked),
-            "labelled": len({q for q, _ in data.positives}),
             "training_questions": len({q for q, _ in data.positives}),
             "selection_questions": len(data.selection or ()),
             "training_pairs": len(data.positives),
@@ -98,7 +91,7 @@ def clicked_data(http, store, questions, qrels: dict, chunks, work: Path, seed: 
 
     return {
         "clicks": (clicks, (list(split.positives), list(split.negatives)), counts(clicks)),
-        "liked-complete": (complete, (complete_likes, list(split.negatives)), counts(complete)),
+        "liked-complete": (complete, (completed, list(split.negatives)), counts(complete)),
     }
 
 

@@ -204,7 +204,7 @@ def train_learned_ranker(
             )
             train_hits = {q: h for q, h in train_hits.items() if q in uncopied}
     X, y, groups, kept = _labeled(train_hits, train_grades, train_queries, stats, priors.leave_one_out)
-    X = unrated(X, groups, getattr(config, "feedback_dropout", 0.0), config.seed)
+    X = unrated(X, groups, config.feedback_dropout, config.seed)
     left_out = [] if config.question_overlap_features else list(QUESTION_OVERLAP)
     left_out += [] if config.document_features else list(DOCUMENT)
     X = _without(X, left_out)
