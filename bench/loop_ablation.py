@@ -1,4 +1,7 @@
-"""What does each learner add, on each corpus? One row per full run of `bench/loop.py` (its result files under
+"""Did the loop reach what was asked of it, and what does each learner add, on each corpus? Per figure asked
+(TARGETS): how many full runs served it at the round it is judged, how many trained a model that would have (served
+or not), the best run and model, and the ceiling on complete labels. One row per full run of `bench/loop.py` (its
+result files under
 bench/results/loop-*.json, quick runs left out): the corpus, which learners the feedback retrains trained, how the
 simulated people clicked, what served at the end and where it came from, the headline figure and *answer read*
 after the last round against the untrained default (paired, as the loop bench scored them). Corrections: runs that
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.lib import cli
@@ -29,6 +33,35 @@ READ = "answer_read"
 # The commit that gave the reranker learner its document features (rag.rerank.features.DOCUMENT). Runs since record
 # the features they read (`reranker_features`); earlier runs of that commit or its descendants are told by git.
 DOCUMENT_FEATURES_COMMIT = "9dbf44f"
+HARMFUL = ("random", "inverted", "shuffled")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A figure the loop was asked to reach on a corpus (issue 48), judged on every full run of the people it names."""
+
+    corpus: str
+    asked: str  # in words, as the README's table shows it
+    behaviours: tuple[str, ...] = ("consistent",)
+    gain: float | None = None  # the headline at least this far above the untrained default, p < 0.05
+    level: float | None = None  # the headline at least this, served
+    within: int | None = None  # judged at the last round within this many people's questions
+    no_loss: bool = False  # not significantly (p < 0.05) below the untrained default
+    nothing_promoted: bool = False  # the untrained default still served at the end
+
+
+TARGETS = (
+    Target("tatqa", "recall@5 at least +0.06 within 1,000 people's questions (p < 0.05)", gain=0.06, within=1000),
+    Target("scifact", "nDCG@10 (by abstract) at least 0.78 after the 809 training claims", level=0.78),
+    Target("conditionalqa", "recall@5 at least +0.04 on the held-out questions (p < 0.05)", gain=0.04),
+    Target("squad", "no significant loss", no_loss=True),
+    Target(
+        "tatqa",
+        "people who click at random, or whose judgements are flipped or shuffled: nothing promoted",
+        behaviours=HARMFUL,
+        nothing_promoted=True,
+    ),
+)
 
 
 def reranker_learner(record: dict) -> str:
@@ -71,6 +104,34 @@ def _promotions(rounds: list[dict]) -> list[dict]:
     return out
 
 
+def trained_models(corpus: dict, metric: str) -> list[dict]:
+    """Every model a run trained (served or not) with what it would serve on the test split (its `rerankers_on_test`
+    / `embedders_on_test`) and the people's questions asked when it was trained: how close the loop's learners came,
+    and what harm they could have done, whatever the gate and canary did. A kind's i-th model came from the i-th
+    retrain (each retrain trains every learner of the run); where the counts differ, when is unknown (None)."""
+    retrains = [
+        r.get("asked_total")
+        for r in corpus.get("rounds") or []
+        for op in r.get("operations", [])
+        if op.get("job") == "retrain_job" and op.get("success")
+    ]
+    out = []
+    for key in ("rerankers_on_test", "embedders_on_test"):
+        models = corpus.get(key) or []
+        for i, c in enumerate(models):
+            paired = _paired(c, metric)
+            if paired and paired.get("delta") is not None:
+                out.append(
+                    {
+                        "name": c.get("name"),
+                        "gate": (c.get("gate") or {}).get("outcome"),
+                        "people_questions": retrains[i] if len(retrains) == len(models) else None,
+                        "paired": paired,
+                    }
+                )
+    return out
+
+
 def row_of(name: str, record: dict) -> dict | None:
     """One loop run summarised, or None for a file that is not a finished full run."""
     corpus, args = record.get("corpus") or {}, record.get("args") or {}
@@ -108,6 +169,16 @@ def row_of(name: str, record: dict) -> dict | None:
         "production": last.get("production"),
         "canary_running": last.get("canary_running"),
         "releases": _promotions(rounds),
+        "rounds": [
+            {
+                "people_questions": r.get("asked_total"),
+                "production": r.get("production"),
+                metric: (r.get("scores") or {}).get(metric),
+                "paired": _paired(r, metric),
+            }
+            for r in rounds
+        ],
+        "trained": trained_models(corpus, metric),
         "ceiling": {
             "best_configuration": best and best["configuration"],
             "best_configuration_answer_read": best and best[READ],
@@ -160,7 +231,11 @@ def reranker_ceiling(results: Path, corpus: str) -> dict | None:
 
     def delta(arm: dict | None) -> dict | None:
         paired = arm and (arm.get("paired_vs_untrained_default") or {}).get(metric)
-        return paired and {"questions": arm["questions"], **{k: paired.get(k) for k in ("delta", "p_value")}}
+        return paired and {
+            "questions": arm["questions"],
+            "score": (arm.get("scores") or {}).get(metric),
+            **{k: paired.get(k) for k in ("delta", "p_value")},
+        }
 
     return {
         "source": path.stem,
@@ -191,6 +266,89 @@ def ceilings(rows: list[dict], results: Path) -> list[dict]:
                 "best_configuration": best.get("best_configuration"),
                 "best_configuration_answer_read": best.get("best_configuration_answer_read"),
                 "reranker": reranker_ceiling(results, corpus),
+            }
+        )
+    return out
+
+
+def judged_round(row: dict, target: Target) -> dict | None:
+    """The round a target judges a run at: its last within `target.within` people's questions (or its last)."""
+    rounds = [r for r in row["rounds"] if target.within is None or (r["people_questions"] or 0) <= target.within]
+    return rounds[-1] if rounds else None
+
+
+def meets(paired: dict, value: float | None, target: Target) -> bool:
+    """Whether a paired figure on the test split against the untrained default (`value`: the headline score it
+    belongs to) meets a target's gain, level or no-loss."""
+    delta, p = paired.get("delta") or 0.0, paired.get("p_value")
+    significant = p is not None and p < 0.05
+    if target.gain is not None:
+        return significant and delta >= target.gain
+    if target.level is not None:
+        return value is not None and value >= target.level
+    if target.no_loss:
+        return not (significant and delta < 0)
+    return False
+
+
+def reached(row: dict, target: Target) -> bool:
+    """Whether a run served what a target asks at the round it judges."""
+    if target.nothing_promoted:
+        return not any((row["production"] or {}).values())
+    at = judged_round(row, target)
+    return at is not None and meets(at["paired"] or {}, at.get(row["metric"]), target)
+
+
+def targets(rows: list[dict], ceilings: list[dict]) -> list[dict]:
+    """Per figure asked (TARGETS): the full runs that judge it, how many reached it, the best of them at the round
+    judged, the best model any of them trained (served or not), and the corpus's ceiling on complete labels."""
+    out = []
+    for target in TARGETS:
+        runs = [r for r in rows if r["corpus"] == target.corpus and r["behaviour"] in target.behaviours]
+        if not runs:
+            continue
+
+        def at(row: dict) -> dict:
+            judged = judged_round(row, target) or {}
+            return {"source": row["source"], "source_commit": row["source_commit"], **judged}
+
+        def served_delta(row: dict) -> float:
+            return ((judged_round(row, target) or {}).get("paired") or {}).get("delta") or 0.0
+
+        # Of corrupted people's runs the question is the harm their models would have done: the worst they trained
+        which = "worst" if target.nothing_promoted else "best"
+        trained = [
+            {"source": r["source"], **m}
+            for r in runs
+            for m in r.get("trained") or []
+            if target.within is None or (m["people_questions"] or r["people_questions"] or 0) <= target.within
+        ]
+        pick = min if target.nothing_promoted else max
+        chosen = pick(trained, key=lambda m: m["paired"]["delta"]) if trained else None
+        ceiling = next((c for c in ceilings if c["corpus"] == target.corpus), {})
+        default = ceiling.get("round_0", {}).get(runs[0]["metric"])
+        could = [
+            r["source"]
+            for r in runs
+            # a paired delta over the same test questions: a model's own score is the default's plus it
+            if any(
+                meets(m["paired"], None if default is None else default + m["paired"]["delta"], target)
+                for m in trained
+                if m["source"] == r["source"] and not target.nothing_promoted
+            )
+        ]
+        out.append(
+            {
+                **asdict(target),
+                "metric": runs[0]["metric"],
+                "runs": len(runs),
+                "reached": [r["source"] for r in runs if reached(r, target)],
+                # runs whose learners trained a model that would have reached it, had the gate or a canary promoted it
+                "trained_reaching": could,
+                "best_run": at(max(runs, key=served_delta)),
+                "trained": chosen and {"which": which, **chosen},
+                "untrained_default": default,
+                "complete_labels": (ceiling.get("reranker") or {}).get("complete_users_labels"),
             }
         )
     return out
@@ -234,6 +392,7 @@ def main() -> int:
     record["runs"] = collect(args.results)
     record["corrections"] = corrections(record["runs"])
     record["ceilings"] = ceilings(record["runs"], args.results)
+    record["targets"] = targets(record["runs"], record["ceilings"])
     out = args.out or RESULTS / "loop-ablation.json"
     write(stamp_end(record), out, indent=2, default=str)
     print(markdown(record))

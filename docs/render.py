@@ -824,6 +824,18 @@ def loop_ablation(record: dict) -> dict[str, Table]:
             ]
         )
     return {
+        "targets": (
+            [
+                "corpus",
+                "asked",
+                "full runs that served it",
+                "runs that trained a model that would have served it",
+                "best run at the round judged: served, headline, Δ [95% CI] (p)",
+                "of the models the runs trained by then, the best (of harmful people's, the worst): Δ (p)",
+                "reranker on complete labels of people's questions: Δ (p)",
+            ],
+            [_ablation_target(row) for row in record.get("targets", [])],
+        ),
         "runs": (
             [
                 "corpus",
@@ -945,6 +957,41 @@ def _learner_changes(arm: dict) -> list[str]:
         f"without {key.replace('_', ' ')}" if value is False else f"{key.replace('_', ' ')} {value}"
         for key, value in (arm.get("learner_options") or {}).items()
     ]
+
+
+def _ablation_target(row: dict) -> list[str]:
+    """A figure issue 48 asked of the loop, with how many full runs reached it, the best of them and the ceilings."""
+    metric, best, trained, complete = row["metric"], row["best_run"], row.get("trained"), row.get("complete_labels")
+    label, level = LOOP_METRIC_LABEL.get(metric, metric), row.get("level") is not None
+    paired = best.get("paired") or {}
+    served = ", ".join(f"{kind} {v}" for kind, v in (best.get("production") or {}).items() if v)
+    if row.get("nothing_promoted"):
+        best_cell = f"untrained default served at the end of {len(row['reached'])} of {row['runs']} runs"
+    else:
+        best_cell = (
+            f"{served or 'untrained default'}; {label} {num(best.get(metric))}, {signed(paired.get('delta'))} "
+            f"[{signed(paired.get('ci_low'))}, {signed(paired.get('ci_high'))}] ({pvalue(paired.get('p_value'))}) "
+            f"after {num(best.get('people_questions'))} questions (`{best['source']}`)"
+        )
+    trained_cell = "—"
+    if trained:
+        tp, base = trained["paired"], row.get("untrained_default")
+        # a paired delta over the same test questions: the model's own score is the default's plus it
+        reads = f"{label} {num(base + tp['delta'])}, " if level and base is not None else ""
+        trained_cell = (
+            f"{trained['which']}: {trained['name']}, {reads}{signed(tp['delta'])} ({pvalue(tp['p_value'])}), "
+            f"its gate {trained['gate']} (`{trained['source']}`)"
+        )
+    complete_cell = "—"
+    if complete and not row.get("nothing_promoted"):
+        reads = f"{label} {num(complete['score'])}, " if level and complete.get("score") is not None else ""
+        complete_cell = (
+            f"{reads}{signed(complete['delta'])} ({pvalue(complete['p_value'])}), {num(complete['questions'])} "
+            "questions"
+        )
+    could = "—" if row.get("nothing_promoted") else f"{len(row.get('trained_reaching') or [])} of {row['runs']}"
+    served_it = f"{len(row['reached'])} of {row['runs']}"
+    return [row["corpus"], row["asked"], served_it, could, best_cell, trained_cell, complete_cell]
 
 
 def _ablation_ceiling(row: dict) -> list[str]:

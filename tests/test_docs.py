@@ -100,6 +100,21 @@ def test_readme_is_short():
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail into docs/"
 
 
+def test_the_readme_loop_section_quotes_only_figures_its_rendered_tables_show(render):
+    """The self-improvement section's figures come from the loop bench's result files: a decimal typed into its
+    prose (a gain, a p-value, a score) must be one its rendered blocks show, so a rerun cannot leave it stale."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Does the loop help the people who ask?")
+    section = text[start : text.index("\n## ", start + 1)]
+    blocks = "".join(m.group(0) for m in render.BLOCK.finditer(section))
+    assert "figures:loop-ablation:targets" in blocks, "the section shows what was asked and how far the runs got"
+    prose = render.BLOCK.sub("", section)
+    typed = [f for f in re.findall(r"[-+−]?\d+\.\d+", prose) if f.lstrip("+-−") not in blocks]
+    assert not typed, f"figures typed into the README's loop section, not in its rendered tables: {typed}"
+
+
 def test_a_file_of_a_known_kind_but_another_shape_falls_back_to_the_generic_rendering(render, tmp_path):
     root = copy_tree(tmp_path)
     record = {

@@ -69,7 +69,7 @@ def test_the_ablation_sets_runs_that_differ_only_in_corrections_side_by_side_and
     ]
     assert side[1]["production"] == {"reranker": "ce-ltr-v5"} and side[1]["paired"]["recall@5"]["delta"] == 0.04
     assert ceilings(rows, tmp_path)[0]["reranker"] is None  # no reranker_ceiling result yet
-    arm = {"paired_vs_untrained_default": {"recall@5": {"delta": 0.06, "p_value": 0.001}}}
+    arm = {"paired_vs_untrained_default": {"recall@5": {"delta": 0.06, "p_value": 0.001}}, "scores": {"recall@5": 0.56}}
     (tmp_path / "reranker-ceiling-tatqa.json").write_text(
         json.dumps(
             {
@@ -89,8 +89,63 @@ def test_the_ablation_sets_runs_that_differ_only_in_corrections_side_by_side_and
     ceiling = ceilings(rows, tmp_path)[0]
     assert ceiling["served_recall@10"] == 0.6
     assert ceiling["reranker"]["first_stage_recall_at_depth"] == 0.7
-    assert ceiling["reranker"]["complete_users_labels"] == {"questions": 1000, "delta": 0.06, "p_value": 0.001}
+    assert ceiling["reranker"]["complete_users_labels"] == {
+        "questions": 1000,
+        "score": 0.56,
+        "delta": 0.06,
+        "p_value": 0.001,
+    }
     assert ceiling["reranker"]["in_sample_oracle"]["questions"] == 300
+
+
+def _run(behaviour: str, rounds: list[tuple[int, str | None, float]], trained: list[float]) -> dict:
+    """A TAT-QA loop record: per round (people's questions, the reranker served, its paired recall@5 delta), one
+    retrain per round, and the rerankers those retrains trained with their paired deltas on the test split."""
+    record = _loop_record(0.2, None, 0.0, 0)
+    record["args"]["behaviour"] = behaviour
+    retrain = {"job": "retrain_job", "success": True}
+    record["corpus"]["rounds"] = [
+        {
+            "round": i,
+            "asked_total": asked,
+            "scores": {"recall@5": 0.5 + delta},
+            "production": {"reranker": served},
+            "paired_vs_untrained_default": {"recall@5": {"delta": delta, "p_value": 0.001 if delta else 1.0}},
+            "operations": [retrain],
+        }
+        for i, (asked, served, delta) in enumerate(rounds, start=1)
+    ]
+    record["corpus"]["rerankers_on_test"] = [
+        {
+            "name": f"ce-ltr-v{i}",
+            "gate": {"outcome": "inconclusive"},
+            "paired_vs_untrained_default": {"recall@5": {"delta": delta, "p_value": 0.001}},
+        }
+        for i, delta in enumerate(trained, start=1)
+    ]
+    return record
+
+
+def test_the_ablation_judges_each_asked_figure_at_its_round_and_counts_models_the_rollout_left_waiting(tmp_path):
+    from bench.loop_ablation import ceilings, row_of, targets
+
+    rows = [
+        # served +0.07 from 1,000 questions: reached
+        row_of("served", _run("consistent", [(500, None, 0.0), (1000, "ce-ltr-v2", 0.07)], [0.05, 0.07])),
+        # +0.08 only after 1,500 questions, from a model trained then: neither served nor trained in time
+        row_of("late", _run("consistent", [(1000, None, 0.0), (1500, "ce-ltr-v2", 0.08)], [0.03, 0.08])),
+        # trained +0.07 at 1,000 and promoted nothing: the rollout left it waiting
+        row_of("waited", _run("consistent", [(500, None, 0.0), (1000, None, 0.0)], [0.04, 0.07])),
+        row_of("random", _run("random", [(1000, None, 0.0)], [-0.01])),
+        row_of("harm", _run("inverted", [(1000, "ce-ltr-v1", -0.02)], [-0.02])),
+    ]
+    tatqa, harmful = [t for t in targets(rows, ceilings(rows, tmp_path)) if t["corpus"] == "tatqa"]
+    assert (tatqa["runs"], tatqa["reached"], tatqa["trained_reaching"]) == (3, ["served"], ["served", "waited"])
+    assert tatqa["best_run"]["source"] == "served" and tatqa["best_run"]["paired"]["delta"] == 0.07
+    assert (tatqa["trained"]["which"], tatqa["trained"]["paired"]["delta"]) == ("best", 0.07)  # not late's 0.08
+    # the corrupted people's runs: one served its model, so not every run kept the untrained default
+    assert (harmful["runs"], harmful["reached"], harmful["trained_reaching"]) == (2, ["random"], [])
+    assert (harmful["trained"]["which"], harmful["trained"]["paired"]["delta"]) == ("worst", -0.02)
 
 
 def test_an_ablation_arm_changes_one_validated_learner_setting():
