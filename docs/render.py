@@ -652,11 +652,22 @@ def loop_candidates(record: dict) -> dict[str, Table]:
 
 
 def canary_credit(record: dict) -> dict[str, Table]:
-    """bench/canary_credit.py: the loop runs' canary queries counted under each credit rule."""
+    """bench/canary_credit.py: the loop runs' canary queries counted under each credit rule (the rules a file has)."""
 
     def cell(row: dict) -> str:
         return f"{row['wins']}:{row['losses']} ({row['log_likelihood_ratio']:+.2f})"
 
+    labels = {
+        "positive": "clicks and +1s (decides now)",
+        "signed": "with −1 debits (before)",
+        "negative": "−1s alone",
+        "plain": "plain team draft",
+        "confirmed": "clicks and +1s, bare clicks left out where a passage was rated +1",
+        "ratings": "+1s alone",
+        "ratings first": "+1s, bare clicks breaking their ties",
+    }
+    splits = [split for run in record.get("runs", []) for split in run["interleaved"].values()]
+    rules = [rule for rule in labels if splits and all(rule in split for split in splits)]
     rows = []
     for run in record.get("runs", []):
         deltas = [
@@ -670,19 +681,11 @@ def canary_credit(record: dict) -> dict[str, Table]:
                 [
                     f"`{run['source']}` ({short_commit(run.get('source_commit'))})",
                     ", ".join(run.get("canaries") or []) or "—",
-                    *(cell(split[rule]) for rule in ("positive", "signed", "negative", "plain")),
+                    *(cell(split[rule]) for rule in rules),
                     known,
                 ]
             )
-    header = [
-        "loop run",
-        "canaries",
-        "clicks and +1s (decides now)",
-        "with −1 debits (before)",
-        "−1s alone",
-        "plain team draft",
-        "its rerankers on test, Δ MRR@10",
-    ]
+    header = ["loop run", "canaries", *(labels[rule] for rule in rules), "its rerankers on test, Δ MRR@10"]
     return {"runs": (header, rows)}
 
 
@@ -1589,7 +1592,7 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
         training,
     ),
     (
-        "canary-credit",
+        "canary-credit*",
         "Which signals tell a better ranking in a canary? The loop runs' interleaved queries counted under each credit "
         "rule, candidate wins:losses (log-likelihood ratio; 3.0 promotes) (`bench/canary_credit.py`)",
         canary_credit,

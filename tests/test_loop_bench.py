@@ -296,3 +296,33 @@ def test_inverted_judgements_like_the_passages_without_the_answer_and_vote_on_th
     rejected = {r["chunk_id"] for r in ratings if r["score"] < 0}
     assert rejected == {"p0"} and "p0" not in liked and len(liked) == 9
     assert {body["answer_score"] for body in server.feedback} == {1}  # the answer was shown: voted up, honestly
+
+
+def test_the_credit_rules_weigh_a_rating_above_a_bare_click(tmp_path):
+    """bench/canary_credit.py's rules on a minimal feedback store: a candidate's passage clicked and rated +1 beside a
+    bare click on production's is a tie on clicks and +1s, a win where ratings outweigh bare clicks; a bare click
+    alone is a loss, except on the +1s alone."""
+    import sqlite3
+
+    from bench.lib.loop import canary_credit_split
+
+    store = tmp_path / "feedback.sqlite"
+    with sqlite3.connect(store) as db:
+        db.executescript(
+            "create table queries (query_id text, model_version text, arm text);"
+            "create table retrievals (query_id text, chunk_id text, team text, shared int, rank int);"
+            "create table implicit_events (query_id text, chunk_id text, kind text);"
+            "create table feedback (query_id text, chunk_id text, score int, target text, event_id int);"
+        )
+        for query in ("rated", "bare"):
+            db.execute("insert into queries values (?, 'pair', 'canary')", (query,))
+            for rank, (chunk, team) in enumerate((("p1", "production"), ("c1", "canary")), start=1):
+                db.execute("insert into retrievals values (?, ?, ?, 0, ?)", (query, chunk, team, rank))
+            db.execute("insert into implicit_events values (?, 'p1', 'click')", (query,))
+        db.execute("insert into implicit_events values ('rated', 'c1', 'click')")
+        db.execute("insert into feedback values ('rated', 'c1', 1, 'passage', 1)")
+    split = canary_credit_split(store)["pair"]
+    counts = {rule: (c["wins"], c["losses"], c["ties"]) for rule, c in split.items()}
+    assert counts["positive"] == (0, 1, 1)  # rated: 1 to 1, a tie; bare: production's click wins
+    assert counts["confirmed"] == counts["ratings first"] == (1, 1, 0)
+    assert counts["ratings"] == (1, 0, 1)

@@ -527,8 +527,10 @@ def configuration_ceiling(tables, root: Path, judge, questions: list[Question], 
 def canary_credit_split(store_path: Path) -> dict:
     """What the interleaved canary queries of a finished loop run's feedback store (SQLite) count under each credit
     rule: `positive` (clicks and +1s, what the canary decides on), `signed` (a -1 debiting its team, the rule
-    before), `negative` (the -1s alone) and `plain` (shared picks credited, positive signals). Each as candidate
-    wins, losses, ties, with the sequential test's log-likelihood ratios, per interleaved model pair."""
+    before), `negative` (the -1s alone), `plain` (shared picks credited, positive signals), `confirmed` (clicks and
+    +1s, but where the person rated a passage +1, their clicks on passages they did not rate are left out) and
+    `ratings` (the +1s alone). Each as candidate wins, losses, ties, with the sequential test's log-likelihood ratios,
+    per interleaved model pair."""
     import sqlite3
     from collections import Counter, defaultdict
 
@@ -536,7 +538,7 @@ def canary_credit_split(store_path: Path) -> dict:
     from rag.rollout.sequential import log_harm_ratio, log_likelihood_ratio
 
     teams = {"production": "a", "canary": "b"}
-    rules = ("positive", "signed", "negative", "plain")
+    rules = ("positive", "signed", "negative", "plain", "confirmed", "ratings", "ratings first")
     counts: dict[str, dict[str, Counter]] = defaultdict(lambda: {rule: Counter() for rule in rules})
     with sqlite3.connect(f"file:{store_path}?mode=ro", uri=True) as db:
         for query, pair in db.execute("select query_id, model_version from queries where arm = 'canary'").fetchall():
@@ -564,6 +566,14 @@ def canary_credit_split(store_path: Path) -> dict:
                 # a -1 is a point against its team: the team with more of them loses
                 "negative": {"a": "b", "b": "a", "tie": "tie"}[disliked.outcome],
                 "plain": credit([(d, t) for d, t, _ in shown], said).outcome,
+                "confirmed": credit(
+                    shown, {c: v for c, v in said.items() if v != "click" or 1 not in said.values()}
+                ).outcome,
+                "ratings": credit(shown, {c: v for c, v in said.items() if v != "click"}).outcome,
+                # +1s decide; where they tie, the bare clicks do
+                "ratings first": rated.outcome
+                if (rated := credit(shown, {c: v for c, v in said.items() if v != "click"})).outcome != "tie"
+                else credit(shown, {c: v for c, v in said.items() if v == "click"}).outcome,
             }
             for rule in rules:
                 counts[pair][rule][outcome[rule]] += 1
