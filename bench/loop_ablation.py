@@ -1,16 +1,15 @@
-"""Did the loop reach what was asked of it, and what does each learner add, on each corpus? Per figure asked
-(TARGETS): how many full runs served it at the round it is judged, how many trained a model that would have (served
-or not), the best run and model, and the ceiling on complete labels. One row per full run of `bench/loop.py` (its
-result files under
-bench/results/loop-*.json, quick runs left out): the corpus, which learners the feedback retrains trained, how the
-simulated people clicked, what served at the end and where it came from, the headline figure and *answer read*
+"""Did the loop reach what was asked of it, and what does each learner add, on each corpus? Per figure asked (TARGETS):
+how many full runs served it at the round it is judged, how many trained a model that would have (served or not), the
+best run and model, and the ceiling on complete labels. One row per full run of `bench/loop.py` (its result files
+under bench/results/loop-*.json, quick runs left out): the corpus, which learners the feedback retrains trained, how
+the simulated people clicked, what served at the end and where it came from, the headline figure and *answer read*
 after the last round against the untrained default (paired, as the loop bench scored them). Corrections: runs that
 differ only in the share of failed questions people correct (`--p-correction`) side by side. Ceilings, one row per
 corpus: the recall of the ten passages the untrained default serves, the best configuration of the learner's grid on
 the test labels (`--ceiling`, an oracle) and, from `bench/reranker_ceiling.py`'s result, the first stage's recall
 down to the depth a reranker re-orders and what the reranker learner serves when trained on complete labels (of
-people's questions, and of the test questions themselves). Reads result files only; writes its own JSON
-(arguments, commit, date, the source files with their commits); asserts nothing.
+people's questions, and of the test questions themselves). Reads result files only; writes its own JSON (arguments,
+commit, date, the source files with their commits); asserts nothing.
 
     .venv/bin/python bench/loop_ablation.py             # after one or more bench/loop.py runs
 """
