@@ -1,9 +1,10 @@
 """Which signals tell a better ranking in a canary? The interleaved canary queries of finished `bench/loop.py` runs,
 read from their feedback stores, counted under each credit rule: positive signals only (clicks and +1s, what the
-canary decides on), signed (a -1 debiting its team, the rule before), the -1s alone, plain team draft (shared picks
-credited), and three that weigh a rating above a bare click: bare clicks left out where the person rated a passage
-+1, the +1s alone, and the +1s with bare clicks breaking their ties. Beside them, what each run's rerankers serve on
-the test split (its `rerankers_on_test`), so a rule can be checked against a candidate known to be better.
+canary decided on until 2026-11-30), signed (a -1 debiting its team, the rule before that), the -1s alone, plain team
+draft (shared picks credited), and three that weigh a rating above a bare click: bare clicks left out where the
+person rated a passage +1 (what it decides on now), the +1s alone, and the +1s with bare clicks breaking their ties.
+Beside them, what each run's rerankers serve on the test split (its `rerankers_on_test`), so a rule can be checked
+against a candidate known to be better.
 
     .venv/bin/python bench/canary_credit.py                      # every loop result whose work folder is still here
     .venv/bin/python bench/canary_credit.py --results bench/results/loop-tatqa-reranker+configuration.json

@@ -658,11 +658,11 @@ def canary_credit(record: dict) -> dict[str, Table]:
         return f"{row['wins']}:{row['losses']} ({row['log_likelihood_ratio']:+.2f})"
 
     labels = {
-        "positive": "clicks and +1s (decides now)",
-        "signed": "with −1 debits (before)",
+        "positive": "clicks and +1s (decided until 2026-11-30)",
+        "signed": "with −1 debits (decided before that)",
         "negative": "−1s alone",
         "plain": "plain team draft",
-        "confirmed": "clicks and +1s, bare clicks left out where a passage was rated +1",
+        "confirmed": "clicks and +1s, bare clicks left out where a passage was rated +1 (decides now)",
         "ratings": "+1s alone",
         "ratings first": "+1s, bare clicks breaking their ties",
     }

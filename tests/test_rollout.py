@@ -180,6 +180,10 @@ def test_credit_rules():
     assert credit([("d1", "a", False), ("d2", "b", False)], {"d1": "click", "d2": "click"}).outcome == "tie"
     with pytest.raises(ValueError, match="unknown signal"):
         credit(shown, {"d1": 2})
+    # A +1 says which passage answered: bare clicks beside it credit nobody (counted, they cancel it: the rule before)
+    assert credit(shown, {"d1": "click", "d2": 1}).outcome == "b"
+    assert credit(shown, {"d1": "click", "d2": 1}, clicks_beside_a_like=True).outcome == "tie"
+    assert credit(shown, {"d1": "click", "d2": -1}).outcome == "a"  # a -1 beside it: the click still counts
     assert tally(["b", "a", "tie", "b"]) == (2, 1, 1)  # candidate = b: wins, losses, ties
     assert tally(["b", "a", "tie", "b"], candidate="a") == (1, 2, 1)
 

@@ -526,11 +526,12 @@ def configuration_ceiling(tables, root: Path, judge, questions: list[Question], 
 
 def canary_credit_split(store_path: Path) -> dict:
     """What the interleaved canary queries of a finished loop run's feedback store (SQLite) count under each credit
-    rule: `positive` (clicks and +1s, what the canary decides on), `signed` (a -1 debiting its team, the rule
-    before), `negative` (the -1s alone), `plain` (shared picks credited, positive signals), `confirmed` (clicks and
-    +1s, but where the person rated a passage +1, their clicks on passages they did not rate are left out) and
-    `ratings` (the +1s alone). Each as candidate wins, losses, ties, with the sequential test's log-likelihood ratios,
-    per interleaved model pair."""
+    rule: `positive` (clicks and +1s, what the canary decided on until 2026-11-30), `signed` (a -1 debiting its
+    team, the rule before that), `negative` (the -1s alone), `plain` (shared picks credited, positive signals),
+    `confirmed` (clicks and +1s, but where the person rated a passage +1, their clicks on passages they did not rate
+    are left out: what it decides on now), `ratings` (the +1s alone) and `ratings first` (+1s, bare clicks breaking
+    their ties). Each as candidate wins, losses, ties, with the sequential test's log-likelihood ratios, per
+    interleaved model pair."""
     import sqlite3
     from collections import Counter, defaultdict
 
@@ -558,17 +559,16 @@ def canary_credit_split(store_path: Path) -> dict:
             said: dict = {chunk: "click" for (chunk,) in clicks}
             said |= {chunk: int(score) for chunk, score in ratings}
             negative = {chunk: 1 for chunk, signal in said.items() if signal == -1}  # each -1 as a point for its team
-            liked, disliked = credit(shown, said), credit(shown, negative)
+            # the rules before bare clicks beside a like were left out count them, as they did
+            liked, disliked = credit(shown, said, clicks_beside_a_like=True), credit(shown, negative)
             signed = QueryCredit(liked.a - disliked.a, liked.b - disliked.b)  # the rule before: a -1 debits its team
             outcome = {
                 "positive": liked.outcome,
                 "signed": signed.outcome,
                 # a -1 is a point against its team: the team with more of them loses
                 "negative": {"a": "b", "b": "a", "tie": "tie"}[disliked.outcome],
-                "plain": credit([(d, t) for d, t, _ in shown], said).outcome,
-                "confirmed": credit(
-                    shown, {c: v for c, v in said.items() if v != "click" or 1 not in said.values()}
-                ).outcome,
+                "plain": credit([(d, t) for d, t, _ in shown], said, clicks_beside_a_like=True).outcome,
+                "confirmed": credit(shown, said).outcome,
                 "ratings": credit(shown, {c: v for c, v in said.items() if v != "click"}).outcome,
                 # +1s decide; where they tie, the bare clicks do
                 "ratings first": rated.outcome

@@ -17,7 +17,8 @@ What one client can say is bounded, because a client can open any number of sess
   key (queries.client_key), or its session when the key is missing.
 - Outcome of a canary judgement: credit() of its signals on the shown passages — a passage rated +1 or clicked
   credits its team, one rated -1 credits nobody; a passage both clicked and rated counts its rating only (the later
-  rating wins when a user changed their mind); a shared pick (retrievals.shared: both rankings would have shown it
+  rating wins when a user changed their mind); where a passage was rated +1, clicks on passages nobody rated credit
+  nobody (the +1 says which one answered); a shared pick (retrievals.shared: both rankings would have shown it
   there) credits nobody. A judgement without credited signals is a tie: it counts towards the horizon (max_queries)
   and tells the test nothing. The outcomes plain team draft would have given (shared picks credited to the team
   that drew them) are kept beside them, for reports only.
