@@ -131,15 +131,14 @@ def credit(
     +1, their clicks on passages they did not rate credit nobody: the +1 says which passage answered, the clicks
     beside it are reading on the way to it. Counted (`clicks_beside_a_like`, the rule before, kept for reports), a
     click on production's passage cancelled a like of the candidate's: replayed on the first reranker canaries of
-    two TAT-QA loop runs, leaving them out moved the log-likelihood ratio from -0.41 to +0.59 and from -0.58 to +1.01
-    (bench/results/canary-credit-ratings.json). A -1 debits nobody: people rate
-    down the passages they read that were not the answer, so -1s follow which team's passages were read more than
-    which ranking found the answer, and team draft credits what was chosen. On TAT-QA a reranker +0.053 MRR@10 on the
-    test split stood at 43 wins to 41 with -1s counted; on clicks and +1s it won 29 questions to production's 16,
-    on -1s alone it lost 24 to 31 (bench/results/canary-credit.json, where other runs are less one-sided).
-    Signals on passages that were not shown, or that were shared picks (both teams would have shown them there), are
-    ignored: they tell the two rankings apart no more than a coin would. `shown`: Shown records or (doc, team[,
-    shared]) tuples."""
+    two TAT-QA loop runs, leaving them out moved the log-likelihood ratio from -0.41 to +0.59 and from -0.58 to
+    +1.01 (bench/results/canary-credit-ratings.json). A -1 debits nobody: people rate down the passages they read
+    that were not the answer, so -1s follow which team's passages were read more than which ranking found the
+    answer, and team draft credits what was chosen. On TAT-QA a reranker +0.053 MRR@10 on the test split stood at 43
+    wins to 41 with -1s counted; on clicks and +1s it won 29 questions to production's 16, on -1s alone it lost 24
+    to 31 (bench/results/canary-credit.json, where other runs are less one-sided). Signals on passages that were not
+    shown, or that were shared picks (both teams would have shown them there), are ignored: they tell the two
+    rankings apart no more than a coin would. `shown`: Shown records or (doc, team[, shared]) tuples."""
     team_of = {}
     for doc, team, *rest in shown:
         team_of[doc] = None if rest and rest[0] else team
