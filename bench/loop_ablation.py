@@ -276,6 +276,10 @@ def judged_round(row: dict, target: Target) -> dict | None:
     return rounds[-1] if rounds else None
 
 
+def _plus(value: float | None, delta: float) -> float | None:
+    return None if value is None else round(value + delta, 4)
+
+
 def meets(paired: dict, value: float | None, target: Target) -> bool:
     """Whether a paired figure on the test split against the untrained default (`value`: the headline score it
     belongs to) meets a target's gain, level or no-loss."""
@@ -316,8 +320,9 @@ def targets(rows: list[dict], ceilings: list[dict]) -> list[dict]:
 
         # Of corrupted people's runs the question is the harm their models would have done: the worst they trained
         which = "worst" if target.nothing_promoted else "best"
+        # a paired delta over the same test questions: a model's own score is its run's untrained default's plus it
         trained = [
-            {"source": r["source"], **m}
+            {"source": r["source"], "score": _plus(r["round_0"].get(r["metric"]), m["paired"]["delta"]), **m}
             for r in runs
             for m in r.get("trained") or []
             if target.within is None or (m["people_questions"] or r["people_questions"] or 0) <= target.within
@@ -329,9 +334,8 @@ def targets(rows: list[dict], ceilings: list[dict]) -> list[dict]:
         could = [
             r["source"]
             for r in runs
-            # a paired delta over the same test questions: a model's own score is the default's plus it
             if any(
-                meets(m["paired"], None if default is None else default + m["paired"]["delta"], target)
+                meets(m["paired"], m["score"], target)
                 for m in trained
                 if m["source"] == r["source"] and not target.nothing_promoted
             )

@@ -978,9 +978,8 @@ def _ablation_target(row: dict) -> list[str]:
         )
     trained_cell = "—"
     if trained:
-        tp, base = trained["paired"], row.get("untrained_default")
-        # a paired delta over the same test questions: the model's own score is the default's plus it
-        reads = f"{label} {num(base + tp['delta'])}, " if level and base is not None else ""
+        tp = trained["paired"]
+        reads = f"{label} {num(trained['score'])}, " if level and trained.get("score") is not None else ""
         trained_cell = (
             f"{trained['which']}: {trained['name']}, {reads}{signed(tp['delta'])} ({pvalue(tp['p_value'])}), "
             f"its gate {trained['gate']} (`{trained['source']}`)"

@@ -143,6 +143,7 @@ def test_the_ablation_judges_each_asked_figure_at_its_round_and_counts_models_th
     assert (tatqa["runs"], tatqa["reached"], tatqa["trained_reaching"]) == (3, ["served"], ["served", "waited"])
     assert tatqa["best_run"]["source"] == "served" and tatqa["best_run"]["paired"]["delta"] == 0.07
     assert (tatqa["trained"]["which"], tatqa["trained"]["paired"]["delta"]) == ("best", 0.07)  # not late's 0.08
+    assert tatqa["trained"]["score"] == 0.57  # its run's untrained default (0.5) plus its paired delta
     # the corrupted people's runs: one served its model, so not every run kept the untrained default
     assert (harmful["runs"], harmful["reached"], harmful["trained_reaching"]) == (2, ["random"], [])
     assert (harmful["trained"]["which"], harmful["trained"]["paired"]["delta"]) == ("worst", -0.02)
