@@ -561,6 +561,7 @@ def canary_credit_split(store_path: Path) -> dict:
             negative = {chunk: 1 for chunk, signal in said.items() if signal == -1}  # each -1 as a point for its team
             # the rules before bare clicks beside a like were left out count them, as they did
             liked, disliked = credit(shown, said, clicks_beside_a_like=True), credit(shown, negative)
+            rated = credit(shown, {c: v for c, v in said.items() if v != "click"})  # the +1s alone
             signed = QueryCredit(liked.a - disliked.a, liked.b - disliked.b)  # the rule before: a -1 debits its team
             outcome = {
                 "positive": liked.outcome,
@@ -569,10 +570,10 @@ def canary_credit_split(store_path: Path) -> dict:
                 "negative": {"a": "b", "b": "a", "tie": "tie"}[disliked.outcome],
                 "plain": credit([(d, t) for d, t, _ in shown], said, clicks_beside_a_like=True).outcome,
                 "confirmed": credit(shown, said).outcome,
-                "ratings": credit(shown, {c: v for c, v in said.items() if v != "click"}).outcome,
+                "ratings": rated.outcome,
                 # +1s decide; where they tie, the bare clicks do
                 "ratings first": rated.outcome
-                if (rated := credit(shown, {c: v for c, v in said.items() if v != "click"})).outcome != "tie"
+                if rated.outcome != "tie"
                 else credit(shown, {c: v for c, v in said.items() if v == "click"}).outcome,
             }
             for rule in rules:

@@ -221,10 +221,15 @@ def feature_matrix(
         row[col["log_char_start"]] = math.log1p(max(_number(hit.chunk.get("char_start"), 0.0), 0.0))
         row[col["page_start"]] = _number(hit.chunk.get("page_start"))
         up, down = priors(query, text_key(texts[i])) if priors else (0.0, 0.0)
-        row[col["feedback_up"]], row[col["feedback_down"]] = up, down
-        row[col["feedback_prior"]] = (up + 1.0) / (up + down + 2.0)
+        row[[col[name] for name in FEEDBACK]] = feedback_columns(up, down)
     _document_context(rows, hits, col)
     return rows
+
+
+def feedback_columns(up: float, down: float) -> tuple[float, float, float]:
+    """The FEEDBACK columns of a passage people liked `up` and rated down `down` times (for other questions): the
+    counts and their Laplace-smoothed like share, 1/2 for a passage nobody rated."""
+    return up, down, (up + 1.0) / (up + down + 2.0)
 
 
 def _document_context(rows: np.ndarray, hits: Sequence, col: dict[str, int]) -> None:
@@ -305,10 +310,12 @@ class FeedbackPriors:
 __all__ = [
     "DOCUMENT",
     "FEATURES",
+    "FEEDBACK",
     "QUESTION_OVERLAP",
     "CorpusStats",
     "FeedbackPriors",
     "PassageTerms",
     "feature_matrix",
+    "feedback_columns",
     "text_key",
 ]

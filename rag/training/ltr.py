@@ -41,6 +41,7 @@ from rag.rerank.features import (
     QUESTION_OVERLAP,
     CorpusStats,
     FeedbackPriors,
+    feedback_columns,
     feature_matrix,
     text_key,
 )
@@ -89,8 +90,7 @@ def unrated(X: np.ndarray, groups: list[int], share: float, seed: int) -> np.nda
     rng = np.random.default_rng(seed)
     hidden = np.repeat(rng.random(len(groups)) < share, groups)
     X = X.copy()
-    for name, neutral in zip(FEEDBACK, (0.0, 0.0, 0.5)):
-        X[hidden, FEATURES.index(name)] = neutral
+    X[np.ix_(hidden, [FEATURES.index(name) for name in FEEDBACK])] = feedback_columns(0.0, 0.0)
     return X
 
 
