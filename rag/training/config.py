@@ -199,6 +199,17 @@ class RerankerTrainingConfig(TrainingConfig):
         description="lambdamart: share of training questions seen as if none of their candidates had been rated (no "
         "likes or dislikes), so the ranker also learns to rank passages nobody has rated yet, such as a new document's",
     )
+    # The gate scores users' held-out questions that production answered, so a better ranker changes a few of them
+    # (2 to 5 of 39 to 86 in a TAT-QA loop) and is seldom shown better however good it is. Trained once more with
+    # each other share of users' questions held out in turn, the learner is judged on every held-out share at once.
+    gate_folds: int = Field(
+        3,
+        ge=1,
+        description="lambdamart with a feedback dataset: the gate scores users' held-out questions of this many "
+        "disjoint shares of feedback_dev_fraction each (the candidate's own, then each other share with a ranker "
+        "trained the same way without it: cross-fitting), so it judges the learner on more of people's questions; "
+        "1: the candidate's own share alone. At most as many as fit (1 / feedback_dev_fraction) are used",
+    )
     loss: Literal["bce", "lambda"] = Field(
         "bce",
         description="cross-encoder: binary cross-entropy on (query, passage, label), or "

@@ -340,7 +340,9 @@ def _agreed(grades: list[int]) -> int:
     return math.floor(sum(grades) / len(grades) + 0.5)
 
 
-def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None = None) -> FeedbackSplit:
+def split_feedback(
+    judged, dev_fraction: float, *, window_seconds: float | None = None, fold: int = 0
+) -> FeedbackSplit:
     """`judged`: queries {id: text}, corpus {chunk id: text}, chunk_qrels [(query id, chunk id, ±1)] and, optionally,
     asked {id: rag.feedback.dataset.QueryContext} and expert_qrels [(query id, chunk id, 0/1/2)] (a feedback
     RAG-Dataset, rag.feedback.judgments).
@@ -359,7 +361,13 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
     train through its expert labels while the gate scores it through users' ratings). Where an expert graded a
     pair, the grade replaces users' ratings of that pair. A held-out question experts graded is scored on their
     grades alone (one dev question, graded), unless people liked a passage of it that no expert graded: then it
-    stays people's question and the experts' grades join its judgments (graded 1 or 2: relevant; 0: not)."""
+    stays people's question and the experts' grades join its judgments (graded 1 or 2: relevant; 0: not).
+
+    `fold` holds out another share of the same size: the groups whose hash position lies in [fold x dev_fraction,
+    (fold + 1) x dev_fraction), disjoint from every other fold's (fold 0 is the candidate's own; the gate's others
+    are scored with rankers trained without them, RerankerTrainingConfig.gate_folds)."""
+    if fold < 0 or (fold + 1) * dev_fraction > 1 + 1e-9:
+        raise ValueError(f"fold {fold} of feedback_dev_fraction {dev_fraction} lies outside the feedback")
     if window_seconds is None:
         from rag.feedback.store import REFORMULATION_SECONDS
 
@@ -367,6 +375,9 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
 
     def digest(text: str) -> str:
         return hashlib.sha256(normalized_question(text).encode()).hexdigest()
+
+    def in_fold(key: str) -> bool:
+        return 0 <= int(digest(key)[:16], 16) / 2**64 - fold * dev_fraction < dev_fraction
 
     group = paraphrase_groups(judged, window_seconds)
     experts = expert_labels(judged)
@@ -381,7 +392,7 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
         | {group[q] for q in corrected if q in group}
         | {group[q] for q in failed if q in group}
     )
-    held_out = {key for key in keyed if int(digest(key)[:16], 16) / 2**64 < dev_fraction}
+    held_out = {key for key in keyed if in_fold(key)}
     split = FeedbackSplit([], [], {}, {}, {}, {})
     trained: dict[tuple[str, str], list[int]] = {}  # (question text, passage id) -> every expert's grade
     dev: dict[str, dict[str, list[int]]] = {}
@@ -441,7 +452,7 @@ def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None 
     for qid in failed:
         text = normalized_question(judged.queries.get(qid, ""))
         if qid in group and text and text not in answered:
-            sides[text] = int(digest(group[qid])[:16], 16) / 2**64 < dev_fraction
+            sides[text] = in_fold(group[qid])
     split.dev_failed_questions = sum(sides.values())
     split.failed_questions = len(sides) - split.dev_failed_questions
     keyed_texts = graded | {normalized_question(t) for t in split.dev_queries.values()}

@@ -59,6 +59,7 @@ class TrainingRun:
     start_selection_metrics: dict[str, float] = field(default_factory=dict)  # the untrained model's, for comparison
     expert: dict[str, float] = field(default_factory=dict)  # how the expert pairs were weighed (expert_summary)
     selection_passages: int | None = None  # passages checkpoints were scored on, when a sample (selection_sample)
+    fold_rankers: int = 0  # rankers trained without another share of users' questions (rag.training.folds)
 
     @property
     def summary(self) -> dict:
@@ -71,6 +72,7 @@ class TrainingRun:
             "examples": self.examples,
             "best_checkpoint": self.best_checkpoint or "final",
             **length,
+            **({"gate_fold_rankers": self.fold_rankers} if self.fold_rankers else {}),
             **self.expert,
             **{k: round(v, 4) for k, v in self.selection_metrics.items()},
             **{

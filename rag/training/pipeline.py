@@ -27,6 +27,7 @@ from rag.training.gate import (
     reranker_gate,
     veto_by_generated,
 )
+from rag.training.folds import CrossFitted, fold_dir, people_only, pooled_gate, trained_folds
 from rag.training.first_stage import (
     FIRST_STAGE_MODE,
     cut_question,
@@ -75,8 +76,9 @@ def served_strategy(root: Path) -> str:
     return served_settings(base_settings(root), ModelRegistry(Path(root) / "models")).strategy
 
 
-def load_inputs(tables: TableStore, config: TrainingConfig) -> Inputs:
-    """The QA set's train split as pairs over one chunk set, its dev split as selection and gate questions."""
+def load_inputs(tables: TableStore, config: TrainingConfig, fold: int = 0) -> Inputs:
+    """The QA set's train split as pairs over one chunk set, its dev split as selection and gate questions; `fold`:
+    which share of users' questions is held out (rag.training.folds)."""
     qa = tables.read(QA_TABLE)
     if qa is None or qa.empty:
         raise FileNotFoundError("synthetic_qa is empty: materialize synthetic_qa before training")
@@ -86,7 +88,7 @@ def load_inputs(tables: TableStore, config: TrainingConfig) -> Inputs:
     if config.feedback_dataset:
         from rag.feedback import judgments
 
-        feedback = split_feedback(judgments(Path(config.feedback_dataset)), config.feedback_dev_fraction)
+        feedback = split_feedback(judgments(Path(config.feedback_dataset)), config.feedback_dev_fraction, fold=fold)
     data = training_data(
         from_frame(qa),
         chunks,
@@ -173,16 +175,21 @@ def train_candidate(
         ) as run_id,
     ):
         if kind == "reranker" and getattr(config, "kind", "cross-encoder") == "lambdamart":
+            embedder, mode = aliased_embedder(registry, "production"), serving_mode(Path(tables.root).parent)
             run = train_learned_ranker(
                 inputs.data,
                 config,
                 Path(scratch) / "model",
                 chunks=inputs.chunks,
-                embedder=aliased_embedder(registry, "production"),
+                embedder=embedder,
                 feedback=_rated_pairs(config),
                 log=log,
-                mode=serving_mode(Path(tables.root).parent),
+                mode=mode,
             )
+            if config.feedback_dataset and people_only(inputs.data.gate):
+                run.fold_rankers = train_fold_rankers(
+                    tables, config, run.model_dir, chunks=inputs.chunks, embedder=embedder, log=log, mode=mode
+                )
         else:
             # The embedder reads the base weights' passage vectors from the index instead of encoding them again.
             stored = {"stored_passages": index_passages(index_location(root), inputs.strategy, config.base_model)}
@@ -204,16 +211,68 @@ def train_candidate(
     return mv, run, inputs
 
 
-def _rated_pairs(config: TrainingConfig) -> tuple[list, list]:
+def _rated_pairs(config: TrainingConfig, fold: int = 0) -> tuple[list, list]:
     """Users' training-side ratings as (question, passage) pairs, +1 and -1: the learned ranker's feedback priors.
     Held-out feedback questions stay out, like their pairs stay out of training."""
     positives, negatives = list(config.extra_positives), list(config.extra_negatives)
     if config.feedback_dataset:
         from rag.feedback import judgments
 
-        split = split_feedback(judgments(Path(config.feedback_dataset)), config.feedback_dev_fraction)
+        split = split_feedback(judgments(Path(config.feedback_dataset)), config.feedback_dev_fraction, fold=fold)
         positives, negatives = positives + split.positives, negatives + split.negatives
     return positives, negatives
+
+
+def train_fold_rankers(
+    tables: TableStore, config, model_dir: Path, *, chunks: pd.DataFrame, embedder, log: Log, mode: str
+) -> int:
+    """Fold i's ranker for i = 1 .. gate_folds - 1 in `model_dir`/folds/i (rag.training.folds): trained as the
+    candidate was, with that share of users' questions held out instead of the candidate's own. A fold whose gate
+    set is not people's questions alone, or with nothing to train on, is skipped: its questions are not pooled.
+    Returns how many were trained."""
+    trained, share = 0, config.feedback_dev_fraction
+    for fold in range(1, min(getattr(config, "gate_folds", 1), int(1 / share + 1e-9) if share > 0 else 1)):
+        inputs = load_inputs(tables, config, fold)
+        if not people_only(inputs.data.gate):
+            log(f"fold {fold}: too few users' held-out questions to score alone; its questions are not pooled")
+            continue
+        try:
+            train_learned_ranker(
+                inputs.data,
+                config,
+                fold_dir(model_dir, fold),
+                chunks=chunks,
+                embedder=embedder,
+                feedback=_rated_pairs(config, fold),
+                log=lambda line, fold=fold: log(f"fold {fold}: {line}"),
+                mode=mode,
+            )
+        except ValueError as exc:
+            log(f"fold {fold}: not trained ({exc}); its questions are not pooled")
+            continue
+        trained += 1
+    return trained
+
+
+def cross_fitted_gate(
+    tables: TableStore, config: TrainingConfig, candidate: ModelVersion, gate: IRSet | None, scored, settings
+) -> tuple[IRSet | None, object, dict[int, int]]:
+    """The gate set and the ranker that scores it, cross-fitted where the candidate holds fold rankers and its own
+    gate set is people's questions alone: each other fold's people's questions join, scored by the ranker trained
+    without them (rag.training.folds). Also how many questions each fold adds ({} when nothing is pooled)."""
+    from rag.rerank.ltr import LearnedRanker
+
+    folds = trained_folds(candidate.path)
+    if not folds or not people_only(gate) or settings.copied_questions != "exclude":
+        return gate, scored, {}
+    others = {}
+    for fold in folds:
+        inputs = load_inputs(tables, config, fold)
+        if people_only(inputs.data.gate):
+            others[fold], _, _ = decision_questions(inputs.data.gate, inputs.chunks, settings)
+    pooled, by_fold = pooled_gate(gate, others)
+    rankers = {f: LearnedRanker(fold_dir(candidate.path, f), name=f"{candidate.name} fold {f}") for f in others}
+    return pooled, CrossFitted(scored, rankers, by_fold, pooled.queries), {f: len(q) for f, q in by_fold.items()}
 
 
 def aliased_embedder(registry: ModelRegistry, alias: str):
@@ -302,6 +361,9 @@ def gate_candidate(
         else:
             current = load_reranker(production.name, registry=registry) if production is not None else None
             scored = load_reranker(candidate.name, registry=registry)
+            gate, scored, folds = cross_fitted_gate(tables, config, candidate, gate, scored, settings)
+            if folds:
+                recorded["gate_questions_by_fold"] = folds
             if gate is None:  # no questions: reranker_gate says what to generate
                 result = reranker_gate({}, current, scored, gate, settings, copied=copied)
             else:  # the first stage's passage vectors: the index's, for production's weights
