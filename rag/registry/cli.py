@@ -177,6 +177,12 @@ def gate_report(registry: ModelRegistry, mv: ModelVersion) -> list[str]:
     ]
     if gate.get("gate_set"):  # which questions decided: experts' first when there are enough of them
         lines.append(f"  gate set (before copies are set aside): {gate['gate_set']}")
+    if gate.get("gate_questions_by_fold"):  # cross-fitted: each share scored by the ranker trained without it
+        shares = ", ".join(f"{n} of share {f}" for f, n in gate["gate_questions_by_fold"].items())
+        lines.append(
+            f"  cross-fitted: {shares} (share 0 this model's own held-out questions, each other share scored by a "
+            "ranker trained the same way without it)"
+        )
     for metric in dict.fromkeys(metrics):
         if f"candidate_{metric}" not in gate:
             continue

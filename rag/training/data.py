@@ -340,9 +340,7 @@ def _agreed(grades: list[int]) -> int:
     return math.floor(sum(grades) / len(grades) + 0.5)
 
 
-def split_feedback(
-    judged, dev_fraction: float, *, window_seconds: float | None = None, fold: int = 0
-) -> FeedbackSplit:
+def split_feedback(judged, dev_fraction: float, *, window_seconds: float | None = None, fold: int = 0) -> FeedbackSplit:
     """`judged`: queries {id: text}, corpus {chunk id: text}, chunk_qrels [(query id, chunk id, ±1)] and, optionally,
     asked {id: rag.feedback.dataset.QueryContext} and expert_qrels [(query id, chunk id, 0/1/2)] (a feedback
     RAG-Dataset, rag.feedback.judgments).

@@ -166,6 +166,9 @@ class GateResult:
     # The same comparison on the held-out generated questions, when people's questions found the candidate better
     # (GateSettings.generated_veto): worse there, it goes to a canary
     guard: GateResult | None = None
+    # Cross-fitted (rag.training.folds): how many gate questions each share of users' questions gave, 0 the
+    # candidate's own and i those scored by the ranker trained without share i; empty when not cross-fitted
+    by_fold: dict[int, int] = field(default_factory=dict)
 
     def without_direct_promotion(self, reason: str, *, gain_on_generated: bool = True) -> None:
         """Keep a gain on record without letting it promote: the verdict becomes no worse, so only a canary's online
@@ -211,6 +214,7 @@ class GateResult:
             "user_judged_questions": self.judged_questions,
             # pairs nobody rated that would tell the models apart (rag.annotation.pool): the experts' next work
             "unjudged_pairs": len(self.unjudged),
+            **({"gate_questions_by_fold": {str(f): n for f, n in self.by_fold.items()}} if self.by_fold else {}),
             **_figures(self.table),
         }
         for criterion, reasons in (self.why_not or {}).items():

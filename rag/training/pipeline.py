@@ -362,8 +362,6 @@ def gate_candidate(
             current = load_reranker(production.name, registry=registry) if production is not None else None
             scored = load_reranker(candidate.name, registry=registry)
             gate, scored, folds = cross_fitted_gate(tables, config, candidate, gate, scored, settings)
-            if folds:
-                recorded["gate_questions_by_fold"] = folds
             if gate is None:  # no questions: reranker_gate says what to generate
                 result = reranker_gate({}, current, scored, gate, settings, copied=copied)
             else:  # the first stage's passage vectors: the index's, for production's weights
@@ -379,6 +377,7 @@ def gate_candidate(
                     result = reranker_gate(
                         ranked, current, scored, gate, settings, copied=copied, trained_on_generated=trained
                     )
+                    result.by_fold = folds
                     if result.better and guard is not None:  # the generated questions' first stage only when asked
                         guarded = reranker_gate(
                             first_stage(guard), current, scored, guard, settings, trained_on_generated=False
