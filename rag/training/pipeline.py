@@ -30,6 +30,7 @@ from rag.training.gate import (
 from rag.training.folds import CrossFitted, fold_dir, people_only, pooled_gate, trained_folds
 from rag.training.first_stage import (
     FIRST_STAGE_MODE,
+    KnownVectors,
     cut_question,
     first_stage_hits,
     first_stage_index,
@@ -175,7 +176,9 @@ def train_candidate(
         ) as run_id,
     ):
         if kind == "reranker" and getattr(config, "kind", "cross-encoder") == "lambdamart":
-            embedder, mode = aliased_embedder(registry, "production"), serving_mode(Path(tables.root).parent)
+            # One table of passage vectors for the candidate and its fold rankers: the chunk set is embedded once.
+            embedder = KnownVectors(aliased_embedder(registry, "production"), {})
+            mode = serving_mode(Path(tables.root).parent)
             run = train_learned_ranker(
                 inputs.data,
                 config,
