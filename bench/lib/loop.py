@@ -300,7 +300,7 @@ class Operations:
                     **{
                         k: getattr(v, "value", v)
                         for k, v in e.metadata.items()
-                        if isinstance(getattr(v, "value", v), (int, float, str, bool)) and k != "comparison"
+                        if isinstance(getattr(v, "value", v), (int, float, str, bool, dict)) and k != "comparison"
                     },
                 }
                 for e in result.get_asset_check_evaluations()
