@@ -35,6 +35,7 @@ from pathlib import Path
 
 from bench.lib import cli
 from bench.lib.datasets import RESULTS, SCIFACT, SHARED, SQUAD
+from bench.lib.harm import shuffled_reranker
 from bench.lib.provenance import rendered_or_skipped, run_record, stamp_end
 from bench.lib.results import log, write
 
@@ -273,36 +274,11 @@ def calibrate(name: str, docs, human, args, record: dict, save) -> None:
     judge(
         "reranker trained on shuffled labels (deliberately bad)",
         "reranker",
-        shuffled_reranker(tables, registry, args.seeds[0], quiet),
+        shuffled_reranker(tables, registry, args.seeds[0], quiet, STRATEGY),
         "positives shuffled across questions",
     )
     corpus["seconds"] = round(time.perf_counter() - started, 1)
     save()
-
-
-def shuffled_reranker(tables, registry, seed: int, log):
-    """A learned ranker trained with every question paired to another question's passage: it learns noise."""
-    import dataclasses
-
-    from rag.training import RerankerTrainingConfig
-    from rag.training.ltr import train_learned_ranker
-    from rag.training.pipeline import _manifest, aliased_embedder, load_inputs
-
-    config = RerankerTrainingConfig(strategy=STRATEGY, seed=seed)
-    inputs = load_inputs(tables, config)
-    passages = [p for _, p in inputs.data.positives]
-    random.Random(seed).shuffle(passages)
-    data = dataclasses.replace(inputs.data, positives=[(q, p) for (q, _), p in zip(inputs.data.positives, passages)])
-    with tempfile.TemporaryDirectory() as scratch:
-        run = train_learned_ranker(
-            data,
-            config,
-            Path(scratch) / "model",
-            chunks=inputs.chunks,
-            embedder=aliased_embedder(registry, "production"),
-            log=log,
-        )
-        return registry.register("reranker", run.model_dir, _manifest("reranker", config, inputs, run, None))
 
 
 # --- summary ---------------------------------------------------------------------------------------------------------

@@ -169,6 +169,11 @@ def one_corpus(args, record: dict, save) -> None:
             # canary interleaves the candidate's chunk set with production's, and its passages answer just as well.
             return {c for strategy in args.strategies for c in users_judge.qrels(strategy).get(question.qid, {})}
 
+        drill = start_harm_drill(tables, registry, ops, args.seed) if args.harm_drill else None
+        if drill is not None:
+            out["harm_drill"] = drill
+            log(f"  harm drill: {drill}")
+            save()
         people = People(http, clicks, relevant, seed=args.seed)
         expert_labels = getattr(args, "expert_labels", 0) or 0
         expert = Expert(http, corpus.users, relevant) if expert_labels > 0 else None
@@ -183,8 +188,11 @@ def one_corpus(args, record: dict, save) -> None:
                 people.ask(question, person=f"r{number}-{question.qid}")
                 if i % args.tick_every == 0 and running_canary(registry) is not None:
                     ops.tick("canary_sensor")
+                    settle_harm_drill(drill, registry, ops, people.stats)
             for sensor in ("canary_sensor", "feedback_volume_sensor", "drift_sensor", "canary_sensor"):
                 ops.tick(sensor)
+                if sensor == "canary_sensor":
+                    settle_harm_drill(drill, registry, ops, people.stats)
             experts = None
             if expert is not None:  # the queue is rebuilt after each retrain; the expert grades what it holds now
                 ops.tick("annotation_after_retrain_sensor")
@@ -223,6 +231,56 @@ def one_corpus(args, record: dict, save) -> None:
     out["seconds"] = round(time.perf_counter() - started, 1)
     out["work_dir"] = str(work)
     save()
+
+
+def start_harm_drill(tables, registry, ops, seed: int) -> dict:
+    """An operator's drill before the first question: a deliberately harmful reranker (trained on the warm start's
+    labels shuffled across questions, bench.lib.harm) is gated against production, then canaried over the gate's
+    verdict (start_canary_job with a force reason, as an operator rehearsing a rollback would), so what the people
+    the canary serves make canary_sensor do is measured: settle_harm_drill records it."""
+    from dagster import RunRequest
+
+    from bench.lib.harm import shuffled_reranker
+    from rag.training import GateSettings
+    from rag.training.pipeline import gate_candidate
+
+    mv = shuffled_reranker(tables, registry, seed, lambda _: None)
+    verdict = gate_candidate("reranker", tables, registry, mv, GateSettings()).metadata
+    reason = "harm drill: a reranker trained on labels shuffled across questions, canaried to rehearse its rollback"
+    config = {"kind": "reranker", "candidate": mv.version, "force_reason": reason}
+    started = ops.run(
+        "start_canary_job", RunRequest(run_config={"ops": {"start_canary_op": {"config": config}}}), "operator"
+    )
+    gate = ("outcome", "questions", "delta_ndcg@10", "p_value_ndcg@10", "delta_mrr@10", "p_value_mrr@10", "reasons")
+    return {
+        "candidate": mv.name,
+        "version": mv.version,
+        "gate": {k: verdict.get(k) for k in gate},
+        "canary_started": started["success"],
+        "asked_before": 0,
+        "canary_served_before": 0,
+    }
+
+
+def settle_harm_drill(drill: dict | None, registry, ops, stats: dict) -> None:
+    """Once the drill's canary no longer runs: where its rollout ended (rolled_back or production) and why, the job
+    that ended it, after how many people's questions and how many of them the canary served."""
+    from rag.lifecycle.rollout import read_state, running_canary
+
+    if drill is None or "outcome" in drill or not drill.get("canary_started"):
+        return
+    running = running_canary(registry)
+    if running is not None and running[1].candidate_version == drill["version"]:
+        return
+    state = read_state(registry, "reranker")
+    ended = next((op for op in reversed(ops.log) if op.get("job")), {})
+    drill |= {
+        "outcome": state.stage if state is not None and state.candidate_version == drill["version"] else "unknown",
+        "reason": state.reason if state is not None else None,
+        "ended_by": ended.get("job"),
+        "after_questions": stats["asked"] - drill["asked_before"],
+        "canary_queries": stats["canary_served"] - drill["canary_served_before"],
+    }
 
 
 def warm_start(tables, args) -> dict:
@@ -306,7 +364,7 @@ def futility_share(text: str) -> float | str:
 
 def result_name(args) -> str:
     """loop-<corpus>[-<behaviour>[-canary-<behaviour>]][-<learners>][-experts<N>][-futility<share>|-no-futility]
-    [-<test>-promotion][-quick].json: the defaults leave their part out."""
+    [-<test>-promotion][-harm-drill][-quick].json: the defaults leave their part out."""
     share = getattr(args, "futility_win_share", None)
     judged = f"-canary-{args.canary_behaviour}" if args.canary_behaviour else ""
     suffix = (
@@ -315,6 +373,7 @@ def result_name(args) -> str:
         + (f"-experts{args.expert_labels}" if getattr(args, "expert_labels", 0) > 0 else "")
         + ("" if share is None else "-no-futility" if share == "off" else f"-futility{share:g}")
         + ("" if getattr(args, "promotion_test", None) is None else f"-{args.promotion_test}-promotion")
+        + ("-harm-drill" if getattr(args, "harm_drill", False) else "")
         + ("-quick" if args.quick else "")
     )
     return f"loop-{args.corpus}{suffix}.json"
@@ -385,6 +444,12 @@ def main() -> int:
         default=0,
         help="after each round's sensors, annotation_after_retrain_sensor rebuilds the expert queue after a retrain "
         "and a simulated expert grades up to this many of its items through /annotation/* (0: no expert)",
+    )
+    p.add_argument(
+        "--harm-drill",
+        action="store_true",
+        help="before the first question an operator canaries a deliberately harmful reranker over its gate's verdict "
+        "(start_canary_job with a force reason); the result's harm_drill says what ended its canary and when",
     )
     cli.add_seed(p, 11)
     cli.add_quick(p, "a slice: 80 documents, 150 people's questions in 2 rounds, 150 test questions, short training")

@@ -689,6 +689,42 @@ def canary_credit(record: dict) -> dict[str, Table]:
     return {"runs": (header, rows)}
 
 
+def gate_folds(record: dict) -> dict[str, Table]:
+    """bench/gate_folds.py: finished loop runs' rankers gated again, on their own share and cross-fitted."""
+    rows = []
+    for run in record.get("runs", []):
+        metric = run.get("headline") or "recall@5"
+        for v in run.get("verdicts", []):
+            shares = v.get("gate_questions_by_fold")
+            rows.append(
+                [
+                    f"`{run['source']}`",
+                    v["candidate"],
+                    v["against"],
+                    v["questions_from"] + (f" ({' + '.join(str(n) for n in shares.values())})" if shares else ""),
+                    f"{v.get('changed_questions', '—')} of {v['questions']}",
+                    f"{signed(v.get('delta_ndcg@10'))} ({pvalue(v.get('p_value_ndcg@10'))})",
+                    f"{signed(v.get('delta_mrr@10'))} ({pvalue(v.get('p_value_mrr@10'))})",
+                    v["outcome"],
+                    f"{metric} {signed(v.get('on_test_delta_vs_untrained'))} ({pvalue(v.get('on_test_p_value'))})"
+                    if v.get("on_test_delta_vs_untrained") is not None
+                    else "—",
+                ]
+            )
+    header = [
+        "loop run",
+        "candidate",
+        "against",
+        "gate questions",
+        "changed",
+        "Δ nDCG@10 (p)",
+        "Δ MRR@10 (p)",
+        "verdict",
+        "on test vs untrained default (p)",
+    ]
+    return {"verdicts": (header, rows)}
+
+
 def loop(record: dict) -> dict[str, Table]:
     """bench/loop.py: the served pipeline after each round of people's questions, paired against round 0."""
     corpus = record.get("corpus", {})
@@ -1595,6 +1631,12 @@ KINDS: list[tuple[str, str, Callable[[dict], dict[str, Table]]]] = [
         "Which signals tell a better ranking in a canary? The loop runs' interleaved queries counted under each credit "
         "rule, candidate wins:losses (log-likelihood ratio; 3.0 promotes) (`bench/canary_credit.py`)",
         canary_credit,
+    ),
+    (
+        "gate-folds*",
+        "Does the cross-fitted gate see what one held-out share of people's questions cannot? Finished loop runs' "
+        "rankers gated again on their own share and over every share (`bench/gate_folds.py`)",
+        gate_folds,
     ),
     (
         "canary-rule*",

@@ -65,7 +65,7 @@ def tiny_corpus(folder):
     return folder
 
 
-def run_loop(tmp_path, monkeypatch, behaviour: str, ceiling: bool = False) -> dict:
+def run_loop(tmp_path, monkeypatch, behaviour: str, ceiling: bool = False, **changed) -> dict:
     from bench import loop
 
     monkeypatch.setenv("RAG_DATA_DIR", str(tmp_path / "unused"))  # restored after: the bench points it at its own
@@ -97,7 +97,9 @@ def run_loop(tmp_path, monkeypatch, behaviour: str, ceiling: bool = False) -> di
         p_correction=0.8,
         seed=3,
         ceiling=ceiling,
+        harm_drill=False,
     )
+    vars(args).update(changed)
     record: dict = {"args": vars(args)}
     loop.one_corpus(args, record, lambda: None)
     return record
@@ -138,6 +140,24 @@ def test_a_strong_consistent_signal_ends_in_a_served_improvement(tmp_path, monke
     assert row["ceiling"]["best_configuration_answer_read"] == best["answer_read"]
     assert row["releases"], "the promotion that served the configuration is listed"
     assert row_of("loop-tiny-quick", {**record, "args": {**record["args"], "quick": True}}) is None
+
+
+def test_a_harm_drill_gates_its_model_and_canaries_it_over_the_verdict_and_never_promotes_it(tmp_path, monkeypatch):
+    """An operator's drill: a reranker trained on labels shuffled across questions is gated (not better), canaried
+    over the verdict with the drill's reason recorded, and judged by the people it serves; the result says how its
+    canary stood or ended. No retrain runs beside it (the threshold is out of reach), so nothing else ends it."""
+    record = run_loop(
+        tmp_path, monkeypatch, "consistent", harm_drill=True, passages_per_document=2, feedback_threshold=10**6
+    )
+    corpus = record["corpus"]
+    drill = corpus["harm_drill"]
+    assert drill["gate"]["outcome"] != "better" and drill["canary_started"], drill
+    started = [op for op in corpus["rounds"][0]["operations"] if op.get("sensor") == "canary_sensor"]
+    assert started and started[0]["skip"].startswith(f"canary {drill['candidate']}: "), started
+    assert drill.get("outcome") in (None, "rolled_back"), drill  # a drill's canary is never promoted
+    assert not [op for entry in corpus["rounds"] for op in entry["operations"] if op.get("job") == "promote_canary_job"]
+    assert corpus["rounds"][-1]["production"]["reranker"] is None
+    assert not [op for entry in corpus["rounds"] for op in entry["operations"] if op.get("job") == "retrain_job"]
 
 
 def test_people_who_click_at_random_get_nothing_promoted(tmp_path, monkeypatch):
@@ -247,6 +267,8 @@ def test_the_result_file_names_the_expert_labels():
     assert result_name(args) == "loop-tatqa-random-reranker-experts20.json"
     args.behaviour, args.expert_labels, args.promotion_test = "consistent", 0, "one-sided"
     assert result_name(args) == "loop-tatqa-reranker-one-sided-promotion.json"
+    args.promotion_test, args.harm_drill = None, True
+    assert result_name(args) == "loop-tatqa-reranker-harm-drill.json"
 
 
 class _FakeServer:
