@@ -135,8 +135,8 @@ def row_of(name: str, record: dict) -> dict | None:
     """One loop run summarised, or None for a file that is not a finished full run."""
     corpus, args = record.get("corpus") or {}, record.get("args") or {}
     rounds, first = corpus.get("rounds") or [], corpus.get("round_0")
-    if args.get("quick") or not rounds or not first:
-        return None
+    if args.get("quick") or not rounds or not first or corpus.get("harm_drill"):
+        return None  # a harm drill is an operator's rehearsal, not a run of the loop: drills() reads it
     metric, last = corpus.get("headline") or HEADLINE.get(corpus.get("corpus"), "recall@5"), rounds[-1]
     learner = reranker_learner(record)  # may ask git: once per run
     ceiling = (corpus.get("ceiling") or {}).get("configurations") or []
@@ -357,6 +357,57 @@ def targets(rows: list[dict], ceilings: list[dict]) -> list[dict]:
     return out
 
 
+# What the issue asks of a canary of a harmful update, judged on bench/loop.py --harm-drill runs.
+DRILL_TARGET = "a canary of a harmful model rolled back within 200 people's questions"
+DRILL_WITHIN = 200
+
+
+def drills(results: Path) -> list[dict]:
+    """Every harm drill (bench/loop.py --harm-drill, quick ones left out): the deliberately harmful reranker's gate
+    verdict, how its canary ended and after how many people's questions, and what it serves on the test split."""
+    out = []
+    for path in sorted(results.glob("loop-*.json")):
+        record = json.loads(path.read_text())
+        corpus, args = record.get("corpus") or {}, record.get("args") or {}
+        drill = corpus.get("harm_drill")
+        if not drill or args.get("quick"):
+            continue
+        metric = corpus.get("headline") or HEADLINE.get(corpus.get("corpus"), "recall@5")
+        on_test = next((r for r in corpus.get("rerankers_on_test") or [] if r["name"] == drill["candidate"]), {})
+        out.append(
+            {
+                "source": path.stem,
+                "source_commit": record.get("commit"),
+                "corpus": corpus.get("corpus"),
+                "metric": metric,
+                "canary_share": args.get("canary_share"),
+                "tick_every": args.get("tick_every"),
+                **drill,
+                "on_test": _paired(on_test, metric) if on_test else None,
+                "rolled_back_within": drill.get("outcome") == "rolled_back"
+                and (drill.get("after_questions") or 0) <= DRILL_WITHIN,
+            }
+        )
+    return out
+
+
+def drill_target(found: list[dict]) -> list[dict]:
+    """The drill's row of the targets: how many drills rolled their canary back within DRILL_WITHIN questions."""
+    if not found:
+        return []
+    return [
+        {
+            "corpus": found[0]["corpus"],
+            "asked": DRILL_TARGET,
+            "drill": True,
+            "metric": found[0]["metric"],
+            "runs": len(found),
+            "reached": [d["source"] for d in found if d["rolled_back_within"]],
+            "drills": found,
+        }
+    ]
+
+
 def collect(results: Path) -> list[dict]:
     rows = []
     for path in sorted(results.glob("loop-*.json")):
@@ -395,7 +446,8 @@ def main() -> int:
     record["runs"] = collect(args.results)
     record["corrections"] = corrections(record["runs"])
     record["ceilings"] = ceilings(record["runs"], args.results)
-    record["targets"] = targets(record["runs"], record["ceilings"])
+    record["harm_drills"] = drills(args.results)
+    record["targets"] = targets(record["runs"], record["ceilings"]) + drill_target(record["harm_drills"])
     out = args.out or RESULTS / "loop-ablation.json"
     write(stamp_end(record), out, indent=2, default=str)
     print(markdown(record))

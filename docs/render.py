@@ -998,8 +998,31 @@ def _learner_changes(arm: dict) -> list[str]:
     ]
 
 
+def _ablation_drill(row: dict) -> list[str]:
+    """The harm drills' row of the targets: how many rolled the harmful model's canary back in time, the quickest."""
+    label = LOOP_METRIC_LABEL.get(row["metric"], row["metric"])
+    ended = [d for d in row["drills"] if d.get("outcome")]
+    first = min(ended, key=lambda d: d["after_questions"]) if ended else None
+    best_cell = (
+        f"{first['outcome'].replace('_', ' ')} after {num(first['after_questions'])} people's questions "
+        f"({num(first['canary_queries'])} served by its canary; `{first['source']}`)"
+        if first
+        else "no drill's canary ended"
+    )
+    worst = min((d for d in row["drills"] if d.get("on_test")), key=lambda d: d["on_test"]["delta"], default=None)
+    trained_cell = (
+        f"the drill's model: {worst['candidate']}, {label} {signed(worst['on_test']['delta'])} "
+        f"({pvalue(worst['on_test']['p_value'])}), its gate {worst['gate']['outcome']} (`{worst['source']}`)"
+        if worst
+        else "—"
+    )
+    return [row["corpus"], row["asked"], f"{len(row['reached'])} of {row['runs']}", "—", best_cell, trained_cell, "—"]
+
+
 def _ablation_target(row: dict) -> list[str]:
     """A figure issue 48 asked of the loop, with how many full runs reached it, the best of them and the ceilings."""
+    if row.get("drill"):
+        return _ablation_drill(row)
     metric, best, trained, complete = row["metric"], row["best_run"], row.get("trained"), row.get("complete_labels")
     label, level = LOOP_METRIC_LABEL.get(metric, metric), row.get("level") is not None
     paired = best.get("paired") or {}

@@ -348,3 +348,39 @@ def test_the_credit_rules_weigh_a_rating_above_a_bare_click(tmp_path):
     assert counts["positive"] == (0, 1, 1)  # rated: 1 to 1, a tie; bare: production's click wins
     assert counts["confirmed"] == counts["ratings first"] == (1, 1, 0)
     assert counts["ratings"] == (1, 0, 1)
+
+
+def test_the_ablation_counts_harm_drills_apart_from_the_loop_runs(tmp_path):
+    """A drill is an operator's rehearsal: no row of the runs, a row of the targets saying how many drills rolled the
+    harmful model's canary back within 200 people's questions."""
+    from bench.loop_ablation import drill_target, drills, row_of
+
+    def drill_record(outcome: str, after: int) -> dict:
+        drill = {"candidate": "ce-ltr-v1", "version": "v1", "gate": {"outcome": "worse"}, "canary_started": True}
+        drill |= {"outcome": outcome, "after_questions": after, "canary_queries": after // 2}
+        paired = {"recall@5": {"delta": -0.2, "ci_low": -0.25, "ci_high": -0.15, "p_value": 1e-9, "n": 9}}
+        return {
+            "args": {"harm_drill": True, "canary_share": 0.5, "tick_every": 10},
+            "corpus": {
+                "corpus": "tatqa",
+                "headline": "recall@5",
+                "round_0": {"scores": {"recall@5": 0.5}},
+                "rounds": [{"asked_total": after, "scores": {"recall@5": 0.5}}],
+                "harm_drill": drill,
+                "rerankers_on_test": [{"name": "ce-ltr-v1", "paired_vs_untrained_default": paired}],
+            },
+        }
+
+    for name, outcome, after in (("a", "rolled_back", 60), ("b", "rolled_back", 240), ("c", "canary", 200)):
+        (tmp_path / f"loop-tatqa-drill-{name}.json").write_text(json.dumps(drill_record(outcome, after)))
+    assert row_of("loop-tatqa-drill-a", drill_record("rolled_back", 60)) is None
+    found = drills(tmp_path)
+    assert [d["rolled_back_within"] for d in found] == [True, False, False]
+    assert found[0]["on_test"]["delta"] == -0.2
+    (row,) = drill_target(found)
+    assert row["reached"] == ["loop-tatqa-drill-a"] and row["runs"] == 3
+    from tests.test_docs import load_renderer
+
+    cells = load_renderer()._ablation_target(row)
+    assert cells[2] == "1 of 3" and "rolled back after 60 people's questions (30 served by its canary" in cells[4]
+    assert "recall@5 -0.2000" in cells[5] and "its gate worse" in cells[5]
