@@ -258,24 +258,41 @@ def train_fold_rankers(
 
 
 def cross_fitted_gate(
-    tables: TableStore, config: TrainingConfig, candidate: ModelVersion, gate: IRSet | None, scored, settings
-) -> tuple[IRSet | None, object, dict[int, int]]:
-    """The gate set and the ranker that scores it, cross-fitted where the candidate holds fold rankers and its own
-    gate set is people's questions alone: each other fold's people's questions join, scored by the ranker trained
-    without them (rag.training.folds). Also how many questions each fold adds ({} when nothing is pooled)."""
+    tables: TableStore,
+    config: TrainingConfig,
+    candidate: ModelVersion,
+    production: ModelVersion | None,
+    gate: IRSet | None,
+    scored,
+    current,
+    settings: GateSettings,
+) -> tuple[IRSet | None, object, object, dict[int, int]]:
+    """The gate set and the two rankers that score it, cross-fitted where the candidate holds fold rankers and its own
+    gate set is people's questions alone: each other share's people's questions join, scored by the candidate's
+    ranker trained without them (rag.training.folds). Production must not have trained on them either: the untrained
+    default never did; a learned ranker, trained on every share but its own, scores each other share with its own
+    fold ranker for it, and one without such rankers keeps the gate to the candidate's own share. Also how many
+    questions each share gives ({} when nothing is pooled)."""
     from rag.rerank.ltr import LearnedRanker
 
     folds = trained_folds(candidate.path)
+    if production is not None:
+        folds = [f for f in folds if f in trained_folds(production.path)]
     if not folds or not people_only(gate) or settings.copied_questions != "exclude":
-        return gate, scored, {}
+        return gate, scored, current, {}
     others = {}
     for fold in folds:
         inputs = load_inputs(tables, config, fold)
         if people_only(inputs.data.gate):
             others[fold], _, _ = decision_questions(inputs.data.gate, inputs.chunks, settings)
     pooled, by_fold = pooled_gate(gate, others)
-    rankers = {f: LearnedRanker(fold_dir(candidate.path, f), name=f"{candidate.name} fold {f}") for f in others}
-    return pooled, CrossFitted(scored, rankers, by_fold, pooled.queries), {f: len(q) for f, q in by_fold.items()}
+
+    def fitted(mv: ModelVersion, ranker) -> CrossFitted:
+        rankers = {f: LearnedRanker(fold_dir(mv.path, f), name=f"{mv.name} fold {f}") for f in others}
+        return CrossFitted(ranker, rankers, by_fold, pooled.queries)
+
+    current = current if production is None else fitted(production, current)
+    return pooled, fitted(candidate, scored), current, {f: len(q) for f, q in by_fold.items()}
 
 
 def aliased_embedder(registry: ModelRegistry, alias: str):
@@ -364,7 +381,9 @@ def gate_candidate(
         else:
             current = load_reranker(production.name, registry=registry) if production is not None else None
             scored = load_reranker(candidate.name, registry=registry)
-            gate, scored, folds = cross_fitted_gate(tables, config, candidate, gate, scored, settings)
+            gate, scored, current, folds = cross_fitted_gate(
+                tables, config, candidate, production, gate, scored, current, settings
+            )
             if gate is None:  # no questions: reranker_gate says what to generate
                 result = reranker_gate({}, current, scored, gate, settings, copied=copied)
             else:  # the first stage's passage vectors: the index's, for production's weights
