@@ -160,7 +160,9 @@ def test_retrain_trains_a_ranker_per_fold_and_the_gate_scores_every_fold_s_quest
     # Against a production ranker trained on every share but its own, the other shares are scored with its fold
     # rankers; a production ranker without them trained on those questions, so the gate keeps to the own share.
     registry.set_alias("reranker", "production", mv.version)
-    successor, _, _ = train_candidate("reranker", tables, registry, config.model_copy(update={"seed": 43}), log=lambda _: None)
+    successor, _, _ = train_candidate(
+        "reranker", tables, registry, config.model_copy(update={"seed": 43}), log=lambda _: None
+    )
     gate_candidate("reranker", tables, registry, successor, GateSettings(resamples=1000))
     verdict = registry.resolve("reranker", successor.version).metrics["gate"]
     assert verdict["against"] == mv.name and verdict["questions"] == sum(by_fold.values()), verdict
