@@ -24,7 +24,7 @@ GATE_FIGURES = (
 
 def regate(work_dir: Path, against: str | None) -> list[dict]:
     """Every reranker version of the run gated against `against` (a version such as "v1"; None: no reranker), once
-    on its own share and once cross-fitted where it holds fold rankers."""
+    on its own share and once cross-fitted where it and production hold fold rankers."""
     import rag.training.pipeline as pipeline
     from rag.registry import ModelRegistry
     from rag.store import TableStore
@@ -59,6 +59,8 @@ def regate(work_dir: Path, against: str | None) -> list[dict]:
                     finally:
                         pipeline.trained_folds = folds
                     figures = result.metadata
+                    if pooled and not figures.get("gate_questions_by_fold"):
+                        continue  # nothing pooled (production holds no fold rankers): the own share's row says it
                     rows.append(
                         {
                             "candidate": mv.name,
