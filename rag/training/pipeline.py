@@ -189,7 +189,7 @@ def train_candidate(
                 log=log,
                 mode=mode,
             )
-            if config.feedback_dataset and people_only(inputs.data.gate):
+            if config.feedback_dataset:
                 run.fold_rankers = train_fold_rankers(
                     tables, config, run.model_dir, chunks=inputs.chunks, embedder=embedder, log=log, mode=mode
                 )
@@ -230,15 +230,13 @@ def train_fold_rankers(
     tables: TableStore, config, model_dir: Path, *, chunks: pd.DataFrame, embedder, log: Log, mode: str
 ) -> int:
     """Fold i's ranker for i = 1 .. gate_folds - 1 in `model_dir`/folds/i (rag.training.folds): trained as the
-    candidate was, with that share of users' questions held out instead of the candidate's own. A fold whose gate
-    set is not people's questions alone, or with nothing to train on, is skipped: its questions are not pooled.
-    Returns how many were trained."""
+    candidate was, with that share of users' questions held out instead of the candidate's own. Trained whether or
+    not the shares hold enough people's questions to gate on yet: once this candidate serves, its successors are
+    compared with it share by share, each side by a ranker that never trained on the share. A fold with nothing to
+    train on is skipped. Returns how many were trained."""
     trained, share = 0, config.feedback_dev_fraction
     for fold in range(1, min(getattr(config, "gate_folds", 1), int(1 / share + 1e-9) if share > 0 else 1)):
         inputs = load_inputs(tables, config, fold)
-        if not people_only(inputs.data.gate):
-            log(f"fold {fold}: too few users' held-out questions to score alone; its questions are not pooled")
-            continue
         try:
             train_learned_ranker(
                 inputs.data,
