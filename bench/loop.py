@@ -21,6 +21,9 @@ round the held-out test split is scored on exactly what the server serves, paire
    /annotation/labels: 2 where the passage holds the answer as people judge it, else 0; items whose question no
    person asked (generated ones) are skipped. Expert labels count toward feedback_volume_sensor and go into the
    retrains and the gate's held-out questions.
+6. With `--harm-drill`, before the first question an operator registers a deliberately harmful reranker (trained on
+   the warm start's labels shuffled across questions), gates it, and starts its canary over the verdict
+   (start_canary_job with a force reason); `harm_drill` in the result says what ended the canary and when.
 
     .venv/bin/python bench/loop.py --corpus tatqa                 # TAT-QA: users ask dev questions, test scores
     .venv/bin/python bench/loop.py --corpus scifact               # 809 train claims ask, 300 test claims score
@@ -32,10 +35,11 @@ round the held-out test split is scored on exactly what the server serves, paire
     .venv/bin/python bench/loop.py --corpus tatqa --expert-labels 20     # and an expert grades 20 items a round
     .venv/bin/python bench/loop.py --corpus tatqa --futility-win-share off  # canaries never stopped for futility
     .venv/bin/python bench/loop.py --corpus tatqa --promotion-test one-sided  # canaries promoted on a one-sided test
+    .venv/bin/python bench/loop.py --corpus tatqa --learners reranker --rounds 1 --tick-every 10 \
+        --feedback-threshold 1000000 --harm-drill                  # is a harmful canary rolled back, and when?
 
 Writes bench/results/loop-<corpus>[-<behaviour>][-<learners>][-experts<N>][-futility<share>|-no-futility]
-[-<test>-promotion][-quick].json
-(arguments, commit, date, machine).
+[-<test>-promotion][-harm-drill][-quick].json (arguments, commit, date, machine).
 """
 
 from __future__ import annotations
@@ -169,7 +173,7 @@ def one_corpus(args, record: dict, save) -> None:
             # canary interleaves the candidate's chunk set with production's, and its passages answer just as well.
             return {c for strategy in args.strategies for c in users_judge.qrels(strategy).get(question.qid, {})}
 
-        drill = start_harm_drill(tables, registry, ops, args.seed) if args.harm_drill else None
+        drill = start_harm_drill(tables, registry, ops, args.seed) if getattr(args, "harm_drill", False) else None
         if drill is not None:
             out["harm_drill"] = drill
             log(f"  harm drill: {drill}")
