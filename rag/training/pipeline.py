@@ -275,7 +275,9 @@ def cross_fitted_gate(
 
     folds = trained_folds(candidate.path)
     if production is not None:
-        folds = [f for f in folds if f in trained_folds(production.path)]
+        # Its shares are the candidate's only if it split the feedback into shares of the same size.
+        same = production.hyperparameters.get("feedback_dev_fraction") == config.feedback_dev_fraction
+        folds = [f for f in folds if same and f in trained_folds(production.path)]
     if not folds or not people_only(gate) or settings.copied_questions != "exclude":
         return gate, scored, current, {}
     others = {}
