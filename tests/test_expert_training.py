@@ -327,11 +327,11 @@ def _word(rng: random.Random) -> str:
     return "".join(rng.choice("bcdfgklmnprstvz") + rng.choice("aeiou") for _ in range(3))
 
 
-def _two_passages_per_question(rng: random.Random) -> tuple[dict[str, str], list[str]]:
-    """60 questions, each with a prose passage a<i> and a keyword list x<i> of the same two words: which one is the
+def _two_passages_per_question(rng: random.Random, n: int = 60) -> tuple[dict[str, str], list[str]]:
+    """`n` questions, each with a prose passage a<i> and a keyword list x<i> of the same two words: which one is the
     answer is for the labels to say (synthetic pairs name a<i>, experts may name x<i>)."""
     texts, questions = {}, []
-    for i in range(60):
+    for i in range(n):
         w1, w2 = _word(rng), _word(rng)
         texts[f"a{i}"] = f"Field notes say the {w1} {w2} was seen near the river and recorded over several seasons."
         texts[f"x{i}"] = f"{w1} {w1} tags, {w2} {w2} tags: {w1} lists, {w2} lists."
@@ -407,20 +407,20 @@ def test_training_config_describes_lambda():
         TrainingConfig(expert_weight=1.0)  # all the weight on experts would drop every other pair: use < 1
 
 
-@pytest.mark.slow  # two first stages over minilm through the registry: about a minute on 2 busy cores
-def test_retrain_logs_lambda_and_the_gate_verdict_says_experts_decided(tmp_path, monkeypatch):
-    """Through the pipeline: a feedback dataset folder with expert labels reaches the learned ranker, λ and the
-    expert counts are the run's parameters, and the gate (enough held-out expert questions) records that they
-    decided."""
+def ltr_pipeline_inputs(tmp_path, texts: dict[str, str], questions: list[str], prefix: str):
+    """A chunk set "ltr" of `texts`, a QA set of the first 30 questions naming a<i> (20 train, 10 dev), and a feedback
+    dataset folder asking the others as <prefix><i>, with the corpus and an empty qrels folder for the caller's
+    labels: (the table store, the dataset folder)."""
     from rag.evaluation.qaset import to_frame
-    from rag.registry import ModelRegistry
     from rag.store import CHUNKS_TABLE, TableStore
-    from rag.training import GateSettings
-    from rag.training.pipeline import gate_candidate, train_candidate
 
-    texts, questions = _two_passages_per_question(random.Random(5))
     chunks = _chunks(texts).assign(
-        strategy="ltr", section_path=[[]] * 120, prev_chunk_id=None, next_chunk_id=None, n_tokens=10, table_html=None
+        strategy="ltr",
+        section_path=[[]] * len(texts),
+        prev_chunk_id=None,
+        next_chunk_id=None,
+        n_tokens=10,
+        table_html=None,
     )
     items = [
         QAItem(
@@ -439,11 +439,28 @@ def test_retrain_logs_lambda_and_the_gate_verdict_says_experts_decided(tmp_path,
     dataset = tmp_path / "feedback"
     (dataset / "qrels").mkdir(parents=True)
     (dataset / "queries.jsonl").write_text(
-        "".join(json.dumps({"_id": f"e{i}", "text": questions[i], "metadata": {}}) + "\n" for i in range(30, 60))
+        "".join(
+            json.dumps({"_id": f"{prefix}{i}", "text": questions[i], "metadata": {}}) + "\n"
+            for i in range(30, len(questions))
+        )
     )
     (dataset / "corpus.jsonl").write_text(
         "".join(json.dumps({"_id": c, "title": c, "text": t}) + "\n" for c, t in texts.items())
     )
+    return tables, dataset
+
+
+@pytest.mark.slow  # two first stages over minilm through the registry: about a minute on 2 busy cores
+def test_retrain_logs_lambda_and_the_gate_verdict_says_experts_decided(tmp_path, monkeypatch):
+    """Through the pipeline: a feedback dataset folder with expert labels reaches the learned ranker, λ and the
+    expert counts are the run's parameters, and the gate (enough held-out expert questions) records that they
+    decided."""
+    from rag.registry import ModelRegistry
+    from rag.training import GateSettings
+    from rag.training.pipeline import gate_candidate, train_candidate
+
+    texts, questions = _two_passages_per_question(random.Random(5))
+    tables, dataset = ltr_pipeline_inputs(tmp_path, texts, questions, "e")
     (dataset / "qrels" / "chunk_qrels.tsv").write_text("query-id\tcorpus-id\tscore\n")
     (dataset / "qrels" / "expert_qrels.tsv").write_text(
         "query-id\tcorpus-id\tscore\n" + "".join(f"e{i}\tx{i}\t2\ne{i}\ta{i}\t0\n" for i in range(30, 60))

@@ -3,6 +3,8 @@ from the others, paraphrases together; the gate scores each share with the ranke
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
@@ -85,48 +87,15 @@ def test_retrain_trains_a_ranker_per_fold_and_the_gate_scores_every_fold_s_quest
     """Through the pipeline: users liked a keyword passage the generated questions never name; with gate_folds=3
     the candidate's directory holds two fold rankers, and the verdict scores the people's questions of all three
     shares, each fold's counted."""
-    import json
 
-    from rag.evaluation.qaset import Evidence, QAItem, to_frame
     from rag.registry import ModelRegistry
-    from rag.store import CHUNKS_TABLE, TableStore
     from rag.training import GateSettings, RerankerTrainingConfig
     from rag.training.folds import trained_folds
     from rag.training.pipeline import gate_candidate, train_candidate
-    from tests.test_expert_training import _chunks, _word
+    from tests.test_expert_training import _two_passages_per_question, ltr_pipeline_inputs
 
-    rng = __import__("random").Random(7)
-    texts, questions = {}, []
-    for i in range(150):
-        w1, w2 = _word(rng), _word(rng)
-        texts[f"a{i}"] = f"Field notes say the {w1} {w2} was seen near the river and recorded over several seasons."
-        texts[f"x{i}"] = f"{w1} {w1} tags, {w2} {w2} tags: {w1} lists, {w2} lists."
-        questions.append(f"what about the {w1} {w2}?")
-    chunks = _chunks(texts).assign(
-        strategy="ltr", section_path=[[]] * 300, prev_chunk_id=None, next_chunk_id=None, n_tokens=10, table_html=None
-    )
-    items = [
-        QAItem(
-            qid=f"q{i}",
-            question=questions[i],
-            qtype="dataset",
-            doc_id=f"a{i}",
-            split="train" if i < 20 else "dev",
-            evidence=[Evidence(doc_id=f"a{i}", start=0, end=len(texts[f"a{i}"]))],
-        )
-        for i in range(30)
-    ]
-    tables = TableStore(tmp_path / "tables")
-    tables.write(chunks, CHUNKS_TABLE, "ltr")
-    tables.write(to_frame(items), "synthetic_qa")
-    dataset = tmp_path / "feedback"
-    (dataset / "qrels").mkdir(parents=True)
-    (dataset / "queries.jsonl").write_text(
-        "".join(json.dumps({"_id": f"u{i}", "text": questions[i], "metadata": {}}) + "\n" for i in range(30, 150))
-    )
-    (dataset / "corpus.jsonl").write_text(
-        "".join(json.dumps({"_id": c, "title": c, "text": t}) + "\n" for c, t in texts.items())
-    )
+    texts, questions = _two_passages_per_question(random.Random(7), n=150)
+    tables, dataset = ltr_pipeline_inputs(tmp_path, texts, questions, "u")
     (dataset / "qrels" / "chunk_qrels.tsv").write_text(
         "query-id\tcorpus-id\tscore\n" + "".join(f"u{i}\tx{i}\t1\nu{i}\ta{i}\t-1\n" for i in range(30, 150))
     )

@@ -37,11 +37,11 @@ def people_only(ir: IRSet | None) -> bool:
 
 def pooled_gate(own: IRSet, others: dict[int, IRSet]) -> tuple[IRSet, dict[int, list[str]]]:
     """The candidate's gate set with each other fold's people's questions added, and which questions each fold
-    scores (0: the candidate's own). A question already in an earlier fold's set stays there."""
+    scores (0: the candidate's own). A question already in an earlier fold's set stays there. Every share's set is of
+    the same chunk set, so the candidate's corpus serves them all."""
     queries, qrels = dict(own.queries), dict(own.qrels)
     judged, types = dict(own.judged), dict(own.types)
     unanswered, unanswered_judged = dict(own.unanswered), dict(own.unanswered_judged)
-    corpus = dict(own.corpus)
     by_fold = {0: list(own.queries)}
     seen = {normalized_question(t) for t in own.queries.values()}
     for fold, ir in sorted(others.items()):
@@ -58,9 +58,8 @@ def pooled_gate(own: IRSet, others: dict[int, IRSet]) -> tuple[IRSet, dict[int, 
         for q, text in ir.unanswered.items():
             if q not in unanswered and q not in queries:
                 unanswered[q], unanswered_judged[q] = text, ir.unanswered_judged.get(q, set())
-        corpus.update(ir.corpus)
         by_fold[fold] = added
-    return IRSet(queries, corpus, qrels, judged, types, unanswered, unanswered_judged), by_fold
+    return IRSet(queries, own.corpus, qrels, judged, types, unanswered, unanswered_judged), by_fold
 
 
 class CrossFitted:
